@@ -1,0 +1,236 @@
+// nanobind module _lowbit: a thin layer over the kernel table. It checks every size
+// before touching memory (std::invalid_argument -> ValueError) and releases the GIL
+// around native work. The Python package (src/lowbit) gives the friendly API.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "dispatch.h"
+#include "formats.h"
+#include "kernels.h"
+#include "threadpool.h"
+
+namespace nb = nanobind;
+using namespace lowbit;
+
+using U8In = nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using F32In = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using F32Out = nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+static const Format &fmt(int id) {
+    const Format *f = format_by_id(id);
+    if (!f) throw std::invalid_argument("unknown format id " + std::to_string(id));
+    return *f;
+}
+
+static void check_n(const Format &f, int64_t n) {
+    if (n <= 0 || n % f.block != 0)
+        throw std::invalid_argument(std::string(f.name) + ": n=" + std::to_string(n) +
+                                    " is not a positive multiple of the block size " + std::to_string(f.block));
+}
+
+// Weight rows: raw[rows, row_bytes(n)] (+ the format's tensor pad counted in the last dim
+// only when passed as one flat row; see w_scale). Returns row stride.
+static size_t check_weights(const Format &f, const U8In &raw, int64_t n) {
+    check_n(f, n);
+    if (!f.weight) throw std::invalid_argument(std::string(f.name) + " is not a weight format");
+    const size_t rb = row_bytes(&f, n);
+    if ((size_t)raw.shape(1) != rb)
+        throw std::invalid_argument(std::string(f.name) + ": a row of n=" + std::to_string(n) + " needs " +
+                                    std::to_string(rb) + " bytes, got " + std::to_string(raw.shape(1)));
+    return rb;
+}
+
+template <class T>
+static nb::ndarray<nb::numpy, T, nb::ndim<2>> new_array(size_t rows, size_t cols, T **data) {
+    T *p = new T[rows * cols > 0 ? rows * cols : 1]();
+    nb::capsule owner(p, [](void *q) noexcept { delete[] (T *)q; });
+    *data = p;
+    size_t shape[2] = {rows, cols};
+    return nb::ndarray<nb::numpy, T, nb::ndim<2>>(p, 2, shape, owner);
+}
+
+// isa < 0: what dispatch selected; otherwise that level's table (tests compare levels).
+static const KernelEntry &entry(int id, int isa) {
+    if (isa < 0) return kernel_entry(id);
+    if (!level_available(isa))
+        throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) +
+                                    " is not available here (CPU, build or LOWBIT_MAX_ISA)");
+    return kernel_entry_at(id, isa);
+}
+
+static int threads_or_default(int threads) {
+    const int pool = ThreadPool::instance().size();
+    if (threads <= 0) return pool;
+    return threads < pool ? threads : pool;
+}
+
+// out[t, r] for r in [r0, r1) = dot(W[r], act[t]); tokens in windows of <= 8.
+static void run_rows(const Format &f, const uint8_t *w, size_t w_stride, const uint8_t *act,
+                     size_t act_stride, int64_t nt, float *out, size_t out_stride, int64_t n,
+                     float w_scale, int64_t r0, int64_t r1, int threads, int isa) {
+    const KernelEntry &e = entry(f.id, isa);
+    if (isa < 0) isa = cpu_info().selected;
+    for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
+        const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
+        const RowKernel &k = e.rows[ntc];
+        if (!k.fn) throw std::invalid_argument(std::string("no row kernel for ") + f.name);
+        RowArgs a{w, w_stride, act + (size_t)t0 * act_stride, act_stride,
+                  out + (size_t)t0 * out_stride, out_stride, n, w_scale};
+        const int64_t rows = r1 - r0;
+        int nth = threads;
+        if (nth > rows) nth = (int)(rows > 0 ? rows : 1);
+        count_call(f.id, ntc, isa, rows);
+        ThreadPool::instance().run(nth, [&](int i, int nthr) {
+            int64_t b, en;
+            split_range(rows, i, nthr, &b, &en);
+            if (en > b) k.fn(a, r0 + b, r0 + en, ntc);
+        });
+    }
+}
+
+NB_MODULE(_lowbit, m) {
+    m.doc() = "lowbit native kernels (private; use the lowbit package)";
+
+    m.def("formats", [] {
+        std::vector<nb::tuple> out;
+        for (const Format *f = formats_begin(); f != formats_end(); ++f)
+            out.push_back(nb::make_tuple(f->id, f->name, f->block, f->bytes, f->act, f->weight, f->activation));
+        return out;
+    }, "All formats: (id, name, block, bytes, act id, is weight, is activation).");
+
+    m.def("row_bytes", [](int id, int64_t n) { const Format &f = fmt(id); check_n(f, n); return row_bytes(&f, n); });
+    m.def("tensor_pad", [](int id) { return tensor_pad(&fmt(id)); });
+
+    m.def("cpu_info", [] {
+        const CpuInfo &c = cpu_info();
+        nb::dict d;
+        d["model"] = c.model;
+        d["features"] = c.features;
+        d["best"] = std::string(isa_name(c.best));
+        d["built"] = std::string(isa_name(c.built));
+        d["cap"] = std::string(isa_name(c.cap));
+        d["selected"] = std::string(isa_name(c.selected));
+        d["threads"] = ThreadPool::instance().size();
+        d["disabled"] = disabled_kernels();
+        return d;
+    });
+
+    m.def("kernel", [](int id, int nt, int isa) -> nb::object {
+        fmt(id);
+        if (nt < 1 || nt > MAX_NT) throw std::invalid_argument("nt must be in 1..8");
+        const RowKernel &k = entry(id, isa).rows[nt];
+        if (!k.fn) return nb::none();
+        return nb::make_tuple(std::string(k.name), std::string(isa_name(k.isa)));
+    }, nb::arg("id"), nb::arg("nt"), nb::arg("isa") = -1,
+       "(kernel name, level) that runs for format id and window nt, or None.");
+    m.def("levels", [] {
+        std::vector<std::string> out;
+        for (int i = 0; i < ISA_COUNT; ++i)
+            if (level_built(i)) out.push_back(isa_name(i));
+        return out;
+    }, "ISA levels with kernels of their own that can run here (CPU, build and LOWBIT_MAX_ISA allowing).");
+
+    m.def("capabilities", [](int id) {
+        const KernelEntry &e = kernel_entry(fmt(id).id);
+        nb::dict d;
+        d["rows"] = e.rows[1].fn != nullptr;
+        d["dequantize"] = e.dequant != nullptr;
+        d["quantize_act"] = e.quant_act != nullptr;
+        d["quantize"] = e.quant_w != nullptr;
+        return d;
+    });
+
+    m.def("dequantize", [](int id, U8In raw, int64_t n, float w_scale, int isa) {
+        const Format &f = fmt(id);
+        check_n(f, n);
+        const size_t rb = row_bytes(&f, n);
+        if ((size_t)raw.shape(1) != rb)
+            throw std::invalid_argument(std::string(f.name) + ": a row of n=" + std::to_string(n) + " needs " +
+                                        std::to_string(rb) + " bytes, got " + std::to_string(raw.shape(1)));
+        const KernelEntry &e = entry(id, isa);
+        if (!e.dequant) throw std::invalid_argument(std::string("no dequantize for ") + f.name);
+        const size_t rows = raw.shape(0);
+        float *o;
+        auto out = new_array<float>(rows, (size_t)n, &o);
+        const uint8_t *src = raw.data();
+        {
+            nb::gil_scoped_release nogil;
+            for (size_t r = 0; r < rows; ++r) e.dequant(src + r * rb, o + r * (size_t)n, n, w_scale);
+        }
+        return out;
+    }, nb::arg("id"), nb::arg("raw"), nb::arg("n"), nb::arg("w_scale") = 1.0f, nb::arg("isa") = -1);
+
+    m.def("quantize_act", [](int id, F32In x, int isa) {
+        const Format &f = fmt(id);
+        if (!f.activation) throw std::invalid_argument(std::string(f.name) + " is not an activation format");
+        const int64_t n = (int64_t)x.shape(1);
+        check_n(f, n);
+        const KernelEntry &e = entry(id, isa);
+        if (!e.quant_act) throw std::invalid_argument(std::string("no activation quantizer for ") + f.name);
+        const size_t rows = x.shape(0), rb = row_bytes(&f, n);
+        uint8_t *o;
+        auto out = new_array<uint8_t>(rows, rb, &o);
+        const float *src = x.data();
+        {
+            nb::gil_scoped_release nogil;
+            for (size_t r = 0; r < rows; ++r) e.quant_act(src + r * (size_t)n, o + r * rb, n);
+        }
+        return out;
+    }, nb::arg("id"), nb::arg("x"), nb::arg("isa") = -1);
+
+    m.def("quantize", [](int id, F32In w) {
+        const Format &f = fmt(id);
+        const int64_t n = (int64_t)w.shape(1);
+        check_n(f, n);
+        const KernelEntry &e = kernel_entry(id);
+        if (!e.quant_w) throw std::invalid_argument(std::string("lowbit has no quantizer for ") + f.name);
+        const size_t rows = w.shape(0);
+        uint8_t *o;
+        auto out = new_array<uint8_t>(1, rows * row_bytes(&f, n) + tensor_pad(&f), &o);
+        const float *src = w.data();
+        {
+            nb::gil_scoped_release nogil;
+            e.quant_w(src, o, (int64_t)rows, n);
+        }
+        return out;
+    }, "Quantize float rows W[rows, n] into one flat tensor of format id (with its pad).");
+
+    // The engine's call: activations already quantized (act[nt, act_row_bytes]), output
+    // written into out[nt, rows] for rows [r0, r1) only.
+    m.def("matmul_act", [](int id, U8In raw, U8In act, int64_t n, float w_scale, F32Out out,
+                           int64_t r0, int64_t r1, int threads, int isa) {
+        const Format &f = fmt(id);
+        const size_t rb = check_weights(f, raw, n);
+        const Format &af = fmt(f.act);
+        const size_t arb = row_bytes(&af, n);
+        const int64_t rows = (int64_t)raw.shape(0), nt = (int64_t)act.shape(0);
+        if ((size_t)act.shape(1) != arb)
+            throw std::invalid_argument(std::string(af.name) + " activations for n=" + std::to_string(n) + " need " +
+                                        std::to_string(arb) + " bytes per token, got " + std::to_string(act.shape(1)));
+        if (nt < 1) throw std::invalid_argument("need at least one token (nt >= 1)");
+        if ((int64_t)out.shape(0) != nt || (int64_t)out.shape(1) != rows)
+            throw std::invalid_argument("out must have shape (nt, rows) = (" + std::to_string(nt) + ", " +
+                                        std::to_string(rows) + ")");
+        if (r0 < 0 || r1 > rows || r0 > r1) throw std::invalid_argument("row range [r0, r1) outside [0, rows)");
+        const uint8_t *w = raw.data(), *a = act.data();
+        float *o = out.data();
+        entry(id, isa);  // throws here, with the GIL, if the level is not available
+        nb::gil_scoped_release nogil;
+        run_rows(f, w, rb, a, arb, nt, o, (size_t)rows, n, w_scale, r0, r1, threads_or_default(threads), isa);
+    }, nb::arg("id"), nb::arg("raw"), nb::arg("act"), nb::arg("n"), nb::arg("w_scale"), nb::arg("out"),
+       nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1);
+
+    m.def("stats", [] {
+        std::vector<nb::tuple> out;
+        for (const CallStat &s : call_stats())
+            out.push_back(nb::make_tuple(s.type_id, s.nt, s.kernel ? std::string(s.kernel) : std::string("?"),
+                                         s.calls, s.rows));
+        return out;
+    });
+    m.def("reset_stats", [] { reset_call_stats(); });
+}

@@ -1,0 +1,214 @@
+// CPU probes (cpuid + xgetbv) and the kernel table, filled once at import.
+//
+// Built WITHOUT ISA flags: nothing here may execute an instruction above the baseline.
+// The table starts with the scalar reference entries; each level the CPU supports (up to
+// LOWBIT_MAX_ISA) registers into a table of its own, and its entries overwrite the running
+// table one by one unless LOWBIT_NO_<KERNEL NAME>=1 turns that kernel off.
+#include "dispatch.h"
+
+#include <atomic>
+#include <cctype>
+#include <cpuid.h>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "ref/ref.h"
+
+namespace lowbit {
+
+// The ladder. Each SIMD level's translation units define its register function and are
+// built with that level's flags only; a level not compiled into this build is absent here.
+struct Level { int isa; void (*reg)(KernelTable &); };
+static const Level kLadder[] = {
+    {ISA_SCALAR, register_scalar},
+};
+
+const char *isa_name(int isa) {
+    static const char *names[] = {"scalar", "avx2", "avx2vnni", "avx512"};
+    return (isa >= 0 && isa < ISA_COUNT) ? names[isa] : "?";
+}
+
+int isa_from_name(const std::string &s) {
+    for (int i = 0; i < ISA_COUNT; ++i)
+        if (s == isa_name(i)) return i;
+    return -1;
+}
+
+// ---- probes ----------------------------------------------------------------------------
+static uint64_t xgetbv0() {
+    uint32_t eax, edx;
+    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+    return ((uint64_t)edx << 32) | eax;
+}
+
+static CpuInfo probe() {
+    CpuInfo c;
+    unsigned a, b, cx, d;
+    char brand[49] = {0};
+    if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000004) {
+        for (unsigned i = 0; i < 3; ++i) {
+            __cpuid(0x80000002 + i, a, b, cx, d);
+            std::memcpy(brand + 16 * i + 0, &a, 4);
+            std::memcpy(brand + 16 * i + 4, &b, 4);
+            std::memcpy(brand + 16 * i + 8, &cx, 4);
+            std::memcpy(brand + 16 * i + 12, &d, 4);
+        }
+    }
+    c.model = brand;
+    while (!c.model.empty() && c.model.front() == ' ') c.model.erase(c.model.begin());
+
+    bool avx = false, fma = false, f16c = false, osxsave = false, avx2 = false;
+    bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+    bool avx512vnni = false, avx512vbmi = false, avxvnni = false;
+    if (__get_cpuid(1, &a, &b, &cx, &d)) {
+        fma = cx & (1u << 12); osxsave = cx & (1u << 27); avx = cx & (1u << 28); f16c = cx & (1u << 29);
+    }
+    if (__get_cpuid_max(0, nullptr) >= 7) {
+        __cpuid_count(7, 0, a, b, cx, d);
+        avx2 = b & (1u << 5); avx512f = b & (1u << 16); avx512dq = b & (1u << 17);
+        avx512bw = b & (1u << 30); avx512vl = b & (1u << 31);
+        avx512vbmi = cx & (1u << 1); avx512vnni = cx & (1u << 11);
+        __cpuid_count(7, 1, a, b, cx, d);
+        avxvnni = a & (1u << 4);
+    }
+    // The OS must save the registers: YMM (bits 1,2) for AVX, opmask+ZMM (5,6,7) for AVX-512.
+    const uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    const bool os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = (xcr0 & 0xe6) == 0xe6;
+    avx &= os_ymm; avx2 &= os_ymm; fma &= os_ymm; f16c &= os_ymm; avxvnni &= os_ymm;
+    avx512f &= os_zmm; avx512bw &= os_zmm; avx512vl &= os_zmm; avx512dq &= os_zmm;
+    avx512vnni &= os_zmm; avx512vbmi &= os_zmm;
+
+    auto add = [&](bool on, const char *n) { if (on) c.features.push_back(n); };
+    add(avx, "avx"); add(avx2, "avx2"); add(fma, "fma"); add(f16c, "f16c"); add(avxvnni, "avx_vnni");
+    add(avx512f, "avx512f"); add(avx512bw, "avx512bw"); add(avx512vl, "avx512vl");
+    add(avx512dq, "avx512dq"); add(avx512vnni, "avx512_vnni"); add(avx512vbmi, "avx512_vbmi");
+
+    const bool l_avx2 = avx2 && fma && f16c;
+    if (l_avx2) c.best = ISA_AVX2;
+    if (l_avx2 && avxvnni) c.best = ISA_AVX2VNNI;
+    if (l_avx2 && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni) c.best = ISA_AVX512;
+    return c;
+}
+
+// ---- the table ---------------------------------------------------------------------------
+// g_levels[l]: what runs with LOWBIT_MAX_ISA=l (levels <= l overlaid in order); filled for
+// every level this CPU can run and this build has, so tests can compare levels in one
+// process. The dispatch table is g_levels[selected].
+static KernelTable g_levels[ISA_COUNT];
+static bool g_level_ready[ISA_COUNT];  // CPU, cap and build allow it (may alias a lower level)
+static bool g_level_built[ISA_COUNT];  // this level has kernels of its own in this build
+static CpuInfo g_cpu;
+static std::vector<std::string> g_disabled;
+
+static bool env_disables(const char *kernel_name) {
+    std::string key = "LOWBIT_NO_";
+    for (const char *p = kernel_name; *p; ++p) key += (char)std::toupper((unsigned char)*p);
+    const char *v = std::getenv(key.c_str());
+    return v && *v && std::strcmp(v, "0") != 0;
+}
+
+// Overwrite `dst` with what `src` (one level's registrations) provides, kernel by kernel.
+static void overlay(KernelEntry &dst, const KernelEntry &src) {
+    for (int nt = 1; nt <= MAX_NT; ++nt) {
+        const RowKernel &k = src.rows[nt];
+        if (!k.fn) continue;
+        if (env_disables(k.name)) {
+            bool seen = false;
+            for (auto &d : g_disabled) seen |= d == k.name;
+            if (!seen) g_disabled.push_back(k.name);
+            continue;
+        }
+        dst.rows[nt] = k;
+    }
+    if (src.dequant) dst.dequant = src.dequant;
+    if (src.quant_act) dst.quant_act = src.quant_act;
+    if (src.quant_w) dst.quant_w = src.quant_w;
+}
+
+static void fill_table() {
+    g_cpu = probe();
+    for (const Level &l : kLadder) g_cpu.built = l.isa > g_cpu.built ? l.isa : g_cpu.built;
+    if (const char *cap = std::getenv("LOWBIT_MAX_ISA"); cap && *cap) {
+        const int c = isa_from_name(cap);
+        if (c < 0) throw std::invalid_argument(std::string("LOWBIT_MAX_ISA=") + cap +
+                                               " is not one of scalar, avx2, avx2vnni, avx512");
+        g_cpu.cap = c;
+    }
+    static KernelTable running, level;  // big: keep them off the stack
+    for (const Level &l : kLadder) {
+        if (l.isa > g_cpu.best || l.isa > g_cpu.cap) continue;  // I6: nothing above the cap runs
+        level = KernelTable{};
+        l.reg(level);
+        for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
+        overlay(running.i8s, level.i8s);
+        // a level the ladder skips (not built) runs what the level below it runs
+        for (int k = l.isa; k < ISA_COUNT; ++k) {
+            g_levels[k] = running;
+            g_level_ready[k] = k <= g_cpu.best && k <= g_cpu.cap;
+        }
+        g_level_built[l.isa] = true;
+        g_cpu.selected = l.isa;
+    }
+}
+
+static std::once_flag g_once;
+static void ensure_table() { std::call_once(g_once, fill_table); }
+
+const CpuInfo &cpu_info() { ensure_table(); return g_cpu; }
+const std::vector<std::string> &disabled_kernels() { ensure_table(); return g_disabled; }
+
+const KernelEntry &kernel_entry(int type_id) { return kernel_entry_at(type_id, cpu_info().selected); }
+
+const KernelEntry &kernel_entry_at(int type_id, int isa) {
+    ensure_table();
+    static const KernelEntry empty{};
+    if (isa < 0 || isa >= ISA_COUNT || !g_level_ready[isa]) return empty;
+    if (type_id == T_I8_S) return g_levels[isa].i8s;
+    if (type_id < 0 || type_id >= 64) return empty;
+    return g_levels[isa].e[type_id];
+}
+
+bool level_available(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_ready[isa]; }
+bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_built[isa]; }
+
+void register_scalar(KernelTable &t) {
+    ref::register_float(t);
+    ref::register_act(t);
+    ref::register_legacy(t);
+    ref::register_kquants(t);
+    ref::register_iquants(t);
+    ref::register_ternary(t);
+}
+
+// ---- call counters -----------------------------------------------------------------------
+// [slot][nt][level]; slot 64 is I8_S. Relaxed atomics: counters, not synchronisation.
+static std::atomic<long long> g_calls[65][MAX_NT + 1][ISA_COUNT], g_rows[65][MAX_NT + 1][ISA_COUNT];
+static int slot_of(int id) { return id == T_I8_S ? 64 : (id >= 0 && id < 64 ? id : -1); }
+
+void count_call(int type_id, int nt, int isa, int64_t rows) {
+    const int s = slot_of(type_id);
+    if (s < 0 || nt < 1 || nt > MAX_NT || isa < 0 || isa >= ISA_COUNT) return;
+    g_calls[s][nt][isa].fetch_add(1, std::memory_order_relaxed);
+    g_rows[s][nt][isa].fetch_add(rows, std::memory_order_relaxed);
+}
+
+std::vector<CallStat> call_stats() {
+    std::vector<CallStat> out;
+    for (int s = 0; s < 65; ++s)
+        for (int nt = 1; nt <= MAX_NT; ++nt)
+            for (int l = 0; l < ISA_COUNT; ++l) {
+                const long long c = g_calls[s][nt][l].load(std::memory_order_relaxed);
+                if (!c) continue;
+                const int id = s == 64 ? T_I8_S : s;
+                out.push_back({id, nt, kernel_entry_at(id, l).rows[nt].name, c, g_rows[s][nt][l].load()});
+            }
+    return out;
+}
+
+void reset_call_stats() {
+    for (auto &a : g_calls) for (auto &b : a) for (auto &c : b) c = 0;
+    for (auto &a : g_rows) for (auto &b : a) for (auto &c : b) c = 0;
+}
+
+}  // namespace lowbit

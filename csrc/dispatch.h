@@ -1,0 +1,34 @@
+// CPU probes and the once-filled kernel table. Built with NO ISA flags.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+
+namespace lowbit {
+
+struct CpuInfo {
+    std::string model;                  // brand string from cpuid
+    std::vector<std::string> features;  // the ones lowbit's levels care about
+    int best = ISA_SCALAR;              // highest level this CPU can run
+    int built = ISA_SCALAR;             // highest level compiled into this build
+    int cap = ISA_COUNT - 1;            // LOWBIT_MAX_ISA (or the top level)
+    int selected = ISA_SCALAR;          // min(best, built-ladder, cap): what dispatch used
+};
+
+const CpuInfo &cpu_info();
+// What runs at level isa (as if LOWBIT_MAX_ISA=isa); an empty entry if this CPU cannot
+// run that level. Tests use it to compare every level in one process.
+const KernelEntry &kernel_entry_at(int type_id, int isa);
+bool level_available(int isa);
+bool level_built(int isa);  // available and with kernels of its own (not an alias of a lower one)
+// Parse a level name ("scalar", "avx2", "avx2vnni", "avx512"); -1 if unknown.
+int isa_from_name(const std::string &s);
+// The kernels that were turned off by LOWBIT_NO_<KERNEL>=1 at import.
+const std::vector<std::string> &disabled_kernels();
+
+struct CallStat { int type_id; int nt; const char *kernel; long long calls; long long rows; };
+std::vector<CallStat> call_stats();
+void reset_call_stats();
+
+}  // namespace lowbit

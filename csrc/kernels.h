@@ -1,0 +1,82 @@
+// The kernel API every ISA level implements, and the kernel table filled once at import.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "formats.h"
+
+namespace lowbit {
+
+// One row kernel call: out[t * out_stride + r] = dot(W[r], act[t]) for r in [r0, r1),
+// t < nt, nt in 1..8 (callers chunk larger windows).
+//   W[r]   = w + r * w_stride           raw GGUF bytes of row r (n weights)
+//   act[t] = act + t * act_stride       token t, already in the paired activation format
+//   w_scale                             per-tensor scale (I2_S), 1.0f for every other format
+// Contract (DESIGN.md): I2 a token's result never depends on nt; I3 rows outside
+// [r0, r1) are untouched and a row's result does not depend on the split.
+struct RowArgs {
+    const uint8_t *w;
+    size_t w_stride;
+    const uint8_t *act;
+    size_t act_stride;
+    float *out;
+    size_t out_stride;
+    int64_t n;
+    float w_scale;
+};
+using rows_fn = void (*)(const RowArgs &a, int64_t r0, int64_t r1, int nt);
+
+// Dequantize one row of n weights (n a multiple of the block) into float32.
+// (I2_S: w_scale is applied by the caller's row view; the dequantized value is
+//  code-1 times w_scale, see dequantize_tensor in bindings.)
+using dequant_fn = void (*)(const uint8_t *src, float *dst, int64_t n, float w_scale);
+
+// Quantize one row of n float32 activations into an activation format, byte-identical
+// to ggml's from_float for Q8_0 / Q8_1 / Q8_K (invariant I4).
+using quant_act_fn = void (*)(const float *x, uint8_t *dst, int64_t n);
+
+// Quantize rows of float32 weights into a weight format (formats that have our own
+// quantizer: I2_S). Writes the whole tensor (rows * n values) including any pad.
+using quant_w_fn = void (*)(const float *x, uint8_t *dst, int64_t rows, int64_t n);
+
+// ISA levels, lowest to highest. Each level's sources are built with its own flags.
+enum Isa : int { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX2VNNI = 2, ISA_AVX512 = 3, ISA_COUNT = 4 };
+const char *isa_name(int isa);
+
+constexpr int MAX_NT = 8;
+constexpr int MAX_TYPE_ID = 1024 + 8;
+
+struct RowKernel {
+    rows_fn fn = nullptr;
+    const char *name = nullptr;  // e.g. "rows_q4_0_q8_0_scalar"
+    int isa = ISA_SCALAR;
+};
+
+struct KernelEntry {
+    RowKernel rows[MAX_NT + 1];       // indexed by nt (1..8)
+    dequant_fn dequant = nullptr;
+    quant_act_fn quant_act = nullptr; // for activation formats
+    quant_w_fn quant_w = nullptr;
+};
+
+// The table, indexed by type id. Filled once (dispatch.cpp); read-only afterwards.
+const KernelEntry &kernel_entry(int type_id);
+
+// Each level's registration function overwrites the entries it implements.
+struct KernelTable;
+void register_scalar(KernelTable &t);
+
+struct KernelTable {
+    KernelEntry e[64];
+    KernelEntry i8s;  // T_I8_S (id above 64)
+    KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }
+    void set_rows_all(int id, rows_fn f, const char *name, int isa) {
+        for (int nt = 1; nt <= MAX_NT; ++nt) at(id).rows[nt] = RowKernel{f, name, isa};
+    }
+};
+
+// Call counters per (type id, nt, level of the table used): which path really ran
+// (lowbit.kernels.stats()).
+void count_call(int type_id, int nt, int isa, int64_t rows);
+
+}  // namespace lowbit

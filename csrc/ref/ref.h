@@ -1,0 +1,45 @@
+// Scalar reference kernels: the spec every SIMD level is tested against.
+//
+// Each format provides one single-row, single-token dot in ggml's arithmetic order
+// (integer sums per block, then the block's float scales), and the generic row kernel
+// below runs it over rows x tokens. It never reorders a token's arithmetic, so it keeps
+// I2 (width invariance) and I3 (split invariance) by construction.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "../fp16.h"
+#include "../kernels.h"
+
+namespace lowbit::ref {
+
+// dot(W row, activation row) for n weights; w_scale is the per-tensor scale (I2_S).
+using dot_fn = float (*)(const uint8_t *w, const uint8_t *act, int64_t n, float w_scale);
+
+template <dot_fn DOT>
+void rows(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t *w = a.w + (size_t)r * a.w_stride;
+        for (int t = 0; t < nt; ++t)
+            a.out[(size_t)t * a.out_stride + r] = DOT(w, a.act + (size_t)t * a.act_stride, a.n, a.w_scale);
+    }
+}
+
+// ggml's nearest_int: round half to even through the 1.5*2^23 trick, valid for |x| < 2^22.
+inline int nearest_int(float fval) {
+    float val = fval + 12582912.f;
+    int i;
+    std::memcpy(&i, &val, sizeof(int));
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+// Registration of each family into the table (scalar level).
+void register_legacy(KernelTable &t);    // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
+void register_kquants(KernelTable &t);   // Q2_K .. Q6_K
+void register_iquants(KernelTable &t);   // IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ4_NL IQ4_XS IQ1_S IQ1_M
+void register_ternary(KernelTable &t);   // TQ1_0 TQ2_0 I2_S (+ I8_S activations, I2_S quantizer)
+void register_float(KernelTable &t);     // F32 F16 BF16 rows against F32 activations
+void register_act(KernelTable &t);       // Q8_0 Q8_1 Q8_K activation quantizers (+ their dequant)
+
+}  // namespace lowbit::ref

@@ -1,0 +1,46 @@
+// A small pool of pinned worker threads for row-parallel kernels.
+//
+// run(nth, fn) calls fn(i, nth) for i in [0, nth) on nth threads (the caller is thread 0)
+// and returns when all are done. Workers spin briefly on a generation counter, then sleep.
+// Callers split rows by i only, so a row's result never depends on nth (invariant I3).
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace lowbit {
+
+class ThreadPool {
+public:
+    static ThreadPool &instance();
+    // Threads available (hardware concurrency, or LOWBIT_THREADS).
+    int size() const { return (int)workers_.size() + 1; }
+    void run(int nth, const std::function<void(int, int)> &fn);
+    ~ThreadPool();
+
+private:
+    explicit ThreadPool(int n);
+    void worker(int idx);
+
+    std::vector<std::thread> workers_;
+    std::mutex run_mu_;  // one run() at a time
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::atomic<uint64_t> gen_{0};
+    std::atomic<int> pending_{0};
+    const std::function<void(int, int)> *job_ = nullptr;
+    int job_nth_ = 0;
+    bool stop_ = false;
+};
+
+// Split [0, n) into nth contiguous parts; part i is [*b, *e).
+inline void split_range(int64_t n, int i, int nth, int64_t *b, int64_t *e) {
+    const int64_t per = n / nth, rem = n % nth;
+    *b = i * per + (i < rem ? i : rem);
+    *e = *b + per + (i < rem ? 1 : 0);
+}
+
+}  // namespace lowbit

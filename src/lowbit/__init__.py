@@ -1,0 +1,13 @@
+"""lowbit: fast, verified CPU inference of low-bit GGUF models.
+
+The native kernels live in the private extension ``lowbit._lowbit``; this package is the
+public face: ``lowbit.formats()``, ``lowbit.gguf.open()``, ``lowbit.kernels``.
+"""
+# gguf and kernels bind the module lowbit.formats before the next line rebinds the
+# package attribute `formats` to the function (lowbit.formats() is the public API).
+from . import gguf, kernels
+from .formats import Format, formats
+from .gguf import GGUFError
+
+__all__ = ["Format", "GGUFError", "formats", "gguf", "kernels", "__version__"]
+__version__ = "0.1.0"

@@ -1,0 +1,114 @@
+"""ggml itself as the oracle: the CPU backend that the llama-cpp-python wheel builds.
+
+Loaded with ctypes from the wheel's lib/ directory: libggml-base.so (quantizers, row sizes,
+dequantizers) and libggml-cpu.so (type traits: from_float, vec_dot, vec_dot_type). If the
+wheel is missing this raises, and the tests that need it fail: CI installs it.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+GGML_TYPES = {  # ggml type ids (ggml.h); I2_S is bitnet.cpp's and unknown to ggml
+    "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q8_1": 9,
+    "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q8_K": 15,
+    "IQ2_XXS": 16, "IQ2_XS": 17, "IQ3_XXS": 18, "IQ1_S": 19, "IQ4_NL": 20, "IQ3_S": 21,
+    "IQ2_S": 22, "IQ4_XS": 23, "IQ1_M": 29, "BF16": 30, "TQ1_0": 34, "TQ2_0": 35,
+}
+NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M"}
+
+_from_float_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+_vec_dot_t = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t,
+                              ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                              ctypes.c_int)
+
+
+class _TraitsCpu(ctypes.Structure):
+    _fields_ = [("from_float", ctypes.c_void_p), ("vec_dot", ctypes.c_void_p),
+                ("vec_dot_type", ctypes.c_int), ("nrows", ctypes.c_int64)]
+
+
+def _lib_dir() -> str:
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise RuntimeError("ggml oracle: llama-cpp-python is not installed (pip install .[test])") from e
+    d = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    if not os.path.exists(os.path.join(d, "libggml-cpu.so")):
+        raise RuntimeError(f"ggml oracle: no libggml-cpu.so in {d}")
+    return d
+
+
+class Ggml:
+    def __init__(self):
+        d = _lib_dir()
+        self.base = ctypes.CDLL(os.path.join(d, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+        self.cpu = ctypes.CDLL(os.path.join(d, "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
+        self.cpu.ggml_cpu_init()
+        self.cpu.ggml_get_type_traits_cpu.restype = ctypes.POINTER(_TraitsCpu)
+        self.cpu.ggml_get_type_traits_cpu.argtypes = [ctypes.c_int]
+        self.base.ggml_row_size.restype = ctypes.c_size_t
+        self.base.ggml_row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
+        self.base.ggml_blck_size.restype = ctypes.c_int64
+        self.base.ggml_blck_size.argtypes = [ctypes.c_int]
+        self.base.ggml_type_size.restype = ctypes.c_size_t
+        self.base.ggml_type_size.argtypes = [ctypes.c_int]
+        self.base.ggml_quantize_chunk.restype = ctypes.c_size_t
+        self.base.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                                  ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                                  ctypes.c_void_p]
+        self.base.ggml_quantize_init.argtypes = [ctypes.c_int]
+
+    def traits(self, name: str) -> _TraitsCpu:
+        return self.cpu.ggml_get_type_traits_cpu(GGML_TYPES[name]).contents
+
+    def row_size(self, name: str, n: int) -> int:
+        return self.base.ggml_row_size(GGML_TYPES[name], n)
+
+    def quantize(self, name: str, w: np.ndarray) -> np.ndarray:
+        """ggml_quantize_chunk: float32 w[rows, n] -> uint8[rows, row_size] (ggml's own bytes)."""
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        rows, n = w.shape
+        t = GGML_TYPES[name]
+        self.base.ggml_quantize_init(t)
+        out = np.zeros((rows, self.row_size(name, n)), dtype=np.uint8)
+        imatrix = np.ones(n, dtype=np.float32) if name in NEEDS_IMATRIX else None
+        self.base.ggml_quantize_chunk(t, w.ctypes.data, out.ctypes.data, 0, rows, n,
+                                      imatrix.ctypes.data if imatrix is not None else None)
+        return out
+
+    def from_float(self, name: str, x: np.ndarray) -> np.ndarray:
+        """The CPU backend's from_float for an activation format: float32 x[nt, n] -> uint8 rows."""
+        x = np.ascontiguousarray(np.atleast_2d(x), dtype=np.float32)
+        fn = _from_float_t(self.traits(name).from_float)
+        out = np.zeros((x.shape[0], self.row_size(name, x.shape[1])), dtype=np.uint8)
+        for i in range(x.shape[0]):
+            fn(x[i].ctypes.data, out[i].ctypes.data, x.shape[1])
+        return out
+
+    def vec_dot_type(self, name: str) -> str:
+        t = self.traits(name).vec_dot_type
+        return next(k for k, v in GGML_TYPES.items() if v == t)
+
+    def vec_dot(self, name: str, w: np.ndarray, act: np.ndarray, n: int) -> np.ndarray:
+        """out[t, r] = ggml vec_dot(W[r], act[t]) on the given bytes."""
+        fn = _vec_dot_t(self.traits(name).vec_dot)
+        out = np.zeros((act.shape[0], w.shape[0]), dtype=np.float32)
+        s = ctypes.c_float()
+        for t in range(act.shape[0]):
+            for r in range(w.shape[0]):
+                fn(n, ctypes.byref(s), 0, w[r].ctypes.data, 0, act[t].ctypes.data, 0, 1)
+                out[t, r] = s.value
+        return out
+
+
+_instance: Ggml | None = None
+
+
+def ggml() -> Ggml:
+    global _instance
+    if _instance is None:
+        _instance = Ggml()
+    return _instance

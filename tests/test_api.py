@@ -1,0 +1,76 @@
+"""The kernel API refuses bad arguments with a clear ValueError/TypeError before native code runs."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lowbit
+from lowbit import kernels as K
+
+RAW = np.zeros((4, 18), np.uint8)          # 4 rows of Q4_0, n = 32
+X = np.ones((2, 32), np.float32)
+
+
+@pytest.mark.parametrize("call,exc,needle", [
+    (lambda: K.matmul("Q4_0", RAW.astype(np.int8), X), TypeError, "uint8"),
+    (lambda: K.matmul("Q4_0", np.zeros((4, 17), np.uint8), X), ValueError, "whole number"),
+    (lambda: K.matmul("Q4_0", RAW, np.ones((2, 31), np.float32)), ValueError, "values per token"),
+    (lambda: K.matmul("Q4_0", RAW, np.ones((0, 32), np.float32)), ValueError, "at least one token"),
+    (lambda: K.matmul("Q4_0", RAW, np.ones((2, 32), np.int32)), TypeError, "float"),
+    (lambda: K.matmul("Q4_0", RAW[:, ::2], X), ValueError, "C-contiguous"),
+    (lambda: K.matmul("Q4_0", np.zeros((4, 36), np.uint8)[:, :18], X), ValueError, "C-contiguous"),
+    (lambda: K.matmul("NOPE", RAW, X), ValueError, "unknown format"),
+    (lambda: K.matmul("Q8_1", RAW, X), ValueError, "not a weight format"),
+    (lambda: K.matmul("I2_S", np.zeros((2, 32), np.uint8), np.ones((1, 128), np.float32)), ValueError, "w_scale"),
+    (lambda: K.matmul("Q4_0", RAW, X, threads=0), ValueError, "threads"),
+    (lambda: K.quantize_act("Q4_0", X), ValueError, "not an activation format"),
+    (lambda: K.quantize_act("Q8_K", X), ValueError, "multiple of the block size 256"),
+    (lambda: K.quantize("Q4_K", np.ones((1, 256), np.float32)), ValueError, "no quantizer"),
+    (lambda: K.dequantize("Q4_0", RAW, n=64), ValueError, "needs 36 bytes"),
+    (lambda: K.matmul_act("Q4_0", RAW, np.zeros((2, 33), np.uint8)), ValueError, "34 bytes per token"),
+    (lambda: K.matmul_act("Q4_0", RAW, np.zeros((2, 34), np.uint8), r0=2, r1=9), ValueError, "row range"),
+    (lambda: K.kernel("Q4_0", 9), ValueError, "1..8"),
+])
+def test_bad_arguments(call, exc, needle):
+    with pytest.raises(exc, match=needle):
+        call()
+
+
+def test_stats_say_which_kernel_ran():
+    K.reset_stats()
+    K.matmul("Q8_0", np.zeros((3, 34), np.uint8), np.ones((11, 32), np.float32))
+    s = {(d["format"], d["nt"]): d for d in K.stats()}
+    assert set(s) == {("Q8_0", 8), ("Q8_0", 3)}  # 11 tokens = a window of 8 and one of 3
+    assert s[("Q8_0", 8)]["kernel"] == K.kernel("Q8_0", 8)[0] and s[("Q8_0", 8)]["rows"] == 3
+    K.reset_stats()
+    assert K.stats() == []
+
+
+def run_cli(*args, env=None):
+    import os
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "lowbit.cli", *args], capture_output=True, text=True, env=e)
+
+
+def test_info_prints_cpu_and_kernels():
+    r = run_cli("info")
+    assert r.returncode == 0, r.stderr
+    assert "CPU" in r.stdout and "selected" in r.stdout
+    for f in lowbit.formats():
+        if f.weight:
+            assert f"\n{f.name} " in r.stdout and "rows_" in r.stdout
+
+
+def test_max_isa_cap_is_obeyed():
+    r = run_cli("info", env={"LOWBIT_MAX_ISA": "scalar"})
+    assert r.returncode == 0, r.stderr
+    assert "-> selected scalar" in r.stdout and "_avx" not in r.stdout
+    r = subprocess.run([sys.executable, "-c", "import lowbit; print(lowbit._native.lib.levels())"],
+                       capture_output=True, text=True, env={**__import__("os").environ, "LOWBIT_MAX_ISA": "scalar"})
+    assert r.stdout.strip() == "['scalar']", r.stdout + r.stderr
+
+
+def test_bad_max_isa_is_a_clear_error():
+    r = run_cli("info", env={"LOWBIT_MAX_ISA": "avx9000"})
+    assert r.returncode != 0 and "LOWBIT_MAX_ISA=avx9000" in r.stderr
