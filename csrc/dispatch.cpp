@@ -22,6 +22,15 @@ namespace lowbit {
 struct Level { int isa; void (*reg)(KernelTable &); };
 static const Level kLadder[] = {
     {ISA_SCALAR, register_scalar},
+#ifdef LOWBIT_HAVE_AVX2
+    {ISA_AVX2, register_avx2},
+#endif
+#ifdef LOWBIT_HAVE_AVX2VNNI
+    {ISA_AVX2VNNI, register_avx2vnni},
+#endif
+#ifdef LOWBIT_HAVE_AVX512
+    {ISA_AVX512, register_avx512},
+#endif
 };
 
 const char *isa_name(int isa) {
@@ -147,7 +156,12 @@ static void fill_table() {
             g_levels[k] = running;
             g_level_ready[k] = k <= g_cpu.best && k <= g_cpu.cap;
         }
-        g_level_built[l.isa] = true;
+        bool own = false;  // a level whose register function adds nothing is not "built"
+        for (int id = 0; id < 64; ++id)
+            for (int nt = 1; nt <= MAX_NT; ++nt) own |= level.e[id].rows[nt].fn != nullptr;
+        for (int nt = 1; nt <= MAX_NT; ++nt) own |= level.i8s.rows[nt].fn != nullptr;
+        own |= l.isa == ISA_SCALAR;
+        g_level_built[l.isa] = own;
         g_cpu.selected = l.isa;
     }
 }

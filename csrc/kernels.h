@@ -65,6 +65,9 @@ const KernelEntry &kernel_entry(int type_id);
 // Each level's registration function overwrites the entries it implements.
 struct KernelTable;
 void register_scalar(KernelTable &t);
+void register_avx2(KernelTable &t);      // csrc/x86/avx2/register.cpp (AVX2+FMA+F16C, no VNNI)
+void register_avx2vnni(KernelTable &t);  // csrc/x86/avx2vnni/register.cpp (AVX-VNNI, 256-bit)
+void register_avx512(KernelTable &t);    // csrc/x86/avx512/register.cpp (F/BW/VL/DQ/VNNI)
 
 struct KernelTable {
     KernelEntry e[64];

@@ -9,9 +9,10 @@
 //   Q8_K        quantize_row_q8_K_ref in ggml-quants.c (x86 has no SIMD version).
 // The SIMD instructions' semantics are emulated here in plain scalar C++; see the helpers.
 //
-// The block fp16 scales go through ggml's software fp32->fp16 (this libggml-cpu is built
-// without F16C): round to nearest even like F16C, except that every NaN becomes the
-// canonical 0x7e00 (with its sign) where F16C would keep the top payload bits.
+// The block fp16 scales go through ggml's software fp32->fp16 (ggml_compute_fp32_to_fp16;
+// the wheel's quantize_row_q8_0/_1 disassemble to it, not to vcvtps2ph): round to nearest
+// even like F16C, except that every NaN becomes the canonical 0x7e00 (with its sign) where
+// F16C would keep the top payload bits. (Checked equal for all 2^32 inputs.)
 //
 // Known deviation, on purpose: for an all-zero (or all-NaN) Q8_K block ggml writes d = 0 and
 // qs = 0 but leaves bsums untouched (whatever the buffer held); we write bsums = 0. With a

@@ -1,0 +1,16 @@
+// The avx2vnni level: its registration function, called once by the dispatcher when the CPU
+// supports avx2vnni (and LOWBIT_MAX_ISA allows it). Every .cpp in this directory is built with
+// this level's flags only (CMakeLists.txt); each family's body is a shared csrc/x86/*.inl
+// compiled here with LOWBIT_ISA = ISA_AVX2VNNI.
+#include "../../kernels.h"
+
+namespace lowbit {
+namespace avx2vnni {
+// one declaration per family, defined in csrc/x86/avx2vnni/<family>.cpp
+}  // namespace avx2vnni
+
+void register_avx2vnni(KernelTable &t) {
+    (void)t;
+}
+
+}  // namespace lowbit

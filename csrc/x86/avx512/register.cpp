@@ -1,0 +1,16 @@
+// The avx512 level: its registration function, called once by the dispatcher when the CPU
+// supports avx512 (and LOWBIT_MAX_ISA allows it). Every .cpp in this directory is built with
+// this level's flags only (CMakeLists.txt); each family's body is a shared csrc/x86/*.inl
+// compiled here with LOWBIT_ISA = ISA_AVX512.
+#include "../../kernels.h"
+
+namespace lowbit {
+namespace avx512 {
+// one declaration per family, defined in csrc/x86/avx512/<family>.cpp
+}  // namespace avx512
+
+void register_avx512(KernelTable &t) {
+    (void)t;
+}
+
+}  // namespace lowbit
