@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "bench.h"
 #include "dispatch.h"
 #include "formats.h"
 #include "kernels.h"
@@ -224,6 +225,38 @@ NB_MODULE(_lowbit, m) {
         run_rows(f, w, rb, a, arb, nt, o, (size_t)rows, n, w_scale, r0, r1, threads_or_default(threads), isa);
     }, nb::arg("id"), nb::arg("raw"), nb::arg("act"), nb::arg("n"), nb::arg("w_scale"), nb::arg("out"),
        nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1);
+
+    // ---- benchmark loops (lowbit bench) ----
+    m.def("bench_rows", [](int id, U8In raw, U8In act, int64_t n, float w_scale, int threads, int reps, int isa) {
+        const Format &f = fmt(id);
+        const size_t rb = check_weights(f, raw, n);
+        const size_t arb = row_bytes(&fmt(f.act), n);
+        const int nt = (int)act.shape(0);
+        if ((size_t)act.shape(1) != arb || nt < 1 || nt > MAX_NT) throw std::invalid_argument("bad activations");
+        const int64_t rows = (int64_t)raw.shape(0);
+        std::vector<float> out((size_t)nt * rows);
+        RowArgs a{raw.data(), rb, act.data(), arb, out.data(), (size_t)rows, n, w_scale};
+        const KernelEntry &e = entry(id, isa);
+        nb::gil_scoped_release nogil;
+        return bench_rows(e, a, rows, nt, threads_or_default(threads), reps);
+    });
+    m.def("bench_vec_dot", [](uintptr_t fn, U8In raw, U8In act, int64_t n, int threads, int reps) {
+        const int64_t rows = (int64_t)raw.shape(0);
+        const int nt = (int)act.shape(0);
+        std::vector<float> out((size_t)nt * rows);
+        nb::gil_scoped_release nogil;
+        return bench_vec_dot(fn, raw.data(), raw.shape(1), act.data(), act.shape(1), out.data(), rows, n, nt,
+                             threads_or_default(threads), reps);
+    });
+    m.def("membw", [](U8In buf, int threads, int reps) {
+        uint64_t sink = 0;
+        double t;
+        {
+            nb::gil_scoped_release nogil;
+            t = membw(buf.data(), buf.shape(0) * buf.shape(1), threads_or_default(threads), reps, &sink);
+        }
+        return nb::make_tuple(t, sink);
+    });
 
     m.def("stats", [] {
         std::vector<nb::tuple> out;

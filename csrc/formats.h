@@ -83,7 +83,7 @@ constexpr size_t I2S_TENSOR_PAD = 32;
 // I8_S (activations for I2_S), one per token row of n values:
 //   float scale  (= 127 / max|x|, or 1 when the row is all zero: x ~ q / scale)
 //   int32 sum    (sum of the int8 q, to remove I2_S's code offset once per row)
-//   int8  q[n]   (round-half-away(x * scale), clamped to [-127, 127])
+//   int8  q[n]   (round-half-to-even(x * scale), clamped to [-127, 127]; NaN -> 0, +-inf -> +-127)
 constexpr size_t I8S_HEADER = 8;
 
 // ---- the table -----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ LEVELS = list(lib.levels())  # every level this CPU, build and LOWBIT_MAX_ISA al
 
 @pytest.fixture(scope="session")
 def ggml():
-    from ggml_oracle import ggml as get
+    from lowbit.ggml_oracle import ggml as get
     return get()
 
 

@@ -137,7 +137,7 @@ def describe_worst_block(ggml, name, raw, act, n, level, t, r, w_scale):
 # ---- the format table -----------------------------------------------------------------------
 
 def test_table_matches_ggml_and_gguf(ggml):
-    from ggml_oracle import GGML_TYPES
+    from lowbit.ggml_oracle import GGML_TYPES
     for f in lowbit.formats():
         if f.name in GGML_TYPES:
             assert f.id == GGML_TYPES[f.name] == gguf.GGMLQuantizationType[f.name].value, f.name

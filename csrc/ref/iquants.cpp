@@ -377,8 +377,8 @@ float dot_iq1_m_q8_k(const uint8_t *w, const uint8_t *act, int64_t n, float) {
     float sumf = 0.f;
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const int8_t *q8 = y[i].qs;
-        int32_t sum_grid = 0;   // sum of ls * sum(grid * q8) over halves of sub-blocks
-        int32_t sum_delta = 0;  // sum of ls * (+-1) * sum(q8) over groups of 8
+        int32_t sum_grid = 0;   // sum over groups of 8 of ls * sum(grid * q8)
+        int32_t sum_delta = 0;  // sum over groups of 8 of ls * (+-1) * sum(q8)
         for (int ib = 0; ib < QK_K / 32; ++ib) {
             for (int l = 0; l < 4; ++l, q8 += 8) {
                 const int nib = (x[i].qh[2 * ib + l / 2] >> (4 * (l % 2))) & 0xf;

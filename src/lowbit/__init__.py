@@ -3,8 +3,8 @@
 The native kernels live in the private extension ``lowbit._lowbit``; this package is the
 public face: ``lowbit.formats()``, ``lowbit.gguf.open()``, ``lowbit.kernels``.
 """
-# gguf and kernels bind the module lowbit.formats before the next line rebinds the
-# package attribute `formats` to the function (lowbit.formats() is the public API).
+# Note: the package attribute `formats` is the function (lowbit.formats() is the public
+# API); modules import names from .formats with `from .formats import ...`.
 from . import gguf, kernels
 from .formats import Format, formats
 from .gguf import GGUFError

@@ -1,4 +1,4 @@
-"""The `lowbit` command line: `lowbit info` (more subcommands arrive with the engine)."""
+"""The `lowbit` command line: `lowbit info`, `lowbit bench` (more arrive with the engine)."""
 from __future__ import annotations
 
 import argparse
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(capped by LOWBIT_MAX_ISA), and for each weight format the row kernel "
                                    "that runs at window sizes 1, 2, 4 and 8.")
     s.set_defaults(func=cmd_info)
+    from . import bench
+    bench.add_parser(sub)
     return p
 
 

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import formats as _formats
+from .formats import BY_ID, BY_NAME, Format
+from .formats import formats as all_formats
+from .formats import get as get_format
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -48,7 +50,7 @@ class GGUFError(ValueError):
 @dataclass
 class Tensor:
     name: str
-    format: _formats.Format
+    format: Format
     ne: tuple[int, ...]          # ggml order: ne[0] is the row length
     offset: int                  # absolute byte offset in the file
     nbytes: int                  # including the format's tensor pad (I2_S)
@@ -264,7 +266,7 @@ def _parse(path: str, mm: mmap.mmap, size: int) -> GGUFFile:
         c.where = f"tensor {name!r}"
         if name in tensors:
             raise c.fail("duplicate tensor name")
-        fmt = _formats.BY_ID.get(type_id)
+        fmt = BY_ID.get(type_id)
         if fmt is None or not fmt.weight:
             raise c.fail(f"unknown or unsupported type id {type_id}")
         if any(d == 0 for d in ne) or any(d > 1 << 40 for d in ne):

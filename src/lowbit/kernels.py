@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import formats as _formats  # the module (lowbit.formats is the function)
+from .formats import BY_ID, BY_NAME, Format
+from .formats import formats as all_formats
+from .formats import get as get_format
 from ._native import lib
 
 __all__ = ["quantize", "quantize_act", "dequantize", "matmul", "matmul_act", "kernel",
            "stats", "reset_stats"]
 
 
-def _weights(f: _formats.Format, raw, n: int | None) -> tuple[np.ndarray, int]:
+def _weights(f: Format, raw, n: int | None) -> tuple[np.ndarray, int]:
     """Validate weight rows raw[rows, row_bytes]; return (raw, n)."""
     if not isinstance(raw, np.ndarray):
         raise TypeError(f"{f.name} weights must be a numpy uint8 array, not {type(raw).__name__}")
@@ -42,7 +44,7 @@ def _weights(f: _formats.Format, raw, n: int | None) -> tuple[np.ndarray, int]:
     return raw, n
 
 
-def _check_n(f: _formats.Format, n) -> None:
+def _check_n(f: Format, n) -> None:
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
         raise TypeError(f"n must be an int, not {type(n).__name__}")
     if n <= 0 or n % f.block:
@@ -61,7 +63,7 @@ def _floats(x, what: str) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def _w_scale(f: _formats.Format, w_scale) -> float:
+def _w_scale(f: Format, w_scale) -> float:
     if f.tensor_pad and w_scale is None:
         raise ValueError(f"{f.name} needs the tensor's scale: pass w_scale= (Tensor.w_scale)")
     return 1.0 if w_scale is None else float(w_scale)
@@ -77,7 +79,7 @@ def _threads(threads) -> int:
 
 def quantize(fmt, w) -> np.ndarray:
     """Quantize float weights w[rows, n] into one flat uint8 tensor (with the format's pad)."""
-    f = _formats.get(fmt)
+    f = get_format(fmt)
     w = _floats(w, "weights")
     _check_n(f, w.shape[1])
     if not lib.capabilities(f.id)["quantize"]:
@@ -87,10 +89,10 @@ def quantize(fmt, w) -> np.ndarray:
 
 def quantize_act(fmt, x) -> np.ndarray:
     """Quantize activations x[nt, n] (float) into uint8[nt, act_row_bytes] of format fmt."""
-    f = _formats.get(fmt)
+    f = get_format(fmt)
     if not f.activation:
         raise ValueError(f"{f.name} is not an activation format (activations: "
-                         f"{', '.join(g.name for g in _formats.formats() if g.activation)})")
+                         f"{', '.join(g.name for g in all_formats() if g.activation)})")
     x = _floats(x, "activations")
     _check_n(f, x.shape[1])
     return lib.quantize_act(f.id, x)
@@ -98,7 +100,7 @@ def quantize_act(fmt, x) -> np.ndarray:
 
 def dequantize(fmt, raw, n: int | None = None, w_scale: float | None = None) -> np.ndarray:
     """Dequantize rows raw[rows, row_bytes] of format fmt into float32[rows, n]."""
-    f = _formats.get(fmt)
+    f = get_format(fmt)
     if f.weight:
         raw, n = _weights(f, raw, n)
     else:  # activation rows (Q8_K, I8_S, ...): n must be given for I8_S
@@ -122,9 +124,9 @@ def matmul_act(fmt, raw, act, n: int | None = None, *, out: np.ndarray | None = 
 
     Rows outside [r0, r1) of ``out`` are left as they were.
     """
-    f = _formats.get(fmt)
+    f = get_format(fmt)
     raw, n = _weights(f, raw, n)
-    a = _formats.BY_NAME[f.act]
+    a = BY_NAME[f.act]
     if not isinstance(act, np.ndarray) or act.dtype != np.uint8 or act.ndim != 2 or not act.flags.c_contiguous:
         raise TypeError(f"activations must be a C-contiguous uint8[nt, {a.row_bytes(n)}] array of {a.name}")
     if act.shape[0] < 1:
@@ -156,20 +158,20 @@ def matmul(fmt, raw, x=None, *, threads: int | None = None, w_scale: float | Non
         x, raw = raw, t.matrix()
     if x is None:
         raise TypeError("matmul needs activations x")
-    f = _formats.get(fmt)
+    f = get_format(fmt)
     raw, n = _weights(f, raw, None)
     x = _floats(x, "activations")
     if x.shape[1] != n:
         raise ValueError(f"activations have {x.shape[1]} values per token, the weights' rows {n}")
     if x.shape[0] < 1:
         raise ValueError("need at least one token (nt >= 1)")
-    act = lib.quantize_act(_formats.BY_NAME[f.act].id, x)
+    act = lib.quantize_act(BY_NAME[f.act].id, x)
     return matmul_act(f, raw, act, n, threads=threads, w_scale=w_scale)
 
 
 def kernel(fmt, nt: int = 1) -> tuple[str, str] | None:
     """(kernel name, ISA level) that runs for fmt at window size nt (1..8)."""
-    f = _formats.get(fmt)
+    f = get_format(fmt)
     if not 1 <= nt <= 8:
         raise ValueError("nt must be in 1..8")
     return lib.kernel(f.id, nt)
@@ -177,7 +179,7 @@ def kernel(fmt, nt: int = 1) -> tuple[str, str] | None:
 
 def stats() -> list[dict]:
     """Row-kernel calls since the last reset: which kernel ran, per format and window."""
-    return [dict(format=_formats.BY_ID[i].name, nt=nt, kernel=k, calls=c, rows=r)
+    return [dict(format=BY_ID[i].name, nt=nt, kernel=k, calls=c, rows=r)
             for i, nt, k, c, r in lib.stats()]
 
 

@@ -1,8 +1,9 @@
-"""ggml itself as the oracle: the CPU backend that the llama-cpp-python wheel builds.
+"""ggml itself as the oracle and the peer: the CPU backend the llama-cpp-python wheel builds.
 
 Loaded with ctypes from the wheel's lib/ directory: libggml-base.so (quantizers, row sizes,
-dequantizers) and libggml-cpu.so (type traits: from_float, vec_dot, vec_dot_type). If the
-wheel is missing this raises, and the tests that need it fail: CI installs it.
+dequantizers) and libggml-cpu.so (type traits: from_float, vec_dot, vec_dot_type). Used by
+the tests (parity) and by `lowbit bench` (speed on the same bytes). If the wheel is missing
+this raises RuntimeError naming the fix (pip install "lowbit[test]").
 """
 from __future__ import annotations
 
@@ -91,6 +92,10 @@ class Ggml:
     def vec_dot_type(self, name: str) -> str:
         t = self.traits(name).vec_dot_type
         return next(k for k, v in GGML_TYPES.items() if v == t)
+
+    def vec_dot_addr(self, name: str) -> int:
+        """Address of the CPU backend's vec_dot for a weight format (for C++ benchmark loops)."""
+        return int(self.traits(name).vec_dot)
 
     def vec_dot(self, name: str, w: np.ndarray, act: np.ndarray, n: int) -> np.ndarray:
         """out[t, r] = ggml vec_dot(W[r], act[t]) on the given bytes."""

@@ -1,0 +1,88 @@
+// Benchmark loops, in C++ so that Python overhead never enters a timing.
+//
+// bench_rows: lowbit's row kernels over all rows of a matrix for a window of nt tokens.
+// bench_vec_dot: ggml's vec_dot (a function pointer the caller got by dlopen'ing the
+//   llama-cpp-python wheel's libggml-cpu.so) called row by row and token by token, the way
+//   ggml's mul_mat calls it, over the same rows, split over the same thread pool.
+// membw: read bandwidth of this machine (sum of a large buffer), the ceiling of decode.
+// Each returns the median wall time of `reps` runs in seconds, after one warm-up run.
+#include "bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "dispatch.h"
+#include "threadpool.h"
+
+namespace lowbit {
+
+template <class F>
+static double median_time(int reps, F &&body) {
+    body();  // warm-up: page in, train the branch predictors
+    std::vector<double> ts;
+    for (int i = 0; i < reps; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        body();
+        ts.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+}
+
+double bench_rows(const KernelEntry &e, const RowArgs &a, int64_t rows, int nt, int threads, int reps) {
+    const RowKernel &k = e.rows[nt];
+    if (!k.fn) return -1.0;
+    ThreadPool &pool = ThreadPool::instance();
+    return median_time(reps, [&] {
+        pool.run(threads, [&](int i, int nth) {
+            int64_t b, en;
+            split_range(rows, i, nth, &b, &en);
+            if (en > b) k.fn(a, b, en, nt);
+        });
+    });
+}
+
+using ggml_vec_dot_t = void (*)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                                size_t by, int nrc);
+
+double bench_vec_dot(uintptr_t fn_addr, const uint8_t *w, size_t w_stride, const uint8_t *act,
+                     size_t act_stride, float *out, int64_t rows, int64_t n, int nt, int threads, int reps) {
+    const auto fn = reinterpret_cast<ggml_vec_dot_t>(fn_addr);
+    ThreadPool &pool = ThreadPool::instance();
+    return median_time(reps, [&] {
+        pool.run(threads, [&](int i, int nth) {
+            int64_t b, en;
+            split_range(rows, i, nth, &b, &en);
+            // ggml's mul_mat order for one weight block of rows: tokens outer, rows inner
+            for (int t = 0; t < nt; ++t)
+                for (int64_t r = b; r < en; ++r)
+                    fn((int)n, out + (size_t)t * rows + r, 0, w + (size_t)r * w_stride, 0,
+                       act + (size_t)t * act_stride, 0, 1);
+        });
+    });
+}
+
+double membw(const uint8_t *buf, size_t bytes, int threads, int reps, uint64_t *sink) {
+    ThreadPool &pool = ThreadPool::instance();
+    std::vector<uint64_t> part((size_t)threads * 8, 0);
+    const double t = median_time(reps, [&] {
+        pool.run(threads, [&](int i, int nth) {
+            int64_t b, en;
+            split_range((int64_t)(bytes / 64), i, nth, &b, &en);
+            const uint64_t *p = reinterpret_cast<const uint64_t *>(buf);
+            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (int64_t c = b; c < en; ++c) {  // one 64-byte line per step
+                const uint64_t *q = p + c * 8;
+                s0 += q[0] ^ q[4]; s1 += q[1] ^ q[5]; s2 += q[2] ^ q[6]; s3 += q[3] ^ q[7];
+            }
+            part[(size_t)i * 8] += s0 + s1 + s2 + s3;
+        });
+    });
+    uint64_t s = 0;
+    for (uint64_t v : part) s += v;
+    *sink = s;
+    return t;
+}
+
+}  // namespace lowbit

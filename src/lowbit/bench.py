@@ -1,0 +1,132 @@
+"""`lowbit bench`: lowbit's row kernels next to ggml's vec_dot on the same bytes, in one run.
+
+    lowbit bench kernels [--formats Q4_0,Q4_K] [--nt 1,2,4,8] [--threads N] [--cpu N]
+                         [--reps N] [--mb MB] [--n N] [--json]
+    lowbit bench membw [--mb MB] [--threads N]
+
+For each format the weight matrix is `--mb` MB of rows of `--n` values (a few hundred
+distinct rows quantized by ggml's own quantizer, tiled to the working set), the activations
+are quantized by each side's own activation quantizer (byte-identical for the Q8 formats).
+Both sides run in C++ loops over the same rows on the same thread pool: ggml's vec_dot is
+called once per (row, token), as ggml's mul_mat calls it; lowbit's kernel once per window.
+Reported: µs per row per token, the ratio ggml/lowbit (> 1: lowbit is faster) and lowbit's
+weight-streaming rate in GB/s. Times are medians of --reps runs after a warm-up.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from .formats import BY_ID, BY_NAME, Format
+from .formats import formats as all_formats
+from .formats import get as get_format
+from ._native import lib
+
+DEFAULT_FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                   "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "IQ1_S",
+                   "IQ1_M", "TQ1_0", "TQ2_0", "I2_S", "BF16", "F16"]
+DISTINCT_ROWS = 256
+
+
+def _weights(fmt: Format, n: int, rows: int, rng, ggml) -> np.ndarray:
+    w = rng.standard_normal((min(rows, DISTINCT_ROWS), n)).astype(np.float32)
+    if fmt.name == "I2_S":
+        flat = lib.quantize(fmt.id, w)[0]
+        base = flat[: w.shape[0] * fmt.row_bytes(n)].reshape(w.shape[0], -1)
+    else:
+        base = ggml.quantize(fmt.name, w)
+    reps = -(-rows // base.shape[0])
+    return np.ascontiguousarray(np.tile(base, (reps, 1))[:rows])
+
+
+def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, mb: float, n: int,
+                  out=sys.stdout, as_json: bool = False) -> list[dict]:
+    from .ggml_oracle import ggml as get_ggml
+    ggml = get_ggml()
+    rng = np.random.default_rng(0)
+    results = []
+    if not as_json:
+        c = lib.cpu_info()
+        print(f"# {c['model']}; lowbit level {c['selected']}; threads {threads}; "
+              f"{mb:g} MB of weights per format, n={n}; median of {reps}", file=out)
+        print(f"{'format':<8} {'nt':>2}  {'lowbit kernel':<28} {'lowbit us/row/tok':>17} "
+              f"{'ggml us/row/tok':>15} {'ggml/lowbit':>11} {'lowbit GB/s':>11}", file=out)
+    for name in formats:
+        f = get_format(name)
+        rows = max(64, int(mb * 2**20) // f.row_bytes(n))
+        raw = _weights(f, n, rows, rng, ggml)
+        w_scale = 0.5
+        ggml_ok = f.name != "I2_S"
+        if ggml_ok:
+            gtype = ggml.vec_dot_type(f.name)
+            addr = ggml.vec_dot_addr(f.name)
+        for nt in nts:
+            x = rng.standard_normal((nt, n)).astype(np.float32)
+            act = x.view(np.uint8).reshape(nt, -1) if f.act == "F32" else lib.quantize_act(BY_NAME[f.act].id, x)
+            t_ours = lib.bench_rows(f.id, raw, act, n, w_scale, threads, reps, -1)
+            t_ggml = None
+            if ggml_ok:
+                gact = ggml.from_float(gtype, x)
+                t_ggml = lib.bench_vec_dot(addr, raw, gact, n, threads, reps)
+            kname = lib.kernel(f.id, nt)[0]
+            per = lambda t: t / (rows * nt) * 1e6  # noqa: E731
+            r = dict(format=f.name, nt=nt, kernel=kname, rows=rows, n=n, threads=threads,
+                     lowbit_us_per_row_token=per(t_ours),
+                     ggml_us_per_row_token=per(t_ggml) if t_ggml else None,
+                     ratio=(t_ggml / t_ours) if t_ggml else None,
+                     lowbit_gbps=raw.nbytes / t_ours / 1e9)
+            results.append(r)
+            if not as_json:
+                g = f"{r['ggml_us_per_row_token']:15.4f}" if t_ggml else f"{'-':>15}"
+                ratio = f"{r['ratio']:11.2f}" if t_ggml else f"{'-':>11}"
+                print(f"{f.name:<8} {nt:>2}  {kname:<28} {r['lowbit_us_per_row_token']:17.4f} {g} {ratio} "
+                      f"{r['lowbit_gbps']:11.1f}", file=out, flush=True)
+    if as_json:
+        json.dump(results, out, indent=1)
+        print(file=out)
+    return results
+
+
+def bench_membw(mb: float, threads: int, reps: int, out=sys.stdout) -> float:
+    buf = np.ones((int(mb * 2**20) // 64, 64), np.uint8)
+    t, _ = lib.membw(buf, threads, reps)
+    gbps = buf.nbytes / t / 1e9
+    print(f"read bandwidth: {gbps:.1f} GB/s ({mb:g} MB, {threads} threads, median of {reps})", file=out)
+    return gbps
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks against ggml on the same bytes (kernels, membw)",
+                       description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    bs = p.add_subparsers(dest="what", metavar="WHAT", required=True)
+    k = bs.add_parser("kernels", help="row kernels vs ggml's vec_dot, per format and window size")
+    k.add_argument("--formats", default=",".join(DEFAULT_FORMATS), help="comma-separated formats (default: all)")
+    k.add_argument("--nt", default="1,2,4,8", help="window sizes, comma-separated (1..8)")
+    k.add_argument("--threads", type=int, default=1, help="threads for both sides (default 1)")
+    k.add_argument("--cpu", type=int, default=None, help="pin this process to CPU N (with --threads 1)")
+    k.add_argument("--reps", type=int, default=7, help="timed repetitions; the median is reported")
+    k.add_argument("--mb", type=float, default=64.0, help="MB of weights per format (use > L3 for DRAM-bound)")
+    k.add_argument("--n", type=int, default=4096, help="values per row (a multiple of 256)")
+    k.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    k.set_defaults(func=_run_kernels)
+    m = bs.add_parser("membw", help="this machine's read bandwidth (the ceiling of decode)")
+    m.add_argument("--mb", type=float, default=1024.0)
+    m.add_argument("--threads", type=int, default=None)
+    m.add_argument("--reps", type=int, default=5)
+    m.set_defaults(func=lambda a: bench_membw(a.mb, a.threads or lib.cpu_info()["threads"], a.reps) and 0)
+
+
+def _run_kernels(a) -> int:
+    if a.cpu is not None:
+        os.sched_setaffinity(0, {a.cpu})
+    nts = [int(v) for v in a.nt.split(",")]
+    if any(not 1 <= v <= 8 for v in nts):
+        raise ValueError("--nt values must be in 1..8")
+    if a.n <= 0 or a.n % 256:
+        raise ValueError("--n must be a positive multiple of 256")
+    fmts = [get_format(s.strip()).name for s in a.formats.split(",") if s.strip()]
+    bench_kernels(fmts, nts, a.threads, a.reps, a.mb, a.n, as_json=a.json)
+    return 0
