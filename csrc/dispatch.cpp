@@ -122,7 +122,7 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
     for (int nt = 1; nt <= MAX_NT; ++nt) {
         const RowKernel &k = src.rows[nt];
         if (!k.fn) continue;
-        if (env_disables(k.name)) {
+        if (k.isa != ISA_SCALAR && env_disables(k.name)) {  // the reference is never turned off
             bool seen = false;
             for (auto &d : g_disabled) seen |= d == k.name;
             if (!seen) g_disabled.push_back(k.name);

@@ -74,3 +74,24 @@ def test_max_isa_cap_is_obeyed():
 def test_bad_max_isa_is_a_clear_error():
     r = run_cli("info", env={"LOWBIT_MAX_ISA": "avx9000"})
     assert r.returncode != 0 and "LOWBIT_MAX_ISA=avx9000" in r.stderr
+
+
+def test_no_kernel_switch_falls_back_and_is_reported():
+    """LOWBIT_NO_<KERNEL>=1 turns one kernel off: the level below runs it, info says so."""
+    import json
+    probe = ("import json, lowbit; from lowbit._native import lib; "
+             "print(json.dumps({f.name: lib.kernel(f.id, 2) for f in lowbit.formats() if f.weight}))")
+    base = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout)
+    simd = {k: v for k, v in base.items() if v[1] != "scalar"}
+    if not simd:  # scalar-only build: the reference itself can never be turned off
+        name = base["Q4_0"][0]
+        r = run_cli("info", env={"LOWBIT_NO_" + name.upper(): "1"})
+        assert r.returncode == 0 and name in r.stdout
+        return
+    fmt, (name, level) = sorted(simd.items())[0]
+    env = {"LOWBIT_NO_" + name.upper(): "1"}
+    after = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                                      env={**__import__("os").environ, **env}).stdout)
+    assert after[fmt][0] != name, f"{name} still runs with LOWBIT_NO_{name.upper()}=1"
+    r = run_cli("info", env=env)
+    assert "disabled" in r.stdout and name in r.stdout
