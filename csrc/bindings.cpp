@@ -11,8 +11,10 @@
 
 #include "bench.h"
 #include "dispatch.h"
+#include "engine.h"
 #include "formats.h"
 #include "kernels.h"
+#include "matmul.h"
 #include "threadpool.h"
 
 namespace nb = nanobind;
@@ -68,30 +70,6 @@ static int threads_or_default(int threads) {
     const int pool = ThreadPool::instance().size();
     if (threads <= 0) return pool;
     return threads < pool ? threads : pool;
-}
-
-// out[t, r] for r in [r0, r1) = dot(W[r], act[t]); tokens in windows of <= 8.
-static void run_rows(const Format &f, const uint8_t *w, size_t w_stride, const uint8_t *act,
-                     size_t act_stride, int64_t nt, float *out, size_t out_stride, int64_t n,
-                     float w_scale, int64_t r0, int64_t r1, int threads, int isa) {
-    const KernelEntry &e = entry(f.id, isa);
-    if (isa < 0) isa = cpu_info().selected;
-    for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
-        const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
-        const RowKernel &k = e.rows[ntc];
-        if (!k.fn) throw std::invalid_argument(std::string("no row kernel for ") + f.name);
-        RowArgs a{w, w_stride, act + (size_t)t0 * act_stride, act_stride,
-                  out + (size_t)t0 * out_stride, out_stride, n, w_scale};
-        const int64_t rows = r1 - r0;
-        int nth = threads;
-        if (nth > rows) nth = (int)(rows > 0 ? rows : 1);
-        count_call(f.id, ntc, isa, rows);
-        ThreadPool::instance().run(nth, [&](int i, int nthr) {
-            int64_t b, en;
-            split_range(rows, i, nthr, &b, &en);
-            if (en > b) k.fn(a, r0 + b, r0 + en, ntc);
-        });
-    }
 }
 
 NB_MODULE(_lowbit, m) {
@@ -220,9 +198,10 @@ NB_MODULE(_lowbit, m) {
         if (r0 < 0 || r1 > rows || r0 > r1) throw std::invalid_argument("row range [r0, r1) outside [0, rows)");
         const uint8_t *w = raw.data(), *a = act.data();
         float *o = out.data();
-        entry(id, isa);  // throws here, with the GIL, if the level is not available
+        const KernelEntry &e = entry(id, isa);  // throws here, with the GIL, if the level is not available
+        const int level = isa < 0 ? cpu_info().selected : isa;
         nb::gil_scoped_release nogil;
-        run_rows(f, w, rb, a, arb, nt, o, (size_t)rows, n, w_scale, r0, r1, threads_or_default(threads), isa);
+        run_rows(f, e, level, w, rb, a, arb, nt, o, (size_t)rows, n, w_scale, r0, r1, threads_or_default(threads));
     }, nb::arg("id"), nb::arg("raw"), nb::arg("act"), nb::arg("n"), nb::arg("w_scale"), nb::arg("out"),
        nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1);
 
@@ -257,6 +236,44 @@ NB_MODULE(_lowbit, m) {
         }
         return nb::make_tuple(t, sink);
     });
+
+    // ---- the engine (src/lowbit/model.py drives it) ----
+    nb::class_<Engine>(m, "Engine")
+        .def("__init__", [](Engine *e, int n_layer, int dim, int n_head, int n_kv, int head_dim, int ffn, int vocab,
+                            int n_ctx, float eps, float rope_base, float rope_scale, int rope_dims, bool rope_neox) {
+            EngineConfig c;
+            c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
+            c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
+            c.rope_dims = rope_dims; c.rope_neox = rope_neox;
+            new (e) Engine(c);
+        }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
+           nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
+           nb::arg("rope_scale"), nb::arg("rope_dims"), nb::arg("rope_neox"))
+        // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
+        .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
+            Mat mt;
+            mt.type = type; mt.w = raw.data(); mt.stride = raw.shape(1); mt.rows = (int64_t)raw.shape(0);
+            mt.n = n; mt.scale = scale;
+            e.set_mat(name, layer, mt);
+        })
+        .def("set_vec", [](Engine &e, const std::string &name, int layer,
+                           nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> v) {
+            e.set_vec(name, layer, v.data(), (int64_t)v.shape(0));
+        })
+        .def("set_threads", &Engine::set_threads)
+        .def("validate", &Engine::validate)
+        .def("forward", [](Engine &e, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> tokens,
+                           int pos, F32Out logits, bool all_logits) {
+            const int T = (int)tokens.shape(0);
+            const size_t want = all_logits ? (size_t)T : 1;
+            if (T < 1) throw std::invalid_argument("forward: need at least one token");
+            if ((size_t)logits.shape(0) < want || (int64_t)logits.shape(1) != e.config().vocab)
+                throw std::invalid_argument("forward: logits buffer has the wrong shape");
+            const int32_t *tk = tokens.data();
+            float *lg = logits.data();
+            nb::gil_scoped_release nogil;
+            e.forward(tk, T, pos, lg, all_logits);
+        });
 
     m.def("stats", [] {
         std::vector<nb::tuple> out;

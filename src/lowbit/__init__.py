@@ -8,6 +8,7 @@ public face: ``lowbit.formats()``, ``lowbit.gguf.open()``, ``lowbit.kernels``.
 from . import gguf, kernels
 from .formats import Format, formats
 from .gguf import GGUFError
+from .model import Model, ModelConfig, load
 
-__all__ = ["Format", "GGUFError", "formats", "gguf", "kernels", "__version__"]
+__all__ = ["Format", "GGUFError", "Model", "ModelConfig", "formats", "gguf", "kernels", "load", "__version__"]
 __version__ = "0.1.0"

