@@ -240,15 +240,16 @@ NB_MODULE(_lowbit, m) {
     // ---- the engine (src/lowbit/model.py drives it) ----
     nb::class_<Engine>(m, "Engine")
         .def("__init__", [](Engine *e, int n_layer, int dim, int n_head, int n_kv, int head_dim, int ffn, int vocab,
-                            int n_ctx, float eps, float rope_base, float rope_scale, int rope_dims, bool rope_neox) {
+                            int n_ctx, float eps, float rope_base, float rope_scale, int rope_dims, bool rope_neox,
+                            bool kv_f16) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
-            c.rope_dims = rope_dims; c.rope_neox = rope_neox;
+            c.rope_dims = rope_dims; c.rope_neox = rope_neox; c.kv_f16 = kv_f16;
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
-           nb::arg("rope_scale"), nb::arg("rope_dims"), nb::arg("rope_neox"))
+           nb::arg("rope_scale"), nb::arg("rope_dims"), nb::arg("rope_neox"), nb::arg("kv_f16") = true)
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;

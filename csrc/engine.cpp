@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "dispatch.h"
+#include "fp16.h"
 #include "matmul.h"
 #include "threadpool.h"
 
@@ -16,8 +17,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         c.rope_dims % 2 != 0)
         throw std::invalid_argument("engine: inconsistent model dimensions");
     const size_t kv = (size_t)c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
-    kcache_.assign(kv, 0.0f);
-    vcache_.assign(kv, 0.0f);
+    if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(kv, 0); }
+    else { k32_.assign(kv, 0.0f); v32_.assign(kv, 0.0f); }
     inv_freq_.resize(c.rope_dims / 2);
     for (int i = 0; i < c.rope_dims / 2; ++i)
         inv_freq_[i] = (float)std::pow((double)c.rope_base, -2.0 * i / c.rope_dims);
@@ -158,41 +159,63 @@ void Engine::rope(float *v, int T, int pos, int heads) const {
     }
 }
 
+// Every half, as float: the KV cache is read through this table (256 KB, L2-resident) so
+// the baseline build needs no F16C.
+static const float *half_table() {
+    static const std::vector<float> t = [] {
+        std::vector<float> v(65536);
+        for (uint32_t i = 0; i < 65536; ++i) v[i] = fp16_to_f32((uint16_t)i);
+        return v;
+    }();
+    return t.data();
+}
+
 // Causal attention, GQA: query head h reads kv head h / (n_head / n_kv). Each (token, head)
 // is computed on its own in a fixed order, so the result does not depend on T or threads.
+template <class KV, class Load>
+static void attend(const float *qv, const KV *K, const KV *V, int len, int hd, size_t kd, float scale, float *sc,
+                   float *o, Load load) {
+    float mx = -INFINITY;
+    for (int j = 0; j < len; ++j) {
+        const KV *kv = K + (size_t)j * kd;
+        float s = 0.0f;
+        for (int d = 0; d < hd; ++d) s += qv[d] * load(kv[d]);
+        sc[j] = s * scale;
+        mx = sc[j] > mx ? sc[j] : mx;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
+    const float inv = 1.0f / sum;
+    for (int d = 0; d < hd; ++d) o[d] = 0.0f;
+    for (int j = 0; j < len; ++j) {
+        const KV *vv = V + (size_t)j * kd;
+        const float p = sc[j] * inv;
+        for (int d = 0; d < hd; ++d) o[d] += p * load(vv[d]);
+    }
+}
+
 void Engine::attention(int layer, const float *q, int T, int pos, float *out) {
     const int hd = c_.head_dim, nh = c_.n_head, group = c_.n_head / c_.n_kv, kd = c_.n_kv * hd;
-    const float *K = kcache_.data() + (size_t)layer * c_.n_ctx * kd;
-    const float *V = vcache_.data() + (size_t)layer * c_.n_ctx * kd;
+    const size_t base = (size_t)layer * c_.n_ctx * kd;
     const float scale = 1.0f / std::sqrt((float)hd);
     const int64_t items = (int64_t)T * nh;
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
+    const float *ht = half_table();
     ThreadPool::instance().run(items < threads ? (int)items : threads, [&](int i, int nth) {
         int64_t b, e;
         split_range(items, i, nth, &b, &e);
         std::vector<float> sc((size_t)pos + T);
         for (int64_t it = b; it < e; ++it) {
             const int t = (int)(it / nh), h = (int)(it % nh), kvh = h / group;
-            const int len = pos + t + 1;
             const float *qv = q + ((size_t)t * nh + h) * hd;
-            float mx = -INFINITY;
-            for (int j = 0; j < len; ++j) {
-                const float *kv = K + (size_t)j * kd + (size_t)kvh * hd;
-                float s = 0.0f;
-                for (int d = 0; d < hd; ++d) s += qv[d] * kv[d];
-                sc[j] = s * scale;
-                mx = sc[j] > mx ? sc[j] : mx;
-            }
-            float sum = 0.0f;
-            for (int j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
-            const float inv = 1.0f / sum;
             float *o = out + ((size_t)t * nh + h) * hd;
-            for (int d = 0; d < hd; ++d) o[d] = 0.0f;
-            for (int j = 0; j < len; ++j) {
-                const float *vv = V + (size_t)j * kd + (size_t)kvh * hd;
-                const float p = sc[j] * inv;
-                for (int d = 0; d < hd; ++d) o[d] += p * vv[d];
-            }
+            const size_t off = base + (size_t)kvh * hd;
+            if (c_.kv_f16)
+                attend(qv, k16_.data() + off, v16_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o,
+                       [ht](uint16_t h16) { return ht[h16]; });
+            else
+                attend(qv, k32_.data() + off, v32_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o,
+                       [](float f) { return f; });
         }
     });
 }
@@ -243,10 +266,13 @@ void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool 
         if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
         rope(q_.data(), T, pos, c_.n_head);
         rope(k_.data(), T, pos, c_.n_kv);
-        float *K = kcache_.data() + ((size_t)l * c_.n_ctx + pos) * kd;
-        float *V = vcache_.data() + ((size_t)l * c_.n_ctx + pos) * kd;
-        std::memcpy(K, k_.data(), sizeof(float) * (size_t)T * kd);
-        std::memcpy(V, v_.data(), sizeof(float) * (size_t)T * kd);
+        const size_t at = ((size_t)l * c_.n_ctx + pos) * kd, cnt = (size_t)T * kd;
+        if (c_.kv_f16) {
+            for (size_t i = 0; i < cnt; ++i) { k16_[at + i] = f32_to_fp16(k_[i]); v16_[at + i] = f32_to_fp16(v_[i]); }
+        } else {
+            std::memcpy(k32_.data() + at, k_.data(), sizeof(float) * cnt);
+            std::memcpy(v32_.data() + at, v_.data(), sizeof(float) * cnt);
+        }
         attention(l, q_.data(), T, pos, att_.data());
         matmul(L.wo, att_.data(), T, h_.data());
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];

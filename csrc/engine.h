@@ -39,6 +39,7 @@ struct EngineConfig {
     float rope_scale = 1.0f;     // linear scaling: positions are multiplied by this (1/factor)
     int rope_dims = 0;           // rotated dims per head (<= head_dim)
     bool rope_neox = false;      // false: adjacent pairs (x[2i], x[2i+1]); true: (x[i], x[i+d/2])
+    bool kv_f16 = true;          // KV cache in IEEE half (as llama.cpp's default), else float32
 };
 
 class Engine {
@@ -68,7 +69,9 @@ private:
     const float *out_norm_ = nullptr;
     const float *rope_freqs_ = nullptr;  // llama3 frequency factors [rope_dims/2]
     std::vector<float> inv_freq_;        // per rotated pair: base^(-2i/d) / factor_i
-    std::vector<float> kcache_, vcache_;  // [layer][n_ctx][n_kv*head_dim]
+    // [layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
+    std::vector<uint16_t> k16_, v16_;
+    std::vector<float> k32_, v32_;
     std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_;
     std::vector<uint8_t> act_;
     int act_type_ = -1;  // format of what act_ holds (-1: nothing reusable)
