@@ -12,7 +12,7 @@
 namespace lowbit {
 
 Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
-    if (c.n_layer <= 0 || c.dim <= 0 || c.n_head <= 0 || c.n_kv <= 0 || c.head_dim <= 0 || c.ffn <= 0 ||
+    if (c.n_layer <= 0 || c.dim <= 0 || c.n_head <= 0 || c.n_kv <= 0 || c.head_dim <= 0 || c.head_dim > 512 || c.ffn <= 0 ||
         c.vocab <= 0 || c.n_ctx <= 0 || c.n_head % c.n_kv != 0 || c.rope_dims <= 0 || c.rope_dims > c.head_dim ||
         c.rope_dims % 2 != 0)
         throw std::invalid_argument("engine: inconsistent model dimensions");
@@ -172,14 +172,18 @@ static const float *half_table() {
 
 // Causal attention, GQA: query head h reads kv head h / (n_head / n_kv). Each (token, head)
 // is computed on its own in a fixed order, so the result does not depend on T or threads.
-template <class KV, class Load>
+// With a half cache, q and the probabilities are rounded to half too before their dots, as
+// llama.cpp does (its K.q and V.p products take half operands): same numbers as the peer.
+template <class KV, class Load, class Round>
 static void attend(const float *qv, const KV *K, const KV *V, int len, int hd, size_t kd, float scale, float *sc,
-                   float *o, Load load) {
+                   float *o, Load load, Round round) {
+    float qr[512];
+    for (int d = 0; d < hd; ++d) qr[d] = round(qv[d]);
     float mx = -INFINITY;
     for (int j = 0; j < len; ++j) {
         const KV *kv = K + (size_t)j * kd;
         float s = 0.0f;
-        for (int d = 0; d < hd; ++d) s += qv[d] * load(kv[d]);
+        for (int d = 0; d < hd; ++d) s += qr[d] * load(kv[d]);
         sc[j] = s * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
@@ -189,7 +193,7 @@ static void attend(const float *qv, const KV *K, const KV *V, int len, int hd, s
     for (int d = 0; d < hd; ++d) o[d] = 0.0f;
     for (int j = 0; j < len; ++j) {
         const KV *vv = V + (size_t)j * kd;
-        const float p = sc[j] * inv;
+        const float p = round(sc[j] * inv);
         for (int d = 0; d < hd; ++d) o[d] += p * load(vv[d]);
     }
 }
@@ -212,10 +216,10 @@ void Engine::attention(int layer, const float *q, int T, int pos, float *out) {
             const size_t off = base + (size_t)kvh * hd;
             if (c_.kv_f16)
                 attend(qv, k16_.data() + off, v16_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o,
-                       [ht](uint16_t h16) { return ht[h16]; });
+                       [ht](uint16_t h16) { return ht[h16]; }, [ht](float f) { return ht[f32_to_fp16(f)]; });
             else
                 attend(qv, k32_.data() + off, v32_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o,
-                       [](float f) { return f; });
+                       [](float f) { return f; }, [](float f) { return f; });
         }
     });
 }
