@@ -146,9 +146,13 @@ def test_sampling_is_seeded(model):
     assert a == b
 
 
-def test_chat_answers(model):
-    reply = "".join(model.chat([{"role": "user", "content": "What is the capital of France?"}], max_tokens=24))
-    assert "Paris" in reply
+def test_chat_uses_the_template_and_stops_at_end_of_turn(model):
+    msgs = [{"role": "user", "content": "Say hello."}]
+    reply = "".join(model.chat(msgs, max_tokens=64))
+    prompt = model.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+    assert prompt.startswith("<|im_start|>") and prompt.endswith("<|im_start|>assistant\n")
+    assert reply and "<|im_" not in reply
+    assert reply == "".join(model.generate(prompt, max_tokens=64))
 
 
 def test_bad_inputs(model, tmp_path):
