@@ -7,11 +7,15 @@
 namespace lowbit {
 namespace avx2 {
 // one declaration per family, defined in csrc/x86/avx2/<family>.cpp
+void register_legacy(KernelTable &t);
+void register_kquants(KernelTable &t);
 void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
 }  // namespace avx2
 
 void register_avx2(KernelTable &t) {
+    avx2::register_legacy(t);
+    avx2::register_kquants(t);
     avx2::register_float(t);
     avx2::register_ternary(t);
     (void)t;

@@ -7,11 +7,15 @@
 namespace lowbit {
 namespace avx2vnni {
 // one declaration per family, defined in csrc/x86/avx2vnni/<family>.cpp
+void register_legacy(KernelTable &t);
+void register_kquants(KernelTable &t);
 void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
 }  // namespace avx2vnni
 
 void register_avx2vnni(KernelTable &t) {
+    avx2vnni::register_legacy(t);
+    avx2vnni::register_kquants(t);
     avx2vnni::register_float(t);
     avx2vnni::register_ternary(t);
     (void)t;

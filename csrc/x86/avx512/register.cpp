@@ -7,11 +7,15 @@
 namespace lowbit {
 namespace avx512 {
 // one declaration per family, defined in csrc/x86/avx512/<family>.cpp
+void register_legacy(KernelTable &t);
+void register_kquants(KernelTable &t);
 void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
 }  // namespace avx512
 
 void register_avx512(KernelTable &t) {
+    avx512::register_legacy(t);
+    avx512::register_kquants(t);
     avx512::register_float(t);
     avx512::register_ternary(t);
     (void)t;

@@ -1,0 +1,746 @@
+// Legacy-format row kernels: Q4_0, Q5_0, Q8_0 (and IQ4_NL, csrc/x86/iq4nl.inl) x Q8_0 and
+// Q4_1, Q5_1 x Q8_1. Shared body of csrc/x86/{avx2,avx2vnni,avx512}/legacy.cpp; the including
+// file defines LOWBIT_ISA (ISA_AVX2, ISA_AVX2VNNI or ISA_AVX512) and LOWBIT_NS (the level's
+// namespace) and is built with that level's flags only.
+//
+// Contract (csrc/kernels.h, DESIGN.md): out[t * out_stride + r] = dot(W[r], act[t]) for r in
+// [r0, r1), t < nt. Block layouts and the meaning of the codes are csrc/ref/legacy.cpp's.
+//
+// ---- Arithmetic (what a token's result is, for every nt and every level) --------------------
+// Per block b of a row and token t:
+//   isum[t][b] = sum over the 32 weights of q_w * q_a            exact int32 (I1, bounds below)
+//   S[t][b]    = d_w[b] * d_a[t][b]                               one float multiply
+// and the row's blocks are dealt into 8 classes c = b mod 8, each a float accumulator:
+//   acc_c = fma((float)isum, S, acc_c)          then, Q4_1/Q5_1 only: acc_c = fma(m_w, s_a, acc_c)
+// in block order; the result is ((acc_0 + acc_1) + (acc_2 + acc_3)) + ((acc_4 + acc_5) + (acc_6 +
+// acc_7)). An exact integer does not depend on how its terms were grouped, and S, the fmas and
+// the final tree are the same operations on the same values whichever strategy below ran, so
+// a token's result is bitwise independent of nt (I2) and of the row split (I3). It is not the
+// scalar reference's order (that is one serial sum); it is within float rounding of it (I5).
+//
+// ---- Two strategies, one arithmetic ---------------------------------------------------------
+// Blocks go in pairs (b, b+1): the 16-byte halves of both blocks' 32 codes sit in one ymm,
+//   lo = [codes 0..15 of b | codes 0..15 of b+1],  hi = [codes 16..31 of b | of b+1],
+// decoded once per pair per row (never per token). Codes are unsigned bytes u = q_w + off
+// (off = 8 Q4_0, 16 Q5_0, 0 Q4_1/Q5_1, 128 Q8_0/IQ4_NL on vnni) so dpbusd / maddubs take them
+// as their unsigned operand; the offset comes back out exactly as the integer -off * sum(q_a),
+// computed once per call per (token, block). (avx2 Q8_0 / IQ4_NL keep signed codes and use the
+// sign trick: 255 * 127 pairs would saturate maddubs.)
+//   TT, token-transposed (4 tokens per 128-bit lane): the activations are re-laid out once per
+//     call so that dword lane (h, i) of vector k holds dword k of token i's activations for the
+//     unit's block h; each dword of codes is broadcast over its lane (pshufd, shared by both
+//     token chunks) and one dpbusd per k covers 4 tokens x W blocks. After 8 k's the lane IS
+//     isum[t][b]: no reduction, and one cvt + mul + fma serves 4 W (token, block) pairs. The
+//     unit is a pair (W = 2, ymm) or, on avx512, a quad (W = 4, zmm: lo / hi hold 4 blocks'
+//     halves). Accumulators acc[chunk][unit u of the group]: lane (h, i) = class u W + h, token i.
+//   BT, block-transposed (1 token per ymm): per token, dpbusd over the pair gives lanes
+//     [b: 4 partial sums | b+1: 4]; three hadds per group of 8 blocks leave the 8 block sums in
+//     lanes in class order L = [0 2 4 6 | 1 3 5 7], then one cvt + fma for 8 blocks.
+// TT costs the same for 1..4 tokens, BT grows per token: plan() picks per nt and level (whole
+// chunks of 4 by TT, the remaining tokens by BT). Both give bitwise the same per-token result,
+// and so do all three levels (same integers, same float operations).
+//
+// ---- Per-call preparation -------------------------------------------------------------------
+// Activations are read-only and shared by every row, so each call first converts their fp16
+// scales, sums their codes and re-lays them out (prepare(): O(nt * n), a thread-local buffer;
+// layout at Lay), grouped by 8 blocks so a row streams through it in order. The weights are
+// read in place; their fp16 scales are gathered 8 blocks at a time.
+//
+// ---- Integer bounds (I1) ---------------------------------------------------------------------
+// dpbusd: int32 lanes, |sum| <= 32 * 255 * 127 + 128 * 32 * 127 < 2^21: exact, and exact as float.
+// maddubs (avx2): int16 lane = 2 products; K16 of them are summed in int16 before madd widens:
+//   Q4_*: u <= 15: 8 * 2 * 15 * 127 = 30480;  Q5_*: u <= 31: 4 * 2 * 31 * 127 = 31496;
+//   sign trick: |w| <= 128: 1 * 2 * 128 * 127 = 32512  (all < 32767: never saturates).
+// Activation codes are ggml's Q8_0/Q8_1 codes, in [-127, 127].
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "../kernels.h"
+#include "../ref/iq_tables.h"
+
+#ifndef LOWBIT_ISA
+#error "define LOWBIT_ISA and LOWBIT_NS before including legacy.inl"
+#endif
+
+namespace lowbit {
+namespace LOWBIT_NS {
+namespace {
+
+// The level as a preprocessor number (LOWBIT_ISA is an enum, invisible to #if), from the
+// flags this translation unit is built with.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define LB_LG_LEVEL 3
+#elif defined(__AVXVNNI__)
+#define LB_LG_LEVEL 2
+#else
+#define LB_LG_LEVEL 1
+#endif
+static_assert(LB_LG_LEVEL == LOWBIT_ISA, "LOWBIT_ISA does not match this level's compiler flags");
+
+#define LB_LG_INLINE inline __attribute__((always_inline))
+#define LB_LG_STR2(x) #x
+#define LB_LG_STR(x) LB_LG_STR2(x)
+
+constexpr bool kVnni = LOWBIT_ISA >= ISA_AVX2VNNI;
+
+LB_LG_INLINE __m256 ldf(const uint8_t *p) { return _mm256_load_ps((const float *)p); }  // prep: 32-aligned
+LB_LG_INLINE __m256i lda(const uint8_t *p) { return _mm256_load_si256((const __m256i *)p); }
+LB_LG_INLINE uint32_t ld32(const uint8_t *p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+LB_LG_INLINE uint16_t ld16(const uint8_t *p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
+
+// ---- vector constants ---------------------------------------------------------------------------
+// With 16 ymm, GCC hoists every constant out of the row loop into a register and then spills
+// accumulators (I7) rather than re-reading the constant. K() hides the constant's address from
+// the optimiser, so each use reads it from .rodata (a load folded into its instruction, which
+// costs a load port, not a vector port). With 32 registers (avx512) constants stay hoisted.
+struct alignas(32) C32 { uint8_t b[32]; };
+constexpr C32 splat8(uint8_t v) { C32 c{}; for (int i = 0; i < 32; ++i) c.b[i] = v; return c; }
+constexpr C32 rep16(const uint8_t (&x)[16]) { C32 c{}; for (int i = 0; i < 32; ++i) c.b[i] = x[i % 16]; return c; }
+constexpr C32 rep8(uint64_t v) { C32 c{}; for (int i = 0; i < 32; ++i) c.b[i] = (uint8_t)(v >> (8 * (i % 8))); return c; }
+constexpr C32 kM4 = splat8(0x0F), kB16 = splat8(0x10), kX80 = splat8(0x80), kFF = splat8(0xFF);
+constexpr C32 kOnes16 = rep8(0x0001000100010001ull);
+// Q5: qh bytes 0, 1 spread over each half; all bits but a byte's own set
+constexpr C32 kSpread = rep16({0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1});
+constexpr C32 kOthers = rep8(0x7fbfdfeff7fbfdfeull);
+// group scales: dword (d, next half) -> d halves to qwords 0 / 2, the next halves to 1 / 3
+constexpr C32 kPackCtl = rep16({0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15});
+
+LB_LG_INLINE __m256i K(const C32 &c) {
+    const C32 *p = &c;
+#if LB_LG_LEVEL != 3
+    __asm__ volatile("" : "+r"(p));
+#endif
+    return _mm256_load_si256((const __m256i *)p->b);
+}
+
+// Keeps a running sum a sequential chain on avx2: GCC would re-balance it into a tree, whose
+// extra partial sums do not fit in 16 ymm next to 8 accumulators.
+#if LB_LG_LEVEL == 1
+#define LB_LG_SEQ(v) __asm__("" : "+x"(v))
+#else
+#define LB_LG_SEQ(v) (void)0
+#endif
+
+// acc + per int32 lane the sum of 4 products u8 * s8 (exact: see the bounds above).
+LB_LG_INLINE __m256i dp(__m256i acc, __m256i u, __m256i s) {
+#if LB_LG_LEVEL == 3
+    return _mm256_dpbusd_epi32(acc, u, s);
+#elif LB_LG_LEVEL == 2
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), K(kOnes16)));
+#endif
+}
+LB_LG_INLINE __m256i widen16(__m256i s16) { return _mm256_madd_epi16(s16, K(kOnes16)); }
+
+// Dword k of a pair's codes broadcast over its 4 token lanes: [b dword k x4 | b+1 dword k x4].
+template <int K>
+LB_LG_INLINE __m256i code_dword(__m256i lo, __m256i hi) {
+    return _mm256_shuffle_epi32(K < 4 ? lo : hi, (K & 3) * 0x55);
+}
+
+// ---- decoding helpers: one pair of blocks into lo / hi (layout in the header) ---------------
+// [16 bytes at b + OFF | 16 bytes at b + BYTES + OFF]; `two` false: block b is the row's last
+// and the upper half is zero (nothing past the row is read).
+template <int OFF, int BYTES>
+LB_LG_INLINE __m256i load_halves(const uint8_t *b, bool two) {
+    const __m128i x0 = _mm_loadu_si128((const __m128i *)(b + OFF));
+    const __m128i x1 = two ? _mm_loadu_si128((const __m128i *)(b + BYTES + OFF)) : _mm_setzero_si128();
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(x0), x1, 1);
+}
+
+// 4-bit codes: qs[j] low nibble = weight j, high nibble = weight j + 16.
+template <int QS, int BYTES>
+LB_LG_INLINE void nibbles(const uint8_t *b, bool two, __m256i &lo, __m256i &hi) {
+    const __m256i x = load_halves<QS, BYTES>(b, two);
+    lo = _mm256_and_si256(x, K(kM4));
+    hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), K(kM4));
+}
+
+// Q5: bit j of the little-endian qh word is weight j's 5th bit (value 16).
+LB_LG_INLINE void fifth_bits(uint32_t h0, uint32_t h1, __m256i &lo, __m256i &hi) {
+#if LB_LG_LEVEL == 3
+    const __m256i b16 = K(kB16);
+    const __mmask32 klo = (h0 & 0xFFFFu) | (h1 << 16), khi = (h0 >> 16) | (h1 & 0xFFFF0000u);
+    lo = _mm256_mask_add_epi8(lo, klo, lo, b16);
+    hi = _mm256_mask_add_epi8(hi, khi, hi, b16);
+#else
+    // byte j of each half gets the qh byte holding its bit; OR-ing every other bit to 1 leaves
+    // all ones exactly where its own bit is set
+    const __m256i q = _mm256_blend_epi32(_mm256_set1_epi32((int)h0), _mm256_set1_epi32((int)h1), 0xF0);
+    const __m256i flo = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(q, K(kSpread)), K(kOthers)), K(kFF));
+    const __m256i fhi = _mm256_cmpeq_epi8(
+        _mm256_or_si256(_mm256_shuffle_epi8(_mm256_srli_epi32(q, 16), K(kSpread)), K(kOthers)), K(kFF));
+    lo = _mm256_or_si256(lo, _mm256_and_si256(flo, K(kB16)));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(fhi, K(kB16)));
+#endif
+}
+
+// ---- the formats -------------------------------------------------------------------------------
+// kBytes block size; kQs offset of the 16 (4/5-bit) or 32 (8-bit) code bytes; kQh offset of the
+// Q5 high bits (-1: none); kBits 4, 5 or 8; kLut codes are looked up (IQ4_NL, iq4nl.inl);
+// kQ8_1 pairs with Q8_1 (d, s, qs) instead of Q8_0 (d, qs); kOff the code offset (0 = codes are
+// the values); kSign signed codes + sign trick (avx2 only); kK16 how many maddubs results may be
+// summed in int16 (bounds in the header); kM the block has an fp16 m right after d (w = d q + m).
+struct FQ4_0 {
+    static constexpr int kBytes = 18, kQs = 2, kQh = -1, kBits = 4, kOff = 8, kK16 = 8;
+    static constexpr bool kLut = false, kQ8_1 = false, kSign = false, kM = false;
+};
+struct FQ4_1 {
+    static constexpr int kBytes = 20, kQs = 4, kQh = -1, kBits = 4, kOff = 0, kK16 = 8;
+    static constexpr bool kLut = false, kQ8_1 = true, kSign = false, kM = true;
+};
+struct FQ5_0 {
+    static constexpr int kBytes = 22, kQs = 6, kQh = 2, kBits = 5, kOff = 16, kK16 = 4;
+    static constexpr bool kLut = false, kQ8_1 = false, kSign = false, kM = false;
+};
+struct FQ5_1 {
+    static constexpr int kBytes = 24, kQs = 8, kQh = 4, kBits = 5, kOff = 0, kK16 = 4;
+    static constexpr bool kLut = false, kQ8_1 = true, kSign = false, kM = true;
+};
+struct FQ8_0 {  // vnni: u = q + 128; avx2: signed q, sign trick
+    static constexpr int kBytes = 34, kQs = 2, kQh = -1, kBits = 8, kOff = kVnni ? 128 : 0, kK16 = 1;
+    static constexpr bool kLut = false, kQ8_1 = false, kSign = !kVnni, kM = false;
+};
+#include "iq4nl.inl"
+
+// One pair of blocks (b, b+1) into lo / hi (layout in the header); `two` false: block b is the
+// row's last, block b+1's lanes are zero and nothing past the row is read.
+template <class F>
+LB_LG_INLINE void decode_pair(const uint8_t *b, bool two, __m256i &lo, __m256i &hi) {
+    if constexpr (F::kBits == 8) {
+        lo = load_halves<F::kQs, F::kBytes>(b, two);
+        hi = load_halves<F::kQs + 16, F::kBytes>(b, two);
+        if constexpr (kVnni) {
+            lo = _mm256_xor_si256(lo, K(kX80));
+            hi = _mm256_xor_si256(hi, K(kX80));
+        }
+    } else {
+        nibbles<F::kQs, F::kBytes>(b, two, lo, hi);
+        if constexpr (F::kBits == 5)
+            fifth_bits(ld32(b + F::kQh), two ? ld32(b + F::kBytes + F::kQh) : 0u, lo, hi);
+        if constexpr (F::kLut) {
+            lo = _mm256_shuffle_epi8(iq4nl_lut(), lo);
+            hi = _mm256_shuffle_epi8(iq4nl_lut(), hi);
+        }
+    }
+}
+
+#if LB_LG_LEVEL == 3
+// avx512: a quad of blocks (4 of them from b, n present) into zmm LO / HI, 128-bit lane i =
+// block b+i's 16-byte half (codes 0..15 in LO, 16..31 in HI); missing blocks are zero.
+template <int OFF, int BYTES>
+LB_LG_INLINE __m512i load_quarters(const uint8_t *b, int n) {
+    const __m128i z = _mm_setzero_si128();
+    __m512i x = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(b + OFF)));
+    x = _mm512_inserti32x4(x, n > 1 ? _mm_loadu_si128((const __m128i *)(b + BYTES + OFF)) : z, 1);
+    x = _mm512_inserti32x4(x, n > 2 ? _mm_loadu_si128((const __m128i *)(b + 2 * BYTES + OFF)) : z, 2);
+    x = _mm512_inserti32x4(x, n > 3 ? _mm_loadu_si128((const __m128i *)(b + 3 * BYTES + OFF)) : z, 3);
+    return x;
+}
+template <class F>
+LB_LG_INLINE void decode_quad(const uint8_t *b, int n, __m512i &lo, __m512i &hi) {
+    if constexpr (F::kBits == 8) {
+        const __m512i x80 = _mm512_set1_epi8((char)0x80);
+        lo = _mm512_xor_si512(load_quarters<F::kQs, F::kBytes>(b, n), x80);
+        hi = _mm512_xor_si512(load_quarters<F::kQs + 16, F::kBytes>(b, n), x80);
+    } else {
+        const __m512i x = load_quarters<F::kQs, F::kBytes>(b, n), m4 = _mm512_set1_epi8(0x0F);
+        lo = _mm512_and_si512(x, m4);
+        hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+        if constexpr (F::kBits == 5) {  // 16 bits per block and half, as byte masks
+            uint64_t klo = 0, khi = 0;
+            for (int i = 0; i < 4; ++i) {
+                if (i >= n) break;
+                klo |= (uint64_t)ld16(b + i * F::kBytes + F::kQh) << (16 * i);
+                khi |= (uint64_t)ld16(b + i * F::kBytes + F::kQh + 2) << (16 * i);
+            }
+            const __m512i b16 = _mm512_set1_epi8(0x10);
+            lo = _mm512_mask_add_epi8(lo, klo, lo, b16);
+            hi = _mm512_mask_add_epi8(hi, khi, hi, b16);
+        }
+        if constexpr (F::kLut) {
+            const __m512i lut = _mm512_maskz_broadcast_i32x4((__mmask16)0xFFFF, _mm256_castsi256_si128(iq4nl_lut()));
+            lo = _mm512_shuffle_epi8(lut, lo);
+            hi = _mm512_shuffle_epi8(lut, hi);
+        }
+    }
+}
+#endif
+
+// ---- the window plan ---------------------------------------------------------------------------
+struct Plan { int tt, bt; };  // TT chunks of 4 tokens, then BT tokens
+// Measured (bench: in-cache rows, this file's kernels per nt): TT's cost is flat in its 4 token
+// lanes, BT's grows per token, so 3 and 4 tokens go by one TT chunk and 6..8 by two (phantom
+// lanes are cheaper than BT tokens there), 5 by a chunk + one BT token. With 16 ymm a BT token
+// besides a TT chunk is all that fits without spills; avx512 keeps 3 tokens on BT.
+constexpr Plan plan(int nt) {
+#if LB_LG_LEVEL == 3
+    return nt <= 3 ? Plan{0, nt} : nt == 4 ? Plan{1, 0} : nt == 5 ? Plan{1, 1} : Plan{2, 0};
+#else
+    return nt <= 2 ? Plan{0, nt} : nt <= 4 ? Plan{1, 0} : nt == 5 ? Plan{1, 1} : Plan{2, 0};
+#endif
+}
+// Blocks per TT unit: a pair (ymm) or, on avx512, a quad (zmm: 4 blocks x 4 tokens).
+constexpr int unit_width(int nt) { return (LB_LG_LEVEL == 3 && plan(nt).tt > 0) ? 4 : 2; }
+// TT chunks share each broadcast code dword (share_u) where the registers allow: 8 accumulators
+// + codes + 2 running sums fit 16 ymm with dpbusd, except next to Q5_1's decode and 2 scale
+// vectors; with avx2's sign trick (int32 sums), not with its int16 partials. (32 registers:
+// always.) Checked by tools/check_spills.py (I7).
+template <class F>
+constexpr bool share_u() { return LB_LG_LEVEL == 3 || (LB_LG_LEVEL == 2 && !(F::kM && F::kBits == 5)) || (LB_LG_LEVEL == 1 && F::kSign); }
+
+// ---- the per-call activation records ----------------------------------------------------------
+// Per group of 8 blocks: tt * (8 / W) TT records, then bt BT records (W = unit_width).
+// TT record (chunk c, unit u of W blocks): A[k], k = 0..7, of W * 16 bytes, lane (h, i) = dword k
+//   of token 4c+i's activations for block u*W + h; then d_a, -off * sum(q_a) (if off), s_a (if
+//   Q8_1), W * 16 bytes each, lane (h, i) as float / int32.
+// BT record (token, group): q_a[0:16] of blocks 0..7 (128 B), q_a[16:32] of blocks 0..7 (128 B),
+//   then d_a, -off * sum(q_a), s_a: 8 lanes in class order L (32 B each), padded to 64 B.
+template <class F, int NT>
+struct Lay {
+    static constexpr Plan P = plan(NT);
+    static constexpr int W = unit_width(NT), U = 8 / W, V = 16 * W;  // V: bytes per vector
+    static constexpr int kA = 0, kDA = 8 * V, kCORR = kDA + V, kSA = kCORR + (F::kOff ? V : 0);
+    static constexpr int kRecT = kSA + (F::kM ? V : 0);
+    static constexpr int kBDA = 256, kBCORR = kBDA + 32, kBSA = kBCORR + (F::kOff ? 32 : 0);
+    static constexpr int kRecB = (kBSA + (F::kM ? 32 : 0) + 63) / 64 * 64;
+    static constexpr size_t kGroup = (size_t)P.tt * U * kRecT + (size_t)P.bt * kRecB;
+    static constexpr size_t tt_rec(int c, int u) { return (size_t)(c * U + u) * kRecT; }
+    static constexpr size_t bt_rec(int j) { return (size_t)P.tt * U * kRecT + (size_t)j * kRecB; }
+};
+
+struct alignas(64) Line { uint8_t b[64]; };
+
+LB_LG_INLINE uint8_t *scratch(size_t bytes) {
+    static thread_local std::vector<Line> buf;
+    const size_t lines = (bytes + 63) / 64;
+    if (buf.size() < lines) buf.resize(lines);
+    return reinterpret_cast<uint8_t *>(buf.data());
+}
+
+template <class F, int NT>
+__attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int64_t nb) {
+    using Y = Lay<F, NT>;
+    constexpr int ABYTES = F::kQ8_1 ? 36 : 34, AQS = F::kQ8_1 ? 4 : 2;
+    const int64_t G = (nb + 7) / 8;
+    uint8_t *base = scratch((size_t)G * Y::kGroup);
+    std::memset(base, 0, (size_t)G * Y::kGroup);  // phantom blocks / tokens: codes, scales, sums 0
+    for (int t = 0; t < NT; ++t) {
+        const uint8_t *at = a.act + (size_t)t * a.act_stride;
+        const int c = t / 4, i = t % 4, j = t - 4 * Y::P.tt;  // TT chunk and lane, or BT token
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t *ab = at + b * ABYTES, *q = ab + AQS;
+            const float da = _cvtsh_ss(ld16(ab));
+            const float sa = F::kQ8_1 ? _cvtsh_ss(ld16(ab + 2)) : 0.0f;
+            int32_t suma = 0;
+            for (int k = 0; k < QK; ++k) suma += (int8_t)q[k];
+            const int32_t corr = -F::kOff * suma;
+            const int bi = (int)(b % 8);
+            uint8_t *rg = base + (size_t)(b / 8) * Y::kGroup, *rec;
+            size_t lane, da_off, corr_off, sa_off;
+            if (j < 0) {
+                rec = rg + Y::tt_rec(c, bi / Y::W);
+                lane = (size_t)((bi % Y::W) * 4 + i);
+                for (int k = 0; k < 8; ++k) std::memcpy(rec + Y::V * k + 4 * lane, q + 4 * k, 4);
+                da_off = Y::kDA, corr_off = Y::kCORR, sa_off = Y::kSA;
+            } else {
+                rec = rg + Y::bt_rec(j);
+                lane = (size_t)((bi % 2) * 4 + bi / 2);  // class order L
+                std::memcpy(rec + 16 * bi, q, 16);
+                std::memcpy(rec + 128 + 16 * bi, q + 16, 16);
+                da_off = Y::kBDA, corr_off = Y::kBCORR, sa_off = Y::kBSA;
+            }
+            reinterpret_cast<float *>(rec + da_off)[lane] = da;
+            if constexpr (F::kOff != 0) reinterpret_cast<int32_t *>(rec + corr_off)[lane] = corr;
+            if constexpr (F::kM) reinterpret_cast<float *>(rec + sa_off)[lane] = sa;
+        }
+    }
+    return base;
+}
+
+// ---- vectors of a TT unit ----
+// (avx512: the maskz forms with all lanes set: GCC 12's plain ones warn on their undefined source)--------------------------------------------------------------------
+template <int W> struct TV;
+template <> struct TV<2> {
+    using I = __m256i;
+    using V = __m256;
+    static I ld(const uint8_t *p) { return _mm256_load_si256((const __m256i *)p); }
+    static V ldf(const uint8_t *p) { return _mm256_load_ps((const float *)p); }
+    static I zero() { return _mm256_setzero_si256(); }
+    static V zerof() { return _mm256_setzero_ps(); }
+    template <int K> static I code(I lo, I hi) { return code_dword<K>(lo, hi); }
+    static I dpb(I acc, I u, I s) { return dp(acc, u, s); }
+    static V cvt(I x) { return _mm256_cvtepi32_ps(x); }
+    static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+    static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    // [d[u*2] x4 | d[u*2+1] x4] from the group's 8 values in class order L
+    template <int Ux> static V unit_scale(__m256 v) { return _mm256_permute_ps(v, Ux * 0x55); }
+};
+#if LB_LG_LEVEL == 3
+template <> struct TV<4> {
+    using I = __m512i;
+    using V = __m512;
+    static I ld(const uint8_t *p) { return _mm512_load_si512((const void *)p); }
+    static V ldf(const uint8_t *p) { return _mm512_load_ps((const void *)p); }
+    static I zero() { return _mm512_setzero_si512(); }
+    static V zerof() { return _mm512_setzero_ps(); }
+    template <int K> static I code(I lo, I hi) {
+        return _mm512_maskz_shuffle_epi32((__mmask16)0xFFFF, K < 4 ? lo : hi, (_MM_PERM_ENUM)((K & 3) * 0x55));
+    }
+    static I dpb(I acc, I u, I s) { return _mm512_dpbusd_epi32(acc, u, s); }
+    static V cvt(I x) { return _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, x); }
+    static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+    static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    // lane group i = d of block 4u+i, from class order L (block c at (c % 2) * 4 + c / 2)
+    template <int Ux> static V unit_scale(__m256 v) {
+        const __m512i idx = Ux == 0 ? _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 1, 1, 1, 1, 5, 5, 5, 5)
+                                    : _mm512_setr_epi32(2, 2, 2, 2, 6, 6, 6, 6, 3, 3, 3, 3, 7, 7, 7, 7);
+        return _mm512_maskz_permutexvar_ps((__mmask16)0xFFFF, idx, _mm512_insertf32x8(_mm512_setzero_ps(), v, 0));
+    }
+};
+#endif
+
+// ---- accumulators (named registers: I7) -------------------------------------------------------
+template <int W>
+struct Acc {
+    using V = typename TV<W>::V;
+    V t00, t01, t02, t03, t10, t11, t12, t13;  // TT: chunk c, unit u -> t<c><u>
+    __m256 b0, b1, b2;                         // BT tokens
+};
+template <int C, int U, class A>
+LB_LG_INLINE auto &tacc(A &a) {
+    static_assert(C < 2 && U < 4, "");
+    if constexpr (C == 0) {
+        if constexpr (U == 0) return a.t00; else if constexpr (U == 1) return a.t01;
+        else if constexpr (U == 2) return a.t02; else return a.t03;
+    } else {
+        if constexpr (U == 0) return a.t10; else if constexpr (U == 1) return a.t11;
+        else if constexpr (U == 2) return a.t12; else return a.t13;
+    }
+}
+template <int J, class A>
+LB_LG_INLINE __m256 &bacc(A &a) {
+    static_assert(J < 3, "");
+    if constexpr (J == 0) return a.b0; else if constexpr (J == 1) return a.b1; else return a.b2;
+}
+// BT integer state of a group: per token, the pending even pair's lanes and the running hadd.
+struct Bst { __m256i v0, v1, v2, h0, h1, h2; };
+template <int J> LB_LG_INLINE __m256i &bv(Bst &B) { if constexpr (J == 0) return B.v0; else if constexpr (J == 1) return B.v1; else return B.v2; }
+template <int J> LB_LG_INLINE __m256i &bh(Bst &B) { if constexpr (J == 0) return B.h0; else if constexpr (J == 1) return B.h1; else return B.h2; }
+
+// ---- integer cores -------------------------------------------------------------------------------
+// TT: for NC chunks (records r0, r1) the lanes isum[token][block] (+ the offset term).
+template <class F, int W, int K, int NC>
+LB_LG_INLINE void tt_step(typename TV<W>::I lo, typename TV<W>::I hi, const uint8_t *r0, const uint8_t *r1,
+                          typename TV<W>::I &i0, typename TV<W>::I &i1, __m256i &s0, __m256i &s1) {
+    using T = TV<W>;
+    constexpr int V = 16 * W;
+    const typename T::I u = T::template code<K>(lo, hi);
+    if constexpr (kVnni) {
+        i0 = T::dpb(i0, u, T::ld(r0 + V * K));
+        if constexpr (NC > 1) i1 = T::dpb(i1, u, T::ld(r1 + V * K));
+    } else if constexpr (F::kSign) {  // |w| x (a with w's sign), widened at once (kK16 = 1)
+        const __m256i au = _mm256_sign_epi8(u, u);
+        i0 = _mm256_add_epi32(i0, widen16(_mm256_maddubs_epi16(au, _mm256_sign_epi8(T::ld(r0 + V * K), u))));
+        LB_LG_SEQ(i0);
+        if constexpr (NC > 1) {
+            i1 = _mm256_add_epi32(i1, widen16(_mm256_maddubs_epi16(au, _mm256_sign_epi8(T::ld(r1 + V * K), u))));
+            LB_LG_SEQ(i1);
+        }
+    } else {  // int16 partials for kK16 steps, then widened
+        const __m256i p0 = _mm256_maddubs_epi16(u, T::ld(r0 + V * K));
+        s0 = (K % F::kK16 == 0) ? p0 : _mm256_add_epi16(s0, p0);
+        LB_LG_SEQ(s0);
+        if constexpr (K % F::kK16 == F::kK16 - 1) i0 = _mm256_add_epi32(i0, widen16(s0));
+        if constexpr (NC > 1) {
+            const __m256i p1 = _mm256_maddubs_epi16(u, T::ld(r1 + V * K));
+            s1 = (K % F::kK16 == 0) ? p1 : _mm256_add_epi16(s1, p1);
+            LB_LG_SEQ(s1);
+            if constexpr (K % F::kK16 == F::kK16 - 1) i1 = _mm256_add_epi32(i1, widen16(s1));
+        }
+    }
+}
+template <class F, int W, int NC>
+LB_LG_INLINE void tt_int(typename TV<W>::I lo, typename TV<W>::I hi, const uint8_t *r0, const uint8_t *r1,
+                         typename TV<W>::I &i0, typename TV<W>::I &i1, int corr_off) {
+    using T = TV<W>;
+    i0 = F::kOff ? T::ld(r0 + corr_off) : T::zero();
+    i1 = (NC > 1 && F::kOff) ? T::ld(r1 + corr_off) : T::zero();
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    tt_step<F, W, 0, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
+    tt_step<F, W, 1, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
+    tt_step<F, W, 2, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
+    tt_step<F, W, 3, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
+    tt_step<F, W, 4, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
+    tt_step<F, W, 5, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
+    tt_step<F, W, 6, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
+    tt_step<F, W, 7, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
+}
+
+// BT: one token, one pair (Alo at ra, Ahi at ra + 128): lanes [b: 4 partial sums | b+1: 4].
+template <class F>
+LB_LG_INLINE __m256i bt_int(__m256i lo, __m256i hi, const uint8_t *ra) {
+    if constexpr (kVnni) {
+        return dp(dp(_mm256_setzero_si256(), lo, lda(ra)), hi, lda(ra + 128));
+    } else if constexpr (F::kSign) {
+        const __m256i x = widen16(_mm256_maddubs_epi16(_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(lda(ra), lo)));
+        const __m256i y = widen16(_mm256_maddubs_epi16(_mm256_sign_epi8(hi, hi), _mm256_sign_epi8(lda(ra + 128), hi)));
+        return _mm256_add_epi32(x, y);
+    } else {
+        static_assert(F::kK16 >= 2, "");
+        return widen16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, lda(ra)), _mm256_maddubs_epi16(hi, lda(ra + 128))));
+    }
+}
+
+// ---- one group of 8 blocks --------------------------------------------------------------------
+// Tail group of n < 8 blocks, in class order L: kTailMask[n] all ones on the lanes of blocks
+// 0..n-1, TailOffsets<B>::v[n] their byte offsets (0 elsewhere).
+alignas(32) constexpr int32_t kTailMask[8][8] = {
+    {0, 0, 0, 0, 0, 0, 0, 0},   {-1, 0, 0, 0, 0, 0, 0, 0},   {-1, 0, 0, 0, -1, 0, 0, 0},
+    {-1, -1, 0, 0, -1, 0, 0, 0}, {-1, -1, 0, 0, -1, -1, 0, 0}, {-1, -1, -1, 0, -1, -1, 0, 0},
+    {-1, -1, -1, 0, -1, -1, -1, 0}, {-1, -1, -1, -1, -1, -1, -1, 0}};
+template <int B>
+struct TailOffsets {  // byte offsets of the tail's blocks, in class order L
+    struct T { alignas(32) int32_t v[8][8]; };
+    static constexpr T make() {
+        constexpr int L[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+        T t{};
+        for (int n = 0; n < 8; ++n)
+            for (int i = 0; i < 8; ++i) t.v[n][i] = L[i] < n ? L[i] * B : 0;
+        return t;
+    }
+    static constexpr T t = make();
+    static constexpr const int32_t (&v)[8][8] = t.v;
+};
+
+// d_w (and m_w) of the group's blocks in class order L, fp16 -> float; missing blocks read 0.
+template <class F, bool TAIL>
+LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &mw) {
+    constexpr int B = F::kBytes;
+    const __m256i idx = _mm256_setr_epi32(0, 2 * B, 4 * B, 6 * B, 1 * B, 3 * B, 5 * B, 7 * B);
+    __m256i g;
+    if constexpr (!TAIL) {
+        g = _mm256_i32gather_epi32((const int *)wg, idx, 1);
+    } else {
+#if LB_LG_LEVEL == 3
+        // lanes (class order L) of blocks 0..nrem-1; the others read nothing and stay 0
+        const unsigned k = ((1u << ((nrem + 1) / 2)) - 1) | (((1u << (nrem / 2)) - 1) << 4);
+        g = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), (__mmask8)k, idx, wg, 1);
+#else
+        // missing blocks re-read block 0 (inside the row), then are zeroed
+        const __m256i have = _mm256_load_si256((const __m256i *)kTailMask[nrem]);
+        // (asm: GCC 12 leaves a dead stack store of a loaded gather index, which I7 counts)
+        __m256i all, idx_t;
+        __asm__("vmovdqa (%[tab]), %[i]\n\t"
+                "vpcmpeqd %[m], %[m], %[m]\n\t"
+                "vpgatherdd %[m], (%[base],%[i],1), %[g]"
+                : [g] "=&x"(g), [m] "=&x"(all), [i] "=&x"(idx_t)
+                : [base] "r"(wg), [tab] "r"(TailOffsets<B>::v[nrem]), "m"(*(const uint8_t(*)[8 * B])wg));
+        g = _mm256_and_si256(g, have);
+#endif
+    }
+    g = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(g, K(kPackCtl)), 0xD8);
+    dw = _mm256_cvtph_ps(_mm256_castsi256_si128(g));
+    if constexpr (F::kM) mw = _mm256_cvtph_ps(_mm256_extracti128_si256(g, 1));
+    else mw = _mm256_setzero_ps();
+}
+
+// BT tokens, one pair P (codes lo / hi; `have` false: the pair is past the row's end).
+template <class F, int NT, int P, int J>
+LB_LG_INLINE void bt_pair(__m256i lo, __m256i hi, const uint8_t *rg, bool have, Bst &B) {
+    using Y = Lay<F, NT>;
+    if constexpr (J < Y::P.bt) {
+        const __m256i v = have ? bt_int<F>(lo, hi, rg + Y::bt_rec(J) + 32 * P) : _mm256_setzero_si256();
+        if constexpr (P == 0 || P == 2) bv<J>(B) = v;
+        else if constexpr (P == 1) bh<J>(B) = _mm256_hadd_epi32(bv<J>(B), v);
+        else bh<J>(B) = _mm256_hadd_epi32(bh<J>(B), _mm256_hadd_epi32(bv<J>(B), v));  // lanes: class order L
+        bt_pair<F, NT, P, J + 1>(lo, hi, rg, have, B);
+    }
+}
+
+// TT: float step of chunk C for unit U (integer lanes i).
+template <class F, int NT, int C, int U, class A>
+LB_LG_INLINE void tt_float(typename TV<unit_width(NT)>::I i, const uint8_t *rec, __m256 dw, __m256 mw, A &acc) {
+    using Y = Lay<F, NT>;
+    using T = TV<Y::W>;
+    auto &a = tacc<C, U>(acc);
+    a = T::fma(T::cvt(i), T::mul(T::template unit_scale<U>(dw), T::ldf(rec + Y::kDA)), a);
+    if constexpr (F::kM) a = T::fma(T::template unit_scale<U>(mw), T::ldf(rec + Y::kSA), a);
+}
+
+template <class F, int NT, bool TAIL, int U, class A>
+LB_LG_INLINE void unit(const uint8_t *wg, const uint8_t *rg, int nrem, __m256 dw, __m256 mw, A &acc, Bst &B) {
+    using Y = Lay<F, NT>;
+    constexpr int W = Y::W;
+    using T = TV<W>;
+    const int nu = TAIL ? (nrem - U * W < 0 ? 0 : nrem - U * W > W ? W : nrem - U * W) : W;  // blocks present
+    typename T::I lo = T::zero(), hi = T::zero();
+    if (nu > 0) {
+        if constexpr (W == 2) decode_pair<F>(wg + U * W * F::kBytes, nu > 1, lo, hi);
+#if LB_LG_LEVEL == 3
+        else decode_quad<F>(wg + U * W * F::kBytes, nu, lo, hi);
+#endif
+    }
+    if constexpr (Y::P.tt > 0) {
+        if (nu > 0) {
+            const uint8_t *r0 = rg + Y::tt_rec(0, U), *r1 = rg + Y::tt_rec(Y::P.tt > 1 ? 1 : 0, U);
+            typename T::I i0, i1;
+            if constexpr (share_u<F>() || Y::P.tt == 1) {
+                tt_int<F, W, Y::P.tt>(lo, hi, r0, r1, i0, i1, Y::kCORR);
+            } else {
+                typename T::I unused, lo1 = lo, hi1 = hi;
+                tt_int<F, W, 1>(lo, hi, r0, r0, i0, unused, Y::kCORR);
+                // keeps the compiler from sharing chunk 0's broadcast codes with chunk 1 (it
+                // would hold all 8 live at once): they are recomputed, in registers
+                __asm__("" : "+x"(lo1), "+x"(hi1));
+                tt_int<F, W, 1>(lo1, hi1, r1, r1, i1, unused, Y::kCORR);
+            }
+            tt_float<F, NT, 0, U>(i0, r0, dw, mw, acc);
+            if constexpr (Y::P.tt > 1) tt_float<F, NT, 1, U>(i1, r1, dw, mw, acc);
+        }
+    }
+    if constexpr (Y::P.bt > 0) {
+        if constexpr (W == 2) {
+            bt_pair<F, NT, U, 0>(lo, hi, rg, nu > 0, B);
+        } else {
+#if LB_LG_LEVEL == 3
+            bt_pair<F, NT, 2 * U, 0>(_mm512_maskz_extracti64x4_epi64(0xF, lo, 0), _mm512_maskz_extracti64x4_epi64(0xF, hi, 0), rg,
+                                     nu > 0, B);
+            bt_pair<F, NT, 2 * U + 1, 0>(_mm512_maskz_extracti64x4_epi64(0xF, lo, 1), _mm512_maskz_extracti64x4_epi64(0xF, hi, 1), rg,
+                                         nu > 2, B);
+#endif
+        }
+    }
+}
+
+template <class F, int NT, int J, class A>
+LB_LG_INLINE void bt_group_end(const uint8_t *rg, __m256 dw, __m256 mw, A &acc, Bst &B) {
+    using Y = Lay<F, NT>;
+    if constexpr (J < Y::P.bt) {
+        const uint8_t *rb = rg + Y::bt_rec(J);
+        __m256i isum = bh<J>(B);
+        if constexpr (F::kOff != 0) isum = _mm256_add_epi32(isum, lda(rb + Y::kBCORR));
+        __m256 &a = bacc<J>(acc);
+        a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, ldf(rb + Y::kBDA)), a);
+        if constexpr (F::kM) a = _mm256_fmadd_ps(mw, ldf(rb + Y::kBSA), a);
+        bt_group_end<F, NT, J + 1>(rg, dw, mw, acc, B);
+    }
+}
+
+template <class F, int NT, bool TAIL, class A>
+LB_LG_INLINE void group(const uint8_t *wg, const uint8_t *rg, int nrem, A &acc) {
+    using Y = Lay<F, NT>;
+    // TT needs the scales at every unit, BT only at the group's end (shorter live range)
+    constexpr bool early = Y::P.tt > 0;
+    __m256 dw = _mm256_setzero_ps(), mw = _mm256_setzero_ps();
+    if constexpr (early) group_scales<F, TAIL>(wg, nrem, dw, mw);
+    Bst B;
+    unit<F, NT, TAIL, 0>(wg, rg, nrem, dw, mw, acc, B);
+    unit<F, NT, TAIL, 1>(wg, rg, nrem, dw, mw, acc, B);
+    if constexpr (Y::U > 2) {
+        unit<F, NT, TAIL, 2>(wg, rg, nrem, dw, mw, acc, B);
+        unit<F, NT, TAIL, 3>(wg, rg, nrem, dw, mw, acc, B);
+    }
+    if constexpr (!early) group_scales<F, TAIL>(wg, nrem, dw, mw);
+    bt_group_end<F, NT, 0>(rg, dw, mw, acc, B);
+}
+
+// ---- the final tree --------------------------------------------------------------------------
+LB_LG_INLINE void put(float *out, size_t i, __m128 v) { _mm_store_ss(out + i, v); }
+LB_LG_INLINE __m128 fold(__m256 v) { return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); }
+
+// e[p] = class 2p + class 2p+1 for 4 tokens (lanes) of TT chunk C
+template <int NT, int C, class A>
+LB_LG_INLINE void finish_tt(A &acc, const RowArgs &a, int64_t r) {
+    constexpr Plan PL = plan(NT);
+    if constexpr (C < PL.tt) {
+        __m128 e0, e1, e2, e3;
+        if constexpr (unit_width(NT) == 2) {
+            e0 = fold(tacc<C, 0>(acc)), e1 = fold(tacc<C, 1>(acc));
+            e2 = fold(tacc<C, 2>(acc)), e3 = fold(tacc<C, 3>(acc));
+        } else {
+#if LB_LG_LEVEL == 3
+            e0 = fold(_mm512_maskz_extractf32x8_ps(0xFF, tacc<C, 0>(acc), 0)), e1 = fold(_mm512_maskz_extractf32x8_ps(0xFF, tacc<C, 0>(acc), 1));
+            e2 = fold(_mm512_maskz_extractf32x8_ps(0xFF, tacc<C, 1>(acc), 0)), e3 = fold(_mm512_maskz_extractf32x8_ps(0xFF, tacc<C, 1>(acc), 1));
+#endif
+        }
+        const __m128 res = _mm_add_ps(_mm_add_ps(e0, e1), _mm_add_ps(e2, e3));
+        const size_t os = a.out_stride;
+        if constexpr (4 * C + 0 < NT) put(a.out, (4 * C + 0) * os + r, res);
+        if constexpr (4 * C + 1 < NT) put(a.out, (4 * C + 1) * os + r, _mm_movehdup_ps(res));
+        if constexpr (4 * C + 2 < NT) put(a.out, (4 * C + 2) * os + r, _mm_movehl_ps(res, res));
+        if constexpr (4 * C + 3 < NT) put(a.out, (4 * C + 3) * os + r, _mm_shuffle_ps(res, res, 3));
+        finish_tt<NT, C + 1>(acc, a, r);
+    }
+}
+template <int NT, int J, class A>
+LB_LG_INLINE void finish_bt(A &acc, const RowArgs &a, int64_t r) {
+    constexpr Plan PL = plan(NT);
+    if constexpr (J < PL.bt) {
+        const __m128 e = fold(bacc<J>(acc));                 // [c0+c1, c2+c3, c4+c5, c6+c7]
+        const __m128 f = _mm_add_ps(e, _mm_movehdup_ps(e));  // [e0+e1, ., e2+e3, .]
+        put(a.out, (size_t)(4 * PL.tt + J) * a.out_stride + r, _mm_add_ss(f, _mm_movehl_ps(f, f)));
+        finish_bt<NT, J + 1>(acc, a, r);
+    }
+}
+
+template <class F, int NT>
+__attribute__((noinline)) void rows_nt(const RowArgs &a, int64_t r0, int64_t r1) {
+    using Y = Lay<F, NT>;
+    using T = TV<Y::W>;
+    const int64_t nb = a.n / QK, full = nb / 8;
+    const int nrem = (int)(nb % 8);
+    if (r1 <= r0) return;
+    const uint8_t *prep = prepare<F, NT>(a, nb);
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t *w = a.w + (size_t)r * a.w_stride;
+        const typename T::V z = T::zerof();
+        const __m256 zb = _mm256_setzero_ps();
+        Acc<Y::W> acc{z, z, z, z, z, z, z, z, zb, zb, zb};
+        const uint8_t *rg = prep;
+        for (int64_t g = 0; g < full; ++g, rg += Y::kGroup) group<F, NT, false>(w + g * 8 * F::kBytes, rg, 8, acc);
+        if (nrem) group<F, NT, true>(w + full * 8 * F::kBytes, rg, nrem, acc);
+        finish_tt<NT, 0>(acc, a, r);
+        finish_bt<NT, 0>(acc, a, r);
+    }
+}
+
+template <class F>
+void rows(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+    switch (nt) {
+        case 1: rows_nt<F, 1>(a, r0, r1); break;
+        case 2: rows_nt<F, 2>(a, r0, r1); break;
+        case 3: rows_nt<F, 3>(a, r0, r1); break;
+        case 4: rows_nt<F, 4>(a, r0, r1); break;
+        case 5: rows_nt<F, 5>(a, r0, r1); break;
+        case 6: rows_nt<F, 6>(a, r0, r1); break;
+        case 7: rows_nt<F, 7>(a, r0, r1); break;
+        case 8: rows_nt<F, 8>(a, r0, r1); break;
+        default: break;
+    }
+}
+
+}  // namespace
+}  // namespace LOWBIT_NS
+}  // namespace lowbit
+
+namespace lowbit {
+namespace LOWBIT_NS {
+
+void register_legacy(KernelTable &t) {
+#define LB_LG_NAME(w, a) "rows_" w "_" a "_" LB_LG_STR(LOWBIT_NS)
+    t.set_rows_all(T_Q4_0, rows<FQ4_0>, LB_LG_NAME("q4_0", "q8_0"), LOWBIT_ISA);
+    t.set_rows_all(T_Q4_1, rows<FQ4_1>, LB_LG_NAME("q4_1", "q8_1"), LOWBIT_ISA);
+    t.set_rows_all(T_Q5_0, rows<FQ5_0>, LB_LG_NAME("q5_0", "q8_0"), LOWBIT_ISA);
+    t.set_rows_all(T_Q5_1, rows<FQ5_1>, LB_LG_NAME("q5_1", "q8_1"), LOWBIT_ISA);
+    t.set_rows_all(T_Q8_0, rows<FQ8_0>, LB_LG_NAME("q8_0", "q8_0"), LOWBIT_ISA);
+    t.set_rows_all(T_IQ4_NL, rows<FIQ4_NL>, LB_LG_NAME("iq4_nl", "q8_0"), LOWBIT_ISA);
+#undef LB_LG_NAME
+}
+
+}  // namespace LOWBIT_NS
+}  // namespace lowbit
