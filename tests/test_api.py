@@ -95,3 +95,20 @@ def test_no_kernel_switch_falls_back_and_is_reported():
     assert after[fmt][0] != name, f"{name} still runs with LOWBIT_NO_{name.upper()}=1"
     r = run_cli("info", env=env)
     assert "disabled" in r.stdout and name in r.stdout
+
+
+def test_i2s_flat_tensor_round_trip():
+    """quantize("I2_S", W) gives the tensor as a bitnet.cpp GGUF holds it; matmul takes it flat."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((6, 256)).astype(np.float32)
+    flat = K.quantize("I2_S", w)
+    assert flat.shape == (6 * 256 // 4 + 32,)
+    rows, scale = K.split_tensor("I2_S", flat, 256)
+    assert rows.shape == (6, 64) and scale == np.float32(np.abs(w).mean(dtype=np.float64))
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    np.testing.assert_array_equal(K.matmul("I2_S", flat, x), K.matmul("I2_S", rows, x, w_scale=scale))
+    deq = K.dequantize("I2_S", rows, w_scale=scale)
+    ternary = np.clip(np.round(w / scale), -1, 1) * scale
+    np.testing.assert_array_equal(deq, ternary.astype(np.float32))
+    with pytest.raises(ValueError, match="whole rows"):
+        K.matmul("I2_S", flat[:-1], x)

@@ -17,7 +17,7 @@ from .formats import formats as all_formats
 from .formats import get as get_format
 from ._native import lib
 
-__all__ = ["quantize", "quantize_act", "dequantize", "matmul", "matmul_act", "kernel",
+__all__ = ["quantize", "quantize_act", "dequantize", "matmul", "matmul_act", "split_tensor", "kernel",
            "stats", "reset_stats"]
 
 
@@ -150,6 +150,8 @@ def matmul(fmt, raw, x=None, *, threads: int | None = None, w_scale: float | Non
     """y[t, r] = W[r] . x[t]: quantize x[nt, n] to fmt's activation format, run the row kernels.
 
     ``fmt`` may be a gguf Tensor: ``matmul(tensor, x)`` (its format, rows and scale are used).
+    For I2_S, ``raw`` may be the flat tensor exactly as a bitnet.cpp GGUF holds it (what
+    ``quantize("I2_S", W)`` returns): rows = code bytes * 4 / n, the scale from its tail.
     """
     from .gguf import Tensor
     if isinstance(fmt, Tensor):
@@ -159,14 +161,30 @@ def matmul(fmt, raw, x=None, *, threads: int | None = None, w_scale: float | Non
     if x is None:
         raise TypeError("matmul needs activations x")
     f = get_format(fmt)
-    raw, n = _weights(f, raw, None)
     x = _floats(x, "activations")
+    if isinstance(raw, np.ndarray) and raw.ndim == 1 and f.tensor_pad:
+        raw, w_scale = split_tensor(f, raw, x.shape[1], w_scale)
+    raw, n = _weights(f, raw, None)
     if x.shape[1] != n:
         raise ValueError(f"activations have {x.shape[1]} values per token, the weights' rows {n}")
     if x.shape[0] < 1:
         raise ValueError("need at least one token (nt >= 1)")
     act = lib.quantize_act(BY_NAME[f.act].id, x)
     return matmul_act(f, raw, act, n, threads=threads, w_scale=w_scale)
+
+
+def split_tensor(fmt, flat: np.ndarray, n: int, w_scale: float | None = None) -> tuple[np.ndarray, float]:
+    """A whole tensor as a GGUF file holds it (I2_S: every row's codes, then a 32-byte tail
+    whose first 4 bytes are the float scale) -> (rows uint8[rows, row_bytes], scale)."""
+    f = get_format(fmt)
+    if not isinstance(flat, np.ndarray) or flat.dtype != np.uint8 or flat.ndim != 1:
+        raise TypeError(f"a flat {f.name} tensor must be a 1-D uint8 array")
+    _check_n(f, n)
+    rb, body = f.row_bytes(n), flat.size - f.tensor_pad
+    if body <= 0 or body % rb:
+        raise ValueError(f"{f.name}: {flat.size} bytes are not whole rows of n={n} plus the {f.tensor_pad}-byte tail")
+    scale = float(flat[body:body + 4].view("<f4")[0]) if w_scale is None else float(w_scale)
+    return flat[:body].reshape(body // rb, rb), scale
 
 
 def kernel(fmt, nt: int = 1) -> tuple[str, str] | None:
