@@ -96,6 +96,7 @@ NB_MODULE(_lowbit, m) {
         d["selected"] = std::string(isa_name(c.selected));
         d["threads"] = ThreadPool::instance().size();
         d["disabled"] = disabled_kernels();
+        d["attention"] = std::string(attn_kernel().name);
         return d;
     });
 

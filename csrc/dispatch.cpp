@@ -151,6 +151,7 @@ static void fill_table() {
         l.reg(level);
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
         overlay(running.i8s, level.i8s);
+        if (level.attn.fn && (l.isa == ISA_SCALAR || !env_disables(level.attn.name))) running.attn = level.attn;
         // a level the ladder skips (not built) runs what the level below it runs
         for (int k = l.isa; k < ISA_COUNT; ++k) {
             g_levels[k] = running;
@@ -184,9 +185,12 @@ const KernelEntry &kernel_entry_at(int type_id, int isa) {
 }
 
 bool level_available(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_ready[isa]; }
+const AttnKernel &attn_kernel() { ensure_table(); return g_levels[g_cpu.selected].attn; }
+
 bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_built[isa]; }
 
 void register_scalar(KernelTable &t) {
+    t.attn = AttnKernel{ref::attend_f16, "attn_f16_scalar", ISA_SCALAR};
     ref::register_float(t);
     ref::register_act(t);
     ref::register_legacy(t);

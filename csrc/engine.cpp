@@ -12,7 +12,7 @@
 namespace lowbit {
 
 Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
-    if (c.n_layer <= 0 || c.dim <= 0 || c.n_head <= 0 || c.n_kv <= 0 || c.head_dim <= 0 || c.head_dim > 512 || c.ffn <= 0 ||
+    if (c.n_layer <= 0 || c.dim <= 0 || c.n_head <= 0 || c.n_kv <= 0 || c.head_dim <= 0 || c.head_dim > 512 || c.head_dim % 8 || c.ffn <= 0 ||
         c.vocab <= 0 || c.n_ctx <= 0 || c.n_head % c.n_kv != 0 || c.rope_dims <= 0 || c.rope_dims > c.head_dim ||
         c.rope_dims % 2 != 0)
         throw std::invalid_argument("engine: inconsistent model dimensions");
@@ -159,31 +159,17 @@ void Engine::rope(float *v, int T, int pos, int heads) const {
     }
 }
 
-// Every half, as float: the KV cache is read through this table (256 KB, L2-resident) so
-// the baseline build needs no F16C.
-static const float *half_table() {
-    static const std::vector<float> t = [] {
-        std::vector<float> v(65536);
-        for (uint32_t i = 0; i < 65536; ++i) v[i] = fp16_to_f32((uint16_t)i);
-        return v;
-    }();
-    return t.data();
-}
-
 // Causal attention, GQA: query head h reads kv head h / (n_head / n_kv). Each (token, head)
 // is computed on its own in a fixed order, so the result does not depend on T or threads.
-// With a half cache, q and the probabilities are rounded to half too before their dots, as
-// llama.cpp does (its K.q and V.p products take half operands): same numbers as the peer.
-template <class KV, class Load, class Round>
-static void attend(const float *qv, const KV *K, const KV *V, int len, int hd, size_t kd, float scale, float *sc,
-                   float *o, Load load, Round round) {
-    float qr[512];
-    for (int d = 0; d < hd; ++d) qr[d] = round(qv[d]);
+// A float32 cache (kv_f16 = false) runs this plain loop; a half cache runs the dispatcher's
+// attention kernel (scalar reference or a SIMD level).
+static void attend_f32(const float *qv, const float *K, const float *V, int len, int hd, size_t kd, float scale,
+                       float *sc, float *o) {
     float mx = -INFINITY;
     for (int j = 0; j < len; ++j) {
-        const KV *kv = K + (size_t)j * kd;
+        const float *kv = K + (size_t)j * kd;
         float s = 0.0f;
-        for (int d = 0; d < hd; ++d) s += qr[d] * load(kv[d]);
+        for (int d = 0; d < hd; ++d) s += qv[d] * kv[d];
         sc[j] = s * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
@@ -192,9 +178,9 @@ static void attend(const float *qv, const KV *K, const KV *V, int len, int hd, s
     const float inv = 1.0f / sum;
     for (int d = 0; d < hd; ++d) o[d] = 0.0f;
     for (int j = 0; j < len; ++j) {
-        const KV *vv = V + (size_t)j * kd;
-        const float p = round(sc[j] * inv);
-        for (int d = 0; d < hd; ++d) o[d] += p * load(vv[d]);
+        const float *vv = V + (size_t)j * kd;
+        const float p = sc[j] * inv;
+        for (int d = 0; d < hd; ++d) o[d] += p * vv[d];
     }
 }
 
@@ -204,7 +190,7 @@ void Engine::attention(int layer, const float *q, int T, int pos, float *out) {
     const float scale = 1.0f / std::sqrt((float)hd);
     const int64_t items = (int64_t)T * nh;
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
-    const float *ht = half_table();
+    const attn_f16_fn attn16 = attn_kernel().fn;
     ThreadPool::instance().run(items < threads ? (int)items : threads, [&](int i, int nth) {
         int64_t b, e;
         split_range(items, i, nth, &b, &e);
@@ -215,11 +201,9 @@ void Engine::attention(int layer, const float *q, int T, int pos, float *out) {
             float *o = out + ((size_t)t * nh + h) * hd;
             const size_t off = base + (size_t)kvh * hd;
             if (c_.kv_f16)
-                attend(qv, k16_.data() + off, v16_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o,
-                       [ht](uint16_t h16) { return ht[h16]; }, [ht](float f) { return ht[f32_to_fp16(f)]; });
+                attn16(qv, k16_.data() + off, v16_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o);
             else
-                attend(qv, k32_.data() + off, v32_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o,
-                       [](float f) { return f; }, [](float f) { return f; });
+                attend_f32(qv, k32_.data() + off, v32_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o);
         }
     });
 }

@@ -69,9 +69,23 @@ void register_avx2(KernelTable &t);      // csrc/x86/avx2/register.cpp (AVX2+FMA
 void register_avx2vnni(KernelTable &t);  // csrc/x86/avx2vnni/register.cpp (AVX-VNNI, 256-bit)
 void register_avx512(KernelTable &t);    // csrc/x86/avx512/register.cpp (F/BW/VL/DQ/VNNI)
 
+// Attention of one query row against a half KV cache (the engine's default):
+//   q[hd] (float, rounded to half before its dots), K/V rows j < len at K + j*kd (half bits),
+//   out[hd] = sum_j softmax(scale * q.K_j)_j (rounded to half) * V_j;  sc: scratch of len floats.
+// A query row's result never depends on the other rows of its window (I2).
+using attn_f16_fn = void (*)(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd,
+                             float scale, float *sc, float *out);
+struct AttnKernel {
+    attn_f16_fn fn = nullptr;
+    const char *name = nullptr;
+    int isa = ISA_SCALAR;
+};
+const AttnKernel &attn_kernel();  // what dispatch selected
+
 struct KernelTable {
     KernelEntry e[64];
     KernelEntry i8s;  // T_I8_S (id above 64)
+    AttnKernel attn;  // the engine's attention over a half KV cache
     KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }
     void set_rows_all(int id, rows_fn f, const char *name, int isa) {
         for (int nt = 1; nt <= MAX_NT; ++nt) at(id).rows[nt] = RowKernel{f, name, isa};

@@ -34,6 +34,10 @@ inline int nearest_int(float fval) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
+// The engine's attention over a half KV cache (contract: attn_f16_fn in kernels.h).
+void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd, float scale,
+                float *sc, float *out);
+
 // Registration of each family into the table (scalar level).
 void register_legacy(KernelTable &t);    // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
 void register_kquants(KernelTable &t);   // Q2_K .. Q6_K

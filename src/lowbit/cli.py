@@ -22,6 +22,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"levels    CPU best {c['best']}, built up to {c['built']}, LOWBIT_MAX_ISA cap {c['cap']}"
           f" -> selected {c['selected']}")
     print(f"threads   {c['threads']}")
+    print(f"attention {c['attention']} (the engine's, over a half KV cache)")
     if c["disabled"]:
         print(f"disabled  {' '.join(c['disabled'])}")
     nts = [1, 2, 4, 8]
