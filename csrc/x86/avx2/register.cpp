@@ -11,6 +11,7 @@ void register_legacy(KernelTable &t);
 void register_kquants(KernelTable &t);
 void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
+void register_iquants(KernelTable &t);
 void register_attn(KernelTable &t);
 }  // namespace avx2
 
@@ -19,6 +20,7 @@ void register_avx2(KernelTable &t) {
     avx2::register_kquants(t);
     avx2::register_float(t);
     avx2::register_ternary(t);
+    avx2::register_iquants(t);
     avx2::register_attn(t);
     (void)t;
 }

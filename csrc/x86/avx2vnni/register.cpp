@@ -11,6 +11,7 @@ void register_legacy(KernelTable &t);
 void register_kquants(KernelTable &t);
 void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
+void register_iquants(KernelTable &t);
 }  // namespace avx2vnni
 
 void register_avx2vnni(KernelTable &t) {
@@ -18,6 +19,7 @@ void register_avx2vnni(KernelTable &t) {
     avx2vnni::register_kquants(t);
     avx2vnni::register_float(t);
     avx2vnni::register_ternary(t);
+    avx2vnni::register_iquants(t);
     (void)t;
 }
 

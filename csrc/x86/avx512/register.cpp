@@ -11,6 +11,7 @@ void register_legacy(KernelTable &t);
 void register_kquants(KernelTable &t);
 void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
+void register_iquants(KernelTable &t);
 }  // namespace avx512
 
 void register_avx512(KernelTable &t) {
@@ -18,6 +19,7 @@ void register_avx512(KernelTable &t) {
     avx512::register_kquants(t);
     avx512::register_float(t);
     avx512::register_ternary(t);
+    avx512::register_iquants(t);
     (void)t;
 }
 
