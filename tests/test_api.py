@@ -112,3 +112,14 @@ def test_i2s_flat_tensor_round_trip():
     np.testing.assert_array_equal(deq, ternary.astype(np.float32))
     with pytest.raises(ValueError, match="whole rows"):
         K.matmul("I2_S", flat[:-1], x)
+
+
+def test_parity_command_runs_every_level_and_passes():
+    r = run_cli("parity", "--formats", "Q4_0,Q4_K,IQ2_XS,I2_S,BF16", "--rows", "9")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    from lowbit._native import lib
+    for lv in lib.levels():
+        assert f"Q4_K     {lv:<9}  8" in r.stdout
+    assert "all within contract" in r.stdout and "MISMATCH" not in r.stdout
+    r = run_cli("parity", "--formats", "Q9_9")
+    assert r.returncode == 1 and "unknown format" in r.stderr

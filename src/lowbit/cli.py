@@ -4,6 +4,7 @@
     lowbit chat [-m MODEL]                 interactive, with the model's chat template
     lowbit perplexity -m MODEL -f TEXT [--ctx 512]
     lowbit info                            CPU, ISA level, the kernel each format runs
+    lowbit parity [--formats ...]          every kernel vs the scalar reference and ggml
     lowbit bench kernels|membw|e2e         speed against ggml / llama.cpp in one run
 """
 from __future__ import annotations
@@ -151,8 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pp.set_defaults(func=cmd_perplexity)
 
-    from . import bench
+    from . import bench, parity
     bench.add_parser(sub)
+    parity.add_parser(sub)
     return p
 
 
