@@ -163,7 +163,7 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks against ggml on the same bytes (kernels, membw)",
+    p = sub.add_parser("bench", help="speed against ggml / llama.cpp in one run (kernels, membw, e2e)",
                        description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     bs = p.add_subparsers(dest="what", metavar="WHAT", required=True)
     k = bs.add_parser("kernels", help="row kernels vs ggml's vec_dot, per format and window size")
