@@ -24,6 +24,7 @@ from .formats import BY_ID, BY_NAME, Format
 from .formats import formats as all_formats
 from .formats import get as get_format
 from ._native import lib
+from .kernels import quantize, split_tensor
 
 DEFAULT_FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                    "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "IQ1_S",
@@ -33,9 +34,8 @@ DISTINCT_ROWS = 256
 
 def _weights(fmt: Format, n: int, rows: int, rng, ggml) -> np.ndarray:
     w = rng.standard_normal((min(rows, DISTINCT_ROWS), n)).astype(np.float32)
-    if fmt.name == "I2_S":
-        flat = lib.quantize(fmt.id, w)[0]
-        base = flat[: w.shape[0] * fmt.row_bytes(n)].reshape(w.shape[0], -1)
+    if fmt.name == "I2_S":  # ggml has no I2_S: lowbit's own quantizer
+        base = split_tensor(fmt, quantize(fmt, w), n)[0]
     else:
         base = ggml.quantize(fmt.name, w)
     reps = -(-rows // base.shape[0])

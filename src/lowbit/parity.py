@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 from ._native import lib
+from .kernels import quantize, split_tensor
 from .formats import BY_NAME, formats
 from .formats import get as get_format
 
@@ -26,10 +27,8 @@ TOL = 1e-5
 
 def _weights(ggml, f, rows: int, n: int, rng):
     w = rng.standard_normal((rows, n)).astype(np.float32)
-    if f.name == "I2_S":
-        flat = lib.quantize(f.id, w)[0]
-        rb = f.row_bytes(n)
-        return flat[: rows * rb].reshape(rows, rb), float(flat[rows * rb:][:4].view("<f4")[0])
+    if f.name == "I2_S":  # ggml has no I2_S: lowbit's own quantizer
+        return split_tensor(f, quantize(f, w), n)
     return ggml.quantize(f.name, w), 1.0
 
 
