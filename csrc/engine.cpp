@@ -56,7 +56,7 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
     };
     if (layer < 0) {
         if (name == "output_norm") { need(c_.dim); out_norm_ = v; return; }
-        if (name == "rope_freqs") { need(c_.rope_dims / 2); rope_freqs_ = v;
+        if (name == "rope_freqs") { need(c_.rope_dims / 2);  // llama3 frequency factors
             for (int i = 0; i < c_.rope_dims / 2; ++i)
                 inv_freq_[i] = (float)(std::pow((double)c_.rope_base, -2.0 * i / c_.rope_dims) / v[i]);
             return; }
@@ -113,6 +113,7 @@ void Engine::matmul(const Mat &m, const float *x, int T, float *out, bool reuse_
     if (af.id == T_F32) {
         act = reinterpret_cast<const uint8_t *>(x);
         arb = (size_t)m.n * sizeof(float);
+        act_type_ = -1;  // act_ no longer holds this input: the next matmul must quantize it
     } else {
         arb = row_bytes(&af, m.n);
         if (!(reuse_act && act_type_ == af.id)) {

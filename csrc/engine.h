@@ -67,7 +67,6 @@ private:
     std::vector<LayerWeights> layers_;
     Mat embd_, output_;
     const float *out_norm_ = nullptr;
-    const float *rope_freqs_ = nullptr;  // llama3 frequency factors [rope_dims/2]
     std::vector<float> inv_freq_;        // per rotated pair: base^(-2i/d) / factor_i
     // [layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
     std::vector<uint16_t> k16_, v16_;
