@@ -1,0 +1,137 @@
+"""Writing GGUF files: the one place that turns a float tensor into a format's bytes and a set
+of tensors into a model file. Used by `lowbit quantize` and `lowbit synth`.
+
+    quantize_tensor(fmt, w)   float w[rows, n] -> uint8 bytes of format fmt
+        F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 TQ1_0 TQ2_0   gguf-py's quantizers (numpy ports of
+                                                           ggml's reference quantizers)
+        I2_S                                               lowbit's (absmean ternarisation, one
+                                                           fp32 scale per tensor after the codes)
+        k- and i-quants                                    ggml's own (ggml_quantize_chunk from the
+                                                           llama-cpp-python wheel), else an error
+    Writer(path, arch)        gguf-py's GGUFWriter plus: I2_S tensors (type 36, which gguf-py does
+                              not know), metadata copied from another GGUF (e.g. the vocabulary)
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .formats import get as get_format
+
+GGUF_PY_FORMATS = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "TQ1_0", "TQ2_0"}
+# Metadata keys a model file takes from the file it was made from (the tokenizer), as they are.
+VOCAB_PREFIX = "tokenizer."
+
+
+def quantize_tensor(fmt, w: np.ndarray) -> np.ndarray:
+    """Quantize float weights w[..., n] (rows = product of the outer dims) into format fmt.
+
+    Returns uint8 bytes: [rows, row_bytes] for block formats, the flat tensor (rows then the
+    scale and pad) for I2_S. Raises ValueError if no quantizer for fmt is available here.
+    """
+    f = get_format(fmt)
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    n = w.shape[-1]
+    if n % f.block:
+        raise ValueError(f"{f.name}: a row of {n} values is not a whole number of {f.block}-value blocks")
+    w2 = w.reshape(-1, n)
+    if f.name == "I2_S":
+        from .kernels import quantize
+        return quantize("I2_S", w2)
+    if f.name in GGUF_PY_FORMATS:
+        import gguf
+        return gguf.quants.quantize(w2, gguf.GGMLQuantizationType[f.name]).view(np.uint8).reshape(w2.shape[0], -1)
+    try:
+        from .ggml_oracle import GGML_TYPES, ggml
+    except ImportError as e:  # pragma: no cover - ggml_oracle has no import-time deps
+        raise ValueError(f"no quantizer for {f.name}") from e
+    if f.name not in GGML_TYPES:
+        raise ValueError(f"no quantizer for {f.name}")
+    try:
+        g = ggml()
+    except RuntimeError as e:
+        raise ValueError(f"quantizing to {f.name} needs ggml's quantizer: install llama-cpp-python "
+                         f"(pip install 'lowbit[test]')") from e
+    return g.quantize(f.name, w2)
+
+
+class Writer:
+    """A GGUF model file being written (gguf-py's GGUFWriter underneath).
+
+        w = Writer("out.gguf", "llama")
+        w.copy_metadata(src.metadata, prefix="tokenizer.")   # the vocabulary of another file
+        w.add("blk.0.attn_q.weight", W, "Q4_0")               # float W[rows, n], quantized here
+        w.add_raw(name, fmt, shape, raw)                      # bytes already in fmt
+        w.close()
+    """
+
+    def __init__(self, path: str | os.PathLike, arch: str):
+        import gguf
+        self._g = gguf
+        self.w = gguf.GGUFWriter(str(path), arch)
+        self.arch = arch
+
+    # ---- metadata ------------------------------------------------------------------------
+    def meta(self, key: str, value, kind: str | None = None) -> None:
+        """Add one key; the type follows the Python value (int -> uint32 unless kind says
+        'int32'/'uint64'/..., float -> float32, bool, str, list of one of those)."""
+        g, w = self._g, self.w
+        if kind is not None:
+            vt = {"uint8": g.GGUFValueType.UINT8, "int8": g.GGUFValueType.INT8, "uint16": g.GGUFValueType.UINT16,
+                  "int16": g.GGUFValueType.INT16, "uint32": g.GGUFValueType.UINT32, "int32": g.GGUFValueType.INT32,
+                  "uint64": g.GGUFValueType.UINT64, "int64": g.GGUFValueType.INT64,
+                  "float32": g.GGUFValueType.FLOAT32, "float64": g.GGUFValueType.FLOAT64,
+                  "bool": g.GGUFValueType.BOOL, "string": g.GGUFValueType.STRING}[kind]
+            w.add_key_value(key, value, vt)
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, (int, np.integer)):
+            w.add_int32(key, int(value)) if value < 0 else w.add_uint32(key, int(value))
+        elif isinstance(value, (float, np.floating)):
+            w.add_float32(key, float(value))
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, (list, tuple, np.ndarray)):
+            w.add_array(key, list(value))
+        else:
+            raise TypeError(f"metadata {key}: cannot write a {type(value).__name__}")
+
+    def copy_metadata(self, metadata: dict, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
+        """Copy keys of another file's metadata (lowbit.gguf's typed dict) that start with prefix."""
+        for k, v in metadata.items():
+            if k.startswith(prefix) and k not in skip and not k.startswith("GGUF.") and k != "general.architecture":
+                if isinstance(v, np.ndarray):
+                    v = v.tolist()
+                self.meta(k, v)
+
+    # ---- tensors -------------------------------------------------------------------------
+    def add(self, name: str, w: np.ndarray, fmt="F32") -> None:
+        """Add float tensor w (numpy order, last dim = row) stored as format fmt."""
+        f = get_format(fmt)
+        w = np.asarray(w, dtype=np.float32)
+        if f.name == "F32":
+            self.w.add_tensor(name, np.ascontiguousarray(w))
+            return
+        self.add_raw(name, f, w.shape, quantize_tensor(f, w))
+
+    def add_raw(self, name: str, fmt, shape: tuple[int, ...], raw: np.ndarray) -> None:
+        """Add a tensor whose bytes are already in format fmt; shape in values, numpy order."""
+        f = get_format(fmt)
+        raw = np.ascontiguousarray(raw).view(np.uint8)
+        rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+        want = rows * f.row_bytes(shape[-1]) + f.tensor_pad
+        if raw.size != want:
+            raise ValueError(f"{name}: {f.name} {tuple(shape)} needs {want} bytes, got {raw.size}")
+        if f.name in self._g.GGMLQuantizationType.__members__:
+            self.w.add_tensor(name, raw.reshape(*shape[:-1], -1), raw_dtype=self._g.GGMLQuantizationType[f.name])
+        else:
+            # A type gguf-py does not know (I2_S, 36): int8 bytes keep GGUFWriter from converting
+            # the byte shape; the type id is written as given.
+            self.w.add_tensor(name, raw.view(np.int8), raw_shape=tuple(shape), raw_dtype=f.id)
+
+    def close(self) -> None:
+        self.w.write_header_to_file()
+        self.w.write_kv_data_to_file()
+        self.w.write_tensors_to_file()
+        self.w.close()
