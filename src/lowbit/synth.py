@@ -1,0 +1,143 @@
+"""Synthetic models: random-weight GGUF files that lowbit and llama.cpp both load, for tests and
+benchmarks (`lowbit synth KIND OUT.gguf [shape and type options]`).
+
+Every file carries the default model's vocabulary (SmolLM2's tokenizer.* keys), so it tokenizes
+like a real model and llama.cpp accepts it. Weights are Gaussian with std 1/sqrt(fan-in) (norm
+weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of layers.
+
+    synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3
+    one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from .writer import VOCAB_PREFIX, Writer
+
+
+def default_vocab() -> dict:
+    """The tokenizer.* metadata of the default model (SmolLM2, 49152 tokens)."""
+    from . import gguf
+    from .model import default_model_path
+    with gguf.open(default_model_path()) as f:
+        return {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                for k, v in f.metadata.items() if k.startswith(VOCAB_PREFIX)}
+
+
+def vocab_size(vocab: dict) -> int:
+    return len(vocab["tokenizer.ggml.tokens"])
+
+
+def gauss(rng: np.random.Generator, *shape: int, scale: float | None = None) -> np.ndarray:
+    """N(0, scale^2) float32, scale 1/sqrt(fan-in) (the last dim) unless given."""
+    s = np.float32(scale if scale is not None else 1.0 / np.sqrt(shape[-1]))
+    return rng.standard_normal(shape, dtype=np.float32) * s
+
+
+def norm_weight(rng: np.random.Generator, n: int) -> np.ndarray:
+    return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+
+def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, heads: int, kv_heads: int,
+                 head_dim: int, ctx: int, rope_base: float = 10000.0, eps: float = 1e-6) -> None:
+    """The llama-style hyperparameters every family shares, then the vocabulary."""
+    a = w.arch
+    for key, val in [("block_count", layers), ("context_length", ctx), ("embedding_length", dim),
+                     ("feed_forward_length", ffn), ("attention.head_count", heads),
+                     ("attention.head_count_kv", kv_heads), ("attention.key_length", head_dim),
+                     ("attention.value_length", head_dim), ("rope.dimension_count", head_dim)]:
+        w.meta(f"{a}.{key}", int(val))
+    w.meta(f"{a}.rope.freq_base", float(rope_base))
+    w.meta(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
+    w.meta("general.name", f"lowbit synthetic {a}")
+    w.meta("general.file_type", 0)  # mixed; lowbit reads each tensor's own type
+    w.copy_metadata(vocab, prefix=VOCAB_PREFIX)
+
+
+def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, ffn: int = 512, heads: int = 4,
+                kv_heads: int = 2, head_dim: int | None = None, ctx: int = 1024, wtype: str = "Q8_0",
+                embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0) -> str:
+    """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) model with random weights.
+
+    wtype: the format of the layer matrices; embd_type: token_embd; head_type: output.weight
+    (None: same as wtype; ignored when tied, where token_embd is the head).
+    """
+    if arch not in ("llama", "qwen2", "qwen3"):
+        raise ValueError(f"synth dense: arch must be llama, qwen2 or qwen3, not {arch!r}")
+    hd = head_dim or dim // heads
+    rng = np.random.default_rng(seed)
+    vocab = default_vocab()
+    nv = vocab_size(vocab)
+    w = Writer(path, arch)
+    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx)
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
+    if not tied:
+        w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    w.add("output_norm.weight", norm_weight(rng, dim))
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
+        w.add(p + "attn_k.weight", gauss(rng, kv_heads * hd, dim), wtype)
+        w.add(p + "attn_v.weight", gauss(rng, kv_heads * hd, dim), wtype)
+        w.add(p + "attn_output.weight", gauss(rng, dim, heads * hd), wtype)
+        w.add(p + "ffn_gate.weight", gauss(rng, ffn, dim), wtype)
+        w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
+        w.add(p + "ffn_down.weight", gauss(rng, dim, ffn), wtype)
+        if arch == "qwen2":
+            for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
+                w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
+        if arch == "qwen3":
+            w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
+            w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
+    w.close()
+    return str(path)
+
+
+def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, heads: int, kv_heads: int) -> None:
+    p.add_argument("out", help="the GGUF file to write")
+    p.add_argument("--layers", type=int, default=layers)
+    p.add_argument("--dim", type=int, default=dim, help="model width")
+    p.add_argument("--ffn", type=int, default=ffn, help="FFN width")
+    p.add_argument("--heads", type=int, default=heads)
+    p.add_argument("--kv-heads", type=int, default=kv_heads)
+    p.add_argument("--ctx", type=int, default=1024, help="context length written to the file")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _add_dense(ss) -> None:
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 model",
+                      description="Write a dense model with random weights and SmolLM2's vocabulary.")
+    _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
+    p.add_argument("--arch", default="llama", choices=["llama", "qwen2", "qwen3"])
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
+    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
+    p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head")
+    p.set_defaults(synth=lambda a: synth_dense(
+        a.out, arch=a.arch, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
+        ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed))
+
+
+# KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
+FAMILIES = {"dense": _add_dense}
+
+
+def cmd_synth(a: argparse.Namespace) -> int:
+    path = a.synth(a)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("synth", help="write a random-weight model (tests, benchmarks)",
+                       description="Write a GGUF model with random weights and the default model's "
+                                   "vocabulary, loadable by lowbit and llama.cpp.")
+    ss = s.add_subparsers(dest="kind", metavar="KIND", required=True)
+    for add in FAMILIES.values():
+        add(ss)
+    s.set_defaults(func=cmd_synth)
