@@ -1,6 +1,7 @@
 """The `lowbit` command line.
 
     lowbit run  [-m MODEL] [-p PROMPT] [-n N] [-t THREADS] [--temp T] [--seed S] ...
+                [--draft MODEL | --lookup] [--spec K]   speculative decoding
     lowbit chat [-m MODEL]                 interactive, with the model's chat template
     lowbit perplexity -m MODEL -f TEXT [--ctx 512]
     lowbit info                            CPU, ISA level, the kernel each format runs
@@ -69,14 +70,37 @@ def _load(a):
     return load(a.model, n_ctx=a.ctx, threads=a.threads)
 
 
+def _spec_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("speculative decoding (greedy output is identical to plain decoding)")
+    x = g.add_mutually_exclusive_group()
+    x.add_argument("--draft", default=None, metavar="MODEL",
+                   help="a smaller or lower-bit GGUF of the same vocabulary that proposes tokens")
+    x.add_argument("--lookup", action="store_true",
+                   help="propose tokens by n-gram lookup in the prompt and the text so far (no second model)")
+    g.add_argument("--spec", type=int, default=4, metavar="K", help="drafts per verify window (default 4)")
+
+
+def _drafter(a, m):
+    if a.lookup:
+        return "lookup"
+    if a.draft:
+        from .model import load
+        return load(a.draft, n_ctx=m.n_ctx, threads=a.threads)
+    return None
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     from .generate import Stats
     m = _load(a)
+    draft = _drafter(a, m)
     stats = Stats()
     prompt = a.prompt
+    if a.file:
+        with open(a.file, encoding="utf-8") as fh:
+            prompt = fh.read() + prompt
     if a.chat_template:
         prompt = m.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-    for piece in m.generate(prompt, max_tokens=a.n, stats=stats, **_sampling(a)):
+    for piece in m.generate(prompt, max_tokens=a.n, stats=stats, draft=draft, spec=a.spec, **_sampling(a)):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -134,8 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(r)
     r.add_argument("-p", "--prompt", default="The quick brown fox", help="the prompt")
     r.add_argument("-n", type=int, default=128, help="tokens to generate at most")
+    r.add_argument("-f", "--file", default=None, help="prepend this text file to the prompt")
     r.add_argument("--chat-template", action="store_true", help="wrap the prompt as a user message")
     _sampling_args(r)
+    _spec_args(r)
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("chat", help="interactive chat with the model's chat template")

@@ -59,17 +59,19 @@ def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, hea
 
 def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, ffn: int = 512, heads: int = 4,
                 kv_heads: int = 2, head_dim: int | None = None, ctx: int = 1024, wtype: str = "Q8_0",
-                embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0) -> str:
+                embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0,
+                vocab: dict | None = None) -> str:
     """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) model with random weights.
 
     wtype: the format of the layer matrices; embd_type: token_embd; head_type: output.weight
-    (None: same as wtype; ignored when tied, where token_embd is the head).
+    (None: same as wtype; ignored when tied, where token_embd is the head); vocab: tokenizer.*
+    metadata (None: the default model's).
     """
     if arch not in ("llama", "qwen2", "qwen3"):
         raise ValueError(f"synth dense: arch must be llama, qwen2 or qwen3, not {arch!r}")
     hd = head_dim or dim // heads
     rng = np.random.default_rng(seed)
-    vocab = default_vocab()
+    vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
     w = Writer(path, arch)
     write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx)
