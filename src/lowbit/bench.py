@@ -188,6 +188,8 @@ def add_parser(sub) -> None:
     e.add_argument("--gen-tokens", type=int, default=64)
     e.add_argument("--reps", type=int, default=3)
     e.set_defaults(func=lambda a: bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens, a.reps) and 0)
+    from .bench_spec import add_bench_parser
+    add_bench_parser(bs)
 
 
 def _run_membw(a) -> int:
