@@ -23,6 +23,7 @@ from lowbit.sampling import Sampler
 
 SCALAR = os.environ.get("LOWBIT_MAX_ISA") == "scalar"
 GEN = 8 if SCALAR else 24
+KS = [1, 3, 8] if SCALAR else list(range(1, 9))  # the scalar level is ~10x slower: fewer k there
 PROMPTS = [
     "The capital of France is",
     "Copy this list exactly: apples, pears, plums, cherries. Again: apples, pears,",
@@ -71,11 +72,11 @@ class Garbage:
         pass
 
 
-@pytest.mark.parametrize("prompt", PROMPTS[1:])
+@pytest.mark.parametrize("prompt", PROMPTS[1:2] if SCALAR else PROMPTS[1:])
 def test_greedy_speculative_equals_plain_for_every_k_and_drafter(target, draft, prompt):
     want, _ = tokens(target, prompt)
     accepted = {}
-    for k in range(1, 9):
+    for k in KS:
         for name, drafter in [("lookup", Lookup()), ("draft", DraftModel(draft, Sampler())), ("garbage", Garbage(k))]:
             got, st = tokens(target, prompt, drafter, k)
             assert got == want, f"{name} k={k}: first difference at {next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)}"
