@@ -203,15 +203,19 @@ class Model:
         self.tokens.extend(int(t) for t in tokens)
         return logits
 
-    def forward_batch(self, seqs: list[tuple[int, list[int]]], all_logits: bool = False) -> list[np.ndarray]:
+    def forward_batch(self, seqs: list[tuple[int, list[int]]], all_logits: bool = False,
+                      want: list[bool] | None = None) -> list[np.ndarray | None]:
         """Append each (slot, tokens) run at that slot's position, all runs in one pass (every
         weight row decoded once for the whole batch). A slot appears at most once. Returns, per
-        run, its logits [len(tokens) or 1, vocab]: bitwise what forward would give that slot alone."""
+        run, its logits [len(tokens) or 1, vocab]: bitwise what forward would give that slot alone;
+        None for runs whose want[i] is False (their output rows are not computed)."""
+        if want is not None and len(want) != len(seqs):
+            raise ValueError("forward_batch: want must have one entry per sequence")
         if not seqs:
             raise ValueError("forward_batch needs at least one sequence")
         toks, slots, poss, rows, counts = [], [], [], [], []
         seen = set()
-        for slot, run in seqs:
+        for i, (slot, run) in enumerate(seqs):
             if not 0 <= slot < self.n_slots:
                 raise ValueError(f"slot {slot} outside 0..{self.n_slots - 1}")
             if slot in seen:
@@ -226,8 +230,9 @@ class Model:
             toks.extend(run)
             slots.extend([slot] * len(run))
             poss.extend(range(p, p + len(run)))
-            rows.extend(range(base, base + len(run)) if all_logits else [base + len(run) - 1])
-            counts.append(len(run) if all_logits else 1)
+            n = 0 if want is not None and not want[i] else len(run) if all_logits else 1
+            rows.extend(range(base + len(run) - n, base + len(run)))
+            counts.append(n)
         logits = np.empty((len(rows), self.config.vocab), np.float32)
         self.engine.forward_batch(np.asarray(toks, np.int32), np.asarray(slots, np.int32),
                                   np.asarray(poss, np.int32), np.asarray(rows, np.int32), logits)
@@ -235,7 +240,7 @@ class Model:
         for (slot, run), n in zip(seqs, counts):
             self.slot_pos[slot] += len(run)
             self.slot_tokens[slot].extend(int(t) for t in run)
-            out.append(logits[at:at + n])
+            out.append(logits[at:at + n] if n else None)
             at += n
         return out
 
