@@ -350,3 +350,54 @@ def test_disconnect_while_waiting_for_a_whole_reply(server, client, ref):
     text, _, _ = alone(ref, "After the hang-up", 8)
     r = client.completions.create(model="synth", prompt="After the hang-up", max_tokens=8, temperature=0)
     assert r.choices[0].text == text
+
+
+# -- /health while loading, in process (the loader waits for the test) ---------------------------
+def test_health_503_while_loading_then_200(path):
+    import threading
+
+    import uvicorn
+
+    from lowbit.server.app import create_app
+    from serve_util import free_port
+
+    gate = threading.Event()
+
+    def load():
+        gate.wait(120)
+        return lowbit.load(path, n_ctx=64, threads=1, n_slots=2)
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    app = create_app(load, model_id="gated", parallel=2)
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    th = threading.Thread(target=srv.run, daemon=True)
+    th.start()
+    try:
+        wait_for(lambda: srv.started)
+        r = httpx.get(url + "/health")
+        assert r.status_code == 503 and r.json()["status"] == "loading"
+        for p in ("/v1/models", "/v1/status"):
+            is_error(httpx.get(url + p), 503)
+        is_error(httpx.post(url + "/v1/completions", json={"prompt": "x"}), 503)
+        gate.set()
+        wait_for(lambda: httpx.get(url + "/health").status_code == 200)
+        assert httpx.get(url + "/health").json() == {"status": "ok"}
+        c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        assert [m.id for m in c.models.list()] == ["gated"]
+    finally:
+        gate.set()
+        srv.should_exit = True
+        th.join(30)
+
+
+def test_failed_load_is_reported(tmp_path):
+    """A file that is not a model: /health says so (503) and the CLI exits 1 with the reason."""
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    s = Server("-m", str(bad))
+    try:
+        assert s.proc.wait(timeout=120) == 1
+        assert "error" in s.output() and "bad.gguf" in s.output()
+    finally:
+        s.stop()
