@@ -161,6 +161,28 @@ def test_concurrent_clients_same_as_alone(client, ref, server):
     assert steps < 0.5 * tokens, (steps, tokens)
 
 
+def test_logit_bias(client, ref):
+    """A bias of -100 on the token greedy decoding picks first moves the first pick elsewhere;
+    +100 on some token makes it the pick at every step."""
+    ids = ref.tokenize("Hello")
+    ref.reset()
+    lg = ref.forward(ids)[-1]
+    first = int(lg.argmax())
+    out = []
+    for _ in range(6):  # greedy with the bias, by hand
+        z = lg.copy()
+        z[first] -= 100
+        out.append(int(z.argmax()))
+        lg = ref.forward(out[-1:])[-1]
+    assert out[0] != first
+    r = client.completions.create(model="synth", prompt=ids, max_tokens=6, temperature=0,
+                                  logit_bias={str(first): -100})
+    assert r.choices[0].text == ref.detokenize(out)
+    r = client.completions.create(model="synth", prompt=ids, max_tokens=6, temperature=0,
+                                  logit_bias={"42": 100})
+    assert r.choices[0].text == ref.detokenize([42] * 6)
+
+
 def test_stop_strings(client, ref):
     prompt = "In the beginning"
     full, pieces, _ = alone(ref, prompt, 30)
@@ -240,6 +262,10 @@ GOOD_CHAT = {"model": "synth", "messages": [{"role": "user", "content": "hi"}], 
     ({"logprobs": True}, "logprobs"),
     ({"top_k": -1}, "top_k"),
     ({"repeat_penalty": 0}, "repeat_penalty"),
+    ({"logit_bias": [1]}, "logit_bias"),
+    ({"logit_bias": {"x": 1}}, "logit_bias"),
+    ({"logit_bias": {"1": 101}}, "logit_bias"),
+    ({"logit_bias": {str(10**7): 1}}, "logit_bias"),
 ])
 def test_bad_chat_fields_are_400(server, change, param):
     is_error(post(server, "/v1/chat/completions", {**GOOD_CHAT, **change}), 400, param)

@@ -9,9 +9,9 @@
 Bad input gets a 4xx with OpenAI's error body {"error": {"message", "type", "param", "code"}},
 never a 500: malformed JSON, a body that is not an object, wrong types, out-of-range values,
 a prompt that does not fit the context, max_tokens <= 0, a missing or wrong API key. Unknown
-fields are ignored (as OpenAI's own server does for unknown sampling extensions), and so are
-presence_penalty / frequency_penalty / logit_bias / response_format / tools, which lowbit does
-not implement. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
+fields are ignored, and so are presence_penalty / frequency_penalty / response_format / tools,
+which lowbit does not implement. logit_bias ({"token id": bias in -100..100}) is added to the
+logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
 """
 from __future__ import annotations
 
@@ -96,6 +96,26 @@ def _stop(d: dict) -> list[str]:
     if len(v) > MAX_STOP:
         raise ApiError(400, f"'stop' takes at most {MAX_STOP} strings", "stop")
     return [s for s in v if s]
+
+
+def _logit_bias(d: dict, vocab: int) -> dict[int, float]:
+    v = d.get("logit_bias")
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ApiError(400, "'logit_bias' must be an object mapping token ids to numbers", "logit_bias")
+    out = {}
+    for k, b in v.items():
+        try:
+            t = int(k)
+        except ValueError:
+            raise ApiError(400, f"'logit_bias': {k!r} is not a token id", "logit_bias") from None
+        if not 0 <= t < vocab:
+            raise ApiError(400, f"'logit_bias': token id {t} outside 0..{vocab - 1}", "logit_bias")
+        if not isinstance(b, (int, float)) or isinstance(b, bool) or not -100 <= b <= 100:
+            raise ApiError(400, f"'logit_bias': the bias of {k} must be a number in -100..100", "logit_bias")
+        out[t] = float(b)
+    return out
 
 
 def _sampler(d: dict) -> Sampler:
@@ -217,7 +237,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             raise ApiError(400, "'stream_options' must be an object", "stream_options")
         include_usage = _bool(so or {}, "include_usage", False)
         return dict(max_tokens=max_tokens, stream=stream, include_usage=include_usage, stop=_stop(d),
-                    sampler=_sampler(d))
+                    sampler=_sampler(d), logit_bias=_logit_bias(d, st.model.config.vocab))
 
     def fits(ids: list[int], param: str) -> None:
         n_ctx = st.model.n_ctx
@@ -236,7 +256,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             loop.call_soon_threadsafe(q.put_nowait, ev)
 
         max_tokens = o["max_tokens"] or st.model.n_ctx  # none given: until the context is full
-        req = Request(prompt=ids, max_tokens=max_tokens, sampler=o["sampler"], emit=emit, stop=o["stop"])
+        req = Request(prompt=ids, max_tokens=max_tokens, sampler=o["sampler"], emit=emit, stop=o["stop"],
+                      logit_bias=o["logit_bias"])
         try:
             sched.submit(req)
         except QueueFull as e:

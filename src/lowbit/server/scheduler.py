@@ -41,6 +41,7 @@ class Request:
     sampler: Sampler
     emit: Callable[[tuple], None]
     stop: list[str] = field(default_factory=list)
+    logit_bias: dict[int, float] = field(default_factory=dict)  # added to the logits before sampling
     id: int = field(default_factory=itertools.count().__next__)
     cancelled: bool = False
     # engine-thread state
@@ -209,6 +210,10 @@ class Scheduler:
         """Sample r's next token and emit its text; True when r has finished."""
         if r.cancelled:
             return False  # freed before the next step
+        if r.logit_bias:
+            logits = logits.copy()
+            for t, b in r.logit_bias.items():
+                logits[t] += b
         tok = r.sampler.sample(logits, r.history)
         if tok in self.eog:
             return self._finish(r, "stop")
