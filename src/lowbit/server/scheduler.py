@@ -73,7 +73,8 @@ class Scheduler:
         # counters (read by status(); written on the engine thread under _cv)
         self.done = self.cancelled = self.failed = 0
         self.prompt_tokens = self.generated_tokens = self.steps = self.decode_steps = 0
-        self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens sampled)
+        # (time, tokens sampled) of recent steps, for tokens/s (bounded: no growth when nobody asks)
+        self._recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
         self._thread = threading.Thread(target=self._loop, name="lowbit-engine", daemon=True)
         self._thread.start()
 
@@ -171,11 +172,7 @@ class Scheduler:
             try:
                 outs = self.model.forward_batch(batch, want=want)
             except Exception as e:  # noqa: BLE001 - reported to the requests, the server stays up
-                with self._cv:
-                    for r in who:
-                        self._release(r)
-                        self.failed += 1
-                        self._emit(r, ("error", f"{type(e).__name__}: {e}"))
+                self._fail(who, e)
                 continue
             sampled = 0
             finished = []
@@ -188,8 +185,11 @@ class Scheduler:
                 else:
                     r.next_token = None
                 sampled += 1
-                if self._sample(r, lg[-1]):
-                    finished.append(r)
+                try:
+                    if self._sample(r, lg[-1]):
+                        finished.append(r)
+                except Exception as e:  # noqa: BLE001 - one request's failure is its own
+                    self._fail([r], e)
             with self._cv:
                 self.steps += 1
                 self.decode_steps += sampled > 0
@@ -199,6 +199,14 @@ class Scheduler:
                     if r.slot >= 0:
                         self._release(r)
                         self.done += 1
+
+    def _fail(self, reqs: list[Request], e: Exception) -> None:
+        with self._cv:
+            for r in reqs:
+                if r.slot >= 0:
+                    self._release(r)
+                self.failed += 1
+                self._emit(r, ("error", f"{type(e).__name__}: {e}"))
 
     def _emit(self, r: Request, event: tuple) -> None:
         try:
