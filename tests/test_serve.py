@@ -204,7 +204,8 @@ def test_stop_strings(client, ref):
 
 def test_eog_and_context_limit(client, ref, server):
     """No max_tokens: generation runs until the slot's context is full (finish "length")."""
-    ids = ref.tokenize("Tell me everything.")
+    ids = ref.tokenize("Tell me everything. " * 40)  # ~200 tokens: the rest of the context is short
+    assert 150 < len(ids) < CTX - 20
     text, _, n = alone(ref, ids, CTX)
     r = client.completions.create(model="synth", prompt=ids, temperature=0)
     assert r.choices[0].text == text and r.usage.completion_tokens == n

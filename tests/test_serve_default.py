@@ -10,9 +10,10 @@ import pytest
 import lowbit
 from serve_util import Server, alone, chat_prompt
 
-N = 8 if os.environ.get("LOWBIT_MAX_ISA") == "scalar" else 24
+SCALAR = os.environ.get("LOWBIT_MAX_ISA") == "scalar"  # the reference kernels are slow: a shorter run
+N = 8 if SCALAR else 24
 QUESTIONS = ["What is the capital of France?", "Write a haiku about the sea.", "What is 12 times 12?",
-             "Name a famous physicist."]
+             "Name a famous physicist."][:2 if SCALAR else 4]
 
 
 @pytest.fixture(scope="module")
