@@ -288,6 +288,15 @@ def test_malformed_bodies_are_400(server, body):
         is_error(post(server, path, body, raw=True), 400)
 
 
+def test_text_that_cannot_be_tokenized(server):
+    """JSON may carry a lone surrogate, which is no Unicode text: 400, not a crash."""
+    r = post(server, "/v1/completions", b'{"prompt": "abc \\ud800 def", "max_tokens": 2}', raw=True)
+    is_error(r, 400, "prompt")
+    r = post(server, "/v1/chat/completions",
+             b'{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}', raw=True)
+    is_error(r, 400, "messages")
+
+
 def test_prompt_longer_than_context(server, client, ref):
     r = post(server, "/v1/completions", {"prompt": [1] * CTX, "max_tokens": 2})
     is_error(r, 400, "prompt")

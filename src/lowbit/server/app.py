@@ -26,6 +26,7 @@ import uuid
 from typing import Callable
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -239,6 +240,14 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         return dict(max_tokens=max_tokens, stream=stream, include_usage=include_usage, stop=_stop(d),
                     sampler=_sampler(d), logit_bias=_logit_bias(d, st.model.config.vocab))
 
+    async def tokenize(text: str, param: str) -> list[int]:
+        """On a worker thread: a long prompt must not stall the other clients' streams."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate ("\ud800" in the JSON) is no Unicode text
+            raise ApiError(400, f"the text is not valid Unicode: {e.reason} at character {e.start}", param) from None
+        return await run_in_threadpool(st.model.tokenize, text)
+
     def fits(ids: list[int], param: str) -> None:
         n_ctx = st.model.n_ctx
         if not ids:
@@ -359,7 +368,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             prompt = tok.apply_chat_template(messages, add_generation_prompt=True)
         except Exception as e:  # noqa: BLE001 - the template's own complaint (roles, order) is the client's
             raise ApiError(400, f"chat template: {e}", "messages") from None
-        ids = st.model.tokenize(prompt)
+        ids = await tokenize(prompt, "messages")
         fits(ids, "messages")
         return await run(request, ids, o, chat=True)
 
@@ -371,7 +380,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             p = p[0]  # a batch of one prompt
         vocab = st.model.config.vocab
         if isinstance(p, str):
-            ids = st.model.tokenize(p)
+            ids = await tokenize(p, "prompt")
         elif isinstance(p, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
             if any(not 0 <= t < vocab for t in p):
                 raise ApiError(400, f"'prompt': token ids must be in 0..{vocab - 1}", "prompt")
