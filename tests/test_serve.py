@@ -329,6 +329,19 @@ def test_unknown_fields_ignored_and_routes(server, client, ref):
     is_error(post(server, "/v1/completions", b"{" + b" " * (9 << 20) + b"}", raw=True), 413)
 
 
+def test_edge_values_are_served(client, ref):
+    """Values at the edges of their ranges are served, not failed: a negative or huge seed, a
+    temperature so small that logits / t would overflow (its limit, greedy), top_p 0."""
+    ids = ref.tokenize("Edges")
+    greedy, _, _ = alone(ref, ids, 4)
+    for extra in ({"seed": -5, "temperature": 0.5}, {"seed": 2**70, "temperature": 0.5},
+                  {"temperature": 1e-300}, {"temperature": 0.7, "top_p": 0}):
+        r = client.completions.create(model="synth", prompt=ids, max_tokens=4, **extra)
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 4
+        if "seed" not in extra:
+            assert r.choices[0].text == greedy
+
+
 def test_server_survives_bad_input(server, client, ref):
     """After every bad request above (and a burst now), the server still answers correctly."""
     bad = [b"{", b"[]", json.dumps({"messages": 3}).encode(), json.dumps({**GOOD_CHAT, "max_tokens": 0}).encode()]

@@ -121,12 +121,15 @@ def _logit_bias(d: dict, vocab: int) -> dict[int, float]:
 
 def _sampler(d: dict) -> Sampler:
     top_p = _num(d, "top_p", 1.0, 0.0, 1.0)
-    return Sampler(temperature=_num(d, "temperature", 1.0, 0.0, 2.0),
+    temperature = _num(d, "temperature", 1.0, 0.0, 2.0)
+    seed = _int(d, "seed", None)
+    return Sampler(temperature=temperature if temperature >= 1e-4 else 0.0,  # the t -> 0 limit: greedy (and
+                   #                                                     no overflow of logits / t)
                    top_k=_int(d, "top_k", 0, lo=0),
                    top_p=top_p if top_p > 0 else 1e-12,  # 0: only the most likely token remains
                    min_p=_num(d, "min_p", 0.0, 0.0, 1.0),
                    repeat_penalty=_num(d, "repeat_penalty", 1.0, 0.0, 100.0, lo_open=True),
-                   seed=_int(d, "seed", None))
+                   seed=None if seed is None else seed & (2**64 - 1))  # any integer, as OpenAI takes
 
 
 def _chat_text(messages) -> list[dict]:
