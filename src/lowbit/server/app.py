@@ -181,8 +181,9 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
     def loader():
         try:
             model = load()
-            st.scheduler = Scheduler(model, parallel, step_tokens=step_tokens, max_queue=max_queue)
+            sched = Scheduler(model, parallel, step_tokens=step_tokens, max_queue=max_queue)
             st.model = model
+            st.scheduler = sched  # last: handlers take a set scheduler to mean "ready"
         except Exception as e:  # noqa: BLE001 - reported by /health and the CLI
             st.load_error = f"{type(e).__name__}: {e}"
             if st.on_load_error:
