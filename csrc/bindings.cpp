@@ -242,15 +242,16 @@ NB_MODULE(_lowbit, m) {
     nb::class_<Engine>(m, "Engine")
         .def("__init__", [](Engine *e, int n_layer, int dim, int n_head, int n_kv, int head_dim, int ffn, int vocab,
                             int n_ctx, float eps, float rope_base, float rope_scale, int rope_dims, bool rope_neox,
-                            bool kv_f16) {
+                            bool kv_f16, int n_slots) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
-            c.rope_dims = rope_dims; c.rope_neox = rope_neox; c.kv_f16 = kv_f16;
+            c.rope_dims = rope_dims; c.rope_neox = rope_neox; c.kv_f16 = kv_f16; c.n_slots = n_slots;
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
-           nb::arg("rope_scale"), nb::arg("rope_dims"), nb::arg("rope_neox"), nb::arg("kv_f16") = true)
+           nb::arg("rope_scale"), nb::arg("rope_dims"), nb::arg("rope_neox"), nb::arg("kv_f16") = true,
+           nb::arg("n_slots") = 1)
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;
@@ -275,7 +276,24 @@ NB_MODULE(_lowbit, m) {
             float *lg = logits.data();
             nb::gil_scoped_release nogil;
             e.forward(tk, T, pos, lg, all_logits);
-        });
+        })
+        // tokens, slots, pos: int32[T]; out_rows: int32[n_out]; logits: float32[n_out, vocab]
+        .def("forward_batch", [](Engine &e, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> tokens,
+                                 nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> slots,
+                                 nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> pos,
+                                 nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> out_rows,
+                                 F32Out logits) {
+            const int T = (int)tokens.shape(0), n_out = (int)out_rows.shape(0);
+            if (slots.shape(0) != tokens.shape(0) || pos.shape(0) != tokens.shape(0))
+                throw std::invalid_argument("forward_batch: tokens, slots and pos differ in length");
+            if ((int64_t)logits.shape(0) != n_out || (int64_t)logits.shape(1) != e.config().vocab)
+                throw std::invalid_argument("forward_batch: logits buffer has the wrong shape");
+            const int32_t *tk = tokens.data(), *sl = slots.data(), *ps = pos.data(), *rw = out_rows.data();
+            float *lg = logits.data();
+            nb::gil_scoped_release nogil;
+            e.forward_batch(tk, sl, ps, T, rw, n_out, lg);
+        })
+        .def_prop_ro("n_slots", [](const Engine &e) { return e.config().n_slots; });
 
     m.def("stats", [] {
         std::vector<nb::tuple> out;

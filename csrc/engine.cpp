@@ -16,7 +16,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         c.vocab <= 0 || c.n_ctx <= 0 || c.n_head % c.n_kv != 0 || c.rope_dims <= 0 || c.rope_dims > c.head_dim ||
         c.rope_dims % 2 != 0)
         throw std::invalid_argument("engine: inconsistent model dimensions");
-    const size_t kv = (size_t)c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
+    if (c.n_slots < 1) throw std::invalid_argument("engine: n_slots must be >= 1");
+    const size_t kv = (size_t)c.n_slots * c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
     if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(kv, 0); }
     else { k32_.assign(kv, 0.0f); v32_.assign(kv, 0.0f); }
     inv_freq_.resize(c.rope_dims / 2);
@@ -141,11 +142,11 @@ void Engine::rmsnorm(const float *x, const float *w, float *out, int T, int len)
     }
 }
 
-// Rotary embedding of v[T][heads][head_dim] at positions pos..pos+T-1.
-void Engine::rope(float *v, int T, int pos, int heads) const {
+// Rotary embedding of v[T][heads][head_dim], token t at position pos[t].
+void Engine::rope(float *v, int T, const int32_t *pos, int heads) const {
     const int hd = c_.head_dim, half = c_.rope_dims / 2;
     for (int t = 0; t < T; ++t) {
-        const double p = (double)(pos + t) * c_.rope_scale;
+        const double p = (double)pos[t] * c_.rope_scale;
         for (int i = 0; i < half; ++i) {
             const double th = p * inv_freq_[i];
             const float cs = (float)std::cos(th), sn = (float)std::sin(th);
@@ -185,9 +186,11 @@ static void attend_f32(const float *qv, const float *K, const float *V, int len,
     }
 }
 
-void Engine::attention(int layer, const float *q, int T, int pos, float *out) {
+// Token t attends to positions 0..pos[t] of its own slot slots[t].
+void Engine::attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out) {
     const int hd = c_.head_dim, nh = c_.n_head, group = c_.n_head / c_.n_kv, kd = c_.n_kv * hd;
-    const size_t base = (size_t)layer * c_.n_ctx * kd;
+    int maxlen = 0;
+    for (int t = 0; t < T; ++t) maxlen = pos[t] + 1 > maxlen ? pos[t] + 1 : maxlen;
     const float scale = 1.0f / std::sqrt((float)hd);
     const int64_t items = (int64_t)T * nh;
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
@@ -195,16 +198,16 @@ void Engine::attention(int layer, const float *q, int T, int pos, float *out) {
     ThreadPool::instance().run(items < threads ? (int)items : threads, [&](int i, int nth) {
         int64_t b, e;
         split_range(items, i, nth, &b, &e);
-        std::vector<float> sc((size_t)pos + T);
+        std::vector<float> sc((size_t)maxlen);
         for (int64_t it = b; it < e; ++it) {
             const int t = (int)(it / nh), h = (int)(it % nh), kvh = h / group;
             const float *qv = q + ((size_t)t * nh + h) * hd;
             float *o = out + ((size_t)t * nh + h) * hd;
-            const size_t off = base + (size_t)kvh * hd;
+            const size_t off = kv_offset(slots[t], layer, 0) + (size_t)kvh * hd;
             if (c_.kv_f16)
-                attn16(qv, k16_.data() + off, v16_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o);
+                attn16(qv, k16_.data() + off, v16_.data() + off, pos[t] + 1, hd, kd, scale, sc.data(), o);
             else
-                attend_f32(qv, k32_.data() + off, v32_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o);
+                attend_f32(qv, k32_.data() + off, v32_.data() + off, pos[t] + 1, hd, kd, scale, sc.data(), o);
         }
     });
 }
@@ -231,9 +234,33 @@ void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool 
     if (pos < 0 || pos + T > c_.n_ctx)
         throw std::invalid_argument("forward: positions " + std::to_string(pos) + ".." + std::to_string(pos + T - 1) +
                                     " exceed the context of " + std::to_string(c_.n_ctx));
-    for (int t = 0; t < T; ++t)
+    std::vector<int32_t> slots((size_t)T, 0), ps((size_t)T), rows;
+    for (int t = 0; t < T; ++t) ps[(size_t)t] = pos + t;
+    for (int t = all_logits ? 0 : T - 1; t < T; ++t) rows.push_back(t);
+    forward_batch(tokens, slots.data(), ps.data(), T, rows.data(), (int)rows.size(), logits);
+}
+
+void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T,
+                           const int32_t *out_rows, int n_out, float *logits) {
+    if (T < 1) throw std::invalid_argument("forward: need at least one token");
+    for (int t = 0; t < T; ++t) {
         if (tokens[t] < 0 || tokens[t] >= c_.vocab)
             throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
+        if (slots[t] < 0 || slots[t] >= c_.n_slots)
+            throw std::invalid_argument("forward: slot " + std::to_string(slots[t]) + " outside 0.." +
+                                        std::to_string(c_.n_slots - 1));
+        if (pos[t] < 0 || pos[t] >= c_.n_ctx)
+            throw std::invalid_argument("forward: position " + std::to_string(pos[t]) + " exceeds the context of " +
+                                        std::to_string(c_.n_ctx));
+        for (int u = 0; u < t; ++u)  // T is a batch (tens of tokens): quadratic is fine
+            if (slots[u] == slots[t] && pos[u] == pos[t])
+                throw std::invalid_argument("forward: two tokens at position " + std::to_string(pos[t]) +
+                                            " of slot " + std::to_string(slots[t]));
+    }
+    if (n_out < 0) throw std::invalid_argument("forward: negative output count");
+    for (int i = 0; i < n_out; ++i)
+        if (out_rows[i] < 0 || out_rows[i] >= T)
+            throw std::invalid_argument("forward: output row " + std::to_string(out_rows[i]) + " outside the batch");
     const int dim = c_.dim, hd = c_.head_dim, qd = c_.n_head * hd, kd = c_.n_kv * hd, ffn = c_.ffn;
     x_.resize((size_t)T * dim); h_.resize((size_t)T * dim); q_.resize((size_t)T * qd);
     k_.resize((size_t)T * kd); v_.resize((size_t)T * kd); att_.resize((size_t)T * qd);
@@ -255,14 +282,16 @@ void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool 
         if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
         rope(q_.data(), T, pos, c_.n_head);
         rope(k_.data(), T, pos, c_.n_kv);
-        const size_t at = ((size_t)l * c_.n_ctx + pos) * kd, cnt = (size_t)T * kd;
-        if (c_.kv_f16) {
-            for (size_t i = 0; i < cnt; ++i) { k16_[at + i] = f32_to_fp16(k_[i]); v16_[at + i] = f32_to_fp16(v_[i]); }
-        } else {
-            std::memcpy(k32_.data() + at, k_.data(), sizeof(float) * cnt);
-            std::memcpy(v32_.data() + at, v_.data(), sizeof(float) * cnt);
+        for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
+            const size_t at = kv_offset(slots[t], l, pos[t]), src = (size_t)t * kd;
+            if (c_.kv_f16) {
+                for (int i = 0; i < kd; ++i) { k16_[at + i] = f32_to_fp16(k_[src + i]); v16_[at + i] = f32_to_fp16(v_[src + i]); }
+            } else {
+                std::memcpy(k32_.data() + at, k_.data() + src, sizeof(float) * kd);
+                std::memcpy(v32_.data() + at, v_.data() + src, sizeof(float) * kd);
+            }
         }
-        attention(l, q_.data(), T, pos, att_.data());
+        attention(l, q_.data(), T, slots, pos, att_.data());
         matmul(L.wo, att_.data(), T, h_.data());
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
 
@@ -276,8 +305,9 @@ void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool 
         matmul(L.wdown, g_.data(), T, h_.data());
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
     }
-    const int first = all_logits ? 0 : T - 1, n_out = T - first;
-    rmsnorm(x_.data() + (size_t)first * dim, out_norm_, h_.data(), n_out, dim);
+    if (n_out == 0) return;
+    for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
+        rmsnorm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, h_.data() + (size_t)i * dim, 1, dim);
     matmul(output_, h_.data(), n_out, logits);
 }
 

@@ -40,6 +40,7 @@ struct EngineConfig {
     int rope_dims = 0;           // rotated dims per head (<= head_dim)
     bool rope_neox = false;      // false: adjacent pairs (x[2i], x[2i+1]); true: (x[i], x[i+d/2])
     bool kv_f16 = true;          // KV cache in IEEE half (as llama.cpp's default), else float32
+    int n_slots = 1;             // KV slots (sequences), each n_ctx positions, allocated up front
 };
 
 class Engine {
@@ -50,7 +51,16 @@ public:
     void set_threads(int t) { threads_ = t; }
     // Run tokens[0..T) at positions pos..pos+T-1 (the KV cache holds positions < pos).
     // logits: [T][vocab] if all_logits, else [1][vocab] for the last token.
+    // The slot-0 case of forward_batch.
     void forward(const int32_t *tokens, int T, int pos, float *logits, bool all_logits);
+    // Several sequences in one pass: token t sits in KV slot slots[t] at position pos[t] (that
+    // slot's cache holds its positions < pos[t], or they come earlier in this batch). Every
+    // matmul runs once over all T tokens (each weight row decoded once per window of 8);
+    // attention runs per token against its own slot. (slot, pos) pairs must be distinct.
+    // logits: [n_out][vocab], row i for token out_rows[i]. A token's logits are bitwise the
+    // same whatever else is in the batch (I2 and per-token norms, rope and attention).
+    void forward_batch(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T,
+                       const int32_t *out_rows, int n_out, float *logits);
     const EngineConfig &config() const { return c_; }
     // Check every required weight is set and shaped right; returns "" or the problem.
     std::string validate() const;
@@ -60,15 +70,18 @@ private:
     // quantized copy is reused when the activation format is the same.
     void matmul(const Mat &m, const float *x, int T, float *out, bool reuse_act = false);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
-    void rope(float *v, int T, int pos, int heads) const;
-    void attention(int layer, const float *q, int T, int pos, float *out);
+    void rope(float *v, int T, const int32_t *pos, int heads) const;
+    void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);
+    size_t kv_offset(int slot, int layer, int pos) const {  // element offset of (slot, layer, pos) in the cache
+        return (((size_t)slot * c_.n_layer + layer) * c_.n_ctx + pos) * ((size_t)c_.n_kv * c_.head_dim);
+    }
 
     EngineConfig c_;
     std::vector<LayerWeights> layers_;
     Mat embd_, output_;
     const float *out_norm_ = nullptr;
     std::vector<float> inv_freq_;        // per rotated pair: base^(-2i/d) / factor_i
-    // [layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
+    // [slot][layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
     std::vector<uint16_t> k16_, v16_;
     std::vector<float> k32_, v32_;
     std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_;

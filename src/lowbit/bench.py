@@ -3,6 +3,7 @@
     lowbit bench kernels [--formats Q4_0,Q4_K] [--nt 1,2,4,8] [--threads N] [--cpu N]
                          [--reps N] [--mb MB] [--n N] [--json]
     lowbit bench membw [--mb MB] [--threads N]
+    lowbit bench serve [-m MODEL] [-t 2] [--clients 8] [--tokens 128]   (lowbit/server/bench.py)
 
 For each format the weight matrix is `--mb` MB of rows of `--n` values (a few hundred
 distinct rows quantized by ggml's own quantizer, tiled to the working set), the activations
@@ -190,6 +191,8 @@ def add_parser(sub) -> None:
     e.set_defaults(func=lambda a: bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens, a.reps) and 0)
     from .bench_spec import add_bench_parser
     add_bench_parser(bs)
+    from .server.bench import add_parser as add_serve
+    add_serve(bs)
 
 
 def _run_membw(a) -> int:

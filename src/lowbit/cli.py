@@ -9,6 +9,7 @@
     lowbit bench kernels|membw|e2e         speed against ggml / llama.cpp in one run
     lowbit quantize IN OUT --type T        rewrite a model in another weight format
     lowbit synth KIND OUT.gguf             a random-weight model (tests, benchmarks)
+    lowbit serve [-m MODEL] [--port 8080]  an OpenAI-compatible server (extra [server])
 """
 from __future__ import annotations
 
@@ -180,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pp.set_defaults(func=cmd_perplexity)
 
-    from . import bench, parity, quantize, synth
+    from . import bench, parity, quantize, server, synth
+    server.add_parser(sub)
     bench.add_parser(sub)
     parity.add_parser(sub)
     synth.add_parser(sub)

@@ -7,8 +7,9 @@ Families differ by config fields, not by copies of the model:
     qwen2    neox      -          yes
     qwen3    neox      yes        -
 
-Weights stay in the GGUF mmap; the engine gets views of them. The KV cache is preallocated
-for n_ctx positions (float32).
+Weights stay in the GGUF mmap; the engine gets views of them. The KV cache (half) is
+preallocated: n_slots sequences ("slots") of n_ctx positions each. forward/rewind work on slot
+0; forward_batch runs tokens of several slots in one pass (the server's batched decode).
 """
 from __future__ import annotations
 
@@ -104,7 +105,8 @@ class ModelConfig:
 class Model:
     """A loaded model: config, tokenizer, the native engine and its KV cache."""
 
-    def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None):
+    def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
+                 n_slots: int = 1):
         self.path = os.fspath(path) if path is not None else default_model_path()
         self.file = gguf.open(self.path)
         self.config = c = ModelConfig.from_gguf(self.file)
@@ -113,14 +115,31 @@ class Model:
         self.n_ctx = int(n_ctx or min(c.train_ctx, DEFAULT_CTX))
         if self.n_ctx < 1:
             raise ValueError("n_ctx must be positive")
+        self.n_slots = int(n_slots)
+        if self.n_slots < 1:
+            raise ValueError("n_slots must be >= 1")
         self._keep = []  # arrays the engine points into
         self.engine = lib.Engine(c.n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, self.n_ctx,
-                                 c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox)
+                                 c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, self.n_slots)
         if threads:
             self.engine.set_threads(int(threads))
         self._bind_weights()
-        self.pos = 0          # positions held in the KV cache
-        self.tokens: list[int] = []  # the tokens at those positions
+        # per slot: the positions held in its KV cache, and the tokens at those positions
+        self.slot_pos = [0] * self.n_slots
+        self.slot_tokens: list[list[int]] = [[] for _ in range(self.n_slots)]
+
+    # slot 0 is the single-sequence API's cache
+    @property
+    def pos(self) -> int:
+        return self.slot_pos[0]
+
+    @pos.setter
+    def pos(self, v: int) -> None:
+        self.slot_pos[0] = v
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.slot_tokens[0]
 
     # -- weights -------------------------------------------------------------------------
     def _tensor(self, name: str) -> gguf.Tensor:
@@ -184,12 +203,55 @@ class Model:
         self.tokens.extend(int(t) for t in tokens)
         return logits
 
-    def rewind(self, pos: int) -> None:
-        """Forget positions >= pos (speculative rollback, a new prompt): O(1), nothing copied."""
-        if not 0 <= pos <= self.pos:
-            raise ValueError(f"cannot rewind to {pos} (cache holds {self.pos})")
-        self.pos = pos
-        del self.tokens[pos:]
+    def forward_batch(self, seqs: list[tuple[int, list[int]]], all_logits: bool = False,
+                      want: list[bool] | None = None) -> list[np.ndarray | None]:
+        """Append each (slot, tokens) run at that slot's position, all runs in one pass (every
+        weight row decoded once for the whole batch). A slot appears at most once. Returns, per
+        run, its logits [len(tokens) or 1, vocab]: bitwise what forward would give that slot alone;
+        None for runs whose want[i] is False (their output rows are not computed)."""
+        if want is not None and len(want) != len(seqs):
+            raise ValueError("forward_batch: want must have one entry per sequence")
+        if not seqs:
+            raise ValueError("forward_batch needs at least one sequence")
+        toks, slots, poss, rows, counts = [], [], [], [], []
+        seen = set()
+        for i, (slot, run) in enumerate(seqs):
+            if not 0 <= slot < self.n_slots:
+                raise ValueError(f"slot {slot} outside 0..{self.n_slots - 1}")
+            if slot in seen:
+                raise ValueError(f"slot {slot} appears twice in one batch")
+            seen.add(slot)
+            if not run:
+                raise ValueError(f"slot {slot}: no tokens")
+            p = self.slot_pos[slot]
+            if p + len(run) > self.n_ctx:
+                raise ValueError(f"context full: slot {slot} holds {p} + {len(run)} tokens > n_ctx {self.n_ctx}")
+            base = len(toks)
+            toks.extend(run)
+            slots.extend([slot] * len(run))
+            poss.extend(range(p, p + len(run)))
+            n = 0 if want is not None and not want[i] else len(run) if all_logits else 1
+            rows.extend(range(base + len(run) - n, base + len(run)))
+            counts.append(n)
+        logits = np.empty((len(rows), self.config.vocab), np.float32)
+        self.engine.forward_batch(np.asarray(toks, np.int32), np.asarray(slots, np.int32),
+                                  np.asarray(poss, np.int32), np.asarray(rows, np.int32), logits)
+        out, at = [], 0
+        for (slot, run), n in zip(seqs, counts):
+            self.slot_pos[slot] += len(run)
+            self.slot_tokens[slot].extend(int(t) for t in run)
+            out.append(logits[at:at + n] if n else None)
+            at += n
+        return out
+
+    def rewind(self, pos: int, slot: int = 0) -> None:
+        """Forget positions >= pos of a slot (speculative rollback, a new prompt): O(1), nothing copied."""
+        if not 0 <= slot < self.n_slots:
+            raise ValueError(f"slot {slot} outside 0..{self.n_slots - 1}")
+        if not 0 <= pos <= self.slot_pos[slot]:
+            raise ValueError(f"cannot rewind to {pos} (cache holds {self.slot_pos[slot]})")
+        self.slot_pos[slot] = pos
+        del self.slot_tokens[slot][pos:]
 
     def reset(self) -> None:
         self.rewind(0)
@@ -218,6 +280,8 @@ class Model:
         yield from self.generate(prompt, max_tokens=max_tokens, **sampling)
 
 
-def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None) -> Model:
-    """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1)."""
-    return Model(path, n_ctx=n_ctx, threads=threads)
+def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
+         n_slots: int = 1) -> Model:
+    """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1); n_slots KV
+    slots of n_ctx positions each."""
+    return Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots)
