@@ -7,6 +7,7 @@
 // arithmetic is the same whether it runs alone or in a window (the row kernels keep I2;
 // attention computes each query row on its own), so greedy speculative decoding is exact.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,11 +26,31 @@ struct Mat {
     bool present() const { return type >= 0; }
 };
 
+// Bytes of a weight matrix's rows (what one pass over it streams).
+inline double mat_bytes(const Mat &m) { return m.present() ? (double)m.rows * (double)m.stride : 0.0; }
+using Clock = std::chrono::steady_clock;
+inline Clock::time_point now() { return Clock::now(); }
+inline double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
 struct LayerWeights {
     const float *attn_norm = nullptr, *ffn_norm = nullptr;  // [dim]
     const float *q_norm = nullptr, *k_norm = nullptr;       // [head_dim] (qwen3)
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr; // [n_head*hd], [n_kv*hd] (qwen2)
     Mat wq, wk, wv, wo, wgate, wup, wdown;
+    // Mixture of experts (n_expert > 0): the router and the experts' 3-D GGUF tensors seen
+    // as one matrix each, expert e's rows at e * rows_per_expert (csrc/moe.cpp).
+    Mat router;                           // ffn_gate_inp  [n_expert, dim]
+    Mat gate_exps, up_exps, down_exps;    // [n_expert * expert_ffn, dim], [n_expert * dim, expert_ffn]
+    Mat sh_gate, sh_up, sh_down;          // qwen2moe's shared expert [shexp_ffn, dim], [dim, shexp_ffn]
+    Mat sh_gate_inp;                      // its sigmoid gate [1, dim]
+};
+
+// Per-layer counters of the forward passes since the last reset (lowbit run --stats).
+struct LayerStats {
+    int64_t calls = 0, tokens = 0;
+    int64_t distinct_experts = 0;  // summed over calls: experts used by at least one token of the window
+    double weight_bytes = 0;       // weight bytes the row kernels streamed (each matrix row once per call)
+    double t_attn = 0, t_router = 0, t_experts = 0, t_ffn = 0;  // seconds (t_ffn: dense FFN / shared expert)
 };
 
 struct EngineConfig {
@@ -40,6 +61,12 @@ struct EngineConfig {
     int rope_dims = 0;           // rotated dims per head (<= head_dim)
     bool rope_neox = false;      // false: adjacent pairs (x[2i], x[2i+1]); true: (x[i], x[i+d/2])
     bool kv_f16 = true;          // KV cache in IEEE half (as llama.cpp's default), else float32
+    bool qk_norm_full = false;   // q/k RMSNorm over the whole q / k vector (olmoe), not per head
+    // Mixture of experts: n_expert == 0 for a dense model.
+    int n_expert = 0, n_expert_used = 0, expert_ffn = 0;
+    int shexp_ffn = 0;           // qwen2moe's shared expert width (0: none)
+    bool expert_norm = false;    // renormalise the top-K probabilities to sum 1 (qwen3moe, mixtral)
+    float expert_scale = 1.0f;   // the routing weights' scale (GGUF expert_weights_scale; 1: none)
 };
 
 class Engine {
@@ -54,6 +81,13 @@ public:
     const EngineConfig &config() const { return c_; }
     // Check every required weight is set and shaped right; returns "" or the problem.
     std::string validate() const;
+    // Per-layer stats (n_layer entries); collected only while enabled.
+    void set_stats(bool on) { stats_on_ = on; }
+    const std::vector<LayerStats> &stats() const { return stats_; }
+    void reset_stats() { stats_.assign((size_t)c_.n_layer, LayerStats{}); }
+    // The experts each token of the last forward call chose at layer l: [T][n_expert_used],
+    // in rank order (tests check routing is not degenerate).
+    const std::vector<int32_t> &last_routes(int l) const { return routes_[(size_t)l]; }
 
 private:
     // reuse_act: x is the same input as the previous matmul's (q/k/v, gate/up): its
@@ -62,6 +96,10 @@ private:
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
     void rope(float *v, int T, int pos, int heads) const;
     void attention(int layer, const float *q, int T, int pos, float *out);
+    // The MoE feed-forward (csrc/moe.cpp): out[T][dim] = sum over each token's top-K experts
+    // (in rank order) of weight * expert(x), plus the shared expert if any.
+    void moe_ffn(int layer, const float *x, int T, float *out);
+    void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out);
 
     EngineConfig c_;
     std::vector<LayerWeights> layers_;
@@ -75,6 +113,13 @@ private:
     std::vector<uint8_t> act_;
     int act_type_ = -1;  // format of what act_ holds (-1: nothing reusable)
     int threads_ = 0;
+    // MoE scratch (csrc/moe.cpp)
+    std::vector<float> rlog_, rx_, wsel_, eg_, eu_, ed_, sh_, mo_;
+    std::vector<int32_t> sel_, slot_of_, slot_tok_, ecount_, eoff_;
+    std::vector<uint8_t> xq_, xs_, us_, ys_;
+    std::vector<std::vector<int32_t>> routes_;
+    bool stats_on_ = false;
+    std::vector<LayerStats> stats_;
 };
 
 }  // namespace lowbit
