@@ -288,6 +288,11 @@ NB_MODULE(_lowbit, m) {
             if (layer < 0 || layer >= e.config().n_layer) throw std::invalid_argument("last_routes: no such layer");
             return e.last_routes(layer);
         }, "The experts each token of the last forward call chose at this layer, flat [T * n_expert_used].")
+        .def("last_route_margins", [](const Engine &e, int layer) {
+            if (layer < 0 || layer >= e.config().n_layer) throw std::invalid_argument("last_route_margins: no such layer");
+            return e.last_route_margins(layer);
+        }, "Per token of the last forward call: the K-th chosen expert's router probability minus the best "
+           "unchosen one's.")
         .def("validate", &Engine::validate)
         .def("forward", [](Engine &e, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> tokens,
                            int pos, F32Out logits, bool all_logits) {

@@ -22,6 +22,7 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         throw std::invalid_argument("engine: inconsistent expert counts (n_expert " + std::to_string(c.n_expert) +
                                     ", n_expert_used " + std::to_string(c.n_expert_used) + ")");
     routes_.resize((size_t)c.n_layer);
+    rgap_.resize((size_t)c.n_layer);
     reset_stats();
     const size_t kv = (size_t)c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
     if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(kv, 0); }

@@ -88,6 +88,9 @@ public:
     // The experts each token of the last forward call chose at layer l: [T][n_expert_used],
     // in rank order (tests check routing is not degenerate).
     const std::vector<int32_t> &last_routes(int l) const { return routes_[(size_t)l]; }
+    // Per token of the last forward call at layer l: the K-th chosen expert's probability
+    // minus the best unchosen one's (a near-zero margin is a near-tie that float noise flips).
+    const std::vector<float> &last_route_margins(int l) const { return rgap_[(size_t)l]; }
 
 private:
     // reuse_act: x is the same input as the previous matmul's (q/k/v, gate/up): its
@@ -118,6 +121,7 @@ private:
     std::vector<int32_t> sel_, slot_of_, slot_tok_, ecount_, eoff_;
     std::vector<uint8_t> xq_, xs_, us_, ys_;
     std::vector<std::vector<int32_t>> routes_;
+    std::vector<std::vector<float>> rgap_;
     bool stats_on_ = false;
     std::vector<LayerStats> stats_;
 };

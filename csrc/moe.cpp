@@ -121,6 +121,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     matmul(L.router, rin, T, rlog_.data());
     sel_.resize((size_t)S);
     wsel_.resize((size_t)S);
+    rgap_[(size_t)layer].resize((size_t)T);
     for (int t = 0; t < T; ++t) {
         float *p = rlog_.data() + (size_t)t * E;
         float mx = -INFINITY;
@@ -141,6 +142,14 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
             s[k] = best;
             w[k] = p[best];
         }
+        // the routing margin: how far the K-th expert's probability is above the next one's
+        float next = 0.0f;
+        for (int e = 0; e < E; ++e) {
+            bool taken = false;
+            for (int j = 0; j < K; ++j) taken |= s[j] == e;
+            if (!taken) next = std::max(next, p[e]);
+        }
+        rgap_[(size_t)layer][(size_t)t] = w[K - 1] - next;
         if (c_.expert_norm) {
             double ws = 0.0;
             for (int k = 0; k < K; ++k) ws += w[k];
