@@ -279,6 +279,7 @@ NB_MODULE(_lowbit, m) {
                 d["calls"] = s.calls; d["tokens"] = s.tokens; d["distinct_experts"] = s.distinct_experts;
                 d["weight_bytes"] = s.weight_bytes; d["t_attn"] = s.t_attn; d["t_router"] = s.t_router;
                 d["t_experts"] = s.t_experts; d["t_ffn"] = s.t_ffn;
+                d["t_attn_core"] = s.t_attn_core;
                 out.push_back(d);
             }
             return out;

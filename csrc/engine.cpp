@@ -313,7 +313,9 @@ void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool 
             std::memcpy(k32_.data() + at, k_.data(), sizeof(float) * cnt);
             std::memcpy(v32_.data() + at, v_.data(), sizeof(float) * cnt);
         }
+        const auto ta = now();
         attention(l, q_.data(), T, pos, att_.data());
+        if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
         matmul(L.wo, att_.data(), T, h_.data());
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
 

@@ -51,6 +51,7 @@ struct LayerStats {
     int64_t distinct_experts = 0;  // summed over calls: experts used by at least one token of the window
     double weight_bytes = 0;       // weight bytes the row kernels streamed (each matrix row once per call)
     double t_attn = 0, t_router = 0, t_experts = 0, t_ffn = 0;  // seconds (t_ffn: dense FFN / shared expert)
+    double t_attn_core = 0;        // seconds in the attention kernel itself (part of t_attn)
 };
 
 struct EngineConfig {

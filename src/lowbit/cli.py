@@ -71,7 +71,7 @@ def _load(a):
 def cmd_run(a: argparse.Namespace) -> int:
     from .generate import Stats
     m = _load(a)
-    stats = Stats()
+    stats = Stats(layers=a.stats)
     prompt = a.prompt
     if a.chat_template:
         prompt = m.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
@@ -80,6 +80,13 @@ def cmd_run(a: argparse.Namespace) -> int:
         sys.stdout.flush()
     sys.stdout.write("\n")
     print(stats.line(), file=sys.stderr)
+    if a.stats:
+        from .generate import layer_table
+        print("per layer (MB of weights streamed and ms per token; the output head is not in a layer):",
+              file=sys.stderr)
+        for title, layers in (("prefill", stats.prefill_layers), ("decode", stats.decode_layers)):
+            if layers:
+                print(layer_table(layers, title), file=sys.stderr)
     return 0
 
 
@@ -134,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-p", "--prompt", default="The quick brown fox", help="the prompt")
     r.add_argument("-n", type=int, default=128, help="tokens to generate at most")
     r.add_argument("--chat-template", action="store_true", help="wrap the prompt as a user message")
+    r.add_argument("--stats", action="store_true",
+                   help="per layer: distinct experts per window, MB of weights read per token, "
+                        "time in attention / router / experts (prefill and decode)")
     _sampling_args(r)
     r.set_defaults(func=cmd_run)
 

@@ -22,6 +22,9 @@ class Stats:
     generated: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    layers: bool = False                  # collect the engine's per-layer counters (lowbit run --stats)
+    prefill_layers: list | None = None    # engine.stats() of the prefill, then of the decode
+    decode_layers: list | None = None
 
     def line(self) -> str:
         pf = self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0
@@ -56,9 +59,15 @@ def generate(model, prompt, max_tokens: int = 128, stop: list[str] | None = None
     stats = stats if stats is not None else Stats()
     stats.prompt_tokens = len(ids)
     model.reset()
+    if stats.layers:
+        model.engine.set_stats(True)
+        model.engine.reset_stats()
     t0 = time.perf_counter()
     logits = prefill(model, ids)
     stats.prefill_s = time.perf_counter() - t0
+    if stats.layers:
+        stats.prefill_layers = model.engine.stats()
+        model.engine.reset_stats()
     history = list(ids)
     out = model.tokenizer.stream()
     text = ""
@@ -90,3 +99,26 @@ def generate(model, prompt, max_tokens: int = 128, stop: list[str] | None = None
             yield tail
     finally:
         stats.decode_s = time.perf_counter() - t0
+        if stats.layers:
+            stats.decode_layers = model.engine.stats()
+            model.engine.set_stats(False)
+
+
+def layer_table(layers: list[dict], title: str) -> str:
+    """engine.stats() as a table: per layer, distinct experts per window (forward call), MB of
+    weights streamed per token, and ms per token in attention / router / experts / dense FFN."""
+    rows = [f"{title}: {layers[0]['calls'] if layers else 0} windows, {layers[0]['tokens'] if layers else 0} tokens",
+            f"{'layer':>5} {'experts/window':>14} {'MB/token':>9} {'attn ms':>8} {'(core)':>7} {'router ms':>9} "
+            f"{'experts ms':>10} {'ffn ms':>7}"]
+    tot = dict.fromkeys(("weight_bytes", "t_attn", "t_attn_core", "t_router", "t_experts", "t_ffn"), 0.0)
+    for i, s in enumerate(layers):
+        n, w = max(s["tokens"], 1), max(s["calls"], 1)
+        for k in tot:
+            tot[k] += s[k] / n
+        rows.append(f"{i:>5} {s['distinct_experts'] / w:>14.1f} {s['weight_bytes'] / n / 1e6:>9.2f} "
+                    f"{s['t_attn'] / n * 1e3:>8.3f} {s['t_attn_core'] / n * 1e3:>7.3f} {s['t_router'] / n * 1e3:>9.3f} "
+                    f"{s['t_experts'] / n * 1e3:>10.3f} {s['t_ffn'] / n * 1e3:>7.3f}")
+    rows.append(f"{'all':>5} {'':>14} {tot['weight_bytes'] / 1e6:>9.2f} {tot['t_attn'] * 1e3:>8.3f} "
+                f"{tot['t_attn_core'] * 1e3:>7.3f} {tot['t_router'] * 1e3:>9.3f} {tot['t_experts'] * 1e3:>10.3f} "
+                f"{tot['t_ffn'] * 1e3:>7.3f}")
+    return "\n".join(rows)
