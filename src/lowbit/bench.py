@@ -144,14 +144,29 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
         p = llama_cpp.llama_perf_context(ctx)
         return p.t_p_eval_ms / 1e3, p.t_eval_ms / 1e3
 
+    def window(w: int, steps: int = 8) -> float:
+        """Seconds of one forward of w tokens at the end of the cache (a speculative verify
+        window), rewound after each call; median of `steps`."""
+        times = []
+        for i in range(steps):
+            p0 = m.pos
+            t0 = time.perf_counter()
+            m.forward(toks[i:i + w])
+            times.append(time.perf_counter() - t0)
+            m.rewind(p0)
+        return sorted(times)[steps // 2]
+
     ours(); theirs()  # warm-up
     o = sorted(ours() for _ in range(reps))[reps // 2]
     t = sorted(theirs() for _ in range(reps))[reps // 2]
+    step = window(1)
+    windows = {w: window(w) / step for w in (4, 8)}
     res = dict(model=os.path.basename(path), threads=threads, prompt_tokens=len(toks), gen_tokens=gen_tokens,
                lowbit_prefill_tps=len(toks) / o[0], lowbit_decode_tps=gen_tokens / o[1],
                llama_prefill_tps=len(toks) / t[0], llama_decode_tps=gen_tokens / t[1])
     res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"]
     res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"]
+    res["window_cost"] = windows  # lowbit: time of a w-token verify window / a 1-token step
     print(f"# {res['model']}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
           f"median of {reps}", file=out)
     print(f"{'':10} {'lowbit tok/s':>12} {'llama.cpp tok/s':>15} {'ratio':>6}", file=out)
@@ -159,6 +174,8 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
           f"{res['prefill_ratio']:6.2f}", file=out)
     print(f"{'decode':10} {res['lowbit_decode_tps']:12.1f} {res['llama_decode_tps']:15.1f} "
           f"{res['decode_ratio']:6.2f}", file=out)
+    print("lowbit verify window at the end of the cache, cost / one decode step: " +
+          ", ".join(f"{w} tokens {r:.2f}x" for w, r in windows.items()), file=out)
     return res
 
 
