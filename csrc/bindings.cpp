@@ -271,6 +271,15 @@ NB_MODULE(_lowbit, m) {
         })
         .def("set_threads", &Engine::set_threads)
         .def("set_stats", &Engine::set_stats)
+        .def("set_lookahead", &Engine::set_lookahead)
+        .def("lookahead_stats", [](const Engine &e) {
+            const Engine::LookaheadStats &s = e.lookahead_stats();
+            nb::dict d;
+            d["routed"] = s.routed; d["hits"] = s.hits; d["predicted"] = s.predicted;
+            return d;
+        }, "Router lookahead counters: experts routed (distinct per window and layer >= 1), of them "
+           "predicted, experts predicted.")
+        .def("reset_lookahead_stats", &Engine::reset_lookahead_stats)
         .def("reset_stats", &Engine::reset_stats)
         .def("stats", [](const Engine &e) {
             std::vector<nb::dict> out;

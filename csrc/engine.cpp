@@ -23,6 +23,7 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
                                     ", n_expert_used " + std::to_string(c.n_expert_used) + ")");
     routes_.resize((size_t)c.n_layer);
     rgap_.resize((size_t)c.n_layer);
+    predicted_.assign((size_t)c.n_layer, std::vector<uint8_t>((size_t)c.n_expert, 0));
     reset_stats();
     const size_t kv = (size_t)c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
     if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(kv, 0); }

@@ -86,6 +86,14 @@ public:
     void set_stats(bool on) { stats_on_ = on; }
     const std::vector<LayerStats> &stats() const { return stats_; }
     void reset_stats() { stats_.assign((size_t)c_.n_layer, LayerStats{}); }
+    // Router lookahead (csrc/moe.cpp): at layer l, layer l+1's router is applied to layer l's
+    // FFN input, and the predicted experts' pages of layer l+1 are read ahead (madvise
+    // WILLNEED) while layer l computes. Counters: experts routed (distinct per window and
+    // layer, layers >= 1), of them predicted, and experts predicted.
+    void set_lookahead(bool on) { lookahead_ = on; }
+    struct LookaheadStats { int64_t routed = 0, hits = 0, predicted = 0; };
+    const LookaheadStats &lookahead_stats() const { return la_; }
+    void reset_lookahead_stats() { la_ = LookaheadStats{}; }
     // The experts each token of the last forward call chose at layer l: [T][n_expert_used],
     // in rank order (tests check routing is not degenerate).
     const std::vector<int32_t> &last_routes(int l) const { return routes_[(size_t)l]; }
@@ -124,6 +132,10 @@ private:
     std::vector<std::vector<int32_t>> routes_;
     std::vector<std::vector<float>> rgap_;
     bool stats_on_ = false;
+    bool lookahead_ = false;
+    LookaheadStats la_;
+    std::vector<std::vector<uint8_t>> predicted_;  // [layer][expert]: read ahead for this window
+    void lookahead(int layer, const float *x, int T);
     std::vector<LayerStats> stats_;
 };
 

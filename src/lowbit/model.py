@@ -165,7 +165,8 @@ class ModelConfig:
 class Model:
     """A loaded model: config, tokenizer, the native engine and its KV cache."""
 
-    def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None):
+    def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
+                 lookahead: bool = False):
         self.path = os.fspath(path) if path is not None else default_model_path()
         self.file = gguf.open(self.path)
         self.config = c = ModelConfig.from_gguf(self.file)
@@ -182,6 +183,9 @@ class Model:
                                  expert_scale=c.expert_scale)
         if threads:
             self.engine.set_threads(int(threads))
+        # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
+        # computes; pays off when the file is not in the page cache. Never changes results.
+        self.engine.set_lookahead(bool(lookahead) and c.n_expert > 0)
         self._bind_weights()
         self.pos = 0          # positions held in the KV cache
         self.tokens: list[int] = []  # the tokens at those positions
@@ -287,6 +291,8 @@ class Model:
         yield from self.generate(prompt, max_tokens=max_tokens, **sampling)
 
 
-def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None) -> Model:
-    """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1)."""
-    return Model(path, n_ctx=n_ctx, threads=threads)
+def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
+         lookahead: bool = False) -> Model:
+    """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1).
+    lookahead: MoE router lookahead (read the next layer's predicted experts ahead)."""
+    return Model(path, n_ctx=n_ctx, threads=threads, lookahead=lookahead)
