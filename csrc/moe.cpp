@@ -61,7 +61,8 @@ static void quant_rows(const Format &af, const float *x, int64_t rows, int64_t n
         if (q) q(x + (size_t)r * xs, dst + (size_t)r * arb, n);
         else std::memcpy(dst + (size_t)r * arb, x + (size_t)r * xs, (size_t)n * sizeof(float));
     };
-    const int nth = (int)std::min<int64_t>(threads, rows);
+    // a decode step's few rows: on the calling thread (a pool round trip costs more)
+    const int nth = rows * n <= (1 << 16) ? 1 : (int)std::min<int64_t>(threads, rows);
     ThreadPool::instance().run(nth, [&](int i, int nt) {
         int64_t b, e;
         split_range(rows, i, nt, &b, &e);
@@ -121,7 +122,12 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
             rx_[i] = L.router.type == T_BF16 ? round_bf16(x[i]) : fp16_to_f32(f32_to_fp16(x[i]));
         rin = rx_.data();
     }
-    matmul(L.router, rin, T, rlog_.data());
+    {   // the router of a decode step is tiny (E x dim): on the calling thread
+        const int saved = threads_;
+        if ((int64_t)T * E * dim <= (1 << 17)) threads_ = 1;
+        matmul(L.router, rin, T, rlog_.data());
+        threads_ = saved;
+    }
     sel_.resize((size_t)S);
     wsel_.resize((size_t)S);
     rgap_[(size_t)layer].resize((size_t)T);
