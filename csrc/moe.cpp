@@ -19,6 +19,7 @@
 //      a second work list for down.
 //   6. out[t] = sum over k = 0..K-1 (rank order) of w[t][k] * down_slot(t,k); plus the
 //      shared expert (qwen2moe) times sigmoid(ffn_gate_inp_shexp . x).
+// Router lookahead (optional, Engine::lookahead below) only reads pages ahead.
 // Each token's arithmetic is the same whatever the other tokens of its window and however
 // the items fall on threads (row kernels keep I2/I3, activations are quantized per token,
 // the sum order is the token's own rank order), so its output is bitwise identical alone,
