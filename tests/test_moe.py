@@ -42,7 +42,7 @@ VARIANTS = {
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("moe")
-    return {name: synth_moe(d / f"{name}.gguf", embd_type="Q8_0", seed=i, **opt)
+    return {name: synth_moe(d / f"{name}.gguf", embd_type="F16", seed=i, **opt)
             for i, (name, opt) in enumerate(VARIANTS.items())}
 
 

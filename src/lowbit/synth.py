@@ -12,6 +12,7 @@ weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of la
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 import numpy as np
@@ -19,8 +20,10 @@ import numpy as np
 from .writer import VOCAB_PREFIX, Writer
 
 
+@functools.lru_cache(maxsize=1)
 def default_vocab() -> dict:
-    """The tokenizer.* metadata of the default model (SmolLM2, 49152 tokens)."""
+    """The tokenizer.* metadata of the default model (SmolLM2, 49152 tokens); read once per
+    process (callers must not modify it)."""
     from . import gguf
     from .model import default_model_path
     with gguf.open(default_model_path()) as f:
