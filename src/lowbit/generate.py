@@ -41,6 +41,9 @@ class Stats:
     accepted: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
+    layers: bool = False                  # collect the engine's per-layer counters (lowbit run --stats)
+    prefill_layers: list | None = None    # engine.stats() of the prefill, then of the decode
+    decode_layers: list | None = None
 
     def line(self) -> str:
         pf = self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0
@@ -63,15 +66,27 @@ def prefill(model, ids: list[int], chunk: int = PREFILL_CHUNK) -> np.ndarray:
     return logits[-1]
 
 
+def timed_prefill(model, ids: list[int], stats: Stats) -> np.ndarray:
+    """prefill, timed into stats; with stats.layers also the engine's per-layer counters."""
+    if stats.layers:
+        model.engine.set_stats(True)
+        model.engine.reset_stats()
+    t0 = time.perf_counter()
+    logits = prefill(model, ids)
+    stats.prefill_s = time.perf_counter() - t0
+    if stats.layers:
+        stats.prefill_layers = model.engine.stats()
+        model.engine.reset_stats()
+    return logits
+
+
 def decode_one(model, token: int) -> np.ndarray:
     return model.forward([token])[-1]
 
 
 def plain(model, ids: list[int], sampler: Sampler, stats: Stats):
     """Yield sampled token ids, one forward per token, until the context is full."""
-    t0 = time.perf_counter()
-    logits = prefill(model, ids)
-    stats.prefill_s = time.perf_counter() - t0
+    logits = timed_prefill(model, ids, stats)
     history = list(ids)
     while True:
         tok = sampler.sample(logits, history)
@@ -200,9 +215,7 @@ def speculative(model, ids: list[int], sampler: Sampler, drafter, k: int, stats:
     the rejected positions back (Model.rewind: O(1), nothing copied)."""
     if not 1 <= k <= 64:
         raise ValueError(f"spec must be in 1..64, got {k}")
-    t0 = time.perf_counter()
-    logits = prefill(model, ids)
-    stats.prefill_s = time.perf_counter() - t0
+    logits = timed_prefill(model, ids, stats)
     history = list(ids)
     tok = sampler.sample(logits, history)
     history.append(tok)
@@ -295,3 +308,26 @@ def generate(model, prompt, max_tokens: int = 128, stop: list[str] | None = None
         tokens.close()
         if t0 is not None:
             stats.decode_s = time.perf_counter() - t0
+        if stats.layers:
+            stats.decode_layers = model.engine.stats()
+            model.engine.set_stats(False)
+
+
+def layer_table(layers: list[dict], title: str) -> str:
+    """engine.stats() as a table: per layer, distinct experts per window (forward call), MB of
+    weights streamed per token, and ms per token in attention / router / experts / dense FFN."""
+    rows = [f"{title}: {layers[0]['calls'] if layers else 0} windows, {layers[0]['tokens'] if layers else 0} tokens",
+            f"{'layer':>5} {'experts/window':>14} {'MB/token':>9} {'attn ms':>8} {'(core)':>7} {'router ms':>9} "
+            f"{'experts ms':>10} {'ffn ms':>7}"]
+    tot = dict.fromkeys(("weight_bytes", "t_attn", "t_attn_core", "t_router", "t_experts", "t_ffn"), 0.0)
+    for i, s in enumerate(layers):
+        n, w = max(s["tokens"], 1), max(s["calls"], 1)
+        for k in tot:
+            tot[k] += s[k] / n
+        rows.append(f"{i:>5} {s['distinct_experts'] / w:>14.1f} {s['weight_bytes'] / n / 1e6:>9.2f} "
+                    f"{s['t_attn'] / n * 1e3:>8.3f} {s['t_attn_core'] / n * 1e3:>7.3f} {s['t_router'] / n * 1e3:>9.3f} "
+                    f"{s['t_experts'] / n * 1e3:>10.3f} {s['t_ffn'] / n * 1e3:>7.3f}")
+    rows.append(f"{'all':>5} {'':>14} {tot['weight_bytes'] / 1e6:>9.2f} {tot['t_attn'] * 1e3:>8.3f} "
+                f"{tot['t_attn_core'] * 1e3:>7.3f} {tot['t_router'] * 1e3:>9.3f} {tot['t_experts'] * 1e3:>10.3f} "
+                f"{tot['t_ffn'] * 1e3:>7.3f}")
+    return "\n".join(rows)
