@@ -174,7 +174,7 @@ class Scheduler:
             except Exception as e:  # noqa: BLE001 - reported to the requests, the server stays up
                 self._fail(who, e)
                 continue
-            sampled = 0
+            sampled = generated = 0
             finished = []
             for r, (slot, run), lg in zip(who, batch, outs):
                 if r.next_token is None:  # a prompt chunk
@@ -185,16 +185,18 @@ class Scheduler:
                 else:
                     r.next_token = None
                 sampled += 1
+                before = r.generated
                 try:
                     if self._sample(r, lg[-1]):
                         finished.append(r)
                 except Exception as e:  # noqa: BLE001 - one request's failure is its own
                     self._fail([r], e)
+                generated += r.generated - before  # an end-of-generation token is sampled, not generated
             with self._cv:
                 self.steps += 1
-                self.decode_steps += sampled > 0
-                self.generated_tokens += sampled
-                self._recent.append((time.perf_counter(), sampled))
+                self.decode_steps += sampled > 0  # steps that sampled (ended a prompt or decoded)
+                self.generated_tokens += generated
+                self._recent.append((time.perf_counter(), generated))
                 for r in finished:
                     if r.slot >= 0:
                         self._release(r)
