@@ -242,15 +242,17 @@ NB_MODULE(_lowbit, m) {
     nb::class_<Engine>(m, "Engine")
         .def("__init__", [](Engine *e, int n_layer, int dim, int n_head, int n_kv, int head_dim, int ffn, int vocab,
                             int n_ctx, float eps, float rope_base, float rope_scale, int rope_dims, bool rope_neox,
-                            bool kv_f16) {
+                            bool kv_f16, bool sub_norm, int ffn_act) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
             c.rope_dims = rope_dims; c.rope_neox = rope_neox; c.kv_f16 = kv_f16;
+            c.sub_norm = sub_norm; c.ffn_act = ffn_act;
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
-           nb::arg("rope_scale"), nb::arg("rope_dims"), nb::arg("rope_neox"), nb::arg("kv_f16") = true)
+           nb::arg("rope_scale"), nb::arg("rope_dims"), nb::arg("rope_neox"), nb::arg("kv_f16") = true,
+           nb::arg("sub_norm") = false, nb::arg("ffn_act") = 0)
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;

@@ -16,6 +16,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         c.vocab <= 0 || c.n_ctx <= 0 || c.n_head % c.n_kv != 0 || c.rope_dims <= 0 || c.rope_dims > c.head_dim ||
         c.rope_dims % 2 != 0)
         throw std::invalid_argument("engine: inconsistent model dimensions");
+    if (c.ffn_act != FFN_SILU && c.ffn_act != FFN_RELU2)
+        throw std::invalid_argument("engine: unknown FFN activation " + std::to_string(c.ffn_act));
     const size_t kv = (size_t)c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
     if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(kv, 0); }
     else { k32_.assign(kv, 0.0f); v32_.assign(kv, 0.0f); }
@@ -43,7 +45,12 @@ void Engine::set_mat(const std::string &name, int layer, const Mat &m) {
         if (name == "token_embd") { embd_ = m; return; }
         if (name == "output") { output_ = m; return; }
     } else if (layer < c_.n_layer) {
-        if (Mat *s = mat_slot(layers_[(size_t)layer], name)) { *s = m; return; }
+        if (Mat *s = mat_slot(layers_[(size_t)layer], name)) {
+            const float keep = s->out_scale;  // set by a "<name>.scale" vector, in any order
+            *s = m;
+            s->out_scale = keep;
+            return;
+        }
     }
     throw std::invalid_argument("engine: unknown matrix " + name);
 }
@@ -70,6 +77,18 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "attn_q.bias") { need(qd); l.bq = v; return; }
         if (name == "attn_k.bias") { need(kd); l.bk = v; return; }
         if (name == "attn_v.bias") { need(kd); l.bv = v; return; }
+        if (name == "attn_sub_norm") { need(qd); l.attn_sub_norm = v; return; }
+        if (name == "ffn_sub_norm") { need(c_.ffn); l.ffn_sub_norm = v; return; }
+        // "<matrix>.scale": one float multiplying that matrix's output (llama.cpp's bitnet)
+        const size_t dot = name.rfind(".scale");
+        if (dot != std::string::npos && dot + 6 == name.size()) {
+            if (Mat *s = mat_slot(l, name.substr(0, dot))) {
+                need(1);
+                if (!std::isfinite(v[0])) throw std::invalid_argument("engine: " + name + " is not finite");
+                s->out_scale = v[0];
+                return;
+            }
+        }
     }
     throw std::invalid_argument("engine: unknown vector " + name);
 }
@@ -91,6 +110,8 @@ std::string Engine::validate() const {
         const LayerWeights &l = layers_[(size_t)i];
         const std::string p = "blk." + std::to_string(i) + ".";
         if (!l.attn_norm || !l.ffn_norm) return p + "attn_norm/ffn_norm missing";
+        if (c_.sub_norm && !l.attn_sub_norm) return p + "attn_sub_norm is missing";
+        if (c_.sub_norm && !l.ffn_sub_norm) return p + "ffn_sub_norm is missing";
         if (!(e = shape(l.wq, qd, c_.dim, p + "attn_q")).empty()) return e;
         if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
         if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
@@ -127,6 +148,8 @@ void Engine::matmul(const Mat &m, const float *x, int T, float *out, bool reuse_
     int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
     run_rows(f, e, cpu_info().selected, m.w, m.stride, act, arb, T, out, (size_t)m.rows, m.n, m.scale, 0, m.rows,
              threads);
+    if (m.out_scale != 1.0f)
+        for (size_t i = 0; i < (size_t)T * m.rows; ++i) out[i] *= m.out_scale;
 }
 
 // out = x / sqrt(mean(x^2) + eps) * w, per token; sums in double for a stable reference.
@@ -263,16 +286,25 @@ void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool 
             std::memcpy(v32_.data() + at, v_.data(), sizeof(float) * cnt);
         }
         attention(l, q_.data(), T, pos, att_.data());
+        if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
         matmul(L.wo, att_.data(), T, h_.data());
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
 
         rmsnorm(x_.data(), L.ffn_norm, h_.data(), T, dim);
         matmul(L.wgate, h_.data(), T, g_.data());
         matmul(L.wup, h_.data(), T, u_.data(), true);
-        for (size_t i = 0; i < (size_t)T * ffn; ++i) {
-            const float gv = g_[i];
-            g_[i] = gv / (1.0f + std::exp(-gv)) * u_[i];  // SwiGLU: silu(gate) * up
+        if (c_.ffn_act == FFN_RELU2) {
+            for (size_t i = 0; i < (size_t)T * ffn; ++i) {
+                const float r = g_[i] > 0.0f ? g_[i] : 0.0f;
+                g_[i] = r * r * u_[i];  // relu(gate)^2 * up, in ggml's order: sqr(relu(g)), then * up
+            }
+        } else {
+            for (size_t i = 0; i < (size_t)T * ffn; ++i) {
+                const float gv = g_[i];
+                g_[i] = gv / (1.0f + std::exp(-gv)) * u_[i];  // SwiGLU: silu(gate) * up
+            }
         }
+        if (L.ffn_sub_norm) rmsnorm(g_.data(), L.ffn_sub_norm, g_.data(), T, ffn);  // bitnet: before ffn_down
         matmul(L.wdown, g_.data(), T, h_.data());
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
     }

@@ -2,10 +2,19 @@
 
 Families differ by config fields, not by copies of the model:
 
-    family   rope      q/k norm   q/k/v bias
-    llama    adjacent  -          -            (SmolLM2, Llama 2/3, Mistral)
-    qwen2    neox      -          yes
-    qwen3    neox      yes        -
+    family        rope      q/k norm   q/k/v bias   sub-norms   FFN gate
+    llama         adjacent  -          -            -           silu     (SmolLM2, Llama 2/3, Mistral)
+    qwen2         neox      -          yes          -           silu
+    qwen3         neox      yes        -            -           silu
+    bitnet        neox      -          -            yes         silu     (llama.cpp's LLM_ARCH_BITNET)
+    bitnet-b1.58  neox      -          -            yes         relu^2   (bitnet.cpp's; BitNet b1.58 2B-4T)
+
+The BitNet families (both as llama.cpp / bitnet.cpp build them): attn_sub_norm (RMSNorm)
+on the attention output before wo, ffn_sub_norm on the FFN activation before ffn_down, the
+head tied to token_embd (an `output.weight`, which their converters never write, is used if
+present), optional per-matrix `blk.N.<matrix>.scale` F32 tensors of one value multiplying
+that matrix's output (llama.cpp's bitnet), I2_S weights carrying their per-tensor scale
+after the codes (bitnet.cpp), or TQ1_0 / TQ2_0 (llama.cpp).
 
 Weights stay in the GGUF mmap; the engine gets views of them. The KV cache is preallocated
 for n_ctx positions (float32).
@@ -22,7 +31,11 @@ from . import gguf
 from ._native import lib
 from .gguf import GGUFError
 
-ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True}
+ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "bitnet": True, "bitnet-b1.58": True}
+SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
+FFN_ACT = {"bitnet-b1.58": "relu2"}              # FFN gate activation; default "silu"
+FFN_ACT_ID = {"silu": 0, "relu2": 1}             # csrc/engine.h FfnAct
+MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 DEFAULT_CTX = 2048
 
 
@@ -58,6 +71,8 @@ class ModelConfig:
     qk_norm: bool
     qkv_bias: bool
     tied_output: bool
+    sub_norm: bool = False  # bitnet families: attn_sub_norm, ffn_sub_norm
+    ffn_act: str = "silu"   # "silu": silu(gate) * up; "relu2": relu(gate)^2 * up
 
     @classmethod
     def from_gguf(cls, f: gguf.GGUFFile) -> "ModelConfig":
@@ -98,6 +113,8 @@ class ModelConfig:
             qk_norm="blk.0.attn_q_norm.weight" in f.tensors,
             qkv_bias="blk.0.attn_q.bias" in f.tensors,
             tied_output="output.weight" not in f.tensors,
+            sub_norm=arch in SUB_NORM,
+            ffn_act=FFN_ACT.get(arch, "silu"),
         )
 
 
@@ -115,7 +132,8 @@ class Model:
             raise ValueError("n_ctx must be positive")
         self._keep = []  # arrays the engine points into
         self.engine = lib.Engine(c.n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, self.n_ctx,
-                                 c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox)
+                                 c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox,
+                                 sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act])
         if threads:
             self.engine.set_threads(int(threads))
         self._bind_weights()
@@ -156,13 +174,18 @@ class Model:
             self._vec("rope_freqs", -1, "rope_freqs.weight")
         for i in range(c.n_layer):
             p = f"blk.{i}."
-            for slot in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+            for slot in MATRICES:
                 self._mat(slot, i, p + slot + ".weight")
+                if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
+                    self._vec(slot + ".scale", i, p + slot + ".scale")
             self._vec("attn_norm", i, p + "attn_norm.weight")
             self._vec("ffn_norm", i, p + "ffn_norm.weight")
             if c.qk_norm:
                 self._vec("attn_q_norm", i, p + "attn_q_norm.weight")
                 self._vec("attn_k_norm", i, p + "attn_k_norm.weight")
+            if c.sub_norm:
+                self._vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
+                self._vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")
             if c.qkv_bias:
                 for s in ("attn_q", "attn_k", "attn_v"):
                     self._vec(s + ".bias", i, p + s + ".bias")
