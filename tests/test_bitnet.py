@@ -83,20 +83,21 @@ def test_bitnet_matches_llama_cpp(files, key):
 # ---- bitnet-b1.58 against float64 ---------------------------------------------------------------
 
 def _deq(t) -> np.ndarray:
-    """gguf-py's (independent) dequantization of a tensor read by gguf-py's reader."""
+    """gguf-py's (independent) dequantization of a tensor's bytes (a lowbit.gguf Tensor's raw view;
+    gguf-py's own reader takes seconds over the 49152-token vocabulary)."""
     import gguf
-    return gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64).reshape(
-        [int(x) for x in reversed(t.shape)])
+    if t.format.name == "F32":
+        return t.raw.view(np.float32).astype(np.float64).reshape(t.shape)
+    raw = t.matrix()
+    return gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(t.format.id)).astype(np.float64).reshape(t.shape)
 
 
 def _reference(path: str, ids: list[int]):
     """float64 forward of a bitnet-b1.58 TQ2_0 file (weights by gguf-py), llama.cpp's graph
     (bitnet.cpp's build_bitnet_158): returns (logits, eps) where eps[t] is the relative rounding
     of token t's path (see test_bitnet_b158_matches_float64)."""
-    import gguf
-    r = gguf.GGUFReader(path)
-    T = {t.name: t for t in r.tensors}
-    md = lowbit.gguf.open(path).metadata
+    f = lowbit.gguf.open(path)
+    T, md = f.tensors, f.metadata
     a = "bitnet-b1.58"
     L, dim = md[f"{a}.block_count"], md[f"{a}.embedding_length"]
     nh, nkv = md[f"{a}.attention.head_count"], md[f"{a}.attention.head_count_kv"]
@@ -182,8 +183,7 @@ def test_i2s_and_tq2_hold_the_same_matrix_and_agree(files):
     (~0.12 logit at rms 4, the float64 test's bound), so a top-2 gap moves by ~0.15 between
     them: the top-1 must agree wherever a margin is >= 0.6 (4 of those), and at >= 95% of the
     positions with a margin >= 0.1."""
-    import gguf
-    r = {t.name: t for t in gguf.GGUFReader(files["b158_tq2"]).tensors}
+    r = lowbit.gguf.open(files["b158_tq2"]).tensors
     fi = lowbit.gguf.open(files["b158_i2s"])
     for name in ("blk.0.attn_q.weight", "blk.1.ffn_down.weight", "blk.2.attn_k.weight"):
         t = fi.tensors[name]
@@ -225,15 +225,18 @@ def _run(args, env_extra, check=True):
 @pytest.mark.skipif("avx2" not in lib.cpu_info()["features"], reason="the fold deferral is an avx2 kernel")
 def test_perplexity_identical_with_and_without_fold(files, tmp_path):
     """LOWBIT_I2S_FOLD=1 folds the int16 block sums every block instead of every 10: cost only."""
-    text = os.path.join(os.path.dirname(__file__), "data", "ppl.txt")
+    with open(os.path.join(os.path.dirname(__file__), "data", "ppl.txt"), encoding="utf-8") as fh:
+        (tmp_path / "text.txt").write_text(fh.read()[:1500], encoding="utf-8")  # ~4 chunks of 64
+    text = str(tmp_path / "text.txt")
     lines, kernels = [], []
+    code = ("import sys; from lowbit import kernels; from lowbit.cli import main; "
+            "print(kernels.kernel('I2_S', 1)[0]); sys.exit(main(sys.argv[1:]))")
     for fold in ({}, {"LOWBIT_I2S_FOLD": "1"}):
-        env = {"LOWBIT_MAX_ISA": "avx2", **fold}
-        k = _run(["-c", "from lowbit import kernels; print(kernels.kernel('I2_S', 1)[0])"], env)
-        kernels.append(k.stdout.strip())
-        r = _run(["-m", "lowbit.cli", "perplexity", "-m", files["b158_i2s"], "-f", text, "--ppl-ctx", "64",
-                  "-c", "64", "-t", "2", "-q"], env)
-        lines.append(r.stdout.strip())
+        r = _run(["-c", code, "perplexity", "-m", files["b158_i2s"], "-f", text, "--ppl-ctx", "64",
+                  "-c", "64", "-t", "2", "-q"], {"LOWBIT_MAX_ISA": "avx2", **fold})
+        k, line = r.stdout.strip().splitlines()
+        kernels.append(k)
+        lines.append(line)
     assert kernels == ["rows_i2_s_i8_s_avx2", "rows_i2_s_i8_s_avx2_fold1"]
     assert lines[0].startswith("perplexity ") and lines[0] == lines[1], lines
 
@@ -277,8 +280,7 @@ def test_bitnet_cpp_style_file(files):
         for v in ("attn_norm", "attn_sub_norm", "ffn_norm", "ffn_sub_norm"):
             assert f.tensors[f"blk.{i}.{v}.weight"].format.name == "F32"
     # the I2_S bytes are bitnet.cpp's packing of the TQ2_0 file's ternary matrix
-    import gguf
-    tq = {t.name: t for t in gguf.GGUFReader(files["b158_tq2"]).tensors}["blk.1.attn_v.weight"]
+    tq = lowbit.gguf.open(files["b158_tq2"]).tensors["blk.1.attn_v.weight"]
     w = _deq(tq)
     scale = float(np.abs(w).max())
     codes = np.rint(w / scale).astype(np.int8)
