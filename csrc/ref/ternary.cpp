@@ -174,7 +174,10 @@ void dequant_i8_s(const uint8_t *src, float *y, int64_t n, float) {
 //   w_scale = max(mean |W|, 1e-5) over the WHOLE tensor (rows * n values; the mean is
 //             accumulated in double, then rounded to float)
 //   code    = clamp(nearest_int(W / w_scale), -1, 1) + 1     (ties to even, like torch.round)
-// so W ~ (code - 1) * w_scale. Non-finite weights: NaN gives code 1 (zero), +-inf gives
+// so W ~ (code - 1) * w_scale. A tensor that is already ternary (every finite nonzero |W|
+// is one value a: bitnet.cpp's converter applies absmean in float before writing) takes
+// w_scale = a instead, so it round-trips exactly (absmean would give a * (nonzero share)).
+// Non-finite weights: NaN gives code 1 (zero), +-inf gives
 // code 2 / 0; both add 0 to the mean's sum but count in its denominator.
 // Output: rows * n / 4 code bytes in the x86 layout, the float w_scale at byte offset
 // rows * n / 4, then zeros to the end of the 32-byte pad (I2S_TENSOR_PAD).
@@ -185,6 +188,13 @@ void quant_w_i2_s(const float *x, uint8_t *dst, int64_t rows, int64_t n) {
     for (int64_t k = 0; k < total; ++k)
         if (std::isfinite(x[k])) abs_sum += std::fabs((double)x[k]);
     float w_scale = total > 0 ? (float)(abs_sum / (double)total) : 0.f;
+    float level = 0.f;  // the one nonzero |W| of a ternary tensor; -1: not ternary
+    for (int64_t k = 0; k < total && level >= 0.f; ++k) {
+        const float a = std::fabs(x[k]);
+        if (!std::isfinite(a) || a == 0.f) continue;
+        level = level == 0.f ? a : (a == level ? level : -1.f);
+    }
+    if (level > 0.f) w_scale = level;
     if (!(w_scale >= 1e-5f)) w_scale = 1e-5f;
 
     std::memset(dst, 0, (size_t)(total / 4) + I2S_TENSOR_PAD);

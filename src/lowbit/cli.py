@@ -6,6 +6,7 @@
     lowbit info                            CPU, ISA level, the kernel each format runs
     lowbit parity [--formats ...]          every kernel vs the scalar reference and ggml
     lowbit bench kernels|membw|e2e         speed against ggml / llama.cpp in one run
+    lowbit quantize IN OUT --type T        rewrite a model in another weight format
     lowbit synth KIND OUT.gguf             a random-weight model (tests, benchmarks)
 """
 from __future__ import annotations
@@ -153,10 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pp.set_defaults(func=cmd_perplexity)
 
-    from . import bench, parity, synth
+    from . import bench, parity, quantize, synth
     bench.add_parser(sub)
     parity.add_parser(sub)
     synth.add_parser(sub)
+    quantize.add_parser(sub)
     return p
 
 

@@ -100,6 +100,7 @@ class GGUFFile:
         self.tensors = tensors
         self.alignment = alignment
         self.data_offset = data_offset
+        self.metadata_types: dict = {}  # key -> (value type, array element type or None)
         self._mm = mm
 
     def close(self) -> None:
@@ -232,13 +233,17 @@ def _parse(path: str, mm: mmap.mmap, size: int) -> GGUFFile:
         raise c.fail(f"metadata count {n_kv} is absurd for a file of {size} bytes")
 
     metadata: dict = {}
+    types: dict = {}  # key -> (GGUF value type, array element type or None): for writing it back
     for i in range(n_kv):
         c.where = f"metadata #{i}"
         key = c.string()
         c.where = f"metadata {key!r}"
         if key in metadata:
             raise c.fail("duplicate key")
-        metadata[key] = c.value(c.u32())
+        vtype = c.u32()
+        etype = struct.unpack_from("<I", mm, c.pos)[0] if vtype == T_ARRAY and c.pos + 4 <= size else None
+        metadata[key] = c.value(vtype)
+        types[key] = (vtype, etype)
 
     infos = []
     for i in range(n_tensors):
@@ -295,4 +300,6 @@ def _parse(path: str, mm: mmap.mmap, size: int) -> GGUFFile:
     tensors = {name: Tensor(name, fmt, ne, start, nbytes,
                             np.frombuffer(mm, dtype=np.uint8, count=nbytes, offset=start))
                for name, (fmt, ne, start, nbytes) in tensors.items()}
-    return GGUFFile(path, version, metadata, tensors, alignment, data_offset, mm)
+    f = GGUFFile(path, version, metadata, tensors, alignment, data_offset, mm)
+    f.metadata_types = types
+    return f

@@ -120,12 +120,21 @@ class Writer:
         else:
             raise TypeError(f"metadata {key}: cannot write a {type(value).__name__}")
 
-    def copy_metadata(self, metadata: dict, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
-        """Copy keys of another file's metadata (lowbit.gguf's typed dict) that start with prefix."""
+    def copy_metadata(self, metadata: dict, prefix: str = "", skip: tuple[str, ...] = (),
+                      types: dict | None = None) -> None:
+        """Copy the keys of another file's metadata that start with prefix. types (GGUFFile's
+        metadata_types) keeps each value's GGUF type; without it the type follows the value."""
+        g = self._g
         for k, v in metadata.items():
-            if k.startswith(prefix) and k not in skip and not k.startswith("GGUF.") and k != "general.architecture":
-                if isinstance(v, np.ndarray):
-                    v = v.tolist()
+            # the writer sets the architecture and lays the data out at its own alignment
+            if not k.startswith(prefix) or k in skip or k in ("general.architecture", "general.alignment"):
+                continue
+            if isinstance(v, np.ndarray):
+                v = v.tolist()
+            if types and k in types:
+                vt, et = types[k]
+                self.w.add_key_value(k, v, g.GGUFValueType(vt), sub_type=None if et is None else g.GGUFValueType(et))
+            else:
                 self.meta(k, v)
 
     # ---- tensors -------------------------------------------------------------------------
@@ -152,6 +161,30 @@ class Writer:
             # A type gguf-py does not know (I2_S, 36): int8 bytes keep GGUFWriter from converting
             # the byte shape; the type id is written as given.
             self.w.add_tensor(name, raw.view(np.int8), raw_shape=tuple(shape), raw_dtype=f.id)
+
+    # ---- streaming (one tensor in memory at a time: `lowbit quantize` of big files) ---------
+    def plan(self, name: str, fmt, shape: tuple[int, ...]) -> int:
+        """Declare a tensor whose bytes come later through write(); returns its byte size."""
+        f = get_format(fmt)
+        rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+        nbytes = rows * f.row_bytes(shape[-1]) + f.tensor_pad
+        raw_dtype = self._g.GGMLQuantizationType[f.name] if f.name in self._g.GGMLQuantizationType.__members__ else f.id
+        # float32 as the declared dtype keeps GGUFWriter from reading the shape as bytes
+        self.w.add_tensor_info(name, tuple(shape), np.dtype(np.float32), nbytes, raw_dtype=raw_dtype)
+        return nbytes
+
+    def begin_data(self) -> None:
+        """After every plan(): write the header, metadata and tensor table."""
+        self.w.write_header_to_file()
+        self.w.write_kv_data_to_file()
+        self.w.write_ti_data_to_file()
+
+    def write(self, raw: np.ndarray) -> None:
+        """The bytes of the next planned tensor, in plan order."""
+        self.w.write_tensor_data(np.ascontiguousarray(raw).view(np.uint8).reshape(-1))
+
+    def finish(self) -> None:
+        self.w.close()
 
     def close(self) -> None:
         self.w.write_header_to_file()
