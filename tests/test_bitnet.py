@@ -313,3 +313,76 @@ def test_synth_cli_and_bad_files(tmp_path):
         lowbit.load(q, n_ctx=16)
     with pytest.raises(ValueError, match="arch must be"):
         synth.synth_bitnet(tmp_path / "x.gguf", arch="bitnet-25")
+
+
+# ---- lowbit quantize on the BitNet families -------------------------------------------------------
+
+def _layer_mats(f):
+    return [n for n, t in f.tensors.items() if n.startswith("blk.") and len(t.shape) == 2]
+
+
+def test_quantize_between_ternary_formats_is_exact(files, tmp_path):
+    """TQ2_0 -> I2_S gives byte for byte the I2_S file the synth packed from the same codes (and
+    back); token_embd stays F16 (a ternary embedding would be another model), 1-D tensors are
+    copied; TQ1_0 holds the same matrix."""
+    from lowbit.quantize import quantize_file
+    for src, dst, want, ft in (("b158_tq2", "I2_S", "b158_i2s", 40), ("b158_i2s", "TQ2_0", "b158_tq2", 37)):
+        out = tmp_path / f"{src}-{dst}.gguf"
+        types = quantize_file(files[src], out, dst)
+        assert types["token_embd.weight"] == "F16"
+        with lowbit.gguf.open(out) as g, lowbit.gguf.open(files[want]) as w:
+            assert g.metadata["general.file_type"] == ft
+            assert list(g.tensors) == list(w.tensors)
+            for name, t in g.tensors.items():
+                assert t.format.name == w.tensors[name].format.name, name
+                assert bytes(t.raw) == bytes(w.tensors[name].raw), name
+    out = tmp_path / "tq1.gguf"
+    quantize_file(files["b158_i2s"], out, "TQ1_0")
+    with lowbit.gguf.open(out) as g, lowbit.gguf.open(files["b158_tq2"]) as w:
+        for name in _layer_mats(g):
+            assert g.tensors[name].format.name == "TQ1_0"
+            assert np.array_equal(_deq(g.tensors[name]), _deq(w.tensors[name])), name
+    m = lowbit.load(out, n_ctx=32)
+    assert np.isfinite(m.logits(m.tokenize(TEXT)[:8])).all()
+
+
+def test_quantize_tied_head_and_latent_weights(files, tmp_path):
+    from lowbit.quantize import quantize_file
+    from lowbit.writer import absmean_ternary
+    # the tied head's format is token_embd's: --embd-type Q8_0; --head-type has nothing to act on
+    out = tmp_path / "q8head.gguf"
+    quantize_file(files["b158_i2s"], out, "I2_S", embd_type="Q8_0")
+    m = lowbit.load(out, n_ctx=64)
+    assert m.file.tensors["token_embd.weight"].format.name == "Q8_0" and m.config.tied_output
+    ids = m.tokenize(TEXT, add_bos=False)
+    ref = lowbit.load(files["b158_i2s"], n_ctx=64).logits(ids)
+    assert top1_agreement(m.logits(ids), ref, margin=0.6)[0] == 1.0
+    with pytest.raises(ValueError, match="tied"):
+        quantize_file(files["b158_i2s"], tmp_path / "x.gguf", "I2_S", head_type="Q8_0")
+    # latent (not yet ternary) float weights: BitNet's absmean rule per tensor, as bitnet.cpp's
+    # and llama.cpp's converters apply it (s = 1 / mean|W|; round(W s) clamped to [-1, 1])
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((64, 256)).astype(np.float32)
+    s = 1.0 / max(float(np.abs(W).mean()), 1e-5)
+    codes = np.clip(np.rint(W * s), -1, 1)
+    t = absmean_ternary(W)
+    assert np.array_equal(np.sign(t), codes) and len(np.unique(np.abs(t[t != 0]))) == 1
+    assert np.allclose(np.abs(t[t != 0]), 1.0 / s, rtol=1e-6)
+    assert absmean_ternary(t) is not None and np.array_equal(absmean_ternary(t), t)  # already ternary: as is
+    from lowbit.writer import Writer
+    src = tmp_path / "latent.gguf"
+    w = Writer(src, "bitnet")
+    w.copy_metadata(lowbit.gguf.open(files["bitnet_tq2"]).metadata)
+    with lowbit.gguf.open(files["bitnet_tq2"]) as f:
+        for name, tt in f.tensors.items():
+            if name == "blk.0.ffn_up.weight":
+                w.add(name, rng.standard_normal(tt.shape).astype(np.float32), "F32")
+            else:
+                w.add_raw(name, tt.format, tt.shape, tt.raw)
+    w.close()
+    out = tmp_path / "latent-tq2.gguf"
+    quantize_file(src, out, "TQ2_0")
+    with lowbit.gguf.open(src) as a, lowbit.gguf.open(out) as b:
+        lat = a.tensors["blk.0.ffn_up.weight"].raw.view(np.float32).reshape(a.tensors["blk.0.ffn_up.weight"].shape)
+        got = _deq(b.tensors["blk.0.ffn_up.weight"])
+        assert np.array_equal(np.sign(got), np.sign(absmean_ternary(lat)))

@@ -56,6 +56,20 @@ def quantize_tensor(fmt, w: np.ndarray) -> np.ndarray:
     return g.quantize(f.name, w2)
 
 
+def absmean_ternary(w: np.ndarray) -> np.ndarray:
+    """BitNet b1.58's weight quantization of a whole tensor, in float: s = max(mean |W|, 1e-5),
+    W -> clamp(round(W / s), -1, 1) * s (round half to even, as torch.round). A tensor that is
+    already ternary (every finite nonzero |W| the same value) is returned unchanged, so
+    re-quantizing a BitNet file never moves its scale."""
+    w = np.asarray(w, dtype=np.float32)
+    a = np.abs(w[np.isfinite(w)])
+    nz = a[a != 0]
+    if nz.size == 0 or np.all(nz == nz[0]):
+        return w
+    s = np.float32(max(float(a.astype(np.float64).sum() / w.size), 1e-5))
+    return (np.clip(np.rint(w / s), -1, 1) * s).astype(np.float32)
+
+
 def pack_i2s(codes: np.ndarray, scale: float) -> np.ndarray:
     """Ternary codes int[rows, n] in {-1, 0, 1} and one per-tensor scale -> a flat I2_S tensor
     as bitnet.cpp's GGUF files hold it (W = codes * scale exactly, no re-ternarisation).
