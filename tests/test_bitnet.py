@@ -311,6 +311,15 @@ def test_synth_cli_and_bad_files(tmp_path):
     w.close()
     with pytest.raises(GGUFError, match="ffn_sub_norm"):
         lowbit.load(q, n_ctx=16)
+    # an unknown BitNet variant (bitnet.cpp's fork also names "bitnet-25"): one clear error
+    r = tmp_path / "b25.gguf"
+    w = Writer(r, "bitnet-25")
+    w.copy_metadata({k.replace("bitnet.", "bitnet-25.", 1): v for k, v in src.metadata.items()})
+    for name, t in src.tensors.items():
+        w.add_raw(name, t.format, t.shape, t.raw)
+    w.close()
+    with pytest.raises(GGUFError, match="'bitnet-25' is not supported.*bitnet-b1.58"):
+        lowbit.load(r, n_ctx=16)
     with pytest.raises(ValueError, match="arch must be"):
         synth.synth_bitnet(tmp_path / "x.gguf", arch="bitnet-25")
 
