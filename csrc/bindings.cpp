@@ -242,17 +242,23 @@ NB_MODULE(_lowbit, m) {
     nb::class_<Engine>(m, "Engine")
         .def("__init__", [](Engine *e, int n_layer, int dim, int n_head, int n_kv, int head_dim, int ffn, int vocab,
                             int n_ctx, float eps, float rope_base, float rope_scale, int rope_dims, bool rope_neox,
-                            bool kv_f16, bool sub_norm, int ffn_act) {
+                            bool kv_f16, int n_slots, bool qk_norm_full, int n_expert, int n_expert_used, int expert_ffn,
+                            int shexp_ffn, bool expert_norm, float expert_scale, bool sub_norm, int ffn_act) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
-            c.rope_dims = rope_dims; c.rope_neox = rope_neox; c.kv_f16 = kv_f16;
+            c.rope_dims = rope_dims; c.rope_neox = rope_neox; c.kv_f16 = kv_f16; c.n_slots = n_slots;
+            c.qk_norm_full = qk_norm_full; c.n_expert = n_expert; c.n_expert_used = n_expert_used;
+            c.expert_ffn = expert_ffn; c.shexp_ffn = shexp_ffn; c.expert_norm = expert_norm;
+            c.expert_scale = expert_scale;
             c.sub_norm = sub_norm; c.ffn_act = ffn_act;
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
            nb::arg("rope_scale"), nb::arg("rope_dims"), nb::arg("rope_neox"), nb::arg("kv_f16") = true,
-           nb::arg("sub_norm") = false, nb::arg("ffn_act") = 0)
+           nb::arg("n_slots") = 1, nb::arg("qk_norm_full") = false, nb::arg("n_expert") = 0, nb::arg("n_expert_used") = 0,
+           nb::arg("expert_ffn") = 0, nb::arg("shexp_ffn") = 0, nb::arg("expert_norm") = false,
+           nb::arg("expert_scale") = 1.0f, nb::arg("sub_norm") = false, nb::arg("ffn_act") = 0)
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;
@@ -265,6 +271,39 @@ NB_MODULE(_lowbit, m) {
             e.set_vec(name, layer, v.data(), (int64_t)v.shape(0));
         })
         .def("set_threads", &Engine::set_threads)
+        .def("set_stats", &Engine::set_stats)
+        .def("set_lookahead", &Engine::set_lookahead)
+        .def("lookahead_stats", [](const Engine &e) {
+            const Engine::LookaheadStats &s = e.lookahead_stats();
+            nb::dict d;
+            d["routed"] = s.routed; d["hits"] = s.hits; d["predicted"] = s.predicted;
+            return d;
+        }, "Router lookahead counters: experts routed (distinct per window and layer >= 1), of them "
+           "predicted, experts predicted.")
+        .def("reset_lookahead_stats", &Engine::reset_lookahead_stats)
+        .def("reset_stats", &Engine::reset_stats)
+        .def("stats", [](const Engine &e) {
+            std::vector<nb::dict> out;
+            for (const LayerStats &s : e.stats()) {
+                nb::dict d;
+                d["calls"] = s.calls; d["tokens"] = s.tokens; d["distinct_experts"] = s.distinct_experts;
+                d["weight_bytes"] = s.weight_bytes; d["t_attn"] = s.t_attn; d["t_router"] = s.t_router;
+                d["t_experts"] = s.t_experts; d["t_ffn"] = s.t_ffn;
+                d["t_attn_core"] = s.t_attn_core;
+                out.push_back(d);
+            }
+            return out;
+        }, "Per-layer counters since reset_stats(): calls, tokens, distinct_experts (summed over calls), "
+           "weight_bytes, seconds in attention / router / experts / dense FFN or shared expert.")
+        .def("last_routes", [](const Engine &e, int layer) {
+            if (layer < 0 || layer >= e.config().n_layer) throw std::invalid_argument("last_routes: no such layer");
+            return e.last_routes(layer);
+        }, "The experts each token of the last forward call chose at this layer, flat [T * n_expert_used].")
+        .def("last_route_margins", [](const Engine &e, int layer) {
+            if (layer < 0 || layer >= e.config().n_layer) throw std::invalid_argument("last_route_margins: no such layer");
+            return e.last_route_margins(layer);
+        }, "Per token of the last forward call: the K-th chosen expert's router probability minus the best "
+           "unchosen one's.")
         .def("validate", &Engine::validate)
         .def("forward", [](Engine &e, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> tokens,
                            int pos, F32Out logits, bool all_logits) {
@@ -277,7 +316,24 @@ NB_MODULE(_lowbit, m) {
             float *lg = logits.data();
             nb::gil_scoped_release nogil;
             e.forward(tk, T, pos, lg, all_logits);
-        });
+        })
+        // tokens, slots, pos: int32[T]; out_rows: int32[n_out]; logits: float32[n_out, vocab]
+        .def("forward_batch", [](Engine &e, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> tokens,
+                                 nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> slots,
+                                 nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> pos,
+                                 nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> out_rows,
+                                 F32Out logits) {
+            const int T = (int)tokens.shape(0), n_out = (int)out_rows.shape(0);
+            if (slots.shape(0) != tokens.shape(0) || pos.shape(0) != tokens.shape(0))
+                throw std::invalid_argument("forward_batch: tokens, slots and pos differ in length");
+            if ((int64_t)logits.shape(0) != n_out || (int64_t)logits.shape(1) != e.config().vocab)
+                throw std::invalid_argument("forward_batch: logits buffer has the wrong shape");
+            const int32_t *tk = tokens.data(), *sl = slots.data(), *ps = pos.data(), *rw = out_rows.data();
+            float *lg = logits.data();
+            nb::gil_scoped_release nogil;
+            e.forward_batch(tk, sl, ps, T, rw, n_out, lg);
+        })
+        .def_prop_ro("n_slots", [](const Engine &e) { return e.config().n_slots; });
 
     m.def("stats", [] {
         std::vector<nb::tuple> out;

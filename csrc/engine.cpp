@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -18,7 +19,16 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         throw std::invalid_argument("engine: inconsistent model dimensions");
     if (c.ffn_act != FFN_SILU && c.ffn_act != FFN_RELU2)
         throw std::invalid_argument("engine: unknown FFN activation " + std::to_string(c.ffn_act));
-    const size_t kv = (size_t)c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
+    if (c.n_slots < 1) throw std::invalid_argument("engine: n_slots must be >= 1");
+    if (c.n_expert < 0 || (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.expert_ffn <= 0)) ||
+        c.shexp_ffn < 0)
+        throw std::invalid_argument("engine: inconsistent expert counts (n_expert " + std::to_string(c.n_expert) +
+                                    ", n_expert_used " + std::to_string(c.n_expert_used) + ")");
+    routes_.resize((size_t)c.n_layer);
+    rgap_.resize((size_t)c.n_layer);
+    predicted_.assign((size_t)c.n_layer, std::vector<uint8_t>((size_t)c.n_expert, 0));
+    reset_stats();
+    const size_t kv = (size_t)c.n_slots * c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
     if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(kv, 0); }
     else { k32_.assign(kv, 0.0f); v32_.assign(kv, 0.0f); }
     inv_freq_.resize(c.rope_dims / 2);
@@ -34,6 +44,14 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
     if (n == "ffn_gate") return &l.wgate;
     if (n == "ffn_up") return &l.wup;
     if (n == "ffn_down") return &l.wdown;
+    if (n == "ffn_gate_inp") return &l.router;
+    if (n == "ffn_gate_exps") return &l.gate_exps;
+    if (n == "ffn_up_exps") return &l.up_exps;
+    if (n == "ffn_down_exps") return &l.down_exps;
+    if (n == "ffn_gate_shexp") return &l.sh_gate;
+    if (n == "ffn_up_shexp") return &l.sh_up;
+    if (n == "ffn_down_shexp") return &l.sh_down;
+    if (n == "ffn_gate_inp_shexp") return &l.sh_gate_inp;
     return nullptr;
 }
 
@@ -72,8 +90,8 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         const int qd = c_.n_head * c_.head_dim, kd = c_.n_kv * c_.head_dim;
         if (name == "attn_norm") { need(c_.dim); l.attn_norm = v; return; }
         if (name == "ffn_norm") { need(c_.dim); l.ffn_norm = v; return; }
-        if (name == "attn_q_norm") { need(c_.head_dim); l.q_norm = v; return; }
-        if (name == "attn_k_norm") { need(c_.head_dim); l.k_norm = v; return; }
+        if (name == "attn_q_norm") { need(c_.qk_norm_full ? qd : c_.head_dim); l.q_norm = v; return; }
+        if (name == "attn_k_norm") { need(c_.qk_norm_full ? kd : c_.head_dim); l.k_norm = v; return; }
         if (name == "attn_q.bias") { need(qd); l.bq = v; return; }
         if (name == "attn_k.bias") { need(kd); l.bk = v; return; }
         if (name == "attn_v.bias") { need(kd); l.bv = v; return; }
@@ -116,9 +134,24 @@ std::string Engine::validate() const {
         if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
         if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
         if (!(e = shape(l.wo, c_.dim, qd, p + "attn_output")).empty()) return e;
-        if (!(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
-        if (!(e = shape(l.wup, c_.ffn, c_.dim, p + "ffn_up")).empty()) return e;
-        if (!(e = shape(l.wdown, c_.dim, c_.ffn, p + "ffn_down")).empty()) return e;
+        if (c_.n_expert > 0) {
+            const int64_t E = c_.n_expert, ef = c_.expert_ffn;
+            if (!(e = shape(l.router, E, c_.dim, p + "ffn_gate_inp")).empty()) return e;
+            // the 3-D tensors arrive flattened: [n_expert * rows, n]
+            if (!(e = shape(l.gate_exps, E * ef, c_.dim, p + "ffn_gate_exps")).empty()) return e;
+            if (!(e = shape(l.up_exps, E * ef, c_.dim, p + "ffn_up_exps")).empty()) return e;
+            if (!(e = shape(l.down_exps, E * c_.dim, ef, p + "ffn_down_exps")).empty()) return e;
+            if (c_.shexp_ffn > 0) {
+                if (!(e = shape(l.sh_gate, c_.shexp_ffn, c_.dim, p + "ffn_gate_shexp")).empty()) return e;
+                if (!(e = shape(l.sh_up, c_.shexp_ffn, c_.dim, p + "ffn_up_shexp")).empty()) return e;
+                if (!(e = shape(l.sh_down, c_.dim, c_.shexp_ffn, p + "ffn_down_shexp")).empty()) return e;
+                if (!(e = shape(l.sh_gate_inp, 1, c_.dim, p + "ffn_gate_inp_shexp")).empty()) return e;
+            }
+        } else {
+            if (!(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
+            if (!(e = shape(l.wup, c_.ffn, c_.dim, p + "ffn_up")).empty()) return e;
+            if (!(e = shape(l.wdown, c_.dim, c_.ffn, p + "ffn_down")).empty()) return e;
+        }
     }
     return "";
 }
@@ -164,11 +197,11 @@ void Engine::rmsnorm(const float *x, const float *w, float *out, int T, int len)
     }
 }
 
-// Rotary embedding of v[T][heads][head_dim] at positions pos..pos+T-1.
-void Engine::rope(float *v, int T, int pos, int heads) const {
+// Rotary embedding of v[T][heads][head_dim], token t at position pos[t].
+void Engine::rope(float *v, int T, const int32_t *pos, int heads) const {
     const int hd = c_.head_dim, half = c_.rope_dims / 2;
     for (int t = 0; t < T; ++t) {
-        const double p = (double)(pos + t) * c_.rope_scale;
+        const double p = (double)pos[t] * c_.rope_scale;
         for (int i = 0; i < half; ++i) {
             const double th = p * inv_freq_[i];
             const float cs = (float)std::cos(th), sn = (float)std::sin(th);
@@ -208,9 +241,11 @@ static void attend_f32(const float *qv, const float *K, const float *V, int len,
     }
 }
 
-void Engine::attention(int layer, const float *q, int T, int pos, float *out) {
+// Token t attends to positions 0..pos[t] of its own slot slots[t].
+void Engine::attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out) {
     const int hd = c_.head_dim, nh = c_.n_head, group = c_.n_head / c_.n_kv, kd = c_.n_kv * hd;
-    const size_t base = (size_t)layer * c_.n_ctx * kd;
+    int maxlen = 0;
+    for (int t = 0; t < T; ++t) maxlen = pos[t] + 1 > maxlen ? pos[t] + 1 : maxlen;
     const float scale = 1.0f / std::sqrt((float)hd);
     const int64_t items = (int64_t)T * nh;
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
@@ -218,16 +253,16 @@ void Engine::attention(int layer, const float *q, int T, int pos, float *out) {
     ThreadPool::instance().run(items < threads ? (int)items : threads, [&](int i, int nth) {
         int64_t b, e;
         split_range(items, i, nth, &b, &e);
-        std::vector<float> sc((size_t)pos + T);
+        std::vector<float> sc((size_t)maxlen);
         for (int64_t it = b; it < e; ++it) {
             const int t = (int)(it / nh), h = (int)(it % nh), kvh = h / group;
             const float *qv = q + ((size_t)t * nh + h) * hd;
             float *o = out + ((size_t)t * nh + h) * hd;
-            const size_t off = base + (size_t)kvh * hd;
+            const size_t off = kv_offset(slots[t], layer, 0) + (size_t)kvh * hd;
             if (c_.kv_f16)
-                attn16(qv, k16_.data() + off, v16_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o);
+                attn16(qv, k16_.data() + off, v16_.data() + off, pos[t] + 1, hd, kd, scale, sc.data(), o);
             else
-                attend_f32(qv, k32_.data() + off, v32_.data() + off, pos + t + 1, hd, kd, scale, sc.data(), o);
+                attend_f32(qv, k32_.data() + off, v32_.data() + off, pos[t] + 1, hd, kd, scale, sc.data(), o);
         }
     });
 }
@@ -249,14 +284,61 @@ static void add_bias(float *v, const float *b, int T, int len) {
         for (int i = 0; i < len; ++i) v[(size_t)t * len + i] += b[i];
 }
 
+// SwiGLU FFN on T tokens: out = down(silu(gate(x)) * up(x)); out may alias x.
+void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
+                       const float *sub_norm) {
+    const size_t n = (size_t)T * gate.rows;
+    if (g_.size() < n) g_.resize(n);
+    if (u_.size() < n) u_.resize(n);
+    matmul(gate, x, T, g_.data());
+    matmul(up, x, T, u_.data(), true);
+    if (c_.ffn_act == FFN_RELU2) {
+        for (size_t i = 0; i < n; ++i) {
+            const float r = g_[i] > 0.0f ? g_[i] : 0.0f;
+            g_[i] = r * r * u_[i];  // relu(gate)^2 * up, in ggml's order: sqr(relu(g)), then * up
+        }
+    } else {
+        for (size_t i = 0; i < n; ++i) {
+            const float gv = g_[i];
+            g_[i] = gv / (1.0f + std::exp(-gv)) * u_[i];  // SwiGLU: silu(gate) * up
+        }
+    }
+    if (sub_norm) rmsnorm(g_.data(), sub_norm, g_.data(), T, (int)gate.rows);  // bitnet: before ffn_down
+    matmul(down, g_.data(), T, out);
+}
+
 void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool all_logits) {
     if (T < 1) throw std::invalid_argument("forward: need at least one token");
     if (pos < 0 || pos + T > c_.n_ctx)
         throw std::invalid_argument("forward: positions " + std::to_string(pos) + ".." + std::to_string(pos + T - 1) +
                                     " exceed the context of " + std::to_string(c_.n_ctx));
-    for (int t = 0; t < T; ++t)
+    std::vector<int32_t> slots((size_t)T, 0), ps((size_t)T), rows;
+    for (int t = 0; t < T; ++t) ps[(size_t)t] = pos + t;
+    for (int t = all_logits ? 0 : T - 1; t < T; ++t) rows.push_back(t);
+    forward_batch(tokens, slots.data(), ps.data(), T, rows.data(), (int)rows.size(), logits);
+}
+
+void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T,
+                           const int32_t *out_rows, int n_out, float *logits) {
+    if (T < 1) throw std::invalid_argument("forward: need at least one token");
+    for (int t = 0; t < T; ++t) {
         if (tokens[t] < 0 || tokens[t] >= c_.vocab)
             throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
+        if (slots[t] < 0 || slots[t] >= c_.n_slots)
+            throw std::invalid_argument("forward: slot " + std::to_string(slots[t]) + " outside 0.." +
+                                        std::to_string(c_.n_slots - 1));
+        if (pos[t] < 0 || pos[t] >= c_.n_ctx)
+            throw std::invalid_argument("forward: position " + std::to_string(pos[t]) + " exceeds the context of " +
+                                        std::to_string(c_.n_ctx));
+        for (int u = 0; u < t; ++u)  // T is a batch (tens of tokens): quadratic is fine
+            if (slots[u] == slots[t] && pos[u] == pos[t])
+                throw std::invalid_argument("forward: two tokens at position " + std::to_string(pos[t]) +
+                                            " of slot " + std::to_string(slots[t]));
+    }
+    if (n_out < 0) throw std::invalid_argument("forward: negative output count");
+    for (int i = 0; i < n_out; ++i)
+        if (out_rows[i] < 0 || out_rows[i] >= T)
+            throw std::invalid_argument("forward: output row " + std::to_string(out_rows[i]) + " outside the batch");
     const int dim = c_.dim, hd = c_.head_dim, qd = c_.n_head * hd, kd = c_.n_kv * hd, ffn = c_.ffn;
     x_.resize((size_t)T * dim); h_.resize((size_t)T * dim); q_.resize((size_t)T * qd);
     k_.resize((size_t)T * kd); v_.resize((size_t)T * kd); att_.resize((size_t)T * qd);
@@ -267,6 +349,7 @@ void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool 
 
     for (int l = 0; l < c_.n_layer; ++l) {
         const LayerWeights &L = layers_[(size_t)l];
+        const auto t0 = now();
         rmsnorm(x_.data(), L.attn_norm, h_.data(), T, dim);
         matmul(L.wq, h_.data(), T, q_.data());        // q, k, v share one quantized copy of h
         matmul(L.wk, h_.data(), T, k_.data(), true);
@@ -274,42 +357,57 @@ void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool 
         add_bias(q_.data(), L.bq, T, qd);
         add_bias(k_.data(), L.bk, T, kd);
         add_bias(v_.data(), L.bv, T, kd);
-        if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
-        if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
+        if (c_.qk_norm_full) {  // olmoe: one RMSNorm over each token's whole q / k vector
+            if (L.q_norm) head_norm(q_.data(), L.q_norm, T, 1, qd, c_.eps);
+            if (L.k_norm) head_norm(k_.data(), L.k_norm, T, 1, kd, c_.eps);
+        } else {
+            if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
+            if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
+        }
         rope(q_.data(), T, pos, c_.n_head);
         rope(k_.data(), T, pos, c_.n_kv);
-        const size_t at = ((size_t)l * c_.n_ctx + pos) * kd, cnt = (size_t)T * kd;
-        if (c_.kv_f16) {
-            for (size_t i = 0; i < cnt; ++i) { k16_[at + i] = f32_to_fp16(k_[i]); v16_[at + i] = f32_to_fp16(v_[i]); }
-        } else {
-            std::memcpy(k32_.data() + at, k_.data(), sizeof(float) * cnt);
-            std::memcpy(v32_.data() + at, v_.data(), sizeof(float) * cnt);
+        for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
+            const size_t at = kv_offset(slots[t], l, pos[t]), src = (size_t)t * kd;
+            if (c_.kv_f16) {
+                for (int i = 0; i < kd; ++i) { k16_[at + i] = f32_to_fp16(k_[src + i]); v16_[at + i] = f32_to_fp16(v_[src + i]); }
+            } else {
+                std::memcpy(k32_.data() + at, k_.data() + src, sizeof(float) * kd);
+                std::memcpy(v32_.data() + at, v_.data() + src, sizeof(float) * kd);
+            }
         }
-        attention(l, q_.data(), T, pos, att_.data());
+        const auto ta = now();
+        attention(l, q_.data(), T, slots, pos, att_.data());
+        if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
         if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
         matmul(L.wo, att_.data(), T, h_.data());
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
 
+        const auto t1 = now();
         rmsnorm(x_.data(), L.ffn_norm, h_.data(), T, dim);
-        matmul(L.wgate, h_.data(), T, g_.data());
-        matmul(L.wup, h_.data(), T, u_.data(), true);
-        if (c_.ffn_act == FFN_RELU2) {
-            for (size_t i = 0; i < (size_t)T * ffn; ++i) {
-                const float r = g_[i] > 0.0f ? g_[i] : 0.0f;
-                g_[i] = r * r * u_[i];  // relu(gate)^2 * up, in ggml's order: sqr(relu(g)), then * up
-            }
+        if (c_.n_expert > 0) {
+            mo_.resize((size_t)T * dim);
+            moe_ffn(l, h_.data(), T, mo_.data());
+            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += mo_[i];
         } else {
-            for (size_t i = 0; i < (size_t)T * ffn; ++i) {
-                const float gv = g_[i];
-                g_[i] = gv / (1.0f + std::exp(-gv)) * u_[i];  // SwiGLU: silu(gate) * up
+            dense_ffn(L.wgate, L.wup, L.wdown, h_.data(), T, h_.data(), L.ffn_sub_norm);
+            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+            if (stats_on_) {
+                LayerStats &s = stats_[(size_t)l];
+                s.t_ffn += seconds(t1, now());
+                s.weight_bytes += mat_bytes(L.wgate) + mat_bytes(L.wup) + mat_bytes(L.wdown);
             }
         }
-        if (L.ffn_sub_norm) rmsnorm(g_.data(), L.ffn_sub_norm, g_.data(), T, ffn);  // bitnet: before ffn_down
-        matmul(L.wdown, g_.data(), T, h_.data());
-        for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+        if (stats_on_) {
+            LayerStats &s = stats_[(size_t)l];
+            s.calls += 1;
+            s.tokens += T;
+            s.t_attn += seconds(t0, t1);
+            s.weight_bytes += mat_bytes(L.wq) + mat_bytes(L.wk) + mat_bytes(L.wv) + mat_bytes(L.wo);
+        }
     }
-    const int first = all_logits ? 0 : T - 1, n_out = T - first;
-    rmsnorm(x_.data() + (size_t)first * dim, out_norm_, h_.data(), n_out, dim);
+    if (n_out == 0) return;
+    for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
+        rmsnorm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, h_.data() + (size_t)i * dim, 1, dim);
     matmul(output_, h_.data(), n_out, logits);
 }
 

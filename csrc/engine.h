@@ -7,6 +7,7 @@
 // arithmetic is the same whether it runs alone or in a window (the row kernels keep I2;
 // attention computes each query row on its own), so greedy speculative decoding is exact.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +30,12 @@ struct Mat {
     bool present() const { return type >= 0; }
 };
 
+// Bytes of a weight matrix's rows (what one pass over it streams).
+inline double mat_bytes(const Mat &m) { return m.present() ? (double)m.rows * (double)m.stride : 0.0; }
+using Clock = std::chrono::steady_clock;
+inline Clock::time_point now() { return Clock::now(); }
+inline double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
 struct LayerWeights {
     const float *attn_norm = nullptr, *ffn_norm = nullptr;  // [dim]
     const float *q_norm = nullptr, *k_norm = nullptr;       // [head_dim] (qwen3)
@@ -37,6 +44,21 @@ struct LayerWeights {
     // [n_head*hd], and of the FFN activation before ffn_down [ffn].
     const float *attn_sub_norm = nullptr, *ffn_sub_norm = nullptr;
     Mat wq, wk, wv, wo, wgate, wup, wdown;
+    // Mixture of experts (n_expert > 0): the router and the experts' 3-D GGUF tensors seen
+    // as one matrix each, expert e's rows at e * rows_per_expert (csrc/moe.cpp).
+    Mat router;                           // ffn_gate_inp  [n_expert, dim]
+    Mat gate_exps, up_exps, down_exps;    // [n_expert * expert_ffn, dim], [n_expert * dim, expert_ffn]
+    Mat sh_gate, sh_up, sh_down;          // qwen2moe's shared expert [shexp_ffn, dim], [dim, shexp_ffn]
+    Mat sh_gate_inp;                      // its sigmoid gate [1, dim]
+};
+
+// Per-layer counters of the forward passes since the last reset (lowbit run --stats).
+struct LayerStats {
+    int64_t calls = 0, tokens = 0;
+    int64_t distinct_experts = 0;  // summed over calls: experts used by at least one token of the window
+    double weight_bytes = 0;       // weight bytes the row kernels streamed (each matrix row once per call)
+    double t_attn = 0, t_router = 0, t_experts = 0, t_ffn = 0;  // seconds (t_ffn: dense FFN / shared expert)
+    double t_attn_core = 0;        // seconds in the attention kernel itself (part of t_attn)
 };
 
 struct EngineConfig {
@@ -52,6 +74,13 @@ struct EngineConfig {
     // FFN gate activation: FFN_SILU: silu(gate) * up (llama, qwen, llama.cpp's bitnet);
     // FFN_RELU2: relu(gate)^2 * up (bitnet.cpp's bitnet-b1.58, BitNet b1.58 2B-4T).
     int ffn_act = 0;
+    int n_slots = 1;             // KV slots (sequences), each n_ctx positions, allocated up front
+    bool qk_norm_full = false;   // q/k RMSNorm over the whole q / k vector (olmoe), not per head
+    // Mixture of experts: n_expert == 0 for a dense model.
+    int n_expert = 0, n_expert_used = 0, expert_ffn = 0;
+    int shexp_ffn = 0;           // qwen2moe's shared expert width (0: none)
+    bool expert_norm = false;    // renormalise the top-K probabilities to sum 1 (qwen3moe, mixtral)
+    float expert_scale = 1.0f;   // the routing weights' scale (GGUF expert_weights_scale; 1: none)
 };
 enum FfnAct : int { FFN_SILU = 0, FFN_RELU2 = 1 };
 
@@ -63,31 +92,78 @@ public:
     void set_threads(int t) { threads_ = t; }
     // Run tokens[0..T) at positions pos..pos+T-1 (the KV cache holds positions < pos).
     // logits: [T][vocab] if all_logits, else [1][vocab] for the last token.
+    // The slot-0 case of forward_batch.
     void forward(const int32_t *tokens, int T, int pos, float *logits, bool all_logits);
+    // Several sequences in one pass: token t sits in KV slot slots[t] at position pos[t] (that
+    // slot's cache holds its positions < pos[t], or they come earlier in this batch). Every
+    // matmul runs once over all T tokens (each weight row decoded once per window of 8);
+    // attention runs per token against its own slot. (slot, pos) pairs must be distinct.
+    // logits: [n_out][vocab], row i for token out_rows[i]. A token's logits are bitwise the
+    // same whatever else is in the batch (I2 and per-token norms, rope and attention).
+    void forward_batch(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T,
+                       const int32_t *out_rows, int n_out, float *logits);
     const EngineConfig &config() const { return c_; }
     // Check every required weight is set and shaped right; returns "" or the problem.
     std::string validate() const;
+    // Per-layer stats (n_layer entries); collected only while enabled.
+    void set_stats(bool on) { stats_on_ = on; }
+    const std::vector<LayerStats> &stats() const { return stats_; }
+    void reset_stats() { stats_.assign((size_t)c_.n_layer, LayerStats{}); }
+    // Router lookahead (csrc/moe.cpp): at layer l, layer l+1's router is applied to layer l's
+    // FFN input, and the predicted experts' pages of layer l+1 are read ahead (madvise
+    // WILLNEED) while layer l computes. Counters: experts routed (distinct per window and
+    // layer, layers >= 1), of them predicted, and experts predicted.
+    void set_lookahead(bool on) { lookahead_ = on; }
+    struct LookaheadStats { int64_t routed = 0, hits = 0, predicted = 0; };
+    const LookaheadStats &lookahead_stats() const { return la_; }
+    void reset_lookahead_stats() { la_ = LookaheadStats{}; }
+    // The experts each token of the last forward call chose at layer l: [T][n_expert_used],
+    // in rank order (tests check routing is not degenerate).
+    const std::vector<int32_t> &last_routes(int l) const { return routes_[(size_t)l]; }
+    // Per token of the last forward call at layer l: the K-th chosen expert's probability
+    // minus the best unchosen one's (a near-zero margin is a near-tie that float noise flips).
+    const std::vector<float> &last_route_margins(int l) const { return rgap_[(size_t)l]; }
 
 private:
     // reuse_act: x is the same input as the previous matmul's (q/k/v, gate/up): its
     // quantized copy is reused when the activation format is the same.
     void matmul(const Mat &m, const float *x, int T, float *out, bool reuse_act = false);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
-    void rope(float *v, int T, int pos, int heads) const;
-    void attention(int layer, const float *q, int T, int pos, float *out);
+    void rope(float *v, int T, const int32_t *pos, int heads) const;
+    void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);
+    size_t kv_offset(int slot, int layer, int pos) const {  // element offset of (slot, layer, pos) in the cache
+        return (((size_t)slot * c_.n_layer + layer) * c_.n_ctx + pos) * ((size_t)c_.n_kv * c_.head_dim);
+    }
+    // The MoE feed-forward (csrc/moe.cpp): out[T][dim] = sum over each token's top-K experts
+    // (in rank order) of weight * expert(x), plus the shared expert if any.
+    void moe_ffn(int layer, const float *x, int T, float *out);
+    void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
+                   const float *sub_norm = nullptr);  // sub_norm: bitnet's ffn_sub_norm [gate.rows]
 
     EngineConfig c_;
     std::vector<LayerWeights> layers_;
     Mat embd_, output_;
     const float *out_norm_ = nullptr;
     std::vector<float> inv_freq_;        // per rotated pair: base^(-2i/d) / factor_i
-    // [layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
+    // [slot][layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
     std::vector<uint16_t> k16_, v16_;
     std::vector<float> k32_, v32_;
     std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_;
     std::vector<uint8_t> act_;
     int act_type_ = -1;  // format of what act_ holds (-1: nothing reusable)
     int threads_ = 0;
+    // MoE scratch (csrc/moe.cpp)
+    std::vector<float> rlog_, rx_, wsel_, eg_, eu_, ed_, sh_, mo_;
+    std::vector<int32_t> sel_, slot_of_, slot_tok_, ecount_, eoff_;
+    std::vector<uint8_t> xq_, xs_, us_, ys_;
+    std::vector<std::vector<int32_t>> routes_;
+    std::vector<std::vector<float>> rgap_;
+    bool stats_on_ = false;
+    bool lookahead_ = false;
+    LookaheadStats la_;
+    std::vector<std::vector<uint8_t>> predicted_;  // [layer][expert]: read ahead for this window
+    void lookahead(int layer, const float *x, int T);
+    std::vector<LayerStats> stats_;
 };
 
 }  // namespace lowbit

@@ -3,6 +3,7 @@
     lowbit bench kernels [--formats Q4_0,Q4_K] [--nt 1,2,4,8] [--threads N] [--cpu N]
                          [--reps N] [--mb MB] [--n N] [--json]
     lowbit bench membw [--mb MB] [--threads N]
+    lowbit bench serve [-m MODEL] [-t 2] [--clients 8] [--tokens 128]   (lowbit/server/bench.py)
 
 For each format the weight matrix is `--mb` MB of rows of `--n` values (a few hundred
 distinct rows quantized by ggml's own quantizer, tiled to the working set), the activations
@@ -147,6 +148,18 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
         p = llama_cpp.llama_perf_context(ctx)
         return p.t_p_eval_ms / 1e3, p.t_eval_ms / 1e3
 
+    def window(w: int, steps: int = 8) -> float:
+        """Seconds of one forward of w tokens at the end of the cache (a speculative verify
+        window), rewound after each call; median of `steps`."""
+        times = []
+        for i in range(steps):
+            p0 = m.pos
+            t0 = time.perf_counter()
+            m.forward(toks[i:i + w])
+            times.append(time.perf_counter() - t0)
+            m.rewind(p0)
+        return sorted(times)[steps // 2]
+
     ours(); theirs()  # warm-up
     # interleaved, so a burst of load on the shared machine hits both sides alike; each
     # metric's median on its own
@@ -154,12 +167,15 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     med = lambda v: sorted(v)[reps // 2]  # noqa: E731
     o = (med([r[0][0] for r in runs]), med([r[0][1] for r in runs]))
     t = (med([r[1][0] for r in runs]), med([r[1][1] for r in runs]))
+    step = window(1)
+    windows = {w: window(w) / step for w in (4, 8)}
     res = dict(model=os.path.basename(path), llama_model=os.path.basename(llama_model or path),
                threads=threads, prompt_tokens=len(toks), gen_tokens=gen_tokens,
                lowbit_prefill_tps=len(toks) / o[0], lowbit_decode_tps=gen_tokens / o[1],
                llama_prefill_tps=len(toks) / t[0], llama_decode_tps=gen_tokens / t[1])
     res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"]
     res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"]
+    res["window_cost"] = windows  # lowbit: time of a w-token verify window / a 1-token step
     vs = f" (llama.cpp: {res['llama_model']})" if llama_model else ""
     print(f"# {res['model']}{vs}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
           f"median of {reps}", file=out)
@@ -168,7 +184,75 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
           f"{res['prefill_ratio']:6.2f}", file=out)
     print(f"{'decode':10} {res['lowbit_decode_tps']:12.1f} {res['llama_decode_tps']:15.1f} "
           f"{res['decode_ratio']:6.2f}", file=out)
+    print("lowbit verify window at the end of the cache, cost / one decode step: " +
+          ", ".join(f"{w} tokens {r:.2f}x" for w, r in windows.items()), file=out)
     return res
+
+
+def _cold_child(path: str, threads: int, gen_tokens: int, lookahead: bool) -> dict:
+    """One cold run (in a fresh process, after the parent evicted the file): load, a 4-token
+    prompt, gen_tokens greedy decode steps. Times are wall seconds."""
+    import time
+
+    from .model import load
+    t0 = time.perf_counter()
+    m = load(path, n_ctx=gen_tokens + 16, threads=threads, lookahead=lookahead)
+    toks = m.tokenize(E2E_PROMPT)[:4]
+    logits = m.forward(toks)
+    t1 = time.perf_counter()
+    tok = int(np.argmax(logits[-1]))
+    for _ in range(gen_tokens):
+        tok = int(np.argmax(m.forward([tok])[-1]))
+    t2 = time.perf_counter()
+    la = m.engine.lookahead_stats()
+    return dict(first_s=t1 - t0, decode_tps=gen_tokens / (t2 - t1), hits=la["hits"], routed=la["routed"])
+
+
+def evict(path: str) -> None:
+    """Drop the file's pages from the page cache (POSIX_FADV_DONTNEED; pages mapped by a live
+    process stay, so the runs are separate processes)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def bench_cold(model_path: str, threads: int, gen_tokens: int, reps: int, out=sys.stdout) -> dict:
+    """Decode speed with the model file evicted from the page cache before each run, router
+    lookahead off and on (alternating, one fresh process per run), and warm for reference."""
+    import subprocess
+    code = ("import json, sys; from lowbit.bench import _cold_child; "
+            "print(json.dumps(_cold_child(*json.loads(sys.argv[1]))))")
+
+    def child(la: bool, cold: bool) -> dict:
+        if cold:
+            evict(model_path)
+        else:  # the whole file in the page cache
+            with open(model_path, "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+        r = subprocess.run([sys.executable, "-c", code, json.dumps([model_path, threads, gen_tokens, la])],
+                           capture_output=True, text=True, check=True)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    runs = {(la, cold): [] for la in (False, True) for cold in (True, False)}
+    for _ in range(reps):
+        for la in (False, True):
+            for cold in (True, False):
+                runs[(la, cold)].append(child(la, cold))
+    med = {k: sorted(v, key=lambda r: r["decode_tps"])[len(v) // 2] for k, v in runs.items()}
+    print(f"# {os.path.basename(model_path)}, {threads} threads, 4-token prompt then {gen_tokens} decode steps, "
+          f"one process per run, median of {reps}", file=out)
+    print(f"{'':18} {'decode tok/s':>12} {'load+prompt s':>13} {'hit rate':>9}", file=out)
+    for (la, cold), r in med.items():
+        hr = f"{r['hits'] / r['routed']:.1%}" if la and r["routed"] else "-"
+        print(f"{('cold' if cold else 'warm') + ', lookahead ' + ('on' if la else 'off'):18} "
+              f"{r['decode_tps']:12.2f} {r['first_s']:13.2f} {hr:>9}", file=out)
+    ratio = med[(True, True)]["decode_tps"] / med[(False, True)]["decode_tps"]
+    print(f"cold decode, lookahead on / off: {ratio:.2f}x", file=out)
+    return dict(runs={f"{'on' if la else 'off'}-{'cold' if c else 'warm'}": v for (la, c), v in runs.items()},
+                cold_ratio=ratio)
 
 
 def add_parser(sub) -> None:
@@ -201,6 +285,16 @@ def add_parser(sub) -> None:
                         "TQ2_0 for an I2_S file)")
     e.set_defaults(func=lambda a: bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens, a.reps,
                                             llama_model=a.llama_model) and 0)
+    from .bench_spec import add_bench_parser
+    add_bench_parser(bs)
+    from .server.bench import add_parser as add_serve
+    add_serve(bs)
+    c = bs.add_parser("cold", help="MoE decode with the file evicted from the page cache: lookahead off vs on")
+    c.add_argument("-m", "--model", required=True, help="GGUF file (an MoE model)")
+    c.add_argument("-t", "--threads", type=int, default=2)
+    c.add_argument("--gen-tokens", type=int, default=32)
+    c.add_argument("--reps", type=int, default=3)
+    c.set_defaults(func=lambda a: bench_cold(a.model, a.threads, a.gen_tokens, a.reps) and 0)
 
 
 def _run_membw(a) -> int:

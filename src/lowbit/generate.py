@@ -1,8 +1,20 @@
-"""Generation as a few named steps: prefill, decode_one, generate.
+"""Generation as a few named steps.
 
-    prefill(model, ids)       run the prompt through the model in chunks, return last logits
-    decode_one(model, tok)    append one token, return its logits
-    generate(model, prompt)   prefill, then sample / decode until max_tokens, EOG or a stop string
+    prefill(model, ids)            run the prompt through the model in chunks, return last logits
+    decode_one(model, tok)         append one token, return its logits
+    plain(model, ids, sampler)     token ids, one forward per token
+    speculative(model, ids, sampler, drafter, k)
+                                   token ids, one forward per round: the last token plus up to k
+                                   drafts verified as one window (each weight row decoded once)
+    generate(model, prompt)        either of the two, then EOG, max_tokens, stop strings, text
+
+Speculative decoding is exact: with greedy sampling it yields the same tokens as plain(), for
+every k and drafter, because a token's logits are bitwise the same alone or in a window
+(invariant I2 of the row kernels; attention computes each query row on its own). With
+temperature > 0 it draws from the target's distribution: draft d with draft probability q(d)
+is accepted with probability min(1, p(d)/q(d)); on rejection the token is drawn from
+norm(max(p - q, 0)) (Leviathan et al. 2023). A drafter that proposes deterministically (the
+prompt lookup) has q = one-hot.
 """
 from __future__ import annotations
 
@@ -14,6 +26,7 @@ import numpy as np
 from .sampling import Sampler
 
 PREFILL_CHUNK = 64  # tokens per forward call while prefilling (the kernels take 8 per window)
+DEFAULT_SPEC = 4    # drafts per round
 
 
 @dataclass
@@ -22,12 +35,28 @@ class Stats:
     generated: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    # speculative rounds (0 for plain decoding)
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    layers: bool = False                  # collect the engine's per-layer counters (lowbit run --stats)
+    prefill_layers: list | None = None    # engine.stats() of the prefill, then of the decode
+    decode_layers: list | None = None
 
     def line(self) -> str:
         pf = self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0
         dc = self.generated / self.decode_s if self.decode_s else 0.0
-        return (f"prefill {self.prompt_tokens} tokens at {pf:.1f} tok/s, "
-                f"decode {self.generated} tokens at {dc:.1f} tok/s")
+        s = (f"prefill {self.prompt_tokens} tokens at {pf:.1f} tok/s, "
+             f"decode {self.generated} tokens at {dc:.1f} tok/s")
+        if self.rounds:
+            busy = self.draft_s + self.verify_s
+            s += (f"; speculative: {self.rounds} rounds, {self.accepted}/{self.drafted} drafts accepted, "
+                  f"{(self.accepted + self.rounds) / self.rounds:.2f} tokens per round, "
+                  f"{1e3 * busy / self.rounds:.1f} ms per round "
+                  f"(draft {100 * self.draft_s / busy:.0f}%, verify {100 * self.verify_s / busy:.0f}%)")
+        return s
 
 
 def prefill(model, ids: list[int], chunk: int = PREFILL_CHUNK) -> np.ndarray:
@@ -37,14 +66,202 @@ def prefill(model, ids: list[int], chunk: int = PREFILL_CHUNK) -> np.ndarray:
     return logits[-1]
 
 
+def timed_prefill(model, ids: list[int], stats: Stats) -> np.ndarray:
+    """prefill, timed into stats; with stats.layers also the engine's per-layer counters."""
+    if stats.layers:
+        model.engine.set_stats(True)
+        model.engine.reset_stats()
+    t0 = time.perf_counter()
+    logits = prefill(model, ids)
+    stats.prefill_s = time.perf_counter() - t0
+    if stats.layers:
+        stats.prefill_layers = model.engine.stats()
+        model.engine.reset_stats()
+    return logits
+
+
 def decode_one(model, token: int) -> np.ndarray:
     return model.forward([token])[-1]
 
 
+def plain(model, ids: list[int], sampler: Sampler, stats: Stats):
+    """Yield sampled token ids, one forward per token, until the context is full."""
+    logits = timed_prefill(model, ids, stats)
+    history = list(ids)
+    while True:
+        tok = sampler.sample(logits, history)
+        history.append(tok)
+        yield tok
+        if model.pos >= model.n_ctx:
+            return
+        logits = decode_one(model, tok)
+
+
+# ---- drafters -------------------------------------------------------------------------------
+class Lookup:
+    """Prompt lookup: find the latest earlier occurrence of the text's last n tokens (n from
+    ngram_max down to ngram_min) and propose the tokens that followed it. No second model;
+    pays off where the output copies from the input (rewriting, summarising, code edits)."""
+
+    q = None  # deterministic proposals: the draft distribution is one-hot
+
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1):
+        if not 1 <= ngram_min <= ngram_max:
+            raise ValueError("lookup: need 1 <= ngram_min <= ngram_max")
+        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+
+    def start(self, ids: list[int]) -> None:
+        pass
+
+    def propose(self, history: list[int], k: int) -> tuple[list[int], None]:
+        h = np.asarray(history, dtype=np.int64)
+        for n in range(min(self.ngram_max, len(h) - 1), self.ngram_min - 1, -1):
+            key = h[-n:]
+            # starts i < len - n with h[i:i+n] == key; the latest wins (most local context)
+            cand = np.flatnonzero(h[: len(h) - n] == key[0])
+            for i in cand[::-1]:
+                if np.array_equal(h[i:i + n], key):
+                    return h[i + n:i + n + k].tolist(), None
+        return [], None
+
+    def commit(self, history: list[int]) -> None:
+        pass
+
+
+class DraftModel:
+    """A second, smaller (or lower-bit) model of the same vocabulary, run by lowbit with its own
+    KV cache; it proposes k tokens one forward each, sampling like the target (greedy, or the
+    same temperature and filters, which gives the q rows of speculative sampling)."""
+
+    def __init__(self, draft, sampler: Sampler):
+        self.m = draft
+        self.sampler = Sampler(sampler.temperature, sampler.top_k, sampler.top_p, sampler.min_p,
+                               sampler.repeat_penalty, sampler.repeat_last_n,
+                               seed=None if sampler.seed is None else sampler.seed + 1)
+        self.q: list[np.ndarray] | None = None
+
+    def start(self, ids: list[int]) -> None:
+        self.m.reset()
+        if len(ids) > 1:
+            prefill(self.m, ids[:-1])
+
+    def propose(self, history: list[int], k: int) -> tuple[list[int], list[np.ndarray] | None]:
+        m = self.m
+        k = min(k, m.n_ctx - len(history))  # the draft's cache must hold history + k - 1
+        if k <= 0:
+            return [], None
+        logits = m.forward(history[m.pos:])[-1]
+        drafts, q, h = [], [], list(history)
+        for i in range(k):
+            if self.sampler.greedy:
+                d = self.sampler.sample(logits, h)
+            else:
+                p = self.sampler.probs(logits, h)
+                d = int(self.sampler.rng.choice(p.size, p=p))
+                q.append(p)
+            drafts.append(d)
+            h.append(d)
+            if i + 1 < k:
+                logits = decode_one(m, d)
+        self.q = None if self.sampler.greedy else q
+        return drafts, self.q
+
+    def commit(self, history: list[int]) -> None:
+        """Roll the draft's cache back to the longest prefix it shares with history."""
+        m = self.m
+        n = min(m.pos, len(history))
+        same = np.asarray(m.tokens[:n]) == np.asarray(history[:n])
+        keep = n if same.all() else int(np.argmin(same))
+        m.rewind(keep)
+
+
+def check_draft(target, draft) -> None:
+    """A draft must share the target's vocabulary token for token."""
+    a, b = target.tokenizer, draft.tokenizer
+    if a.vocab_size != b.vocab_size or a.tokens != b.tokens or target.config.vocab != draft.config.vocab:
+        raise ValueError(f"the draft model {draft.path} does not share the target's vocabulary "
+                         f"({b.vocab_size} vs {a.vocab_size} tokens)")
+
+
+def verify(logits: np.ndarray, drafts: list[int], q: list[np.ndarray] | None, history: list[int],
+           sampler: Sampler) -> tuple[int, int]:
+    """Decide a round. logits[i] is the target's after history + drafts[:i]. Returns (number of
+    drafts accepted, the token that follows them: the target's correction or its bonus)."""
+    h = list(history)
+    for i, d in enumerate(drafts):
+        if sampler.greedy:
+            t = sampler.sample(logits[i], h)
+            if t != d:
+                return i, t
+        else:
+            p = sampler.probs(logits[i], h)
+            qd = 1.0 if q is None else q[i][d]
+            if sampler.rng.random() * qd >= p[d]:  # reject: u >= p(d)/q(d)
+                r = p.copy()
+                if q is None:
+                    r[d] = 0.0
+                else:
+                    r = np.maximum(p - q[i], 0.0)
+                s = r.sum()
+                r = r / s if s > 0 else p
+                return i, int(sampler.rng.choice(r.size, p=r))
+        h.append(d)
+    return len(drafts), sampler.sample(logits[len(drafts)], h)
+
+
+def speculative(model, ids: list[int], sampler: Sampler, drafter, k: int, stats: Stats):
+    """Yield token ids, several per forward: each round the target verifies the last token and
+    up to k drafts as one window, keeps the accepted prefix plus its own next token, and rolls
+    the rejected positions back (Model.rewind: O(1), nothing copied)."""
+    if not 1 <= k <= 64:
+        raise ValueError(f"spec must be in 1..64, got {k}")
+    logits = timed_prefill(model, ids, stats)
+    history = list(ids)
+    tok = sampler.sample(logits, history)
+    history.append(tok)
+    t0 = time.perf_counter()
+    drafter.start(ids)
+    stats.draft_s += time.perf_counter() - t0
+    yield tok
+    while model.pos < model.n_ctx:
+        t0 = time.perf_counter()
+        drafts, q = drafter.propose(history, min(k, model.n_ctx - model.pos - 1))
+        t1 = time.perf_counter()
+        logits = model.forward([history[-1]] + drafts, all_logits=True)
+        n_ok, nxt = verify(logits, drafts, q, history, sampler)
+        model.rewind(model.pos - (len(drafts) - n_ok))
+        new = drafts[:n_ok] + [nxt]
+        history.extend(new)
+        t2 = time.perf_counter()
+        drafter.commit(history)
+        stats.draft_s += t1 - t0 + time.perf_counter() - t2
+        stats.verify_s += t2 - t1
+        stats.rounds += 1
+        stats.drafted += len(drafts)
+        stats.accepted += n_ok
+        yield from new
+
+
+def make_drafter(model, draft, sampler: Sampler):
+    """draft: "lookup", a loaded Model, or a Drafter (start/propose/commit) used as it is."""
+    if isinstance(draft, str):
+        if draft != "lookup":
+            raise ValueError(f"draft must be 'lookup' or a loaded Model, not {draft!r}")
+        return Lookup()
+    if hasattr(draft, "propose"):
+        return draft
+    check_draft(model, draft)
+    return DraftModel(draft, sampler)
+
+
 def generate(model, prompt, max_tokens: int = 128, stop: list[str] | None = None, stats: Stats | None = None,
              temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-             repeat_penalty: float = 1.0, seed: int | None = None):
-    """Yield text pieces as they decode. The KV cache starts empty for each call."""
+             repeat_penalty: float = 1.0, seed: int | None = None, draft=None, spec: int = DEFAULT_SPEC):
+    """Yield text pieces as they decode. The KV cache starts empty for each call.
+
+    draft: None (plain decoding), "lookup" (prompt lookup) or a loaded draft Model;
+    spec: drafts per round.
+    """
     ids = model.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
     if not ids:
         raise ValueError("the prompt is empty")
@@ -56,20 +273,20 @@ def generate(model, prompt, max_tokens: int = 128, stop: list[str] | None = None
     stats = stats if stats is not None else Stats()
     stats.prompt_tokens = len(ids)
     model.reset()
-    t0 = time.perf_counter()
-    logits = prefill(model, ids)
-    stats.prefill_s = time.perf_counter() - t0
-    history = list(ids)
+    if draft is None:
+        tokens = plain(model, ids, sampler, stats)
+    else:
+        tokens = speculative(model, ids, sampler, make_drafter(model, draft, sampler), spec, stats)
     out = model.tokenizer.stream()
     text = ""
     stops = [s for s in (stop or []) if s]
-    t0 = time.perf_counter()
+    t0 = None
     try:
-        for _ in range(max_tokens):
-            tok = sampler.sample(logits, history)
+        for tok in tokens:
+            if t0 is None:  # the clock of decoding starts after the prefill
+                t0 = time.perf_counter()
             if tok in model.tokenizer.eog_ids:
                 break
-            history.append(tok)
             stats.generated += 1
             piece = out.push(tok)
             if stops and piece:
@@ -82,11 +299,35 @@ def generate(model, prompt, max_tokens: int = 128, stop: list[str] | None = None
                     return
             if piece:
                 yield piece
-            if model.pos >= model.n_ctx:
+            if stats.generated >= max_tokens:
                 break
-            logits = decode_one(model, tok)
         tail = out.flush()
         if tail:
             yield tail
     finally:
-        stats.decode_s = time.perf_counter() - t0
+        tokens.close()
+        if t0 is not None:
+            stats.decode_s = time.perf_counter() - t0
+        if stats.layers:
+            stats.decode_layers = model.engine.stats()
+            model.engine.set_stats(False)
+
+
+def layer_table(layers: list[dict], title: str) -> str:
+    """engine.stats() as a table: per layer, distinct experts per window (forward call), MB of
+    weights streamed per token, and ms per token in attention / router / experts / dense FFN."""
+    rows = [f"{title}: {layers[0]['calls'] if layers else 0} windows, {layers[0]['tokens'] if layers else 0} tokens",
+            f"{'layer':>5} {'experts/window':>14} {'MB/token':>9} {'attn ms':>8} {'(core)':>7} {'router ms':>9} "
+            f"{'experts ms':>10} {'ffn ms':>7}"]
+    tot = dict.fromkeys(("weight_bytes", "t_attn", "t_attn_core", "t_router", "t_experts", "t_ffn"), 0.0)
+    for i, s in enumerate(layers):
+        n, w = max(s["tokens"], 1), max(s["calls"], 1)
+        for k in tot:
+            tot[k] += s[k] / n
+        rows.append(f"{i:>5} {s['distinct_experts'] / w:>14.1f} {s['weight_bytes'] / n / 1e6:>9.2f} "
+                    f"{s['t_attn'] / n * 1e3:>8.3f} {s['t_attn_core'] / n * 1e3:>7.3f} {s['t_router'] / n * 1e3:>9.3f} "
+                    f"{s['t_experts'] / n * 1e3:>10.3f} {s['t_ffn'] / n * 1e3:>7.3f}")
+    rows.append(f"{'all':>5} {'':>14} {tot['weight_bytes'] / 1e6:>9.2f} {tot['t_attn'] * 1e3:>8.3f} "
+                f"{tot['t_attn_core'] * 1e3:>7.3f} {tot['t_router'] * 1e3:>9.3f} {tot['t_experts'] * 1e3:>10.3f} "
+                f"{tot['t_ffn'] * 1e3:>7.3f}")
+    return "\n".join(rows)

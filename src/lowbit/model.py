@@ -2,12 +2,16 @@
 
 Families differ by config fields, not by copies of the model:
 
-    family        rope      q/k norm   q/k/v bias   sub-norms   FFN gate
-    llama         adjacent  -          -            -           silu     (SmolLM2, Llama 2/3, Mistral)
-    qwen2         neox      -          yes          -           silu
-    qwen3         neox      yes        -            -           silu
-    bitnet        neox      -          -            yes         silu     (llama.cpp's LLM_ARCH_BITNET)
-    bitnet-b1.58  neox      -          -            yes         relu^2   (bitnet.cpp's; BitNet b1.58 2B-4T)
+    family        rope      q/k norm   q/k/v bias  FFN
+    llama         adjacent  -          -           dense (SmolLM2, Llama 2/3, Mistral)
+    qwen2         neox      -          yes         dense
+    qwen3         neox      yes        -           dense
+    mixtral       adjacent  -          -           experts, top-K renormalised (arch "llama" + expert_count)
+    qwen3moe      neox      yes        -           experts, top-K renormalised
+    qwen2moe      neox      -          yes         experts (top-K not renormalised) + shared expert, sigmoid gate
+    olmoe         neox      whole q/k  -           experts, top-K not renormalised
+    bitnet        neox      -          -           dense, sub-norms, silu gate (llama.cpp's LLM_ARCH_BITNET)
+    bitnet-b1.58  neox      -          -           dense, sub-norms, relu^2 gate (bitnet.cpp's; BitNet b1.58 2B-4T)
 
 The BitNet families (both as llama.cpp / bitnet.cpp build them): attn_sub_norm (RMSNorm)
 on the attention output before wo, ffn_sub_norm on the FFN activation before ffn_down, the
@@ -16,8 +20,12 @@ present), optional per-matrix `blk.N.<matrix>.scale` F32 tensors of one value mu
 that matrix's output (llama.cpp's bitnet), I2_S weights carrying their per-tensor scale
 after the codes (bitnet.cpp), or TQ1_0 / TQ2_0 (llama.cpp).
 
-Weights stay in the GGUF mmap; the engine gets views of them. The KV cache is preallocated
-for n_ctx positions (float32).
+MoE routing follows llama.cpp's build_moe_ffn: softmax over all router logits, top-K,
+renormalisation per arch as above (llama.cpp fixes it per arch), times expert_weights_scale.
+
+Weights stay in the GGUF mmap; the engine gets views of them. The KV cache (half) is
+preallocated: n_slots sequences ("slots") of n_ctx positions each. forward/rewind work on slot
+0; forward_batch runs tokens of several slots in one pass (the server's batched decode).
 """
 from __future__ import annotations
 
@@ -31,11 +39,13 @@ from . import gguf
 from ._native import lib
 from .gguf import GGUFError
 
-ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "bitnet": True, "bitnet-b1.58": True}
+ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
+             "bitnet": True, "bitnet-b1.58": True}
+MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe"}   # and llama with expert_count > 0 (mixtral)
+EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False}
 SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
 FFN_ACT = {"bitnet-b1.58": "relu2"}              # FFN gate activation; default "silu"
 FFN_ACT_ID = {"silu": 0, "relu2": 1}             # csrc/engine.h FfnAct
-MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 DEFAULT_CTX = 2048
 
 
@@ -71,6 +81,13 @@ class ModelConfig:
     qk_norm: bool
     qkv_bias: bool
     tied_output: bool
+    qk_norm_full: bool = False    # olmoe: q/k RMSNorm over the whole q / k vector
+    n_expert: int = 0             # 0: dense
+    n_expert_used: int = 0
+    expert_ffn: int = 0
+    shexp_ffn: int = 0            # qwen2moe's shared expert
+    expert_norm: bool = False     # renormalise the top-K weights
+    expert_scale: float = 1.0
     sub_norm: bool = False  # bitnet families: attn_sub_norm, ffn_sub_norm
     ffn_act: str = "silu"   # "silu": silu(gate) * up; "relu2": relu(gate)^2 * up
 
@@ -100,10 +117,12 @@ class ModelConfig:
         emb = f.tensors.get("token_embd.weight")
         if emb is None:
             raise GGUFError(f"{f.path}: tensor 'token_embd.weight' is missing")
+        moe = cls._moe_fields(f, arch, key)
+        ffn = key("feed_forward_length") if not moe or f"{arch}.feed_forward_length" in md else moe["expert_ffn"]
         return cls(
             arch=arch, n_layer=key("block_count"), dim=dim, n_head=n_head,
             n_kv=key("attention.head_count_kv", n_head), head_dim=head_dim,
-            ffn=key("feed_forward_length"), vocab=emb.shape[0],
+            ffn=ffn, vocab=emb.shape[0],
             train_ctx=key("context_length", 2048),
             eps=key("attention.layer_norm_rms_epsilon", 1e-5, float),
             rope_base=key("rope.freq_base", 10000.0, float),
@@ -113,15 +132,59 @@ class ModelConfig:
             qk_norm="blk.0.attn_q_norm.weight" in f.tensors,
             qkv_bias="blk.0.attn_q.bias" in f.tensors,
             tied_output="output.weight" not in f.tensors,
+            qk_norm_full=arch == "olmoe",
+            **moe,
             sub_norm=arch in SUB_NORM,
             ffn_act=FFN_ACT.get(arch, "silu"),
         )
+
+    @staticmethod
+    def _moe_fields(f: gguf.GGUFFile, arch: str, key) -> dict:
+        """The expert fields ({} for a dense model); bad values raise GGUFError naming the key."""
+        md = f.metadata
+        ek = f"{arch}.expert_count"
+        if arch not in MOE_ARCHS and not md.get(ek):
+            return {}  # a dense llama (expert_count absent or 0)
+        n_expert = key("expert_count")
+        used = md.get(f"{arch}.expert_used_count")
+        if not isinstance(used, int) or isinstance(used, bool) or not 1 <= used <= n_expert:
+            raise GGUFError(f"{f.path}: metadata key {arch}.expert_used_count = {used!r} must be an integer in "
+                            f"1..{n_expert} ({ek})")
+        if arch in ("qwen2moe", "qwen3moe") and f"{arch}.expert_feed_forward_length" in md:
+            expert_ffn = key("expert_feed_forward_length")
+        elif arch in ("qwen2moe", "qwen3moe"):
+            expert_ffn = key("feed_forward_length") // used  # llama.cpp's fallback
+        else:
+            expert_ffn = key("feed_forward_length")
+        shexp = 0
+        if arch == "qwen2moe":
+            shexp = key("expert_shared_feed_forward_length", md.get(f"{arch}.feed_forward_length"))
+        scale = md.get(f"{arch}.expert_weights_scale", 0.0)
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not np.isfinite(scale):
+            raise GGUFError(f"{f.path}: metadata key {arch}.expert_weights_scale = {scale!r} is not a number")
+        dim = key("embedding_length")
+        # every layer's expert tensors must agree with the metadata
+        for i in range(key("block_count")):
+            for nm, want, k in (("ffn_gate_inp", (n_expert, dim), ek),
+                                ("ffn_gate_exps", (n_expert, expert_ffn, dim), "expert_feed_forward_length"),
+                                ("ffn_up_exps", (n_expert, expert_ffn, dim), "expert_feed_forward_length"),
+                                ("ffn_down_exps", (n_expert, dim, expert_ffn), "expert_feed_forward_length")):
+                t = f.tensors.get(f"blk.{i}.{nm}.weight")
+                if t is None:
+                    raise GGUFError(f"{f.path}: tensor 'blk.{i}.{nm}.weight' is missing ({ek} = {n_expert})")
+                if tuple(t.shape) != want:
+                    raise GGUFError(f"{f.path}: tensor 'blk.{i}.{nm}.weight' has shape {tuple(t.shape)}, expected "
+                                    f"{want} from {ek} = {n_expert}, {arch}.{k} = {expert_ffn}, "
+                                    f"{arch}.embedding_length = {dim}")
+        return dict(n_expert=n_expert, n_expert_used=used, expert_ffn=expert_ffn, shexp_ffn=shexp,
+                    expert_norm=EXPERT_NORM[arch], expert_scale=float(scale) if scale not in (0, 0.0) else 1.0)
 
 
 class Model:
     """A loaded model: config, tokenizer, the native engine and its KV cache."""
 
-    def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None):
+    def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
+                 n_slots: int = 1, lookahead: bool = False):
         self.path = os.fspath(path) if path is not None else default_model_path()
         self.file = gguf.open(self.path)
         self.config = c = ModelConfig.from_gguf(self.file)
@@ -130,15 +193,38 @@ class Model:
         self.n_ctx = int(n_ctx or min(c.train_ctx, DEFAULT_CTX))
         if self.n_ctx < 1:
             raise ValueError("n_ctx must be positive")
+        self.n_slots = int(n_slots)
+        if self.n_slots < 1:
+            raise ValueError("n_slots must be >= 1")
         self._keep = []  # arrays the engine points into
         self.engine = lib.Engine(c.n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, self.n_ctx,
-                                 c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox,
+                                 c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, self.n_slots,
+                                 qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
+                                 expert_ffn=c.expert_ffn, shexp_ffn=c.shexp_ffn, expert_norm=c.expert_norm,
+                                 expert_scale=c.expert_scale,
                                  sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act])
         if threads:
             self.engine.set_threads(int(threads))
+        # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
+        # computes; pays off when the file is not in the page cache. Never changes results.
+        self.engine.set_lookahead(bool(lookahead) and c.n_expert > 0)
         self._bind_weights()
-        self.pos = 0          # positions held in the KV cache
-        self.tokens: list[int] = []  # the tokens at those positions
+        # per slot: the positions held in its KV cache, and the tokens at those positions
+        self.slot_pos = [0] * self.n_slots
+        self.slot_tokens: list[list[int]] = [[] for _ in range(self.n_slots)]
+
+    # slot 0 is the single-sequence API's cache
+    @property
+    def pos(self) -> int:
+        return self.slot_pos[0]
+
+    @pos.setter
+    def pos(self, v: int) -> None:
+        self.slot_pos[0] = v
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.slot_tokens[0]
 
     # -- weights -------------------------------------------------------------------------
     def _tensor(self, name: str) -> gguf.Tensor:
@@ -174,7 +260,12 @@ class Model:
             self._vec("rope_freqs", -1, "rope_freqs.weight")
         for i in range(c.n_layer):
             p = f"blk.{i}."
-            for slot in MATRICES:
+            ffn = ("ffn_gate", "ffn_up", "ffn_down")
+            if c.n_expert:
+                ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+                if c.shexp_ffn:
+                    ffn += ("ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+            for slot in ("attn_q", "attn_k", "attn_v", "attn_output") + ffn:
                 self._mat(slot, i, p + slot + ".weight")
                 if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
                     self._vec(slot + ".scale", i, p + slot + ".scale")
@@ -207,12 +298,55 @@ class Model:
         self.tokens.extend(int(t) for t in tokens)
         return logits
 
-    def rewind(self, pos: int) -> None:
-        """Forget positions >= pos (speculative rollback, a new prompt): O(1), nothing copied."""
-        if not 0 <= pos <= self.pos:
-            raise ValueError(f"cannot rewind to {pos} (cache holds {self.pos})")
-        self.pos = pos
-        del self.tokens[pos:]
+    def forward_batch(self, seqs: list[tuple[int, list[int]]], all_logits: bool = False,
+                      want: list[bool] | None = None) -> list[np.ndarray | None]:
+        """Append each (slot, tokens) run at that slot's position, all runs in one pass (every
+        weight row decoded once for the whole batch). A slot appears at most once. Returns, per
+        run, its logits [len(tokens) or 1, vocab]: bitwise what forward would give that slot alone;
+        None for runs whose want[i] is False (their output rows are not computed)."""
+        if want is not None and len(want) != len(seqs):
+            raise ValueError("forward_batch: want must have one entry per sequence")
+        if not seqs:
+            raise ValueError("forward_batch needs at least one sequence")
+        toks, slots, poss, rows, counts = [], [], [], [], []
+        seen = set()
+        for i, (slot, run) in enumerate(seqs):
+            if not 0 <= slot < self.n_slots:
+                raise ValueError(f"slot {slot} outside 0..{self.n_slots - 1}")
+            if slot in seen:
+                raise ValueError(f"slot {slot} appears twice in one batch")
+            seen.add(slot)
+            if not run:
+                raise ValueError(f"slot {slot}: no tokens")
+            p = self.slot_pos[slot]
+            if p + len(run) > self.n_ctx:
+                raise ValueError(f"context full: slot {slot} holds {p} + {len(run)} tokens > n_ctx {self.n_ctx}")
+            base = len(toks)
+            toks.extend(run)
+            slots.extend([slot] * len(run))
+            poss.extend(range(p, p + len(run)))
+            n = 0 if want is not None and not want[i] else len(run) if all_logits else 1
+            rows.extend(range(base + len(run) - n, base + len(run)))
+            counts.append(n)
+        logits = np.empty((len(rows), self.config.vocab), np.float32)
+        self.engine.forward_batch(np.asarray(toks, np.int32), np.asarray(slots, np.int32),
+                                  np.asarray(poss, np.int32), np.asarray(rows, np.int32), logits)
+        out, at = [], 0
+        for (slot, run), n in zip(seqs, counts):
+            self.slot_pos[slot] += len(run)
+            self.slot_tokens[slot].extend(int(t) for t in run)
+            out.append(logits[at:at + n] if n else None)
+            at += n
+        return out
+
+    def rewind(self, pos: int, slot: int = 0) -> None:
+        """Forget positions >= pos of a slot (speculative rollback, a new prompt): O(1), nothing copied."""
+        if not 0 <= slot < self.n_slots:
+            raise ValueError(f"slot {slot} outside 0..{self.n_slots - 1}")
+        if not 0 <= pos <= self.slot_pos[slot]:
+            raise ValueError(f"cannot rewind to {pos} (cache holds {self.slot_pos[slot]})")
+        self.slot_pos[slot] = pos
+        del self.slot_tokens[slot][pos:]
 
     def reset(self) -> None:
         self.rewind(0)
@@ -241,6 +375,9 @@ class Model:
         yield from self.generate(prompt, max_tokens=max_tokens, **sampling)
 
 
-def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None) -> Model:
-    """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1)."""
-    return Model(path, n_ctx=n_ctx, threads=threads)
+def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
+         n_slots: int = 1, lookahead: bool = False) -> Model:
+    """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1); n_slots KV
+    slots of n_ctx positions each; lookahead: MoE router lookahead (read the next layer's
+    predicted experts ahead)."""
+    return Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots, lookahead=lookahead)

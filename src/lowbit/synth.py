@@ -7,11 +7,13 @@ weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of la
 
     synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3
     synth_bitnet(path, arch="bitnet", wtype="TQ2_0", ...)     bitnet / bitnet-b1.58, ternary weights
+    synth_moe(path, arch="qwen3moe", experts=.., top_k=.., ...) qwen3moe / qwen2moe / olmoe / mixtral
     one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 import numpy as np
@@ -19,8 +21,10 @@ import numpy as np
 from .writer import VOCAB_PREFIX, Writer, pack_i2s
 
 
+@functools.lru_cache(maxsize=1)
 def default_vocab() -> dict:
-    """The tokenizer.* metadata of the default model (SmolLM2, 49152 tokens)."""
+    """The tokenizer.* metadata of the default model (SmolLM2, 49152 tokens); read once per
+    process (callers must not modify it)."""
     from . import gguf
     from .model import default_model_path
     with gguf.open(default_model_path()) as f:
@@ -60,17 +64,19 @@ def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, hea
 
 def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, ffn: int = 512, heads: int = 4,
                 kv_heads: int = 2, head_dim: int | None = None, ctx: int = 1024, wtype: str = "Q8_0",
-                embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0) -> str:
+                embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0,
+                vocab: dict | None = None) -> str:
     """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) model with random weights.
 
     wtype: the format of the layer matrices; embd_type: token_embd; head_type: output.weight
-    (None: same as wtype; ignored when tied, where token_embd is the head).
+    (None: same as wtype; ignored when tied, where token_embd is the head); vocab: tokenizer.*
+    metadata (None: the default model's).
     """
     if arch not in ("llama", "qwen2", "qwen3"):
         raise ValueError(f"synth dense: arch must be llama, qwen2 or qwen3, not {arch!r}")
     hd = head_dim or dim // heads
     rng = np.random.default_rng(seed)
-    vocab = default_vocab()
+    vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
     w = Writer(path, arch)
     write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx)
@@ -95,6 +101,79 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         if arch == "qwen3":
             w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
             w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
+    w.close()
+    return str(path)
+
+
+MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama"}
+
+
+def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, heads: int = 4, kv_heads: int = 2,
+              head_dim: int | None = None, experts: int = 8, top_k: int = 2, expert_ffn: int = 256,
+              shared_ffn: int = 512, ctx: int = 1024, wtype: str = "Q8_0", expert_type: str = "Q4_K",
+              down_type: str | None = None, router_type: str = "F32", embd_type: str = "F32",
+              head_type: str | None = None, seed: int = 0) -> str:
+    """A Mixture-of-Experts model with random weights, as llama.cpp's converters lay them out.
+
+    arch: qwen3moe (q/k norm), qwen2moe (q/k/v biases, a shared expert of width shared_ffn with a
+    sigmoid gate), olmoe (q/k norm over the whole q / k vector; kv_heads = heads), mixtral (GGUF
+    arch "llama" with expert tensors). Experts are the 3-D tensors ffn_{gate,up,down}_exps
+    [experts, rows, n] in expert_type (down in down_type, default the same), the router
+    ffn_gate_inp [experts, dim] in router_type (F32/F16/BF16). wtype: attention (and the shared
+    expert); head_type: output.weight (default wtype).
+
+    Routing is not degenerate: the router rows are N(0, 1/dim), so a token's router logits are
+    about N(0, 1) and differ from token to token: every expert gets tokens, top-K sets vary.
+    """
+    if arch not in MOE_ARCHS:
+        raise ValueError(f"synth moe: arch must be one of {', '.join(MOE_ARCHS)}, not {arch!r}")
+    if not 1 <= top_k <= experts:
+        raise ValueError(f"synth moe: top_k {top_k} must be in 1..experts ({experts})")
+    hd = head_dim or dim // heads
+    if arch == "olmoe" and (kv_heads != heads or heads * hd != dim):
+        raise ValueError("synth moe: olmoe needs kv_heads == heads and heads * head_dim == dim")
+    rng = np.random.default_rng(seed)
+    vocab = default_vocab()
+    nv = vocab_size(vocab)
+    w = Writer(path, MOE_ARCHS[arch])
+    a = w.arch
+    write_header(w, vocab, layers=layers, dim=dim, ffn=expert_ffn, heads=heads, kv_heads=kv_heads, head_dim=hd,
+                 ctx=ctx)
+    w.meta(f"{a}.expert_count", int(experts))
+    w.meta(f"{a}.expert_used_count", int(top_k))
+    if arch in ("qwen3moe", "qwen2moe"):
+        w.meta(f"{a}.expert_feed_forward_length", int(expert_ffn))
+    if arch == "qwen2moe":
+        w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
+    w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    w.add("output_norm.weight", norm_weight(rng, dim))
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
+        w.add(p + "attn_k.weight", gauss(rng, kv_heads * hd, dim), wtype)
+        w.add(p + "attn_v.weight", gauss(rng, kv_heads * hd, dim), wtype)
+        w.add(p + "attn_output.weight", gauss(rng, dim, heads * hd), wtype)
+        if arch == "qwen3moe":
+            w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
+            w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
+        if arch == "olmoe":
+            w.add(p + "attn_q_norm.weight", norm_weight(rng, heads * hd))
+            w.add(p + "attn_k_norm.weight", norm_weight(rng, kv_heads * hd))
+        if arch == "qwen2moe":
+            for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
+                w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
+        w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+        w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+        w.add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+        w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), down_type or expert_type)
+        if arch == "qwen2moe":
+            w.add(p + "ffn_gate_inp_shexp.weight", gauss(rng, dim), "F32")
+            w.add(p + "ffn_gate_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
+            w.add(p + "ffn_up_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
+            w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, shared_ffn), wtype)
     w.close()
     return str(path)
 
@@ -237,8 +316,29 @@ def _add_bitnet(ss) -> None:
         wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, scale_tensors=a.scale_tensors, seed=a.seed))
 
 
+def _add_moe(ss) -> None:
+    p = ss.add_parser("moe", help="a Mixture-of-Experts qwen3moe / qwen2moe / olmoe / mixtral model",
+                      description="Write a Mixture-of-Experts model with random weights and SmolLM2's vocabulary.")
+    _shape_options(p, layers=2, dim=256, ffn=256, heads=4, kv_heads=2)
+    p.add_argument("--arch", default="qwen3moe", choices=list(MOE_ARCHS))
+    p.add_argument("--experts", type=int, default=8, help="experts per layer")
+    p.add_argument("--top-k", type=int, default=2, help="experts used per token")
+    p.add_argument("--shared-ffn", type=int, default=512, help="qwen2moe: the shared expert's width")
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="attention (and shared expert) format (default Q8_0)")
+    p.add_argument("--expert-type", default="Q4_K", help="gate/up experts' format (default Q4_K)")
+    p.add_argument("--down-type", default=None, help="down experts' format (default: --expert-type)")
+    p.add_argument("--router-type", default="F32", help="ffn_gate_inp's format: F32, F16 or BF16")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
+    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
+    p.set_defaults(synth=lambda a: synth_moe(
+        a.out, arch=a.arch, layers=a.layers, dim=a.dim, heads=a.heads, kv_heads=a.kv_heads, experts=a.experts,
+        top_k=a.top_k, expert_ffn=a.ffn, shared_ffn=a.shared_ffn, ctx=a.ctx, wtype=a.wtype,
+        expert_type=a.expert_type, down_type=a.down_type, router_type=a.router_type, embd_type=a.embd_type,
+        head_type=a.head_type, seed=a.seed))
+
+
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
-FAMILIES = {"dense": _add_dense, "bitnet": _add_bitnet}
+FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet}
 
 
 def cmd_synth(a: argparse.Namespace) -> int:

@@ -1,0 +1,353 @@
+// The Mixture-of-Experts feed-forward: the CPU expert pool.
+//
+// Per layer, for a window of T tokens (a decode step, a prompt chunk, a speculative verify
+// window):
+//   1. router: logits[T][E] = ffn_gate_inp . x through the float-row kernels. For F16/BF16
+//      routers x is first rounded to that type, as ggml does (its vec_dot_type for F16/BF16
+//      weights is F16/BF16): near-tied experts then rank as in llama.cpp.
+//   2. softmax over all E logits (exp in float, sum in double, as ggml_soft_max), top-K per
+//      token (higher probability first; equal probabilities: lower expert index first), the
+//      K weights renormalised to sum 1 (expert_norm: qwen3moe, mixtral; the sum clamped at
+//      2^-14 as llama.cpp) and scaled (expert_weights_scale).
+//   3. tokens grouped by expert: slot s = (expert, its tokens in increasing order).
+//   4. x quantized once per token to the experts' activation format and gathered by slot,
+//      shared read-only by every expert and thread.
+//   5. a work list of (expert, row range) items, taken by the threads from an atomic
+//      counter: gate and up rows for all of that expert's tokens (row kernels with
+//      nt = the expert's token count, chunked by 8: the rows are decoded once per 8
+//      tokens), SwiGLU fused on those rows; then the SwiGLU rows quantized per slot, and
+//      a second work list for down.
+//   6. out[t] = sum over k = 0..K-1 (rank order) of w[t][k] * down_slot(t,k); plus the
+//      shared expert (qwen2moe) times sigmoid(ffn_gate_inp_shexp . x).
+// Router lookahead (optional, Engine::lookahead below) only reads pages ahead.
+// Each token's arithmetic is the same whatever the other tokens of its window and however
+// the items fall on threads (row kernels keep I2/I3, activations are quantized per token,
+// the sum order is the token's own rank order), so its output is bitwise identical alone,
+// in a window, and under any thread count.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "engine.h"
+#include "fp16.h"
+#include "threadpool.h"
+
+namespace lowbit {
+
+// ggml's GGML_FP32_TO_BF16: round to nearest even (NaN kept a NaN).
+static inline float round_bf16(float f) {
+    uint32_t u = f32_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
+    u = (u + (0x7fffu + ((u >> 16) & 1u))) & 0xffff0000u;
+    return bits_to_f32(u);
+}
+
+// Bytes one token takes in activation format af for rows of n values (F32: the floats).
+static size_t act_bytes(const Format &af, int64_t n) {
+    return af.id == T_F32 ? (size_t)n * sizeof(float) : row_bytes(&af, n);
+}
+
+// rows x[r * xs .. + n) -> dst + r * arb in activation format af, split over threads.
+static void quant_rows(const Format &af, const float *x, int64_t rows, int64_t n, size_t xs, uint8_t *dst,
+                       size_t arb, int threads) {
+    if (rows <= 0) return;
+    const quant_act_fn q = af.id == T_F32 ? nullptr : kernel_entry(af.id).quant_act;
+    auto one = [&](int64_t r) {
+        if (q) q(x + (size_t)r * xs, dst + (size_t)r * arb, n);
+        else std::memcpy(dst + (size_t)r * arb, x + (size_t)r * xs, (size_t)n * sizeof(float));
+    };
+    // a decode step's few rows: on the calling thread (a pool round trip costs more)
+    const int nth = rows * n <= (1 << 16) ? 1 : (int)std::min<int64_t>(threads, rows);
+    ThreadPool::instance().run(nth, [&](int i, int nt) {
+        int64_t b, e;
+        split_range(rows, i, nt, &b, &e);
+        for (int64_t r = b; r < e; ++r) one(r);
+    });
+}
+
+namespace {
+struct Item { int e, r0, r1; };
+
+// One weight matrix of the pool: expert e's rows start at w + e * rows_per_expert * stride.
+struct ExpertMat {
+    const Mat *m;
+    int64_t rows;                 // rows per expert
+    const KernelEntry *k;
+    const uint8_t *w(int e) const { return m->w + (size_t)e * rows * m->stride; }
+};
+
+// Row ranges of every used expert, about 8 items per thread (at least 16 rows each, a
+// multiple of 16), so the atomic work list balances uneven token counts across threads.
+void make_items(std::vector<Item> &items, const std::vector<int32_t> &count, int64_t rows, int threads) {
+    items.clear();
+    int64_t active = 0;
+    for (int32_t c : count) active += c > 0;
+    int64_t ch = rows * active / ((int64_t)threads * 8);
+    ch = std::max<int64_t>(16, (ch + 15) / 16 * 16);
+    ch = std::min<int64_t>(ch, rows);
+    for (size_t e = 0; e < count.size(); ++e)
+        if (count[e] > 0)
+            for (int64_t r0 = 0; r0 < rows; r0 += ch) items.push_back({(int)e, (int)r0, (int)std::min(rows, r0 + ch)});
+}
+
+template <class F>
+void run_items(const std::vector<Item> &items, int threads, F &&fn) {
+    std::atomic<size_t> next{0};
+    const int nth = (int)std::min<size_t>((size_t)threads, items.size());
+    ThreadPool::instance().run(nth, [&](int, int) {
+        for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < items.size();) fn(items[i]);
+    });
+}
+}  // namespace
+
+void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
+    const LayerWeights &L = layers_[(size_t)layer];
+    const int E = c_.n_expert, K = c_.n_expert_used, ef = c_.expert_ffn, dim = c_.dim;
+    const int S = T * K;  // slots: (token, expert) pairs
+    const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
+    const int isa = cpu_info().selected;
+    const auto t0 = now();
+
+    // 1-2. router, softmax, top-K, weights
+    rlog_.resize((size_t)T * E);
+    const float *rin = x;
+    if (L.router.type == T_BF16 || L.router.type == T_F16) {
+        rx_.resize((size_t)T * dim);
+        for (size_t i = 0; i < (size_t)T * dim; ++i)
+            rx_[i] = L.router.type == T_BF16 ? round_bf16(x[i]) : fp16_to_f32(f32_to_fp16(x[i]));
+        rin = rx_.data();
+    }
+    {   // the router of a decode step is tiny (E x dim): on the calling thread
+        const int saved = threads_;
+        if ((int64_t)T * E * dim <= (1 << 17)) threads_ = 1;
+        matmul(L.router, rin, T, rlog_.data());
+        threads_ = saved;
+    }
+    sel_.resize((size_t)S);
+    wsel_.resize((size_t)S);
+    rgap_[(size_t)layer].resize((size_t)T);
+    for (int t = 0; t < T; ++t) {
+        float *p = rlog_.data() + (size_t)t * E;
+        float mx = -INFINITY;
+        for (int e = 0; e < E; ++e) mx = p[e] > mx ? p[e] : mx;
+        double sum = 0.0;
+        for (int e = 0; e < E; ++e) { p[e] = std::exp(p[e] - mx); sum += p[e]; }
+        const float inv = (float)(1.0 / sum);
+        for (int e = 0; e < E; ++e) p[e] *= inv;
+        int32_t *s = sel_.data() + (size_t)t * K;
+        float *w = wsel_.data() + (size_t)t * K;
+        for (int k = 0; k < K; ++k) {
+            int best = -1;
+            for (int e = 0; e < E; ++e) {
+                bool taken = false;
+                for (int j = 0; j < k; ++j) taken |= s[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            s[k] = best;
+            w[k] = p[best];
+        }
+        // the routing margin: how far the K-th expert's probability is above the next one's
+        float next = 0.0f;
+        for (int e = 0; e < E; ++e) {
+            bool taken = false;
+            for (int j = 0; j < K; ++j) taken |= s[j] == e;
+            if (!taken) next = std::max(next, p[e]);
+        }
+        rgap_[(size_t)layer][(size_t)t] = w[K - 1] - next;
+        if (c_.expert_norm) {
+            double ws = 0.0;
+            for (int k = 0; k < K; ++k) ws += w[k];
+            const float d = std::max((float)ws, 6.103515625e-5f);
+            for (int k = 0; k < K; ++k) w[k] /= d;
+        }
+        if (c_.expert_scale != 0.0f && c_.expert_scale != 1.0f)
+            for (int k = 0; k < K; ++k) w[k] *= c_.expert_scale;
+    }
+    routes_[(size_t)layer].assign(sel_.begin(), sel_.end());
+
+    // 3. group by expert
+    ecount_.assign((size_t)E, 0);
+    for (int i = 0; i < S; ++i) ++ecount_[(size_t)sel_[(size_t)i]];
+    eoff_.assign((size_t)E + 1, 0);
+    for (int e = 0; e < E; ++e) eoff_[(size_t)e + 1] = eoff_[(size_t)e] + ecount_[(size_t)e];
+    std::vector<int32_t> fill(eoff_.begin(), eoff_.end() - 1);
+    slot_tok_.resize((size_t)S);
+    slot_of_.resize((size_t)S);
+    for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k) {
+            const int s = fill[(size_t)sel_[(size_t)t * K + k]]++;
+            slot_tok_[(size_t)s] = t;
+            slot_of_[(size_t)t * K + k] = s;
+        }
+    if (lookahead_ && layer > 0) {
+        int64_t routed = 0, hits = 0;
+        for (int e = 0; e < E; ++e)
+            if (ecount_[(size_t)e] > 0) { ++routed; hits += predicted_[(size_t)layer][(size_t)e] != 0; }
+        la_.routed += routed;
+        la_.hits += hits;
+    }
+    if (lookahead_ && layer + 1 < c_.n_layer) lookahead(layer + 1, x, T);
+    const auto t1 = now();
+
+    // 4. activations: quantized once per token, gathered by slot (gate and up may differ)
+    const ExpertMat G{&L.gate_exps, ef, &kernel_entry(L.gate_exps.type)};
+    const ExpertMat U{&L.up_exps, ef, &kernel_entry(L.up_exps.type)};
+    const ExpertMat D{&L.down_exps, dim, &kernel_entry(L.down_exps.type)};
+    for (const ExpertMat *m : {&G, &U, &D})
+        for (int nt = 1; nt <= MAX_NT; ++nt)
+            if (!m->k->rows[nt].fn) throw std::invalid_argument("moe: no row kernel for an expert matrix's format");
+    const Format &ag = *format_by_id(format_by_id(G.m->type)->act);
+    const Format &au = *format_by_id(format_by_id(U.m->type)->act);
+    const Format &ad = *format_by_id(format_by_id(D.m->type)->act);
+    const size_t gb = act_bytes(ag, dim), ub = act_bytes(au, dim), db = act_bytes(ad, ef);
+    auto gather = [&](const Format &af, size_t arb, std::vector<uint8_t> &dst) {
+        xq_.resize((size_t)T * arb);
+        quant_rows(af, x, T, dim, (size_t)dim, xq_.data(), arb, threads);
+        dst.resize((size_t)S * arb);
+        for (int s = 0; s < S; ++s)
+            std::memcpy(dst.data() + (size_t)s * arb, xq_.data() + (size_t)slot_tok_[(size_t)s] * arb, arb);
+    };
+    gather(ag, gb, xs_);
+    const bool same_act = au.id == ag.id;
+    if (!same_act) gather(au, ub, us_);
+    const uint8_t *xg = xs_.data(), *xu = same_act ? xs_.data() : us_.data();
+
+    // 5a. gate and up with fused SwiGLU: eg_[s][ef]
+    eg_.resize((size_t)S * ef);
+    eu_.resize((size_t)S * ef);
+    for (int e = 0; e < E; ++e)
+        for (int t0c = 0; t0c < ecount_[(size_t)e]; t0c += MAX_NT) {
+            const int ntc = std::min(MAX_NT, ecount_[(size_t)e] - t0c);
+            count_call(G.m->type, ntc, isa, ef);
+            count_call(U.m->type, ntc, isa, ef);
+            count_call(D.m->type, ntc, isa, dim);
+        }
+    std::vector<Item> items;
+    make_items(items, ecount_, ef, threads);
+    run_items(items, threads, [&](const Item &it) {
+        const int64_t off = eoff_[(size_t)it.e], cnt = ecount_[(size_t)it.e];
+        for (int64_t t0c = 0; t0c < cnt; t0c += MAX_NT) {
+            const int ntc = (int)std::min<int64_t>(MAX_NT, cnt - t0c);
+            const size_t s0 = (size_t)(off + t0c);
+            float *g = eg_.data() + s0 * ef, *u = eu_.data() + s0 * ef;
+            RowArgs a{G.w(it.e), G.m->stride, xg + s0 * gb, gb, g, (size_t)ef, dim, G.m->scale};
+            G.k->rows[ntc].fn(a, it.r0, it.r1, ntc);
+            RowArgs b{U.w(it.e), U.m->stride, xu + s0 * ub, ub, u, (size_t)ef, dim, U.m->scale};
+            U.k->rows[ntc].fn(b, it.r0, it.r1, ntc);
+            for (int tt = 0; tt < ntc; ++tt)
+                for (int r = it.r0; r < it.r1; ++r) {
+                    const size_t i = (size_t)tt * ef + r;
+                    const float gv = g[i];
+                    g[i] = gv / (1.0f + std::exp(-gv)) * u[i];  // SwiGLU: silu(gate) * up
+                }
+        }
+    });
+
+    // 5b. down: the SwiGLU rows quantized per slot, then ed_[s][dim]
+    ys_.resize((size_t)S * db);
+    quant_rows(ad, eg_.data(), S, ef, (size_t)ef, ys_.data(), db, threads);
+    ed_.resize((size_t)S * dim);
+    make_items(items, ecount_, dim, threads);
+    run_items(items, threads, [&](const Item &it) {
+        const int64_t off = eoff_[(size_t)it.e], cnt = ecount_[(size_t)it.e];
+        for (int64_t t0c = 0; t0c < cnt; t0c += MAX_NT) {
+            const int ntc = (int)std::min<int64_t>(MAX_NT, cnt - t0c);
+            const size_t s0 = (size_t)(off + t0c);
+            RowArgs a{D.w(it.e), D.m->stride, ys_.data() + s0 * db, db, ed_.data() + s0 * dim, (size_t)dim, ef,
+                      D.m->scale};
+            D.k->rows[ntc].fn(a, it.r0, it.r1, ntc);
+        }
+    });
+
+    // 6. each token's experts summed in its rank order
+    for (int t = 0; t < T; ++t) {
+        float *o = out + (size_t)t * dim;
+        const float *w = wsel_.data() + (size_t)t * K;
+        const float *d0 = ed_.data() + (size_t)slot_of_[(size_t)t * K] * dim;
+        for (int i = 0; i < dim; ++i) o[i] = w[0] * d0[i];
+        for (int k = 1; k < K; ++k) {
+            const float *d = ed_.data() + (size_t)slot_of_[(size_t)t * K + k] * dim;
+            const float wk = w[k];
+            for (int i = 0; i < dim; ++i) o[i] += wk * d[i];
+        }
+    }
+    const auto t2 = now();
+
+    // the shared expert (qwen2moe): out += sigmoid(gate_inp_shexp . x) * ffn_shexp(x)
+    if (c_.shexp_ffn > 0) {
+        sh_.resize((size_t)T * (dim + 1));
+        float *shg = sh_.data() + (size_t)T * dim;
+        matmul(L.sh_gate_inp, x, T, shg);
+        dense_ffn(L.sh_gate, L.sh_up, L.sh_down, x, T, sh_.data());
+        for (int t = 0; t < T; ++t) {
+            const float gt = 1.0f / (1.0f + std::exp(-shg[t]));
+            for (int i = 0; i < dim; ++i) out[(size_t)t * dim + i] += gt * sh_[(size_t)t * dim + i];
+        }
+    }
+    if (stats_on_) {
+        LayerStats &st = stats_[(size_t)layer];
+        int64_t distinct = 0;
+        for (int32_t c : ecount_) distinct += c > 0;
+        st.distinct_experts += distinct;
+        st.t_router += seconds(t0, t1);
+        st.t_experts += seconds(t1, t2);
+        st.t_ffn += seconds(t2, now());
+        st.weight_bytes += mat_bytes(L.router) + mat_bytes(L.sh_gate_inp) + mat_bytes(L.sh_gate) +
+                           mat_bytes(L.sh_up) + mat_bytes(L.sh_down) +
+                           (double)distinct * (double)(ef * (G.m->stride + U.m->stride) + dim * D.m->stride);
+    }
+}
+
+// Predict layer `next`'s experts for the window from x (the current layer's FFN input: the
+// residual stream changes little from one layer to the next) with layer next's own router
+// (top-K of its logits per token), and ask the kernel to read their pages ahead. madvise
+// WILLNEED on a file mapping starts the reads and returns; the experts of the current layer
+// compute meanwhile. Only read ahead: the arithmetic never depends on it.
+void Engine::lookahead(int next, const float *x, int T) {
+    const LayerWeights &N = layers_[(size_t)next];
+    const int E = c_.n_expert, K = c_.n_expert_used, dim = c_.dim;
+    std::vector<float> lg((size_t)T * E), xr;
+    const float *in = x;
+    if (N.router.type == T_BF16 || N.router.type == T_F16) {
+        xr.resize((size_t)T * dim);
+        for (size_t i = 0; i < xr.size(); ++i)
+            xr[i] = N.router.type == T_BF16 ? round_bf16(x[i]) : fp16_to_f32(f32_to_fp16(x[i]));
+        in = xr.data();
+    }
+    matmul(N.router, in, T, lg.data());
+    std::vector<uint8_t> &pred = predicted_[(size_t)next];
+    std::fill(pred.begin(), pred.end(), 0);
+    for (int t = 0; t < T; ++t) {
+        const float *p = lg.data() + (size_t)t * E;
+        std::vector<uint8_t> took((size_t)E, 0);
+        for (int k = 0; k < K; ++k) {
+            int best = -1;
+            for (int e = 0; e < E; ++e)
+                if (!took[(size_t)e] && (best < 0 || p[e] > p[best])) best = e;
+            took[(size_t)best] = 1;
+            pred[(size_t)best] = 1;
+        }
+    }
+    static const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    auto ahead = [&](const Mat &m, int64_t rows, int e) {
+        const uintptr_t a = (uintptr_t)(m.w + (size_t)e * rows * m.stride);
+        const uintptr_t b = a + (size_t)rows * m.stride;
+        const uintptr_t a0 = a & ~(uintptr_t)(page - 1);
+        madvise((void *)a0, b - a0, MADV_WILLNEED);  // advice only: a failure changes nothing
+    };
+    for (int e = 0; e < E; ++e)
+        if (pred[(size_t)e]) {
+            ++la_.predicted;
+            ahead(N.gate_exps, c_.expert_ffn, e);
+            ahead(N.up_exps, c_.expert_ffn, e);
+            ahead(N.down_exps, dim, e);
+        }
+}
+
+}  // namespace lowbit

@@ -1,0 +1,445 @@
+"""The OpenAI-compatible HTTP app (Starlette), over the batched scheduler.
+
+    POST /v1/chat/completions   messages -> the GGUF's chat template; stream via SSE
+    POST /v1/completions        prompt: a string, [string], [token ids] or [[token ids]]
+    GET  /v1/models             the one model
+    GET  /v1/status             model, kernel per weight format, requests, tokens/s
+    GET  /health                503 while the model loads, 200 when ready (no API key needed)
+
+Bad input gets a 4xx with OpenAI's error body {"error": {"message", "type", "param", "code"}},
+never a 500: malformed JSON, a body that is not an object, wrong types, out-of-range values,
+a prompt that does not fit the context, max_tokens <= 0, a missing or wrong API key. Unknown
+fields are ignored, and so are presence_penalty / frequency_penalty / response_format / tools,
+which lowbit does not implement. logit_bias ({"token id": bias in -100..100}) is added to the
+logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import math
+import threading
+import time
+import uuid
+from typing import Callable
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..sampling import Sampler
+from .scheduler import QueueFull, Request, Scheduler
+
+MAX_BODY = 8 << 20   # bytes of request body accepted
+DRAIN_BODY = 64 << 20  # bytes of an oversized body read and dropped before the 413
+MAX_STOP = 4         # stop strings per request (OpenAI's limit)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 type: str = "invalid_request_error"):  # noqa: A002 - OpenAI's field name
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+# -- request fields ------------------------------------------------------------------------------
+def _int(d: dict, key: str, default, lo: int | None = None, hi: int | None = None):
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ApiError(400, f"'{key}' must be an integer, not {type(v).__name__}", key)
+    if lo is not None and v < lo or hi is not None and v > hi:
+        rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        raise ApiError(400, f"'{key}' must be {rng}, got {v}", key)
+    return v
+
+
+def _num(d: dict, key: str, default: float, lo: float, hi: float, lo_open: bool = False) -> float:
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        raise ApiError(400, f"'{key}' must be a finite number", key)
+    if v > hi or v < lo or lo_open and v == lo:
+        raise ApiError(400, f"'{key}' must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v}", key)
+    return float(v)
+
+
+def _bool(d: dict, key: str, default: bool) -> bool:
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ApiError(400, f"'{key}' must be a boolean", key)
+    return v
+
+
+def _stop(d: dict) -> list[str]:
+    v = d.get("stop")
+    if v is None:
+        return []
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise ApiError(400, "'stop' must be a string or a list of strings", "stop")
+    if len(v) > MAX_STOP:
+        raise ApiError(400, f"'stop' takes at most {MAX_STOP} strings", "stop")
+    return [s for s in v if s]
+
+
+def _logit_bias(d: dict, vocab: int) -> dict[int, float]:
+    v = d.get("logit_bias")
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ApiError(400, "'logit_bias' must be an object mapping token ids to numbers", "logit_bias")
+    out = {}
+    for k, b in v.items():
+        try:
+            t = int(k)
+        except ValueError:
+            raise ApiError(400, f"'logit_bias': {k!r} is not a token id", "logit_bias") from None
+        if not 0 <= t < vocab:
+            raise ApiError(400, f"'logit_bias': token id {t} outside 0..{vocab - 1}", "logit_bias")
+        if not isinstance(b, (int, float)) or isinstance(b, bool) or not -100 <= b <= 100:
+            raise ApiError(400, f"'logit_bias': the bias of {k} must be a number in -100..100", "logit_bias")
+        out[t] = float(b)
+    return out
+
+
+def _sampler(d: dict) -> Sampler:
+    top_p = _num(d, "top_p", 1.0, 0.0, 1.0)
+    temperature = _num(d, "temperature", 1.0, 0.0, 2.0)
+    seed = _int(d, "seed", None)
+    return Sampler(temperature=temperature if temperature >= 1e-4 else 0.0,  # the t -> 0 limit: greedy (and
+                   #                                                     no overflow of logits / t)
+                   top_k=_int(d, "top_k", 0, lo=0),
+                   top_p=top_p if top_p > 0 else 1e-12,  # 0: only the most likely token remains
+                   min_p=_num(d, "min_p", 0.0, 0.0, 1.0),
+                   repeat_penalty=_num(d, "repeat_penalty", 1.0, 0.0, 100.0, lo_open=True),
+                   seed=None if seed is None else seed & (2**64 - 1))  # any integer, as OpenAI takes
+
+
+def _chat_text(messages) -> list[dict]:
+    """messages as the chat template takes them: role and string content."""
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list", "messages")
+    out = []
+    for i, m in enumerate(messages):
+        p = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise ApiError(400, f"'{p}' must be an object", p)
+        role, content = m.get("role"), m.get("content")
+        if not isinstance(role, str) or not role:
+            raise ApiError(400, f"'{p}.role' must be a non-empty string", p + ".role")
+        if content is None:
+            content = ""
+        elif isinstance(content, list):  # content parts: text only
+            parts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise ApiError(400, f"'{p}.content': only text parts are supported", p + ".content")
+                parts.append(part["text"])
+            content = "".join(parts)
+        elif not isinstance(content, str):
+            raise ApiError(400, f"'{p}.content' must be a string or a list of text parts", p + ".content")
+        out.append({"role": role, "content": content})
+    return out
+
+
+# -- the app -------------------------------------------------------------------------------------
+class State:
+    """What the handlers share: the model and scheduler once loaded."""
+
+    def __init__(self, model_id: str, api_key: str | None, parallel: int):
+        self.model_id, self.api_key, self.parallel = model_id, api_key, parallel
+        self.model = None
+        self.scheduler: Scheduler | None = None
+        self.load_error: str | None = None
+        self.created = int(time.time())
+        self.on_load_error: Callable[[str], None] | None = None
+
+
+def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_key: str | None = None,
+               step_tokens: int = 64, max_queue: int = 256) -> Starlette:
+    """The app. `load()` returns a lowbit Model with >= parallel KV slots; it runs on a thread at
+    startup, /health answers 503 until it returns."""
+    st = State(model_id, api_key or None, parallel)
+
+    def loader():
+        try:
+            model = load()
+            sched = Scheduler(model, parallel, step_tokens=step_tokens, max_queue=max_queue)
+            st.model = model
+            st.scheduler = sched  # last: handlers take a set scheduler to mean "ready"
+        except Exception as e:  # noqa: BLE001 - reported by /health and the CLI
+            st.load_error = f"{type(e).__name__}: {e}"
+            if st.on_load_error:
+                st.on_load_error(st.load_error)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        threading.Thread(target=loader, name="lowbit-load", daemon=True).start()
+        yield
+        if st.scheduler:
+            st.scheduler.close()
+
+    def ready(request: HTTPRequest):
+        """The API key, then the model: raise ApiError unless both are there."""
+        if st.api_key is not None:
+            auth = request.headers.get("authorization", "")
+            given = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+            if given is None:
+                raise ApiError(401, "missing API key (send 'Authorization: Bearer KEY')", code="invalid_api_key")
+            if not hmac.compare_digest(given.encode(), st.api_key.encode()):
+                raise ApiError(401, "incorrect API key", code="invalid_api_key")
+        if st.scheduler is None:
+            if st.load_error:
+                raise ApiError(503, f"the model failed to load: {st.load_error}", type="unavailable_error")
+            raise ApiError(503, "the model is loading", type="unavailable_error", code="model_loading")
+
+    async def body(request: HTTPRequest) -> dict:
+        buf = bytearray()
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size <= MAX_BODY:
+                buf += chunk
+            elif size > DRAIN_BODY:
+                break  # answer now: the connection closes with the response
+        if size > MAX_BODY:  # read (and dropped) the rest first, so the client sees the answer
+            raise ApiError(413, f"the request body exceeds {MAX_BODY} bytes")
+        try:
+            data = json.loads(buf)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            raise ApiError(400, "the request body is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        return data
+
+    def common(d: dict) -> dict:
+        if _int(d, "n", 1, lo=1) != 1:
+            raise ApiError(400, "only n=1 is supported", "n")
+        if d.get("logprobs") not in (None, False, 0) or d.get("top_logprobs") not in (None, 0):
+            raise ApiError(400, "logprobs are not supported", "logprobs")
+        key = "max_completion_tokens" if d.get("max_completion_tokens") is not None else "max_tokens"
+        max_tokens = _int(d, key, None, lo=1)
+        stream = _bool(d, "stream", False)
+        so = d.get("stream_options")
+        if so is not None and not isinstance(so, dict):
+            raise ApiError(400, "'stream_options' must be an object", "stream_options")
+        include_usage = _bool(so or {}, "include_usage", False)
+        return dict(max_tokens=max_tokens, stream=stream, include_usage=include_usage, stop=_stop(d),
+                    sampler=_sampler(d), logit_bias=_logit_bias(d, st.model.config.vocab))
+
+    async def tokenize(text: str, param: str) -> list[int]:
+        """On a worker thread: a long prompt must not stall the other clients' streams."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate ("\ud800" in the JSON) is no Unicode text
+            raise ApiError(400, f"the text is not valid Unicode: {e.reason} at character {e.start}", param) from None
+        return await run_in_threadpool(st.model.tokenize, text)
+
+    def fits(ids: list[int], param: str) -> None:
+        n_ctx = st.model.n_ctx
+        if not ids:
+            raise ApiError(400, "the prompt is empty", param)
+        if len(ids) >= n_ctx:
+            raise ApiError(400, f"the prompt has {len(ids)} tokens; this server's context holds {n_ctx} "
+                           f"(prompt and completion)", param, code="context_length_exceeded")
+
+    async def run(request: HTTPRequest, ids: list[int], o: dict, chat: bool) -> Response:
+        sched = st.scheduler
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue = asyncio.Queue()
+
+        def emit(ev):
+            loop.call_soon_threadsafe(q.put_nowait, ev)
+
+        max_tokens = o["max_tokens"] or st.model.n_ctx  # none given: until the context is full
+        req = Request(prompt=ids, max_tokens=max_tokens, sampler=o["sampler"], emit=emit, stop=o["stop"],
+                      logit_bias=o["logit_bias"])
+        try:
+            sched.submit(req)
+        except QueueFull as e:
+            raise ApiError(429, str(e), type="server_busy") from None
+        except ValueError as e:
+            raise ApiError(400, str(e)) from None
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        created = int(time.time())
+        head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": created, "model": st.model_id}
+        if o["stream"]:
+            return StreamingResponse(stream(req, q, head, chat, o["include_usage"]), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+        # not streaming: collect, and cancel if the client goes away meanwhile
+        async def watch():
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            sched.cancel(req)
+            q.put_nowait(("gone",))
+
+        watcher = asyncio.create_task(watch())
+        text = []
+        try:
+            while True:
+                ev = await q.get()
+                if ev[0] == "text":
+                    text.append(ev[1])
+                elif ev[0] == "done":
+                    break
+                elif ev[0] == "error":
+                    return ApiError(500, f"generation failed: {ev[1]}", type="server_error").response()
+                else:  # gone
+                    return Response(status_code=499)
+        finally:
+            watcher.cancel()
+        _, reason, usage = ev
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": "".join(text)},
+                      "logprobs": None, "finish_reason": reason}
+        else:
+            choice = {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": reason}
+        return JSONResponse({**head, "object": "chat.completion" if chat else "text_completion",
+                             "choices": [choice], "usage": usage})
+
+    async def stream(req: Request, q: asyncio.Queue, head: dict, chat: bool, include_usage: bool):
+        def sse(obj) -> str:
+            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+        def chunk(piece: str | None, reason: str | None = None, role: bool = False) -> dict:
+            if chat:
+                delta = {"role": "assistant", "content": ""} if role else ({"content": piece} if piece else {})
+                c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+            else:
+                c = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": reason}
+            return {**head, "choices": [c]}
+
+        finished = False
+        try:
+            if chat:
+                yield sse(chunk(None, role=True))
+            while True:
+                ev = await q.get()
+                if ev[0] == "text":
+                    yield sse(chunk(ev[1]))
+                    continue
+                finished = True
+                if ev[0] == "done":
+                    _, reason, usage = ev
+                    # usage rides on the last chunk; with stream_options.include_usage also in
+                    # OpenAI's extra final chunk with no choices
+                    yield sse({**chunk(None, reason), "usage": usage})
+                    if include_usage:
+                        yield sse({**head, "choices": [], "usage": usage})
+                else:
+                    yield sse(ApiError(500, f"generation failed: {ev[1]}", type="server_error").body())
+                yield "data: [DONE]\n\n"
+                return
+        finally:
+            if not finished:  # the client went away (the response task was cancelled)
+                st.scheduler.cancel(req)
+
+    # -- endpoints -----------------------------------------------------------------------------
+    def api(handler):
+        async def wrapped(request: HTTPRequest) -> Response:
+            try:
+                ready(request)
+                return await handler(request)
+            except ApiError as e:
+                return e.response()
+        return wrapped
+
+    async def chat_completions(request: HTTPRequest) -> Response:
+        d = await body(request)
+        o = common(d)
+        messages = _chat_text(d.get("messages"))
+        tok = st.model.tokenizer
+        try:
+            prompt = tok.apply_chat_template(messages, add_generation_prompt=True)
+        except Exception as e:  # noqa: BLE001 - the template's own complaint (roles, order) is the client's
+            raise ApiError(400, f"chat template: {e}", "messages") from None
+        ids = await tokenize(prompt, "messages")
+        fits(ids, "messages")
+        return await run(request, ids, o, chat=True)
+
+    async def completions(request: HTTPRequest) -> Response:
+        d = await body(request)
+        o = common(d)
+        p = d.get("prompt")
+        if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
+            p = p[0]  # a batch of one prompt
+        vocab = st.model.config.vocab
+        if isinstance(p, str):
+            ids = await tokenize(p, "prompt")
+        elif isinstance(p, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+            if any(not 0 <= t < vocab for t in p):
+                raise ApiError(400, f"'prompt': token ids must be in 0..{vocab - 1}", "prompt")
+            ids = list(p)
+        elif isinstance(p, list) and p:
+            raise ApiError(400, "only one prompt per request is supported", "prompt")
+        else:
+            raise ApiError(400, "'prompt' must be a string or a list of token ids", "prompt")
+        fits(ids, "prompt")
+        return await run(request, ids, o, chat=False)
+
+    async def models(request: HTTPRequest) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": st.model_id, "object": "model", "created": st.created, "owned_by": "lowbit"}]})
+
+    async def status(request: HTTPRequest) -> Response:
+        from .._native import lib
+        m = st.model
+        kinds = sorted({t.format.name for t in m.file.tensors.values() if len(t.shape) == 2})
+        fmts = {t.format.name: t.format.id for t in m.file.tensors.values()}
+        kernels = {}
+        for name in kinds:
+            k1, k8 = lib.kernel(fmts[name], 1), lib.kernel(fmts[name], 8)
+            if k1:
+                kernels[name] = {"nt=1": k1[0], "nt=8": k8[0] if k8 else None, "level": k1[1]}
+        s = st.scheduler.status()
+        return JSONResponse({"model": st.model_id, "path": m.path, "arch": m.config.arch,
+                             "n_ctx": m.n_ctx, "parallel": s.pop("parallel"),
+                             "level": lib.cpu_info()["selected"], "kernels": kernels,
+                             "tokens_per_second": s.pop("tokens_per_second"), "requests": s})
+
+    async def health(request: HTTPRequest) -> Response:
+        if st.scheduler is not None:
+            return JSONResponse({"status": "ok"})
+        if st.load_error:
+            return JSONResponse({"status": "error", "error": {"message": st.load_error,
+                                                             "type": "unavailable_error"}}, status_code=503)
+        return JSONResponse({"status": "loading", "error": {"message": "the model is loading",
+                                                           "type": "unavailable_error", "code": "model_loading"}},
+                            status_code=503)
+
+    async def http_error(request: HTTPRequest, exc: HTTPException) -> Response:
+        return ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}").response()
+
+    async def server_error(request: HTTPRequest, exc: Exception) -> Response:
+        return ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error").response()
+
+    routes = [
+        Route("/v1/chat/completions", api(chat_completions), methods=["POST"]),
+        Route("/v1/completions", api(completions), methods=["POST"]),
+        Route("/v1/models", api(models), methods=["GET"]),
+        Route("/v1/status", api(status), methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error, Exception: server_error})
+    app.state.lowbit = st
+    return app

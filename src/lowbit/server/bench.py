@@ -1,0 +1,219 @@
+"""`lowbit bench serve`: lowbit's server against llama-cpp-python's, same model, threads, clients.
+
+    lowbit bench serve [-m MODEL] [-t 2] [--clients 8] [--tokens 128] [--rounds 3]
+                       [--rss-requests 200] [--no-llama]
+
+Both servers run as subprocesses on loopback, one after the other (never at the same time:
+they would share the cores). Each is measured with one streaming client, then with --clients
+concurrent streaming clients, --tokens tokens each (the end-of-generation tokens are banned with
+logit_bias, so every client gets exactly --tokens tokens), greedy, /v1/completions with a
+different prompt per client. Reported per server, medians over --rounds rounds:
+  - aggregate tokens/s: all clients' tokens / wall time from the first request to the last token;
+  - time to first token (the first chunk with text), p50 and p99 over all rounds' clients.
+Then lowbit alone serves --rss-requests short requests from --clients clients while its resident
+memory (VmRSS) is sampled: it should not grow past what the KV slots take at start.
+llama-cpp-python's server runs with --interrupt_requests False: it queues concurrent requests
+(by default a new request cuts the running one short).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PROMPTS = ["Once upon a time, in a kingdom by the sea,", "The history of the printing press begins",
+           "def quicksort(items):", "Ten facts about the planet Jupiter:", "Dear diary, today I",
+           "The recipe for a good bread starts with", "In 1969, the first humans", "Here is a long poem about rain:"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Proc:
+    def __init__(self, argv: list[str], ready_path: str):
+        import httpx
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv + ["--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT)
+        end = time.monotonic() + 600
+        while True:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(f"{argv[:4]} exited:\n{self.log.read().decode(errors='replace')[-3000:]}")
+            try:
+                if httpx.get(self.url + ready_path, timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > end:
+                raise RuntimeError(f"{argv[:4]} did not start")
+            time.sleep(0.1)
+
+    def rss_mb(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _stream(url: str, prompt: str, tokens: int, bias: dict, t0: float) -> tuple[int, float, float]:
+    """One streaming completion: (chunks with text, time to the first, time of the last), times
+    from t0 (seconds)."""
+    import httpx
+    body = {"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True, "logit_bias": bias}
+    n, first, last = 0, float("nan"), float("nan")
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("choices") and ev["choices"][0].get("text"):
+                now = time.perf_counter() - t0
+                if n == 0:
+                    first = now
+                last = now
+                n += 1
+    return n, first, last
+
+
+def _round(url: str, clients: int, tokens: int, bias: dict) -> tuple[float, list[float], int]:
+    """clients concurrent streams: (aggregate tokens/s, TTFTs, tokens)."""
+    t0 = time.perf_counter()
+    with cf.ThreadPoolExecutor(clients) as ex:
+        res = list(ex.map(lambda i: _stream(url, PROMPTS[i % len(PROMPTS)], tokens, bias, t0), range(clients)))
+    total = sum(r[0] for r in res)
+    wall = max(r[2] for r in res)
+    return total / wall, [r[1] for r in res], total
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, int(round(p / 100 * len(xs) + 0.5)) - 1))]
+
+
+def _measure(name: str, url: str, clients: int, tokens: int, rounds: int, bias: dict, out) -> dict:
+    _round(url, 1, 8, bias)  # warm-up
+    one, many, ttft, counts = [], [], [], []
+    for _ in range(rounds):
+        r1, _, _ = _round(url, 1, tokens, bias)
+        rn, tt, total = _round(url, clients, tokens, bias)
+        one.append(r1)
+        many.append(rn)
+        ttft += tt
+        counts.append(total)
+        print(f"  {name}: 1 client {r1:7.1f} tok/s, {clients} clients {rn:7.1f} tok/s "
+              f"({total} tokens), TTFT max {max(tt) * 1e3:.0f} ms", file=out, flush=True)
+    return {"one": statistics.median(one), "many": statistics.median(many), "ttft50": _pct(ttft, 50),
+            "ttft99": _pct(ttft, 99), "tokens": counts}
+
+
+def _rss(proc: _Proc, clients: int, requests: int, bias: dict, out) -> dict:
+    import httpx
+    samples = [proc.rss_mb()]
+    done = 0
+
+    def one(i):
+        body = {"prompt": PROMPTS[i % len(PROMPTS)] + f" ({i})", "max_tokens": 16, "temperature": 0.7,
+                "seed": i, "logit_bias": bias, "stream": i % 2 == 0}
+        r = httpx.post(proc.url + "/v1/completions", json=body, timeout=600)
+        r.raise_for_status()
+
+    with cf.ThreadPoolExecutor(clients) as ex:
+        for _ in ex.map(one, range(requests)):
+            done += 1
+            if done % 25 == 0:
+                samples.append(proc.rss_mb())
+    print(f"  lowbit RSS (MB) every 25 requests: {' '.join(f'{s:.0f}' for s in samples)}", file=out)
+    return {"start": samples[0], "end": samples[-1], "max": max(samples)}
+
+
+def bench_serve(model_path: str | None, threads: int, clients: int, tokens: int, rounds: int, rss_requests: int,
+                llama: bool = True, out=sys.stdout) -> dict:
+    from .. import gguf
+    from ..model import default_model_path
+    from ..tokenizer import Tokenizer
+    path = model_path or default_model_path()
+    with gguf.open(path) as f:
+        eog = Tokenizer.from_gguf(f.metadata).eog_ids
+    bias = {str(t): -100 for t in sorted(eog)}  # every client gets exactly `tokens` tokens
+    ctx = 1024
+    print(f"# {os.path.basename(path)}, {threads} threads, {clients} concurrent streaming clients x {tokens} "
+          f"tokens, loopback, greedy; median of {rounds} rounds", file=out, flush=True)
+    res = {}
+    lb = _Proc([sys.executable, "-m", "lowbit.cli", "serve", "-m", path, "-t", str(threads), "--parallel",
+                str(clients), "--ctx", str(ctx)], "/health")
+    try:
+        kv_mb = lb.rss_mb()
+        res["lowbit"] = _measure("lowbit", lb.url, clients, tokens, rounds, bias, out)
+        res["rss"] = _rss(lb, clients, rss_requests, bias, out) if rss_requests else None
+        res["rss_after_load"] = kv_mb
+    finally:
+        lb.stop()
+    if llama:
+        ll = _Proc([sys.executable, "-m", "llama_cpp.server", "--model", path, "--n_threads", str(threads),
+                    "--n_threads_batch", str(threads), "--n_ctx", str(ctx * 2), "--verbose", "False",
+                    "--interrupt_requests", "False", "--host", "127.0.0.1"], "/v1/models")
+        try:
+            res["llama"] = _measure("llama.cpp server", ll.url, clients, tokens, rounds, bias, out)
+        finally:
+            ll.stop()
+    L = res["lowbit"]
+    print(file=out)
+    print(f"{'':34} {'lowbit serve':>14} {'llama_cpp.server':>17}", file=out)
+    ll = res.get("llama")
+
+    def row(label, key, fmt):
+        b = fmt.format(ll[key]) if ll else "-"
+        print(f"{label:34} {fmt.format(L[key]):>14} {b:>17}", file=out)
+
+    row("1 client tok/s", "one", "{:.1f}")
+    row(f"{clients} clients aggregate tok/s", "many", "{:.1f}")
+    print(f"{'aggregate / 1 client':34} {L['many'] / L['one']:>14.2f} "
+          f"{(ll['many'] / ll['one']) if ll else float('nan'):>17.2f}", file=out)
+    print(f"{'TTFT p50 / p99 (ms)':34} {L['ttft50'] * 1e3:>7.0f} / {L['ttft99'] * 1e3:<5.0f}"
+          + (f" {ll['ttft50'] * 1e3:>9.0f} / {ll['ttft99'] * 1e3:<5.0f}" if ll else ""), file=out)
+    if ll:
+        print(f"lowbit {clients}-client aggregate / llama_cpp.server's: {L['many'] / ll['many']:.2f}x", file=out)
+    print(f"lowbit RSS right after load: {res['rss_after_load']:.0f} MB", file=out)
+    if res["rss"]:
+        r = res["rss"]
+        print(f"lowbit RSS: {r['start']:.0f} MB after load and warm-up ({clients} KV slots x {ctx} tokens "
+              f"allocated), {r['end']:.0f} MB after {rss_requests} more requests (max {r['max']:.0f}): "
+              f"growth {r['end'] - r['start']:+.0f} MB", file=out)
+    return res
+
+
+def add_parser(bs) -> None:
+    """`lowbit bench serve` (bs: the bench command's sub-parsers)."""
+    s = bs.add_parser("serve", help="lowbit serve vs llama-cpp-python's server: concurrent clients, TTFT, RSS",
+                      description=__doc__.split("\n\n", 2)[2] if __doc__ else None,
+                      formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    s.add_argument("-m", "--model", default=None, help="GGUF file (default: the default model)")
+    s.add_argument("-t", "--threads", type=int, default=2)
+    s.add_argument("--clients", type=int, default=8)
+    s.add_argument("--tokens", type=int, default=128)
+    s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--rss-requests", type=int, default=200)
+    s.add_argument("--no-llama", action="store_true", help="lowbit only")
+    s.set_defaults(func=lambda a: bench_serve(a.model, a.threads, a.clients, a.tokens, a.rounds, a.rss_requests,
+                                              llama=not a.no_llama) and 0)

@@ -1,0 +1,267 @@
+"""The scheduler: one engine thread runs every request's tokens in shared batched forwards.
+
+Requests queue; up to `parallel` are active, each in its own KV slot. Every step gathers, in
+one `Model.forward_batch` call, one decode token from each active sequence that is decoding
+and prompt chunks of those still prefilling (up to `step_tokens` tokens in all), so each
+weight row is decoded once per step for all of them. Each request has its own Sampler (its
+own seed), and the engine gives a sequence bitwise the same logits whatever else is in the
+batch, so a request's output is the same as if it ran alone (greedy or sampled).
+
+Generation follows lowbit.generate.generate: sample from the last logits (history = prompt +
+generated), stop on an end-of-generation token (not emitted), after max_tokens tokens, when
+the slot's context is full, or on a stop string. Stop strings are held back: no part of a
+stop string is ever emitted, and the text ends just before the first one.
+
+A request's events go to its `emit` callback, called on the engine thread:
+    ("text", str)                                   more text (never empty)
+    ("done", finish_reason, usage dict)             last event: "stop" or "length"
+    ("error", message)                              last event: the step failed
+Cancelling a request (its client went away) frees its slot before the next step.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..sampling import Sampler
+
+
+class QueueFull(RuntimeError):
+    pass
+
+
+@dataclass
+class Request:
+    prompt: list[int]
+    max_tokens: int
+    sampler: Sampler
+    emit: Callable[[tuple], None]
+    stop: list[str] = field(default_factory=list)
+    logit_bias: dict[int, float] = field(default_factory=dict)  # added to the logits before sampling
+    id: int = field(default_factory=itertools.count().__next__)
+    cancelled: bool = False
+    # engine-thread state
+    slot: int = -1
+    fed: int = 0                 # prompt tokens already in the KV cache
+    history: list[int] = field(default_factory=list)
+    generated: int = 0
+    next_token: int | None = None  # sampled, not yet in the cache
+    decoder: object = None
+    text: str = ""               # all generated text (for stop strings)
+    sent: int = 0                # characters of text already emitted
+
+
+class Scheduler:
+    def __init__(self, model, parallel: int | None = None, step_tokens: int = 64, max_queue: int = 256):
+        self.model = model
+        self.parallel = int(parallel or model.n_slots)
+        if not 1 <= self.parallel <= model.n_slots:
+            raise ValueError(f"parallel must be 1..{model.n_slots} (the model's KV slots)")
+        # a step holds every active sequence's decode token plus prompt chunks
+        self.step_tokens = max(int(step_tokens), self.parallel + 8)
+        self.max_queue = int(max_queue)
+        self.eog = set(model.tokenizer.eog_ids)
+        self._cv = threading.Condition()
+        self._queue: collections.deque[Request] = collections.deque()
+        self._active: list[Request] = []
+        self._free = list(range(self.parallel))
+        self._stopping = False
+        # counters (read by status(); written on the engine thread under _cv)
+        self.done = self.cancelled = self.failed = 0
+        self.prompt_tokens = self.generated_tokens = self.steps = self.decode_steps = 0
+        # (time, tokens sampled) of recent steps, for tokens/s (bounded: no growth when nobody asks)
+        self._recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
+        self._thread = threading.Thread(target=self._loop, name="lowbit-engine", daemon=True)
+        self._thread.start()
+
+    # -- called from any thread ------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        if not req.prompt:
+            raise ValueError("the prompt is empty")
+        if len(req.prompt) >= self.model.n_ctx:
+            raise ValueError(f"the prompt has {len(req.prompt)} tokens; the context holds {self.model.n_ctx}")
+        if req.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError("the server is shutting down")
+            if len(self._queue) >= self.max_queue:
+                raise QueueFull(f"{len(self._queue)} requests are already waiting; try again later")
+            self._queue.append(req)
+            self._cv.notify()
+
+    def cancel(self, req: Request) -> None:
+        """The client is gone: drop the request (its slot is freed before the next step)."""
+        with self._cv:
+            req.cancelled = True
+            self._cv.notify()
+
+    def close(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        self._thread.join(timeout=10)
+
+    def status(self) -> dict:
+        with self._cv:
+            now = time.perf_counter()
+            while self._recent and self._recent[0][0] < now - 10.0:
+                self._recent.popleft()
+            span = now - self._recent[0][0] if len(self._recent) > 1 else 0.0
+            rate = sum(n for _, n in list(self._recent)[1:]) / span if span > 0 else 0.0
+            return {"active": len(self._active), "queued": len(self._queue), "parallel": self.parallel,
+                    "done": self.done, "cancelled": self.cancelled, "failed": self.failed,
+                    "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
+                    "steps": self.steps, "decode_steps": self.decode_steps,
+                    "tokens_per_second": round(rate, 2)}
+
+    # -- the engine thread -----------------------------------------------------------------
+    def _release(self, req: Request) -> None:
+        self._active.remove(req)
+        self._free.append(req.slot)
+        req.slot = -1
+
+    def _admit(self) -> bool:
+        """Under _cv: drop cancelled requests, fill free slots from the queue. False: stop."""
+        while True:
+            for r in [r for r in self._active if r.cancelled]:
+                self._release(r)
+                self.cancelled += 1
+            for r in [r for r in self._queue if r.cancelled]:
+                self._queue.remove(r)
+                self.cancelled += 1
+            while self._queue and self._free:
+                r = self._queue.popleft()
+                r.slot = self._free.pop(0)
+                self.model.rewind(0, slot=r.slot)
+                r.history = list(r.prompt)
+                r.decoder = self.model.tokenizer.stream()
+                self._active.append(r)
+            if self._stopping:
+                return False
+            if self._active:
+                return True
+            self._cv.wait()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                if not self._admit():
+                    break
+                active = list(self._active)
+            # decode tokens first (one per decoding sequence), then prompt chunks, FIFO
+            batch, who, want = [], [], []
+            budget = self.step_tokens
+            for r in active:
+                if r.next_token is not None:
+                    batch.append((r.slot, [r.next_token]))
+                    who.append(r)
+                    want.append(True)
+                    budget -= 1
+            for r in active:
+                if r.next_token is None and budget > 0:
+                    n = min(len(r.prompt) - r.fed, budget)
+                    batch.append((r.slot, r.prompt[r.fed:r.fed + n]))
+                    who.append(r)
+                    want.append(r.fed + n == len(r.prompt))  # logits only after the whole prompt
+                    budget -= n
+            try:
+                outs = self.model.forward_batch(batch, want=want)
+            except Exception as e:  # noqa: BLE001 - reported to the requests, the server stays up
+                self._fail(who, e)
+                continue
+            sampled = 0
+            finished = []
+            for r, (slot, run), lg in zip(who, batch, outs):
+                if r.next_token is None:  # a prompt chunk
+                    r.fed += len(run)
+                    self.prompt_tokens += len(run)
+                    if lg is None:
+                        continue
+                else:
+                    r.next_token = None
+                sampled += 1
+                try:
+                    if self._sample(r, lg[-1]):
+                        finished.append(r)
+                except Exception as e:  # noqa: BLE001 - one request's failure is its own
+                    self._fail([r], e)
+            with self._cv:
+                self.steps += 1
+                self.decode_steps += sampled > 0
+                self.generated_tokens += sampled
+                self._recent.append((time.perf_counter(), sampled))
+                for r in finished:
+                    if r.slot >= 0:
+                        self._release(r)
+                        self.done += 1
+
+    def _fail(self, reqs: list[Request], e: Exception) -> None:
+        with self._cv:
+            for r in reqs:
+                if r.slot >= 0:
+                    self._release(r)
+                self.failed += 1
+                self._emit(r, ("error", f"{type(e).__name__}: {e}"))
+
+    def _emit(self, r: Request, event: tuple) -> None:
+        try:
+            r.emit(event)
+        except Exception:  # noqa: BLE001 - a gone client's queue must not stop the engine
+            r.cancelled = True
+
+    def _sample(self, r: Request, logits) -> bool:
+        """Sample r's next token and emit its text; True when r has finished."""
+        if r.cancelled:
+            return False  # freed before the next step
+        if r.logit_bias:
+            logits = logits.copy()
+            for t, b in r.logit_bias.items():
+                logits[t] += b
+        tok = r.sampler.sample(logits, r.history)
+        if tok in self.eog:
+            return self._finish(r, "stop")
+        r.history.append(tok)
+        r.generated += 1
+        r.text += r.decoder.push(tok)
+        if self._flush_text(r):
+            return self._finish(r, "stop", stopped=True)
+        if r.generated >= r.max_tokens or self.model.slot_pos[r.slot] >= self.model.n_ctx:
+            return self._finish(r, "length")
+        r.next_token = tok
+        return False
+
+    def _flush_text(self, r: Request, final: bool = False) -> bool:
+        """Emit what is safe to emit; True when a stop string was found (text cut before it)."""
+        end = len(r.text)
+        hit = -1
+        if r.stop:
+            # a stop string can only start where it was not yet fully seen
+            start = max(0, r.sent - max(len(s) for s in r.stop))
+            hit = min((i for i in (r.text.find(s, start) for s in r.stop) if i >= 0), default=-1)
+            if hit >= 0:
+                end = hit
+            elif not final:  # hold back a tail that may be the start of a stop string
+                for s in r.stop:
+                    for k in range(min(len(s) - 1, len(r.text)), 0, -1):
+                        if r.text.endswith(s[:k]):
+                            end = min(end, len(r.text) - k)
+                            break
+        if end > r.sent:
+            self._emit(r, ("text", r.text[r.sent:end]))
+            r.sent = end
+        return hit >= 0
+
+    def _finish(self, r: Request, reason: str, stopped: bool = False) -> bool:
+        if not stopped:
+            r.text += r.decoder.flush()
+            if self._flush_text(r, final=True):
+                reason = "stop"
+        usage = {"prompt_tokens": len(r.prompt), "completion_tokens": r.generated,
+                 "total_tokens": len(r.prompt) + r.generated}
+        self._emit(r, ("done", reason, usage))
+        return True

@@ -1,0 +1,140 @@
+"""Multi-sequence engine: KV slots and one batched forward over tokens of several sequences.
+
+The contract the server relies on: a sequence's logits in a mixed batch (other sequences'
+decode tokens and prompt chunks beside it, in any slot) are bitwise identical to running that
+sequence alone through the single-sequence forward; rewinding one slot leaves the others alone.
+"""
+import numpy as np
+import pytest
+
+import lowbit
+from lowbit.synth import synth_dense
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def path(request, tmp_path_factory):
+    p = tmp_path_factory.mktemp("batch") / f"{request.param}.gguf"
+    return synth_dense(p, arch=request.param, layers=2, dim=128, ffn=256, heads=4, kv_heads=2, ctx=512,
+                       wtype="Q4_0" if request.param == "llama" else "Q8_0", seed=3)
+
+
+@pytest.fixture(scope="module")
+def model(path):
+    return lowbit.load(path, n_ctx=256, threads=2, n_slots=4)
+
+
+def alone(model, ids, chunk=None):
+    """Every position's logits of ids, run alone in slot 0 (in chunks of `chunk`, default: one
+    token at a time, as decode runs)."""
+    model.reset()
+    chunk = chunk or 1
+    return np.concatenate([model.forward(ids[i:i + chunk], all_logits=True) for i in range(0, len(ids), chunk)])
+
+
+def seqs(rng, n, lo=5, hi=40):
+    return [[int(t) for t in rng.integers(0, 49152, size=int(rng.integers(lo, hi)))] for _ in range(n)]
+
+
+def test_mixed_batch_bitwise_equals_alone(model, rng):
+    """Three sequences in slots 3, 1, 2 (slot 0 is the reference's): each step runs one prompt
+    chunk of uneven size for some and one decode token for others, all in one forward."""
+    ids = seqs(rng, 3)
+    refs = [alone(model, s) for s in ids]
+    slots = [3, 1, 2]
+    for s in slots:
+        model.rewind(0, slot=s)
+    got = [[] for _ in ids]
+    done = [0, 0, 0]
+    step = 0
+    while any(d < len(s) for d, s in zip(done, ids)):
+        batch, who = [], []
+        for i, s in enumerate(ids):
+            if done[i] >= len(s):
+                continue
+            # sequence i takes chunks of 1, 3, 7, ... tokens: prompt chunks beside decode tokens
+            n = 1 if (step + i) % 2 else min(len(s) - done[i], 1 + 2 * ((step + i) % 4))
+            batch.append((slots[i], s[done[i]:done[i] + n]))
+            who.append(i)
+        outs = model.forward_batch(batch, all_logits=True)
+        for i, (slot, run), lg in zip(who, batch, outs):
+            assert lg.shape == (len(run), model.config.vocab)
+            got[i].append(lg)
+            done[i] += len(run)
+        step += 1
+    for i, s in enumerate(ids):
+        mine = np.concatenate(got[i])
+        assert np.array_equal(mine, refs[i]), f"sequence {i}: batched logits differ from alone"
+        assert model.slot_pos[slots[i]] == len(s)
+        assert model.slot_tokens[slots[i]] == s
+
+
+def test_last_logits_only_and_prefill_chunk_in_batch(model, rng):
+    """all_logits=False gives each run's last token's logits, equal to the alone run's."""
+    a, b = seqs(rng, 2, 10, 20)
+    ra, rb = alone(model, a), alone(model, b)
+    model.rewind(0, slot=1)
+    model.rewind(0, slot=2)
+    # a's whole prompt beside b's first token, then a decode token of each
+    la, lb = model.forward_batch([(1, a[:-1]), (2, b[:1])])
+    assert la.shape == (1, model.config.vocab)
+    assert np.array_equal(la[0], ra[len(a) - 2]) and np.array_equal(lb[0], rb[0])
+    la, lb = model.forward_batch([(2, b[1:]), (1, a[-1:])])
+    assert np.array_equal(la[0], rb[-1]) and np.array_equal(lb[0], ra[-1])
+
+
+def test_rewind_one_slot_keeps_the_others(model, rng):
+    a, b, a2 = seqs(rng, 3, 12, 20)
+    ra, rb = alone(model, a), alone(model, b)
+    cut = 6
+    r_new = alone(model, a[:cut] + a2)  # a rewound to `cut`, then continued with a2
+    for s in (1, 2):
+        model.rewind(0, slot=s)
+    model.forward_batch([(1, a), (2, b[:8])])
+    model.rewind(cut, slot=1)
+    assert model.slot_pos[1] == cut and model.slot_tokens[1] == a[:cut] and model.slot_pos[2] == 8
+    outs = model.forward_batch([(1, a2), (2, b[8:])], all_logits=True)
+    assert np.array_equal(outs[0], r_new[cut:])
+    assert np.array_equal(outs[1], rb[8:])
+    with pytest.raises(ValueError, match="cannot rewind"):
+        model.rewind(model.slot_pos[1] + 1, slot=1)
+    with pytest.raises(ValueError, match="slot"):
+        model.rewind(0, slot=4)
+    del ra
+
+
+def test_single_sequence_api_is_slot_zero(model, rng):
+    """forward/rewind/pos are slot 0's: a forward_batch on slot 0 continues what forward did."""
+    a = seqs(rng, 1, 10, 12)[0]
+    ra = alone(model, a)
+    model.reset()
+    model.forward(a[:4])
+    assert model.pos == 4 and model.slot_pos[0] == 4 and model.tokens == a[:4]
+    (lg,) = model.forward_batch([(0, a[4:])], all_logits=True)
+    assert np.array_equal(lg, ra[4:]) and model.pos == len(a)
+
+
+def test_bad_batches_are_value_errors(model):
+    model.rewind(0, slot=1)
+    with pytest.raises(ValueError, match="twice"):
+        model.forward_batch([(1, [1]), (1, [2])])
+    with pytest.raises(ValueError, match="outside"):
+        model.forward_batch([(7, [1])])
+    with pytest.raises(ValueError, match="no tokens"):
+        model.forward_batch([(1, [])])
+    with pytest.raises(ValueError, match="context full"):
+        model.forward_batch([(1, [1] * (model.n_ctx + 1))])
+    with pytest.raises(ValueError, match="vocabulary"):
+        model.forward_batch([(1, [1 << 20])])
+    assert model.slot_pos[1] == 0  # a rejected batch changes nothing
+    # the native call checks what Python would not: duplicate (slot, position) pairs
+    e = model.engine
+    z = np.zeros(2, np.int32)
+    with pytest.raises(ValueError, match="two tokens at position 0 of slot 0"):
+        e.forward_batch(z, z, z, np.array([1], np.int32), np.empty((1, model.config.vocab), np.float32))
+    with pytest.raises(ValueError, match="output row"):
+        e.forward_batch(z[:1], z[:1], z[:1], np.array([3], np.int32), np.empty((1, model.config.vocab), np.float32))
+
+
+def test_n_slots_must_be_positive(path):
+    with pytest.raises(ValueError, match="n_slots"):
+        lowbit.load(path, n_ctx=16, n_slots=0)
