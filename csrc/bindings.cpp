@@ -243,7 +243,7 @@ NB_MODULE(_lowbit, m) {
         .def("__init__", [](Engine *e, int n_layer, int dim, int n_head, int n_kv, int head_dim, int ffn, int vocab,
                             int n_ctx, float eps, float rope_base, float rope_scale, int rope_dims, bool rope_neox,
                             bool kv_f16, int n_slots, bool qk_norm_full, int n_expert, int n_expert_used, int expert_ffn,
-                            int shexp_ffn, bool expert_norm, float expert_scale) {
+                            int shexp_ffn, bool expert_norm, float expert_scale, bool sub_norm, int ffn_act) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
@@ -251,13 +251,14 @@ NB_MODULE(_lowbit, m) {
             c.qk_norm_full = qk_norm_full; c.n_expert = n_expert; c.n_expert_used = n_expert_used;
             c.expert_ffn = expert_ffn; c.shexp_ffn = shexp_ffn; c.expert_norm = expert_norm;
             c.expert_scale = expert_scale;
+            c.sub_norm = sub_norm; c.ffn_act = ffn_act;
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
            nb::arg("rope_scale"), nb::arg("rope_dims"), nb::arg("rope_neox"), nb::arg("kv_f16") = true,
            nb::arg("n_slots") = 1, nb::arg("qk_norm_full") = false, nb::arg("n_expert") = 0, nb::arg("n_expert_used") = 0,
            nb::arg("expert_ffn") = 0, nb::arg("shexp_ffn") = 0, nb::arg("expert_norm") = false,
-           nb::arg("expert_scale") = 1.0f)
+           nb::arg("expert_scale") = 1.0f, nb::arg("sub_norm") = false, nb::arg("ffn_act") = 0)
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;

@@ -17,6 +17,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         c.vocab <= 0 || c.n_ctx <= 0 || c.n_head % c.n_kv != 0 || c.rope_dims <= 0 || c.rope_dims > c.head_dim ||
         c.rope_dims % 2 != 0)
         throw std::invalid_argument("engine: inconsistent model dimensions");
+    if (c.ffn_act != FFN_SILU && c.ffn_act != FFN_RELU2)
+        throw std::invalid_argument("engine: unknown FFN activation " + std::to_string(c.ffn_act));
     if (c.n_slots < 1) throw std::invalid_argument("engine: n_slots must be >= 1");
     if (c.n_expert < 0 || (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.expert_ffn <= 0)) ||
         c.shexp_ffn < 0)
@@ -61,7 +63,12 @@ void Engine::set_mat(const std::string &name, int layer, const Mat &m) {
         if (name == "token_embd") { embd_ = m; return; }
         if (name == "output") { output_ = m; return; }
     } else if (layer < c_.n_layer) {
-        if (Mat *s = mat_slot(layers_[(size_t)layer], name)) { *s = m; return; }
+        if (Mat *s = mat_slot(layers_[(size_t)layer], name)) {
+            const float keep = s->out_scale;  // set by a "<name>.scale" vector, in any order
+            *s = m;
+            s->out_scale = keep;
+            return;
+        }
     }
     throw std::invalid_argument("engine: unknown matrix " + name);
 }
@@ -88,6 +95,18 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "attn_q.bias") { need(qd); l.bq = v; return; }
         if (name == "attn_k.bias") { need(kd); l.bk = v; return; }
         if (name == "attn_v.bias") { need(kd); l.bv = v; return; }
+        if (name == "attn_sub_norm") { need(qd); l.attn_sub_norm = v; return; }
+        if (name == "ffn_sub_norm") { need(c_.ffn); l.ffn_sub_norm = v; return; }
+        // "<matrix>.scale": one float multiplying that matrix's output (llama.cpp's bitnet)
+        const size_t dot = name.rfind(".scale");
+        if (dot != std::string::npos && dot + 6 == name.size()) {
+            if (Mat *s = mat_slot(l, name.substr(0, dot))) {
+                need(1);
+                if (!std::isfinite(v[0])) throw std::invalid_argument("engine: " + name + " is not finite");
+                s->out_scale = v[0];
+                return;
+            }
+        }
     }
     throw std::invalid_argument("engine: unknown vector " + name);
 }
@@ -109,6 +128,8 @@ std::string Engine::validate() const {
         const LayerWeights &l = layers_[(size_t)i];
         const std::string p = "blk." + std::to_string(i) + ".";
         if (!l.attn_norm || !l.ffn_norm) return p + "attn_norm/ffn_norm missing";
+        if (c_.sub_norm && !l.attn_sub_norm) return p + "attn_sub_norm is missing";
+        if (c_.sub_norm && !l.ffn_sub_norm) return p + "ffn_sub_norm is missing";
         if (!(e = shape(l.wq, qd, c_.dim, p + "attn_q")).empty()) return e;
         if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
         if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
@@ -160,6 +181,8 @@ void Engine::matmul(const Mat &m, const float *x, int T, float *out, bool reuse_
     int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
     run_rows(f, e, cpu_info().selected, m.w, m.stride, act, arb, T, out, (size_t)m.rows, m.n, m.scale, 0, m.rows,
              threads);
+    if (m.out_scale != 1.0f)
+        for (size_t i = 0; i < (size_t)T * m.rows; ++i) out[i] *= m.out_scale;
 }
 
 // out = x / sqrt(mean(x^2) + eps) * w, per token; sums in double for a stable reference.
@@ -262,16 +285,25 @@ static void add_bias(float *v, const float *b, int T, int len) {
 }
 
 // SwiGLU FFN on T tokens: out = down(silu(gate(x)) * up(x)); out may alias x.
-void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out) {
+void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
+                       const float *sub_norm) {
     const size_t n = (size_t)T * gate.rows;
     if (g_.size() < n) g_.resize(n);
     if (u_.size() < n) u_.resize(n);
     matmul(gate, x, T, g_.data());
     matmul(up, x, T, u_.data(), true);
-    for (size_t i = 0; i < n; ++i) {
-        const float gv = g_[i];
-        g_[i] = gv / (1.0f + std::exp(-gv)) * u_[i];  // SwiGLU: silu(gate) * up
+    if (c_.ffn_act == FFN_RELU2) {
+        for (size_t i = 0; i < n; ++i) {
+            const float r = g_[i] > 0.0f ? g_[i] : 0.0f;
+            g_[i] = r * r * u_[i];  // relu(gate)^2 * up, in ggml's order: sqr(relu(g)), then * up
+        }
+    } else {
+        for (size_t i = 0; i < n; ++i) {
+            const float gv = g_[i];
+            g_[i] = gv / (1.0f + std::exp(-gv)) * u_[i];  // SwiGLU: silu(gate) * up
+        }
     }
+    if (sub_norm) rmsnorm(g_.data(), sub_norm, g_.data(), T, (int)gate.rows);  // bitnet: before ffn_down
     matmul(down, g_.data(), T, out);
 }
 
@@ -346,6 +378,7 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
         const auto ta = now();
         attention(l, q_.data(), T, slots, pos, att_.data());
         if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
+        if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
         matmul(L.wo, att_.data(), T, h_.data());
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
 
@@ -356,7 +389,7 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
             moe_ffn(l, h_.data(), T, mo_.data());
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += mo_[i];
         } else {
-            dense_ffn(L.wgate, L.wup, L.wdown, h_.data(), T, h_.data());
+            dense_ffn(L.wgate, L.wup, L.wdown, h_.data(), T, h_.data(), L.ffn_sub_norm);
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
             if (stats_on_) {
                 LayerStats &s = stats_[(size_t)l];

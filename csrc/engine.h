@@ -22,7 +22,11 @@ struct Mat {
     const uint8_t *w = nullptr;  // row r at w + r * stride
     size_t stride = 0;
     int64_t rows = 0, n = 0;
-    float scale = 1.0f;          // per-tensor scale (I2_S)
+    float scale = 1.0f;          // per-tensor scale (I2_S), applied inside the row kernel
+    // Per-tensor output scale (llama.cpp's optional `blk.N.<matrix>.scale` tensors, bitnet
+    // family): y = (W x) * out_scale, one float multiply per output as ggml_mul does.
+    // set_mat keeps the value a previous set_vec("<matrix>.scale") gave it.
+    float out_scale = 1.0f;
     bool present() const { return type >= 0; }
 };
 
@@ -36,6 +40,9 @@ struct LayerWeights {
     const float *attn_norm = nullptr, *ffn_norm = nullptr;  // [dim]
     const float *q_norm = nullptr, *k_norm = nullptr;       // [head_dim] (qwen3)
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr; // [n_head*hd], [n_kv*hd] (qwen2)
+    // BitNet sub-norms (EngineConfig::sub_norm): RMSNorm of the attention output before wo
+    // [n_head*hd], and of the FFN activation before ffn_down [ffn].
+    const float *attn_sub_norm = nullptr, *ffn_sub_norm = nullptr;
     Mat wq, wk, wv, wo, wgate, wup, wdown;
     // Mixture of experts (n_expert > 0): the router and the experts' 3-D GGUF tensors seen
     // as one matrix each, expert e's rows at e * rows_per_expert (csrc/moe.cpp).
@@ -62,6 +69,11 @@ struct EngineConfig {
     int rope_dims = 0;           // rotated dims per head (<= head_dim)
     bool rope_neox = false;      // false: adjacent pairs (x[2i], x[2i+1]); true: (x[i], x[i+d/2])
     bool kv_f16 = true;          // KV cache in IEEE half (as llama.cpp's default), else float32
+    // BitNet families (bitnet, bitnet-b1.58): attn_sub_norm / ffn_sub_norm are required.
+    bool sub_norm = false;
+    // FFN gate activation: FFN_SILU: silu(gate) * up (llama, qwen, llama.cpp's bitnet);
+    // FFN_RELU2: relu(gate)^2 * up (bitnet.cpp's bitnet-b1.58, BitNet b1.58 2B-4T).
+    int ffn_act = 0;
     int n_slots = 1;             // KV slots (sequences), each n_ctx positions, allocated up front
     bool qk_norm_full = false;   // q/k RMSNorm over the whole q / k vector (olmoe), not per head
     // Mixture of experts: n_expert == 0 for a dense model.
@@ -70,6 +82,7 @@ struct EngineConfig {
     bool expert_norm = false;    // renormalise the top-K probabilities to sum 1 (qwen3moe, mixtral)
     float expert_scale = 1.0f;   // the routing weights' scale (GGUF expert_weights_scale; 1: none)
 };
+enum FfnAct : int { FFN_SILU = 0, FFN_RELU2 = 1 };
 
 class Engine {
 public:
@@ -124,7 +137,8 @@ private:
     // The MoE feed-forward (csrc/moe.cpp): out[T][dim] = sum over each token's top-K experts
     // (in rank order) of weight * expert(x), plus the shared expert if any.
     void moe_ffn(int layer, const float *x, int T, float *out);
-    void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out);
+    void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
+                   const float *sub_norm = nullptr);  // sub_norm: bitnet's ffn_sub_norm [gate.rows]
 
     EngineConfig c_;
     std::vector<LayerWeights> layers_;

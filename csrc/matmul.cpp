@@ -7,25 +7,38 @@
 
 namespace lowbit {
 
+// One pool dispatch per call, whatever the window count: each thread takes its row range and,
+// tile by tile (~32 KB of weight rows, so they stay in L1/L2 while every window of tokens
+// reads them), runs each window's kernel over the tile. A (row, token) pair is computed by
+// the same kernel on the same bytes as with one dispatch per window (windows are cut the same
+// way: tokens t0..t0+7), so results are bitwise unchanged (I2, I3); a prompt chunk pays one
+// barrier instead of one per 8 tokens, and streams each weight row from memory once.
 void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, size_t w_stride,
               const uint8_t *act, size_t act_stride, int64_t nt, float *out, size_t out_stride,
               int64_t n, float w_scale, int64_t r0, int64_t r1, int threads) {
+    const int64_t rows = r1 - r0;
+    const int64_t windows = (nt + MAX_NT - 1) / MAX_NT;
     for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
         const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
-        const RowKernel &k = e.rows[ntc];
-        if (!k.fn) throw std::invalid_argument(std::string("no row kernel for ") + f.name);
-        RowArgs a{w, w_stride, act + (size_t)t0 * act_stride, act_stride,
-                  out + (size_t)t0 * out_stride, out_stride, n, w_scale};
-        const int64_t rows = r1 - r0;
-        int nth = threads;
-        if (nth > rows) nth = (int)(rows > 0 ? rows : 1);
+        if (!e.rows[ntc].fn) throw std::invalid_argument(std::string("no row kernel for ") + f.name);
         count_call(f.id, ntc, isa, rows);
-        ThreadPool::instance().run(nth, [&](int i, int nthr) {
-            int64_t b, en;
-            split_range(rows, i, nthr, &b, &en);
-            if (en > b) k.fn(a, r0 + b, r0 + en, ntc);
-        });
     }
+    const int64_t tile = windows > 1 ? (w_stride >= 32768 ? 1 : (int64_t)(32768 / w_stride)) : rows;
+    int nth = threads;
+    if (nth > rows) nth = (int)(rows > 0 ? rows : 1);
+    ThreadPool::instance().run(nth, [&](int i, int nthr) {
+        int64_t b, en;
+        split_range(rows, i, nthr, &b, &en);
+        for (int64_t tb = b; tb < en; tb += tile) {
+            const int64_t te = tb + tile < en ? tb + tile : en;
+            for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
+                const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
+                RowArgs a{w, w_stride, act + (size_t)t0 * act_stride, act_stride,
+                          out + (size_t)t0 * out_stride, out_stride, n, w_scale};
+                e.rows[ntc].fn(a, r0 + tb, r0 + te, ntc);
+            }
+        }
+    });
 }
 
 }  // namespace lowbit

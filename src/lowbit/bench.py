@@ -104,8 +104,11 @@ E2E_PROMPT = ("The history of computing is a story of machines that learned to d
 
 
 def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_tokens: int, reps: int,
-              out=sys.stdout) -> dict:
+              out=sys.stdout, llama_model: str | None = None) -> dict:
     """lowbit and llama.cpp (llama-cpp-python) on the same GGUF, prompt and thread count.
+
+    llama_model: llama.cpp runs this file instead (the same model in a format llama.cpp reads,
+    e.g. the TQ2_0 file an I2_S file was quantized from); the token ids are the same.
 
     Prefill: a prompt of `prompt_tokens` tokens from an empty cache. Decode: `gen_tokens`
     greedy tokens after it. llama.cpp's times are its own perf counters (no Python in them);
@@ -119,7 +122,7 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     path = model_path or default_model_path()
     m = load(path, n_ctx=prompt_tokens + gen_tokens + 8, threads=threads)
     toks = m.tokenize(E2E_PROMPT * (prompt_tokens // 8 + 1))[:prompt_tokens]
-    llm = llama_cpp.Llama(model_path=path, n_ctx=prompt_tokens + gen_tokens + 8, n_batch=512, n_ubatch=512,
+    llm = llama_cpp.Llama(model_path=llama_model or path, n_ctx=prompt_tokens + gen_tokens + 8, n_batch=512, n_ubatch=512,
                           n_threads=threads, n_threads_batch=threads, verbose=False)
 
     def ours():
@@ -158,17 +161,23 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
         return sorted(times)[steps // 2]
 
     ours(); theirs()  # warm-up
-    o = sorted(ours() for _ in range(reps))[reps // 2]
-    t = sorted(theirs() for _ in range(reps))[reps // 2]
+    # interleaved, so a burst of load on the shared machine hits both sides alike; each
+    # metric's median on its own
+    runs = [(ours(), theirs()) for _ in range(reps)]
+    med = lambda v: sorted(v)[reps // 2]  # noqa: E731
+    o = (med([r[0][0] for r in runs]), med([r[0][1] for r in runs]))
+    t = (med([r[1][0] for r in runs]), med([r[1][1] for r in runs]))
     step = window(1)
     windows = {w: window(w) / step for w in (4, 8)}
-    res = dict(model=os.path.basename(path), threads=threads, prompt_tokens=len(toks), gen_tokens=gen_tokens,
+    res = dict(model=os.path.basename(path), llama_model=os.path.basename(llama_model or path),
+               threads=threads, prompt_tokens=len(toks), gen_tokens=gen_tokens,
                lowbit_prefill_tps=len(toks) / o[0], lowbit_decode_tps=gen_tokens / o[1],
                llama_prefill_tps=len(toks) / t[0], llama_decode_tps=gen_tokens / t[1])
     res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"]
     res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"]
     res["window_cost"] = windows  # lowbit: time of a w-token verify window / a 1-token step
-    print(f"# {res['model']}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
+    vs = f" (llama.cpp: {res['llama_model']})" if llama_model else ""
+    print(f"# {res['model']}{vs}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
           f"median of {reps}", file=out)
     print(f"{'':10} {'lowbit tok/s':>12} {'llama.cpp tok/s':>15} {'ratio':>6}", file=out)
     print(f"{'prefill':10} {res['lowbit_prefill_tps']:12.1f} {res['llama_prefill_tps']:15.1f} "
@@ -271,7 +280,11 @@ def add_parser(sub) -> None:
     e.add_argument("--prompt-tokens", type=int, default=512)
     e.add_argument("--gen-tokens", type=int, default=64)
     e.add_argument("--reps", type=int, default=3)
-    e.set_defaults(func=lambda a: bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens, a.reps) and 0)
+    e.add_argument("--llama-model", default=None,
+                   help="llama.cpp runs this GGUF instead of -m (the same model in a format it reads, e.g. "
+                        "TQ2_0 for an I2_S file)")
+    e.set_defaults(func=lambda a: bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens, a.reps,
+                                            llama_model=a.llama_model) and 0)
     from .bench_spec import add_bench_parser
     add_bench_parser(bs)
     from .server.bench import add_parser as add_serve

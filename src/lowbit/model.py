@@ -2,14 +2,23 @@
 
 Families differ by config fields, not by copies of the model:
 
-    family    rope      q/k norm   q/k/v bias  FFN
-    llama     adjacent  -          -           dense (SmolLM2, Llama 2/3, Mistral)
-    qwen2     neox      -          yes         dense
-    qwen3     neox      yes        -           dense
-    mixtral   adjacent  -          -           experts, top-K renormalised (arch "llama" + expert_count)
-    qwen3moe  neox      yes        -           experts, top-K renormalised
-    qwen2moe  neox      -          yes         experts (top-K not renormalised) + shared expert, sigmoid gate
-    olmoe     neox      whole q/k  -           experts, top-K not renormalised
+    family        rope      q/k norm   q/k/v bias  FFN
+    llama         adjacent  -          -           dense (SmolLM2, Llama 2/3, Mistral)
+    qwen2         neox      -          yes         dense
+    qwen3         neox      yes        -           dense
+    mixtral       adjacent  -          -           experts, top-K renormalised (arch "llama" + expert_count)
+    qwen3moe      neox      yes        -           experts, top-K renormalised
+    qwen2moe      neox      -          yes         experts (top-K not renormalised) + shared expert, sigmoid gate
+    olmoe         neox      whole q/k  -           experts, top-K not renormalised
+    bitnet        neox      -          -           dense, sub-norms, silu gate (llama.cpp's LLM_ARCH_BITNET)
+    bitnet-b1.58  neox      -          -           dense, sub-norms, relu^2 gate (bitnet.cpp's; BitNet b1.58 2B-4T)
+
+The BitNet families (both as llama.cpp / bitnet.cpp build them): attn_sub_norm (RMSNorm)
+on the attention output before wo, ffn_sub_norm on the FFN activation before ffn_down, the
+head tied to token_embd (an `output.weight`, which their converters never write, is used if
+present), optional per-matrix `blk.N.<matrix>.scale` F32 tensors of one value multiplying
+that matrix's output (llama.cpp's bitnet), I2_S weights carrying their per-tensor scale
+after the codes (bitnet.cpp), or TQ1_0 / TQ2_0 (llama.cpp).
 
 MoE routing follows llama.cpp's build_moe_ffn: softmax over all router logits, top-K,
 renormalisation per arch as above (llama.cpp fixes it per arch), times expert_weights_scale.
@@ -30,9 +39,13 @@ from . import gguf
 from ._native import lib
 from .gguf import GGUFError
 
-ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True}
+ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
+             "bitnet": True, "bitnet-b1.58": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe"}   # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False}
+SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
+FFN_ACT = {"bitnet-b1.58": "relu2"}              # FFN gate activation; default "silu"
+FFN_ACT_ID = {"silu": 0, "relu2": 1}             # csrc/engine.h FfnAct
 DEFAULT_CTX = 2048
 
 
@@ -75,6 +88,8 @@ class ModelConfig:
     shexp_ffn: int = 0            # qwen2moe's shared expert
     expert_norm: bool = False     # renormalise the top-K weights
     expert_scale: float = 1.0
+    sub_norm: bool = False  # bitnet families: attn_sub_norm, ffn_sub_norm
+    ffn_act: str = "silu"   # "silu": silu(gate) * up; "relu2": relu(gate)^2 * up
 
     @classmethod
     def from_gguf(cls, f: gguf.GGUFFile) -> "ModelConfig":
@@ -119,6 +134,8 @@ class ModelConfig:
             tied_output="output.weight" not in f.tensors,
             qk_norm_full=arch == "olmoe",
             **moe,
+            sub_norm=arch in SUB_NORM,
+            ffn_act=FFN_ACT.get(arch, "silu"),
         )
 
     @staticmethod
@@ -184,7 +201,8 @@ class Model:
                                  c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, self.n_slots,
                                  qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
                                  expert_ffn=c.expert_ffn, shexp_ffn=c.shexp_ffn, expert_norm=c.expert_norm,
-                                 expert_scale=c.expert_scale)
+                                 expert_scale=c.expert_scale,
+                                 sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act])
         if threads:
             self.engine.set_threads(int(threads))
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
@@ -249,11 +267,16 @@ class Model:
                     ffn += ("ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
             for slot in ("attn_q", "attn_k", "attn_v", "attn_output") + ffn:
                 self._mat(slot, i, p + slot + ".weight")
+                if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
+                    self._vec(slot + ".scale", i, p + slot + ".scale")
             self._vec("attn_norm", i, p + "attn_norm.weight")
             self._vec("ffn_norm", i, p + "ffn_norm.weight")
             if c.qk_norm:
                 self._vec("attn_q_norm", i, p + "attn_q_norm.weight")
                 self._vec("attn_k_norm", i, p + "attn_k_norm.weight")
+            if c.sub_norm:
+                self._vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
+                self._vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")
             if c.qkv_bias:
                 for s in ("attn_q", "attn_k", "attn_v"):
                     self._vec(s + ".bias", i, p + s + ".bias")

@@ -8,7 +8,12 @@ Which tensor gets which format (as llama.cpp's quantize decides, in simpler form
     output.weight                          --head-type (default: --type)
     every other matrix (2-D, 3-D experts)  --type
 A matrix whose row length is not a whole number of the target's blocks keeps its format (a
-note says so). A tensor already in its target format is copied byte for byte. Otherwise it
+note says so). BitNet families (bitnet, bitnet-b1.58) with a ternary --type (I2_S, TQ1_0,
+TQ2_0): token_embd and output keep their format unless --embd-type / --head-type say otherwise
+(bitnet.cpp keeps the embedding in float; a ternary embedding would be a different model), and
+a matrix that is not ternary yet is ternarised per tensor with BitNet's absmean rule before TQ
+packing (writer.absmean_ternary; already ternary tensors stay exact). --head-type on a model
+whose head is tied to token_embd (no output.weight) is an error: --embd-type sets it. A tensor already in its target format is copied byte for byte. Otherwise it
 is dequantized to float32 by lowbit's reference dequantizer and quantized by writer.py.
 """
 from __future__ import annotations
@@ -20,7 +25,10 @@ import time
 
 from . import gguf
 from .formats import get as get_format
-from .writer import Writer, quantize_tensor
+from .writer import Writer, absmean_ternary, quantize_tensor
+
+BITNET_ARCHS = ("bitnet", "bitnet-b1.58")
+TERNARY = ("I2_S", "TQ1_0", "TQ2_0")
 
 # llama.cpp's general.file_type for files made of one weight format (llama_ftype; I2_S is
 # bitnet.cpp's). Informational only: loaders read each tensor's own type.
@@ -33,10 +41,15 @@ FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5
 def plan(f: gguf.GGUFFile, wtype, embd_type=None, head_type=None) -> dict[str, tuple[object, str]]:
     """name -> (target Format, note) for every tensor of f."""
     wt = get_format(wtype)
+    bitnet_ternary = f.metadata.get("general.architecture") in BITNET_ARCHS and wt.name in TERNARY
     out = {}
     for name, t in f.tensors.items():
         if len(t.shape) == 1 or "ffn_gate_inp" in name:
             out[name] = (t.format, "kept")
+            continue
+        if bitnet_ternary and ((name == "token_embd.weight" and embd_type is None) or
+                               (name == "output.weight" and head_type is None)):
+            out[name] = (t.format, "kept: BitNet's ternary formats are for the layer matrices")
             continue
         target = get_format(embd_type or wt) if name == "token_embd.weight" else \
             get_format(head_type or wt) if name == "output.weight" else wt
@@ -54,6 +67,9 @@ def convert(f: gguf.GGUFFile, name: str, target) -> "np.ndarray":  # noqa: F821
     if t.format.id == target.id:
         return t.raw
     w = dequantize(t.format, t.matrix(), t.n, w_scale=t.w_scale if t.format.tensor_pad else None)
+    if target.name in ("TQ1_0", "TQ2_0") and f.metadata.get("general.architecture") in BITNET_ARCHS \
+            and name not in ("token_embd.weight", "output.weight"):
+        w = absmean_ternary(w)  # TQ packing rounds per block by max |W|: ternarise the tensor first
     return quantize_tensor(target, w.reshape(t.shape))
 
 
@@ -67,6 +83,9 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, wtype, embd_ty
         if fmt is not None and not get_format(fmt).weight:
             raise ValueError(f"quantize: {get_format(fmt).name} is not a weight format")
     with gguf.open(src) as f:
+        if head_type is not None and "output.weight" not in f.tensors:
+            raise ValueError(f"quantize: {src} has no output.weight (its head is tied to token_embd): "
+                             f"--embd-type sets the head's format")
         p = plan(f, wt, embd_type, head_type)
         arch = f.metadata.get("general.architecture")
         if not isinstance(arch, str):

@@ -6,6 +6,7 @@ like a real model and llama.cpp accepts it. Weights are Gaussian with std 1/sqrt
 weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of layers.
 
     synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3
+    synth_bitnet(path, arch="bitnet", wtype="TQ2_0", ...)     bitnet / bitnet-b1.58, ternary weights
     synth_moe(path, arch="qwen3moe", experts=.., top_k=.., ...) qwen3moe / qwen2moe / olmoe / mixtral
     one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
 """
@@ -17,7 +18,7 @@ import sys
 
 import numpy as np
 
-from .writer import VOCAB_PREFIX, Writer
+from .writer import VOCAB_PREFIX, Writer, pack_i2s
 
 
 @functools.lru_cache(maxsize=1)
@@ -202,6 +203,119 @@ def _add_dense(ss) -> None:
         ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed))
 
 
+BITNET_ARCHS = ("bitnet", "bitnet-b1.58")
+TERNARY_DENSITY = 2.0 / 3.0  # fraction of nonzero codes (absmean ternarisation of Gaussians gives ~0.69)
+BITNET_FILE_TYPE = {"I2_S": 40, "TQ1_0": 36, "TQ2_0": 37}  # bitnet.cpp's MOSTLY_I2_S; llama.cpp's MOSTLY_TQ*
+
+
+def ternary(rng: np.random.Generator, rows: int, n: int) -> tuple[np.ndarray, float]:
+    """Random ternary codes int8[rows, n] in {-1, 0, 1} and a per-tensor scale.
+
+    The scale is ~1/sqrt(nonzeros per row) (unit-variance outputs for unit inputs), rounded to
+    a value that fp16 and fp32 both hold exactly: TQ1_0/TQ2_0 store it as every block's fp16
+    d (= max |W| of the block), I2_S as its fp32 tensor scale, so every ternary format holds
+    exactly the matrix codes * scale.
+    """
+    p = TERNARY_DENSITY
+    codes = rng.choice(np.array([-1, 0, 1], np.int8), size=(rows, n), p=[p / 2, 1 - p, p / 2])
+    scale = float(np.float16(1.0 / np.sqrt(p * n)))
+    return codes, scale
+
+
+def add_ternary(w: Writer, name: str, codes: np.ndarray, scale: float, fmt: str) -> None:
+    """Store codes * scale as format fmt: I2_S packed as is (the codes and scale exactly),
+    other formats through the writer's quantizer (exact for TQ1_0 / TQ2_0, F32)."""
+    if fmt.upper() == "I2_S":
+        w.add_raw(name, "I2_S", codes.shape, pack_i2s(codes, scale))
+    else:
+        w.add(name, codes.astype(np.float32) * np.float32(scale), fmt)
+
+
+def synth_bitnet(path, *, arch: str = "bitnet-b1.58", layers: int = 30, dim: int = 2560, ffn: int = 6912,
+                 heads: int = 20, kv_heads: int = 5, ctx: int = 4096, wtype: str = "I2_S", embd_type: str = "F16",
+                 head_type: str | None = None, scale_tensors: bool = False, rope_base: float = 500000.0,
+                 eps: float = 1e-5, seed: int = 0) -> str:
+    """A BitNet b1.58 model with random ternary weights (shapes of BitNet b1.58 2B-4T by default).
+
+    arch "bitnet" (llama.cpp's: SiLU gate) or "bitnet-b1.58" (bitnet.cpp's: squared-ReLU gate);
+    both have attn_sub_norm / ffn_sub_norm and the head tied to token_embd. The metadata keys,
+    tensor names and I2_S layout are those bitnet.cpp's converter writes (general.file_type 40
+    for I2_S: LLAMA_FTYPE_MOSTLY_I2_S). wtype: the layer matrices (I2_S, TQ1_0, TQ2_0; any other
+    format quantizes codes * scale); embd_type: token_embd (the head too unless head_type is
+    given, which writes an untied output.weight: llama.cpp's bitnet cannot load that file).
+    scale_tensors: store the ternary codes with scale 1 and the per-tensor scale as a separate
+    F32 `blk.N.<matrix>.scale` tensor of one value (llama.cpp's optional bitnet scales).
+    The vocabulary is the default model's (49152 tokens), not Llama 3's 128256.
+    """
+    if arch not in BITNET_ARCHS:
+        raise ValueError(f"synth bitnet: arch must be one of {', '.join(BITNET_ARCHS)}, not {arch!r}")
+    if dim % heads or heads % kv_heads:
+        raise ValueError(f"synth bitnet: width {dim} / {heads} heads / {kv_heads} KV heads do not divide")
+    hd = dim // heads
+    rng = np.random.default_rng(seed)
+    vocab = default_vocab()
+    nv = vocab_size(vocab)
+    w = Writer(path, arch)
+    a = arch
+    # bitnet.cpp's keys: no attention.key_length / value_length (head_dim = width / heads)
+    for key, val in [("vocab_size", nv), ("context_length", ctx), ("embedding_length", dim),
+                     ("block_count", layers), ("feed_forward_length", ffn), ("rope.dimension_count", hd),
+                     ("attention.head_count", heads), ("attention.head_count_kv", kv_heads)]:
+        w.meta(f"{a}.{key}", int(val))
+    w.meta(f"{a}.rope.freq_base", float(rope_base))
+    w.meta(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
+    w.meta("general.name", f"lowbit synthetic {a}")
+    w.meta("general.file_type", BITNET_FILE_TYPE.get(wtype.upper(), 0))
+    w.meta("general.quantization_version", 2)
+    w.copy_metadata(vocab, prefix=VOCAB_PREFIX)
+
+    # std 4/sqrt(width): the tied head's logits have std ~4 at any width (about a real model's),
+    # so top-2 margins are often small and a parity test can see rounding
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=4.0 / np.sqrt(dim)), embd_type)
+    if head_type is not None:
+        w.add("output.weight", gauss(rng, nv, dim, scale=4.0 / np.sqrt(dim)), head_type)
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        for name, rows, n in (("attn_q", dim, dim), ("attn_k", kv_heads * hd, dim), ("attn_v", kv_heads * hd, dim),
+                              ("attn_output", dim, dim)):
+            codes, sc = ternary(rng, rows, n)
+            add_ternary(w, p + name + ".weight", codes, 1.0 if scale_tensors else sc, wtype)
+            if scale_tensors:
+                w.add(p + name + ".scale", np.array([sc], np.float32))
+        w.add(p + "attn_sub_norm.weight", norm_weight(rng, dim))
+        w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+        for name, rows, n in (("ffn_gate", ffn, dim), ("ffn_up", ffn, dim), ("ffn_down", dim, ffn)):
+            codes, sc = ternary(rng, rows, n)
+            add_ternary(w, p + name + ".weight", codes, 1.0 if scale_tensors else sc, wtype)
+            if scale_tensors:
+                w.add(p + name + ".scale", np.array([sc], np.float32))
+        w.add(p + "ffn_sub_norm.weight", norm_weight(rng, ffn))
+    w.add("output_norm.weight", norm_weight(rng, dim))
+    w.close()
+    return str(path)
+
+
+def _add_bitnet(ss) -> None:
+    p = ss.add_parser("bitnet", help="a BitNet b1.58 model (random ternary weights; 2B-4T shapes by default)",
+                      description="Write a bitnet (llama.cpp) or bitnet-b1.58 (bitnet.cpp) model with random "
+                                  "ternary weights, bitnet.cpp's metadata and tensor names, and SmolLM2's "
+                                  "vocabulary. Defaults: the shapes of BitNet b1.58 2B-4T.")
+    _shape_options(p, layers=30, dim=2560, ffn=6912, heads=20, kv_heads=5)
+    p.set_defaults(ctx=4096)
+    p.add_argument("--arch", default="bitnet-b1.58", choices=list(BITNET_ARCHS),
+                   help="bitnet: llama.cpp's (SiLU gate); bitnet-b1.58: bitnet.cpp's (squared-ReLU gate)")
+    p.add_argument("--type", dest="wtype", default="I2_S", help="layer matrices: I2_S (default), TQ1_0, TQ2_0")
+    p.add_argument("--embd-type", default="F16", help="token_embd, also the head when tied (default F16)")
+    p.add_argument("--head-type", default=None,
+                   help="write an untied output.weight in this format (default: tied to token_embd)")
+    p.add_argument("--scale-tensors", action="store_true",
+                   help="per-matrix scales as separate blk.N.<matrix>.scale tensors (llama.cpp's bitnet)")
+    p.set_defaults(synth=lambda a: synth_bitnet(
+        a.out, arch=a.arch, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads, ctx=a.ctx,
+        wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, scale_tensors=a.scale_tensors, seed=a.seed))
+
+
 def _add_moe(ss) -> None:
     p = ss.add_parser("moe", help="a Mixture-of-Experts qwen3moe / qwen2moe / olmoe / mixtral model",
                       description="Write a Mixture-of-Experts model with random weights and SmolLM2's vocabulary.")
@@ -224,7 +338,7 @@ def _add_moe(ss) -> None:
 
 
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
-FAMILIES = {"dense": _add_dense, "moe": _add_moe}
+FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet}
 
 
 def cmd_synth(a: argparse.Namespace) -> int:
