@@ -62,6 +62,18 @@ def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, hea
     w.copy_metadata(vocab, prefix=VOCAB_PREFIX)
 
 
+def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, heads: int, kv_heads: int,
+                  head_dim: int, wtype: str) -> None:
+    """A layer's two norms and its q/k/v/output matrices (in this order: the random draws, and so
+    every seed's weights, depend on it)."""
+    w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+    w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+    w.add(p + "attn_q.weight", gauss(rng, heads * head_dim, dim), wtype)
+    w.add(p + "attn_k.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
+    w.add(p + "attn_v.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
+    w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
+
+
 def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, ffn: int = 512, heads: int = 4,
                 kv_heads: int = 2, head_dim: int | None = None, ctx: int = 1024, wtype: str = "Q8_0",
                 embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0,
@@ -86,12 +98,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     w.add("output_norm.weight", norm_weight(rng, dim))
     for i in range(layers):
         p = f"blk.{i}."
-        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
-        w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
-        w.add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
-        w.add(p + "attn_k.weight", gauss(rng, kv_heads * hd, dim), wtype)
-        w.add(p + "attn_v.weight", gauss(rng, kv_heads * hd, dim), wtype)
-        w.add(p + "attn_output.weight", gauss(rng, dim, heads * hd), wtype)
+        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype)
         w.add(p + "ffn_gate.weight", gauss(rng, ffn, dim), wtype)
         w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
         w.add(p + "ffn_down.weight", gauss(rng, dim, ffn), wtype)
@@ -150,12 +157,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     w.add("output_norm.weight", norm_weight(rng, dim))
     for i in range(layers):
         p = f"blk.{i}."
-        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
-        w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
-        w.add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
-        w.add(p + "attn_k.weight", gauss(rng, kv_heads * hd, dim), wtype)
-        w.add(p + "attn_v.weight", gauss(rng, kv_heads * hd, dim), wtype)
-        w.add(p + "attn_output.weight", gauss(rng, dim, heads * hd), wtype)
+        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype)
         if arch == "qwen3moe":
             w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
             w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
