@@ -141,6 +141,17 @@ def test_generate_streams_text_and_stops(model):
     assert "7" not in "".join(pieces) and "".join(pieces)
 
 
+def test_stop_strings_that_span_tokens_cut_exactly(model):
+    """The text with a stop string is the text without it, cut where the stop first starts:
+    nothing of a stop string is yielded even when it spans several tokens."""
+    prompt = "Count: 1, 2, 3,"
+    full = "".join(model.generate(prompt, max_tokens=30))
+    for stop in ([", 6,"], [" 5"], ["4, 5, 6, 7"]):
+        assert stop[0] in full, (stop, full)
+        cut = "".join(model.generate(prompt, max_tokens=30, stop=stop))
+        assert cut == full[:full.index(stop[0])], (stop, cut)
+
+
 def test_sampling_is_seeded(model):
     a = "".join(model.generate("Tell me a story", max_tokens=16, temperature=0.9, top_p=0.9, seed=7))
     b = "".join(model.generate("Tell me a story", max_tokens=16, temperature=0.9, top_p=0.9, seed=7))

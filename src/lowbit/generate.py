@@ -242,6 +242,12 @@ def speculative(model, ids: list[int], sampler: Sampler, drafter, k: int, stats:
         yield from new
 
 
+def _stop_prefix(text: str, stops: list[str]) -> int:
+    """Length of the longest end of text that is the start of a stop string (held back)."""
+    return max((k for s in stops for k in range(min(len(s) - 1, len(text)), 0, -1) if text.endswith(s[:k])),
+               default=0)
+
+
 def make_drafter(model, draft, sampler: Sampler):
     """draft: "lookup", a loaded Model, or a Drafter (start/propose/commit) used as it is."""
     if isinstance(draft, str):
@@ -278,8 +284,8 @@ def generate(model, prompt, max_tokens: int = 128, stop: list[str] | None = None
     else:
         tokens = speculative(model, ids, sampler, make_drafter(model, draft, sampler), spec, stats)
     out = model.tokenizer.stream()
-    text = ""
     stops = [s for s in (stop or []) if s]
+    held = ""  # text not yet yielded because it may be the start of a stop string
     t0 = None
     try:
         for tok in tokens:
@@ -290,18 +296,21 @@ def generate(model, prompt, max_tokens: int = 128, stop: list[str] | None = None
             stats.generated += 1
             piece = out.push(tok)
             if stops and piece:
-                text += piece
-                hit = min((text.find(s) for s in stops if s in text), default=-1)
+                held += piece
+                hit = min((held.find(s) for s in stops if s in held), default=-1)
                 if hit >= 0:
-                    rest = hit - (len(text) - len(piece))
-                    if rest > 0:
-                        yield piece[:rest]
+                    if hit > 0:
+                        yield held[:hit]
                     return
+                keep = _stop_prefix(held, stops)
+                piece, held = held[:len(held) - keep], held[len(held) - keep:]
             if piece:
                 yield piece
             if stats.generated >= max_tokens:
                 break
-        tail = out.flush()
+        tail = held + out.flush()
+        hit = min((tail.find(s) for s in stops if s in tail), default=-1)
+        tail = tail[:hit] if hit >= 0 else tail
         if tail:
             yield tail
     finally:
