@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import lowbit
+from llama_ref import llama_greedy
 from lowbit import synth
 from lowbit._native import lib
 from lowbit.gguf import GGUFError
@@ -57,14 +58,7 @@ def test_bitnet_matches_llama_cpp(files, key):
     path = files[key]
     llm = llama_cpp.Llama(model_path=path, n_ctx=128, logits_all=True, verbose=False, n_threads=2)
     prompt = llm.tokenize(TEXT.encode(), add_bos=False)
-    llm.reset()
-    llm.eval(prompt)
-    ids = list(prompt)
-    for _ in range(40):  # llama.cpp's greedy continuation
-        nxt = int(np.argmax(llm.scores[len(ids) - 1]))
-        ids.append(nxt)
-        llm.eval([nxt])
-    ref = np.array(llm.scores[: len(ids)])
+    ids, ref = llama_greedy(llm, prompt, 40)
     m = lowbit.load(path, n_ctx=128, threads=2)
     assert m.config.arch == "bitnet" and m.config.sub_norm and m.config.ffn_act == "silu" and m.config.rope_neox
     ours = m.logits(ids)

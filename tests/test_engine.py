@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import lowbit
+from llama_ref import llama_greedy
 from lowbit.gguf import GGUFError
 
 PROMPTS = [
@@ -45,18 +46,6 @@ def model(path):
 def llm(path):
     import llama_cpp
     return llama_cpp.Llama(model_path=path, n_ctx=640, n_batch=512, logits_all=True, verbose=False, n_threads=2)
-
-
-def llama_greedy(llm, prompt_ids, n):
-    """llama.cpp's greedy continuation and its logits at every position of prompt + continuation."""
-    llm.reset()
-    llm.eval(prompt_ids)
-    ids = list(prompt_ids)
-    for _ in range(n):
-        tok = int(np.argmax(llm.scores[len(ids) - 1]))
-        ids.append(tok)
-        llm.eval([tok])
-    return ids, np.array(llm.scores[: len(ids)])
 
 
 def test_teacher_forced_top1_matches_llama_cpp(model, llm):

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import lowbit
+from llama_ref import llama_greedy
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_moe
 from lowbit.writer import Writer
@@ -44,17 +45,6 @@ def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("moe")
     return {name: synth_moe(d / f"{name}.gguf", embd_type="F16", seed=i, **opt)
             for i, (name, opt) in enumerate(VARIANTS.items())}
-
-
-def llama_greedy(llm, prompt_ids, n):
-    llm.reset()
-    llm.eval(prompt_ids)
-    ids = list(prompt_ids)
-    for _ in range(n):
-        tok = int(np.argmax(llm.scores[len(ids) - 1]))
-        ids.append(tok)
-        llm.eval([tok])
-    return ids, np.array(llm.scores[: len(ids)])
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

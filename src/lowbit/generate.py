@@ -242,7 +242,7 @@ def speculative(model, ids: list[int], sampler: Sampler, drafter, k: int, stats:
         yield from new
 
 
-def _stop_prefix(text: str, stops: list[str]) -> int:
+def stop_prefix(text: str, stops: list[str]) -> int:
     """Length of the longest end of text that is the start of a stop string (held back)."""
     return max((k for s in stops for k in range(min(len(s) - 1, len(text)), 0, -1) if text.endswith(s[:k])),
                default=0)
@@ -302,7 +302,7 @@ def generate(model, prompt, max_tokens: int = 128, stop: list[str] | None = None
                     if hit > 0:
                         yield held[:hit]
                     return
-                keep = _stop_prefix(held, stops)
+                keep = stop_prefix(held, stops)
                 piece, held = held[:len(held) - keep], held[len(held) - keep:]
             if piece:
                 yield piece

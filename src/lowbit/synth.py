@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from .writer import VOCAB_PREFIX, Writer, pack_i2s
+from .writer import VOCAB_PREFIX, Writer
 
 
 @functools.lru_cache(maxsize=1)
@@ -225,12 +225,9 @@ def ternary(rng: np.random.Generator, rows: int, n: int) -> tuple[np.ndarray, fl
 
 
 def add_ternary(w: Writer, name: str, codes: np.ndarray, scale: float, fmt: str) -> None:
-    """Store codes * scale as format fmt: I2_S packed as is (the codes and scale exactly),
-    other formats through the writer's quantizer (exact for TQ1_0 / TQ2_0, F32)."""
-    if fmt.upper() == "I2_S":
-        w.add_raw(name, "I2_S", codes.shape, pack_i2s(codes, scale))
-    else:
-        w.add(name, codes.astype(np.float32) * np.float32(scale), fmt)
+    """Store codes * scale as format fmt through the writer's quantizer: exact for I2_S (an
+    already ternary tensor keeps its codes and scale), TQ1_0 / TQ2_0 (scale fp16-exact) and F32."""
+    w.add(name, codes.astype(np.float32) * np.float32(scale), fmt)
 
 
 def synth_bitnet(path, *, arch: str = "bitnet-b1.58", layers: int = 30, dim: int = 2560, ffn: int = 6912,

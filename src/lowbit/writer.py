@@ -59,38 +59,14 @@ def quantize_tensor(fmt, w: np.ndarray) -> np.ndarray:
 def absmean_ternary(w: np.ndarray) -> np.ndarray:
     """BitNet b1.58's weight quantization of a whole tensor, in float: s = max(mean |W|, 1e-5),
     W -> clamp(round(W / s), -1, 1) * s (round half to even, as torch.round). A tensor that is
-    already ternary (every finite nonzero |W| the same value) is returned unchanged, so
-    re-quantizing a BitNet file never moves its scale."""
+    already ternary (every finite nonzero |W| the same value) comes back unchanged, so
+    re-quantizing a BitNet file never moves its scale. Computed by lowbit's I2_S quantizer
+    (csrc/ref/ternary.cpp, the one implementation of the rule) and its dequantizer."""
+    from .kernels import dequantize, quantize, split_tensor
     w = np.asarray(w, dtype=np.float32)
-    a = np.abs(w[np.isfinite(w)])
-    nz = a[a != 0]
-    if nz.size == 0 or np.all(nz == nz[0]):
-        return w
-    s = np.float32(max(float(a.astype(np.float64).sum() / w.size), 1e-5))
-    return (np.clip(np.rint(w / s), -1, 1) * s).astype(np.float32)
-
-
-def pack_i2s(codes: np.ndarray, scale: float) -> np.ndarray:
-    """Ternary codes int[rows, n] in {-1, 0, 1} and one per-tensor scale -> a flat I2_S tensor
-    as bitnet.cpp's GGUF files hold it (W = codes * scale exactly, no re-ternarisation).
-
-    Layout (csrc/formats.h): per 128 weights 32 bytes, byte j holds weights j, 32+j, 64+j, 96+j
-    in bits 7:6, 5:4, 3:2, 1:0 as code + 1; after all rows the float32 scale, padded to 32 bytes.
-    """
-    from .formats import get as _get
-    f = _get("I2_S")
-    c = np.asarray(codes)
-    if c.ndim != 2 or c.shape[1] % f.block:
-        raise ValueError(f"I2_S: codes must be [rows, n] with n a multiple of {f.block}, got {c.shape}")
-    if c.size and (c.min() < -1 or c.max() > 1):
-        raise ValueError("I2_S: codes must be in {-1, 0, 1}")
-    if not np.isfinite(scale):
-        raise ValueError(f"I2_S: scale {scale!r} is not finite")
-    q = (c.astype(np.int16) + 1).astype(np.uint8).reshape(-1, 4, 32)  # [block, group, j]
-    body = (q[:, 0] << 6) | (q[:, 1] << 4) | (q[:, 2] << 2) | q[:, 3]
-    tail = np.zeros(f.tensor_pad, np.uint8)
-    tail[:4] = np.array([scale], "<f4").view(np.uint8)
-    return np.concatenate([body.reshape(-1), tail])
+    n = w.shape[-1]
+    rows, scale = split_tensor("I2_S", quantize("I2_S", w.reshape(-1, n)), n)
+    return dequantize("I2_S", rows, n, w_scale=scale).reshape(w.shape)
 
 
 class Writer:

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..generate import stop_prefix
 from ..sampling import Sampler
 
 
@@ -248,11 +249,7 @@ class Scheduler:
             if hit >= 0:
                 end = hit
             elif not final:  # hold back a tail that may be the start of a stop string
-                for s in r.stop:
-                    for k in range(min(len(s) - 1, len(r.text)), 0, -1):
-                        if r.text.endswith(s[:k]):
-                            end = min(end, len(r.text) - k)
-                            break
+                end = len(r.text) - stop_prefix(r.text, r.stop)
         if end > r.sent:
             self._emit(r, ("text", r.text[r.sent:end]))
             r.sent = end
