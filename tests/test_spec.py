@@ -169,7 +169,6 @@ class Markov:
 
 class Repeat:
     """Deterministic drafts (q one-hot, as prompt lookup): propose the last token again."""
-    q = None
 
     def start(self, ids):
         pass

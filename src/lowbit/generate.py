@@ -103,8 +103,6 @@ class Lookup:
     ngram_max down to ngram_min) and propose the tokens that followed it. No second model;
     pays off where the output copies from the input (rewriting, summarising, code edits)."""
 
-    q = None  # deterministic proposals: the draft distribution is one-hot
-
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1):
         if not 1 <= ngram_min <= ngram_max:
             raise ValueError("lookup: need 1 <= ngram_min <= ngram_max")
@@ -114,6 +112,7 @@ class Lookup:
         pass
 
     def propose(self, history: list[int], k: int) -> tuple[list[int], None]:
+        """Up to k tokens, and None for q: deterministic proposals (q is one-hot)."""
         h = np.asarray(history, dtype=np.int64)
         for n in range(min(self.ngram_max, len(h) - 1), self.ngram_min - 1, -1):
             key = h[-n:]
@@ -138,7 +137,6 @@ class DraftModel:
         self.sampler = Sampler(sampler.temperature, sampler.top_k, sampler.top_p, sampler.min_p,
                                sampler.repeat_penalty, sampler.repeat_last_n,
                                seed=None if sampler.seed is None else sampler.seed + 1)
-        self.q: list[np.ndarray] | None = None
 
     def start(self, ids: list[int]) -> None:
         self.m.reset()
@@ -163,8 +161,7 @@ class DraftModel:
             h.append(d)
             if i + 1 < k:
                 logits = decode_one(m, d)
-        self.q = None if self.sampler.greedy else q
-        return drafts, self.q
+        return drafts, None if self.sampler.greedy else q
 
     def commit(self, history: list[int]) -> None:
         """Roll the draft's cache back to the longest prefix it shares with history."""
