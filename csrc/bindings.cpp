@@ -108,6 +108,28 @@ NB_MODULE(_lowbit, m) {
         return nb::make_tuple(std::string(k.name), std::string(isa_name(k.isa)));
     }, nb::arg("id"), nb::arg("nt"), nb::arg("isa") = -1,
        "(kernel name, level) that runs for format id and window nt, or None.");
+    m.def("attend_f16", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q,
+                           nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> K,
+                           nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> V, float scale,
+                           int isa) {
+        // One query row against cache rows K/V[len, kd] (half bits), head 0 of each row.
+        const AttnKernel &k = isa < 0 ? attn_kernel() : attn_kernel_at(isa);
+        if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+        const int hd = (int)q.shape(0);
+        const size_t len = K.shape(0), kd = K.shape(1);
+        if (hd < 8 || hd % 8 || hd > 512) throw std::invalid_argument("attend_f16: head_dim must be a multiple of 8 in 8..512");
+        if (len < 1 || V.shape(0) != len || V.shape(1) != kd || kd < (size_t)hd)
+            throw std::invalid_argument("attend_f16: K and V must both be [len >= 1, kd >= head_dim]");
+        std::vector<float> sc(len);
+        float *o;
+        auto out = new_array<float>(1, (size_t)hd, &o);
+        {
+            nb::gil_scoped_release nogil;
+            k.fn(q.data(), K.data(), V.data(), (int)len, hd, kd, scale, sc.data(), o);
+        }
+        return nb::make_tuple(out, std::string(k.name));
+    }, nb::arg("q"), nb::arg("K"), nb::arg("V"), nb::arg("scale"), nb::arg("isa") = -1,
+       "The engine's attention kernel on one query row: (out[1, head_dim], kernel name).");
     m.def("levels", [] {
         std::vector<std::string> out;
         for (int i = 0; i < ISA_COUNT; ++i)

@@ -186,6 +186,10 @@ const KernelEntry &kernel_entry_at(int type_id, int isa) {
 
 bool level_available(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_ready[isa]; }
 const AttnKernel &attn_kernel() { ensure_table(); return g_levels[g_cpu.selected].attn; }
+const AttnKernel &attn_kernel_at(int isa) {
+    static const AttnKernel none{};
+    return level_available(isa) ? g_levels[isa].attn : none;
+}
 
 bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_built[isa]; }
 

@@ -81,6 +81,7 @@ struct AttnKernel {
     int isa = ISA_SCALAR;
 };
 const AttnKernel &attn_kernel();  // what dispatch selected
+const AttnKernel &attn_kernel_at(int isa);  // what runs at level isa (tests); fn null if unavailable
 
 struct KernelTable {
     KernelEntry e[64];

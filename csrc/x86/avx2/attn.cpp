@@ -1,10 +1,17 @@
 // The engine's attention over a half KV cache on AVX2+F16C+FMA (contract: attn_f16_fn in
 // kernels.h; the spec is csrc/ref/attn.cpp). Registered at the avx2 level; avx2vnni and
-// avx512 inherit it (nothing in it gains from VNNI or 512-bit lanes at head_dim 64-128).
+// avx512 inherit it (nothing in it gains from VNNI, and head_dim 64-128 fills 256-bit lanes).
 //
-// Same rounding points as the reference (q and each probability rounded to half); the dots
-// run 8 lanes wide with FMA and a fixed lane tree, so results differ from the scalar
-// reference in the last bits but never depend on the window or the thread split.
+// Same rounding points as the reference: q and each probability are rounded to half. What
+// differs from the reference, in the last bits only: the q.K dots run 8 lanes wide with FMA
+// and reduce in a fixed tree, and exp is a polynomial (exp8 below, <= 2 ulp). Every score,
+// probability and output lane depends only on the query, the cache rows 0..len-1 and len,
+// never on the window or the thread split (I2, I3): keys are grouped by 8 from key 0, and
+// a lone key reduces in the same tree as a key inside a group of 8.
+//
+// Cost per key (head_dim 64): 8 FMAs for its score, one lane of an 8-wide exp, 8 FMAs for
+// V; no horizontal sum per key (8 keys share one transpose-add) and the output accumulators
+// of a 64-dim chunk stay in registers across all keys.
 #include <immintrin.h>
 
 #include <cmath>
@@ -15,50 +22,130 @@ namespace lowbit {
 namespace avx2 {
 namespace {
 
-inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+// 8 half cache values widened to float (exact).
+inline __m256 load8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+
+inline __m256 round_half8(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+
+// The score reduction of one key's 8-lane accumulator x: ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)).
+// reduce8 computes exactly this tree for 8 keys at once (hadd pairs lanes within 128-bit
+// halves; the halves are added last), so a key's score does not depend on its group.
+inline float reduce1(__m256 a) {
+    const __m256 t = _mm256_hadd_ps(a, a);
+    const __m256 u = _mm256_hadd_ps(t, t);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1)));
 }
 
-inline __m256 load_half8(const uint16_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+// Lane k of the result = reduce1(a_k).
+inline __m256 reduce8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6, __m256 a7) {
+    const __m256 t0 = _mm256_hadd_ps(a0, a1), t1 = _mm256_hadd_ps(a2, a3);
+    const __m256 t2 = _mm256_hadd_ps(a4, a5), t3 = _mm256_hadd_ps(a6, a7);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    // u0 = [k0lo k1lo k2lo k3lo | k0hi k1hi k2hi k3hi], u1 likewise for keys 4..7
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-inline float round_half(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
+// e^x for the softmax's x = score - max <= 0 (NaN stays NaN). x = n ln2 + r, |r| <= ln2/2
+// (ln2 split in two so n ln2 is exact), e^r by its degree-6 Taylor polynomial (truncation
+// <= 1.2e-7 relative), times 2^n built in the exponent field. Below -87.3 the result is
+// flushed to 0 (e^-87.3 is FLT_MIN: no weight in a softmax).
+inline __m256 exp8(__m256 x) {
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256 low = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+    const __m256i nn = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f)));
+    const __m256 two_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(nn, _mm256_set1_epi32(127)), 23));
+    return _mm256_andnot_ps(low, _mm256_mul_ps(p, two_n));
+}
 
-// head_dim: a multiple of 8, at most 512 (the engine refuses other models).
+// out[d0 .. d0+8C) = sum_j p_j * V_j[d0 ..]: C output registers live across all keys, each
+// lane summed over j in increasing order (the same order for any chunking of d).
+template <int C>
+inline void pv_chunk(const float *p, const uint16_t *V, int len, size_t kd, int d0, float *out) {
+    __m256 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    for (int j = 0; j < len; ++j) {
+        const __m256 pj = _mm256_broadcast_ss(p + j);
+        const uint16_t *v = V + (size_t)j * kd + d0;
+        for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(pj, load8(v + 8 * c), acc[c]);
+    }
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
+}
+
+// head_dim: a multiple of 8, at most 512 (the engine refuses other models). sc: len floats,
+// holds the scores, then the half-rounded probabilities.
 void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd,
                      float scale, float *sc, float *out) {
     alignas(32) float qr[512];
-    for (int d = 0; d < hd; d += 8)
-        _mm256_store_ps(qr + d, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(q + d), _MM_FROUND_TO_NEAREST_INT)));
-    float mx = -INFINITY;
-    for (int j = 0; j < len; ++j) {
+    for (int d = 0; d < hd; d += 8) _mm256_store_ps(qr + d, round_half8(_mm256_loadu_ps(q + d)));
+    const __m256 vscale = _mm256_set1_ps(scale);
+
+    // scores, 8 keys at a time
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= len; j += 8) {
         const uint16_t *k = K + (size_t)j * kd;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        int d = 0;
-        for (; d + 16 <= hd; d += 16) {
-            a0 = _mm256_fmadd_ps(_mm256_load_ps(qr + d), load_half8(k + d), a0);
-            a1 = _mm256_fmadd_ps(_mm256_load_ps(qr + d + 8), load_half8(k + d + 8), a1);
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        for (int d = 0; d < hd; d += 8) {
+            const __m256 qv = _mm256_load_ps(qr + d);
+            a0 = _mm256_fmadd_ps(qv, load8(k + d), a0);
+            a1 = _mm256_fmadd_ps(qv, load8(k + kd + d), a1);
+            a2 = _mm256_fmadd_ps(qv, load8(k + 2 * kd + d), a2);
+            a3 = _mm256_fmadd_ps(qv, load8(k + 3 * kd + d), a3);
+            a4 = _mm256_fmadd_ps(qv, load8(k + 4 * kd + d), a4);
+            a5 = _mm256_fmadd_ps(qv, load8(k + 5 * kd + d), a5);
+            a6 = _mm256_fmadd_ps(qv, load8(k + 6 * kd + d), a6);
+            a7 = _mm256_fmadd_ps(qv, load8(k + 7 * kd + d), a7);
         }
-        if (d < hd) a0 = _mm256_fmadd_ps(_mm256_load_ps(qr + d), load_half8(k + d), a0);
-        sc[j] = hsum8(_mm256_add_ps(a0, a1)) * scale;
+        const __m256 s = _mm256_mul_ps(reduce8(a0, a1, a2, a3, a4, a5, a6, a7), vscale);
+        _mm256_storeu_ps(sc + j, s);
+        vmax = _mm256_max_ps(vmax, s);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    float mx = -INFINITY;
+    for (int l = 0; l < 8; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
+    for (; j < len; ++j) {
+        const uint16_t *k = K + (size_t)j * kd;
+        __m256 a = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d += 8) a = _mm256_fmadd_ps(_mm256_load_ps(qr + d), load8(k + d), a);
+        sc[j] = reduce1(a) * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
-    float sum = 0.0f;
-    for (int j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
-    const float inv = 1.0f / sum;
-    alignas(32) float acc[512];
-    for (int d = 0; d < hd; d += 8) _mm256_store_ps(acc + d, _mm256_setzero_ps());
-    for (int j = 0; j < len; ++j) {
-        const uint16_t *v = V + (size_t)j * kd;
-        const __m256 p = _mm256_set1_ps(round_half(sc[j] * inv));
-        for (int d = 0; d < hd; d += 8)
-            _mm256_store_ps(acc + d, _mm256_fmadd_ps(p, load_half8(v + d), _mm256_load_ps(acc + d)));
+
+    // e_j = exp(s_j - max); the sum in 8 lanes over the groups of 8, then the tail in order
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256 vsum = _mm256_setzero_ps();
+    const int full = len & ~7;
+    for (j = 0; j < full; j += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmx));
+        _mm256_storeu_ps(sc + j, e);
+        vsum = _mm256_add_ps(vsum, e);
     }
-    for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(out + d, _mm256_load_ps(acc + d));
+    float sum = reduce1(vsum);
+    if (full < len) {
+        alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (j = full; j < len; ++j) tail[j - full] = sc[j] - mx;
+        _mm256_store_ps(tail, exp8(_mm256_load_ps(tail)));
+        for (j = full; j < len; ++j) { sc[j] = tail[j - full]; sum += sc[j]; }
+    }
+    const __m256 vinv = _mm256_set1_ps(1.0f / sum);
+    for (j = 0; j < full; j += 8) _mm256_storeu_ps(sc + j, round_half8(_mm256_mul_ps(_mm256_loadu_ps(sc + j), vinv)));
+    const float inv = 1.0f / sum;
+    for (j = full; j < len; ++j) sc[j] = _cvtsh_ss(_cvtss_sh(sc[j] * inv, _MM_FROUND_TO_NEAREST_INT));
+
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) pv_chunk<8>(sc, V, len, kd, d0, out);
+    for (; d0 < hd; d0 += 8) pv_chunk<1>(sc, V, len, kd, d0, out);
 }
 
 }  // namespace

@@ -1,0 +1,91 @@
+"""The engine's attention kernel (one query row against a half KV cache) on every level,
+against a float64 reference with the same rounding points (q and each probability rounded
+to half, as llama.cpp's default half cache does).
+
+Tolerance: a probability whose float32 value sits at a half rounding boundary may round one
+half-ulp (2^-11 relative) differently from the float64 reference's, so an output lane may
+move by up to 2^-11 * max|V| (observed: <= 2e-7 * max|V|); any real error (a wrong key, a lost tail key, a wrong scale or
+max) is orders of magnitude larger.
+"""
+import numpy as np
+import pytest
+from conftest import LEVELS
+
+from lowbit._native import lib
+
+ISA = ["scalar", "avx2", "avx2vnni", "avx512"]
+
+
+def reference(q, K, V, scale):
+    hd = q.shape[0]
+    qh = q.astype(np.float16).astype(np.float64)
+    Kf = K.view(np.float16)[:, :hd].astype(np.float64)
+    Vf = V.view(np.float16)[:, :hd].astype(np.float64)
+    s = scale * (Kf @ qh)
+    e = np.exp(s - s.max())
+    p = (e / e.sum()).astype(np.float16).astype(np.float64)
+    return p @ Vf
+
+
+def case(rng, length, hd, kd, spread):
+    q = (rng.standard_normal(hd) * spread).astype(np.float32)
+    K = rng.standard_normal((length, kd)).astype(np.float16).view(np.uint16)
+    V = rng.standard_normal((length, kd)).astype(np.float16).view(np.uint16)
+    return q, K, V
+
+
+SHAPES = [(1, 64, 64), (7, 64, 64), (8, 64, 64), (9, 64, 192), (17, 64, 64), (31, 128, 256),
+          (64, 72, 72), (200, 64, 192), (1000, 64, 64), (333, 8, 24)]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("length,hd,kd", SHAPES)
+@pytest.mark.parametrize("spread", [0.1, 1.0, 6.0])
+def test_attention_matches_float64(level, length, hd, kd, spread):
+    rng = np.random.default_rng(length * 1000 + hd + int(spread * 10))
+    q, K, V = case(rng, length, hd, kd, spread)
+    scale = 1.0 / np.sqrt(hd)
+    out, name = lib.attend_f16(q, K, V, scale, ISA.index(level))
+    ref = reference(q, K, V, scale)
+    vmax = np.abs(V.view(np.float16)[:, :hd].astype(np.float64)).max()
+    err = np.abs(out[0] - ref)
+    worst = int(err.argmax())
+    assert err.max() <= 2.0 ** -11 * vmax + 1e-6, (
+        f"{name} len {length} hd {hd} kd {kd}: lane {worst} is {out[0][worst]!r}, float64 {ref[worst]!r}")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_one_dominant_key_and_underflow(level):
+    """Scores 100 apart: every other probability underflows to 0, the output is that key's V row."""
+    hd, length = 64, 21
+    rng = np.random.default_rng(5)
+    q = np.zeros(hd, np.float32)
+    q[0] = 8.0
+    K = np.zeros((length, hd), np.float16)
+    K[:, 0] = -100.0
+    K[13, 0] = 100.0  # the one key that counts, inside the tail of 8-key groups
+    V = rng.standard_normal((length, hd)).astype(np.float16)
+    out, name = lib.attend_f16(q, K.view(np.uint16), V.view(np.uint16), 1.0, ISA.index(level))
+    np.testing.assert_array_equal(out[0], V[13].astype(np.float32), err_msg=name)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_equal_scores_average_v(level):
+    """All scores equal: probabilities are 1/len rounded to half, the output their weighted sum."""
+    hd, length = 64, 12
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal(hd).astype(np.float32)
+    K = np.tile(rng.standard_normal(hd).astype(np.float16), (length, 1))
+    V = rng.standard_normal((length, hd)).astype(np.float16)
+    out, name = lib.attend_f16(q, K.view(np.uint16), V.view(np.uint16), 0.125, ISA.index(level))
+    p = np.float32(np.float16(np.float32(1.0) / np.float32(length)))
+    np.testing.assert_allclose(out[0], p * V.astype(np.float32).sum(axis=0), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_bad_shapes_are_refused():
+    q = np.zeros(60, np.float32)
+    K = np.zeros((4, 64), np.uint16)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        lib.attend_f16(q, K, K, 1.0)
+    with pytest.raises(ValueError, match="K and V"):
+        lib.attend_f16(np.zeros(64, np.float32), K, np.zeros((3, 64), np.uint16), 1.0)
