@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -197,23 +198,34 @@ void Engine::rmsnorm(const float *x, const float *w, float *out, int T, int len)
     }
 }
 
-// Rotary embedding of v[T][heads][head_dim], token t at position pos[t].
-void Engine::rope(float *v, int T, const int32_t *pos, int heads) const {
-    const int hd = c_.head_dim, half = c_.rope_dims / 2;
+// The rotation of each token of a forward call, computed once and shared by every layer's
+// q and k: rot_[t * half + i] = (cos, sin) of pos[t] * rope_scale * inv_freq[i].
+void Engine::rope_angles(int T, const int32_t *pos) {
+    const int half = c_.rope_dims / 2;
+    rot_.resize((size_t)T * half);
     for (int t = 0; t < T; ++t) {
         const double p = (double)pos[t] * c_.rope_scale;
         for (int i = 0; i < half; ++i) {
             const double th = p * inv_freq_[i];
-            const float cs = (float)std::cos(th), sn = (float)std::sin(th);
+            rot_[(size_t)t * half + i] = {(float)std::cos(th), (float)std::sin(th)};
+        }
+    }
+}
+
+// Rotary embedding of v[T][heads][head_dim] with the angles of rope_angles.
+void Engine::rope(float *v, int T, int heads) const {
+    const int hd = c_.head_dim, half = c_.rope_dims / 2;
+    for (int t = 0; t < T; ++t)
+        for (int i = 0; i < half; ++i) {
+            const float cs = rot_[(size_t)t * half + i].first, sn = rot_[(size_t)t * half + i].second;
+            const int a = c_.rope_neox ? i : 2 * i, b = c_.rope_neox ? i + half : 2 * i + 1;
             for (int h = 0; h < heads; ++h) {
                 float *x = v + ((size_t)t * heads + h) * hd;
-                const int a = c_.rope_neox ? i : 2 * i, b = c_.rope_neox ? i + half : 2 * i + 1;
                 const float x0 = x[a], x1 = x[b];
                 x[a] = x0 * cs - x1 * sn;
                 x[b] = x0 * sn + x1 * cs;
             }
         }
-    }
 }
 
 // Causal attention, GQA: query head h reads kv head h / (n_head / n_kv). Each (token, head)
@@ -250,7 +262,8 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
     const int64_t items = (int64_t)T * nh;
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
     const attn_f16_fn attn16 = attn_kernel().fn;
-    ThreadPool::instance().run(items < threads ? (int)items : threads, [&](int i, int nth) {
+    const int64_t parts = threads > 1 ? std::min<int64_t>(items, (int64_t)threads * 4) : 1;  // see run_rows
+    ThreadPool::instance().run((int)parts, [&](int i, int nth) {
         int64_t b, e;
         split_range(items, i, nth, &b, &e);
         std::vector<float> sc((size_t)maxlen);
@@ -347,6 +360,7 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
     const dequant_fn deq = kernel_entry(embd_.type).dequant;
     for (int t = 0; t < T; ++t) deq(embd_.w + (size_t)tokens[t] * embd_.stride, x_.data() + (size_t)t * dim, dim, embd_.scale);
 
+    rope_angles(T, pos);
     for (int l = 0; l < c_.n_layer; ++l) {
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
@@ -364,8 +378,8 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
             if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
             if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
         }
-        rope(q_.data(), T, pos, c_.n_head);
-        rope(k_.data(), T, pos, c_.n_kv);
+        rope(q_.data(), T, c_.n_head);
+        rope(k_.data(), T, c_.n_kv);
         for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
             const size_t at = kv_offset(slots[t], l, pos[t]), src = (size_t)t * kd;
             if (c_.kv_f16) {

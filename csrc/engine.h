@@ -129,7 +129,8 @@ private:
     // quantized copy is reused when the activation format is the same.
     void matmul(const Mat &m, const float *x, int T, float *out, bool reuse_act = false);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
-    void rope(float *v, int T, const int32_t *pos, int heads) const;
+    void rope_angles(int T, const int32_t *pos);  // fills rot_
+    void rope(float *v, int T, int heads) const;
     void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);
     size_t kv_offset(int slot, int layer, int pos) const {  // element offset of (slot, layer, pos) in the cache
         return (((size_t)slot * c_.n_layer + layer) * c_.n_ctx + pos) * ((size_t)c_.n_kv * c_.head_dim);
@@ -145,6 +146,7 @@ private:
     Mat embd_, output_;
     const float *out_norm_ = nullptr;
     std::vector<float> inv_freq_;        // per rotated pair: base^(-2i/d) / factor_i
+    std::vector<std::pair<float, float>> rot_;  // [T][rope_dims/2] (cos, sin) of this call's positions
     // [slot][layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
     std::vector<uint16_t> k16_, v16_;
     std::vector<float> k32_, v32_;

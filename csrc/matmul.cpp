@@ -1,5 +1,6 @@
 #include "matmul.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -24,9 +25,12 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
         count_call(f.id, ntc, isa, rows);
     }
     const int64_t tile = windows > 1 ? (w_stride >= 32768 ? 1 : (int64_t)(32768 / w_stride)) : rows;
-    int nth = threads;
-    if (nth > rows) nth = (int)(rows > 0 ? rows : 1);
-    ThreadPool::instance().run(nth, [&](int i, int nthr) {
+    // Parts, not threads: up to 4 per thread (of >= 16 rows), claimed dynamically by the pool,
+    // so a thread descheduled by another process delays at most one small part.
+    int64_t parts = threads > 1 ? std::min<int64_t>((int64_t)threads * 4, rows / 16) : 1;
+    if (parts < threads) parts = std::min<int64_t>(threads, rows);
+    if (parts < 1) parts = 1;
+    ThreadPool::instance().run((int)parts, [&](int i, int nthr) {
         int64_t b, en;
         split_range(rows, i, nthr, &b, &en);
         for (int64_t tb = b; tb < en; tb += tile) {

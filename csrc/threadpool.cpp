@@ -57,37 +57,58 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::worker(int idx) {
+    (void)idx;
     uint64_t seen = 0;
     for (;;) {
-        // Spin a little (the next layer's call usually comes within microseconds), then sleep.
-        for (int s = 0; s < 20000 && gen_.load(std::memory_order_acquire) == seen; ++s) __builtin_ia32_pause();
+        // Spin a little (the next layer's call usually comes within microseconds), yielding
+        // the core now and then in case the caller was descheduled, then sleep.
+        for (int s = 0; s < 20000 && gen_.load(std::memory_order_acquire) == seen; ++s) {
+            if ((s & 1023) == 1023) sched_yield();
+            else __builtin_ia32_pause();
+        }
         if (gen_.load(std::memory_order_acquire) == seen) {
             std::unique_lock<std::mutex> lk(mu_);
             cv_.wait(lk, [&] { return gen_.load(std::memory_order_acquire) != seen; });
         }
         seen = gen_.load(std::memory_order_acquire);
         if (stop_) return;
-        const std::function<void(int, int)> *job = job_;
-        const int nth = job_nth_;
-        if (idx < nth) (*job)(idx, nth);
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
+        // Join: announce first, then check the job is still open and still the one we saw.
+        // (seq_cst pairs with run(): either run() sees this worker active and waits, or this
+        // worker sees the job closed and never touches it.)
+        active_.fetch_add(1);
+        if (open_.load() && gen_.load() == seen) {
+            const std::function<void(int, int)> *job = job_;
+            const int nth = job_nth_;
+            for (int p; (p = next_.fetch_add(1)) < nth;) (*job)(p, nth);
+        }
+        active_.fetch_sub(1);
     }
 }
 
 void ThreadPool::run(int nth, const std::function<void(int, int)> &fn) {
-    if (nth > size()) nth = size();
-    if (nth <= 1) { fn(0, 1); return; }
+    if (nth <= 1 || workers_.empty()) {
+        for (int p = 0; p < nth; ++p) fn(p, nth);
+        return;
+    }
     std::lock_guard<std::mutex> one(run_mu_);
     {
         std::lock_guard<std::mutex> g(mu_);
         job_ = &fn;
         job_nth_ = nth;
-        pending_.store((int)workers_.size(), std::memory_order_release);
-        gen_.fetch_add(1, std::memory_order_acq_rel);
+        next_.store(0);
+        open_.store(true);
+        gen_.fetch_add(1);
     }
     cv_.notify_all();
-    fn(0, nth);
-    while (pending_.load(std::memory_order_acquire) != 0) __builtin_ia32_pause();
+    for (int p; (p = next_.fetch_add(1)) < nth;) fn(p, nth);
+    open_.store(false);
+    // Wait for workers still inside a part (microseconds when they own their cores). Past a
+    // few thousand pauses the worker has probably been descheduled by another process: give
+    // the core away rather than burn the time slice it needs.
+    for (int s = 0; active_.load() != 0; ++s) {
+        if (s < 2048) __builtin_ia32_pause();
+        else sched_yield();
+    }
 }
 
 }  // namespace lowbit

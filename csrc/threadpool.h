@@ -1,8 +1,12 @@
 // A small pool of pinned worker threads for row-parallel kernels.
 //
-// run(nth, fn) calls fn(i, nth) for i in [0, nth) on nth threads (the caller is thread 0)
-// and returns when all are done. Workers spin briefly on a generation counter, then sleep.
-// Callers split rows by i only, so a row's result never depends on nth (invariant I3).
+// run(nth, fn) calls fn(i, nth) once for every part i in [0, nth) and returns when all are
+// done. Parts are claimed from an atomic counter by the caller and by whichever workers are
+// awake: on a quiet machine each thread takes one part; on a busy one a descheduled worker
+// simply takes no part, and the caller runs it instead of waiting for that worker to be
+// scheduled again. Workers spin briefly on a generation counter, then sleep.
+// Callers split rows by i only (never by thread), so a row's result never depends on nth or
+// on which thread ran it (invariant I3).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -29,8 +33,10 @@ private:
     std::mutex run_mu_;  // one run() at a time
     std::mutex mu_;
     std::condition_variable cv_;
-    std::atomic<uint64_t> gen_{0};
-    std::atomic<int> pending_{0};
+    std::atomic<uint64_t> gen_{0};   // bumped when a job is published
+    std::atomic<int> next_{0};       // the next part of the current job to claim
+    std::atomic<int> active_{0};     // workers inside the current job
+    std::atomic<bool> open_{false};  // the current job may still be joined
     const std::function<void(int, int)> *job_ = nullptr;
     int job_nth_ = 0;
     bool stop_ = false;
