@@ -186,13 +186,16 @@ void Engine::matmul(const Mat &m, const float *x, int T, float *out, bool reuse_
         for (size_t i = 0; i < (size_t)T * m.rows; ++i) out[i] *= m.out_scale;
 }
 
-// out = x / sqrt(mean(x^2) + eps) * w, per token; sums in double for a stable reference.
+// out = x / sqrt(mean(x^2) + eps) * w, per token, rounded as ggml's rms_norm then mul: each
+// square in float, summed in double, the mean and 1/sqrt in float, then (x * scale) * w.
+// (Matching llama.cpp's rounding here keeps int8 activation roundings from flipping.)
 void Engine::rmsnorm(const float *x, const float *w, float *out, int T, int len) const {
     for (int t = 0; t < T; ++t) {
         const float *xt = x + (size_t)t * len;
         double ss = 0.0;
-        for (int i = 0; i < len; ++i) ss += (double)xt[i] * xt[i];
-        const float s = (float)(1.0 / std::sqrt(ss / len + c_.eps));
+        for (int i = 0; i < len; ++i) ss += (double)(xt[i] * xt[i]);
+        const float mean = (float)(ss / len);
+        const float s = 1.0f / std::sqrt(mean + c_.eps);
         float *o = out + (size_t)t * len;
         for (int i = 0; i < len; ++i) o[i] = xt[i] * s * w[i];
     }

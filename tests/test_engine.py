@@ -2,13 +2,13 @@
 
 Teacher forcing: llama.cpp's own greedy continuation (its token ids) is fed to both; at every
 position the two next-token distributions are compared. Two implementations whose float
-rounding differs anywhere (llama.cpp's approximate expf in SiLU and softmax, its summation
-orders) flip int8 activation roundings, which moves logits by ~0.2 (mean |diff| 0.19 on a
-spread of 42 here, up to ~0.3 at single positions); so near-ties flip. Required: where BOTH
-sides have a top-2 margin >= 0.3, the top-1 tokens agree everywhere; where llama.cpp's margin
-is >= 0.1, they agree at >= 97% of positions (measured: 304/309 = 98.4% on the avx512 path,
-76/78 under LOWBIT_MAX_ISA=scalar); lowbit's pick is never more than 0.5 logit below
-llama.cpp's best.
+rounding differs anywhere (summation orders of the dots, exp approximations) flip int8
+activation roundings, which moves logits by ~0.15 (mean |diff| 0.16 on a spread of 37 here);
+so near-ties may flip. lowbit rounds the norms as ggml does to keep such flips rare.
+Required (the issue's criteria): where llama.cpp's top-2 margin is >= 0.1, the top-1 tokens
+agree at >= 99% of positions (measured: 309/309 on the avx512 and avx2 paths, 80/80 under
+LOWBIT_MAX_ISA=scalar); wherever they differ, lowbit's token is within 0.1 logit of
+llama.cpp's best (measured: worst 0.094); where both margins are >= 0.3 they always agree.
 Under LOWBIT_MAX_ISA=scalar the same checks run on a shorter continuation.
 """
 import os
@@ -75,8 +75,8 @@ def test_teacher_forced_top1_matches_llama_cpp(model, llm):
     print(f"\ntop-1 agrees at {agree}/{considered} positions where llama.cpp's margin >= 0.1, "
           f"{both_agree}/{both_sure} where both margins >= 0.3; flips: {flips}")
     assert both_agree == both_sure, f"a confident disagreement: {flips}"
-    assert agree >= 0.97 * considered, f"top-1 agrees at {agree}/{considered} positions with margin >= 0.1: {flips}"
-    assert worst_gap <= 0.5, f"lowbit picked a token {worst_gap:.3f} logits below llama.cpp's best"
+    assert agree >= 0.99 * considered, f"top-1 agrees at {agree}/{considered} positions with margin >= 0.1: {flips}"
+    assert worst_gap <= 0.1, f"lowbit picked a token {worst_gap:.3f} logits below llama.cpp's best: {flips}"
 
 
 def test_logit_difference_is_small_against_the_spread(model, llm):
