@@ -115,13 +115,16 @@ def case_rows(case: str, name: str, n: int, rng) -> np.ndarray:
         mag = np.exp(rng.uniform(np.log(1e-40), np.log(3e38), (4, n))).astype(np.float32)
         sgn = np.where(rng.random((4, n)) < 0.5, 1, -1).astype(np.float32)
         rows = list(mag * sgn) + [normal, -normal, (normal * 1e-3).astype(np.float32)]
-        # equal |x| of opposite signs in one unit: the first one decides Q8_K's sign
-        for first in (5.0, -5.0):
-            r = (normal * 0.1).astype(np.float32)
-            r[2 % u::u] = first
-            if u > 9:
-                r[9::u] = -first
-            rows.append(r)
+        # equal |x| of opposite signs in one unit: the first one decides Q8_K's sign (pairs in
+        # one 8-lane vector, in two vectors, at the unit's two ends; and three of them)
+        for a, b in ((1, 6), (2, 9), (0, u - 1), (7, 8)):
+            for first in (5.0, -5.0):
+                r = (normal * 0.1).astype(np.float32)
+                r[a % u::u] = first
+                r[b % u::u] = -first
+                if b % u != a % u and u > 12:
+                    r[12::u] = first
+                rows.append(r)
         return np.stack(rows).astype(np.float32)
     if case == "random_bits":  # any float32 at all
         return rng.integers(0, 1 << 32, (8, n), dtype=np.uint64).astype(np.uint32).view(np.float32)
