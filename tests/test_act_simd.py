@@ -24,9 +24,12 @@ FORMATS = ["Q8_0", "Q8_1", "Q8_K", "I8_S"]
 GGML_HAS = {"Q8_0", "Q8_1", "Q8_K"}
 # the unit a quantizer works in: its block (I8_S: one scale per row)
 UNIT = {"Q8_0": 32, "Q8_1": 32, "Q8_K": 256, "I8_S": None}
+# lengths in values; odd block counts on purpose
 LENGTHS = {
-    "Q8_0": [32, 32 * 7, 256 * 3],
-    "Q8_1": [32, 32 * 7, 256 * 3],
+    # Q8_0 / Q8_1 run 8 blocks at a time, then one at a time: 7 = only the second way,
+    # 8 and 24 only the first, 11 both
+    "Q8_0": [32, 32 * 7, 32 * 8, 32 * 11, 256 * 3],
+    "Q8_1": [32, 32 * 7, 32 * 8, 32 * 11, 256 * 3],
     "Q8_K": [256, 256 * 3, 256 * 5],
     "I8_S": [1, 31, 32, 33, 32 * 7, 256 * 3 + 5],
 }

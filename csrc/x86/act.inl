@@ -14,7 +14,8 @@
 // the contract, lane for lane the one block_amax_avx2 in the reference spells out:
 //   m = |v0|; m = maxps(m, |v1|); m = maxps(m, |v2|); m = maxps(m, |v3|)     (|.|: sign cleared)
 //   h = maxps(m[4..7], m[0..3]);  g = maxps(h[0,1], h[2,3]);  amax = maxss(g[0], g[1])
-// d = amax / 127, id = amax != 0 ? 127 / amax : 0 (scalar, IEEE), q = sat8(cvt(roundps(v * id)))
+// d = amax / 127, id = amax != 0 ? 127 / amax : 0 (IEEE divisions, one block's in scalar or
+// eight blocks' in one vector: the same values), q = sat8(cvt(roundps(v * id)))
 // with roundps in nearest-even mode by immediate (MXCSR's rounding mode plays no part: cvt then
 // sees only integers, or NaN / out-of-range, which become INT32_MIN). Q8_1's s = d * (float)sum
 // with sum the wrapping int32 sum of the cvt results (before saturation; order-free).
@@ -89,51 +90,108 @@ inline __m256i round_cvt(__m256 v) {
 
 // ---- Q8_0 / Q8_1 ----------------------------------------------------------------------------
 
-// amax of one 32-value block in ggml's AVX2 reduction order (file comment); returns the four
-// loaded vectors in v[0..3].
-inline float block_amax(const float *x, __m256 v[4]) {
-    v[0] = _mm256_loadu_ps(x);
-    v[1] = _mm256_loadu_ps(x + 8);
-    v[2] = _mm256_loadu_ps(x + 16);
-    v[3] = _mm256_loadu_ps(x + 24);
-    __m256 m = abs8(v[0]);
-    m = _mm256_max_ps(m, abs8(v[1]));
-    m = _mm256_max_ps(m, abs8(v[2]));
-    m = _mm256_max_ps(m, abs8(v[3]));
+// amax of one 32-value block in ggml's AVX2 reduction order (file comment), in lane 0.
+inline __m128 block_amax(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+    __m256 m = abs8(v0);
+    m = _mm256_max_ps(m, abs8(v1));
+    m = _mm256_max_ps(m, abs8(v2));
+    m = _mm256_max_ps(m, abs8(v3));
     __m128 h = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
+    return _mm_max_ss(h, _mm_movehdup_ps(h));
 }
 
+inline __m128 block_amax(const float *x) {
+    return block_amax(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8), _mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24));
+}
+
+// fp16_ggml on 8 lanes: vcvtps2ph (nearest even), then NaN lanes -> their sign | 0x7e00.
+inline __m128i fp16x8_ggml(__m256 f) {
+    const __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+    const __m128i m16 = _mm_packs_epi32(_mm256_castsi256_si128(nan), _mm256_extracti128_si256(nan, 1));
+    const __m128i fixed = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16((short)0x8000)), _mm_set1_epi16(0x7e00));
+    return _mm_blendv_epi8(h, fixed, m16);
+}
+
+// The codes of one block (stored at qs) for the multiplier id; returns the int32 cvt results
+// summed lane-wise over the block's four vectors (Q8_1's sum, before saturation).
+inline __m256i block_codes(const float *x, __m256 id, uint8_t *qs) {
+    const __m256i i0 = round_cvt(_mm256_mul_ps(_mm256_loadu_ps(x), id));
+    const __m256i i1 = round_cvt(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id));
+    const __m256i i2 = round_cvt(_mm256_mul_ps(_mm256_loadu_ps(x + 16), id));
+    const __m256i i3 = round_cvt(_mm256_mul_ps(_mm256_loadu_ps(x + 24), id));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(qs), pack_sat8(i0, i1, i2, i3));
+    return _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+}
+
+inline int32_t hsum_i32(__m256i s) {  // wrapping, as paddd; any order
+    __m128i s4 = _mm_add_epi32(_mm256_extracti128_si256(s, 1), _mm256_castsi256_si128(s));
+    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+    return _mm_cvtsi128_si32(s4);
+}
+
+// Two ways through a row, the same operations on every value (so the same bytes):
+//   8 blocks at a time: the 8 amax trees, then d, id, the fp16 scales and Q8_1's d * sum
+//     for the 8 blocks as one vector each (lane j = block j; divps / mulps / cvtdq2ps are
+//     the scalar divss / mulss / cvtsi2ss lane-wise), then each block's codes with id_j;
+//   the remaining n / 32 mod 8 blocks one at a time, with scalar d and id.
 template <bool Q8_1>
 void quant_q8_legacy(const float *x, uint8_t *dst, int64_t n) {
     constexpr size_t BB = Q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
     constexpr size_t QS = Q8_1 ? 4 : 2;  // byte offset of qs in the block
-    for (int64_t b = 0; b < n / QK; ++b) {
+    const int64_t nb = n / QK;
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
         const float *xb = x + b * QK;
         uint8_t *yb = dst + (size_t)b * BB;
-        __m256 v[4];
-        const float amax = block_amax(xb, v);
+        auto am = [&](int j) { return block_amax(xb + j * QK); };
+        const __m128 a01 = _mm_unpacklo_ps(am(0), am(1)), a23 = _mm_unpacklo_ps(am(2), am(3));
+        const __m128 a45 = _mm_unpacklo_ps(am(4), am(5)), a67 = _mm_unpacklo_ps(am(6), am(7));
+        const __m256 amax = _mm256_set_m128(_mm_movelh_ps(a45, a67), _mm_movelh_ps(a01, a23));
+        const __m256 d = _mm256_div_ps(amax, _mm256_set1_ps(127.0f));
+        // amax != 0 ? 127 / amax : 0 (a NaN amax compares unequal: its id is NaN)
+        const __m256 nz = _mm256_cmp_ps(amax, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+        const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(127.0f), amax), nz);
+        auto codes = [&](int j) {
+            const __m256 idj = _mm256_permutevar8x32_ps(id, _mm256_set1_epi32(j));
+            return block_codes(xb + j * QK, idj, yb + j * BB + QS);
+        };
+        alignas(16) uint16_t h[16];
+        if constexpr (Q8_1) {
+            // lane j of the result = block j's sum: two hadd levels leave [blocks 0..3 of the
+            // low 128 bits | of the high], likewise for 4..7; the two halves are then added.
+            const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(codes(0), codes(1)),
+                                                    _mm256_hadd_epi32(codes(2), codes(3)));
+            const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(codes(4), codes(5)),
+                                                    _mm256_hadd_epi32(codes(6), codes(7)));
+            const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                                                  _mm256_permute2x128_si256(h0123, h4567, 0x31));
+            const __m128i dh = fp16x8_ggml(d);
+            const __m128i sh = fp16x8_ggml(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sums)));
+            _mm_store_si128(reinterpret_cast<__m128i *>(h), _mm_unpacklo_epi16(dh, sh));      // d0 s0 .. d3 s3
+            _mm_store_si128(reinterpret_cast<__m128i *>(h + 8), _mm_unpackhi_epi16(dh, sh));  // d4 s4 .. d7 s7
+            for (int j = 0; j < 8; ++j) std::memcpy(yb + j * BB, h + 2 * j, 4);
+        } else {
+            for (int j = 0; j < 8; ++j) codes(j);
+            _mm_store_si128(reinterpret_cast<__m128i *>(h), fp16x8_ggml(d));
+            for (int j = 0; j < 8; ++j) std::memcpy(yb + j * BB, h + j, 2);
+        }
+    }
+    for (; b < nb; ++b) {
+        const float *xb = x + b * QK;
+        uint8_t *yb = dst + (size_t)b * BB;
+        const float amax = _mm_cvtss_f32(block_amax(xb));
         const float d = amax / 127.0f;
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        const __m256 mul = _mm256_set1_ps(id);
-        const __m256i i0 = round_cvt(_mm256_mul_ps(v[0], mul));
-        const __m256i i1 = round_cvt(_mm256_mul_ps(v[1], mul));
-        const __m256i i2 = round_cvt(_mm256_mul_ps(v[2], mul));
-        const __m256i i3 = round_cvt(_mm256_mul_ps(v[3], mul));
+        const __m256i s = block_codes(xb, _mm256_set1_ps(id), yb + QS);
         const uint16_t dh = fp16_ggml(d);
         std::memcpy(yb, &dh, 2);
         if constexpr (Q8_1) {
-            __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
-            __m128i s4 = _mm_add_epi32(_mm256_extracti128_si256(s, 1), _mm256_castsi256_si128(s));
-            s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-            const int32_t sum = _mm_cvtsi128_si32(s4);  // wrapping, as paddd
-            const uint16_t sh = fp16_ggml(d * (float)sum);
+            const uint16_t sh = fp16_ggml(d * (float)hsum_i32(s));
             std::memcpy(yb + 2, &sh, 2);
         }
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(yb + QS), pack_sat8(i0, i1, i2, i3));
     }
 }
 
@@ -216,16 +274,13 @@ void quant_act_q8_K(const float *x, uint8_t *dst, int64_t n) {
         // groups [0 2 4 6] of the half, lane 1 [1 3 5 7]; the permute restores group order.
         const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         const __m256i bias = _mm256_set1_epi32(16 * 128);
-        auto half = [&](int h) {
+        for (int h = 0; h < 2; ++h) {  // groups 8h .. 8h+7, stored as int16 (|sum| <= 2048)
             const __m256i s01 = _mm256_hadd_epi32(chunk(4 * h), chunk(4 * h + 1));
             const __m256i s23 = _mm256_hadd_epi32(chunk(4 * h + 2), chunk(4 * h + 3));
-            return _mm256_permutevar8x32_epi32(_mm256_sub_epi32(_mm256_hadd_epi32(s01, s23), bias), order);
-        };
-        const __m256i g0 = half(0);
-        const __m256i g1 = half(1);
-        // packssdw interleaves lanes: [g0 0..3, g1 0..3 | g0 4..7, g1 4..7] -> qwords 0 2 1 3
-        const __m256i bs = _mm256_permute4x64_epi64(_mm256_packs_epi32(g0, g1), 0xD8);
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(yb + 4 + QK_K), bs);
+            const __m256i g = _mm256_permutevar8x32_epi32(_mm256_sub_epi32(_mm256_hadd_epi32(s01, s23), bias), order);
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(yb + 4 + QK_K + 16 * h),
+                             _mm_packs_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1)));
+        }
     }
 }
 
@@ -282,10 +337,7 @@ void quant_act_i8_s(const float *x, uint8_t *dst, int64_t n) {
         acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
         _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + k), pack_sat8(i0, i1, i2, i3));
     }
-    __m128i s4 = _mm_add_epi32(_mm256_extracti128_si256(acc, 1), _mm256_castsi256_si128(acc));
-    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-    int32_t sum = _mm_cvtsi128_si32(s4);
+    int32_t sum = hsum_i32(acc);
     for (int64_t k = nv; k < n; ++k) {
         const int v = i8s_code_scalar(x[k], scale);
         q[k] = (uint8_t)(int8_t)v;
