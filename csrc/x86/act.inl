@@ -82,7 +82,7 @@ inline __m256i pack_sat8(__m256i a, __m256i b, __m256i c, __m256i e) {
     return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, ce), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// 32 float -> int32 with round-half-even by immediate, then cvt (exact on integers; NaN,
+// 8 float -> int32: round half to even by immediate, then cvt (exact on integers; NaN,
 // ±inf and |v| >= 2^31 give INT32_MIN).
 inline __m256i round_cvt(__m256 v) {
     return _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
