@@ -221,3 +221,19 @@ def test_no_quantizer_switch_falls_back_and_is_reported():
     info = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     disabled = [ln for ln in info.stdout.splitlines() if ln.startswith("disabled")]
     assert disabled and name in disabled[0] and after["Q8_0"][0] in info.stdout
+
+
+def test_bench_act_reports_each_format(ggml):
+    """`lowbit bench act` times ours, the reference and ggml's from_float on one input (the
+    numbers are not checked: timing never decides a test)."""
+    import io
+
+    from lowbit.bench import bench_act
+    out = io.StringIO()
+    res = bench_act(FORMATS, n=256, rows=2, reps=3, out=out)
+    assert [r["format"] for r in res] == FORMATS
+    for r in res:
+        assert r["quantizer"] == lib.quant_act_kernel(F[r["format"]].id)[0]
+        assert r["lowbit_ns_per_value"] > 0 and r["scalar_ns_per_value"] > 0
+        assert (r["ggml_ns_per_value"] is None) == (r["format"] not in GGML_HAS)
+        assert r["quantizer"] in out.getvalue()
