@@ -4,6 +4,9 @@
 // bench_vec_dot: ggml's vec_dot (a function pointer the caller got by dlopen'ing the
 //   llama-cpp-python wheel's libggml-cpu.so) called row by row and token by token, the way
 //   ggml's mul_mat calls it, over the same rows, split over the same thread pool.
+// bench_quant_act / bench_from_float: one activation quantizer, lowbit's or ggml's from_float
+//   (same pointer-typed signature: x, dst, n), over rows of the same input on the calling
+//   thread, the way the engine quantizes a layer's input once per token.
 // membw: read bandwidth of this machine (sum of a large buffer), the ceiling of decode.
 // Each returns the median wall time of `reps` runs in seconds, after one warm-up run.
 #include "bench.h"
@@ -60,6 +63,23 @@ double bench_vec_dot(uintptr_t fn_addr, const uint8_t *w, size_t w_stride, const
                     fn((int)n, out + (size_t)t * rows + r, 0, w + (size_t)r * w_stride, 0,
                        act + (size_t)t * act_stride, 0, 1);
         });
+    });
+}
+
+double bench_quant_act(quant_act_fn fn, const float *x, uint8_t *dst, int64_t rows, int64_t n, size_t row_bytes,
+                       int reps) {
+    return median_time(reps, [&] {
+        for (int64_t r = 0; r < rows; ++r) fn(x + (size_t)r * n, dst + (size_t)r * row_bytes, n);
+    });
+}
+
+using ggml_from_float_t = void (*)(const float *x, void *y, int64_t k);
+
+double bench_from_float(uintptr_t fn_addr, const float *x, uint8_t *dst, int64_t rows, int64_t n, size_t row_bytes,
+                        int reps) {
+    const auto fn = reinterpret_cast<ggml_from_float_t>(fn_addr);
+    return median_time(reps, [&] {
+        for (int64_t r = 0; r < rows; ++r) fn(x + (size_t)r * n, dst + (size_t)r * row_bytes, n);
     });
 }
 

@@ -7,5 +7,11 @@ namespace lowbit {
 double bench_rows(const KernelEntry &e, const RowArgs &a, int64_t rows, int nt, int threads, int reps);
 double bench_vec_dot(uintptr_t fn_addr, const uint8_t *w, size_t w_stride, const uint8_t *act,
                      size_t act_stride, float *out, int64_t rows, int64_t n, int nt, int threads, int reps);
+// One thread: quantize rows x n float32 activations (row stride n floats, output row stride
+// row_bytes) with lowbit's quantizer / with ggml's from_float (a function pointer from libggml-cpu).
+double bench_quant_act(quant_act_fn fn, const float *x, uint8_t *dst, int64_t rows, int64_t n, size_t row_bytes,
+                       int reps);
+double bench_from_float(uintptr_t fn_addr, const float *x, uint8_t *dst, int64_t rows, int64_t n, size_t row_bytes,
+                        int reps);
 double membw(const uint8_t *buf, size_t bytes, int threads, int reps, uint64_t *sink);
 }  // namespace lowbit

@@ -130,6 +130,15 @@ NB_MODULE(_lowbit, m) {
         return nb::make_tuple(out, std::string(k.name));
     }, nb::arg("q"), nb::arg("K"), nb::arg("V"), nb::arg("scale"), nb::arg("isa") = -1,
        "The engine's attention kernel on one query row: (out[1, head_dim], kernel name).");
+    m.def("quant_act_kernel", [](int id, int isa) -> nb::object {
+        const Format &f = fmt(id);
+        if (!f.activation) throw std::invalid_argument(std::string(f.name) + " is not an activation format");
+        const KernelEntry &e = entry(id, isa);
+        if (!e.quant_act) return nb::none();
+        return nb::make_tuple(std::string(e.quant_act_name ? e.quant_act_name : "?"),
+                              std::string(isa_name(e.quant_act_isa)));
+    }, nb::arg("id"), nb::arg("isa") = -1,
+       "(quantizer name, level) that quantizes activations into format id, or None.");
     m.def("levels", [] {
         std::vector<std::string> out;
         for (int i = 0; i < ISA_COUNT; ++i)
@@ -250,6 +259,23 @@ NB_MODULE(_lowbit, m) {
         return bench_vec_dot(fn, raw.data(), raw.shape(1), act.data(), act.shape(1), out.data(), rows, n, nt,
                              threads_or_default(threads), reps);
     });
+    m.def("bench_quant_act", [](int id, F32In x, int reps, int isa) {
+        const Format &f = fmt(id);
+        const int64_t n = (int64_t)x.shape(1), rows = (int64_t)x.shape(0);
+        check_n(f, n);
+        const KernelEntry &e = entry(id, isa);
+        if (!e.quant_act) throw std::invalid_argument(std::string("no activation quantizer for ") + f.name);
+        const size_t rb = row_bytes(&f, n);
+        std::vector<uint8_t> out((size_t)rows * rb);
+        nb::gil_scoped_release nogil;
+        return bench_quant_act(e.quant_act, x.data(), out.data(), rows, n, rb, reps);
+    }, nb::arg("id"), nb::arg("x"), nb::arg("reps"), nb::arg("isa") = -1);
+    m.def("bench_from_float", [](uintptr_t fn, F32In x, size_t row_bytes, int reps) {
+        const int64_t n = (int64_t)x.shape(1), rows = (int64_t)x.shape(0);
+        std::vector<uint8_t> out((size_t)rows * row_bytes);
+        nb::gil_scoped_release nogil;
+        return bench_from_float(fn, x.data(), out.data(), rows, n, row_bytes, reps);
+    }, nb::arg("fn"), nb::arg("x"), nb::arg("row_bytes"), nb::arg("reps"));
     m.def("membw", [](U8In buf, int threads, int reps) {
         uint64_t sink = 0;
         double t;

@@ -117,21 +117,29 @@ static bool env_disables(const char *kernel_name) {
     return v && *v && std::strcmp(v, "0") != 0;
 }
 
+// A SIMD kernel (row kernel or activation quantizer) that LOWBIT_NO_<NAME>=1 turns off; the
+// reference (scalar) level is never turned off. Records the name for cpu_info()["disabled"].
+static bool turned_off(const char *name, int isa) {
+    if (isa == ISA_SCALAR || !name || !env_disables(name)) return false;
+    bool seen = false;
+    for (auto &d : g_disabled) seen |= d == name;
+    if (!seen) g_disabled.push_back(name);
+    return true;
+}
+
 // Overwrite `dst` with what `src` (one level's registrations) provides, kernel by kernel.
 static void overlay(KernelEntry &dst, const KernelEntry &src) {
     for (int nt = 1; nt <= MAX_NT; ++nt) {
         const RowKernel &k = src.rows[nt];
-        if (!k.fn) continue;
-        if (k.isa != ISA_SCALAR && env_disables(k.name)) {  // the reference is never turned off
-            bool seen = false;
-            for (auto &d : g_disabled) seen |= d == k.name;
-            if (!seen) g_disabled.push_back(k.name);
-            continue;
-        }
+        if (!k.fn || turned_off(k.name, k.isa)) continue;
         dst.rows[nt] = k;
     }
     if (src.dequant) dst.dequant = src.dequant;
-    if (src.quant_act) dst.quant_act = src.quant_act;
+    if (src.quant_act && !turned_off(src.quant_act_name, src.quant_act_isa)) {
+        dst.quant_act = src.quant_act;
+        dst.quant_act_name = src.quant_act_name;
+        dst.quant_act_isa = src.quant_act_isa;
+    }
     if (src.quant_w) dst.quant_w = src.quant_w;
 }
 
@@ -201,6 +209,14 @@ void register_scalar(KernelTable &t) {
     ref::register_kquants(t);
     ref::register_iquants(t);
     ref::register_ternary(t);
+    // The reference quantizers register bare function pointers; their names (lowbit info,
+    // LOWBIT_NO_) follow the SIMD levels' pattern quant_act_<format>_<level>.
+    static const struct { int id; const char *name; } kRefQuant[] = {
+        {T_F32, "quant_act_f32_scalar"},   {T_Q8_0, "quant_act_q8_0_scalar"}, {T_Q8_1, "quant_act_q8_1_scalar"},
+        {T_Q8_K, "quant_act_q8_k_scalar"}, {T_I8_S, "quant_act_i8_s_scalar"},
+    };
+    for (const auto &q : kRefQuant)
+        if (t.at(q.id).quant_act && !t.at(q.id).quant_act_name) t.at(q.id).quant_act_name = q.name;
 }
 
 // ---- call counters -----------------------------------------------------------------------

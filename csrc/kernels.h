@@ -56,6 +56,8 @@ struct KernelEntry {
     RowKernel rows[MAX_NT + 1];       // indexed by nt (1..8)
     dequant_fn dequant = nullptr;
     quant_act_fn quant_act = nullptr; // for activation formats
+    const char *quant_act_name = nullptr;  // e.g. "quant_act_q8_0_avx2" (LOWBIT_NO_<NAME>, lowbit info)
+    int quant_act_isa = ISA_SCALAR;
     quant_w_fn quant_w = nullptr;
 };
 
@@ -90,6 +92,11 @@ struct KernelTable {
     KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }
     void set_rows_all(int id, rows_fn f, const char *name, int isa) {
         for (int nt = 1; nt <= MAX_NT; ++nt) at(id).rows[nt] = RowKernel{f, name, isa};
+    }
+    void set_quant_act(int id, quant_act_fn f, const char *name, int isa) {
+        at(id).quant_act = f;
+        at(id).quant_act_name = name;
+        at(id).quant_act_isa = isa;
     }
 };
 

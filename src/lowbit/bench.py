@@ -3,6 +3,7 @@
     lowbit bench kernels [--formats Q4_0,Q4_K] [--nt 1,2,4,8] [--threads N] [--cpu N]
                          [--reps N] [--mb MB] [--n N] [--json]
     lowbit bench membw [--mb MB] [--threads N]
+    lowbit bench act [--formats Q8_0,Q8_1,Q8_K,I8_S] [--n N] [--rows R] [--reps N] [--cpu N] [--json]
     lowbit bench serve [-m MODEL] [-t 2] [--clients 8] [--tokens 128]   (lowbit/server/bench.py)
 
 For each format the weight matrix is `--mb` MB of rows of `--n` values (a few hundred
@@ -12,6 +13,12 @@ Both sides run in C++ loops over the same rows on the same thread pool: ggml's v
 called once per (row, token), as ggml's mul_mat calls it; lowbit's kernel once per window.
 Reported: µs per row per token, the ratio ggml/lowbit (> 1: lowbit is faster) and lowbit's
 weight-streaming rate in GB/s. Times are medians of --reps runs after a warm-up.
+
+`bench act` times the activation quantizers on one thread: --rows rows of --n standard-normal
+values (the input of one layer's matmuls for a window of tokens), quantized by the quantizer
+dispatch selected, by the scalar reference and by ggml's from_float (the CPU backend's, same
+input, same run; I8_S is lowbit's own format and has none). Reported in ns per value, with
+ggml/lowbit (> 1: lowbit is faster).
 """
 from __future__ import annotations
 
@@ -85,6 +92,49 @@ def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, m
                 ratio = f"{r['ratio']:11.2f}" if t_ggml else f"{'-':>11}"
                 print(f"{f.name:<8} {nt:>2}  {kname:<28} {r['lowbit_us_per_row_token']:17.4f} {g} {ratio} "
                       f"{r['lowbit_gbps']:11.1f}", file=out, flush=True)
+    if as_json:
+        json.dump(results, out, indent=1)
+        print(file=out)
+    return results
+
+
+ACT_FORMATS = ["Q8_0", "Q8_1", "Q8_K", "I8_S"]
+
+
+def bench_act(formats: list[str], n: int, rows: int, reps: int, out=sys.stdout, as_json: bool = False) -> list[dict]:
+    from .ggml_oracle import GGML_TYPES
+    from .ggml_oracle import ggml as get_ggml
+    ggml = get_ggml()
+    x = np.random.default_rng(0).standard_normal((rows, n)).astype(np.float32)
+    values = rows * n
+    results = []
+    if not as_json:
+        c = lib.cpu_info()
+        print(f"# {c['model']}; lowbit level {c['selected']}; 1 thread; {rows} rows x n={n}; median of {reps}",
+              file=out)
+        print(f"{'format':<6} {'lowbit quantizer':<24} {'lowbit ns/val':>13} {'scalar ns/val':>13} "
+              f"{'ggml ns/val':>11} {'ggml/lowbit':>11}", file=out)
+    for name in formats:
+        f = get_format(name)
+        if not f.activation or f.name == "F32":
+            raise ValueError(f"{name} is not a quantized activation format")
+        kname = lib.quant_act_kernel(f.id)[0]
+        t_ours = lib.bench_quant_act(f.id, x, reps)
+        t_ref = lib.bench_quant_act(f.id, x, reps, 0)
+        t_ggml = None
+        if f.name in GGML_TYPES:
+            addr = int(ggml.traits(f.name).from_float)
+            t_ggml = lib.bench_from_float(addr, x, ggml.row_size(f.name, n), reps)
+        r = dict(format=f.name, quantizer=kname, n=n, rows=rows, lowbit_ns_per_value=t_ours / values * 1e9,
+                 scalar_ns_per_value=t_ref / values * 1e9,
+                 ggml_ns_per_value=t_ggml / values * 1e9 if t_ggml else None,
+                 ratio=t_ggml / t_ours if t_ggml else None)
+        results.append(r)
+        if not as_json:
+            g = f"{r['ggml_ns_per_value']:11.3f}" if t_ggml else f"{'-':>11}"
+            ratio = f"{r['ratio']:11.2f}" if t_ggml else f"{'-':>11}"
+            print(f"{f.name:<6} {kname:<24} {r['lowbit_ns_per_value']:13.3f} {r['scalar_ns_per_value']:13.3f} "
+                  f"{g} {ratio}", file=out, flush=True)
     if as_json:
         json.dump(results, out, indent=1)
         print(file=out)
@@ -269,6 +319,14 @@ def add_parser(sub) -> None:
     k.add_argument("--n", type=int, default=2560, help="values per row (a multiple of 256)")
     k.add_argument("--json", action="store_true", help="print JSON instead of a table")
     k.set_defaults(func=_run_kernels)
+    q = bs.add_parser("act", help="activation quantizers (Q8_0, Q8_1, Q8_K, I8_S) vs ggml's from_float")
+    q.add_argument("--formats", default=",".join(ACT_FORMATS), help="comma-separated activation formats")
+    q.add_argument("--n", type=int, default=2048, help="values per row (a multiple of 256)")
+    q.add_argument("--rows", type=int, default=32, help="rows (tokens) per timed run")
+    q.add_argument("--reps", type=int, default=51, help="timed repetitions; the median is reported")
+    q.add_argument("--cpu", type=int, default=None, help="pin this process to CPU N")
+    q.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    q.set_defaults(func=_run_act)
     m = bs.add_parser("membw", help="this machine's read bandwidth (the ceiling of decode)")
     m.add_argument("--mb", type=float, default=1024.0)
     m.add_argument("--threads", type=int, default=None)
@@ -295,6 +353,16 @@ def add_parser(sub) -> None:
     c.add_argument("--gen-tokens", type=int, default=32)
     c.add_argument("--reps", type=int, default=3)
     c.set_defaults(func=lambda a: bench_cold(a.model, a.threads, a.gen_tokens, a.reps) and 0)
+
+
+def _run_act(a) -> int:
+    if a.cpu is not None:
+        os.sched_setaffinity(0, {a.cpu})
+    if a.n <= 0 or a.n % 256 or a.rows <= 0:
+        raise ValueError("--n must be a positive multiple of 256 and --rows positive")
+    fmts = [get_format(s.strip()).name for s in a.formats.split(",") if s.strip()]
+    bench_act(fmts, a.n, a.rows, a.reps, as_json=a.json)
+    return 0
 
 
 def _run_membw(a) -> int:

@@ -6,7 +6,7 @@
     lowbit perplexity -m MODEL -f TEXT [--ctx 512]
     lowbit info                            CPU, ISA level, the kernel each format runs
     lowbit parity [--formats ...]          every kernel vs the scalar reference and ggml
-    lowbit bench kernels|membw|e2e         speed against ggml / llama.cpp in one run
+    lowbit bench kernels|act|membw|e2e     speed against ggml / llama.cpp in one run
     lowbit quantize IN OUT --type T        rewrite a model in another weight format
     lowbit synth KIND OUT.gguf             a random-weight model (tests, benchmarks)
     lowbit serve [-m MODEL] [--port 8080]  an OpenAI-compatible server (extra [server])
@@ -30,6 +30,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"attention {c['attention']} (the engine's, over a half KV cache)")
     if c["disabled"]:
         print(f"disabled  {' '.join(c['disabled'])}")
+    print()
+    print("activation quantizers")
+    for f in formats():
+        if f.activation:
+            k = lib.quant_act_kernel(f.id)
+            print(f"  {f.name:<6} {k[0] if k else '-'}")
     nts = [1, 2, 4, 8]
     print()
     print(f"{'format':<8} {'act':<5} {'block':>5} {'bytes':>5}  " + "  ".join(f"nt={nt}" for nt in nts))

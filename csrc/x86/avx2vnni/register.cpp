@@ -12,6 +12,7 @@ void register_kquants(KernelTable &t);
 void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
+void register_act(KernelTable &t);
 }  // namespace avx2vnni
 
 void register_avx2vnni(KernelTable &t) {
@@ -20,6 +21,7 @@ void register_avx2vnni(KernelTable &t) {
     avx2vnni::register_float(t);
     avx2vnni::register_ternary(t);
     avx2vnni::register_iquants(t);
+    avx2vnni::register_act(t);
     (void)t;
 }
 

@@ -1,0 +1,4 @@
+// Activation quantizers (Q8_0, Q8_1, Q8_K, I8_S) at the avx2vnni level: csrc/x86/act.inl.
+#define LOWBIT_ISA ISA_AVX2VNNI
+#define LOWBIT_NS avx2vnni
+#include "../act.inl"
