@@ -255,25 +255,76 @@ LB_TN_INLINE float i2s_finish(int64_t S, const uint8_t *hdr, float w_scale) {
     return (float)(S - act_sum) / act_scale * w_scale;
 }
 
+// Code sources: where a row's codes come from. The row kernel decodes the packed bytes in
+// place (I2sPacked); the GEMM reads codes it decoded once per row tile into an L1 scratch
+// (I2sPlanes). Both give the same code bytes (0..3, unsigned) for the same block, so the one
+// body below (i2s_row) serves both, fold schedule included.
+//   y01(b, k) -> planes 0, 1 of block b (meet q[0..31], q[32..63]); y23(b, k) -> planes 2, 3
+//   z(b, k)   -> (avx512) [plane 0 | plane 1], [plane 2 | plane 3]
+struct Y2 { VY a, b; };  // two code vectors (a struct: std::pair drops the vector attributes)
+#if LB_TN_ISA == 3
+struct Z2 { VZ a, b; };
+#endif
+struct I2sPacked {
+    const uint8_t *w;  // the row's raw bytes, 32 per block
+    LB_TN_INLINE Y2 y01(int64_t b, const Consts *k) const {
+        const VY raw = ldy(w + (size_t)b * 32);
+        return {_mm256_and_si256(_mm256_srli_epi16(raw, 6), cy(k->m3)),
+                _mm256_and_si256(_mm256_srli_epi16(raw, 4), cy(k->m3))};
+    }
+    LB_TN_INLINE Y2 y23(int64_t b, const Consts *k) const {
+        const VY raw = ldy(w + (size_t)b * 32);  // re-read per phase: fewer live registers
+        return {_mm256_and_si256(_mm256_srli_epi16(raw, 2), cy(k->m3)), _mm256_and_si256(raw, cy(k->m3))};
+    }
+#if LB_TN_ISA == 3
+    LB_TN_INLINE Z2 z(int64_t b, const Consts *k) const {
+        const VZ rawz = bcast2(w + (size_t)b * 32);
+        return {planes2z(rawz, k->sh_6_4, k), planes2z(rawz, k->sh_2_0, k)};
+    }
+#endif
+};
+// Decoded planes: 128 bytes per block, plane p (codes of weights 32p .. 32p + 31) at 32p.
+struct I2sPlanes {
+    const uint8_t *c;
+    LB_TN_INLINE Y2 y01(int64_t b, const Consts *) const {
+        return {ldy(c + (size_t)b * 128), ldy(c + (size_t)b * 128 + 32)};
+    }
+    LB_TN_INLINE Y2 y23(int64_t b, const Consts *) const {
+        return {ldy(c + (size_t)b * 128 + 64), ldy(c + (size_t)b * 128 + 96)};
+    }
+#if LB_TN_ISA == 3
+    LB_TN_INLINE Z2 z(int64_t b, const Consts *) const {
+        return {ldz(c + (size_t)b * 128), ldz(c + (size_t)b * 128 + 64)};
+    }
+#endif
+};
+// The decode of I2sPacked, written to a I2sPlanes scratch: nb blocks of one row.
+LB_TN_INLINE void i2s_decode_planes(const uint8_t *w, uint8_t *c, int64_t nb) {
+    const Consts *const k = kc<false>();
+    const I2sPacked src{w};
+    for (int64_t b = 0; b < nb; ++b) {
+        const auto [c0, c1] = src.y01(b, k);
+        const auto [c2, c3] = src.y23(b, k);
+        uint8_t *const o = c + (size_t)b * 128;
+        _mm256_storeu_si256((__m256i *)o, c0);
+        _mm256_storeu_si256((__m256i *)(o + 32), c1);
+        _mm256_storeu_si256((__m256i *)(o + 64), c2);
+        _mm256_storeu_si256((__m256i *)(o + 96), c3);
+    }
+}
+
 // One 128-weight block for every token, on 32-byte vectors (avx2 and avx2vnni share it; only
 // dot2_tree differs): two phases of two planes, so that 8 accumulators + 2 codes + temporaries
-// fit in 16 ymm. Expects s0..s7, qlo, qhi, st, w in scope.
+// fit in 16 ymm. Expects s0..s7, qlo, qhi, st, src in scope.
 #define LB_I2S_BLOCK_Y                                                                              \
     auto block = [&](int64_t b) __attribute__((always_inline)) {                                    \
-        const uint8_t *const wb = w + (size_t)b * 32;                                               \
         const size_t qo = (size_t)b * QK_I2S;                                                       \
         {   /* planes 0, 1: bits 7:6 and 5:4 -> q[0..63] of the block */                            \
-            const Consts *const k = kc<kI2sLaunder<NT>>();                                          \
-            const VY raw = ldy(wb);                                                                 \
-            const VY c0 = _mm256_and_si256(_mm256_srli_epi16(raw, 6), cy(k->m3));                   \
-            const VY c1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), cy(k->m3));                   \
+            const auto [c0, c1] = src.y01(b, kc<kI2sLaunder<NT>>());                                \
             LB_TN_EACH(LB_I2S_STEP01)                                                               \
         }                                                                                           \
         {   /* planes 2, 3: bits 3:2 and 1:0 -> q[64..127] */                                       \
-            const Consts *const k = kc<kI2sLaunder<NT>>();                                          \
-            const VY raw = ldy(wb);                                                                 \
-            const VY c2 = _mm256_and_si256(_mm256_srli_epi16(raw, 2), cy(k->m3));                   \
-            const VY c3 = _mm256_and_si256(raw, cy(k->m3));                                         \
+            const auto [c2, c3] = src.y23(b, kc<kI2sLaunder<NT>>());                                \
             LB_TN_EACH(LB_I2S_STEP23)                                                               \
         }                                                                                           \
     };
@@ -310,17 +361,19 @@ constexpr bool kI2sLaunder = LB_TN_ISA == 1 && NT > 4;
 // FOLD: blocks summed in int16 between folds (avx2 only; I2S_FOLD_N, or 1 for the
 // LOWBIT_I2S_FOLD=1 variant). The same body serves nt = 1 and every window: the deferral is
 // the loop structure below, not a per-nt choice.
-template <int NT, int FOLD>
-void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1) {
+// The one inner body of I2_S: row r's outputs for the NT tokens of window `a`, codes from `src`
+// (I2sPacked in the row kernels, I2sPlanes in the GEMM). The block step, the avx2 fold schedule
+// (FOLD blocks of int16 partials, then a fold, and a fold at the row's tail) and the finish
+// live only here, so the GEMM cannot differ from the row kernel in any of them.
+template <int NT, int FOLD, class Src>
+LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r) {
     const int64_t nb = a.n / QK_I2S;
     const size_t st = a.act_stride;
     // token t's q: (t < 4 ? qlo : qhi) + (t & 3) * st
     const uint8_t *const qlo = a.act + I8S_HEADER;
     const uint8_t *const qhi = qlo + 4 * st;
 #define LB_TQ(t, off) (((t) < 4 ? qlo : qhi) + ((t) & 3) * st + (off))
-
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t *const w = a.w + (size_t)r * a.w_stride;
+    {
         // token t's result from its exact sum S (the header is re-read: it is in L1)
 #define LB_PUT(t, S) a.out[(size_t)(t) * a.out_stride + r] = i2s_finish((S), a.act + (t) * st, a.w_scale)
 
@@ -372,9 +425,7 @@ void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1) {
 #undef LB_DECL
         for (int64_t b = 0; b < nb; ++b) {
             const size_t qo = (size_t)b * QK_I2S;
-            const VZ rawz = bcast2(w + (size_t)b * 32);
-            const Consts *const k = kc<kI2sLaunder<NT>>();
-            const VZ cA = planes2z(rawz, k->sh_6_4, k), cB = planes2z(rawz, k->sh_2_0, k);
+            const auto [cA, cB] = src.z(b, kc<kI2sLaunder<NT>>());
 #define LB_STEP(t) \
     if constexpr (NT > t) s##t = pin(kI2sChain<NT> ? dot2z_chain(s##t, cA, LB_TQ(t, qo), cB, LB_TQ(t, qo + 64)) \
                                                  : dot2z_tree(s##t, cA, LB_TQ(t, qo), cB, LB_TQ(t, qo + 64)));
@@ -397,6 +448,61 @@ void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1) {
 #undef LB_PUT
     }
 #undef LB_TQ
+}
+
+// Row kernel: rows [r0, r1) of the window, each decoded in place.
+template <int NT, int FOLD>
+void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) i2s_row<NT, FOLD>(I2sPacked{a.w + (size_t)r * a.w_stride}, a, r);
+}
+
+// ---- GEMM: a whole prompt chunk (any nt) over rows [r0, r1) ----------------------------------
+// Rows are taken a few at a time (a tile of R rows whose decoded codes, n bytes per row, fill
+// kI2sGemmScratch): the tile's codes are decoded once into an L1 scratch (I2sPlanes) and every
+// 8-token window of the chunk then runs the shared body i2s_row on them. The decode (per block
+// and row: avx2 2 loads, 3 shifts, 4 ands; avx512 a broadcast, 2 srlv, 2 ands) is paid once per
+// row per chunk instead of once per row per window, and the window's inner loop only loads
+// code vectors. Windows are cut as in run_rows (tokens 8w .. 8w+7), the tokens' sums are exact
+// integers and the finish is the body's: the output is bitwise the row kernels' (I2), and a
+// row's result does not depend on the tile it fell in (I3).
+// Scratch: 16 KB of codes plus one window's activations (8 x n bytes, 20 KB at n = 2560) stay
+// in a 48 KB L1d; the chunk's other windows come from L2, once per tile.
+constexpr int64_t kI2sGemmScratch = 16384;
+// run_rows takes the GEMM for windows of at least this many tokens (measured: BENCHMARKS.md).
+constexpr int kI2sGemmMinNt = 9;
+
+template <int NT, int FOLD>
+__attribute__((noinline)) void i2s_gemm_rows(const RowArgs &a, const uint8_t *codes, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) i2s_row<NT, FOLD>(I2sPlanes{codes + (size_t)(r - r0) * (size_t)a.n}, a, r);
+}
+
+template <int FOLD>
+void i2s_gemm(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+    using WinFn = void (*)(const RowArgs &, const uint8_t *, int64_t, int64_t);
+    static constexpr WinFn win[MAX_NT + 1] = {nullptr, &i2s_gemm_rows<1, FOLD>, &i2s_gemm_rows<2, FOLD>,
+                                              &i2s_gemm_rows<3, FOLD>, &i2s_gemm_rows<4, FOLD>, &i2s_gemm_rows<5, FOLD>,
+                                              &i2s_gemm_rows<6, FOLD>, &i2s_gemm_rows<7, FOLD>, &i2s_gemm_rows<8, FOLD>};
+    using RowFn = void (*)(const RowArgs &, int64_t, int64_t);
+    static constexpr RowFn row[MAX_NT + 1] = {nullptr, &i2s_rows<1, FOLD>, &i2s_rows<2, FOLD>, &i2s_rows<3, FOLD>,
+                                              &i2s_rows<4, FOLD>, &i2s_rows<5, FOLD>, &i2s_rows<6, FOLD>,
+                                              &i2s_rows<7, FOLD>, &i2s_rows<8, FOLD>};
+    auto window = [&](int t0) {
+        RowArgs w = a;
+        w.act += (size_t)t0 * a.act_stride;
+        w.out += (size_t)t0 * a.out_stride;
+        return w;
+    };
+    if (a.n > kI2sGemmScratch) {  // a row's codes do not fit the scratch: the row kernels' windows
+        for (int t0 = 0; t0 < nt; t0 += MAX_NT) row[nt - t0 < MAX_NT ? nt - t0 : MAX_NT](window(t0), r0, r1);
+        return;
+    }
+    alignas(64) uint8_t codes[kI2sGemmScratch];
+    const int64_t nb = a.n / QK_I2S, R = kI2sGemmScratch / a.n;
+    for (int64_t rb = r0; rb < r1; rb += R) {
+        const int64_t re = rb + R < r1 ? rb + R : r1;
+        for (int64_t r = rb; r < re; ++r) i2s_decode_planes(a.w + (size_t)r * a.w_stride, codes + (size_t)(r - rb) * (size_t)a.n, nb);
+        for (int t0 = 0; t0 < nt; t0 += MAX_NT) win[nt - t0 < MAX_NT ? nt - t0 : MAX_NT](window(t0), codes, rb, re);
+    }
 }
 
 // ============================================================================================
@@ -628,6 +734,9 @@ struct I2sK {
     template <int NT>
     static void rows(const RowArgs &a, int64_t r0, int64_t r1, int) { i2s_rows<NT, FOLD>(a, r0, r1); }
 };
+// The GEMM entry (KernelEntry::gemm): one call for the whole chunk of a row tile.
+template <int FOLD>
+void i2s_gemm_entry(const RowArgs &a, int64_t r0, int64_t r1, int nt) { i2s_gemm<FOLD>(a, r0, r1, nt); }
 template <class Dec>
 struct TqK {
     template <int NT>
@@ -647,15 +756,22 @@ void register_ternary(KernelTable &t) {
     const auto all = std::make_integer_sequence<int, MAX_NT>{};
 #if LB_TN_ISA == 1
     // LOWBIT_I2S_FOLD=1: widen every block (bitnet.cpp's schedule), for A/B runs. Read once
-    // here, never in the kernels; the variant has its own name in `lowbit info` and stats().
+    // here, never in the kernels; the variant has its own name in `lowbit info` and stats(),
+    // for the row kernels and the GEMM alike (they share the body, so they share the schedule).
     const char *f = std::getenv("LOWBIT_I2S_FOLD");
-    if (f && *f && std::strcmp(f, "0") != 0)
+    const bool fold1 = f && *f && std::strcmp(f, "0") != 0;
+    if (fold1) {
         set_rows<I2sK<1>>(t, T_I2_S, "rows_i2_s_i8_s_" LB_TN_LEVEL "_fold1", all);
-    else
+        t.at(T_I2_S).gemm = RowKernel{&i2s_gemm_entry<1>, "gemm_i2_s_i8_s_" LB_TN_LEVEL "_fold1", LOWBIT_ISA};
+    } else {
         set_rows<I2sK<I2S_FOLD_N>>(t, T_I2_S, "rows_i2_s_i8_s_" LB_TN_LEVEL, all);
+        t.at(T_I2_S).gemm = RowKernel{&i2s_gemm_entry<I2S_FOLD_N>, "gemm_i2_s_i8_s_" LB_TN_LEVEL, LOWBIT_ISA};
+    }
 #else
     set_rows<I2sK<0>>(t, T_I2_S, "rows_i2_s_i8_s_" LB_TN_LEVEL, all);
+    t.at(T_I2_S).gemm = RowKernel{&i2s_gemm_entry<0>, "gemm_i2_s_i8_s_" LB_TN_LEVEL, LOWBIT_ISA};
 #endif
+    t.at(T_I2_S).gemm_min_nt = kI2sGemmMinNt;
     set_rows<TqK<Tq2>>(t, T_TQ2_0, "rows_tq2_0_q8_k_" LB_TN_LEVEL, all);
     set_rows<TqK<Tq1>>(t, T_TQ1_0, "rows_tq1_0_q8_k_" LB_TN_LEVEL, all);
 }
