@@ -361,21 +361,23 @@ constexpr bool kI2sLaunder = LB_TN_ISA == 1 && NT > 4;
 // FOLD: blocks summed in int16 between folds (avx2 only; I2S_FOLD_N, or 1 for the
 // LOWBIT_I2S_FOLD=1 variant). The same body serves nt = 1 and every window: the deferral is
 // the loop structure below, not a per-nt choice.
-// The one inner body of I2_S: row r's outputs for the NT tokens of window `a`, codes from `src`
+// The one inner body of I2_S: row r's outputs for tokens t0 .. t0 + NT - 1 of `a`, codes from `src`
 // (I2sPacked in the row kernels, I2sPlanes in the GEMM). The block step, the avx2 fold schedule
 // (FOLD blocks of int16 partials, then a fold, and a fold at the row's tail) and the finish
 // live only here, so the GEMM cannot differ from the row kernel in any of them.
 template <int NT, int FOLD, class Src>
-LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r) {
+LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r, size_t t0 = 0) {
     const int64_t nb = a.n / QK_I2S;
     const size_t st = a.act_stride;
+    const uint8_t *const act = a.act + t0 * st;  // the window's token 0
+    float *const out = a.out + t0 * a.out_stride;
     // token t's q: (t < 4 ? qlo : qhi) + (t & 3) * st
-    const uint8_t *const qlo = a.act + I8S_HEADER;
+    const uint8_t *const qlo = act + I8S_HEADER;
     const uint8_t *const qhi = qlo + 4 * st;
 #define LB_TQ(t, off) (((t) < 4 ? qlo : qhi) + ((t) & 3) * st + (off))
     {
         // token t's result from its exact sum S (the header is re-read: it is in L1)
-#define LB_PUT(t, S) a.out[(size_t)(t) * a.out_stride + r] = i2s_finish((S), a.act + (t) * st, a.w_scale)
+#define LB_PUT(t, S) out[(size_t)(t) * a.out_stride + r] = i2s_finish((S), act + (t) * st, a.w_scale)
 
 #if LB_TN_ISA == 1
         // s_t: int16 partials of the current fold group; u_t (NT <= 4) or u8 (NT > 4, lane t =
@@ -450,10 +452,10 @@ LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r) {
 #undef LB_TQ
 }
 
-// Row kernel: rows [r0, r1) of the window, each decoded in place.
+// Row kernel: rows [r0, r1) of the window (tokens t0 .. t0 + NT - 1), each decoded in place.
 template <int NT, int FOLD>
-void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) i2s_row<NT, FOLD>(I2sPacked{a.w + (size_t)r * a.w_stride}, a, r);
+void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1, size_t t0 = 0) {
+    for (int64_t r = r0; r < r1; ++r) i2s_row<NT, FOLD>(I2sPacked{a.w + (size_t)r * a.w_stride}, a, r, t0);
 }
 
 // ---- GEMM: a whole prompt chunk (any nt) over rows [r0, r1) ----------------------------------
@@ -468,43 +470,42 @@ void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1) {
 // Scratch: 16 KB of codes plus one window's activations (8 x n bytes, 20 KB at n = 2560) stay
 // in a 48 KB L1d; the chunk's other windows come from L2, once per tile.
 constexpr int64_t kI2sGemmScratch = 16384;
-// run_rows takes the GEMM for windows of at least this many tokens (measured: BENCHMARKS.md).
-constexpr int kI2sGemmMinNt = 9;
+// run_rows takes the GEMM for chunks of at least this many tokens; 0: never by itself. Measured
+// on the Sapphire Rapids of BENCHMARKS.md ("I2_S GEMM"), the GEMM does not beat the 8-token
+// windows at nt 16, 32 or 64 on any level (avx2 0.93-1.03x, avx512 0.77-0.94x): the in-register
+// decode is already hidden behind the maddubs / dpbusd ports, and loading decoded codes costs as
+// much as decoding them. So it is off by default; LOWBIT_I2S_GEMM_MIN_NT=N (read once, at
+// registration) turns it on for chunks of >= N tokens, for A/B runs on other CPUs.
+constexpr int kI2sGemmMinNt = 0;
 
 template <int NT, int FOLD>
-__attribute__((noinline)) void i2s_gemm_rows(const RowArgs &a, const uint8_t *codes, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) i2s_row<NT, FOLD>(I2sPlanes{codes + (size_t)(r - r0) * (size_t)a.n}, a, r);
+__attribute__((noinline)) void i2s_gemm_rows(const RowArgs &a, size_t t0, const uint8_t *codes, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+        i2s_row<NT, FOLD>(I2sPlanes{codes + (size_t)(r - r0) * (size_t)a.n}, a, r, t0);
 }
 
 template <int FOLD>
 void i2s_gemm(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
-    using WinFn = void (*)(const RowArgs &, const uint8_t *, int64_t, int64_t);
+    using WinFn = void (*)(const RowArgs &, size_t, const uint8_t *, int64_t, int64_t);
     static constexpr WinFn win[MAX_NT + 1] = {nullptr, &i2s_gemm_rows<1, FOLD>, &i2s_gemm_rows<2, FOLD>,
                                               &i2s_gemm_rows<3, FOLD>, &i2s_gemm_rows<4, FOLD>, &i2s_gemm_rows<5, FOLD>,
                                               &i2s_gemm_rows<6, FOLD>, &i2s_gemm_rows<7, FOLD>, &i2s_gemm_rows<8, FOLD>};
-    using RowFn = void (*)(const RowArgs &, int64_t, int64_t);
-    static constexpr RowFn row[MAX_NT + 1] = {nullptr, &i2s_rows<1, FOLD>, &i2s_rows<2, FOLD>, &i2s_rows<3, FOLD>,
-                                              &i2s_rows<4, FOLD>, &i2s_rows<5, FOLD>, &i2s_rows<6, FOLD>,
-                                              &i2s_rows<7, FOLD>, &i2s_rows<8, FOLD>};
-    auto window = [&](int t0) {
-        RowArgs w = a;
-        w.act += (size_t)t0 * a.act_stride;
-        w.out += (size_t)t0 * a.out_stride;
-        return w;
-    };
-    if (a.n > kI2sGemmScratch) {  // a row's codes do not fit the scratch: the row kernels' windows
-        for (int t0 = 0; t0 < nt; t0 += MAX_NT) row[nt - t0 < MAX_NT ? nt - t0 : MAX_NT](window(t0), r0, r1);
-        return;
-    }
-    alignas(64) uint8_t codes[kI2sGemmScratch];
-    const int64_t nb = a.n / QK_I2S, R = kI2sGemmScratch / a.n;
+    // The scratch is per thread and off the stack (tools/check_spills.py counts stack vector
+    // moves in every "gemm" function).
+    alignas(64) static thread_local uint8_t codes[kI2sGemmScratch];
+    const int64_t nb = a.n / QK_I2S;
+    // a row's codes must fit the scratch: 16384 weights per row (wider rows: several passes
+    // would be needed; run_rows' row kernels serve them, see i2s_gemm_entry)
+    const int64_t R = kI2sGemmScratch / a.n;
     for (int64_t rb = r0; rb < r1; rb += R) {
         const int64_t re = rb + R < r1 ? rb + R : r1;
-        for (int64_t r = rb; r < re; ++r) i2s_decode_planes(a.w + (size_t)r * a.w_stride, codes + (size_t)(r - rb) * (size_t)a.n, nb);
-        for (int t0 = 0; t0 < nt; t0 += MAX_NT) win[nt - t0 < MAX_NT ? nt - t0 : MAX_NT](window(t0), codes, rb, re);
+        for (int64_t r = rb; r < re; ++r)
+            i2s_decode_planes(a.w + (size_t)r * a.w_stride, codes + (size_t)(r - rb) * (size_t)a.n, nb);
+        for (int t0 = 0; t0 < nt; t0 += MAX_NT) win[nt - t0 < MAX_NT ? nt - t0 : MAX_NT](a, (size_t)t0, codes, rb, re);
     }
 }
 
+// The GEMM entry (KernelEntry::gemm): one call for the whole chunk of a row tile.
 // ============================================================================================
 // TQ2_0 / TQ1_0 x Q8_K
 // ============================================================================================
@@ -734,9 +735,16 @@ struct I2sK {
     template <int NT>
     static void rows(const RowArgs &a, int64_t r0, int64_t r1, int) { i2s_rows<NT, FOLD>(a, r0, r1); }
 };
-// The GEMM entry (KernelEntry::gemm): one call for the whole chunk of a row tile.
+// Rows wider than the scratch (n > 16384) run as the row kernels' windows: the same results.
 template <int FOLD>
-void i2s_gemm_entry(const RowArgs &a, int64_t r0, int64_t r1, int nt) { i2s_gemm<FOLD>(a, r0, r1, nt); }
+void i2s_gemm_entry(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+    if (a.n <= kI2sGemmScratch) return i2s_gemm<FOLD>(a, r0, r1, nt);
+    using RowFn = void (*)(const RowArgs &, int64_t, int64_t, size_t);
+    static constexpr RowFn row[MAX_NT + 1] = {nullptr, &i2s_rows<1, FOLD>, &i2s_rows<2, FOLD>, &i2s_rows<3, FOLD>,
+                                              &i2s_rows<4, FOLD>, &i2s_rows<5, FOLD>, &i2s_rows<6, FOLD>,
+                                              &i2s_rows<7, FOLD>, &i2s_rows<8, FOLD>};
+    for (int t0 = 0; t0 < nt; t0 += MAX_NT) row[nt - t0 < MAX_NT ? nt - t0 : MAX_NT](a, r0, r1, (size_t)t0);
+}
 template <class Dec>
 struct TqK {
     template <int NT>
@@ -771,7 +779,8 @@ void register_ternary(KernelTable &t) {
     set_rows<I2sK<0>>(t, T_I2_S, "rows_i2_s_i8_s_" LB_TN_LEVEL, all);
     t.at(T_I2_S).gemm = RowKernel{&i2s_gemm_entry<0>, "gemm_i2_s_i8_s_" LB_TN_LEVEL, LOWBIT_ISA};
 #endif
-    t.at(T_I2_S).gemm_min_nt = kI2sGemmMinNt;
+    const char *g = std::getenv("LOWBIT_I2S_GEMM_MIN_NT");
+    t.at(T_I2_S).gemm_min_nt = g && *g ? std::atoi(g) : kI2sGemmMinNt;
     set_rows<TqK<Tq2>>(t, T_TQ2_0, "rows_tq2_0_q8_k_" LB_TN_LEVEL, all);
     set_rows<TqK<Tq1>>(t, T_TQ1_0, "rows_tq1_0_q8_k_" LB_TN_LEVEL, all);
 }
