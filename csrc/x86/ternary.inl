@@ -73,6 +73,7 @@ LB_TN_INLINE VY zy() { return _mm256_setzero_si256(); }
 // constants into two instructions. Through kc() they stay memory operands at their use.
 struct alignas(64) Consts {
     int8_t m3[64];        // 3: a 2-bit field
+    int8_t m12[32];       // 0x0C: a 2-bit field at bits 3:2 (I2_S GEMV: 4 x code)
     int8_t bias[32];      // 0x80 (TQ1_0: bytes kept biased, see trit())
     int8_t k86[32];       // 85 - 128:  biased x >s this  <=>  x >= 86
     int8_t k171[32];      // 170 - 128: biased x >s this  <=>  x >= 171
@@ -88,6 +89,7 @@ constexpr void fill(T *p, T v, int from = 0) { for (int i = from; i < N; ++i) p[
 constexpr Consts make_consts() {
     Consts c{};
     fill<64>(c.m3, (int8_t)3);
+    fill<32>(c.m12, (int8_t)0x0C);
     fill<32>(c.bias, (int8_t)-128);
     fill<32>(c.k86, (int8_t)(85 - 128));
     fill<32>(c.k171, (int8_t)(170 - 128));
@@ -246,6 +248,19 @@ static_assert(I2S_FOLD_N * kI2sLanePos <= 32767 && I2S_FOLD_N * kI2sLaneNeg <= 3
 static_assert((I2S_FOLD_N + 1) * kI2sLanePos > 32767 || (I2S_FOLD_N + 1) * kI2sLaneNeg > 32768,
               "FOLD_N is the largest safe block count");
 static_assert(I2S_FOLD_N == 10, "the issue's bound: floor(32767 / (4 * 2 * 3 * 127)) = 10");
+// avx2 GEMV (one token): planes 1, 3 decode to codes (accumulator A), planes 0, 2 to 4 x code
+// (accumulator B), which saves two shifts per block (Y4). Per block a lane of B adds 2 planes
+// of 2 products 4 * code * q: the same bound gives the blocks B may sum before a fold; a fold
+// adds A + B / 4 (an exact arithmetic shift: B is a multiple of 4) into int32 via madd.
+constexpr int kI2sGemvLanePos = 2 * 2 * 4 * kI2sMaxCode * kI8MaxPos;  // 6096 per block
+constexpr int kI2sGemvLaneNeg = 2 * 2 * 4 * kI2sMaxCode * kI8MaxNeg;  // 6144 per block
+constexpr int I2S_GEMV_FOLD_N = 32767 / kI2sGemvLanePos < 32768 / kI2sGemvLaneNeg ? 32767 / kI2sGemvLanePos
+                                                                                   : 32768 / kI2sGemvLaneNeg;
+static_assert(I2S_GEMV_FOLD_N * kI2sGemvLanePos <= 32767 && I2S_GEMV_FOLD_N * kI2sGemvLaneNeg <= 32768,
+              "GEMV: FOLD blocks of 4 x code partials must not overflow");
+static_assert(I2S_GEMV_FOLD_N == 5, "floor(32767 / (2 * 2 * 4 * 3 * 127)) = 5");
+// A and B / 4 each hold at most I2S_GEMV_FOLD_N * 2 * 2 * 3 * 128 = 7680: their sum fits int16
+static_assert(2 * I2S_GEMV_FOLD_N * 2 * 2 * kI2sMaxCode * kI8MaxNeg <= 32768, "GEMV: A + B / 4 fits int16");
 
 LB_TN_INLINE float i2s_finish(int64_t S, const uint8_t *hdr, float w_scale) {
     float act_scale;
@@ -262,6 +277,8 @@ LB_TN_INLINE float i2s_finish(int64_t S, const uint8_t *hdr, float w_scale) {
 //   y01(b, k) -> planes 0, 1 of block b (meet q[0..31], q[32..63]); y23(b, k) -> planes 2, 3
 //   z(b, k)   -> (avx512) [plane 0 | plane 1], [plane 2 | plane 3]
 struct Y2 { VY a, b; };  // two code vectors (a struct: std::pair drops the vector attributes)
+// avx2 GEMV form: planes 1 and 3 as codes, planes 0 and 2 as 4 x code (see i2s_row)
+struct Y4 { VY c1, c3, c0x4, c2x4; };
 #if LB_TN_ISA == 3
 struct Z2 { VZ a, b; };
 #endif
@@ -275,6 +292,13 @@ struct I2sPacked {
     LB_TN_INLINE Y2 y23(int64_t b, const Consts *k) const {
         const VY raw = ldy(w + (size_t)b * 32);  // re-read per phase: fewer live registers
         return {_mm256_and_si256(_mm256_srli_epi16(raw, 2), cy(k->m3)), _mm256_and_si256(raw, cy(k->m3))};
+    }
+    // One 16-bit shift by 4 brings bits 5:4 to 1:0 and bits 7:6 to 3:2 of each byte (the
+    // neighbour byte's bits land at 7:4 and are masked off): 1 shift + 4 ands, not 3 + 4.
+    LB_TN_INLINE Y4 y4(int64_t b, const Consts *k) const {
+        const VY raw = ldy(w + (size_t)b * 32), hi = _mm256_srli_epi16(raw, 4);
+        return {_mm256_and_si256(hi, cy(k->m3)), _mm256_and_si256(raw, cy(k->m3)),
+                _mm256_and_si256(hi, cy(k->m12)), _mm256_and_si256(raw, cy(k->m12))};
     }
 #if LB_TN_ISA == 3
     LB_TN_INLINE Z2 z(int64_t b, const Consts *k) const {
@@ -291,6 +315,10 @@ struct I2sPlanes {
     }
     LB_TN_INLINE Y2 y23(int64_t b, const Consts *) const {
         return {ldy(c + (size_t)b * 128 + 64), ldy(c + (size_t)b * 128 + 96)};
+    }
+    LB_TN_INLINE Y4 y4(int64_t b, const Consts *) const {
+        const uint8_t *const p = c + (size_t)b * 128;
+        return {ldy(p + 32), ldy(p + 96), _mm256_slli_epi16(ldy(p), 2), _mm256_slli_epi16(ldy(p + 64), 2)};
     }
 #if LB_TN_ISA == 3
     LB_TN_INLINE Z2 z(int64_t b, const Consts *) const {
@@ -380,6 +408,27 @@ LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r, size_t t0
 #define LB_PUT(t, S) out[(size_t)(t) * a.out_stride + r] = i2s_finish((S), act + (t) * st, a.w_scale)
 
 #if LB_TN_ISA == 1
+        if constexpr (NT == 1) {
+            // GEMV (Y4): A (codes, planes 1 and 3) and B (4 x codes, planes 0 and 2) in int16,
+            // folded every I2S_GEMV_FOLD_N blocks (FOLD = 1: every block) and at the row's tail.
+            constexpr int G = FOLD == 1 ? 1 : I2S_GEMV_FOLD_N;
+            const Consts *const k = kc<false>();
+            VY u = zy();
+            for (int64_t b0 = 0; b0 < nb; b0 += G) {
+                const int64_t b1 = b0 + G < nb ? b0 + G : nb;
+                VY A = zy(), B = zy();
+                for (int64_t b = b0; b < b1; ++b) {
+                    const uint8_t *const q = qlo + (size_t)b * QK_I2S;
+                    const Y4 c = src.y4(b, k);
+                    A = pin(_mm256_add_epi16(A, _mm256_add_epi16(_mm256_maddubs_epi16(c.c1, ldy(q + 32)),
+                                                                 _mm256_maddubs_epi16(c.c3, ldy(q + 96)))));
+                    B = pin(_mm256_add_epi16(B, _mm256_add_epi16(_mm256_maddubs_epi16(c.c0x4, ldy(q)),
+                                                                 _mm256_maddubs_epi16(c.c2x4, ldy(q + 64)))));
+                }
+                u = _mm256_add_epi32(u, _mm256_madd_epi16(_mm256_add_epi16(A, _mm256_srai_epi16(B, 2)), cy(k->one16)));
+            }
+            LB_PUT(0, hsum_i32(u));
+        } else {
         // s_t: int16 partials of the current fold group; u_t (NT <= 4) or u8 (NT > 4, lane t =
         // token t, packed by pack8) the int32 sums.
 #define LB_DECL(t) [[maybe_unused]] VY s##t = zy(); [[maybe_unused]] VY u##t = zy();
@@ -417,6 +466,7 @@ LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r, size_t t0
             LB_TN_EACH(LB_SUM)
 #undef LB_SUM
         }
+        }  // NT > 1
 #else   // vnni levels: dpbusd straight into int32, nothing to defer
         static_assert(FOLD == 0, "the fold is an avx2 (no VNNI) matter");
 #if LB_TN_ISA == 3
