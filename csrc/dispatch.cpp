@@ -117,7 +117,7 @@ static bool env_disables(const char *kernel_name) {
     return v && *v && std::strcmp(v, "0") != 0;
 }
 
-// Overwrite `dst` with what `src` (one level's registrations) provides, kernel by kernel.
+// LOWBIT_NO_<name>=1 turns this SIMD kernel off (recorded once in g_disabled).
 static bool disabled_here(const RowKernel &k) {
     if (k.isa == ISA_SCALAR || !env_disables(k.name)) return false;  // the reference is never turned off
     bool seen = false;
@@ -126,6 +126,7 @@ static bool disabled_here(const RowKernel &k) {
     return true;
 }
 
+// Overwrite `dst` with what `src` (one level's registrations) provides, kernel by kernel.
 static void overlay(KernelEntry &dst, const KernelEntry &src) {
     for (int nt = 1; nt <= MAX_NT; ++nt) {
         const RowKernel &k = src.rows[nt];

@@ -21,6 +21,13 @@
 // (avx2vnni, avx512: -> int32 quads). Per-token accumulators are the named registers s0..s7
 // (and u0..u3 / u8), fanned out by LB_TN_EACH, never an array (I7). The decode is split in
 // phases of two code vectors so that 8 tokens' accumulators + 2 codes fit in 16 ymm.
+//
+// I2_S has one inner body, i2s_row (one row, a window of NT tokens, codes from a source), used
+// by the row kernels (codes decoded in place) and by the GEMM for prompt chunks (a tile's codes
+// decoded once into an L1 scratch, then every 8-token window of the chunk): the block step, the
+// avx2 int16 fold schedule and the finish exist once. On avx2 the one-token form (GEMV) decodes
+// planes 0 and 2 as 4 x code (one shift per block instead of three) into a second int16
+// accumulator with its own fold bound (I2S_GEMV_FOLD_N); see the static_asserts.
 #include <immintrin.h>
 
 #include <cstdint>
