@@ -184,3 +184,46 @@ def test_gemm_can_be_turned_off(rng, tmp_path):
     for lv in ("avx2vnni", "avx512"):
         if lv in r["levels"]:
             assert r["gemm"][lv][0] == f"gemm_i2_s_i8_s_{lv}"
+
+
+# ---- end to end: the engine's prompt chunks through the GEMM -----------------------------------
+
+_ENGINE_CHILD = r"""
+import json, sys
+import numpy as np
+import lowbit
+from lowbit import kernels as K
+from lowbit._native import lib
+m = lowbit.load(sys.argv[1], n_ctx=64, threads=2)
+ids = m.tokenize(sys.argv[2], add_bos=False)[:40]
+K.reset_stats()
+logits = m.logits(ids, chunk=40)  # one 40-token chunk per layer matmul
+np.save(sys.argv[3], logits)
+print(json.dumps(sorted({s["kernel"] for s in K.stats() if s["format"] == "I2_S"})))
+"""
+
+
+@pytest.mark.skipif(not GEMM_LEVELS, reason="no SIMD level here")
+def test_engine_logits_identical_with_the_gemm(tmp_path):
+    """A bitnet-b1.58 I2_S model's logits for a 40-token prompt chunk are bitwise the same with
+    the GEMM on (LOWBIT_I2S_GEMM_MIN_NT=9: every I2_S matmul of the chunk takes it) and off."""
+    from lowbit import synth
+    from test_bitnet import SHAPE, TEXT
+    path = synth.synth_bitnet(tmp_path / "b158.gguf", arch="bitnet-b1.58", wtype="I2_S", seed=3, **SHAPE)
+    text = TEXT * 3
+    runs = []
+    for tag, extra in (("off", {}), ("on", {"LOWBIT_I2S_GEMM_MIN_NT": "9"})):
+        env = {k: v for k, v in os.environ.items()
+               if not (k.startswith("LOWBIT_NO_") or k in ("LOWBIT_I2S_FOLD", "LOWBIT_I2S_GEMM_MIN_NT"))}
+        env.update(extra)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        out = tmp_path / f"{tag}.npy"
+        p = subprocess.run([sys.executable, "-c", _ENGINE_CHILD, str(path), text, str(out)], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        runs.append((json.loads(p.stdout.strip().splitlines()[-1]), np.load(out)))
+    (k_off, off), (k_on, on) = runs
+    sel = lib.cpu_info()["selected"]
+    assert k_off and all(k.startswith("rows_i2_s_i8_s_") for k in k_off), k_off
+    assert k_on == [f"gemm_i2_s_i8_s_{sel}"], k_on
+    assert off.shape[0] == 40 and same_bits(on, off)
