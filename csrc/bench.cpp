@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dispatch.h"
+#include "matmul.h"
 #include "threadpool.h"
 
 namespace lowbit {
@@ -43,6 +44,15 @@ double bench_rows(const KernelEntry &e, const RowArgs &a, int64_t rows, int nt, 
             split_range(rows, i, nth, &b, &en);
             if (en > b) k.fn(a, b, en, nt);
         });
+    });
+}
+
+// matmul's own path (run_rows: row tiles, windows of 8 or the GEMM) over all rows, nt tokens.
+double bench_matmul(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, size_t w_stride,
+                    const uint8_t *act, size_t act_stride, int64_t nt, float *out, int64_t n, float w_scale,
+                    int64_t rows, int threads, int reps) {
+    return median_time(reps, [&] {
+        run_rows(f, e, isa, w, w_stride, act, act_stride, nt, out, (size_t)rows, n, w_scale, 0, rows, threads);
     });
 }
 

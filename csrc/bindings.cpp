@@ -66,6 +66,18 @@ static const KernelEntry &entry(int id, int isa) {
     return kernel_entry_at(id, isa);
 }
 
+// path: 0 = as dispatched; 1 = row kernels in windows of <= 8 only (the GEMM off); 2 = the
+// entry's GEMM for every nt (tests and benchmarks compare the two paths of one level).
+static KernelEntry with_path(const KernelEntry &e, int path) {
+    KernelEntry c = e;
+    if (path == 1) c.gemm = RowKernel{}, c.gemm_min_nt = 0;
+    if (path == 2) {
+        if (!e.gemm.fn) throw std::invalid_argument("this format has no GEMM at this level");
+        c.gemm_min_nt = 1;
+    }
+    return c;
+}
+
 static int threads_or_default(int threads) {
     const int pool = ThreadPool::instance().size();
     if (threads <= 0) return pool;
@@ -214,7 +226,7 @@ NB_MODULE(_lowbit, m) {
     // The engine's call: activations already quantized (act[nt, act_row_bytes]), output
     // written into out[nt, rows] for rows [r0, r1) only.
     m.def("matmul_act", [](int id, U8In raw, U8In act, int64_t n, float w_scale, F32Out out,
-                           int64_t r0, int64_t r1, int threads, int isa) {
+                           int64_t r0, int64_t r1, int threads, int isa, int path) {
         const Format &f = fmt(id);
         const size_t rb = check_weights(f, raw, n);
         const Format &af = fmt(f.act);
@@ -230,12 +242,20 @@ NB_MODULE(_lowbit, m) {
         if (r0 < 0 || r1 > rows || r0 > r1) throw std::invalid_argument("row range [r0, r1) outside [0, rows)");
         const uint8_t *w = raw.data(), *a = act.data();
         float *o = out.data();
-        const KernelEntry &e = entry(id, isa);  // throws here, with the GIL, if the level is not available
+        // throws here, with the GIL, if the level is not available
+        const KernelEntry e = with_path(entry(id, isa), path);
         const int level = isa < 0 ? cpu_info().selected : isa;
         nb::gil_scoped_release nogil;
         run_rows(f, e, level, w, rb, a, arb, nt, o, (size_t)rows, n, w_scale, r0, r1, threads_or_default(threads));
     }, nb::arg("id"), nb::arg("raw"), nb::arg("act"), nb::arg("n"), nb::arg("w_scale"), nb::arg("out"),
-       nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1);
+       nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1, nb::arg("path") = 0);
+    m.def("gemm_kernel", [](int id, int isa) -> nb::object {
+        fmt(id);
+        const KernelEntry &e = entry(id, isa);
+        if (!e.gemm.fn) return nb::none();
+        return nb::make_tuple(std::string(e.gemm.name), std::string(isa_name(e.gemm.isa)), e.gemm_min_nt);
+    }, nb::arg("id"), nb::arg("isa") = -1,
+       "(GEMM kernel name, level, min nt: run_rows uses it for windows >= min nt) or None.");
 
     // ---- benchmark loops (lowbit bench) ----
     m.def("bench_rows", [](int id, U8In raw, U8In act, int64_t n, float w_scale, int threads, int reps, int isa) {
@@ -251,6 +271,23 @@ NB_MODULE(_lowbit, m) {
         nb::gil_scoped_release nogil;
         return bench_rows(e, a, rows, nt, threads_or_default(threads), reps);
     });
+    // the matmul path itself (run_rows: tiles, windows or the GEMM), any nt; path as matmul_act's
+    m.def("bench_matmul", [](int id, U8In raw, U8In act, int64_t n, float w_scale, int threads, int reps, int isa,
+                             int path) {
+        const Format &f = fmt(id);
+        const size_t rb = check_weights(f, raw, n);
+        const size_t arb = row_bytes(&fmt(f.act), n);
+        const int64_t nt = (int64_t)act.shape(0);
+        if ((size_t)act.shape(1) != arb || nt < 1) throw std::invalid_argument("bad activations");
+        const int64_t rows = (int64_t)raw.shape(0);
+        std::vector<float> out((size_t)nt * rows);
+        const KernelEntry e = with_path(entry(id, isa), path);
+        const int level = isa < 0 ? cpu_info().selected : isa;
+        nb::gil_scoped_release nogil;
+        return bench_matmul(f, e, level, raw.data(), rb, act.data(), arb, nt, out.data(), n, w_scale, rows,
+                            threads_or_default(threads), reps);
+    }, nb::arg("id"), nb::arg("raw"), nb::arg("act"), nb::arg("n"), nb::arg("w_scale"), nb::arg("threads"),
+       nb::arg("reps"), nb::arg("isa") = -1, nb::arg("path") = 0);
     m.def("bench_vec_dot", [](uintptr_t fn, U8In raw, U8In act, int64_t n, int threads, int reps) {
         const int64_t rows = (int64_t)raw.shape(0);
         const int nt = (int)act.shape(0);

@@ -134,6 +134,13 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
         if (!k.fn || turned_off(k.name, k.isa)) continue;
         dst.rows[nt] = k;
     }
+    // A level's GEMM replaces a lower level's (or, if turned off, removes it: it would pair
+    // with this level's row kernels otherwise).
+    if (src.gemm.fn) {
+        const bool off = turned_off(src.gemm.name, src.gemm.isa);
+        dst.gemm = off ? RowKernel{} : src.gemm;
+        dst.gemm_min_nt = off ? 0 : src.gemm_min_nt;
+    }
     if (src.dequant) dst.dequant = src.dequant;
     if (src.quant_act && !turned_off(src.quant_act_name, src.quant_act_isa)) {
         dst.quant_act = src.quant_act;
@@ -226,7 +233,7 @@ static int slot_of(int id) { return id == T_I8_S ? 64 : (id >= 0 && id < 64 ? id
 
 void count_call(int type_id, int nt, int isa, int64_t rows) {
     const int s = slot_of(type_id);
-    if (s < 0 || nt < 1 || nt > MAX_NT || isa < 0 || isa >= ISA_COUNT) return;
+    if (s < 0 || nt < 0 || nt > MAX_NT || isa < 0 || isa >= ISA_COUNT) return;  // nt 0: the GEMM
     g_calls[s][nt][isa].fetch_add(1, std::memory_order_relaxed);
     g_rows[s][nt][isa].fetch_add(rows, std::memory_order_relaxed);
 }
@@ -234,12 +241,13 @@ void count_call(int type_id, int nt, int isa, int64_t rows) {
 std::vector<CallStat> call_stats() {
     std::vector<CallStat> out;
     for (int s = 0; s < 65; ++s)
-        for (int nt = 1; nt <= MAX_NT; ++nt)
+        for (int nt = 0; nt <= MAX_NT; ++nt)
             for (int l = 0; l < ISA_COUNT; ++l) {
                 const long long c = g_calls[s][nt][l].load(std::memory_order_relaxed);
                 if (!c) continue;
                 const int id = s == 64 ? T_I8_S : s;
-                out.push_back({id, nt, kernel_entry_at(id, l).rows[nt].name, c, g_rows[s][nt][l].load()});
+                const KernelEntry &e = kernel_entry_at(id, l);
+                out.push_back({id, nt, nt ? e.rows[nt].name : e.gemm.name, c, g_rows[s][nt][l].load()});
             }
     return out;
 }

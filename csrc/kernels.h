@@ -54,6 +54,12 @@ struct RowKernel {
 
 struct KernelEntry {
     RowKernel rows[MAX_NT + 1];       // indexed by nt (1..8)
+    // Optional GEMM for a prompt chunk: the row-kernel contract with any nt >= 1 (the kernel
+    // tiles tokens itself), bitwise the row kernels' result per token (I2) and per row (I3).
+    // run_rows calls it once per row tile for the whole token range when nt >= gemm_min_nt
+    // (set by the registering level from its measurements; 0 = never). Counted as nt = 0.
+    RowKernel gemm;
+    int gemm_min_nt = 0;
     dequant_fn dequant = nullptr;
     quant_act_fn quant_act = nullptr; // for activation formats
     const char *quant_act_name = nullptr;  // e.g. "quant_act_q8_0_avx2" (LOWBIT_NO_<NAME>, lowbit info)
@@ -101,7 +107,7 @@ struct KernelTable {
 };
 
 // Call counters per (type id, nt, level of the table used): which path really ran
-// (lowbit.kernels.stats()).
+// (lowbit.kernels.stats()). nt = 0 counts the entry's GEMM (one call per matmul).
 void count_call(int type_id, int nt, int isa, int64_t rows);
 
 }  // namespace lowbit

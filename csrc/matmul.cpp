@@ -19,7 +19,11 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
               int64_t n, float w_scale, int64_t r0, int64_t r1, int threads) {
     const int64_t rows = r1 - r0;
     const int64_t windows = (nt + MAX_NT - 1) / MAX_NT;
-    for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
+    // The entry's GEMM, when it has one and the chunk is long enough, takes all nt tokens of a
+    // tile in one call (same tiles, same per-token results: KernelEntry::gemm).
+    const bool gemm = e.gemm.fn && e.gemm_min_nt > 0 && nt >= e.gemm_min_nt;
+    if (gemm) count_call(f.id, 0, isa, rows);
+    for (int64_t t0 = 0; t0 < nt && !gemm; t0 += MAX_NT) {
         const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
         if (!e.rows[ntc].fn) throw std::invalid_argument(std::string("no row kernel for ") + f.name);
         count_call(f.id, ntc, isa, rows);
@@ -35,6 +39,10 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
         split_range(rows, i, nthr, &b, &en);
         for (int64_t tb = b; tb < en; tb += tile) {
             const int64_t te = tb + tile < en ? tb + tile : en;
+            if (gemm) {
+                e.gemm.fn(RowArgs{w, w_stride, act, act_stride, out, out_stride, n, w_scale}, r0 + tb, r0 + te, (int)nt);
+                continue;
+            }
             for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
                 const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
                 RowArgs a{w, w_stride, act + (size_t)t0 * act_stride, act_stride,

@@ -2,8 +2,9 @@
 
 Every level's kernels claim BITWISE the scalar reference's result (exact integer sums, then
 the reference's float steps lane-wise), so most checks here are exact:
-  - I1 at the avx2 fold boundary: rows of 1, 9, 10, 11, 20, 21 I2_S blocks (FOLD_N = 10 blocks
-    of int16 partials between widenings), worst-case codes (all 2, all 3 via 0xFF bytes, random
+  - I1 at the avx2 fold boundaries: rows of 1, 5, 6, 9, 10, 11, 20, 21 I2_S blocks (FOLD_N = 10
+    blocks of int16 partials between widenings; GEMV_FOLD_N = 5 for the one-token form, whose
+    planes 0 and 2 are decoded as 4 x code), worst-case codes (all 2, all 3 via 0xFF bytes, random
     bytes) and activations +-127 / -128, every level, nt 1..8, against an int64 numpy reference;
   - LOWBIT_I2S_FOLD=1 (fold every block, registered at import as a second avx2 kernel) gives
     bitwise the same output as the deferred fold (run in a subprocess: the variable is read once);
@@ -28,7 +29,8 @@ from lowbit.formats import BY_NAME as F
 ISA = ["scalar", "avx2", "avx2vnni", "avx512"]
 SIMD_LEVELS = [lv for lv in LEVELS if lv != "scalar"]
 FOLD_N = 10  # csrc/x86/ternary.inl: floor(32767 / (4 * 2 * 3 * 127))
-I2S_BLOCKS = [1, 9, 10, 11, 20, 21]
+GEMV_FOLD_N = 5  # the avx2 one-token form (4 x code planes): floor(32767 / (2 * 2 * 4 * 3 * 127))
+I2S_BLOCKS = [1, 5, 6, 9, 10, 11, 20, 21]
 
 
 def run(name, raw, act, n, level, w_scale=1.0, threads=1):
@@ -115,6 +117,8 @@ def test_i2s_worst_case_magnitude_reaches_the_bound(rng):
     per_lane_block = 4 * 2 * 3 * 128
     assert FOLD_N * per_lane_block <= 32768 < (FOLD_N + 1) * per_lane_block
     assert FOLD_N * 4 * 2 * 3 * 127 <= 32767 < (FOLD_N + 1) * 4 * 2 * 3 * 127
+    # one token: a lane of the 4 x code accumulator adds 2 planes x 2 products 4 * 3 * q per block
+    assert GEMV_FOLD_N * 2 * 2 * 4 * 3 * 128 <= 32768 < (GEMV_FOLD_N + 1) * 2 * 2 * 4 * 3 * 128
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -7,7 +7,7 @@ Disassembles every object of the SIMD levels (CMakeFiles/lowbit_{avx2,avx2vnni,a
 with objdump and counts, per function, instructions that move an xmm/ymm/zmm register to or
 from memory at (%rsp) or (%rbp): register spills of per-token accumulators or decoded
 weights. Prints one line per function that has any, and a total per level; exits 1 if any
-row kernel (a function whose name contains "rows") has one.
+row kernel (a function whose name contains "rows" or "gemm") has one.
 """
 from __future__ import annotations
 
@@ -45,6 +45,10 @@ def spills(obj: str) -> dict[str, int]:
     return counts
 
 
+def is_kernel(fn: str) -> bool:
+    return "rows" in fn or "gemm" in fn
+
+
 def main(argv: list[str]) -> int:
     dirs = argv or [d for d in glob.glob("build/*/") + ["build/"] if os.path.isdir(d)]
     objs = objects(dirs)
@@ -56,10 +60,10 @@ def main(argv: list[str]) -> int:
         total, nfn = 0, 0
         for o in sorted(objs[lv]):
             for fn, c in spills(o).items():
-                nfn += "rows" in fn
+                nfn += is_kernel(fn)
                 total += c
                 if c:
-                    kernel = "rows" in fn
+                    kernel = is_kernel(fn)
                     bad += kernel
                     print(f"{lv:<9} {c:4d} stack vector moves in {fn[:150]}{'' if kernel else '  (not a row kernel)'}")
         print(f"{lv:<9} {nfn} row-kernel functions, {total} stack vector moves in all functions")

@@ -21,6 +21,13 @@
 // (avx2vnni, avx512: -> int32 quads). Per-token accumulators are the named registers s0..s7
 // (and u0..u3 / u8), fanned out by LB_TN_EACH, never an array (I7). The decode is split in
 // phases of two code vectors so that 8 tokens' accumulators + 2 codes fit in 16 ymm.
+//
+// I2_S has one inner body, i2s_row (one row, a window of NT tokens, codes from a source), used
+// by the row kernels (codes decoded in place) and by the GEMM for prompt chunks (a tile's codes
+// decoded once into an L1 scratch, then every 8-token window of the chunk): the block step, the
+// avx2 int16 fold schedule and the finish exist once. On avx2 the one-token form (GEMV) decodes
+// planes 0 and 2 as 4 x code (one shift per block instead of three) into a second int16
+// accumulator with its own fold bound (I2S_GEMV_FOLD_N); see the static_asserts.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -73,6 +80,7 @@ LB_TN_INLINE VY zy() { return _mm256_setzero_si256(); }
 // constants into two instructions. Through kc() they stay memory operands at their use.
 struct alignas(64) Consts {
     int8_t m3[64];        // 3: a 2-bit field
+    int8_t m12[32];       // 0x0C: a 2-bit field at bits 3:2 (I2_S GEMV: 4 x code)
     int8_t bias[32];      // 0x80 (TQ1_0: bytes kept biased, see trit())
     int8_t k86[32];       // 85 - 128:  biased x >s this  <=>  x >= 86
     int8_t k171[32];      // 170 - 128: biased x >s this  <=>  x >= 171
@@ -88,6 +96,7 @@ constexpr void fill(T *p, T v, int from = 0) { for (int i = from; i < N; ++i) p[
 constexpr Consts make_consts() {
     Consts c{};
     fill<64>(c.m3, (int8_t)3);
+    fill<32>(c.m12, (int8_t)0x0C);
     fill<32>(c.bias, (int8_t)-128);
     fill<32>(c.k86, (int8_t)(85 - 128));
     fill<32>(c.k171, (int8_t)(170 - 128));
@@ -246,6 +255,19 @@ static_assert(I2S_FOLD_N * kI2sLanePos <= 32767 && I2S_FOLD_N * kI2sLaneNeg <= 3
 static_assert((I2S_FOLD_N + 1) * kI2sLanePos > 32767 || (I2S_FOLD_N + 1) * kI2sLaneNeg > 32768,
               "FOLD_N is the largest safe block count");
 static_assert(I2S_FOLD_N == 10, "the issue's bound: floor(32767 / (4 * 2 * 3 * 127)) = 10");
+// avx2 GEMV (one token): planes 1, 3 decode to codes (accumulator A), planes 0, 2 to 4 x code
+// (accumulator B), which saves two shifts per block (Y4). Per block a lane of B adds 2 planes
+// of 2 products 4 * code * q: the same bound gives the blocks B may sum before a fold; a fold
+// adds A + B / 4 (an exact arithmetic shift: B is a multiple of 4) into int32 via madd.
+constexpr int kI2sGemvLanePos = 2 * 2 * 4 * kI2sMaxCode * kI8MaxPos;  // 6096 per block
+constexpr int kI2sGemvLaneNeg = 2 * 2 * 4 * kI2sMaxCode * kI8MaxNeg;  // 6144 per block
+constexpr int I2S_GEMV_FOLD_N = 32767 / kI2sGemvLanePos < 32768 / kI2sGemvLaneNeg ? 32767 / kI2sGemvLanePos
+                                                                                   : 32768 / kI2sGemvLaneNeg;
+static_assert(I2S_GEMV_FOLD_N * kI2sGemvLanePos <= 32767 && I2S_GEMV_FOLD_N * kI2sGemvLaneNeg <= 32768,
+              "GEMV: FOLD blocks of 4 x code partials must not overflow");
+static_assert(I2S_GEMV_FOLD_N == 5, "floor(32767 / (2 * 2 * 4 * 3 * 127)) = 5");
+// A and B / 4 each hold at most I2S_GEMV_FOLD_N * 2 * 2 * 3 * 128 = 7680: their sum fits int16
+static_assert(2 * I2S_GEMV_FOLD_N * 2 * 2 * kI2sMaxCode * kI8MaxNeg <= 32768, "GEMV: A + B / 4 fits int16");
 
 LB_TN_INLINE float i2s_finish(int64_t S, const uint8_t *hdr, float w_scale) {
     float act_scale;
@@ -255,25 +277,89 @@ LB_TN_INLINE float i2s_finish(int64_t S, const uint8_t *hdr, float w_scale) {
     return (float)(S - act_sum) / act_scale * w_scale;
 }
 
+// Code sources: where a row's codes come from. The row kernel decodes the packed bytes in
+// place (I2sPacked); the GEMM reads codes it decoded once per row tile into an L1 scratch
+// (I2sPlanes). Both give the same code bytes (0..3, unsigned) for the same block, so the one
+// body below (i2s_row) serves both, fold schedule included.
+//   y01(b, k) -> planes 0, 1 of block b (meet q[0..31], q[32..63]); y23(b, k) -> planes 2, 3
+//   z(b, k)   -> (avx512) [plane 0 | plane 1], [plane 2 | plane 3]
+struct Y2 { VY a, b; };  // two code vectors (a struct: std::pair drops the vector attributes)
+// avx2 GEMV form: planes 1 and 3 as codes, planes 0 and 2 as 4 x code (see i2s_row)
+struct Y4 { VY c1, c3, c0x4, c2x4; };
+#if LB_TN_ISA == 3
+struct Z2 { VZ a, b; };
+#endif
+struct I2sPacked {
+    const uint8_t *w;  // the row's raw bytes, 32 per block
+    LB_TN_INLINE Y2 y01(int64_t b, const Consts *k) const {
+        const VY raw = ldy(w + (size_t)b * 32);
+        return {_mm256_and_si256(_mm256_srli_epi16(raw, 6), cy(k->m3)),
+                _mm256_and_si256(_mm256_srli_epi16(raw, 4), cy(k->m3))};
+    }
+    LB_TN_INLINE Y2 y23(int64_t b, const Consts *k) const {
+        const VY raw = ldy(w + (size_t)b * 32);  // re-read per phase: fewer live registers
+        return {_mm256_and_si256(_mm256_srli_epi16(raw, 2), cy(k->m3)), _mm256_and_si256(raw, cy(k->m3))};
+    }
+    // One 16-bit shift by 4 brings bits 5:4 to 1:0 and bits 7:6 to 3:2 of each byte (the
+    // neighbour byte's bits land at 7:4 and are masked off): 1 shift + 4 ands, not 3 + 4.
+    LB_TN_INLINE Y4 y4(int64_t b, const Consts *k) const {
+        const VY raw = ldy(w + (size_t)b * 32), hi = _mm256_srli_epi16(raw, 4);
+        return {_mm256_and_si256(hi, cy(k->m3)), _mm256_and_si256(raw, cy(k->m3)),
+                _mm256_and_si256(hi, cy(k->m12)), _mm256_and_si256(raw, cy(k->m12))};
+    }
+#if LB_TN_ISA == 3
+    LB_TN_INLINE Z2 z(int64_t b, const Consts *k) const {
+        const VZ rawz = bcast2(w + (size_t)b * 32);
+        return {planes2z(rawz, k->sh_6_4, k), planes2z(rawz, k->sh_2_0, k)};
+    }
+#endif
+};
+// Decoded planes: 128 bytes per block, plane p (codes of weights 32p .. 32p + 31) at 32p.
+struct I2sPlanes {
+    const uint8_t *c;
+    LB_TN_INLINE Y2 y01(int64_t b, const Consts *) const {
+        return {ldy(c + (size_t)b * 128), ldy(c + (size_t)b * 128 + 32)};
+    }
+    LB_TN_INLINE Y2 y23(int64_t b, const Consts *) const {
+        return {ldy(c + (size_t)b * 128 + 64), ldy(c + (size_t)b * 128 + 96)};
+    }
+    LB_TN_INLINE Y4 y4(int64_t b, const Consts *) const {
+        const uint8_t *const p = c + (size_t)b * 128;
+        return {ldy(p + 32), ldy(p + 96), _mm256_slli_epi16(ldy(p), 2), _mm256_slli_epi16(ldy(p + 64), 2)};
+    }
+#if LB_TN_ISA == 3
+    LB_TN_INLINE Z2 z(int64_t b, const Consts *) const {
+        return {ldz(c + (size_t)b * 128), ldz(c + (size_t)b * 128 + 64)};
+    }
+#endif
+};
+// The decode of I2sPacked, written to a I2sPlanes scratch: nb blocks of one row.
+LB_TN_INLINE void i2s_decode_planes(const uint8_t *w, uint8_t *c, int64_t nb) {
+    const Consts *const k = kc<false>();
+    const I2sPacked src{w};
+    for (int64_t b = 0; b < nb; ++b) {
+        const auto [c0, c1] = src.y01(b, k);
+        const auto [c2, c3] = src.y23(b, k);
+        uint8_t *const o = c + (size_t)b * 128;
+        _mm256_storeu_si256((__m256i *)o, c0);
+        _mm256_storeu_si256((__m256i *)(o + 32), c1);
+        _mm256_storeu_si256((__m256i *)(o + 64), c2);
+        _mm256_storeu_si256((__m256i *)(o + 96), c3);
+    }
+}
+
 // One 128-weight block for every token, on 32-byte vectors (avx2 and avx2vnni share it; only
 // dot2_tree differs): two phases of two planes, so that 8 accumulators + 2 codes + temporaries
-// fit in 16 ymm. Expects s0..s7, qlo, qhi, st, w in scope.
+// fit in 16 ymm. Expects s0..s7, qlo, qhi, st, src in scope.
 #define LB_I2S_BLOCK_Y                                                                              \
     auto block = [&](int64_t b) __attribute__((always_inline)) {                                    \
-        const uint8_t *const wb = w + (size_t)b * 32;                                               \
         const size_t qo = (size_t)b * QK_I2S;                                                       \
         {   /* planes 0, 1: bits 7:6 and 5:4 -> q[0..63] of the block */                            \
-            const Consts *const k = kc<kI2sLaunder<NT>>();                                          \
-            const VY raw = ldy(wb);                                                                 \
-            const VY c0 = _mm256_and_si256(_mm256_srli_epi16(raw, 6), cy(k->m3));                   \
-            const VY c1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), cy(k->m3));                   \
+            const auto [c0, c1] = src.y01(b, kc<kI2sLaunder<NT>>());                                \
             LB_TN_EACH(LB_I2S_STEP01)                                                               \
         }                                                                                           \
         {   /* planes 2, 3: bits 3:2 and 1:0 -> q[64..127] */                                       \
-            const Consts *const k = kc<kI2sLaunder<NT>>();                                          \
-            const VY raw = ldy(wb);                                                                 \
-            const VY c2 = _mm256_and_si256(_mm256_srli_epi16(raw, 2), cy(k->m3));                   \
-            const VY c3 = _mm256_and_si256(raw, cy(k->m3));                                         \
+            const auto [c2, c3] = src.y23(b, kc<kI2sLaunder<NT>>());                                \
             LB_TN_EACH(LB_I2S_STEP23)                                                               \
         }                                                                                           \
     };
@@ -310,21 +396,46 @@ constexpr bool kI2sLaunder = LB_TN_ISA == 1 && NT > 4;
 // FOLD: blocks summed in int16 between folds (avx2 only; I2S_FOLD_N, or 1 for the
 // LOWBIT_I2S_FOLD=1 variant). The same body serves nt = 1 and every window: the deferral is
 // the loop structure below, not a per-nt choice.
-template <int NT, int FOLD>
-void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1) {
+// The one inner body of I2_S: row r's outputs for tokens t0 .. t0 + NT - 1 of `a`, codes from `src`
+// (I2sPacked in the row kernels, I2sPlanes in the GEMM). The block step, the avx2 fold schedule
+// (FOLD blocks of int16 partials, then a fold, and a fold at the row's tail) and the finish
+// live only here, so the GEMM cannot differ from the row kernel in any of them.
+template <int NT, int FOLD, class Src>
+LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r, size_t t0 = 0) {
     const int64_t nb = a.n / QK_I2S;
     const size_t st = a.act_stride;
+    const uint8_t *const act = a.act + t0 * st;  // the window's token 0
+    float *const out = a.out + t0 * a.out_stride;
     // token t's q: (t < 4 ? qlo : qhi) + (t & 3) * st
-    const uint8_t *const qlo = a.act + I8S_HEADER;
+    const uint8_t *const qlo = act + I8S_HEADER;
     const uint8_t *const qhi = qlo + 4 * st;
 #define LB_TQ(t, off) (((t) < 4 ? qlo : qhi) + ((t) & 3) * st + (off))
-
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t *const w = a.w + (size_t)r * a.w_stride;
+    {
         // token t's result from its exact sum S (the header is re-read: it is in L1)
-#define LB_PUT(t, S) a.out[(size_t)(t) * a.out_stride + r] = i2s_finish((S), a.act + (t) * st, a.w_scale)
+#define LB_PUT(t, S) out[(size_t)(t) * a.out_stride + r] = i2s_finish((S), act + (t) * st, a.w_scale)
 
 #if LB_TN_ISA == 1
+        if constexpr (NT == 1) {
+            // GEMV (Y4): A (codes, planes 1 and 3) and B (4 x codes, planes 0 and 2) in int16,
+            // folded every I2S_GEMV_FOLD_N blocks (FOLD = 1: every block) and at the row's tail.
+            constexpr int G = FOLD == 1 ? 1 : I2S_GEMV_FOLD_N;
+            const Consts *const k = kc<false>();
+            VY u = zy();
+            for (int64_t b0 = 0; b0 < nb; b0 += G) {
+                const int64_t b1 = b0 + G < nb ? b0 + G : nb;
+                VY A = zy(), B = zy();
+                for (int64_t b = b0; b < b1; ++b) {
+                    const uint8_t *const q = qlo + (size_t)b * QK_I2S;
+                    const Y4 c = src.y4(b, k);
+                    A = pin(_mm256_add_epi16(A, _mm256_add_epi16(_mm256_maddubs_epi16(c.c1, ldy(q + 32)),
+                                                                 _mm256_maddubs_epi16(c.c3, ldy(q + 96)))));
+                    B = pin(_mm256_add_epi16(B, _mm256_add_epi16(_mm256_maddubs_epi16(c.c0x4, ldy(q)),
+                                                                 _mm256_maddubs_epi16(c.c2x4, ldy(q + 64)))));
+                }
+                u = _mm256_add_epi32(u, _mm256_madd_epi16(_mm256_add_epi16(A, _mm256_srai_epi16(B, 2)), cy(k->one16)));
+            }
+            LB_PUT(0, hsum_i32(u));
+        } else {
         // s_t: int16 partials of the current fold group; u_t (NT <= 4) or u8 (NT > 4, lane t =
         // token t, packed by pack8) the int32 sums.
 #define LB_DECL(t) [[maybe_unused]] VY s##t = zy(); [[maybe_unused]] VY u##t = zy();
@@ -362,6 +473,7 @@ void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1) {
             LB_TN_EACH(LB_SUM)
 #undef LB_SUM
         }
+        }  // NT > 1
 #else   // vnni levels: dpbusd straight into int32, nothing to defer
         static_assert(FOLD == 0, "the fold is an avx2 (no VNNI) matter");
 #if LB_TN_ISA == 3
@@ -372,9 +484,7 @@ void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1) {
 #undef LB_DECL
         for (int64_t b = 0; b < nb; ++b) {
             const size_t qo = (size_t)b * QK_I2S;
-            const VZ rawz = bcast2(w + (size_t)b * 32);
-            const Consts *const k = kc<kI2sLaunder<NT>>();
-            const VZ cA = planes2z(rawz, k->sh_6_4, k), cB = planes2z(rawz, k->sh_2_0, k);
+            const auto [cA, cB] = src.z(b, kc<kI2sLaunder<NT>>());
 #define LB_STEP(t) \
     if constexpr (NT > t) s##t = pin(kI2sChain<NT> ? dot2z_chain(s##t, cA, LB_TQ(t, qo), cB, LB_TQ(t, qo + 64)) \
                                                  : dot2z_tree(s##t, cA, LB_TQ(t, qo), cB, LB_TQ(t, qo + 64)));
@@ -399,6 +509,60 @@ void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1) {
 #undef LB_TQ
 }
 
+// Row kernel: rows [r0, r1) of the window (tokens t0 .. t0 + NT - 1), each decoded in place.
+template <int NT, int FOLD>
+void i2s_rows(const RowArgs &a, int64_t r0, int64_t r1, size_t t0 = 0) {
+    for (int64_t r = r0; r < r1; ++r) i2s_row<NT, FOLD>(I2sPacked{a.w + (size_t)r * a.w_stride}, a, r, t0);
+}
+
+// ---- GEMM: a whole prompt chunk (any nt) over rows [r0, r1) ----------------------------------
+// Rows are taken a few at a time (a tile of R rows whose decoded codes, n bytes per row, fill
+// kI2sGemmScratch): the tile's codes are decoded once into an L1 scratch (I2sPlanes) and every
+// 8-token window of the chunk then runs the shared body i2s_row on them. The decode (per block
+// and row: avx2 2 loads, 3 shifts, 4 ands; avx512 a broadcast, 2 srlv, 2 ands) is paid once per
+// row per chunk instead of once per row per window, and the window's inner loop only loads
+// code vectors. Windows are cut as in run_rows (tokens 8w .. 8w+7), the tokens' sums are exact
+// integers and the finish is the body's: the output is bitwise the row kernels' (I2), and a
+// row's result does not depend on the tile it fell in (I3).
+// Scratch: 16 KB of codes plus one window's activations (8 x n bytes, 20 KB at n = 2560) stay
+// in a 48 KB L1d; the chunk's other windows come from L2, once per tile.
+constexpr int64_t kI2sGemmScratch = 16384;
+// run_rows takes the GEMM for chunks of at least this many tokens; 0: never by itself. Measured
+// on the Sapphire Rapids of BENCHMARKS.md ("I2_S GEMM"), the GEMM does not beat the 8-token
+// windows at nt 16, 32 or 64 on any level (avx2 0.93-1.03x, avx512 0.77-0.94x): the in-register
+// decode is already hidden behind the maddubs / dpbusd ports, and loading decoded codes costs as
+// much as decoding them. So it is off by default; LOWBIT_I2S_GEMM_MIN_NT=N (read once, at
+// registration) turns it on for chunks of >= N tokens, for A/B runs on other CPUs.
+constexpr int kI2sGemmMinNt = 0;
+
+template <int NT, int FOLD>
+__attribute__((noinline)) void i2s_gemm_rows(const RowArgs &a, size_t t0, const uint8_t *codes, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+        i2s_row<NT, FOLD>(I2sPlanes{codes + (size_t)(r - r0) * (size_t)a.n}, a, r, t0);
+}
+
+template <int FOLD>
+void i2s_gemm(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+    using WinFn = void (*)(const RowArgs &, size_t, const uint8_t *, int64_t, int64_t);
+    static constexpr WinFn win[MAX_NT + 1] = {nullptr, &i2s_gemm_rows<1, FOLD>, &i2s_gemm_rows<2, FOLD>,
+                                              &i2s_gemm_rows<3, FOLD>, &i2s_gemm_rows<4, FOLD>, &i2s_gemm_rows<5, FOLD>,
+                                              &i2s_gemm_rows<6, FOLD>, &i2s_gemm_rows<7, FOLD>, &i2s_gemm_rows<8, FOLD>};
+    // The scratch is per thread and off the stack (tools/check_spills.py counts stack vector
+    // moves in every "gemm" function).
+    alignas(64) static thread_local uint8_t codes[kI2sGemmScratch];
+    const int64_t nb = a.n / QK_I2S;
+    // a row's codes must fit the scratch: 16384 weights per row (wider rows: several passes
+    // would be needed; run_rows' row kernels serve them, see i2s_gemm_entry)
+    const int64_t R = kI2sGemmScratch / a.n;
+    for (int64_t rb = r0; rb < r1; rb += R) {
+        const int64_t re = rb + R < r1 ? rb + R : r1;
+        for (int64_t r = rb; r < re; ++r)
+            i2s_decode_planes(a.w + (size_t)r * a.w_stride, codes + (size_t)(r - rb) * (size_t)a.n, nb);
+        for (int t0 = 0; t0 < nt; t0 += MAX_NT) win[nt - t0 < MAX_NT ? nt - t0 : MAX_NT](a, (size_t)t0, codes, rb, re);
+    }
+}
+
+// The GEMM entry (KernelEntry::gemm): one call for the whole chunk of a row tile.
 // ============================================================================================
 // TQ2_0 / TQ1_0 x Q8_K
 // ============================================================================================
@@ -628,6 +792,16 @@ struct I2sK {
     template <int NT>
     static void rows(const RowArgs &a, int64_t r0, int64_t r1, int) { i2s_rows<NT, FOLD>(a, r0, r1); }
 };
+// Rows wider than the scratch (n > 16384) run as the row kernels' windows: the same results.
+template <int FOLD>
+void i2s_gemm_entry(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+    if (a.n <= kI2sGemmScratch) return i2s_gemm<FOLD>(a, r0, r1, nt);
+    using RowFn = void (*)(const RowArgs &, int64_t, int64_t, size_t);
+    static constexpr RowFn row[MAX_NT + 1] = {nullptr, &i2s_rows<1, FOLD>, &i2s_rows<2, FOLD>, &i2s_rows<3, FOLD>,
+                                              &i2s_rows<4, FOLD>, &i2s_rows<5, FOLD>, &i2s_rows<6, FOLD>,
+                                              &i2s_rows<7, FOLD>, &i2s_rows<8, FOLD>};
+    for (int t0 = 0; t0 < nt; t0 += MAX_NT) row[nt - t0 < MAX_NT ? nt - t0 : MAX_NT](a, r0, r1, (size_t)t0);
+}
 template <class Dec>
 struct TqK {
     template <int NT>
@@ -647,15 +821,23 @@ void register_ternary(KernelTable &t) {
     const auto all = std::make_integer_sequence<int, MAX_NT>{};
 #if LB_TN_ISA == 1
     // LOWBIT_I2S_FOLD=1: widen every block (bitnet.cpp's schedule), for A/B runs. Read once
-    // here, never in the kernels; the variant has its own name in `lowbit info` and stats().
+    // here, never in the kernels; the variant has its own name in `lowbit info` and stats(),
+    // for the row kernels and the GEMM alike (they share the body, so they share the schedule).
     const char *f = std::getenv("LOWBIT_I2S_FOLD");
-    if (f && *f && std::strcmp(f, "0") != 0)
+    const bool fold1 = f && *f && std::strcmp(f, "0") != 0;
+    if (fold1) {
         set_rows<I2sK<1>>(t, T_I2_S, "rows_i2_s_i8_s_" LB_TN_LEVEL "_fold1", all);
-    else
+        t.at(T_I2_S).gemm = RowKernel{&i2s_gemm_entry<1>, "gemm_i2_s_i8_s_" LB_TN_LEVEL "_fold1", LOWBIT_ISA};
+    } else {
         set_rows<I2sK<I2S_FOLD_N>>(t, T_I2_S, "rows_i2_s_i8_s_" LB_TN_LEVEL, all);
+        t.at(T_I2_S).gemm = RowKernel{&i2s_gemm_entry<I2S_FOLD_N>, "gemm_i2_s_i8_s_" LB_TN_LEVEL, LOWBIT_ISA};
+    }
 #else
     set_rows<I2sK<0>>(t, T_I2_S, "rows_i2_s_i8_s_" LB_TN_LEVEL, all);
+    t.at(T_I2_S).gemm = RowKernel{&i2s_gemm_entry<0>, "gemm_i2_s_i8_s_" LB_TN_LEVEL, LOWBIT_ISA};
 #endif
+    const char *g = std::getenv("LOWBIT_I2S_GEMM_MIN_NT");
+    t.at(T_I2_S).gemm_min_nt = g && *g ? std::atoi(g) : kI2sGemmMinNt;
     set_rows<TqK<Tq2>>(t, T_TQ2_0, "rows_tq2_0_q8_k_" LB_TN_LEVEL, all);
     set_rows<TqK<Tq1>>(t, T_TQ1_0, "rows_tq1_0_q8_k_" LB_TN_LEVEL, all);
 }

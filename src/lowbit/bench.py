@@ -1,7 +1,7 @@
 """`lowbit bench`: lowbit's row kernels next to ggml's vec_dot on the same bytes, in one run.
 
-    lowbit bench kernels [--formats Q4_0,Q4_K] [--nt 1,2,4,8] [--threads N] [--cpu N]
-                         [--reps N] [--mb MB] [--n N] [--json]
+    lowbit bench kernels [--formats Q4_0,Q4_K] [--nt 1,2,4,8,64] [--threads N] [--cpu N]
+                         [--reps N] [--mb MB | --rows R] [--n N] [--json]
     lowbit bench membw [--mb MB] [--threads N]
     lowbit bench act [--formats Q8_0,Q8_1,Q8_K,I8_S] [--n N] [--rows R] [--reps N] [--cpu N] [--json]
     lowbit bench serve [-m MODEL] [-t 2] [--clients 8] [--tokens 128]   (lowbit/server/bench.py)
@@ -19,6 +19,10 @@ values (the input of one layer's matmuls for a window of tokens), quantized by t
 dispatch selected, by the scalar reference and by ggml's from_float (the CPU backend's, same
 input, same run; I8_S is lowbit's own format and has none). Reported in ns per value, with
 ggml/lowbit (> 1: lowbit is faster).
+
+nt > 8 times matmul's own path (row tiles, windows of 8 or the format's GEMM when its gate
+admits nt) and names what ran; for a format with a GEMM (I2_S) it also times both paths of the
+level, forced ("windows" / "gemm" columns, and their ratio: > 1 means the GEMM is faster).
 """
 from __future__ import annotations
 
@@ -51,20 +55,21 @@ def _weights(fmt: Format, n: int, rows: int, rng, ggml) -> np.ndarray:
 
 
 def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, mb: float, n: int,
-                  out=sys.stdout, as_json: bool = False) -> list[dict]:
+                  out=sys.stdout, as_json: bool = False, nrows: int | None = None) -> list[dict]:
     from .ggml_oracle import ggml as get_ggml
     ggml = get_ggml()
     rng = np.random.default_rng(0)
     results = []
     if not as_json:
         c = lib.cpu_info()
+        size = f"{nrows} rows" if nrows else f"{mb:g} MB of weights"
         print(f"# {c['model']}; lowbit level {c['selected']}; threads {threads}; "
-              f"{mb:g} MB of weights per format, n={n}; median of {reps}", file=out)
+              f"{size} per format, n={n}; median of {reps}", file=out)
         print(f"{'format':<8} {'nt':>2}  {'lowbit kernel':<28} {'lowbit us/row/tok':>17} "
               f"{'ggml us/row/tok':>15} {'ggml/lowbit':>11} {'lowbit GB/s':>11}", file=out)
     for name in formats:
         f = get_format(name)
-        rows = max(64, int(mb * 2**20) // f.row_bytes(n))
+        rows = nrows or max(64, int(mb * 2**20) // f.row_bytes(n))
         raw = _weights(f, n, rows, rng, ggml)
         w_scale = 0.5
         ggml_ok = f.name != "I2_S"
@@ -74,24 +79,41 @@ def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, m
         for nt in nts:
             x = rng.standard_normal((nt, n)).astype(np.float32)
             act = x.view(np.uint8).reshape(nt, -1) if f.act == "F32" else lib.quantize_act(BY_NAME[f.act].id, x)
-            t_ours = lib.bench_rows(f.id, raw, act, n, w_scale, threads, reps, -1)
+            gemm = lib.gemm_kernel(f.id) if nt > 8 else None
+            t_win = t_gemm = None
+            if nt <= 8:
+                t_ours = lib.bench_rows(f.id, raw, act, n, w_scale, threads, reps, -1)
+                kname = lib.kernel(f.id, nt)[0]
+            else:  # matmul's path, and both of its paths forced when the format has a GEMM
+                t_ours = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 0)
+                on = gemm is not None and gemm[2] > 0 and nt >= gemm[2]
+                kname = gemm[0] if on else f"{lib.kernel(f.id, 8)[0]} x{-(-nt // 8)}"
+                if gemm is not None:
+                    t_win = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 1)
+                    t_gemm = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 2)
             t_ggml = None
             if ggml_ok:
                 gact = ggml.from_float(gtype, x)
                 t_ggml = lib.bench_vec_dot(addr, raw, gact, n, threads, reps)
-            kname = lib.kernel(f.id, nt)[0]
             per = lambda t: t / (rows * nt) * 1e6  # noqa: E731
             r = dict(format=f.name, nt=nt, kernel=kname, rows=rows, n=n, threads=threads,
                      lowbit_us_per_row_token=per(t_ours),
                      ggml_us_per_row_token=per(t_ggml) if t_ggml else None,
                      ratio=(t_ggml / t_ours) if t_ggml else None,
                      lowbit_gbps=raw.nbytes / t_ours / 1e9)
+            if t_gemm is not None:
+                r.update(windows_us_per_row_token=per(t_win), gemm_us_per_row_token=per(t_gemm),
+                         windows_over_gemm=t_win / t_gemm, gemm_kernel=gemm[0])
             results.append(r)
             if not as_json:
                 g = f"{r['ggml_us_per_row_token']:15.4f}" if t_ggml else f"{'-':>15}"
                 ratio = f"{r['ratio']:11.2f}" if t_ggml else f"{'-':>11}"
+                extra = ""
+                if t_gemm is not None:
+                    extra = (f"   windows {r['windows_us_per_row_token']:.4f} gemm {r['gemm_us_per_row_token']:.4f}"
+                             f" windows/gemm {r['windows_over_gemm']:.2f}")
                 print(f"{f.name:<8} {nt:>2}  {kname:<28} {r['lowbit_us_per_row_token']:17.4f} {g} {ratio} "
-                      f"{r['lowbit_gbps']:11.1f}", file=out, flush=True)
+                      f"{r['lowbit_gbps']:11.1f}{extra}", file=out, flush=True)
     if as_json:
         json.dump(results, out, indent=1)
         print(file=out)
@@ -311,12 +333,14 @@ def add_parser(sub) -> None:
     bs = p.add_subparsers(dest="what", metavar="WHAT", required=True)
     k = bs.add_parser("kernels", help="row kernels vs ggml's vec_dot, per format and window size")
     k.add_argument("--formats", default=",".join(DEFAULT_FORMATS), help="comma-separated formats (default: all)")
-    k.add_argument("--nt", default="1,2,4,8", help="window sizes, comma-separated (1..8)")
+    k.add_argument("--nt", default="1,2,4,8", help="window sizes, comma-separated (> 8: matmul's path for a "
+                   "prompt chunk, windows of 8 or the GEMM)")
     k.add_argument("--threads", type=int, default=1, help="threads for both sides (default 1)")
     k.add_argument("--cpu", type=int, default=None, help="pin this process to CPU N (with --threads 1)")
     k.add_argument("--reps", type=int, default=7, help="timed repetitions; the median is reported")
     k.add_argument("--mb", type=float, default=64.0, help="MB of weights per format (use > L3 for DRAM-bound)")
     k.add_argument("--n", type=int, default=2560, help="values per row (a multiple of 256)")
+    k.add_argument("--rows", type=int, default=None, help="rows per format (instead of --mb)")
     k.add_argument("--json", action="store_true", help="print JSON instead of a table")
     k.set_defaults(func=_run_kernels)
     q = bs.add_parser("act", help="activation quantizers (Q8_0, Q8_1, Q8_K, I8_S) vs ggml's from_float")
@@ -376,10 +400,10 @@ def _run_kernels(a) -> int:
     if a.cpu is not None:
         os.sched_setaffinity(0, {a.cpu})
     nts = [int(v) for v in a.nt.split(",")]
-    if any(not 1 <= v <= 8 for v in nts):
-        raise ValueError("--nt values must be in 1..8")
+    if any(v < 1 for v in nts):
+        raise ValueError("--nt values must be >= 1")
     if a.n <= 0 or a.n % 256:
         raise ValueError("--n must be a positive multiple of 256")
     fmts = [get_format(s.strip()).name for s in a.formats.split(",") if s.strip()]
-    bench_kernels(fmts, nts, a.threads, a.reps, a.mb, a.n, as_json=a.json)
+    bench_kernels(fmts, nts, a.threads, a.reps, a.mb, a.n, as_json=a.json, nrows=a.rows)
     return 0

@@ -47,6 +47,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         same = len(set(names)) == 1
         kern = names[0] if same else "  ".join(names)
         print(f"{f.name:<8} {f.act:<5} {f.block:>5} {f.bytes:>5}  {kern}" + ("  (all nt)" if same else ""))
+        g = lib.gemm_kernel(f.id)
+        if g:  # a prompt chunk's GEMM (KernelEntry::gemm) and its gate
+            gate = f"for chunks of >= {g[2]} tokens" if g[2] > 0 else "off (LOWBIT_I2S_GEMM_MIN_NT=N turns it on)"
+            print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {g[0]}  {gate}")
     return 0
 
 

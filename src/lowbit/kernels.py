@@ -196,7 +196,8 @@ def kernel(fmt, nt: int = 1) -> tuple[str, str] | None:
 
 
 def stats() -> list[dict]:
-    """Row-kernel calls since the last reset: which kernel ran, per format and window."""
+    """Row-kernel calls since the last reset: which kernel ran, per format and window
+    (nt = 0: the format's GEMM, one call per matmul whatever its token count)."""
     return [dict(format=BY_ID[i].name, nt=nt, kernel=k, calls=c, rows=r)
             for i, nt, k, c, r in lib.stats()]
 
