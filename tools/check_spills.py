@@ -6,8 +6,17 @@
 Disassembles every object of the SIMD levels (CMakeFiles/lowbit_{avx2,avx2vnni,avx512}.dir)
 with objdump and counts, per function, instructions that move an xmm/ymm/zmm register to or
 from memory at (%rsp) or (%rbp): register spills of per-token accumulators or decoded
-weights. Prints one line per function that has any, and a total per level; exits 1 if any
-row kernel (a function whose name contains "rows") has one.
+weights. Prints which compiler built each build directory (CMakeCache.txt's
+CMAKE_CXX_COMPILER and the version CMake found), one line per function that has any stack
+vector move, and a total per level; exits 1 if any row kernel (a function whose name contains
+"rows") has one.
+
+I7 holds for GCC (CI builds with it) and must hold for clang too. The clang check, by hand:
+
+    apt-get install -y clang
+    cmake -S . -B /tmp/build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++
+    cmake --build /tmp/build-clang
+    python tools/check_spills.py /tmp/build-clang
 """
 from __future__ import annotations
 
@@ -28,6 +37,29 @@ def objects(build_dirs: list[str]) -> dict[str, list[str]]:
         for lv in LEVELS:
             out[lv] += glob.glob(os.path.join(b, "**", f"lowbit_{lv}.dir", "**", "*.o"), recursive=True)
     return out
+
+
+def compiler(build_dir: str) -> str:
+    """The C++ compiler CMake configured in build_dir, e.g. "/usr/bin/clang++ (Clang 14.0.6)"."""
+    exe = ident = ver = None
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt"), errors="replace") as f:
+            for line in f:
+                if line.startswith("CMAKE_CXX_COMPILER:"):
+                    exe = line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    for cfg in glob.glob(os.path.join(build_dir, "CMakeFiles", "*", "CMakeCXXCompiler.cmake")):
+        with open(cfg, errors="replace") as f:
+            for line in f:
+                m = re.match(r'set\(CMAKE_CXX_COMPILER_(ID|VERSION) "([^"]*)"\)', line)
+                if m and m.group(1) == "ID":
+                    ident = m.group(2)
+                elif m:
+                    ver = m.group(2)
+    if not exe and not ident:
+        return "unknown compiler (no CMakeCache.txt)"
+    return f"{exe or '?'} ({ident or '?'} {ver or '?'})"
 
 
 def spills(obj: str) -> dict[str, int]:
@@ -51,9 +83,11 @@ def main(argv: list[str]) -> int:
     if not any(objs.values()):
         print(f"check_spills: no SIMD kernel objects under {dirs or '(no build dir)'}", file=sys.stderr)
         return 2
+    for b in dirs:
+        print(f"# {b}: built by {compiler(b)}")
     bad = 0
     for lv in LEVELS:
-        total, nfn = 0, 0
+        total, nfn, nbad = 0, 0, 0
         for o in sorted(objs[lv]):
             for fn, c in spills(o).items():
                 nfn += "rows" in fn
@@ -61,8 +95,10 @@ def main(argv: list[str]) -> int:
                 if c:
                     kernel = "rows" in fn
                     bad += kernel
+                    nbad += kernel
                     print(f"{lv:<9} {c:4d} stack vector moves in {fn[:150]}{'' if kernel else '  (not a row kernel)'}")
-        print(f"{lv:<9} {nfn} row-kernel functions, {total} stack vector moves in all functions")
+        print(f"{lv:<9} {nfn} row-kernel functions ({nbad} with stack vector moves), "
+              f"{total} stack vector moves in all functions")
     if bad:
         print(f"check_spills: {bad} row kernel(s) move vectors to or from the stack (I7)", file=sys.stderr)
         return 1
