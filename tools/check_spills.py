@@ -5,7 +5,7 @@
 
 Disassembles every object of the SIMD levels (CMakeFiles/lowbit_{avx2,avx2vnni,avx512}.dir)
 with objdump and counts, per function, instructions that move an xmm/ymm/zmm register to or
-from memory at (%rsp) or (%rbp): register spills of per-token accumulators or decoded
+from memory at (%rsp), or at (%rbp) where the function made %rbp its frame pointer: register spills of per-token accumulators or decoded
 weights. Prints which compiler built each build directory (CMakeCache.txt's
 CMAKE_CXX_COMPILER and the version CMake found), one line per function that has any stack
 vector move, and a total per level; exits 1 if any row kernel (a function whose name contains
@@ -28,7 +28,11 @@ import sys
 
 LEVELS = ("avx2", "avx2vnni", "avx512")
 FUNC = re.compile(r"^[0-9a-f]+ <(.+)>:$")
-VEC_STACK = re.compile(r"%[xyz]mm\d+.*\(%[re](sp|bp)\)|\(%[re](sp|bp)\).*%[xyz]mm\d+")
+VEC_RSP = re.compile(r"%[xyz]mm\d+.*\(%rsp\)|\(%rsp\).*%[xyz]mm\d+")
+VEC_RBP = re.compile(r"%[xyz]mm\d+.*\(%rbp\)|\(%rbp\).*%[xyz]mm\d+")
+# %rbp addresses the stack only in a function that makes it its frame pointer (GCC does, to
+# realign the stack); elsewhere it is one more general register (clang uses it so).
+FRAME_PTR = re.compile(r"\bmov\s+%rsp,%rbp$")
 
 
 def objects(build_dirs: list[str]) -> dict[str, list[str]]:
@@ -67,13 +71,23 @@ def spills(obj: str) -> dict[str, int]:
                          capture_output=True, text=True, check=True).stdout
     counts: dict[str, int] = {}
     fn = None
+    rbp_moves: dict[str, int] = {}
+    frame: set[str] = set()
     for line in asm.splitlines():
         m = FUNC.match(line)
         if m:
             fn = m.group(1)
             counts.setdefault(fn, 0)
-        elif fn and VEC_STACK.search(line):
-            counts[fn] += 1
+            rbp_moves.setdefault(fn, 0)
+        elif fn:
+            if VEC_RSP.search(line):
+                counts[fn] += 1
+            elif VEC_RBP.search(line):
+                rbp_moves[fn] += 1
+            if FRAME_PTR.search(line.rstrip()):
+                frame.add(fn)
+    for f in frame:
+        counts[f] += rbp_moves[f]
     return counts
 
 
