@@ -46,3 +46,26 @@ def test_check_spills_finds_a_spill_and_passes_clean_code(tmp_path):
     subprocess.run(["g++", "-O2", "-mavx2", "-c", str(src), "-o", str(d / "k.o")], check=True)
     r = run_check(tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+RBP_AS_REGISTER = r"""
+#include <immintrin.h>
+// %rbp as a general register (clang does this): a vector load at (%rbp) is not a stack access.
+__m256 rows_rbp_register(const float *p) {
+    __m256 r;
+    __asm__("push %%rbp\n\tmov %1, %%rbp\n\tvmovups (%%rbp), %0\n\tpop %%rbp" : "=x"(r) : "r"(p));
+    return r;
+}
+"""
+
+
+def test_check_spills_names_the_compiler_and_reads_rbp_as_a_register_without_a_frame(tmp_path):
+    d = tmp_path / "CMakeFiles" / "lowbit_avx2.dir"
+    d.mkdir(parents=True)
+    (tmp_path / "CMakeCache.txt").write_text("CMAKE_CXX_COMPILER:FILEPATH=/usr/bin/g++\n")
+    src = tmp_path / "k.cpp"
+    src.write_text(RBP_AS_REGISTER)
+    subprocess.run(["g++", "-O2", "-mavx2", "-fomit-frame-pointer", "-c", str(src), "-o", str(d / "k.o")], check=True)
+    r = run_check(tmp_path)
+    assert f"# {tmp_path}: built by /usr/bin/g++" in r.stdout, r.stdout
+    assert r.returncode == 0 and "rows_rbp_register" not in r.stdout, r.stdout + r.stderr

@@ -5,9 +5,18 @@
 
 Disassembles every object of the SIMD levels (CMakeFiles/lowbit_{avx2,avx2vnni,avx512}.dir)
 with objdump and counts, per function, instructions that move an xmm/ymm/zmm register to or
-from memory at (%rsp) or (%rbp): register spills of per-token accumulators or decoded
-weights. Prints one line per function that has any, and a total per level; exits 1 if any
-row kernel (a function whose name contains "rows" or "gemm") has one.
+from memory at (%rsp), or at (%rbp) where the function made %rbp its frame pointer:
+register spills of per-token accumulators or decoded weights. Prints which compiler built
+each build directory (CMakeCache.txt's CMAKE_CXX_COMPILER and the version CMake found), one
+line per function that has any stack vector move, and a total per level; exits 1 if any row kernel (a function whose name contains
+"rows" or "gemm") has one.
+
+I7 holds for GCC (CI builds with it) and must hold for clang too. The clang check, by hand:
+
+    apt-get install -y clang
+    cmake -S . -B /tmp/build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++
+    cmake --build /tmp/build-clang
+    python tools/check_spills.py /tmp/build-clang
 """
 from __future__ import annotations
 
@@ -19,7 +28,11 @@ import sys
 
 LEVELS = ("avx2", "avx2vnni", "avx512")
 FUNC = re.compile(r"^[0-9a-f]+ <(.+)>:$")
-VEC_STACK = re.compile(r"%[xyz]mm\d+.*\(%[re](sp|bp)\)|\(%[re](sp|bp)\).*%[xyz]mm\d+")
+VEC_RSP = re.compile(r"%[xyz]mm\d+.*\(%rsp\)|\(%rsp\).*%[xyz]mm\d+")
+VEC_RBP = re.compile(r"%[xyz]mm\d+.*\(%rbp\)|\(%rbp\).*%[xyz]mm\d+")
+# %rbp addresses the stack only in a function that makes it its frame pointer (GCC does, to
+# realign the stack); elsewhere it is one more general register (clang uses it so).
+FRAME_PTR = re.compile(r"\bmov\s+%rsp,%rbp$")
 
 
 def objects(build_dirs: list[str]) -> dict[str, list[str]]:
@@ -30,18 +43,51 @@ def objects(build_dirs: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def compiler(build_dir: str) -> str:
+    """The C++ compiler CMake configured in build_dir, e.g. "/usr/bin/clang++ (Clang 14.0.6)"."""
+    exe = ident = ver = None
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt"), errors="replace") as f:
+            for line in f:
+                if line.startswith("CMAKE_CXX_COMPILER:"):
+                    exe = line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    for cfg in glob.glob(os.path.join(build_dir, "CMakeFiles", "*", "CMakeCXXCompiler.cmake")):
+        with open(cfg, errors="replace") as f:
+            for line in f:
+                m = re.match(r'set\(CMAKE_CXX_COMPILER_(ID|VERSION) "([^"]*)"\)', line)
+                if m and m.group(1) == "ID":
+                    ident = m.group(2)
+                elif m:
+                    ver = m.group(2)
+    if not exe and not ident:
+        return "unknown compiler (no CMakeCache.txt)"
+    return f"{exe or '?'} ({ident or '?'} {ver or '?'})"
+
+
 def spills(obj: str) -> dict[str, int]:
     asm = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", obj],
                          capture_output=True, text=True, check=True).stdout
     counts: dict[str, int] = {}
     fn = None
+    rbp_moves: dict[str, int] = {}
+    frame: set[str] = set()
     for line in asm.splitlines():
         m = FUNC.match(line)
         if m:
             fn = m.group(1)
             counts.setdefault(fn, 0)
-        elif fn and VEC_STACK.search(line):
-            counts[fn] += 1
+            rbp_moves.setdefault(fn, 0)
+        elif fn:
+            if VEC_RSP.search(line):
+                counts[fn] += 1
+            elif VEC_RBP.search(line):
+                rbp_moves[fn] += 1
+            if FRAME_PTR.search(line.rstrip()):
+                frame.add(fn)
+    for f in frame:
+        counts[f] += rbp_moves[f]
     return counts
 
 
@@ -55,9 +101,11 @@ def main(argv: list[str]) -> int:
     if not any(objs.values()):
         print(f"check_spills: no SIMD kernel objects under {dirs or '(no build dir)'}", file=sys.stderr)
         return 2
+    for b in dirs:
+        print(f"# {b}: built by {compiler(b)}")
     bad = 0
     for lv in LEVELS:
-        total, nfn = 0, 0
+        total, nfn, nbad = 0, 0, 0
         for o in sorted(objs[lv]):
             for fn, c in spills(o).items():
                 nfn += is_kernel(fn)
@@ -65,8 +113,10 @@ def main(argv: list[str]) -> int:
                 if c:
                     kernel = is_kernel(fn)
                     bad += kernel
+                    nbad += kernel
                     print(f"{lv:<9} {c:4d} stack vector moves in {fn[:150]}{'' if kernel else '  (not a row kernel)'}")
-        print(f"{lv:<9} {nfn} row-kernel functions, {total} stack vector moves in all functions")
+        print(f"{lv:<9} {nfn} row-kernel functions ({nbad} with stack vector moves), "
+              f"{total} stack vector moves in all functions")
     if bad:
         print(f"check_spills: {bad} row kernel(s) move vectors to or from the stack (I7)", file=sys.stderr)
         return 1

@@ -232,13 +232,16 @@ constexpr int rows_per_tile() {
         a.out[(size_t)(t) * a.out_stride + (size_t)(r + (q))] = s;                       \
     }
 
-// The last n % V values of a row: s + w[i0] * x[i0] + .. one scalar fma at a time in
-// index order, starting from the row's stored vector sum s (cold: real rows are multiples
-// of 64 long).
+// The last n % V values of a row: *o + w[i0] * x[i0] + .. one scalar fma at a time in
+// index order, starting from the row's stored vector sum *o, and stored back to *o (cold:
+// real rows are multiples of 64 long). (The sum goes through *o, not a float argument and
+// result: clang otherwise keeps the tile's stored sums in registers across these calls and
+// spills them.)
 template <class D>
-__attribute__((noinline)) float rows_tail(const uint8_t *w, const float *x, int64_t i0, int64_t n, float s) {
+__attribute__((noinline)) void rows_tail(const uint8_t *w, const float *x, int64_t i0, int64_t n, float *o) {
+    float s = *o;
     for (int64_t i = i0; i < n; ++i) s = std::fma(D::scalar(w, i), x[i], s);
-    return s;
+    *o = s;
 }
 
 // Rows [r, r + R) x NT tokens over the columns [k0, k1) (multiples of V). The accumulators
@@ -285,9 +288,8 @@ __attribute__((noinline)) void rows_tile(const RowArgs &a, int64_t r, int64_t k0
     if (k1 < a.n)
         for (int q = 0; q < R; ++q)
             for (int t = 0; t < NT; ++t) {
-                float *o = a.out + (size_t)t * a.out_stride + (size_t)(r + q);
-                *o = rows_tail<D>(a.w + (size_t)(r + q) * a.w_stride,
-                                  (const float *)(a.act + (size_t)t * a.act_stride), k1, a.n, *o);
+                rows_tail<D>(a.w + (size_t)(r + q) * a.w_stride, (const float *)(a.act + (size_t)t * a.act_stride),
+                             k1, a.n, a.out + (size_t)t * a.out_stride + (size_t)(r + q));
             }
 }
 

@@ -457,7 +457,9 @@ struct DecQ6K {
         return vor(lo, vand(hb, km.template get<0x30>()));
 #else
         constexpr int h = J / 4, k = J % 4;
-        const vi l = vload(ql + 64 * h + 32 * (k % 2));
+        // (a load per chunk, through an opaque pointer: chunks k and k + 2 read the same ql
+        // bytes, and clang otherwise keeps the first load for the later chunk and spills it)
+        const vi l = vload(opaque(ql + 64 * h + 32 * (k % 2)));
         const vi lo = vand(k >= 2 ? vsrl16(l, 4) : l, km.template get<0x0F>());
         const vi hq = reload<OPQ>(qh + 32 * h);
         const vi hb = k == 0 ? _mm256_slli_epi16(hq, 4) : k == 1 ? _mm256_slli_epi16(hq, 2)

@@ -664,8 +664,9 @@ LB_LG_INLINE void finish_tt(A &acc, const RowArgs &a, int64_t r) {
             e2 = fold(tacc<C, 2>(acc)), e3 = fold(tacc<C, 3>(acc));
         } else {
 #if LB_LG_LEVEL == 3
-            e0 = fold(_mm512_maskz_extractf32x8_ps(0xFF, tacc<C, 0>(acc), 0)), e1 = fold(_mm512_maskz_extractf32x8_ps(0xFF, tacc<C, 0>(acc), 1));
-            e2 = fold(_mm512_maskz_extractf32x8_ps(0xFF, tacc<C, 1>(acc), 0)), e3 = fold(_mm512_maskz_extractf32x8_ps(0xFF, tacc<C, 1>(acc), 1));
+            // (the template arguments in parentheses: clang's extract intrinsics are macros)
+            e0 = fold(_mm512_maskz_extractf32x8_ps(0xFF, (tacc<C, 0>(acc)), 0)), e1 = fold(_mm512_maskz_extractf32x8_ps(0xFF, (tacc<C, 0>(acc)), 1));
+            e2 = fold(_mm512_maskz_extractf32x8_ps(0xFF, (tacc<C, 1>(acc)), 0)), e3 = fold(_mm512_maskz_extractf32x8_ps(0xFF, (tacc<C, 1>(acc)), 1));
 #endif
         }
         const __m128 res = _mm_add_ps(_mm_add_ps(e0, e1), _mm_add_ps(e2, e3));
