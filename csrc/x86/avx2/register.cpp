@@ -12,6 +12,7 @@ void register_kquants(KernelTable &t);
 void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
+void register_glu(KernelTable &t);
 void register_attn(KernelTable &t);
 }  // namespace avx2
 
@@ -21,6 +22,7 @@ void register_avx2(KernelTable &t) {
     avx2::register_float(t);
     avx2::register_ternary(t);
     avx2::register_iquants(t);
+    avx2::register_glu(t);
     avx2::register_attn(t);
     (void)t;
 }

@@ -12,6 +12,7 @@ void register_kquants(KernelTable &t);
 void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
+void register_glu(KernelTable &t);
 }  // namespace avx512
 
 void register_avx512(KernelTable &t) {
@@ -20,6 +21,7 @@ void register_avx512(KernelTable &t) {
     avx512::register_float(t);
     avx512::register_ternary(t);
     avx512::register_iquants(t);
+    avx512::register_glu(t);
     (void)t;
 }
 
