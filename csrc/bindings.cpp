@@ -109,6 +109,7 @@ NB_MODULE(_lowbit, m) {
         d["threads"] = ThreadPool::instance().size();
         d["disabled"] = disabled_kernels();
         d["attention"] = std::string(attn_kernel().name);
+        d["glu"] = std::string(glu_kernel().name);
         return d;
     });
 
@@ -256,6 +257,62 @@ NB_MODULE(_lowbit, m) {
         return nb::make_tuple(std::string(e.gemm.name), std::string(isa_name(e.gemm.isa)), e.gemm_min_nt);
     }, nb::arg("id"), nb::arg("isa") = -1,
        "(GEMM kernel name, level, min nt: run_rows uses it for windows >= min nt) or None.");
+
+    // The fused FFN gate/up: out[nt, rows] = glu(gate . act_t, up . act_t) (run_rows_glu).
+    // gate and up: raw rows of formats gid / uid that pair with one activation format; act:
+    // x quantized once to it. isa >= 0: that level's row kernels and epilogue.
+    m.def("matmul_glu", [](int gid, U8In graw, float g_scale, int uid, U8In uraw, float u_scale, U8In act,
+                           int64_t n, int kind, F32Out out, int threads, int isa) {
+        const Format &fg = fmt(gid), &fu = fmt(uid);
+        const size_t gs = check_weights(fg, graw, n), us = check_weights(fu, uraw, n);
+        if (fg.act != fu.act)
+            throw std::invalid_argument(std::string("gate (") + fg.name + ") and up (" + fu.name +
+                                        ") pair with different activation formats");
+        if (graw.shape(0) != uraw.shape(0)) throw std::invalid_argument("gate and up have different row counts");
+        if (kind != GLU_SILU && kind != GLU_RELU2) throw std::invalid_argument("unknown GLU kind");
+        const Format &af = fmt(fg.act);
+        const size_t arb = af.id == T_F32 ? (size_t)n * sizeof(float) : row_bytes(&af, n);
+        const int64_t rows = (int64_t)graw.shape(0), nt = (int64_t)act.shape(0);
+        if ((size_t)act.shape(1) != arb)
+            throw std::invalid_argument(std::string(af.name) + " activations for n=" + std::to_string(n) + " need " +
+                                        std::to_string(arb) + " bytes per token, got " + std::to_string(act.shape(1)));
+        if (nt < 1) throw std::invalid_argument("need at least one token (nt >= 1)");
+        if ((int64_t)out.shape(0) != nt || (int64_t)out.shape(1) != rows)
+            throw std::invalid_argument("out must have shape (nt, rows)");
+        const RowMat G{&fg, &entry(gid, isa), graw.data(), gs, g_scale, 1.0f};
+        const RowMat U{&fu, &entry(uid, isa), uraw.data(), us, u_scale, 1.0f};
+        const GluKernel &glu = isa < 0 ? glu_kernel() : glu_kernel_at(isa);
+        const int level = isa < 0 ? cpu_info().selected : isa;
+        const uint8_t *a = act.data();
+        float *o = out.data();
+        nb::gil_scoped_release nogil;
+        run_rows_glu(G, U, glu, kind, level, a, arb, nt, o, (size_t)rows, n, rows, threads_or_default(threads));
+    }, nb::arg("gid"), nb::arg("graw"), nb::arg("g_scale"), nb::arg("uid"), nb::arg("uraw"), nb::arg("u_scale"),
+       nb::arg("act"), nb::arg("n"), nb::arg("kind"), nb::arg("out"), nb::arg("threads") = 0, nb::arg("isa") = -1);
+
+    // The GLU epilogue alone: out[i] = act(g[i]) * u[i] over flat float32 arrays.
+    m.def("glu", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> g,
+                    nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> u,
+                    nb::ndarray<float, nb::ndim<1>, nb::c_contig, nb::device::cpu> out, int kind, int isa) {
+        if (g.shape(0) != u.shape(0) || g.shape(0) != out.shape(0))
+            throw std::invalid_argument("glu: g, u and out differ in length");
+        if (kind != GLU_SILU && kind != GLU_RELU2) throw std::invalid_argument("unknown GLU kind");
+        if (isa >= 0 && !level_available(isa))
+            throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+        const GluKernel &k = isa < 0 ? glu_kernel() : glu_kernel_at(isa);
+        const float *gp = g.data(), *up = u.data();
+        float *op = out.data();
+        const int64_t n = (int64_t)g.shape(0);
+        nb::gil_scoped_release nogil;
+        count_glu(kind, k.isa, 0, n);
+        k.fn(gp, up, op, n, kind);
+    }, nb::arg("g"), nb::arg("u"), nb::arg("out"), nb::arg("kind"), nb::arg("isa") = -1);
+    m.def("glu_kernel", [](int isa) {
+        if (isa >= 0 && !level_available(isa))
+            throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+        const GluKernel &k = isa < 0 ? glu_kernel() : glu_kernel_at(isa);
+        return nb::make_tuple(std::string(k.name), std::string(isa_name(k.isa)));
+    }, nb::arg("isa") = -1, "(epilogue name, level) of the GLU epilogue that runs at level isa (-1: selected).");
 
     // ---- benchmark loops (lowbit bench) ----
     m.def("bench_rows", [](int id, U8In raw, U8In act, int64_t n, float w_scale, int threads, int reps, int isa) {
@@ -425,6 +482,13 @@ NB_MODULE(_lowbit, m) {
         for (const CallStat &s : call_stats())
             out.push_back(nb::make_tuple(s.type_id, s.nt, s.kernel ? std::string(s.kernel) : std::string("?"),
                                          s.calls, s.rows));
+        return out;
+    });
+    m.def("glu_stats", [] {
+        std::vector<nb::tuple> out;
+        for (const GluStat &s : glu_stats())
+            out.push_back(nb::make_tuple(s.kind, s.kernel ? std::string(s.kernel) : std::string("?"), s.calls, s.rows,
+                                         s.values));
         return out;
     });
     m.def("reset_stats", [] { reset_call_stats(); });

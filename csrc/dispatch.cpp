@@ -167,6 +167,10 @@ static void fill_table() {
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
         overlay(running.i8s, level.i8s);
         if (level.attn.fn && (l.isa == ISA_SCALAR || !env_disables(level.attn.name))) running.attn = level.attn;
+        if (level.glu.fn) {  // LOWBIT_NO_GLU_<LEVEL>=1: keep the level below's epilogue
+            if (l.isa == ISA_SCALAR || !env_disables(level.glu.name)) running.glu = level.glu;
+            else g_disabled.push_back(level.glu.name);
+        }
         // a level the ladder skips (not built) runs what the level below it runs
         for (int k = l.isa; k < ISA_COUNT; ++k) {
             g_levels[k] = running;
@@ -205,6 +209,12 @@ const AttnKernel &attn_kernel_at(int isa) {
     static const AttnKernel none{};
     return level_available(isa) ? g_levels[isa].attn : none;
 }
+const GluKernel &glu_kernel() { ensure_table(); return g_levels[g_cpu.selected].glu; }
+const GluKernel &glu_kernel_at(int isa) {
+    ensure_table();
+    static const GluKernel none{};
+    return isa >= 0 && isa < ISA_COUNT && g_level_ready[isa] ? g_levels[isa].glu : none;
+}
 
 bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_built[isa]; }
 
@@ -224,6 +234,7 @@ void register_scalar(KernelTable &t) {
     };
     for (const auto &q : kRefQuant)
         if (t.at(q.id).quant_act && !t.at(q.id).quant_act_name) t.at(q.id).quant_act_name = q.name;
+    ref::register_glu(t);
 }
 
 // ---- call counters -----------------------------------------------------------------------
@@ -236,6 +247,25 @@ void count_call(int type_id, int nt, int isa, int64_t rows) {
     if (s < 0 || nt < 0 || nt > MAX_NT || isa < 0 || isa >= ISA_COUNT) return;  // nt 0: the GEMM
     g_calls[s][nt][isa].fetch_add(1, std::memory_order_relaxed);
     g_rows[s][nt][isa].fetch_add(rows, std::memory_order_relaxed);
+}
+
+// GLU epilogue calls: [kind][level]
+static std::atomic<long long> g_glu_calls[2][ISA_COUNT], g_glu_rows[2][ISA_COUNT], g_glu_values[2][ISA_COUNT];
+
+void count_glu(int kind, int isa, int64_t rows, int64_t values) {
+    if (kind < 0 || kind > 1 || isa < 0 || isa >= ISA_COUNT) return;
+    g_glu_calls[kind][isa].fetch_add(1, std::memory_order_relaxed);
+    g_glu_rows[kind][isa].fetch_add(rows, std::memory_order_relaxed);
+    g_glu_values[kind][isa].fetch_add(values, std::memory_order_relaxed);
+}
+
+std::vector<GluStat> glu_stats() {
+    std::vector<GluStat> out;
+    for (int k = 0; k < 2; ++k)
+        for (int l = 0; l < ISA_COUNT; ++l)
+            if (const long long c = g_glu_calls[k][l].load(std::memory_order_relaxed))
+                out.push_back({k, glu_kernel_at(l).name, c, g_glu_rows[k][l].load(), g_glu_values[k][l].load()});
+    return out;
 }
 
 std::vector<CallStat> call_stats() {
@@ -255,6 +285,8 @@ std::vector<CallStat> call_stats() {
 void reset_call_stats() {
     for (auto &a : g_calls) for (auto &b : a) for (auto &c : b) c = 0;
     for (auto &a : g_rows) for (auto &b : a) for (auto &c : b) c = 0;
+    for (auto *arr : {&g_glu_calls, &g_glu_rows, &g_glu_values})
+        for (auto &a : *arr) for (auto &c : a) c = 0;
 }
 
 }  // namespace lowbit

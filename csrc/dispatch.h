@@ -29,6 +29,9 @@ const std::vector<std::string> &disabled_kernels();
 
 struct CallStat { int type_id; int nt; const char *kernel; long long calls; long long rows; };
 std::vector<CallStat> call_stats();
-void reset_call_stats();
+// GLU epilogue calls per (kind, level): rows = gate rows summed, values = rows * tokens.
+struct GluStat { int kind; const char *kernel; long long calls; long long rows; long long values; };
+std::vector<GluStat> glu_stats();
+void reset_call_stats();  // both the row-kernel and the GLU counters
 
 }  // namespace lowbit

@@ -157,28 +157,33 @@ std::string Engine::validate() const {
     return "";
 }
 
+// x[T][m.n] in m's activation format: a quantized copy in act_ (reused when reuse_act and
+// act_ already holds this input in that format), or x itself for float activations.
+// *arb: bytes per token.
+const uint8_t *Engine::quantize_input(const Mat &m, const float *x, int T, bool reuse_act, size_t *arb) {
+    const Format &af = *format_by_id(format_by_id(m.type)->act);
+    if (af.id == T_F32) {
+        *arb = (size_t)m.n * sizeof(float);
+        act_type_ = -1;  // act_ no longer holds this input: the next matmul must quantize it
+        return reinterpret_cast<const uint8_t *>(x);
+    }
+    *arb = row_bytes(&af, m.n);
+    if (!(reuse_act && act_type_ == af.id)) {
+        if (act_.size() < *arb * T) act_.resize(*arb * T);
+        const quant_act_fn q = kernel_entry(af.id).quant_act;
+        for (int t = 0; t < T; ++t) q(x + (size_t)t * m.n, act_.data() + (size_t)t * *arb, m.n);
+        act_type_ = af.id;
+    }
+    return act_.data();
+}
+
 // y[T][m.rows] = x[T][m.n] . W^T: quantize x to the weight's activation format, run the
 // row kernels (the dispatcher's choice), threaded over rows.
 void Engine::matmul(const Mat &m, const float *x, int T, float *out, bool reuse_act) {
     const Format &f = *format_by_id(m.type);
-    const Format &af = *format_by_id(f.act);
     const KernelEntry &e = kernel_entry(f.id);
-    const uint8_t *act;
     size_t arb;
-    if (af.id == T_F32) {
-        act = reinterpret_cast<const uint8_t *>(x);
-        arb = (size_t)m.n * sizeof(float);
-        act_type_ = -1;  // act_ no longer holds this input: the next matmul must quantize it
-    } else {
-        arb = row_bytes(&af, m.n);
-        if (!(reuse_act && act_type_ == af.id)) {
-            if (act_.size() < arb * T) act_.resize(arb * T);
-            const quant_act_fn q = kernel_entry(af.id).quant_act;
-            for (int t = 0; t < T; ++t) q(x + (size_t)t * m.n, act_.data() + (size_t)t * arb, m.n);
-            act_type_ = af.id;
-        }
-        act = act_.data();
-    }
+    const uint8_t *act = quantize_input(m, x, T, reuse_act, &arb);
     int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
     run_rows(f, e, cpu_info().selected, m.w, m.stride, act, arb, T, out, (size_t)m.rows, m.n, m.scale, 0, m.rows,
              threads);
@@ -300,24 +305,31 @@ static void add_bias(float *v, const float *b, int T, int len) {
         for (int i = 0; i < len; ++i) v[(size_t)t * len + i] += b[i];
 }
 
-// SwiGLU FFN on T tokens: out = down(silu(gate(x)) * up(x)); out may alias x.
+// Gated FFN on T tokens: out = down(act(gate(x)) * up(x)), act = SiLU (SwiGLU) or ReLU^2
+// (c_.ffn_act); out may alias x. Gate and up run fused with the GLU epilogue (run_rows_glu:
+// one pool dispatch, x quantized once) when they pair with the same activation format,
+// else as two matmuls and the epilogue over the whole array (the same values either way).
 void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
                        const float *sub_norm) {
     const size_t n = (size_t)T * gate.rows;
     if (g_.size() < n) g_.resize(n);
-    if (u_.size() < n) u_.resize(n);
-    matmul(gate, x, T, g_.data());
-    matmul(up, x, T, u_.data(), true);
-    if (c_.ffn_act == FFN_RELU2) {
-        for (size_t i = 0; i < n; ++i) {
-            const float r = g_[i] > 0.0f ? g_[i] : 0.0f;
-            g_[i] = r * r * u_[i];  // relu(gate)^2 * up, in ggml's order: sqr(relu(g)), then * up
-        }
+    const Format &fg = *format_by_id(gate.type), &fu = *format_by_id(up.type);
+    const GluKernel &glu = glu_kernel();
+    const int kind = c_.ffn_act == FFN_RELU2 ? GLU_RELU2 : GLU_SILU;
+    const int isa = cpu_info().selected;
+    if (fg.act == fu.act) {
+        size_t arb;
+        const uint8_t *act = quantize_input(gate, x, T, false, &arb);
+        const RowMat G{&fg, &kernel_entry(fg.id), gate.w, gate.stride, gate.scale, gate.out_scale};
+        const RowMat U{&fu, &kernel_entry(fu.id), up.w, up.stride, up.scale, up.out_scale};
+        const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
+        run_rows_glu(G, U, glu, kind, isa, act, arb, T, g_.data(), (size_t)gate.rows, gate.n, gate.rows, threads);
     } else {
-        for (size_t i = 0; i < n; ++i) {
-            const float gv = g_[i];
-            g_[i] = gv / (1.0f + std::exp(-gv)) * u_[i];  // SwiGLU: silu(gate) * up
-        }
+        if (u_.size() < n) u_.resize(n);
+        matmul(gate, x, T, g_.data());
+        matmul(up, x, T, u_.data(), true);
+        count_glu(kind, glu.isa, gate.rows, (int64_t)n);
+        glu.fn(g_.data(), u_.data(), g_.data(), (int64_t)n, kind);
     }
     if (sub_norm) rmsnorm(g_.data(), sub_norm, g_.data(), T, (int)gate.rows);  // bitnet: before ffn_down
     matmul(down, g_.data(), T, out);
@@ -358,7 +370,7 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
     const int dim = c_.dim, hd = c_.head_dim, qd = c_.n_head * hd, kd = c_.n_kv * hd, ffn = c_.ffn;
     x_.resize((size_t)T * dim); h_.resize((size_t)T * dim); q_.resize((size_t)T * qd);
     k_.resize((size_t)T * kd); v_.resize((size_t)T * kd); att_.resize((size_t)T * qd);
-    g_.resize((size_t)T * ffn); u_.resize((size_t)T * ffn);
+    g_.resize((size_t)T * ffn);  // (u_: only the unfused dense_ffn fallback)
 
     const dequant_fn deq = kernel_entry(embd_.type).dequant;
     for (int t = 0; t < T; ++t) deq(embd_.w + (size_t)tokens[t] * embd_.stride, x_.data() + (size_t)t * dim, dim, embd_.scale);

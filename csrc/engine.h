@@ -128,6 +128,7 @@ private:
     // reuse_act: x is the same input as the previous matmul's (q/k/v, gate/up): its
     // quantized copy is reused when the activation format is the same.
     void matmul(const Mat &m, const float *x, int T, float *out, bool reuse_act = false);
+    const uint8_t *quantize_input(const Mat &m, const float *x, int T, bool reuse_act, size_t *arb);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
     void rope_angles(int T, const int32_t *pos);  // fills rot_
     void rope(float *v, int T, int heads) const;
@@ -155,7 +156,7 @@ private:
     int act_type_ = -1;  // format of what act_ holds (-1: nothing reusable)
     int threads_ = 0;
     // MoE scratch (csrc/moe.cpp)
-    std::vector<float> rlog_, rx_, wsel_, eg_, eu_, ed_, sh_, mo_;
+    std::vector<float> rlog_, rx_, wsel_, eg_, ed_, sh_, mo_;
     std::vector<int32_t> sel_, slot_of_, slot_tok_, ecount_, eoff_;
     std::vector<uint8_t> xq_, xs_, us_, ys_;
     std::vector<std::vector<int32_t>> routes_;

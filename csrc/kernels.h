@@ -91,10 +91,31 @@ struct AttnKernel {
 const AttnKernel &attn_kernel();  // what dispatch selected
 const AttnKernel &attn_kernel_at(int isa);  // what runs at level isa (tests); fn null if unavailable
 
+// The gated-linear-unit epilogue of an FFN's gate/up pair (csrc/ref/glu.cpp is the spec):
+//   out[i] = act(g[i]) * u[i] for i < n, with act by kind:
+//     GLU_SILU:  silu(g) = g / (1 + exp(-g)), exp as ggml's vectorised ggml_v_expf (range
+//                reduction + degree-5 polynomial, ~1.5 ulp; 2^n applied as avx512's scalef);
+//     GLU_RELU2: relu(g)^2 = (g > 0 ? g : 0)^2, in ggml's order sqr(relu(g)), then * up.
+// Elementwise and lane-independent: every level computes the same function bit for bit
+// (tests/test_glu.py), so a token's result never depends on its window or the row split.
+// out may alias g or u exactly (same pointer), not partially.
+enum GluKind : int { GLU_SILU = 0, GLU_RELU2 = 1 };
+using glu_fn = void (*)(const float *g, const float *u, float *out, int64_t n, int kind);
+struct GluKernel {
+    glu_fn fn = nullptr;
+    const char *name = nullptr;  // e.g. "glu_avx512"
+    int isa = ISA_SCALAR;
+};
+const GluKernel &glu_kernel();            // what dispatch selected
+const GluKernel &glu_kernel_at(int isa);  // what runs at level isa (tests compare levels)
+// Counters of epilogue calls per (kind, level of the table used): values = elements.
+void count_glu(int kind, int isa, int64_t rows, int64_t values);
+
 struct KernelTable {
     KernelEntry e[64];
     KernelEntry i8s;  // T_I8_S (id above 64)
     AttnKernel attn;  // the engine's attention over a half KV cache
+    GluKernel glu;    // the FFN's gate/up epilogue
     KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }
     void set_rows_all(int id, rows_fn f, const char *name, int isa) {
         for (int nt = 1; nt <= MAX_NT; ++nt) at(id).rows[nt] = RowKernel{f, name, isa};

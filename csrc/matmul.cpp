@@ -3,10 +3,36 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "threadpool.h"
 
 namespace lowbit {
+
+// Each window's kernel must exist; count it once per call (per window, not per tile).
+static void check_and_count(const Format &f, const KernelEntry &e, int isa, int64_t nt, int64_t rows) {
+    for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
+        const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
+        if (!e.rows[ntc].fn) throw std::invalid_argument(std::string("no row kernel for ") + f.name);
+        count_call(f.id, ntc, isa, rows);
+    }
+}
+
+// One pool dispatch: part i takes its contiguous share of [0, rows) (split_range, so a
+// row's result never depends on the split: I3) and calls body(tb, te) on each tile. Parts,
+// not threads: up to 4 per thread (of >= 16 rows), claimed dynamically by the pool, so a
+// thread descheduled by another process delays at most one small part.
+template <class Body>
+static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body) {
+    int64_t parts = threads > 1 ? std::min<int64_t>((int64_t)threads * 4, rows / 16) : 1;
+    if (parts < threads) parts = std::min<int64_t>(threads, rows);
+    if (parts < 1) parts = 1;
+    ThreadPool::instance().run((int)parts, [&](int i, int nthr) {
+        int64_t b, en;
+        split_range(rows, i, nthr, &b, &en);
+        for (int64_t tb = b; tb < en; tb += tile) body(tb, tb + tile < en ? tb + tile : en);
+    });
+}
 
 // One pool dispatch per call, whatever the window count: each thread takes its row range and,
 // tile by tile (~32 KB of weight rows, so they stay in L1/L2 while every window of tokens
@@ -23,33 +49,74 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
     // tile in one call (same tiles, same per-token results: KernelEntry::gemm).
     const bool gemm = e.gemm.fn && e.gemm_min_nt > 0 && nt >= e.gemm_min_nt;
     if (gemm) count_call(f.id, 0, isa, rows);
-    for (int64_t t0 = 0; t0 < nt && !gemm; t0 += MAX_NT) {
-        const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
-        if (!e.rows[ntc].fn) throw std::invalid_argument(std::string("no row kernel for ") + f.name);
-        count_call(f.id, ntc, isa, rows);
-    }
+    else check_and_count(f, e, isa, nt, rows);
     const int64_t tile = windows > 1 ? (w_stride >= 32768 ? 1 : (int64_t)(32768 / w_stride)) : rows;
-    // Parts, not threads: up to 4 per thread (of >= 16 rows), claimed dynamically by the pool,
-    // so a thread descheduled by another process delays at most one small part.
-    int64_t parts = threads > 1 ? std::min<int64_t>((int64_t)threads * 4, rows / 16) : 1;
-    if (parts < threads) parts = std::min<int64_t>(threads, rows);
-    if (parts < 1) parts = 1;
-    ThreadPool::instance().run((int)parts, [&](int i, int nthr) {
-        int64_t b, en;
-        split_range(rows, i, nthr, &b, &en);
-        for (int64_t tb = b; tb < en; tb += tile) {
-            const int64_t te = tb + tile < en ? tb + tile : en;
-            if (gemm) {
-                e.gemm.fn(RowArgs{w, w_stride, act, act_stride, out, out_stride, n, w_scale}, r0 + tb, r0 + te, (int)nt);
-                continue;
-            }
-            for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
-                const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
-                RowArgs a{w, w_stride, act + (size_t)t0 * act_stride, act_stride,
-                          out + (size_t)t0 * out_stride, out_stride, n, w_scale};
-                e.rows[ntc].fn(a, r0 + tb, r0 + te, ntc);
-            }
+    for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
+        if (gemm) {
+            e.gemm.fn(RowArgs{w, w_stride, act, act_stride, out, out_stride, n, w_scale}, r0 + tb, r0 + te, (int)nt);
+            return;
         }
+        for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
+            const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
+            RowArgs a{w, w_stride, act + (size_t)t0 * act_stride, act_stride,
+                      out + (size_t)t0 * out_stride, out_stride, n, w_scale};
+            e.rows[ntc].fn(a, r0 + tb, r0 + te, ntc);
+        }
+    });
+}
+
+int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
+    // One window (decode, a short verify window): the weights are read once whatever the
+    // tile; 128 rows keep the scratch (128 x nt x 2 floats) in L1 for the epilogue.
+    if (nt <= MAX_NT) return 128;
+    const size_t per_row = gate.stride + up.stride;
+    return per_row >= 32768 ? 1 : (int64_t)(32768 / per_row);
+}
+
+void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
+              const uint8_t *act_u, size_t act_u_stride, int64_t nt, int64_t n, glu_fn glu, int kind,
+              int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride) {
+    thread_local std::vector<float> scratch;  // [ntc][tr] gate values, then [ntc][tr] up values
+    const int64_t tmax = tile < re - rb ? tile : re - rb;
+    const size_t need = (size_t)2 * (size_t)tmax * (size_t)(nt < MAX_NT ? nt : MAX_NT);
+    if (scratch.size() < need) scratch.resize(need);
+    for (int64_t tb = rb; tb < re; tb += tile) {
+        const int64_t te = tb + tile < re ? tb + tile : re, tr = te - tb;
+        for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
+            const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
+            float *G = scratch.data(), *U = G + (size_t)tr * ntc;
+            // the tile's rows seen as rows [0, tr) of a matrix starting at row tb (I3: a row's
+            // result does not depend on where the range starts), token t's at G[t * tr + r]
+            RowArgs a{gate.w + (size_t)tb * gate.stride, gate.stride, act_g + (size_t)t0 * act_g_stride,
+                      act_g_stride, G, (size_t)tr, n, gate.scale};
+            gate.e->rows[ntc].fn(a, 0, tr, ntc);
+            RowArgs b{up.w + (size_t)tb * up.stride, up.stride, act_u + (size_t)t0 * act_u_stride,
+                      act_u_stride, U, (size_t)tr, n, up.scale};
+            up.e->rows[ntc].fn(b, 0, tr, ntc);
+            if (gate.out_scale != 1.0f)
+                for (int64_t i = 0; i < tr * ntc; ++i) G[i] *= gate.out_scale;
+            if (up.out_scale != 1.0f)
+                for (int64_t i = 0; i < tr * ntc; ++i) U[i] *= up.out_scale;
+            for (int t = 0; t < ntc; ++t)
+                glu(G + (size_t)t * tr, U + (size_t)t * tr, out + (size_t)(t0 + t) * out_stride + tb, tr, kind);
+        }
+    }
+}
+
+void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, int kind, int isa,
+                  const uint8_t *act, size_t act_stride, int64_t nt, float *out, size_t out_stride, int64_t n,
+                  int64_t rows, int threads) {
+    if (!glu.fn) throw std::invalid_argument("no GLU epilogue at this level");
+    if (kind != GLU_SILU && kind != GLU_RELU2) throw std::invalid_argument("unknown GLU kind " + std::to_string(kind));
+    if (gate.f->act != up.f->act)
+        throw std::invalid_argument(std::string("gate (") + gate.f->name + ") and up (" + up.f->name +
+                                    ") pair with different activation formats: run them apart");
+    check_and_count(*gate.f, *gate.e, isa, nt, rows);
+    check_and_count(*up.f, *up.e, isa, nt, rows);
+    count_glu(kind, glu.isa, rows, rows * nt);
+    const int64_t tile = glu_tile_rows(gate, up, nt);
+    for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
+        glu_rows(gate, act, act_stride, up, act, act_stride, nt, n, glu.fn, kind, tb, te, tile, out, out_stride);
     });
 }
 

@@ -1,5 +1,6 @@
 // Matrix x window of tokens through the row kernels: the one call every caller uses
-// (the kernel API's matmul, the engine, the benchmarks).
+// (the kernel API's matmul, the engine, the benchmarks), and its FFN variant with the GLU
+// epilogue fused (gate and up rows in one pass, silu(gate) * up written out).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,5 +15,40 @@ namespace lowbit {
 void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, size_t w_stride,
               const uint8_t *act, size_t act_stride, int64_t nt, float *out, size_t out_stride,
               int64_t n, float w_scale, int64_t r0, int64_t r1, int threads);
+
+// One weight matrix as the fused GLU path sees it: row r at w + r * stride, raw bytes of
+// format *f, run through *e's row kernels; y = (W x) * out_scale (one float multiply per
+// output, as Engine::matmul applies Mat::out_scale; 1.0f: none).
+struct RowMat {
+    const Format *f = nullptr;
+    const KernelEntry *e = nullptr;
+    const uint8_t *w = nullptr;
+    size_t stride = 0;
+    float scale = 1.0f;      // per-tensor scale inside the row kernel (I2_S)
+    float out_scale = 1.0f;
+};
+
+// out[t * out_stride + r] = glu(gate_t_r, up_t_r) (glu_fn contract in kernels.h, kind
+// GLU_SILU or GLU_RELU2) for every row r < rows of gate and up and t < nt, where gate_t_r =
+// dot(G[r], act[t]) * gate.out_scale and likewise for up. One pool dispatch: each thread
+// takes its range of rows and, tile by tile, runs the gate and the up kernels of each
+// 8-token window into a thread-local scratch, then the epilogue into out. Bitwise identical
+// to run_rows(gate) + run_rows(up) + out_scale + glu over the whole array (the same kernels
+// on the same windows; I2, I3; the epilogue is elementwise). gate and up share the
+// activation format (act is one quantized copy of x; the caller checks), rows and n.
+void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, int kind, int isa,
+                  const uint8_t *act, size_t act_stride, int64_t nt, float *out, size_t out_stride, int64_t n,
+                  int64_t rows, int threads);
+
+// The per-thread body of run_rows_glu, also the MoE expert pool's: rows [rb, re) of gate
+// (against act_g) and up (against act_u), nt tokens, in tiles of `tile` rows (scratch:
+// thread-local). Writes out[t * out_stride + r] for r in [rb, re) only. No counting.
+void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
+              const uint8_t *act_u, size_t act_u_stride, int64_t nt, int64_t n, glu_fn glu, int kind,
+              int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride);
+
+// Rows per tile of glu_rows for a window count: about 32 KB of gate + up weight rows, so
+// they stay in L1/L2 while every window reads them.
+int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt);
 
 }  // namespace lowbit

@@ -15,8 +15,9 @@
 //   5. a work list of (expert, row range) items, taken by the threads from an atomic
 //      counter: gate and up rows for all of that expert's tokens (row kernels with
 //      nt = the expert's token count, chunked by 8: the rows are decoded once per 8
-//      tokens), SwiGLU fused on those rows; then the SwiGLU rows quantized per slot, and
-//      a second work list for down.
+//      tokens), the GLU epilogue (SwiGLU, or ReLU^2 by c_.ffn_act) fused on those rows
+//      (glu_rows, csrc/matmul.cpp); then those rows quantized per slot, and a second work
+//      list for down.
 //   6. out[t] = sum over k = 0..K-1 (rank order) of w[t][k] * down_slot(t,k); plus the
 //      shared expert (qwen2moe) times sigmoid(ffn_gate_inp_shexp . x).
 // Router lookahead (optional, Engine::lookahead below) only reads pages ahead.
@@ -36,6 +37,7 @@
 #include "dispatch.h"
 #include "engine.h"
 #include "fp16.h"
+#include "matmul.h"
 #include "threadpool.h"
 
 namespace lowbit {
@@ -218,35 +220,28 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     if (!same_act) gather(au, ub, us_);
     const uint8_t *xg = xs_.data(), *xu = same_act ? xs_.data() : us_.data();
 
-    // 5a. gate and up with fused SwiGLU: eg_[s][ef]
+    // 5a. gate and up with the GLU epilogue fused (glu_rows, as the dense FFN): eg_[s][ef]
+    const GluKernel &glu = glu_kernel();
+    const int kind = c_.ffn_act == FFN_RELU2 ? GLU_RELU2 : GLU_SILU;
     eg_.resize((size_t)S * ef);
-    eu_.resize((size_t)S * ef);
-    for (int e = 0; e < E; ++e)
+    for (int e = 0; e < E; ++e) {
         for (int t0c = 0; t0c < ecount_[(size_t)e]; t0c += MAX_NT) {
             const int ntc = std::min(MAX_NT, ecount_[(size_t)e] - t0c);
             count_call(G.m->type, ntc, isa, ef);
             count_call(U.m->type, ntc, isa, ef);
             count_call(D.m->type, ntc, isa, dim);
         }
+        if (ecount_[(size_t)e] > 0) count_glu(kind, glu.isa, ef, (int64_t)ecount_[(size_t)e] * ef);
+    }
     std::vector<Item> items;
     make_items(items, ecount_, ef, threads);
     run_items(items, threads, [&](const Item &it) {
         const int64_t off = eoff_[(size_t)it.e], cnt = ecount_[(size_t)it.e];
-        for (int64_t t0c = 0; t0c < cnt; t0c += MAX_NT) {
-            const int ntc = (int)std::min<int64_t>(MAX_NT, cnt - t0c);
-            const size_t s0 = (size_t)(off + t0c);
-            float *g = eg_.data() + s0 * ef, *u = eu_.data() + s0 * ef;
-            RowArgs a{G.w(it.e), G.m->stride, xg + s0 * gb, gb, g, (size_t)ef, dim, G.m->scale};
-            G.k->rows[ntc].fn(a, it.r0, it.r1, ntc);
-            RowArgs b{U.w(it.e), U.m->stride, xu + s0 * ub, ub, u, (size_t)ef, dim, U.m->scale};
-            U.k->rows[ntc].fn(b, it.r0, it.r1, ntc);
-            for (int tt = 0; tt < ntc; ++tt)
-                for (int r = it.r0; r < it.r1; ++r) {
-                    const size_t i = (size_t)tt * ef + r;
-                    const float gv = g[i];
-                    g[i] = gv / (1.0f + std::exp(-gv)) * u[i];  // SwiGLU: silu(gate) * up
-                }
-        }
+        // expert it.e's gate and up rows; the experts' tensors carry no output scale
+        const RowMat g{format_by_id(G.m->type), G.k, G.w(it.e), G.m->stride, G.m->scale, 1.0f};
+        const RowMat u{format_by_id(U.m->type), U.k, U.w(it.e), U.m->stride, U.m->scale, 1.0f};
+        glu_rows(g, xg + (size_t)off * gb, gb, u, xu + (size_t)off * ub, ub, cnt, dim, glu.fn, kind, it.r0, it.r1,
+                 glu_tile_rows(g, u, cnt), eg_.data() + (size_t)off * ef, (size_t)ef);
     });
 
     // 5b. down: the SwiGLU rows quantized per slot, then ed_[s][dim]

@@ -28,6 +28,7 @@ def cmd_info(args: argparse.Namespace) -> int:
           f" -> selected {c['selected']}")
     print(f"threads   {c['threads']}")
     print(f"attention {c['attention']} (the engine's, over a half KV cache)")
+    print(f"glu       {c['glu']} (the FFN's gate/up epilogue: silu(gate) * up, relu(gate)^2 * up)")
     if c["disabled"]:
         print(f"disabled  {' '.join(c['disabled'])}")
     print()

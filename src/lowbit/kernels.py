@@ -17,8 +17,10 @@ from .formats import formats as all_formats
 from .formats import get as get_format
 from ._native import lib
 
-__all__ = ["quantize", "quantize_act", "dequantize", "matmul", "matmul_act", "split_tensor", "kernel",
-           "stats", "reset_stats"]
+__all__ = ["quantize", "quantize_act", "dequantize", "matmul", "matmul_act", "matmul_glu", "glu", "split_tensor",
+           "kernel", "glu_kernel", "stats", "reset_stats"]
+
+GLU_KINDS = {"silu": 0, "relu2": 1}  # csrc/kernels.h GluKind
 
 
 def _weights(f: Format, raw, n: int | None) -> tuple[np.ndarray, int]:
@@ -173,6 +175,77 @@ def matmul(fmt, raw, x=None, *, threads: int | None = None, w_scale: float | Non
     return matmul_act(f, raw, act, n, threads=threads, w_scale=w_scale)
 
 
+def _glu_kind(kind) -> int:
+    if not isinstance(kind, str) or kind not in GLU_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, GLU_KINDS))}, got {kind!r}")
+    return GLU_KINDS[kind]
+
+
+def _level(isa) -> int:
+    """A level name (``"avx2"``) or None (what dispatch selected) -> the native level index."""
+    if isa is None:
+        return -1
+    names = ["scalar", "avx2", "avx2vnni", "avx512"]
+    if isa not in names:
+        raise ValueError(f"isa must be one of {', '.join(names)} or None, got {isa!r}")
+    return names.index(isa)
+
+
+def glu(g, u, kind: str = "silu", *, isa: str | None = None) -> np.ndarray:
+    """The FFN's GLU epilogue alone: act(g) * u elementwise, act = silu (g / (1 + exp(-g)),
+    ggml's vectorised exp) or relu2 ((g > 0 ? g : 0)^2); float32, same shape as g."""
+    k = _glu_kind(kind)
+    g = np.ascontiguousarray(np.asarray(g, dtype=np.float32))
+    u = np.ascontiguousarray(np.asarray(u, dtype=np.float32))
+    if g.shape != u.shape:
+        raise ValueError(f"g and u differ in shape: {g.shape} vs {u.shape}")
+    out = np.empty_like(g)
+    lib.glu(g.reshape(-1), u.reshape(-1), out.reshape(-1), k, _level(isa))
+    return out
+
+
+def glu_kernel(isa: str | None = None) -> tuple[str, str]:
+    """(epilogue name, ISA level) of the GLU epilogue that runs (at level isa)."""
+    return lib.glu_kernel(_level(isa))
+
+
+def matmul_glu(fmt_gate, raw_gate, raw_up, x, *, fmt_up=None, kind: str = "silu", threads: int | None = None,
+               w_scale_gate: float | None = None, w_scale_up: float | None = None,
+               isa: str | None = None) -> np.ndarray:
+    """y[t, r] = act(G[r] . x[t]) * (U[r] . x[t]): an FFN's gate and up with the GLU epilogue
+    fused (one pass over the rows, x quantized once), act = "silu" or "relu2".
+
+    Bitwise equal to ``glu(matmul(fmt_gate, raw_gate, x), matmul(fmt_up, raw_up, x), kind)``.
+    ``fmt_up`` defaults to ``fmt_gate``; the two formats must pair with the same activation
+    format (else run the two matmuls). ``isa``: run that level's kernels (tests), default what
+    dispatch selected.
+    """
+    fg = get_format(fmt_gate)
+    fu = fg if fmt_up is None else get_format(fmt_up)
+    k = _glu_kind(kind)
+    level = _level(isa)
+    if fg.act != fu.act:
+        raise ValueError(f"gate ({fg.name}, activations {fg.act}) and up ({fu.name}, activations {fu.act}) "
+                         "pair with different activation formats: use two matmul calls and glu()")
+    x = _floats(x, "activations")
+    raw_gate, n = _weights(fg, raw_gate, None)
+    raw_up, nu = _weights(fu, raw_up, None)
+    if n != nu:
+        raise ValueError(f"gate rows have {n} values, up rows {nu}")
+    if raw_gate.shape[0] != raw_up.shape[0]:
+        raise ValueError(f"gate has {raw_gate.shape[0]} rows, up {raw_up.shape[0]}")
+    if x.shape[1] != n:
+        raise ValueError(f"activations have {x.shape[1]} values per token, the weights' rows {n}")
+    if x.shape[0] < 1:
+        raise ValueError("need at least one token (nt >= 1)")
+    a = BY_NAME[fg.act]
+    act = lib.quantize_act(a.id, x, level)  # once, shared by gate and up (F32: the floats' bytes)
+    out = np.empty((x.shape[0], raw_gate.shape[0]), dtype=np.float32)
+    lib.matmul_glu(fg.id, raw_gate, _w_scale(fg, w_scale_gate), fu.id, raw_up, _w_scale(fu, w_scale_up), act,
+                   int(n), k, out, _threads(threads), level)
+    return out
+
+
 def split_tensor(fmt, flat: np.ndarray, n: int, w_scale: float | None = None) -> tuple[np.ndarray, float]:
     """A whole tensor as a GGUF file holds it (I2_S: every row's codes, then a 32-byte tail
     whose first 4 bytes are the float scale) -> (rows uint8[rows, row_bytes], scale)."""
@@ -196,10 +269,14 @@ def kernel(fmt, nt: int = 1) -> tuple[str, str] | None:
 
 
 def stats() -> list[dict]:
-    """Row-kernel calls since the last reset: which kernel ran, per format and window
-    (nt = 0: the format's GEMM, one call per matmul whatever its token count)."""
-    return [dict(format=BY_ID[i].name, nt=nt, kernel=k, calls=c, rows=r)
+    """Kernel calls since the last reset: which row kernel ran, per format and window (nt = 0:
+    the format's GEMM, one call per matmul whatever its token count); then the GLU epilogue's
+    calls (format None, op "silu" / "relu2", values = rows x tokens)."""
+    rows = [dict(format=BY_ID[i].name, nt=nt, kernel=k, calls=c, rows=r)
             for i, nt, k, c, r in lib.stats()]
+    ops = {v: k for k, v in GLU_KINDS.items()}
+    return rows + [dict(format=None, nt=None, op=ops[kind], kernel=k, calls=c, rows=r, values=v)
+                   for kind, k, c, r, v in lib.glu_stats()]
 
 
 def reset_stats() -> None:

@@ -13,6 +13,7 @@ void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
 void register_act(KernelTable &t);
+void register_glu(KernelTable &t);
 void register_attn(KernelTable &t);
 }  // namespace avx2
 
@@ -23,6 +24,7 @@ void register_avx2(KernelTable &t) {
     avx2::register_ternary(t);
     avx2::register_iquants(t);
     avx2::register_act(t);
+    avx2::register_glu(t);
     avx2::register_attn(t);
     (void)t;
 }

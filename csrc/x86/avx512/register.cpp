@@ -13,6 +13,7 @@ void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
 void register_act(KernelTable &t);
+void register_glu(KernelTable &t);
 }  // namespace avx512
 
 void register_avx512(KernelTable &t) {
@@ -22,6 +23,7 @@ void register_avx512(KernelTable &t) {
     avx512::register_ternary(t);
     avx512::register_iquants(t);
     avx512::register_act(t);
+    avx512::register_glu(t);
     (void)t;
 }
 

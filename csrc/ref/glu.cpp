@@ -1,0 +1,72 @@
+// The GLU epilogue's scalar reference (the spec; contract: glu_fn in kernels.h).
+//
+// SiLU uses the exp of ggml's vectorised SwiGLU (ggml_v_expf, itself from Arm's
+// optimized-routines expf), written here as scalar float operations, one std::fmaf wherever
+// the SIMD levels use an FMA, so that every level computes the same bits. This matters for
+// parity with llama.cpp: its SwiGLU runs this exp (not libm's expf), and a last-bit
+// difference in silu(g) * u can flip an int8 rounding of the down projection's activations.
+//
+//   exp(x):  n = round(x / ln2)           (through the 1.5 * 2^23 shifter: round to nearest even)
+//            b = x - n * ln2               (ln2 split in two constants, hi exact in 15 bits)
+//            p(b) = 1 + c1 b + (c2 + c3 b) b^2 + (c4 + c5 b) b^4      (|b| <= ~0.35)
+//            exp(x) = p(b) * 2^n, as avx512's vscalefps: the exact product rounded once
+//            (here: two power-of-two factors, the first product exact, the second rounds).
+//            |n| > 192 (|x| > ~133, or +-inf): 0 for n < 0, +inf for n > 0; NaN stays NaN.
+//   silu(g) = g / (1 + exp(0 - g))   (g = -inf gives -inf / inf = NaN, as ggml and libm's
+//             formula do; g = +inf gives +inf; g <= -~88.7 gives -0; NaN gives NaN)
+//   relu2(g) = r * r with r = g > 0 ? g : 0   (NaN gives 0, as ggml_vec_relu)
+#include <cmath>
+#include <cstring>
+
+#include "ref.h"
+
+namespace lowbit::ref {
+
+namespace {
+
+inline float pow2i(int e) {  // 2^e as a float, e in [-126, 127]
+    const uint32_t u = (uint32_t)(e + 127) << 23;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+}  // namespace
+
+float glu_expf(float x) {
+    const float shift = 0x1.8p23f;
+    const float z = std::fmaf(x, 0x1.715476p+0f, shift);  // x / ln2 + shifter, rounded once
+    const float n = z - shift;                            // round(x / ln2), exact
+    float b = std::fmaf(-n, 0x1.62e4p-1f, x);             // x - n * ln2_hi (exact for |n| <= 192)
+    b = std::fmaf(-n, 0x1.7f7d1cp-20f, b);                // - n * ln2_lo
+    const float u = b * b;
+    const float p45 = std::fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f);
+    const float p23 = std::fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f);
+    const float p01 = std::fmaf(0x1.ffffecp-1f, b, 1.0f);
+    const float p = std::fmaf(std::fmaf(p45, u, p23), u, p01);
+    if (std::fabs(n) > 192.0f) return n > 0.0f ? INFINITY : 0.0f;  // (false for NaN)
+    if (n != n) return n;                                             // NaN in, NaN out
+    // p * 2^n rounded once: n = n1 + n2 with n1, n2 in [-96, 96]; p * 2^n1 is exact (p in
+    // ~[0.7, 1.42], result normal), the second multiply is the one rounding (to a
+    // subnormal, +inf or an exact value), the same as vscalefps.
+    const int ni = (int)n, n1 = ni >> 1, n2 = ni - n1;  // >> of a negative int: floor (C++20, gcc)
+    return (p * pow2i(n1)) * pow2i(n2);
+}
+
+void glu(const float *g, const float *u, float *out, int64_t n, int kind) {
+    if (kind == GLU_RELU2) {
+        for (int64_t i = 0; i < n; ++i) {
+            const float r = g[i] > 0.0f ? g[i] : 0.0f;
+            out[i] = r * r * u[i];
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        const float gv = g[i];
+        out[i] = gv / (1.0f + glu_expf(0.0f - gv)) * u[i];
+    }
+}
+
+void register_glu(KernelTable &t) { t.glu = GluKernel{glu, "glu_scalar", ISA_SCALAR}; }
+
+}  // namespace lowbit::ref
