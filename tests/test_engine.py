@@ -6,14 +6,15 @@ rounding differs anywhere (summation orders of the dots, exp approximations) fli
 activation roundings, which moves logits by ~0.15 (mean |diff| 0.16 on a spread of 37 here);
 so near-ties may flip. lowbit rounds the norms as ggml does to keep such flips rare.
 Required (the issue's criteria): where llama.cpp's top-2 margin is >= 0.1, the top-1 tokens
-agree at >= 99% of positions (measured: 308/309 on the avx512 path, 80/80 under
-LOWBIT_MAX_ISA=scalar); at every near-tie (llama.cpp's margin < 0.1) where they differ,
+agree at >= 99% of positions (measured: 308/309 on the avx512 path, 306/309 under
+LOWBIT_MAX_ISA=scalar, whose attention uses libm's exp); at every near-tie (llama.cpp's margin < 0.1) where they differ,
 lowbit's token is within 0.1 logit of llama.cpp's best (it picks one of the tied tokens). The
 issue words the second criterion for every differing position, which the 1% the first one
 allows would break by definition (a flip at a margin >= 0.1 is >= 0.1 below llama.cpp's best);
 those rare flips are bounded at 0.5 logit instead (measured: one flip, 0.295). Where both
 margins are >= 0.3 they always agree.
-Under LOWBIT_MAX_ISA=scalar the same checks run on a shorter continuation.
+The same checks run under LOWBIT_MAX_ISA=scalar (64 tokens too: 99% of 80 positions would
+allow no flip at all).
 """
 import os
 import subprocess
@@ -33,7 +34,7 @@ PROMPTS = [
     "<|im_start|>user\nWhat is 17 times 3?<|im_end|>\n<|im_start|>assistant\n",
     "Photosynthesis converts light energy into",
 ]
-GEN = 16 if os.environ.get("LOWBIT_MAX_ISA") == "scalar" else 64
+GEN = 64
 
 
 @pytest.fixture(scope="module")
