@@ -57,6 +57,19 @@ static nb::ndarray<nb::numpy, T, nb::ndim<2>> new_array(size_t rows, size_t cols
     return nb::ndarray<nb::numpy, T, nb::ndim<2>>(p, 2, shape, owner);
 }
 
+// act[nt, arb]: nt >= 1 tokens quantized to af for rows of n values; out[nt, rows]. Shapes
+// agree, or a one-line error before any native code runs.
+static void check_act_out(const Format &af, size_t arb, int64_t n, const U8In &act, const F32Out &out, int64_t rows) {
+    const int64_t nt = (int64_t)act.shape(0);
+    if ((size_t)act.shape(1) != arb)
+        throw std::invalid_argument(std::string(af.name) + " activations for n=" + std::to_string(n) + " need " +
+                                    std::to_string(arb) + " bytes per token, got " + std::to_string(act.shape(1)));
+    if (nt < 1) throw std::invalid_argument("need at least one token (nt >= 1)");
+    if ((int64_t)out.shape(0) != nt || (int64_t)out.shape(1) != rows)
+        throw std::invalid_argument("out must have shape (nt, rows) = (" + std::to_string(nt) + ", " +
+                                    std::to_string(rows) + ")");
+}
+
 // isa < 0: what dispatch selected; otherwise that level's table (tests compare levels).
 static const KernelEntry &entry(int id, int isa) {
     if (isa < 0) return kernel_entry(id);
@@ -233,13 +246,7 @@ NB_MODULE(_lowbit, m) {
         const Format &af = fmt(f.act);
         const size_t arb = row_bytes(&af, n);
         const int64_t rows = (int64_t)raw.shape(0), nt = (int64_t)act.shape(0);
-        if ((size_t)act.shape(1) != arb)
-            throw std::invalid_argument(std::string(af.name) + " activations for n=" + std::to_string(n) + " need " +
-                                        std::to_string(arb) + " bytes per token, got " + std::to_string(act.shape(1)));
-        if (nt < 1) throw std::invalid_argument("need at least one token (nt >= 1)");
-        if ((int64_t)out.shape(0) != nt || (int64_t)out.shape(1) != rows)
-            throw std::invalid_argument("out must have shape (nt, rows) = (" + std::to_string(nt) + ", " +
-                                        std::to_string(rows) + ")");
+        check_act_out(af, arb, n, act, out, rows);
         if (r0 < 0 || r1 > rows || r0 > r1) throw std::invalid_argument("row range [r0, r1) outside [0, rows)");
         const uint8_t *w = raw.data(), *a = act.data();
         float *o = out.data();
@@ -273,12 +280,7 @@ NB_MODULE(_lowbit, m) {
         const Format &af = fmt(fg.act);
         const size_t arb = af.id == T_F32 ? (size_t)n * sizeof(float) : row_bytes(&af, n);
         const int64_t rows = (int64_t)graw.shape(0), nt = (int64_t)act.shape(0);
-        if ((size_t)act.shape(1) != arb)
-            throw std::invalid_argument(std::string(af.name) + " activations for n=" + std::to_string(n) + " need " +
-                                        std::to_string(arb) + " bytes per token, got " + std::to_string(act.shape(1)));
-        if (nt < 1) throw std::invalid_argument("need at least one token (nt >= 1)");
-        if ((int64_t)out.shape(0) != nt || (int64_t)out.shape(1) != rows)
-            throw std::invalid_argument("out must have shape (nt, rows)");
+        check_act_out(af, arb, n, act, out, rows);
         const RowMat G{&fg, &entry(gid, isa), graw.data(), gs, g_scale, 1.0f};
         const RowMat U{&fu, &entry(uid, isa), uraw.data(), us, u_scale, 1.0f};
         const GluKernel &glu = isa < 0 ? glu_kernel() : glu_kernel_at(isa);
