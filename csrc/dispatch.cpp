@@ -117,7 +117,7 @@ static bool env_disables(const char *kernel_name) {
     return v && *v && std::strcmp(v, "0") != 0;
 }
 
-// A SIMD kernel (row kernel or activation quantizer) that LOWBIT_NO_<NAME>=1 turns off; the
+// A SIMD kernel (row kernel, GEMM, quantizer, attention, GLU) that LOWBIT_NO_<NAME>=1 turns off; the
 // reference (scalar) level is never turned off. Records the name for cpu_info()["disabled"].
 static bool turned_off(const char *name, int isa) {
     if (isa == ISA_SCALAR || !name || !env_disables(name)) return false;
@@ -166,11 +166,9 @@ static void fill_table() {
         l.reg(level);
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
         overlay(running.i8s, level.i8s);
-        if (level.attn.fn && (l.isa == ISA_SCALAR || !env_disables(level.attn.name))) running.attn = level.attn;
-        if (level.glu.fn) {  // LOWBIT_NO_GLU_<LEVEL>=1: keep the level below's epilogue
-            if (l.isa == ISA_SCALAR || !env_disables(level.glu.name)) running.glu = level.glu;
-            else g_disabled.push_back(level.glu.name);
-        }
+        // LOWBIT_NO_ATTN_F16_<LEVEL>=1 / LOWBIT_NO_GLU_<LEVEL>=1: keep the level below's
+        if (level.attn.fn && !turned_off(level.attn.name, level.attn.isa)) running.attn = level.attn;
+        if (level.glu.fn && !turned_off(level.glu.name, level.glu.isa)) running.glu = level.glu;
         // a level the ladder skips (not built) runs what the level below it runs
         for (int k = l.isa; k < ISA_COUNT; ++k) {
             g_levels[k] = running;
@@ -211,9 +209,8 @@ const AttnKernel &attn_kernel_at(int isa) {
 }
 const GluKernel &glu_kernel() { ensure_table(); return g_levels[g_cpu.selected].glu; }
 const GluKernel &glu_kernel_at(int isa) {
-    ensure_table();
     static const GluKernel none{};
-    return isa >= 0 && isa < ISA_COUNT && g_level_ready[isa] ? g_levels[isa].glu : none;
+    return level_available(isa) ? g_levels[isa].glu : none;
 }
 
 bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_built[isa]; }
@@ -226,14 +223,6 @@ void register_scalar(KernelTable &t) {
     ref::register_kquants(t);
     ref::register_iquants(t);
     ref::register_ternary(t);
-    // The reference quantizers register bare function pointers; their names (lowbit info,
-    // LOWBIT_NO_) follow the SIMD levels' pattern quant_act_<format>_<level>.
-    static const struct { int id; const char *name; } kRefQuant[] = {
-        {T_F32, "quant_act_f32_scalar"},   {T_Q8_0, "quant_act_q8_0_scalar"}, {T_Q8_1, "quant_act_q8_1_scalar"},
-        {T_Q8_K, "quant_act_q8_k_scalar"}, {T_I8_S, "quant_act_i8_s_scalar"},
-    };
-    for (const auto &q : kRefQuant)
-        if (t.at(q.id).quant_act && !t.at(q.id).quant_act_name) t.at(q.id).quant_act_name = q.name;
     ref::register_glu(t);
 }
 

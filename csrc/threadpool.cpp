@@ -43,7 +43,7 @@ ThreadPool &ThreadPool::instance() {
 ThreadPool::ThreadPool(int n) {
     // Workers 1..n-1 are pinned to the 2nd.. allowed CPUs; the calling thread is not
     // pinned (it belongs to the user's program), it just takes part 0.
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { pin_to_cpu(i); worker(i); });
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { pin_to_cpu(i); worker(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -56,8 +56,7 @@ ThreadPool::~ThreadPool() {
     for (auto &t : workers_) t.join();
 }
 
-void ThreadPool::worker(int idx) {
-    (void)idx;
+void ThreadPool::worker() {
     uint64_t seen = 0;
     for (;;) {
         // Spin a little (the next layer's call usually comes within microseconds), yielding

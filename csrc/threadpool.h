@@ -27,7 +27,7 @@ public:
 
 private:
     explicit ThreadPool(int n);
-    void worker(int idx);
+    void worker();
 
     std::vector<std::thread> workers_;
     std::mutex run_mu_;  // one run() at a time

@@ -177,9 +177,9 @@ void dequant_q8_K(const uint8_t *src, float *dst, int64_t n, float) {
 }  // namespace
 
 void register_act(KernelTable &t) {
-    t.at(T_Q8_0).quant_act = quant_act_q8_0;
-    t.at(T_Q8_1).quant_act = quant_act_q8_1;
-    t.at(T_Q8_K).quant_act = quant_act_q8_K;
+    t.set_quant_act(T_Q8_0, quant_act_q8_0, "quant_act_q8_0_scalar", ISA_SCALAR);
+    t.set_quant_act(T_Q8_1, quant_act_q8_1, "quant_act_q8_1_scalar", ISA_SCALAR);
+    t.set_quant_act(T_Q8_K, quant_act_q8_K, "quant_act_q8_k_scalar", ISA_SCALAR);
     t.at(T_Q8_1).dequant = dequant_q8_1;
     t.at(T_Q8_K).dequant = dequant_q8_K;
 }

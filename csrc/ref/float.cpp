@@ -79,7 +79,7 @@ void register_float(KernelTable &t) {
     t.at(T_F32).dequant = dequant_f32;
     t.at(T_F16).dequant = dequant_f16;
     t.at(T_BF16).dequant = dequant_bf16;
-    t.at(T_F32).quant_act = quant_act_f32;
+    t.set_quant_act(T_F32, quant_act_f32, "quant_act_f32_scalar", ISA_SCALAR);
     t.set_rows_all(T_F32, rows<dot_f32_f32>, "rows_f32_f32_scalar", ISA_SCALAR);
     t.set_rows_all(T_F16, rows<dot_f16_f32>, "rows_f16_f32_scalar", ISA_SCALAR);
     t.set_rows_all(T_BF16, rows<dot_bf16_f32>, "rows_bf16_f32_scalar", ISA_SCALAR);

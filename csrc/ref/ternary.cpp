@@ -226,7 +226,7 @@ void register_ternary(KernelTable &t) {
     t.at(T_I2_S).dequant = dequant_i2_s;
     t.at(T_I2_S).quant_w = quant_w_i2_s;
     t.set_rows_all(T_I2_S, rows<dot_i2_s_i8_s>, "rows_i2_s_i8_s_scalar", ISA_SCALAR);
-    t.at(T_I8_S).quant_act = quant_act_i8_s;
+    t.set_quant_act(T_I8_S, quant_act_i8_s, "quant_act_i8_s_scalar", ISA_SCALAR);
     t.at(T_I8_S).dequant = dequant_i8_s;
 }
 
