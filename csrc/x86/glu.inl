@@ -81,31 +81,8 @@ inline V add(V a, V b) { return _mm256_add_ps(a, b); }
 inline V sub(V a, V b) { return _mm256_sub_ps(a, b); }
 inline V div(V a, V b) { return _mm256_div_ps(a, b); }
 
-inline V pow2(__m256i e) {  // 2^e per lane, e in [-126, 127]
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
-}
-
-inline V vexp(V x) {
-    const V shift = set1(0x1.8p23f);
-    const V z = fma(x, set1(0x1.715476p+0f), shift);
-    const V n = sub(z, shift);
-    V b = fnma(n, set1(0x1.62e4p-1f), x);
-    b = fnma(n, set1(0x1.7f7d1cp-20f), b);
-    const V u = mul(b, b);
-    const V p45 = fma(set1(0x1.0e4020p-7f), b, set1(0x1.573e2ep-5f));
-    const V p23 = fma(set1(0x1.555e66p-3f), b, set1(0x1.fffdb6p-2f));
-    const V p01 = fma(set1(0x1.ffffecp-1f), b, set1(1.0f));
-    const V p = fma(fma(p45, u, p23), u, p01);
-    // p * 2^n with one rounding, n = n1 + n2 (n1 = floor(n / 2)): p * 2^n1 is exact. Lanes
-    // with |n| > 192 or NaN n convert to garbage here and are replaced below (NaN: p is NaN).
-    const __m256i ni = _mm256_cvtps_epi32(n);
-    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-    const V r = mul(mul(p, pow2(n1)), pow2(n2));
-    const V absn = _mm256_andnot_ps(set1(-0.0f), n);
-    const V big = _mm256_cmp_ps(absn, set1(192.0f), _CMP_GT_OQ);
-    const V inf_or_0 = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_GT_OQ), set1(INFINITY));
-    return _mm256_blendv_ps(r, inf_or_0, big);
-}
+#include "exp8.inl"  // exp8: ggml's expf method on 8 lanes
+inline V vexp(V x) { return exp8(x); }
 
 inline __m256i tail_mask(int64_t k) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
