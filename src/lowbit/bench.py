@@ -327,29 +327,40 @@ def bench_cold(model_path: str, threads: int, gen_tokens: int, reps: int, out=sy
                 cold_ratio=ratio)
 
 
+def _timing_args(p, formats: list[str], n: int, reps: int) -> None:
+    """The options `bench kernels` and `bench act` share: formats, row length, repetitions,
+    pinning, JSON."""
+    p.add_argument("--formats", default=",".join(formats), help="comma-separated formats (default: all)")
+    p.add_argument("--n", type=int, default=n, help="values per row (a multiple of 256)")
+    p.add_argument("--reps", type=int, default=reps, help="timed repetitions; the median is reported")
+    p.add_argument("--cpu", type=int, default=None, help="pin this process to CPU N (with one thread)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _pin_and_formats(a) -> list[str]:
+    """Apply --cpu, check --n; the --formats names, canonical."""
+    if a.cpu is not None:
+        os.sched_setaffinity(0, {a.cpu})
+    if a.n <= 0 or a.n % 256:
+        raise ValueError("--n must be a positive multiple of 256")
+    return [get_format(s.strip()).name for s in a.formats.split(",") if s.strip()]
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="speed against ggml / llama.cpp in one run (kernels, membw, e2e)",
                        description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     bs = p.add_subparsers(dest="what", metavar="WHAT", required=True)
     k = bs.add_parser("kernels", help="row kernels vs ggml's vec_dot, per format and window size")
-    k.add_argument("--formats", default=",".join(DEFAULT_FORMATS), help="comma-separated formats (default: all)")
+    _timing_args(k, DEFAULT_FORMATS, n=2560, reps=7)
     k.add_argument("--nt", default="1,2,4,8", help="window sizes, comma-separated (> 8: matmul's path for a "
                    "prompt chunk, windows of 8 or the GEMM)")
     k.add_argument("--threads", type=int, default=1, help="threads for both sides (default 1)")
-    k.add_argument("--cpu", type=int, default=None, help="pin this process to CPU N (with --threads 1)")
-    k.add_argument("--reps", type=int, default=7, help="timed repetitions; the median is reported")
     k.add_argument("--mb", type=float, default=64.0, help="MB of weights per format (use > L3 for DRAM-bound)")
-    k.add_argument("--n", type=int, default=2560, help="values per row (a multiple of 256)")
     k.add_argument("--rows", type=int, default=None, help="rows per format (instead of --mb)")
-    k.add_argument("--json", action="store_true", help="print JSON instead of a table")
     k.set_defaults(func=_run_kernels)
     q = bs.add_parser("act", help="activation quantizers (Q8_0, Q8_1, Q8_K, I8_S) vs ggml's from_float")
-    q.add_argument("--formats", default=",".join(ACT_FORMATS), help="comma-separated activation formats")
-    q.add_argument("--n", type=int, default=2048, help="values per row (a multiple of 256)")
+    _timing_args(q, ACT_FORMATS, n=2048, reps=51)
     q.add_argument("--rows", type=int, default=32, help="rows (tokens) per timed run")
-    q.add_argument("--reps", type=int, default=51, help="timed repetitions; the median is reported")
-    q.add_argument("--cpu", type=int, default=None, help="pin this process to CPU N")
-    q.add_argument("--json", action="store_true", help="print JSON instead of a table")
     q.set_defaults(func=_run_act)
     m = bs.add_parser("membw", help="this machine's read bandwidth (the ceiling of decode)")
     m.add_argument("--mb", type=float, default=1024.0)
@@ -380,11 +391,9 @@ def add_parser(sub) -> None:
 
 
 def _run_act(a) -> int:
-    if a.cpu is not None:
-        os.sched_setaffinity(0, {a.cpu})
-    if a.n <= 0 or a.n % 256 or a.rows <= 0:
-        raise ValueError("--n must be a positive multiple of 256 and --rows positive")
-    fmts = [get_format(s.strip()).name for s in a.formats.split(",") if s.strip()]
+    fmts = _pin_and_formats(a)
+    if a.rows <= 0:
+        raise ValueError("--rows must be positive")
     bench_act(fmts, a.n, a.rows, a.reps, as_json=a.json)
     return 0
 
@@ -397,13 +406,9 @@ def _run_membw(a) -> int:
 
 
 def _run_kernels(a) -> int:
-    if a.cpu is not None:
-        os.sched_setaffinity(0, {a.cpu})
+    fmts = _pin_and_formats(a)
     nts = [int(v) for v in a.nt.split(",")]
     if any(v < 1 for v in nts):
         raise ValueError("--nt values must be >= 1")
-    if a.n <= 0 or a.n % 256:
-        raise ValueError("--n must be a positive multiple of 256")
-    fmts = [get_format(s.strip()).name for s in a.formats.split(",") if s.strip()]
     bench_kernels(fmts, nts, a.threads, a.reps, a.mb, a.n, as_json=a.json, nrows=a.rows)
     return 0
