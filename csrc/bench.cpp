@@ -76,21 +76,25 @@ double bench_vec_dot(uintptr_t fn_addr, const uint8_t *w, size_t w_stride, const
     });
 }
 
-double bench_quant_act(quant_act_fn fn, const float *x, uint8_t *dst, int64_t rows, int64_t n, size_t row_bytes,
-                       int reps) {
+// One quantizer (lowbit's or ggml's: both take x, dst, n) over the rows, on this thread.
+template <class Fn>
+static double time_quant_rows(Fn fn, const float *x, uint8_t *dst, int64_t rows, int64_t n, size_t row_bytes,
+                              int reps) {
     return median_time(reps, [&] {
         for (int64_t r = 0; r < rows; ++r) fn(x + (size_t)r * n, dst + (size_t)r * row_bytes, n);
     });
+}
+
+double bench_quant_act(quant_act_fn fn, const float *x, uint8_t *dst, int64_t rows, int64_t n, size_t row_bytes,
+                       int reps) {
+    return time_quant_rows(fn, x, dst, rows, n, row_bytes, reps);
 }
 
 using ggml_from_float_t = void (*)(const float *x, void *y, int64_t k);
 
 double bench_from_float(uintptr_t fn_addr, const float *x, uint8_t *dst, int64_t rows, int64_t n, size_t row_bytes,
                         int reps) {
-    const auto fn = reinterpret_cast<ggml_from_float_t>(fn_addr);
-    return median_time(reps, [&] {
-        for (int64_t r = 0; r < rows; ++r) fn(x + (size_t)r * n, dst + (size_t)r * row_bytes, n);
-    });
+    return time_quant_rows(reinterpret_cast<ggml_from_float_t>(fn_addr), x, dst, rows, n, row_bytes, reps);
 }
 
 double membw(const uint8_t *buf, size_t bytes, int threads, int reps, uint64_t *sink) {

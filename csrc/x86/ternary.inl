@@ -562,7 +562,6 @@ void i2s_gemm(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     }
 }
 
-// The GEMM entry (KernelEntry::gemm): one call for the whole chunk of a row tile.
 // ============================================================================================
 // TQ2_0 / TQ1_0 x Q8_K
 // ============================================================================================
@@ -792,7 +791,8 @@ struct I2sK {
     template <int NT>
     static void rows(const RowArgs &a, int64_t r0, int64_t r1, int) { i2s_rows<NT, FOLD>(a, r0, r1); }
 };
-// Rows wider than the scratch (n > 16384) run as the row kernels' windows: the same results.
+// The GEMM entry (KernelEntry::gemm), one call for a row tile's whole chunk. Rows wider than the
+// scratch (n > 16384) run as the row kernels' windows: the same results.
 template <int FOLD>
 void i2s_gemm_entry(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     if (a.n <= kI2sGemmScratch) return i2s_gemm<FOLD>(a, r0, r1, nt);
