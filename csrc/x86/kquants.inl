@@ -290,7 +290,9 @@ LB_KQ_INLINE __m128i scales_q3k(const uint8_t *q, const KM &km) {
     __m128i b = _mm_loadl_epi64((const __m128i *)q);
     b = _mm_insert_epi32(b, (int)rd32(q + 8), 2);  // (no 16-byte load: the block ends 2 bytes later)
     const __m128i low = _mm_and_si128(_mm_unpacklo_epi64(b, _mm_srli_epi16(b, 4)), km.template get128<0x0F>());
-    const __m128i hi4 = _mm_srlv_epi32(_mm_shuffle_epi32(b, 0xAA), _mm_setr_epi32(0, 2, 4, 6));
+    alignas(16) static constexpr int32_t kShifts[4] = {0, 2, 4, 6};  // (a load: see Masks::get128)
+    const __m128i hi4 = _mm_srlv_epi32(_mm_shuffle_epi32(b, 0xAA),
+                                       _mm_load_si128((const __m128i *)opaque((const uint8_t *)kShifts)));
     const __m128i high = _mm_slli_epi16(_mm_and_si128(hi4, km.template get128<3>()), 4);
     return _mm_sub_epi8(_mm_or_si128(low, high), km.template get128<0x20>());
 }
@@ -302,6 +304,17 @@ LB_KQ_INLINE __m128i scales_q3k(const uint8_t *q, const KM &km) {
 // Nothing but the source pointer stays live across chunks (the avx2 vector is rebuilt at
 // j = 0, 4; for Q3_K the second decode is CSE'd away unless KM::OPQ hides it).
 enum { SRC_MEM, SRC_NIB, SRC_Q3K };
+#if !LB_KQ_512
+// avx2 pshufb indices of Scales16::get<J>: int16 word 2J % 8 in the low 128 bits, 2J + 1 in the high
+struct Scale16Idx {
+    alignas(32) uint8_t v[4][32];
+    constexpr Scale16Idx() : v{} {
+        for (int j = 0; j < 4; ++j)
+            for (int i = 0; i < 32; ++i) v[j][i] = (uint8_t)(2 * ((2 * j + i / 16) % 8) + i % 2);
+    }
+};
+inline constexpr Scale16Idx kScale16Idx{};
+#endif
 template <int SRC, class KM>
 struct Scales16 {
     const uint8_t *p;  // the 16 scale bytes (SRC_Q3K: the 12)
@@ -336,6 +349,9 @@ struct Scales16 {
             if constexpr (SRC == SRC_NIB) b = _mm_and_si128(b, km.template get128<0x0F>());
             cur = _mm256_cvtepi8_epi16(b);
         }
+        // (under OPQ the index is a load too: clang holds the ones chunks J and J + 4 share)
+        if constexpr (KM::OPQ)
+            return _mm256_shuffle_epi8(cur, vload(opaque(kScale16Idx.v[J % 4])));
         constexpr long long a = rep16((2 * J) % 8), b = rep16((2 * J + 1) % 8);
         return _mm256_shuffle_epi8(cur, _mm256_setr_epi64x(a, a, b, b));
     }
@@ -618,16 +634,24 @@ LB_KQ_INLINE float fhsum(vf v) {
 
 // ---- horizontal sums (GROUPS): int32 lanes -> one exact sum per token -----------------------
 
-// [sum a, sum b, sum c, sum d]
+// hadd(c, d), where K <= 2 says both are zero: then the zero itself (clang does not fold a
+// hadd of zeros; it hoists the result out of the row loop and spills it, I7)
+template <int K>
+LB_KQ_INLINE __m256i hadd_cd(__m256i c, __m256i d) {
+    return K <= 2 ? _mm256_setzero_si256() : _mm256_hadd_epi32(c, d);
+}
+// [sum a, sum b, sum c, sum d]; K: how many of a..d are present (the others are zero)
+template <int K>
 LB_KQ_INLINE __m128i hsum4(__m256i a, __m256i b, __m256i c, __m256i d) {
-    const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), hadd_cd<K>(c, d));
     return _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
 }
 // [sum a0, sum a1, sum a2, sum a3 | sum b0, sum b1, sum b2, sum b3]
+template <int K>
 LB_KQ_INLINE __m256i hsum4x2(__m256i a0, __m256i a1, __m256i a2, __m256i a3,
                              __m256i b0, __m256i b1, __m256i b2, __m256i b3) {
-    const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
-    const __m256i y = _mm256_hadd_epi32(_mm256_hadd_epi32(b0, b1), _mm256_hadd_epi32(b2, b3));
+    const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), hadd_cd<K>(a2, a3));
+    const __m256i y = _mm256_hadd_epi32(_mm256_hadd_epi32(b0, b1), hadd_cd<K>(b2, b3));
     return _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20), _mm256_permute2x128_si256(x, y, 0x31));
 }
 // [sum a, sum a, sum b, sum b]
@@ -658,12 +682,12 @@ LB_KQ_INLINE auto group_sums(__m256i i0, __m256i i1, __m256i i2, __m256i i3, con
     if constexpr (D::MINS) {
 #define LB_KQ_M(t) (K > t ? _mm256_madd_epi16(ld256(b##t + QOFF_BS), corr) : z)
         if constexpr (K == 1) return hsum1x2(i0, LB_KQ_M(0));
-        else return hsum4x2(i0, i1, i2, i3, LB_KQ_M(0), LB_KQ_M(1), LB_KQ_M(2), LB_KQ_M(3));
+        else return hsum4x2<K>(i0, i1, i2, i3, LB_KQ_M(0), LB_KQ_M(1), LB_KQ_M(2), LB_KQ_M(3));
 #undef LB_KQ_M
     } else {
 #define LB_KQ_O(t) (K > t ? _mm256_sub_epi32(i##t, _mm256_madd_epi16(ld256(b##t + QOFF_BS), corr)) : z)
         if constexpr (K == 1) return hsum1(LB_KQ_O(0));
-        else return hsum4(LB_KQ_O(0), LB_KQ_O(1), LB_KQ_O(2), LB_KQ_O(3));
+        else return hsum4<K>(LB_KQ_O(0), LB_KQ_O(1), LB_KQ_O(2), LB_KQ_O(3));
 #undef LB_KQ_O
     }
 }

@@ -541,6 +541,13 @@ __attribute__((noinline)) void i2s_gemm_rows(const RowArgs &a, size_t t0, const 
         i2s_row<NT, FOLD>(I2sPlanes{codes + (size_t)(r - r0) * (size_t)a.n}, a, r, t0);
 }
 
+// Rows [rb, re) decoded into the scratch. Not inlined: its mask constants would otherwise be
+// hoisted into i2s_gemm's loop and saved to the stack around each window call (clang, I7).
+__attribute__((noinline)) void i2s_decode_tile(const RowArgs &a, uint8_t *codes, int64_t nb, int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r)
+        i2s_decode_planes(a.w + (size_t)r * a.w_stride, codes + (size_t)(r - rb) * (size_t)a.n, nb);
+}
+
 template <int FOLD>
 void i2s_gemm(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     using WinFn = void (*)(const RowArgs &, size_t, const uint8_t *, int64_t, int64_t);
@@ -549,15 +556,18 @@ void i2s_gemm(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
                                               &i2s_gemm_rows<6, FOLD>, &i2s_gemm_rows<7, FOLD>, &i2s_gemm_rows<8, FOLD>};
     // The scratch is per thread and off the stack (tools/check_spills.py counts stack vector
     // moves in every "gemm" function).
-    alignas(64) static thread_local uint8_t codes[kI2sGemmScratch];
+    alignas(64) static thread_local uint8_t scratch[kI2sGemmScratch];
+    // Its address is taken once: through the opaque copy, clang cannot re-derive it (a TLS
+    // call) inside i2s_decode_tile's row loop, where the call would save its vectors (I7).
+    uint8_t *codes = scratch;
+    __asm__("" : "+r"(codes));
     const int64_t nb = a.n / QK_I2S;
     // a row's codes must fit the scratch: 16384 weights per row (wider rows: several passes
     // would be needed; run_rows' row kernels serve them, see i2s_gemm_entry)
     const int64_t R = kI2sGemmScratch / a.n;
     for (int64_t rb = r0; rb < r1; rb += R) {
         const int64_t re = rb + R < r1 ? rb + R : r1;
-        for (int64_t r = rb; r < re; ++r)
-            i2s_decode_planes(a.w + (size_t)r * a.w_stride, codes + (size_t)(r - rb) * (size_t)a.n, nb);
+        i2s_decode_tile(a, codes, nb, rb, re);
         for (int t0 = 0; t0 < nt; t0 += MAX_NT) win[nt - t0 < MAX_NT ? nt - t0 : MAX_NT](a, (size_t)t0, codes, rb, re);
     }
 }
@@ -640,7 +650,16 @@ struct Tq2 {
 // compares; the bias survives the multiplications by 3^k since 128 * odd = 128 (mod 256).
 // Layout (csrc/ref/ternary.cpp): qs[0..31] trits 0..4 -> q[32k .. 32k+31]; qs[32..47] trits
 // 0..4 -> q[160 + 16k .. +15]; qh[0..3] trits 0..3 -> q[240 + 4k .. +3].
-LB_TN_INLINE VY x3(VY v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
+// clang folds v + v + v into a byte multiply by 3, which x86 lacks: it emulates it with two
+// pmullw, two masks and a pack, and holds the masks in registers (spills, I7). The empty asm
+// hides that 2v is v + v; GCC keeps the adds either way.
+LB_TN_INLINE VY x3(VY v) {
+    VY v2 = _mm256_add_epi8(v, v);
+#if defined(__clang__)
+    __asm__("" : "+x"(v2));
+#endif
+    return _mm256_add_epi8(v, v2);
+}
 LB_TN_INLINE VY x9(VY v) { return x3(x3(v)); }  // adds only: no constant to hold
 // 0, 1, 2 as unsigned bytes: each compare is 0 or -1, so |sum| counts the thresholds passed.
 LB_TN_INLINE VY trit(VY xs, const Consts *k) {
