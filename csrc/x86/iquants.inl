@@ -182,6 +182,43 @@ LB_IQ_INLINE VY tab16(const Bytes16 &t) {
 #endif
     return r;
 }
+// A whole 32-byte constant (shuffle and permute indices, per-lane shift counts), loaded at its
+// use for the same reason: clang hoists such literals out of the block loop into registers
+// the accumulators need (I7). Built by the constexpr makers below from the literal's values.
+struct Y32 { alignas(32) uint8_t v[32]; };
+LB_IQ_INLINE VY ky(const Y32 &t) {
+    VY r;
+#if LB_IQ_LEVEL == 3
+    __asm__ volatile("vmovdqu32 %1, %0" : LB_IQ_VREG(r) : "m"(t));  // EVEX: any of ymm0..31
+#else
+    __asm__ volatile("vmovdqu %1, %0" : LB_IQ_VREG(r) : "m"(t));
+#endif
+    return r;
+}
+constexpr Y32 y_q(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {  // as _mm256_setr_epi64x
+    const uint64_t q[4] = {a, b, c, d};
+    Y32 t{};
+    for (int i = 0; i < 32; ++i) t.v[i] = (uint8_t)(q[i / 8] >> (8 * (i % 8)));
+    return t;
+}
+constexpr Y32 y_d(int32_t a, int32_t b, int32_t c, int32_t d, int32_t e, int32_t f, int32_t g, int32_t h) {  // _epi32
+    const int32_t x[8] = {a, b, c, d, e, f, g, h};
+    Y32 t{};
+    for (int i = 0; i < 32; ++i) t.v[i] = (uint8_t)((uint32_t)x[i / 4] >> (8 * (i % 4)));
+    return t;
+}
+constexpr Y32 y_w4(int16_t a, int16_t b, int16_t c, int16_t d) {  // _epi16 of (a, b, c, d) x 4
+    const int16_t x[4] = {a, b, c, d};
+    Y32 t{};
+    for (int i = 0; i < 32; ++i) t.v[i] = (uint8_t)((uint16_t)x[(i / 2) % 4] >> (8 * (i % 2)));
+    return t;
+}
+constexpr Y32 y_b16(const uint8_t (&x)[16]) {  // _epi8 of the 16 bytes, in both lanes
+    Y32 t{};
+    for (int i = 0; i < 32; ++i) t.v[i] = x[i % 16];
+    return t;
+}
+constexpr uint64_t kB8 = 0x0101010101010101ULL;  // a byte in all 8 bytes of a qword
 constexpr uint32_t b4(uint8_t x) { return 0x01010101u * x; }       // a byte in all 4 bytes
 constexpr uint32_t w2(uint16_t x) { return 0x00010001u * x; }      // a word in both halves
 constexpr uint32_t fbits(float f) { return __builtin_bit_cast(uint32_t, f); }
@@ -247,8 +284,8 @@ LB_IQ_INLINE uint64_t ld_u64(const void *p) { uint64_t v; std::memcpy(&v, p, 8);
 // be tested against bit j. The selector and the 4-explicit-byte layout of IQ2_S / IQ3_S:
 LB_IQ_INLINE VY bitsel() { return kq<0x8040201008040201ULL>(); }
 LB_IQ_INLINE VY sign_bytes4(uint32_t four) {  // byte l of `four` -> lanes 8l..8l+7
-    return _mm256_shuffle_epi8(bcast32(four), _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
-                                                                 0x0303030303030303LL));
+    static constexpr Y32 sel = y_q(0, kB8, 2 * kB8, 3 * kB8);
+    return _mm256_shuffle_epi8(bcast32(four), ky(sel));
 }
 
 enum Kind { kGrid, kKv, kBaked };  // see "formats" below
@@ -305,9 +342,9 @@ LB_IQ_INLINE VY ksigns_from_aux(VY a) {
 template <int G>
 LB_IQ_INLINE VY signs_from_ks(VY ks) {
     const VY half = G < 4 ? _mm256_permute4x64_epi64(ks, 0x44) : _mm256_permute4x64_epi64(ks, 0xee);
-    constexpr long long k = 4 * (G & 3);
-    return _mm256_shuffle_epi8(half, _mm256_setr_epi64x(0x0101010101010101LL * k, 0x0101010101010101LL * (k + 1),
-                                                        0x0101010101010101LL * (k + 2), 0x0101010101010101LL * (k + 3)));
+    constexpr uint64_t k = 4 * (G & 3);
+    static constexpr Y32 sel = y_q(kB8 * k, kB8 * (k + 1), kB8 * (k + 2), kB8 * (k + 3));
+    return _mm256_shuffle_epi8(half, ky(sel));
 }
 
 // ======================= formats ============================================================
@@ -334,8 +371,9 @@ struct Iq2xxs {
     VY ks, e;
     LB_IQ_INLINE explicit Iq2xxs(const uint8_t *b) : q(b + 2) {
         // the aux dwords are the odd dwords of qs
-        const VY a0 = _mm256_permutevar8x32_epi32(ldy(q), _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
-        const VY a1 = _mm256_permutevar8x32_epi32(ldy(q + 32), _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
+        static constexpr Y32 odd = y_d(1, 3, 5, 7, 1, 3, 5, 7);
+        const VY a0 = _mm256_permutevar8x32_epi32(ldy(q), ky(odd));
+        const VY a1 = _mm256_permutevar8x32_epi32(ldy(q + 32), ky(odd));
         const VY a = _mm256_blend_epi32(a0, a1, 0xf0);
         ks = ksigns_from_aux(a);
         const VY s = _mm256_srli_epi32(a, 28);
@@ -399,10 +437,10 @@ struct Iq2xs {
     LB_IQ_INLINE void group(VY &u, VY &sb, VY &sc) {
         if constexpr ((G & 3) == 0) fs = full_signs(ldy(q + 8 * G));
         u = grid4q_w(iq::iq2xs_grid, ld_u64(q + 8 * G) & 0x01ff01ff01ff01ffULL);
-        constexpr long long o = 8 * (G & 1);
+        constexpr uint64_t o = 8 * (G & 1);
+        static constexpr Y32 sel = y_q(kB8 * o, kB8 * (o + 2), kB8 * (o + 4), kB8 * (o + 6));
         const VY half = (G & 3) < 2 ? _mm256_permute4x64_epi64(fs, 0x44) : _mm256_permute4x64_epi64(fs, 0xee);
-        sb = _mm256_shuffle_epi8(half, _mm256_setr_epi64x(0x0101010101010101LL * o, 0x0101010101010101LL * (o + 2),
-                                                          0x0101010101010101LL * (o + 4), 0x0101010101010101LL * (o + 6)));
+        sb = _mm256_shuffle_epi8(half, ky(sel));
         sc = scale_of<G>(e);
     }
 };
@@ -440,8 +478,9 @@ struct Iq3s {
     const uint8_t *b;
     VY e;
     LB_IQ_INLINE explicit Iq3s(const uint8_t *blk) : b(blk) {
-        const VY s = _mm256_and_si256(_mm256_srlv_epi32(bcast32(ld_u32(blk + offsetof(block_iq3_s, scales))),
-                                                        _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)), kd<0xf>());
+        static constexpr Y32 shifts = y_d(0, 4, 8, 12, 16, 20, 24, 28);
+        const VY s = _mm256_and_si256(_mm256_srlv_epi32(bcast32(ld_u32(blk + offsetof(block_iq3_s, scales))), ky(shifts)),
+                                      kd<0xf>());
         e = words8(_mm256_add_epi32(_mm256_add_epi32(s, s), kd<1>()));
     }
     LB_IQ_INLINE float dw() const { return f16(b); }
@@ -449,8 +488,9 @@ struct Iq3s {
     template <int G>
     LB_IQ_INLINE void group(VY &u, VY &sb, VY &sc) const {
         // qh[G] bit k -> index bit 8 of the k-th 4-weight row (bytes above qh[G] shift out of 256)
-        const VY h = _mm256_and_si256(_mm256_sllv_epi32(bcast32(ld_u32(b + offsetof(block_iq3_s, qh) + G)),
-                                                        _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1)), kd<256>());
+        static constexpr Y32 shifts = y_d(8, 7, 6, 5, 4, 3, 2, 1);
+        const VY h = _mm256_and_si256(_mm256_sllv_epi32(bcast32(ld_u32(b + offsetof(block_iq3_s, qh) + G)), ky(shifts)),
+                                      kd<256>());
         u = grid8d(iq::iq3s_grid, _mm256_or_si256(_mm256_cvtepu8_epi32(ld64x(b + 2 + 8 * G)), h));
         sb = sign_bytes4(ld_u32(b + offsetof(block_iq3_s, signs) + 4 * G));
         sc = scale_of<G>(e);
@@ -530,16 +570,16 @@ struct Iq1m {
     VY e, k;  // e: [2 ls + 1 of chunks 0, 2, .., 14 | of chunks 1, 3, .., 15]; k: -9 (2 ls + 1), chunk order
     LB_IQ_INLINE explicit Iq1m(const uint8_t *blk) : b(blk) {
         // chunk k = 2 * ib + h: scale word k / 4, bits 3 * (k % 4) .. +2, moved to bits 13..15 by a multiply
-        const VY words = _mm256_shuffle_epi8(
-            _mm256_broadcastsi128_si256(ld64x(b + offsetof(block_iq1_m, scales))),
-            _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7));
-        const VY s = _mm256_srli_epi16(_mm256_mullo_epi16(words, _mm256_setr_epi16(8192, 1024, 128, 16, 8192, 1024, 128, 16,
-                                                                                    8192, 1024, 128, 16, 8192, 1024, 128, 16)), 13);
+        static constexpr Y32 word_sel = y_q(0x0100010001000100ULL, 0x0302030203020302ULL, 0x0504050405040504ULL,
+                                            0x0706070607060706ULL);
+        static constexpr Y32 to_top = y_w4(8192, 1024, 128, 16);
+        const VY words = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(ld64x(b + offsetof(block_iq1_m, scales))), ky(word_sel));
+        const VY s = _mm256_srli_epi16(_mm256_mullo_epi16(words, ky(to_top)), 13);
         const VY c16 = _mm256_add_epi16(_mm256_add_epi16(s, s), kd<w2(1)>());
         k = _mm256_mullo_epi16(c16, kd<w2((uint16_t)-9)>());
         // even chunks to lane 0, odd ones to lane 1
-        const VY eo = _mm256_shuffle_epi8(c16, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-                                                                0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+        static constexpr Y32 even_odd = y_b16({0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15});
+        const VY eo = _mm256_shuffle_epi8(c16, ky(even_odd));
         e = _mm256_permute4x64_epi64(eo, 0xd8);
     }
     LB_IQ_INLINE float dw() const { return _cvtsh_ss(half(b)); }
@@ -796,10 +836,22 @@ __attribute__((noinline)) void rows_window(const RowArgs &a, int64_t r0, int64_t
                 // compiler reload them instead of forwarding chunk A's 16 vectors in registers.
                 Decoded *kept = buf;
                 __asm__("" : "+r"(kept) : : "memory");
+#if defined(__clang__)
+                const Tok<NT> tkb = tk;
+                Decoded *const keptb = kept;
+#endif
                 LB_INIT(4) LB_INIT(5) LB_INIT(6) LB_INIT(7)
                 unroll<8>([&](auto gc) LB_IQ_LAMBDA {
                     constexpr int g = decltype(gc)::value;
                     constexpr size_t off = kQ8Qs + (size_t)g * 32;
+                    // clang schedules up to 4 loads off one base pointer next to each other
+                    // (SelectionDAG load clustering): the 4 groups' loads of a token, all held
+                    // until used (I7). A fresh base per group (an empty asm) keeps them apart.
+#if defined(__clang__)
+                    Tok<NT> tk = tkb;
+                    Decoded *kept = keptb;
+                    __asm__ volatile("" : "+r"(tk.p0), "+r"(tk.p1), "+r"(kept));  // (volatile: not merged)
+#endif
                     const VY u = _mm256_load_si256(&kept->u[g]), sc = _mm256_load_si256(&kept->sc[g]);
                     SA<D> s = u;
                     if constexpr (kS) s = _mm256_load_si256(&kept->s[g]);

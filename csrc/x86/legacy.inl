@@ -292,6 +292,12 @@ constexpr int unit_width(int nt) { return (LB_LG_LEVEL == 3 && plan(nt).tt > 0) 
 // always.) Checked by tools/check_spills.py (I7).
 template <class F>
 constexpr bool share_u() { return LB_LG_LEVEL == 3 || (LB_LG_LEVEL == 2 && !(F::kM && F::kBits == 5)) || (LB_LG_LEVEL == 1 && F::kSign); }
+// Where even that is one register short (the Q5 formats' decode, two TT chunks, codes not
+// shared, 16 ymm), the group's scale vector is not held across its 4 units: each unit reads
+// its 2 blocks' fp16 d (and m) itself (unit_scales). The same values, so the same result;
+// clang otherwise spills the vector (I7), GCC happened to fit it.
+template <class F, int NT>
+constexpr bool per_unit_scales() { return LB_LG_LEVEL != 3 && F::kBits == 5 && !share_u<F>() && plan(NT).tt == 2 && plan(NT).bt == 0; }
 
 // ---- the per-call activation records ----------------------------------------------------------
 // Per group of 8 blocks: tt * (8 / W) TT records, then bt BT records (W = unit_width).
@@ -549,6 +555,34 @@ LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &
     else mw = _mm256_setzero_ps();
 }
 
+// per_unit_scales: [d_b x4 | d_b+1 x4] (and the same of m) for the pair of blocks at b, as
+// TV<2>::unit_scale makes them from group_scales; `two` false: block b+1 is absent (0).
+constexpr C32 halves_idx(int i) {  // vpermps index: dword i in lanes 0..3, dword i + 2 in 4..7
+    C32 c{};
+    for (int l = 0; l < 8; ++l) c.b[4 * l] = (uint8_t)(l < 4 ? i : i + 2);
+    return c;
+}
+constexpr C32 kIdxD = halves_idx(0), kIdxM = halves_idx(1);
+template <class F, bool TAIL>
+LB_LG_INLINE void unit_scales(const uint8_t *b, bool two, __m256 &dw, __m256 &mw) {
+    // halves [d_b m_b d_b+1 m_b+1] -> floats, lanes 0..3
+    uint32_t h1;
+    if constexpr (TAIL) {
+        // block b+1's dword without a branch (the row's last block b reads itself, zeroed);
+        // k opaque, or clang turns it back into a branch or a mask hoisted out of the rows
+        size_t k = two;
+        __asm__ volatile("" : "+r"(k));
+        h1 = ld32(b + F::kBytes * k) & (uint32_t)(0 - k);
+    } else {
+        h1 = ld32(b + F::kBytes);
+    }
+    const __m128i h = _mm_insert_epi32(_mm_cvtsi32_si128((int)ld32(b)), (int)h1, 1);
+    const __m256 f = _mm256_castps128_ps256(_mm_cvtph_ps(h));
+    dw = _mm256_permutevar8x32_ps(f, K(kIdxD));
+    if constexpr (F::kM) mw = _mm256_permutevar8x32_ps(f, K(kIdxM));
+    else mw = _mm256_setzero_ps();
+}
+
 // BT tokens, one pair P (codes lo / hi; `have` false: the pair is past the row's end).
 template <class F, int NT, int P, int J>
 LB_LG_INLINE void bt_pair(__m256i lo, __m256i hi, const uint8_t *rg, bool have, Bst &B) {
@@ -562,14 +596,19 @@ LB_LG_INLINE void bt_pair(__m256i lo, __m256i hi, const uint8_t *rg, bool have, 
     }
 }
 
-// TT: float step of chunk C for unit U (integer lanes i).
-template <class F, int NT, int C, int U, class A>
+// TT: float step of chunk C for unit U (integer lanes i). dw / mw: the group's scales, or
+// (OWN, per_unit_scales) the unit's own, already in its lane order.
+template <class F, int NT, int C, int U, bool OWN, class A>
 LB_LG_INLINE void tt_float(typename TV<unit_width(NT)>::I i, const uint8_t *rec, __m256 dw, __m256 mw, A &acc) {
     using Y = Lay<F, NT>;
     using T = TV<Y::W>;
     auto &a = tacc<C, U>(acc);
-    a = T::fma(T::cvt(i), T::mul(T::template unit_scale<U>(dw), T::ldf(rec + Y::kDA)), a);
-    if constexpr (F::kM) a = T::fma(T::template unit_scale<U>(mw), T::ldf(rec + Y::kSA), a);
+    const auto du = [&] { if constexpr (OWN) return dw; else return T::template unit_scale<U>(dw); }();
+    a = T::fma(T::cvt(i), T::mul(du, T::ldf(rec + Y::kDA)), a);
+    if constexpr (F::kM) {
+        const auto mu = [&] { if constexpr (OWN) return mw; else return T::template unit_scale<U>(mw); }();
+        a = T::fma(mu, T::ldf(rec + Y::kSA), a);
+    }
 }
 
 template <class F, int NT, bool TAIL, int U, class A>
@@ -599,8 +638,15 @@ LB_LG_INLINE void unit(const uint8_t *wg, const uint8_t *rg, int nrem, __m256 dw
                 __asm__("" : "+x"(lo1), "+x"(hi1));
                 tt_int<F, W, 1>(lo1, hi1, r1, r1, i1, unused, Y::kCORR);
             }
-            tt_float<F, NT, 0, U>(i0, r0, dw, mw, acc);
-            if constexpr (Y::P.tt > 1) tt_float<F, NT, 1, U>(i1, r1, dw, mw, acc);
+            if constexpr (per_unit_scales<F, NT>()) {
+                __m256 du, mu;
+                unit_scales<F, TAIL>(wg + U * W * F::kBytes, nu > 1, du, mu);
+                tt_float<F, NT, 0, U, true>(i0, r0, du, mu, acc);
+                tt_float<F, NT, 1, U, true>(i1, r1, du, mu, acc);
+            } else {
+                tt_float<F, NT, 0, U, false>(i0, r0, dw, mw, acc);
+                if constexpr (Y::P.tt > 1) tt_float<F, NT, 1, U, false>(i1, r1, dw, mw, acc);
+            }
         }
     }
     if constexpr (Y::P.bt > 0) {
@@ -635,7 +681,7 @@ template <class F, int NT, bool TAIL, class A>
 LB_LG_INLINE void group(const uint8_t *wg, const uint8_t *rg, int nrem, A &acc) {
     using Y = Lay<F, NT>;
     // TT needs the scales at every unit, BT only at the group's end (shorter live range)
-    constexpr bool early = Y::P.tt > 0;
+    constexpr bool early = Y::P.tt > 0 && !per_unit_scales<F, NT>();
     __m256 dw = _mm256_setzero_ps(), mw = _mm256_setzero_ps();
     if constexpr (early) group_scales<F, TAIL>(wg, nrem, dw, mw);
     Bst B;
@@ -645,7 +691,7 @@ LB_LG_INLINE void group(const uint8_t *wg, const uint8_t *rg, int nrem, A &acc) 
         unit<F, NT, TAIL, 2>(wg, rg, nrem, dw, mw, acc, B);
         unit<F, NT, TAIL, 3>(wg, rg, nrem, dw, mw, acc, B);
     }
-    if constexpr (!early) group_scales<F, TAIL>(wg, nrem, dw, mw);
+    if constexpr (!early && Y::P.bt > 0) group_scales<F, TAIL>(wg, nrem, dw, mw);
     bt_group_end<F, NT, 0>(rg, dw, mw, acc, B);
 }
 
