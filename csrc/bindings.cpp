@@ -123,6 +123,13 @@ NB_MODULE(_lowbit, m) {
         d["disabled"] = disabled_kernels();
         d["attention"] = std::string(attn_kernel().name);
         d["glu"] = std::string(glu_kernel().name);
+#if defined(__clang__)
+        d["compiler"] = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+        d["compiler"] = std::string("GCC ") + __VERSION__;
+#else
+        d["compiler"] = std::string("unknown");
+#endif
         return d;
     });
 

@@ -596,6 +596,11 @@ LB_LG_INLINE void bt_pair(__m256i lo, __m256i hi, const uint8_t *rg, bool have, 
     }
 }
 
+template <class T, int U, bool OWN>
+LB_LG_INLINE auto unit_scale_of(__m256 v) {
+    if constexpr (OWN) return v;
+    else return T::template unit_scale<U>(v);
+}
 // TT: float step of chunk C for unit U (integer lanes i). dw / mw: the group's scales, or
 // (OWN, per_unit_scales) the unit's own, already in its lane order.
 template <class F, int NT, int C, int U, bool OWN, class A>
@@ -603,12 +608,8 @@ LB_LG_INLINE void tt_float(typename TV<unit_width(NT)>::I i, const uint8_t *rec,
     using Y = Lay<F, NT>;
     using T = TV<Y::W>;
     auto &a = tacc<C, U>(acc);
-    const auto du = [&] { if constexpr (OWN) return dw; else return T::template unit_scale<U>(dw); }();
-    a = T::fma(T::cvt(i), T::mul(du, T::ldf(rec + Y::kDA)), a);
-    if constexpr (F::kM) {
-        const auto mu = [&] { if constexpr (OWN) return mw; else return T::template unit_scale<U>(mw); }();
-        a = T::fma(mu, T::ldf(rec + Y::kSA), a);
-    }
+    a = T::fma(T::cvt(i), T::mul(unit_scale_of<T, U, OWN>(dw), T::ldf(rec + Y::kDA)), a);
+    if constexpr (F::kM) a = T::fma(unit_scale_of<T, U, OWN>(mw), T::ldf(rec + Y::kSA), a);
 }
 
 template <class F, int NT, bool TAIL, int U, class A>

@@ -27,6 +27,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"levels    CPU best {c['best']}, built up to {c['built']}, LOWBIT_MAX_ISA cap {c['cap']}"
           f" -> selected {c['selected']}")
     print(f"threads   {c['threads']}")
+    print(f"compiler  {c['compiler']}")
     print(f"attention {c['attention']} (the engine's, over a half KV cache)")
     print(f"glu       {c['glu']} (the FFN's gate/up epilogue: silu(gate) * up, relu(gate)^2 * up)")
     if c["disabled"]:
