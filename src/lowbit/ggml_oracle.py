@@ -32,11 +32,17 @@ class _TraitsCpu(ctypes.Structure):
 
 
 def _lib_dir() -> str:
-    try:
-        import llama_cpp
-    except ImportError as e:
-        raise RuntimeError("ggml oracle: llama-cpp-python is not installed (pip install .[test])") from e
-    d = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    """The wheel's lib/ directory, or LOWBIT_GGML_LIB_DIR: the libggml-base.so / libggml-cpu.so
+    of another build of the same ggml, e.g. one made for AVX2 only (BENCHMARKS.md), so that
+    `lowbit bench` can put the avx2 level beside an AVX2 ggml. (The wheel's ggml is built for
+    this machine: on an AVX-512 CPU its AVX2 source runs with 32 vector registers.)"""
+    d = os.environ.get("LOWBIT_GGML_LIB_DIR")
+    if not d:
+        try:
+            import llama_cpp
+        except ImportError as e:
+            raise RuntimeError("ggml oracle: llama-cpp-python is not installed (pip install .[test])") from e
+        d = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
     if not os.path.exists(os.path.join(d, "libggml-cpu.so")):
         raise RuntimeError(f"ggml oracle: no libggml-cpu.so in {d}")
     return d
