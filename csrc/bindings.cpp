@@ -379,15 +379,15 @@ NB_MODULE(_lowbit, m) {
         nb::gil_scoped_release nogil;
         return bench_from_float(fn, x.data(), out.data(), rows, n, row_bytes, reps);
     }, nb::arg("fn"), nb::arg("x"), nb::arg("row_bytes"), nb::arg("reps"));
-    m.def("membw", [](U8In buf, int threads, int reps) {
+    m.def("membw", [](U8In buf, int threads, int reps, size_t prefetch) {
         uint64_t sink = 0;
         double t;
         {
             nb::gil_scoped_release nogil;
-            t = membw(buf.data(), buf.shape(0) * buf.shape(1), threads_or_default(threads), reps, &sink);
+            t = membw(buf.data(), buf.shape(0) * buf.shape(1), threads_or_default(threads), reps, prefetch, &sink);
         }
         return nb::make_tuple(t, sink);
-    });
+    }, nb::arg("buf"), nb::arg("threads"), nb::arg("reps"), nb::arg("prefetch") = 0);
 
     // ---- the engine (src/lowbit/model.py drives it) ----
     nb::class_<Engine>(m, "Engine")

@@ -76,6 +76,7 @@
 #include "../formats.h"
 #include "../kernels.h"
 #include "../ref/iq_tables.h"
+#include "prefetch.h"
 
 #ifndef LOWBIT_ISA
 #error "define LOWBIT_ISA and LOWBIT_NS before including iquants.inl"
@@ -790,6 +791,7 @@ __attribute__((noinline)) void rows_window(const RowArgs &a, int64_t r0, int64_t
         __m256 facc = _mm256_setzero_ps();
         float sumf = 0.0f;
         for (int64_t i = 0; i < nb; ++i) {
+            prefetch_ahead(w + (size_t)i * D::kBytes, D::kBytes);
             D dec(w + (size_t)i * D::kBytes);
             const uint8_t *y = a.act + (size_t)i * kQ8;  // token 0's block
             const Tok<NT> tk(y, as);
@@ -902,6 +904,7 @@ __attribute__((noinline)) void rows_window(const RowArgs &a, int64_t r0, int64_t
 template <class D>
 LB_IQ_INLINE VY block_one(const uint8_t *w, const uint8_t *y) {
     constexpr bool kS = sign_scheme<D, 1>();
+    prefetch_ahead(w, D::kBytes);
     D dec(w);
     VY x = _mm256_setzero_si256();
     if constexpr (!kS) x = _mm256_madd_epi16(ldy(y + kQ8Bsums), dec.k16());

@@ -58,6 +58,7 @@
 #include <utility>
 
 #include "../kernels.h"
+#include "prefetch.h"
 
 #ifndef LOWBIT_ISA
 #error "define LOWBIT_ISA and LOWBIT_NS before including kquants.inl"
@@ -774,6 +775,7 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
         LB_KQ_ALL(LB_KQ_DECL)
 #undef LB_KQ_DECL
         auto block_ints = [&](const uint8_t *x, size_t yo) LB_KQ_INLINE_LAMBDA {
+            prefetch_ahead(x, D::BYTES);
 #define LB_KQ_ZERO(t) i##t = vzero();
             LB_KQ_ALL(LB_KQ_ZERO)
 #undef LB_KQ_ZERO

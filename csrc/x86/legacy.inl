@@ -60,6 +60,7 @@
 
 #include "../kernels.h"
 #include "../ref/iq_tables.h"
+#include "prefetch.h"
 
 #ifndef LOWBIT_ISA
 #error "define LOWBIT_ISA and LOWBIT_NS before including legacy.inl"
@@ -750,7 +751,10 @@ __attribute__((noinline)) void rows_nt(const RowArgs &a, int64_t r0, int64_t r1)
         const __m256 zb = _mm256_setzero_ps();
         Acc<Y::W> acc{z, z, z, z, z, z, z, z, zb, zb, zb};
         const uint8_t *rg = prep;
-        for (int64_t g = 0; g < full; ++g, rg += Y::kGroup) group<F, NT, false>(w + g * 8 * F::kBytes, rg, 8, acc);
+        for (int64_t g = 0; g < full; ++g, rg += Y::kGroup) {
+            prefetch_ahead(w + g * 8 * F::kBytes, 8 * F::kBytes);
+            group<F, NT, false>(w + g * 8 * F::kBytes, rg, 8, acc);
+        }
         if (nrem) group<F, NT, true>(w + full * 8 * F::kBytes, rg, nrem, acc);
         finish_tt<NT, 0>(acc, a, r);
         finish_bt<NT, 0>(acc, a, r);

@@ -37,6 +37,7 @@
 #include <utility>
 
 #include "../kernels.h"
+#include "prefetch.h"
 
 #ifndef LOWBIT_ISA
 #error "define LOWBIT_ISA and LOWBIT_NS before including ternary.inl"
@@ -292,6 +293,7 @@ struct Z2 { VZ a, b; };
 struct I2sPacked {
     const uint8_t *w;  // the row's raw bytes, 32 per block
     LB_TN_INLINE Y2 y01(int64_t b, const Consts *k) const {
+        prefetch_ahead(w + (size_t)b * 32, 32);
         const VY raw = ldy(w + (size_t)b * 32);
         return {_mm256_and_si256(_mm256_srli_epi16(raw, 6), cy(k->m3)),
                 _mm256_and_si256(_mm256_srli_epi16(raw, 4), cy(k->m3))};
@@ -303,12 +305,14 @@ struct I2sPacked {
     // One 16-bit shift by 4 brings bits 5:4 to 1:0 and bits 7:6 to 3:2 of each byte (the
     // neighbour byte's bits land at 7:4 and are masked off): 1 shift + 4 ands, not 3 + 4.
     LB_TN_INLINE Y4 y4(int64_t b, const Consts *k) const {
+        prefetch_ahead(w + (size_t)b * 32, 32);
         const VY raw = ldy(w + (size_t)b * 32), hi = _mm256_srli_epi16(raw, 4);
         return {_mm256_and_si256(hi, cy(k->m3)), _mm256_and_si256(raw, cy(k->m3)),
                 _mm256_and_si256(hi, cy(k->m12)), _mm256_and_si256(raw, cy(k->m12))};
     }
 #if LB_TN_ISA == 3
     LB_TN_INLINE Z2 z(int64_t b, const Consts *k) const {
+        prefetch_ahead(w + (size_t)b * 32, 32);
         const VZ rawz = bcast2(w + (size_t)b * 32);
         return {planes2z(rawz, k->sh_6_4, k), planes2z(rawz, k->sh_2_0, k)};
     }
@@ -743,6 +747,7 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
             // and their two products (float)S * (d_act * d_w) formed in one vector op; the two
             // adds into sumf stay sequential, in block order: the same float steps as below.
             auto block_sum = [&](int64_t b) __attribute__((always_inline)) {
+                prefetch_ahead(&x[b], sizeof(Block));
                 const size_t yo = (size_t)b * Q8K_BYTES;
                 VY s = zy();
                 Dec::template run<Dec::kLaunder, (NT <= 4)>(x[b], [&](VY ca, size_t oa, VY cb, size_t ob) __attribute__((always_inline)) {
@@ -764,6 +769,7 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
             }
         }
         for (; i < nb; ++i) {
+            prefetch_ahead(&x[i], sizeof(Block));
             const size_t yo = (size_t)i * Q8K_BYTES;
 #define LB_DECL(t) [[maybe_unused]] VY s##t = zy();
             LB_TN_EACH(LB_DECL)
