@@ -33,7 +33,9 @@
 // operand from a self-initialised "undefined" vector and then warn about it where they are
 // inlined; the diagnostic follows the header's lines, so it is silenced around the include.
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 

@@ -48,7 +48,9 @@
 // uninitialized vector and trip -Wmaybe-uninitialized in every caller: silenced for this
 // file only (push here, pop at its end).
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>
@@ -945,9 +947,14 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
 // shift counts, shuffle indices) are used from memory or rebuilt where needed; hoisted out of
 // the row loop (RTL loop-invariant motion, GCSE) they crowd out the per-token accumulators
 // and come back as stack spills (I7). Smaller windows have the registers to keep them.
+// (GCC's optimize attribute; clang has none: its pre-RA scheduler is off instead, CMakeLists.)
+#if defined(__clang__)
+#define LB_KQ_NO_LICM
+#else
+#define LB_KQ_NO_LICM __attribute__((optimize("no-move-loop-invariants", "no-gcse")))
+#endif
 template <template <int> class DT, int NT>
-__attribute__((optimize("no-move-loop-invariants", "no-gcse"))) void rows_hi(const RowArgs &a, int64_t r0,
-                                                                             int64_t r1, int) {
+LB_KQ_NO_LICM void rows_hi(const RowArgs &a, int64_t r0, int64_t r1, int) {
     rows_body<DT, NT>(a, r0, r1);
 }
 template <template <int> class DT, int NT>
