@@ -224,6 +224,7 @@ NB_MODULE(_lowbit, m) {
             nb::gil_scoped_release nogil;
             for (size_t r = 0; r < rows; ++r) e.quant_act(src + r * (size_t)n, o + r * rb, n);
         }
+        count_quant(id, e.quant_act_isa, (int64_t)rows, (int64_t)rows * n);
         return out;
     }, nb::arg("id"), nb::arg("x"), nb::arg("isa") = -1);
 
@@ -497,6 +498,13 @@ NB_MODULE(_lowbit, m) {
         std::vector<nb::tuple> out;
         for (const GluStat &s : glu_stats())
             out.push_back(nb::make_tuple(s.kind, s.kernel ? std::string(s.kernel) : std::string("?"), s.calls, s.rows,
+                                         s.values));
+        return out;
+    });
+    m.def("quant_stats", [] {
+        std::vector<nb::tuple> out;
+        for (const QuantStat &s : quant_stats())
+            out.push_back(nb::make_tuple(s.type_id, s.kernel ? std::string(s.kernel) : std::string("?"), s.calls, s.rows,
                                          s.values));
         return out;
     });

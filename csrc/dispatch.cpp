@@ -257,6 +257,28 @@ std::vector<GluStat> glu_stats() {
     return out;
 }
 
+// Activation quantizer calls: [slot][level]
+static std::atomic<long long> g_q_calls[65][ISA_COUNT], g_q_rows[65][ISA_COUNT], g_q_values[65][ISA_COUNT];
+
+void count_quant(int type_id, int isa, int64_t rows, int64_t values) {
+    const int s = slot_of(type_id);
+    if (s < 0 || isa < 0 || isa >= ISA_COUNT) return;
+    g_q_calls[s][isa].fetch_add(1, std::memory_order_relaxed);
+    g_q_rows[s][isa].fetch_add(rows, std::memory_order_relaxed);
+    g_q_values[s][isa].fetch_add(values, std::memory_order_relaxed);
+}
+
+std::vector<QuantStat> quant_stats() {
+    std::vector<QuantStat> out;
+    for (int s = 0; s < 65; ++s)
+        for (int l = 0; l < ISA_COUNT; ++l)
+            if (const long long c = g_q_calls[s][l].load(std::memory_order_relaxed)) {
+                const int id = s == 64 ? T_I8_S : s;
+                out.push_back({id, kernel_entry_at(id, l).quant_act_name, c, g_q_rows[s][l].load(), g_q_values[s][l].load()});
+            }
+    return out;
+}
+
 std::vector<CallStat> call_stats() {
     std::vector<CallStat> out;
     for (int s = 0; s < 65; ++s)
@@ -275,6 +297,8 @@ void reset_call_stats() {
     for (auto &a : g_calls) for (auto &b : a) for (auto &c : b) c = 0;
     for (auto &a : g_rows) for (auto &b : a) for (auto &c : b) c = 0;
     for (auto *arr : {&g_glu_calls, &g_glu_rows, &g_glu_values})
+        for (auto &a : *arr) for (auto &c : a) c = 0;
+    for (auto *arr : {&g_q_calls, &g_q_rows, &g_q_values})
         for (auto &a : *arr) for (auto &c : a) c = 0;
 }
 

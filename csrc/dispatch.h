@@ -32,6 +32,8 @@ std::vector<CallStat> call_stats();
 // GLU epilogue calls per (kind, level): rows = gate rows summed, values = rows * tokens.
 struct GluStat { int kind; const char *kernel; long long calls; long long rows; long long values; };
 std::vector<GluStat> glu_stats();
-void reset_call_stats();  // both the row-kernel and the GLU counters
+struct QuantStat { int type_id; const char *kernel; long long calls; long long rows; long long values; };
+std::vector<QuantStat> quant_stats();
+void reset_call_stats();  // the row-kernel, GLU and quantizer counters
 
 }  // namespace lowbit

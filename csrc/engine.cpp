@@ -170,8 +170,9 @@ const uint8_t *Engine::quantize_input(const Mat &m, const float *x, int T, bool 
     *arb = row_bytes(&af, m.n);
     if (!(reuse_act && act_type_ == af.id)) {
         if (act_.size() < *arb * T) act_.resize(*arb * T);
-        const quant_act_fn q = kernel_entry(af.id).quant_act;
-        for (int t = 0; t < T; ++t) q(x + (size_t)t * m.n, act_.data() + (size_t)t * *arb, m.n);
+        const KernelEntry &qe = kernel_entry(af.id);
+        for (int t = 0; t < T; ++t) qe.quant_act(x + (size_t)t * m.n, act_.data() + (size_t)t * *arb, m.n);
+        count_quant(af.id, qe.quant_act_isa, T, (int64_t)T * m.n);
         act_type_ = af.id;
     }
     return act_.data();

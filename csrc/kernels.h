@@ -130,5 +130,8 @@ struct KernelTable {
 // Call counters per (type id, nt, level of the table used): which path really ran
 // (lowbit.kernels.stats()). nt = 0 counts the entry's GEMM (one call per matmul).
 void count_call(int type_id, int nt, int isa, int64_t rows);
+// Activation quantizer calls per (activation type id, level of its quantizer): one call
+// quantizes `rows` tokens of n values (values = rows * n).
+void count_quant(int type_id, int isa, int64_t rows, int64_t values);
 
 }  // namespace lowbit

@@ -60,6 +60,7 @@ static void quant_rows(const Format &af, const float *x, int64_t rows, int64_t n
                        size_t arb, int threads) {
     if (rows <= 0) return;
     const quant_act_fn q = af.id == T_F32 ? nullptr : kernel_entry(af.id).quant_act;
+    if (q) count_quant(af.id, kernel_entry(af.id).quant_act_isa, rows, rows * n);
     auto one = [&](int64_t r) {
         if (q) q(x + (size_t)r * xs, dst + (size_t)r * arb, n);
         else std::memcpy(dst + (size_t)r * arb, x + (size_t)r * xs, (size_t)n * sizeof(float));

@@ -41,8 +41,12 @@ def test_stats_say_which_kernel_ran():
     K.reset_stats()
     K.matmul("Q8_0", np.zeros((3, 34), np.uint8), np.ones((11, 32), np.float32))
     s = {(d["format"], d["nt"]): d for d in K.stats()}
-    assert set(s) == {("Q8_0", 8), ("Q8_0", 3)}  # 11 tokens = a window of 8 and one of 3
+    # 11 tokens = a window of 8 and one of 3, after one quantizer call for the 11 tokens
+    assert set(s) == {("Q8_0", 8), ("Q8_0", 3), ("Q8_0", None)}
     assert s[("Q8_0", 8)]["kernel"] == K.kernel("Q8_0", 8)[0] and s[("Q8_0", 8)]["rows"] == 3
+    q = s[("Q8_0", None)]
+    assert q["op"] == "quantize" and q["kernel"] == K.quant_act_kernel("Q8_0")[0]
+    assert (q["calls"], q["rows"], q["values"]) == (1, 11, 11 * 32)
     K.reset_stats()
     assert K.stats() == []
 

@@ -305,6 +305,8 @@ def test_stats_show_the_path(ggml, rng):
     assert rows[("Q4_K", 8)]["calls"] == 2 and rows[("Q4_K", 3)]["calls"] == 2  # gate and up, 2 windows
     glu = [d for d in s if d["format"] is None]
     assert len(glu) == 1 and glu[0]["op"] == "silu" and glu[0]["kernel"] == K.glu_kernel()[0]
+    quant = [d for d in s if d.get("op") == "quantize"]  # the 11 tokens, once for gate and up
+    assert [(d["format"], d["calls"], d["rows"]) for d in quant] == [("Q8_K", 1, 11)]
     assert glu[0]["calls"] == 1 and glu[0]["rows"] == 10 and glu[0]["values"] == 110
     K.reset_stats()
     assert K.stats() == []

@@ -268,15 +268,27 @@ def kernel(fmt, nt: int = 1) -> tuple[str, str] | None:
     return lib.kernel(f.id, nt)
 
 
+def quant_act_kernel(fmt) -> tuple[str, str] | None:
+    """(quantizer name, level) that turns float activations into activation format fmt
+    (Q8_0, Q8_1, Q8_K, I8_S), or None for a format that is not one."""
+    f = get_format(fmt)
+    return tuple(lib.quant_act_kernel(f.id)) if f.activation and f.name != "F32" else None
+
+
 def stats() -> list[dict]:
     """Kernel calls since the last reset: which row kernel ran, per format and window (nt = 0:
     the format's GEMM, one call per matmul whatever its token count); then the GLU epilogue's
-    calls (format None, op "silu" / "relu2", values = rows x tokens)."""
+    calls (format None, op "silu" / "relu2", values = rows x tokens); then the activation
+    quantizers' (format: the activation format, op "quantize", rows = tokens, values = rows x
+    n)."""
     rows = [dict(format=BY_ID[i].name, nt=nt, kernel=k, calls=c, rows=r)
             for i, nt, k, c, r in lib.stats()]
     ops = {v: k for k, v in GLU_KINDS.items()}
-    return rows + [dict(format=None, nt=None, op=ops[kind], kernel=k, calls=c, rows=r, values=v)
-                   for kind, k, c, r, v in lib.glu_stats()]
+    glu = [dict(format=None, nt=None, op=ops[kind], kernel=k, calls=c, rows=r, values=v)
+           for kind, k, c, r, v in lib.glu_stats()]
+    quant = [dict(format=BY_ID[i].name, nt=None, op="quantize", kernel=k, calls=c, rows=r, values=v)
+             for i, k, c, r, v in lib.quant_stats()]
+    return rows + glu + quant
 
 
 def reset_stats() -> None:
