@@ -55,7 +55,7 @@ static CpuInfo probe() {
     CpuInfo c;
     unsigned a, b, cx, d;
     char brand[49] = {0};
-    if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000004u) {
+    if ((unsigned)__get_cpuid_max(0x80000000, nullptr) >= 0x80000004u) {  // (int under clang)
         for (unsigned i = 0; i < 3; ++i) {
             __cpuid(0x80000002 + i, a, b, cx, d);
             std::memcpy(brand + 16 * i + 0, &a, 4);
