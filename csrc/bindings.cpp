@@ -91,6 +91,14 @@ static KernelEntry with_path(const KernelEntry &e, int path) {
     return c;
 }
 
+// (key, kernel, calls, rows, values) per OpStat, for glu_stats / quant_stats
+static std::vector<nb::tuple> op_stat_tuples(const std::vector<OpStat> &stats) {
+    std::vector<nb::tuple> out;
+    for (const OpStat &s : stats)
+        out.push_back(nb::make_tuple(s.key, s.kernel ? std::string(s.kernel) : std::string("?"), s.calls, s.rows, s.values));
+    return out;
+}
+
 static int threads_or_default(int threads) {
     const int pool = ThreadPool::instance().size();
     if (threads <= 0) return pool;
@@ -494,19 +502,7 @@ NB_MODULE(_lowbit, m) {
                                          s.calls, s.rows));
         return out;
     });
-    m.def("glu_stats", [] {
-        std::vector<nb::tuple> out;
-        for (const GluStat &s : glu_stats())
-            out.push_back(nb::make_tuple(s.kind, s.kernel ? std::string(s.kernel) : std::string("?"), s.calls, s.rows,
-                                         s.values));
-        return out;
-    });
-    m.def("quant_stats", [] {
-        std::vector<nb::tuple> out;
-        for (const QuantStat &s : quant_stats())
-            out.push_back(nb::make_tuple(s.type_id, s.kernel ? std::string(s.kernel) : std::string("?"), s.calls, s.rows,
-                                         s.values));
-        return out;
-    });
+    m.def("glu_stats", [] { return op_stat_tuples(glu_stats()); });
+    m.def("quant_stats", [] { return op_stat_tuples(quant_stats()); });
     m.def("reset_stats", [] { reset_call_stats(); });
 }

@@ -227,79 +227,70 @@ void register_scalar(KernelTable &t) {
 }
 
 // ---- call counters -----------------------------------------------------------------------
-// [slot][nt][level]; slot 64 is I8_S. Relaxed atomics: counters, not synchronisation.
-static std::atomic<long long> g_calls[65][MAX_NT + 1][ISA_COUNT], g_rows[65][MAX_NT + 1][ISA_COUNT];
+// Relaxed atomics: counters, not synchronisation. One Counter per (what, level):
+//   row kernels [slot][nt][level] (slot 64 is I8_S; nt 0: the GEMM), GLU epilogue [kind][level],
+//   activation quantizers [slot][level].
+struct Counter {
+    std::atomic<long long> calls{0}, rows{0}, values{0};
+    void add(int64_t r, int64_t v) {
+        calls.fetch_add(1, std::memory_order_relaxed);
+        rows.fetch_add(r, std::memory_order_relaxed);
+        values.fetch_add(v, std::memory_order_relaxed);
+    }
+    long long n() const { return calls.load(std::memory_order_relaxed); }
+    void reset() { calls = 0, rows = 0, values = 0; }
+};
+static Counter g_rows_ctr[65][MAX_NT + 1][ISA_COUNT], g_glu_ctr[2][ISA_COUNT], g_quant_ctr[65][ISA_COUNT];
 static int slot_of(int id) { return id == T_I8_S ? 64 : (id >= 0 && id < 64 ? id : -1); }
+static int id_of(int slot) { return slot == 64 ? T_I8_S : slot; }
 
 void count_call(int type_id, int nt, int isa, int64_t rows) {
     const int s = slot_of(type_id);
-    if (s < 0 || nt < 0 || nt > MAX_NT || isa < 0 || isa >= ISA_COUNT) return;  // nt 0: the GEMM
-    g_calls[s][nt][isa].fetch_add(1, std::memory_order_relaxed);
-    g_rows[s][nt][isa].fetch_add(rows, std::memory_order_relaxed);
+    if (s < 0 || nt < 0 || nt > MAX_NT || isa < 0 || isa >= ISA_COUNT) return;
+    g_rows_ctr[s][nt][isa].add(rows, 0);
 }
-
-// GLU epilogue calls: [kind][level]
-static std::atomic<long long> g_glu_calls[2][ISA_COUNT], g_glu_rows[2][ISA_COUNT], g_glu_values[2][ISA_COUNT];
-
 void count_glu(int kind, int isa, int64_t rows, int64_t values) {
     if (kind < 0 || kind > 1 || isa < 0 || isa >= ISA_COUNT) return;
-    g_glu_calls[kind][isa].fetch_add(1, std::memory_order_relaxed);
-    g_glu_rows[kind][isa].fetch_add(rows, std::memory_order_relaxed);
-    g_glu_values[kind][isa].fetch_add(values, std::memory_order_relaxed);
+    g_glu_ctr[kind][isa].add(rows, values);
 }
-
-std::vector<GluStat> glu_stats() {
-    std::vector<GluStat> out;
-    for (int k = 0; k < 2; ++k)
-        for (int l = 0; l < ISA_COUNT; ++l)
-            if (const long long c = g_glu_calls[k][l].load(std::memory_order_relaxed))
-                out.push_back({k, glu_kernel_at(l).name, c, g_glu_rows[k][l].load(), g_glu_values[k][l].load()});
-    return out;
-}
-
-// Activation quantizer calls: [slot][level]
-static std::atomic<long long> g_q_calls[65][ISA_COUNT], g_q_rows[65][ISA_COUNT], g_q_values[65][ISA_COUNT];
-
 void count_quant(int type_id, int isa, int64_t rows, int64_t values) {
     const int s = slot_of(type_id);
     if (s < 0 || isa < 0 || isa >= ISA_COUNT) return;
-    g_q_calls[s][isa].fetch_add(1, std::memory_order_relaxed);
-    g_q_rows[s][isa].fetch_add(rows, std::memory_order_relaxed);
-    g_q_values[s][isa].fetch_add(values, std::memory_order_relaxed);
-}
-
-std::vector<QuantStat> quant_stats() {
-    std::vector<QuantStat> out;
-    for (int s = 0; s < 65; ++s)
-        for (int l = 0; l < ISA_COUNT; ++l)
-            if (const long long c = g_q_calls[s][l].load(std::memory_order_relaxed)) {
-                const int id = s == 64 ? T_I8_S : s;
-                out.push_back({id, kernel_entry_at(id, l).quant_act_name, c, g_q_rows[s][l].load(), g_q_values[s][l].load()});
-            }
-    return out;
+    g_quant_ctr[s][isa].add(rows, values);
 }
 
 std::vector<CallStat> call_stats() {
     std::vector<CallStat> out;
     for (int s = 0; s < 65; ++s)
         for (int nt = 0; nt <= MAX_NT; ++nt)
-            for (int l = 0; l < ISA_COUNT; ++l) {
-                const long long c = g_calls[s][nt][l].load(std::memory_order_relaxed);
-                if (!c) continue;
-                const int id = s == 64 ? T_I8_S : s;
-                const KernelEntry &e = kernel_entry_at(id, l);
-                out.push_back({id, nt, nt ? e.rows[nt].name : e.gemm.name, c, g_rows[s][nt][l].load()});
-            }
+            for (int l = 0; l < ISA_COUNT; ++l)
+                if (const Counter &c = g_rows_ctr[s][nt][l]; c.n()) {
+                    const KernelEntry &e = kernel_entry_at(id_of(s), l);
+                    out.push_back({id_of(s), nt, nt ? e.rows[nt].name : e.gemm.name, c.n(), c.rows.load()});
+                }
+    return out;
+}
+std::vector<OpStat> glu_stats() {
+    std::vector<OpStat> out;
+    for (int k = 0; k < 2; ++k)
+        for (int l = 0; l < ISA_COUNT; ++l)
+            if (const Counter &c = g_glu_ctr[k][l]; c.n())
+                out.push_back({k, glu_kernel_at(l).name, c.n(), c.rows.load(), c.values.load()});
+    return out;
+}
+std::vector<OpStat> quant_stats() {
+    std::vector<OpStat> out;
+    for (int s = 0; s < 65; ++s)
+        for (int l = 0; l < ISA_COUNT; ++l)
+            if (const Counter &c = g_quant_ctr[s][l]; c.n())
+                out.push_back({id_of(s), kernel_entry_at(id_of(s), l).quant_act_name, c.n(), c.rows.load(), c.values.load()});
     return out;
 }
 
 void reset_call_stats() {
-    for (auto &a : g_calls) for (auto &b : a) for (auto &c : b) c = 0;
-    for (auto &a : g_rows) for (auto &b : a) for (auto &c : b) c = 0;
-    for (auto *arr : {&g_glu_calls, &g_glu_rows, &g_glu_values})
-        for (auto &a : *arr) for (auto &c : a) c = 0;
-    for (auto *arr : {&g_q_calls, &g_q_rows, &g_q_values})
-        for (auto &a : *arr) for (auto &c : a) c = 0;
+    for (auto &a : g_rows_ctr) for (auto &b : a) for (auto &c : b) c.reset();
+    for (auto &a : g_glu_ctr) for (auto &c : a) c.reset();
+    for (auto &a : g_quant_ctr) for (auto &c : a) c.reset();
 }
 
 }  // namespace lowbit

@@ -29,11 +29,12 @@ const std::vector<std::string> &disabled_kernels();
 
 struct CallStat { int type_id; int nt; const char *kernel; long long calls; long long rows; };
 std::vector<CallStat> call_stats();
-// GLU epilogue calls per (kind, level): rows = gate rows summed, values = rows * tokens.
-struct GluStat { int kind; const char *kernel; long long calls; long long rows; long long values; };
-std::vector<GluStat> glu_stats();
-struct QuantStat { int type_id; const char *kernel; long long calls; long long rows; long long values; };
-std::vector<QuantStat> quant_stats();
+// Calls of the GLU epilogue per (kind, level) and of the activation quantizers per
+// (activation type id, level): key = the kind or the type id; GLU rows = gate rows summed,
+// values = rows * tokens; quantizers rows = tokens, values = tokens * n.
+struct OpStat { int key; const char *kernel; long long calls; long long rows; long long values; };
+std::vector<OpStat> glu_stats();
+std::vector<OpStat> quant_stats();
 void reset_call_stats();  // the row-kernel, GLU and quantizer counters
 
 }  // namespace lowbit
