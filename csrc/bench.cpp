@@ -11,13 +11,12 @@
 // Each returns the median wall time of `reps` runs in seconds, after one warm-up run.
 #include "bench.h"
 
-#include <xmmintrin.h>  // _mm_prefetch (SSE: baseline x86-64)
-
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
 #include "dispatch.h"
+#include "x86/prefetch.h"  // kPrefetchAhead; _mm_prefetch is SSE, baseline x86-64
 #include "matmul.h"
 #include "threadpool.h"
 
@@ -99,7 +98,7 @@ double bench_from_float(uintptr_t fn_addr, const float *x, uint8_t *dst, int64_t
     return time_quant_rows(reinterpret_cast<ggml_from_float_t>(fn_addr), x, dst, rows, n, row_bytes, reps);
 }
 
-double membw(const uint8_t *buf, size_t bytes, int threads, int reps, size_t prefetch, uint64_t *sink) {
+double membw(const uint8_t *buf, size_t bytes, int threads, int reps, bool prefetch, uint64_t *sink) {
     ThreadPool &pool = ThreadPool::instance();
     std::vector<uint64_t> part((size_t)threads * 8, 0);
     const double t = median_time(reps, [&] {
@@ -110,7 +109,7 @@ double membw(const uint8_t *buf, size_t bytes, int threads, int reps, size_t pre
             uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
             for (int64_t c = b; c < en; ++c) {  // one 64-byte line per step
                 const uint64_t *q = p + c * 8;
-                if (prefetch) _mm_prefetch((const char *)q + prefetch, _MM_HINT_T0);
+                if (prefetch) prefetch_ahead(q, 64);
                 s0 += q[0] ^ q[4]; s1 += q[1] ^ q[5]; s2 += q[2] ^ q[6]; s3 += q[3] ^ q[7];
             }
             part[(size_t)i * 8] += s0 + s1 + s2 + s3;

@@ -16,6 +16,6 @@ double bench_quant_act(quant_act_fn fn, const float *x, uint8_t *dst, int64_t ro
                        int reps);
 double bench_from_float(uintptr_t fn_addr, const float *x, uint8_t *dst, int64_t rows, int64_t n, size_t row_bytes,
                         int reps);
-// prefetch: 0, or the distance in bytes of a software prefetch per line (as the kernels do)
-double membw(const uint8_t *buf, size_t bytes, int threads, int reps, size_t prefetch, uint64_t *sink);
+// prefetch: each line also prefetches the one kPrefetchAhead bytes on, as the kernels do
+double membw(const uint8_t *buf, size_t bytes, int threads, int reps, bool prefetch, uint64_t *sink);
 }  // namespace lowbit

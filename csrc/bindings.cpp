@@ -16,6 +16,7 @@
 #include "kernels.h"
 #include "matmul.h"
 #include "threadpool.h"
+#include "x86/prefetch.h"  // kPrefetchAhead (cpu_info)
 
 namespace nb = nanobind;
 using namespace lowbit;
@@ -99,6 +100,13 @@ static std::vector<nb::tuple> op_stat_tuples(const std::vector<OpStat> &stats) {
     return out;
 }
 
+// The GLU epilogue of level isa (-1: the selected one); an error if this CPU lacks the level.
+static const GluKernel &glu_at(int isa) {
+    if (isa >= 0 && !level_available(isa))
+        throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+    return isa < 0 ? glu_kernel() : glu_kernel_at(isa);
+}
+
 static int threads_or_default(int threads) {
     const int pool = ThreadPool::instance().size();
     if (threads <= 0) return pool;
@@ -131,6 +139,7 @@ NB_MODULE(_lowbit, m) {
         d["disabled"] = disabled_kernels();
         d["attention"] = std::string(attn_kernel().name);
         d["glu"] = std::string(glu_kernel().name);
+        d["prefetch"] = (long long)kPrefetchAhead;
 #if defined(__clang__)
         d["compiler"] = std::string("clang ") + __clang_version__;
 #elif defined(__GNUC__)
@@ -299,7 +308,7 @@ NB_MODULE(_lowbit, m) {
         check_act_out(af, arb, n, act, out, rows);
         const RowMat G{&fg, &entry(gid, isa), graw.data(), gs, g_scale, 1.0f};
         const RowMat U{&fu, &entry(uid, isa), uraw.data(), us, u_scale, 1.0f};
-        const GluKernel &glu = isa < 0 ? glu_kernel() : glu_kernel_at(isa);
+        const GluKernel &glu = glu_at(isa);
         const int level = isa < 0 ? cpu_info().selected : isa;
         const uint8_t *a = act.data();
         float *o = out.data();
@@ -315,9 +324,7 @@ NB_MODULE(_lowbit, m) {
         if (g.shape(0) != u.shape(0) || g.shape(0) != out.shape(0))
             throw std::invalid_argument("glu: g, u and out differ in length");
         if (kind != GLU_SILU && kind != GLU_RELU2) throw std::invalid_argument("unknown GLU kind");
-        if (isa >= 0 && !level_available(isa))
-            throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
-        const GluKernel &k = isa < 0 ? glu_kernel() : glu_kernel_at(isa);
+        const GluKernel &k = glu_at(isa);
         const float *gp = g.data(), *up = u.data();
         float *op = out.data();
         const int64_t n = (int64_t)g.shape(0);
@@ -326,9 +333,7 @@ NB_MODULE(_lowbit, m) {
         k.fn(gp, up, op, n, kind);
     }, nb::arg("g"), nb::arg("u"), nb::arg("out"), nb::arg("kind"), nb::arg("isa") = -1);
     m.def("glu_kernel", [](int isa) {
-        if (isa >= 0 && !level_available(isa))
-            throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
-        const GluKernel &k = isa < 0 ? glu_kernel() : glu_kernel_at(isa);
+        const GluKernel &k = glu_at(isa);
         return nb::make_tuple(std::string(k.name), std::string(isa_name(k.isa)));
     }, nb::arg("isa") = -1, "(epilogue name, level) of the GLU epilogue that runs at level isa (-1: selected).");
 
@@ -388,7 +393,7 @@ NB_MODULE(_lowbit, m) {
         nb::gil_scoped_release nogil;
         return bench_from_float(fn, x.data(), out.data(), rows, n, row_bytes, reps);
     }, nb::arg("fn"), nb::arg("x"), nb::arg("row_bytes"), nb::arg("reps"));
-    m.def("membw", [](U8In buf, int threads, int reps, size_t prefetch) {
+    m.def("membw", [](U8In buf, int threads, int reps, bool prefetch) {
         uint64_t sink = 0;
         double t;
         {
@@ -396,7 +401,7 @@ NB_MODULE(_lowbit, m) {
             t = membw(buf.data(), buf.shape(0) * buf.shape(1), threads_or_default(threads), reps, prefetch, &sink);
         }
         return nb::make_tuple(t, sink);
-    }, nb::arg("buf"), nb::arg("threads"), nb::arg("reps"), nb::arg("prefetch") = 0);
+    }, nb::arg("buf"), nb::arg("threads"), nb::arg("reps"), nb::arg("prefetch") = false);
 
     // ---- the engine (src/lowbit/model.py drives it) ----
     nb::class_<Engine>(m, "Engine")

@@ -7,6 +7,7 @@
 #include "dispatch.h"
 
 #include <atomic>
+#include <utility>
 #include <cctype>
 #include <cpuid.h>
 #include <cstdlib>
@@ -270,21 +271,25 @@ std::vector<CallStat> call_stats() {
                 }
     return out;
 }
-std::vector<OpStat> glu_stats() {
+// The non-zero counters of ctr[i][level] as OpStats; key_name(i, level) -> {key, kernel name}.
+template <size_t N, class KeyName>
+static std::vector<OpStat> op_stats(const Counter (&ctr)[N][ISA_COUNT], KeyName key_name) {
     std::vector<OpStat> out;
-    for (int k = 0; k < 2; ++k)
+    for (size_t i = 0; i < N; ++i)
         for (int l = 0; l < ISA_COUNT; ++l)
-            if (const Counter &c = g_glu_ctr[k][l]; c.n())
-                out.push_back({k, glu_kernel_at(l).name, c.n(), c.rows.load(), c.values.load()});
+            if (const Counter &c = ctr[i][l]; c.n()) {
+                const auto [key, name] = key_name((int)i, l);
+                out.push_back({key, name, c.n(), c.rows.load(), c.values.load()});
+            }
     return out;
 }
+std::vector<OpStat> glu_stats() {
+    return op_stats(g_glu_ctr, [](int k, int l) { return std::pair<int, const char *>{k, glu_kernel_at(l).name}; });
+}
 std::vector<OpStat> quant_stats() {
-    std::vector<OpStat> out;
-    for (int s = 0; s < 65; ++s)
-        for (int l = 0; l < ISA_COUNT; ++l)
-            if (const Counter &c = g_quant_ctr[s][l]; c.n())
-                out.push_back({id_of(s), kernel_entry_at(id_of(s), l).quant_act_name, c.n(), c.rows.load(), c.values.load()});
-    return out;
+    return op_stats(g_quant_ctr, [](int s, int l) {
+        return std::pair<int, const char *>{id_of(s), kernel_entry_at(id_of(s), l).quant_act_name};
+    });
 }
 
 void reset_call_stats() {

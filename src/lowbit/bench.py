@@ -106,14 +106,22 @@ def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, m
                          windows_over_gemm=t_win / t_gemm, gemm_kernel=gemm[0])
             results.append(r)
             if not as_json:
-                g = f"{r['ggml_us_per_row_token']:15.4f}" if t_ggml else f"{'-':>15}"
-                ratio = f"{r['ratio']:11.2f}" if t_ggml else f"{'-':>11}"
+                g, ratio = _cell(r["ggml_us_per_row_token"], 15, 4), _cell(r["ratio"], 11, 2)
                 extra = ""
                 if t_gemm is not None:
                     extra = (f"   windows {r['windows_us_per_row_token']:.4f} gemm {r['gemm_us_per_row_token']:.4f}"
                              f" windows/gemm {r['windows_over_gemm']:.2f}")
                 print(f"{f.name:<8} {nt:>2}  {kname:<28} {r['lowbit_us_per_row_token']:17.4f} {g} {ratio} "
                       f"{r['lowbit_gbps']:11.1f}{extra}", file=out, flush=True)
+    return _finish(results, out, as_json)
+
+
+def _cell(v, width: int, digits: int) -> str:
+    """A table cell: v right-aligned with `digits` decimals, or '-' when there is no figure."""
+    return f"{v:{width}.{digits}f}" if v is not None else f"{'-':>{width}}"
+
+
+def _finish(results: list[dict], out, as_json: bool) -> list[dict]:
     if as_json:
         json.dump(results, out, indent=1)
         print(file=out)
@@ -153,29 +161,21 @@ def bench_act(formats: list[str], n: int, rows: int, reps: int, out=sys.stdout, 
                  ratio=t_ggml / t_ours if t_ggml else None)
         results.append(r)
         if not as_json:
-            g = f"{r['ggml_ns_per_value']:11.3f}" if t_ggml else f"{'-':>11}"
-            ratio = f"{r['ratio']:11.2f}" if t_ggml else f"{'-':>11}"
             print(f"{f.name:<6} {kname:<24} {r['lowbit_ns_per_value']:13.3f} {r['scalar_ns_per_value']:13.3f} "
-                  f"{g} {ratio}", file=out, flush=True)
-    if as_json:
-        json.dump(results, out, indent=1)
-        print(file=out)
-    return results
-
-
-MEMBW_PREFETCH = 4096  # bytes ahead, as the kernels prefetch (csrc/x86/prefetch.h)
+                  f"{_cell(r['ggml_ns_per_value'], 11, 3)} {_cell(r['ratio'], 11, 2)}", file=out, flush=True)
+    return _finish(results, out, as_json)
 
 
 def bench_membw(mb: float, threads: int, reps: int, out=sys.stdout) -> float:
-    """Read bandwidth of a plain line-by-line sum and of the same sum with a software prefetch
-    MEMBW_PREFETCH bytes ahead (as the kernels read their weights); returns the higher, the
-    limit to put a kernel's GB/s beside."""
+    """Read bandwidth of a plain line-by-line sum and of the same sum with the kernels'
+    software prefetch (the build's distance, cpu_info()["prefetch"] bytes ahead); returns the
+    higher, the limit to put a kernel's GB/s beside."""
     buf = np.ones((int(mb * 2**20) // 64, 64), np.uint8)
     t_plain, _ = lib.membw(buf, threads, reps)
-    t_pf, _ = lib.membw(buf, threads, reps, MEMBW_PREFETCH)
+    t_pf, _ = lib.membw(buf, threads, reps, True)
     plain, pf = buf.nbytes / t_plain / 1e9, buf.nbytes / t_pf / 1e9
     print(f"read bandwidth: {max(plain, pf):.1f} GB/s ({mb:g} MB, {threads} threads, median of {reps}; "
-          f"plain reads {plain:.1f}, with prefetch {pf:.1f})", file=out)
+          f"plain reads {plain:.1f}, with prefetch {lib.cpu_info()['prefetch']} B ahead {pf:.1f})", file=out)
     return max(plain, pf)
 
 

@@ -18,7 +18,7 @@ from .formats import get as get_format
 from ._native import lib
 
 __all__ = ["quantize", "quantize_act", "dequantize", "matmul", "matmul_act", "matmul_glu", "glu", "split_tensor",
-           "kernel", "glu_kernel", "stats", "reset_stats"]
+           "kernel", "glu_kernel", "quant_act_kernel", "stats", "reset_stats"]
 
 GLU_KINDS = {"silu": 0, "relu2": 1}  # csrc/kernels.h GluKind
 
