@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <vector>
 
 #include "dispatch.h"
@@ -22,14 +23,23 @@
 
 namespace lowbit {
 
+static bool g_thread_clock = false;
+void set_bench_thread_clock(bool on) { g_thread_clock = on; }
+
+static double clock_seconds() {
+    timespec ts;
+    clock_gettime(g_thread_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 template <class F>
 static double median_time(int reps, F &&body) {
     body();  // warm-up: page in, train the branch predictors
     std::vector<double> ts;
     for (int i = 0; i < reps; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
+        const double t0 = clock_seconds();
         body();
-        ts.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        ts.push_back(clock_seconds() - t0);
     }
     std::sort(ts.begin(), ts.end());
     return ts[ts.size() / 2];

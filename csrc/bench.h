@@ -4,6 +4,10 @@
 #include "kernels.h"
 
 namespace lowbit {
+// The clock every bench_* function times with: false (default) wall time; true the calling
+// thread's CPU time (CLOCK_THREAD_CPUTIME_ID), for one-thread runs on a machine shared with
+// other jobs: time the thread spent preempted is not counted (its caches may still be cold).
+void set_bench_thread_clock(bool on);
 double bench_rows(const KernelEntry &e, const RowArgs &a, int64_t rows, int nt, int threads, int reps);
 double bench_matmul(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, size_t w_stride,
                     const uint8_t *act, size_t act_stride, int64_t nt, float *out, int64_t n, float w_scale,

@@ -338,6 +338,8 @@ NB_MODULE(_lowbit, m) {
     }, nb::arg("isa") = -1, "(epilogue name, level) of the GLU epilogue that runs at level isa (-1: selected).");
 
     // ---- benchmark loops (lowbit bench) ----
+    m.def("set_bench_thread_clock", &set_bench_thread_clock, nb::arg("on"),
+          "time the bench_* loops with the calling thread's CPU time (one thread) instead of wall time");
     m.def("bench_rows", [](int id, U8In raw, U8In act, int64_t n, float w_scale, int threads, int reps, int isa) {
         const Format &f = fmt(id);
         const size_t rb = check_weights(f, raw, n);

@@ -54,9 +54,9 @@ def top1_agreement(ours: np.ndarray, ref: np.ndarray, margin: float = 0.1) -> tu
 
 @pytest.mark.parametrize("key", ["bitnet_tq2", "bitnet_tq2_scales"])
 def test_bitnet_matches_llama_cpp(files, key):
-    import llama_cpp
+    from lowbit import peer
     path = files[key]
-    llm = llama_cpp.Llama(model_path=path, n_ctx=128, logits_all=True, verbose=False, n_threads=2)
+    llm = peer.Llama(path, n_ctx=128, logits_all=True, verbose=False, n_threads=2)
     prompt = llm.tokenize(TEXT.encode(), add_bos=False)
     ids, ref = llama_greedy(llm, prompt, 40)
     m = lowbit.load(path, n_ctx=128, threads=2)

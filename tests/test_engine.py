@@ -49,8 +49,8 @@ def model(path):
 
 @pytest.fixture(scope="module")
 def llm(path):
-    import llama_cpp
-    return llama_cpp.Llama(model_path=path, n_ctx=640, n_batch=512, logits_all=True, verbose=False, n_threads=2)
+    from lowbit import peer
+    return peer.Llama(path, n_ctx=640, n_batch=512, logits_all=True, verbose=False, n_threads=2)
 
 
 def test_teacher_forced_top1_matches_llama_cpp(model, llm):

@@ -82,7 +82,7 @@ def vocab():
 def test_architecture_matches_llama_cpp(tmp_path, vocab, arch):
     """llama+q8kv: q in F32 but k/v in Q8_0, so one layer input is shared by matmuls with
     different activation formats (the engine must not reuse a stale quantized copy)."""
-    import llama_cpp
+    from lowbit import peer
     md, nv = vocab
     kv_q8 = arch.endswith("+q8kv")
     arch = arch.split("+")[0]
@@ -91,7 +91,7 @@ def test_architecture_matches_llama_cpp(tmp_path, vocab, arch):
     m = lowbit.load(str(path), n_ctx=64, threads=2)
     assert m.config.arch == arch and m.config.rope_neox == (arch != "llama")
     assert m.config.qkv_bias == (arch == "qwen2") and m.config.qk_norm == (arch == "qwen3")
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, logits_all=True, verbose=False, n_threads=2)
+    llm = peer.Llama(str(path), n_ctx=64, logits_all=True, verbose=False, n_threads=2)
     ids = llm.tokenize(b"The quick brown fox jumps over the lazy dog again and again", add_bos=False)
     llm.reset()
     llm.eval(ids)

@@ -49,7 +49,7 @@ def models(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_moe_matches_llama_cpp(models, name):
-    import llama_cpp
+    from lowbit import peer
     path = models[name]
     m = lowbit.load(path, n_ctx=128, threads=2)
     c = m.config
@@ -57,7 +57,7 @@ def test_moe_matches_llama_cpp(models, name):
     assert c.expert_norm == (VARIANTS[name]["arch"] in ("qwen3moe", "mixtral"))
     assert c.shexp_ffn == (256 if name == "qwen2moe" else 0)
     # one llama.cpp thread: its per-node thread barrier stalls for seconds on a busy machine
-    llm = llama_cpp.Llama(model_path=path, n_ctx=128, logits_all=True, verbose=False, n_threads=1)
+    llm = peer.Llama(path, n_ctx=128, logits_all=True, verbose=False, n_threads=1)
     agree = counted = ties = positions = 0
     sets, used = set(), [set() for _ in range(c.n_layer)]
     for prompt in PROMPTS:

@@ -74,13 +74,13 @@ def test_rows_that_are_not_whole_blocks_keep_their_format(tmp_path):
 def test_llama_cpp_runs_the_rewritten_file_like_lowbit(src, tmp_path):
     """The F16 rewrite of a model: llama.cpp loads it and its logits match lowbit's."""
     import lowbit
-    from llama_cpp import Llama
+    from lowbit import peer
     out = tmp_path / "f16.gguf"
     quantize_file(src, out, "F16")
     m = lowbit.load(out)
     ids = m.tokenize("The quick brown fox jumps over the lazy dog")
     ours = m.logits(ids)
-    llm = Llama(str(out), n_ctx=64, logits_all=True, verbose=False)
+    llm = peer.Llama(str(out), n_ctx=64, logits_all=True, verbose=False)
     llm.eval(ids)
     theirs = np.array(llm.scores[:len(ids)])
     assert np.abs(ours - theirs).max() < 0.05 * np.abs(theirs).max()

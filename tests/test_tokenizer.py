@@ -21,6 +21,7 @@ llama_cpp = pytest.importorskip("llama_cpp")
 gguf_py = pytest.importorskip("gguf")
 
 import lowbit.gguf  # noqa: E402
+from lowbit import peer  # noqa: E402
 from lowbit.tokenizer import _BYTE_DECODER, Tokenizer  # noqa: E402
 
 
@@ -142,7 +143,7 @@ class Oracle:
     """llama.cpp's vocabulary, loaded with vocab_only=True."""
 
     def __init__(self, path: str):
-        self.llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+        self.llm = peer.Llama(path, vocab_only=True, verbose=False)
         self.vocab = self.llm._model.vocab
         self._buf = ctypes.create_string_buffer(4096)
 

@@ -55,16 +55,24 @@ def _weights(fmt: Format, n: int, rows: int, rng, ggml) -> np.ndarray:
 
 
 def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, mb: float, n: int,
-                  out=sys.stdout, as_json: bool = False, nrows: int | None = None) -> list[dict]:
+                  out=sys.stdout, as_json: bool = False, nrows: int | None = None, stat: str = "median",
+                  clock: str = "wall") -> list[dict]:
     from .ggml_oracle import ggml as get_ggml
     ggml = get_ggml()
+    if clock == "cpu" and threads != 1:
+        raise ValueError("--clock cpu times the calling thread: use it with --threads 1")
+    lib.set_bench_thread_clock(clock == "cpu")
     rng = np.random.default_rng(0)
     results = []
     if not as_json:
         c = lib.cpu_info()
         size = f"{nrows} rows" if nrows else f"{mb:g} MB of weights"
+        how = (f"fastest of {reps} interleaved runs (lowbit, ggml, lowbit, ...)" if stat == "min"
+               else f"median of {reps}")
+        clk = "; the thread's CPU time" if clock == "cpu" else ""
         print(f"# {c['model']}; lowbit level {c['selected']}; threads {threads}; "
-              f"{size} per format, n={n}; median of {reps}", file=out)
+              f"{size} per format, n={n}; {how}{clk}", file=out)
+        print(f"# ggml: {ggml.lib_dir} (vec_dot on the same bytes)", file=out)
         print(f"{'format':<8} {'nt':>2}  {'lowbit kernel':<28} {'lowbit us/row/tok':>17} "
               f"{'ggml us/row/tok':>15} {'ggml/lowbit':>11} {'lowbit GB/s':>11}", file=out)
     for name in formats:
@@ -81,7 +89,14 @@ def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, m
             act = x.view(np.uint8).reshape(nt, -1) if f.act == "F32" else lib.quantize_act(BY_NAME[f.act].id, x)
             gemm = lib.gemm_kernel(f.id) if nt > 8 else None
             t_win = t_gemm = None
-            if nt <= 8:
+            if nt <= 8 and stat == "min":  # interleaved single runs, each side's fastest
+                gact = ggml.from_float(gtype, x) if ggml_ok else None
+                ts = [(lib.bench_rows(f.id, raw, act, n, w_scale, threads, 1, -1),
+                       lib.bench_vec_dot(addr, raw, gact, n, threads, 1) if ggml_ok else None) for _ in range(reps)]
+                t_ours = min(t[0] for t in ts)
+                t_ggml_min = min(t[1] for t in ts) if ggml_ok else None
+                kname = lib.kernel(f.id, nt)[0]
+            elif nt <= 8:
                 t_ours = lib.bench_rows(f.id, raw, act, n, w_scale, threads, reps, -1)
                 kname = lib.kernel(f.id, nt)[0]
             else:  # matmul's path, and both of its paths forced when the format has a GEMM
@@ -92,7 +107,9 @@ def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, m
                     t_win = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 1)
                     t_gemm = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 2)
             t_ggml = None
-            if ggml_ok:
+            if nt <= 8 and stat == "min":
+                t_ggml = t_ggml_min
+            elif ggml_ok:
                 gact = ggml.from_float(gtype, x)
                 t_ggml = lib.bench_vec_dot(addr, raw, gact, n, threads, reps)
             per = lambda t: t / (rows * nt) * 1e6  # noqa: E731
@@ -113,6 +130,7 @@ def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, m
                              f" windows/gemm {r['windows_over_gemm']:.2f}")
                 print(f"{f.name:<8} {nt:>2}  {kname:<28} {r['lowbit_us_per_row_token']:17.4f} {g} {ratio} "
                       f"{r['lowbit_gbps']:11.1f}{extra}", file=out, flush=True)
+    lib.set_bench_thread_clock(False)
     return _finish(results, out, as_json)
 
 
@@ -196,14 +214,18 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     """
     import time
 
-    import llama_cpp
-
+    from . import peer
     from .model import default_model_path, load
     path = model_path or default_model_path()
     m = load(path, n_ctx=prompt_tokens + gen_tokens + 8, threads=threads)
     toks = m.tokenize(E2E_PROMPT * (prompt_tokens // 8 + 1))[:prompt_tokens]
-    llm = llama_cpp.Llama(model_path=llama_model or path, n_ctx=prompt_tokens + gen_tokens + 8, n_batch=512, n_ubatch=512,
-                          n_threads=threads, n_threads_batch=threads, verbose=False)
+    # llama.cpp runs in a child process (peer.Worker): if it crashes, lowbit's side still reports
+    crashed = llm = None
+    try:
+        llm = peer.Worker(llama_model or path, n_ctx=prompt_tokens + gen_tokens + 8, n_batch=512, n_ubatch=512,
+                          n_threads=threads, n_threads_batch=threads)
+    except peer.PeerCrashed as e:
+        crashed = str(e)
 
     def ours():
         m.reset()
@@ -217,16 +239,14 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
         return t1 - t0, time.perf_counter() - t1
 
     def theirs():
-        llm.reset()
-        ctx = llm._ctx.ctx
-        llama_cpp.llama_perf_context_reset(ctx)
-        llm.eval(toks)
-        tok = int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(llm.n_vocab(),))))
-        for _ in range(gen_tokens):
-            llm.eval([tok])
-            tok = int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(llm.n_vocab(),))))
-        p = llama_cpp.llama_perf_context(ctx)
-        return p.t_p_eval_ms / 1e3, p.t_eval_ms / 1e3
+        nonlocal crashed
+        if crashed:
+            return None
+        try:
+            return llm.timed_greedy(toks, gen_tokens)
+        except peer.PeerCrashed as e:
+            crashed = str(e)
+            return None
 
     def window(w: int, steps: int = 8) -> float:
         """Seconds of one forward of w tokens at the end of the cache (a speculative verify
@@ -244,26 +264,32 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     # interleaved, so a burst of load on the shared machine hits both sides alike; each
     # metric's median on its own
     runs = [(ours(), theirs()) for _ in range(reps)]
-    med = lambda v: sorted(v)[reps // 2]  # noqa: E731
+    if llm:
+        llm.close()
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
     o = (med([r[0][0] for r in runs]), med([r[0][1] for r in runs]))
-    t = (med([r[1][0] for r in runs]), med([r[1][1] for r in runs]))
+    theirs_ok = [r[1] for r in runs if r[1] is not None] if not crashed else []
+    t = (med([r[0] for r in theirs_ok]), med([r[1] for r in theirs_ok])) if theirs_ok else None
     step = window(1)
     windows = {w: window(w) / step for w in (4, 8)}
     res = dict(model=os.path.basename(path), llama_model=os.path.basename(llama_model or path),
-               threads=threads, prompt_tokens=len(toks), gen_tokens=gen_tokens,
+               threads=threads, prompt_tokens=len(toks), gen_tokens=gen_tokens, peer=llm.cfg.line() if llm else "llama.cpp peer: did not start",
+               peer_crashed=crashed,
                lowbit_prefill_tps=len(toks) / o[0], lowbit_decode_tps=gen_tokens / o[1],
-               llama_prefill_tps=len(toks) / t[0], llama_decode_tps=gen_tokens / t[1])
-    res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"]
-    res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"]
+               llama_prefill_tps=len(toks) / t[0] if t else None, llama_decode_tps=gen_tokens / t[1] if t else None)
+    res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"] if t else None
+    res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"] if t else None
     res["window_cost"] = windows  # lowbit: time of a w-token verify window / a 1-token step
     vs = f" (llama.cpp: {res['llama_model']})" if llama_model else ""
     print(f"# {res['model']}{vs}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
           f"median of {reps}", file=out)
+    print(f"# {res['peer']}", file=out)
+    if crashed:
+        print(f"# {crashed}: llama.cpp's columns are empty", file=out)
     print(f"{'':10} {'lowbit tok/s':>12} {'llama.cpp tok/s':>15} {'ratio':>6}", file=out)
-    print(f"{'prefill':10} {res['lowbit_prefill_tps']:12.1f} {res['llama_prefill_tps']:15.1f} "
-          f"{res['prefill_ratio']:6.2f}", file=out)
-    print(f"{'decode':10} {res['lowbit_decode_tps']:12.1f} {res['llama_decode_tps']:15.1f} "
-          f"{res['decode_ratio']:6.2f}", file=out)
+    for what in ("prefill", "decode"):
+        print(f"{what:10} {res[f'lowbit_{what}_tps']:12.1f} {_cell(res[f'llama_{what}_tps'], 15, 1)} "
+              f"{_cell(res[f'{what}_ratio'], 6, 2)}", file=out)
     print("lowbit verify window at the end of the cache, cost / one decode step: " +
           ", ".join(f"{w} tokens {r:.2f}x" for w, r in windows.items()), file=out)
     return res
@@ -365,6 +391,13 @@ def add_parser(sub) -> None:
     k.add_argument("--threads", type=int, default=1, help="threads for both sides (default 1)")
     k.add_argument("--mb", type=float, default=64.0, help="MB of weights per format (use > L3 for DRAM-bound)")
     k.add_argument("--rows", type=int, default=None, help="rows per format (instead of --mb)")
+    k.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall time (default) or the thread's CPU time (with --threads 1: time the thread was "
+                        "preempted by other jobs is not counted)")
+    k.add_argument("--stat", choices=("median", "min"), default="median",
+                   help="median of --reps runs per side (default), or min: the fastest of --reps single runs "
+                        "taken alternately from each side (windows <= 8; for a machine shared with other jobs, "
+                        "where a run that was preempted is not the kernel's speed)")
     k.set_defaults(func=_run_kernels)
     q = bs.add_parser("act", help="activation quantizers (Q8_0, Q8_1, Q8_K, I8_S) vs ggml's from_float")
     _timing_args(q, ACT_FORMATS, n=2048, reps=51)
@@ -418,5 +451,5 @@ def _run_kernels(a) -> int:
     nts = [int(v) for v in a.nt.split(",")]
     if any(v < 1 for v in nts):
         raise ValueError("--nt values must be >= 1")
-    bench_kernels(fmts, nts, a.threads, a.reps, a.mb, a.n, as_json=a.json, nrows=a.rows)
+    bench_kernels(fmts, nts, a.threads, a.reps, a.mb, a.n, as_json=a.json, nrows=a.rows, stat=a.stat, clock=a.clock)
     return 0

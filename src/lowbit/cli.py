@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .peer import PeerMissing
+
 
 def cmd_info(args: argparse.Namespace) -> int:
     from .formats import formats
@@ -230,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nlowbit: interrupted", file=sys.stderr)
         return 130
+    except PeerMissing as e:  # parity / bench without llama-cpp-python: a usage error
+        print(f"lowbit: error: {e}", file=sys.stderr)
+        return 2
     except (ValueError, OSError, RuntimeError) as e:  # GGUFError is a ValueError
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 1

@@ -38,11 +38,8 @@ def _lib_dir() -> str:
     this machine: on an AVX-512 CPU its AVX2 source runs with 32 vector registers.)"""
     d = os.environ.get("LOWBIT_GGML_LIB_DIR")
     if not d:
-        try:
-            import llama_cpp
-        except ImportError as e:
-            raise RuntimeError("ggml oracle: llama-cpp-python is not installed (pip install .[test])") from e
-        d = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+        from .peer import require
+        d = os.path.join(os.path.dirname(require().__file__), "lib")
     if not os.path.exists(os.path.join(d, "libggml-cpu.so")):
         raise RuntimeError(f"ggml oracle: no libggml-cpu.so in {d}")
     return d
@@ -50,7 +47,7 @@ def _lib_dir() -> str:
 
 class Ggml:
     def __init__(self):
-        d = _lib_dir()
+        d = self.lib_dir = _lib_dir()
         self.base = ctypes.CDLL(os.path.join(d, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
         self.cpu = ctypes.CDLL(os.path.join(d, "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
         self.cpu.ggml_cpu_init()

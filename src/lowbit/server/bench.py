@@ -49,7 +49,10 @@ class _Proc:
         while True:
             if self.proc.poll() is not None:
                 self.log.seek(0)
-                raise RuntimeError(f"{argv[:4]} exited:\n{self.log.read().decode(errors='replace')[-3000:]}")
+                from ..peer import describe_exit
+                tail = self.log.read().decode(errors="replace").strip().splitlines()[-3:]
+                raise RuntimeError(f"{' '.join(argv[1:4])} exited with {describe_exit(self.proc.returncode)}: "
+                                   + " | ".join(tail))
             try:
                 if httpx.get(self.url + ready_path, timeout=5).status_code == 200:
                     break
@@ -169,14 +172,29 @@ def bench_serve(model_path: str | None, threads: int, clients: int, tokens: int,
         res["rss_after_load"] = kv_mb
     finally:
         lb.stop()
-    if llama:
-        ll = _Proc([sys.executable, "-m", "llama_cpp.server", "--model", path, "--n_threads", str(threads),
-                    "--n_threads_batch", str(threads), "--n_ctx", str(ctx * 2), "--verbose", "False",
-                    "--interrupt_requests", "False", "--host", "127.0.0.1"], "/v1/models")
+    if llama:  # llama-cpp-python's server, in the configuration that survives here (lowbit.peer)
+        from .. import peer
         try:
-            res["llama"] = _measure("llama.cpp server", ll.url, clients, tokens, rounds, bias, out)
-        finally:
-            ll.stop()
+            cfg = peer.config(path, threads=threads)
+            res["peer"] = cfg.line()
+            print(f"# {cfg.line()}", file=out, flush=True)
+            ll = _Proc(peer.server_argv(path, ["--n_threads", str(threads), "--n_threads_batch", str(threads),
+                                               "--n_ctx", str(ctx * 2), "--verbose", "False",
+                                               "--interrupt_requests", "False", "--host", "127.0.0.1"],
+                                        threads=threads), "/v1/models")
+        except RuntimeError as e:  # llama.cpp died in the probe or while starting
+            res["peer_crashed"] = str(e) if isinstance(e, peer.PeerCrashed) else f"peer crashed: {e}"
+            print(f"# {res['peer_crashed']}", file=out, flush=True)
+        else:
+            try:
+                res["llama"] = _measure("llama.cpp server", ll.url, clients, tokens, rounds, bias, out)
+            except Exception as e:  # noqa: BLE001 - the peer died mid-stream: report, keep lowbit's figures
+                code = ll.proc.poll()
+                why = peer.describe_exit(code) if code is not None else f"{type(e).__name__}: {e}"
+                res["peer_crashed"] = f"peer crashed: llama_cpp.server died mid-stream ({why})"
+                print(f"# {res['peer_crashed']}", file=out, flush=True)
+            finally:
+                ll.stop()
     L = res["lowbit"]
     print(file=out)
     print(f"{'':34} {'lowbit serve':>14} {'llama_cpp.server':>17}", file=out)
