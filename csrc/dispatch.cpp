@@ -95,9 +95,12 @@ static CpuInfo probe() {
     add(avx512dq, "avx512dq"); add(avx512vnni, "avx512_vnni"); add(avx512vbmi, "avx512_vbmi");
 
     const bool l_avx2 = avx2 && fma && f16c;
-    if (l_avx2) c.best = ISA_AVX2;
-    if (l_avx2 && avxvnni) c.best = ISA_AVX2VNNI;
-    if (l_avx2 && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni) c.best = ISA_AVX512;
+    c.has[ISA_SCALAR] = true;
+    c.has[ISA_AVX2] = l_avx2;
+    c.has[ISA_AVX2VNNI] = l_avx2 && avxvnni;
+    c.has[ISA_AVX512] = l_avx2 && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni;
+    for (int l = 0; l < ISA_COUNT; ++l)
+        if (c.has[l]) c.best = l;
     return c;
 }
 
@@ -162,7 +165,8 @@ static void fill_table() {
     }
     static KernelTable running, level;  // big: keep them off the stack
     for (const Level &l : kLadder) {
-        if (l.isa > g_cpu.best || l.isa > g_cpu.cap) continue;  // I6: nothing above the cap runs
+        // I6: nothing above the cap runs, nor a level this CPU lacks (avx2vnni on Zen 4)
+        if (!g_cpu.has[l.isa] || l.isa > g_cpu.cap) continue;
         level = KernelTable{};
         l.reg(level);
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
@@ -173,7 +177,7 @@ static void fill_table() {
         // a level the ladder skips (not built) runs what the level below it runs
         for (int k = l.isa; k < ISA_COUNT; ++k) {
             g_levels[k] = running;
-            g_level_ready[k] = k <= g_cpu.best && k <= g_cpu.cap;
+            g_level_ready[k] = g_cpu.has[k] && k <= g_cpu.cap;
         }
         bool own = false;  // a level whose register function adds nothing is not "built"
         for (int id = 0; id < 64; ++id)

@@ -11,6 +11,9 @@ struct CpuInfo {
     std::string model;                  // brand string from cpuid
     std::vector<std::string> features;  // the ones lowbit's levels care about
     int best = ISA_SCALAR;              // highest level this CPU can run
+    // has[l]: this CPU runs level l's code. Not a ladder: AVX-512 VNNI CPUs without AVX-VNNI
+    // (Skylake-X to Ice Lake, Zen 4) run avx512 but not avx2vnni's VEX vpdpbusd.
+    bool has[ISA_COUNT] = {true};
     int built = ISA_SCALAR;             // highest level compiled into this build
     int cap = ISA_COUNT - 1;            // LOWBIT_MAX_ISA (or the top level)
     int selected = ISA_SCALAR;          // min(best, built-ladder, cap): what dispatch used

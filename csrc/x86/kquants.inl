@@ -27,10 +27,14 @@
 //       acc = fma(dI, (float)I, acc);  acc = fnmadd(dM, (float)M, acc)    (= acc - dM * M)
 //     result = acc. The int32 lanes of I and M are summed to scalars by hadd trees over 4
 //     tokens at once; acc is lane t (= token t) of one vector per window.
-//   avx512 (LANES): per token a vector A of 16 float lanes = 0; per super-block
-//       A = fma(dI, (float)I_lanes, A);  A = fnmadd(dM, (float)M_lanes, A)  (M in lanes 0..7)
-//     with I_lanes, M_lanes the exact int32 lane partials (their split over lanes is fixed by
-//     the data layout, not by nt); result = A summed by a fixed tree (16, 8, 4, 2, 1).
+//   avx512 (LANES): per token a vector A of float lanes = 0; per super-block, with I8 the
+//     exact int32 lane partials of I folded to 8 lanes (lane l + lane l + 8) and M8 those of M
+//     (their split over lanes is fixed by the data layout, not by nt):
+//       MINS:  A (16 lanes) = fma([dI x8 | -dM x8], (float)[I8 | M8], A)
+//       else:  A (8 lanes)  = fma(dI x8, (float)(I8 - C8), A)
+//     result = A summed by a fixed tree (16, 8, 4, 2, 1). One convert and one fma per token
+//     and super-block: on CPUs whose 512-bit float ops take two 256-bit passes (Zen 4) the
+//     16-lane I and separate M steps cost twice the float work.
 //   (Q3_K, Q6_K: no M term.) The scalar reference rounds dI * I - dmin * d_a * M per block
 //   instead; the difference is float rounding only (I5).
 // Why two schemes: LANES needs a vector per token of the window next to its int32
@@ -634,12 +638,28 @@ LB_KQ_INLINE vf fmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 LB_KQ_INLINE vf ffma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 LB_KQ_INLINE vi widen(__m256i x) { return _mm512_zextsi256_si512(x); }
 LB_KQ_INLINE vi vsub(vi a, vi b) { return _mm512_sub_epi32(a, b); }
-LB_KQ_INLINE float fhsum(vf v) {
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+LB_KQ_INLINE float fhsum(__m256 h) {
     __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     q = _mm_add_ps(q, _mm_movehl_ps(q, q));
     q = _mm_add_ss(q, _mm_movehdup_ps(q));
     return _mm_cvtss_f32(q);
+}
+LB_KQ_INLINE float fhsum(vf v) {
+    return fhsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+// The int32 lanes of a super-block's I folded to 8: lane l + lane l + 8 (exact)
+LB_KQ_INLINE __m256i fold8(vi x) { return _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1)); }
+// LANES accumulator of one token: MINS, 16 float lanes [I part x8 | M part x8]; otherwise 8
+template <bool MINS>
+struct LanesAcc { using type = __m256; };
+template <>
+struct LanesAcc<true> { using type = __m512; };
+template <bool MINS>
+using lanes_acc = typename LanesAcc<MINS>::type;
+template <bool MINS>
+LB_KQ_INLINE lanes_acc<MINS> lanes_zero() {
+    if constexpr (MINS) return _mm512_setzero_ps();
+    else return _mm256_setzero_ps();
 }
 #else
 #define LB_KQ_LANES 0
@@ -763,7 +783,7 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
         const uint8_t *wr = a.w + (size_t)r * a.w_stride;
 #if LB_KQ_LANES
-#define LB_KQ_ACC(t) [[maybe_unused]] vf A##t = fzero();
+#define LB_KQ_ACC(t) [[maybe_unused]] lanes_acc<D::MINS> A##t = lanes_zero<D::MINS>();
         LB_KQ_ALL(LB_KQ_ACC)
 #undef LB_KQ_ACC
 #else
@@ -844,20 +864,28 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
             block_ints(x, yo);
 #if LB_KQ_LANES
             {
+                // Float steps per token (header, LANES): I's 16 int32 lanes folded to 8, exactly;
+                //   MINS: A = fma([dI x8 | -dM x8], (float)[I x8 | M x8], A)   (16 lanes, one step)
+                //   else: A = fma(dI x8, (float)(I x8 - C x8), A)              (8 lanes)
+                // dI = d * d_a, dM = dmin * d_a: one rounding each; -dM * M + A is fnmadd's value.
                 const __m256i corr = D::corr(x, km);
                 const __m128 dv = D::dpair(x);
-                const vf vd = _mm512_broadcastss_ps(dv);
-                [[maybe_unused]] const vf vm = _mm512_broadcastss_ps(_mm_movehdup_ps(dv));
+                [[maybe_unused]] vf vdm;
+                [[maybe_unused]] __m256 vd8;
+                if constexpr (D::MINS)
+                    vdm = _mm512_insertf32x8(_mm512_broadcastss_ps(dv), _mm256_set1_ps(-lane<1>(dv)), 1);
+                else
+                    vd8 = _mm256_broadcastss_ps(dv);
 #define LB_KQ_FIN(t)                                                                        \
     {                                                                                       \
         const uint8_t *y = p##t + yo;                                                       \
-        const vi c = widen(_mm256_madd_epi16(ld256(y + QOFF_BS), corr));                    \
-        const vf da = fset1(lda(y));                                                        \
+        const __m256i c = _mm256_madd_epi16(ld256(y + QOFF_BS), corr);                      \
         if constexpr (D::MINS) {                                                            \
-            A##t = ffma(fmul(vd, da), fcvt(i##t), A##t);                                    \
-            A##t = _mm512_fnmadd_ps(fmul(vm, da), fcvt(c), A##t);                           \
+            const vi im = _mm512_inserti64x4(_mm512_castsi256_si512(fold8(i##t)), c, 1);     \
+            A##t = ffma(fmul(vdm, fset1(lda(y))), fcvt(im), A##t);                          \
         } else {                                                                            \
-            A##t = ffma(fmul(vd, da), fcvt(vsub(i##t, c)), A##t);                           \
+            A##t = _mm256_fmadd_ps(_mm256_mul_ps(vd8, _mm256_set1_ps(lda(y))),              \
+                                   _mm256_cvtepi32_ps(_mm256_sub_epi32(fold8(i##t), c)), A##t); \
         }                                                                                   \
         LB_KQ_KEEP(A##t)                                                                    \
     }
