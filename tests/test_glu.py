@@ -312,7 +312,7 @@ def test_stats_show_the_path(ggml, rng):
     assert K.stats() == []
 
 
-@pytest.mark.skipif("avx512" not in LEVELS, reason="needs the avx512 level")
+@pytest.mark.skipif("avx512" not in LEVELS, reason="needs the avx512 level: CPU flags avx512f/bw/vl/dq + avx512_vnni, under LOWBIT_MAX_ISA=avx512")
 def test_env_turns_the_simd_epilogue_off():
     env = dict(os.environ, LOWBIT_NO_GLU_AVX512="1", LOWBIT_NO_GLU_AVX2="1")
     code = "from lowbit._native import lib; c = lib.cpu_info(); print(c['glu'], ' '.join(c['disabled']))"

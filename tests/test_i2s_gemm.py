@@ -148,7 +148,7 @@ def child(tmp_path, env_extra, raw, act, n, tag):
     return json.loads(p.stdout.strip().splitlines()[-1]), np.load(out)
 
 
-@pytest.mark.skipif(not GEMM_LEVELS, reason="no SIMD level here")
+@pytest.mark.skipif(not GEMM_LEVELS, reason="needs a SIMD level: CPU flags avx2, fma, f16c, under LOWBIT_MAX_ISA >= avx2")
 def test_gemm_forced_fold_and_counters(rng, tmp_path):
     """LOWBIT_I2S_FOLD=1: the avx2 GEMM has its own name and the same output bitwise (worst case
     included) as the deferred one and the reference. LOWBIT_I2S_GEMM_MIN_NT=9: a 64-token
@@ -175,7 +175,7 @@ def test_gemm_forced_fold_and_counters(rng, tmp_path):
         assert same_bits(b[k], a[k]) and same_bits(c[k], a[k]), k
 
 
-@pytest.mark.skipif("avx2" not in GEMM_LEVELS, reason="the avx2 level is not available here")
+@pytest.mark.skipif("avx2" not in GEMM_LEVELS, reason="needs the avx2 level: CPU flags avx2, fma, f16c, under LOWBIT_MAX_ISA >= avx2")
 def test_gemm_can_be_turned_off(rng, tmp_path):
     raw, act, n = worst_case(rng, 2)
     r, _ = child(tmp_path, {"LOWBIT_I2S_GEMM_MIN_NT": "9", "LOWBIT_NO_GEMM_I2_S_I8_S_AVX2": "1"}, raw, act, n, "off")
@@ -203,7 +203,7 @@ print(json.dumps(sorted({s["kernel"] for s in K.stats() if s["format"] == "I2_S"
 """
 
 
-@pytest.mark.skipif(not GEMM_LEVELS, reason="no SIMD level here")
+@pytest.mark.skipif(not GEMM_LEVELS, reason="needs a SIMD level: CPU flags avx2, fma, f16c, under LOWBIT_MAX_ISA >= avx2")
 def test_engine_logits_identical_with_the_gemm(tmp_path):
     """A bitnet-b1.58 I2_S model's logits for a 40-token prompt chunk are bitwise the same with
     the GEMM on (LOWBIT_I2S_GEMM_MIN_NT=9: the chunk's q/k/v/o and down matmuls take it; the fused

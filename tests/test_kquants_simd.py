@@ -94,7 +94,7 @@ def test_integer_decoding_is_exact(rng, name, level, pattern):
                                f"{tuple(bad[0])}: ours {ours[tuple(bad[0])]} exact {ref[tuple(bad[0])]}")
 
 
-@pytest.mark.skipif(not {"avx2", "avx2vnni"} <= set(LEVELS), reason="needs avx2 and avx2vnni")
+@pytest.mark.skipif(not {"avx2", "avx2vnni"} <= set(LEVELS), reason="needs the avx2vnni level: the CPU flag avx_vnni (AVX-VNNI), under LOWBIT_MAX_ISA >= avx2vnni")
 @pytest.mark.parametrize("name", KQ)
 def test_avx2_and_avx2vnni_are_bitwise_equal(ggml, rng, name):
     rows, n = 13, 6 * QK

@@ -198,7 +198,7 @@ def _run_child(tmp_path, env_extra, raw, act, n, levels, tag):
     return json.loads(p.stdout.strip().splitlines()[-1]), np.load(out)
 
 
-@pytest.mark.skipif("avx2" not in LEVELS, reason="the avx2 level is not available here")
+@pytest.mark.skipif("avx2" not in LEVELS, reason="needs the avx2 level: CPU flags avx2, fma, f16c, under LOWBIT_MAX_ISA >= avx2")
 def test_forced_fold_is_bitwise_identical(rng, tmp_path):
     """LOWBIT_I2S_FOLD=1 selects the fold-every-block avx2 kernel (its own name); its output
     is bitwise the deferred kernel's, for random and worst-case rows, nt 1..8."""
