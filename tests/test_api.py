@@ -7,6 +7,7 @@ import pytest
 
 import lowbit
 from lowbit import kernels as K
+from lowbit.generate import Stats
 
 RAW = np.zeros((4, 18), np.uint8)          # 4 rows of Q4_0, n = 32
 X = np.ones((2, 32), np.float32)
@@ -127,3 +128,178 @@ def test_parity_command_runs_every_level_and_passes():
     assert "all within contract" in r.stdout and "MISMATCH" not in r.stdout
     r = run_cli("parity", "--formats", "Q9_9")
     assert r.returncode == 1 and "unknown format" in r.stderr
+
+
+# ---- the model API: details, sessions, OpenAI-shaped completions ---------------------------------
+# Against the model's own forward pass run from scratch on a separate Model (fresh cache, one
+# sequence, nothing shared), and against log-softmax of Model.logits computed independently.
+
+PROMPT = "The capital of France is"
+COUNT = "Count: 1, 2, 3,"
+
+
+@pytest.fixture(scope="module")
+def smol():
+    return lowbit.load(n_ctx=256, threads=2)
+
+
+@pytest.fixture(scope="module")
+def ref():
+    """A second Model of the same file: the reference runs alone on it."""
+    return lowbit.load(n_ctx=256, threads=2)
+
+
+def greedy_ref(ref, ids, n):
+    """n greedy tokens after ids by the plainest loop there is: full logits from scratch."""
+    out = list(ids)
+    for _ in range(n):
+        out.append(int(np.argmax(ref.logits(out)[-1])))
+    return out[len(ids):]
+
+
+def test_generate_details_gives_ids_text_and_finish_reason(smol, ref):
+    pieces = list(smol.generate(PROMPT, max_tokens=6, details=True))
+    ids = [t for p in pieces for t in p.ids]
+    assert ids == greedy_ref(ref, smol.tokenize(PROMPT), 6)
+    assert "".join(p.text for p in pieces) == "".join(smol.generate(PROMPT, max_tokens=6)) == smol.detokenize(ids)
+    assert [p.finish_reason for p in pieces[:-1]] == [None] * (len(pieces) - 1)
+    assert pieces[-1].finish_reason == "length" and pieces[-1].ids == []
+
+
+def test_finish_reasons_stop_and_context(smol):
+    st = Stats()
+    pieces = list(smol.generate("Count: 1, 2, 3,", max_tokens=30, stop=[" 5"], stats=st, details=True))
+    assert pieces[-1].finish_reason == "stop" and st.stop == "stop"
+    small = lowbit.load(n_ctx=24, threads=2)
+    st = Stats()
+    ids = small.tokenize(COUNT)
+    text = "".join(small.generate(COUNT, max_tokens=-1, stats=st, temperature=0))
+    assert st.stop == "context" and st.generated == 24 - len(ids) + 1, (st, text)
+    last = list(small.generate(COUNT, max_tokens=None, details=True))[-1]
+    assert last.finish_reason == "length"
+    for bad in (0, -2):
+        with pytest.raises(ValueError, match="max_tokens"):
+            list(small.generate(PROMPT, max_tokens=bad))
+
+
+def test_the_next_prompt_reuses_the_cache_and_gives_the_same_tokens(smol, ref):
+    """A prompt that extends the previous generation prefills only its new tokens, and the
+    tokens are those of a fresh model (invariant I8: chunking does not change logits)."""
+    ids = smol.tokenize(PROMPT)
+    first = [t for p in smol.generate(ids, max_tokens=5, details=True) for t in p.ids]
+    more = ids + first + smol.tokenize(" And the capital of Spain is", add_bos=False)
+    st = Stats()
+    second = [t for p in smol.generate(more, max_tokens=5, details=True, stats=st) for t in p.ids]
+    assert st.cached == len(ids) + len(first) - 1  # the cache held the prompt and all but the last token
+    assert second == greedy_ref(ref, more, 5)
+
+
+def run_alone(m, prompt, **kw):
+    return [t for p in m.generate(prompt, details=True, **kw) for t in p.ids]
+
+
+@pytest.mark.parametrize("n_slots", [1, 2])
+def test_two_live_generators_are_both_correct(n_slots, ref):
+    """Two generators on one Model, stepped in turn: each gives what it gives alone. With
+    n_slots=2 each has its own slot; with 1 they share it and re-read their context."""
+    m = lowbit.load(n_ctx=128, threads=2, n_slots=n_slots)
+    a_kw = dict(max_tokens=8)
+    b_kw = dict(max_tokens=8, temperature=0.9, seed=5)
+    alone_a = run_alone(ref, PROMPT, **a_kw)
+    alone_b = run_alone(ref, "Once upon a time", **b_kw)
+    ga = m.generate(PROMPT, details=True, **a_kw)
+    gb = m.generate("Once upon a time", details=True, **b_kw)
+    got_a, got_b = [], []
+    with __import__("warnings").catch_warnings(record=True) as w:
+        __import__("warnings").simplefilter("always")
+        for pa, pb in zip(ga, gb):
+            got_a += pa.ids
+            got_b += pb.ids
+        got_a += [t for p in ga for t in p.ids]
+        got_b += [t for p in gb for t in p.ids]
+    assert got_a == alone_a and got_b == alone_b
+    shared = [x for x in w if "share" in str(x.message)]
+    assert bool(shared) == (n_slots == 1)
+    assert m._live == [0] * n_slots  # both released their slots
+
+
+def test_closing_a_generator_early_frees_its_slot(smol):
+    g = smol.generate(PROMPT, max_tokens=20)
+    next(g)
+    assert sum(smol._live) == 1
+    g.close()
+    assert sum(smol._live) == 0
+
+
+def test_create_completion_is_openai_shaped(smol, ref):
+    r = smol.create_completion(PROMPT, max_tokens=6, temperature=0, logprobs=3)
+    assert r["object"] == "text_completion" and r["id"].startswith("cmpl-") and isinstance(r["created"], int)
+    (c,) = r["choices"]
+    ids = smol.tokenize(PROMPT)
+    want = greedy_ref(ref, ids, 6)
+    assert c["text"] == ref.detokenize(want) and c["index"] == 0 and c["finish_reason"] == "length"
+    assert r["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 6, "total_tokens": len(ids) + 6}
+    # logprobs: log-softmax of the raw logits, computed here from Model.logits on the other model
+    lp = c["logprobs"]
+    rows = ref.logits(ids + want)[len(ids) - 1:-1].astype(np.float64)
+    ls = rows - rows.max(1, keepdims=True)
+    ls -= np.log(np.exp(ls).sum(1, keepdims=True))
+    np.testing.assert_allclose(lp["token_logprobs"], [ls[i, t] for i, t in enumerate(want)], rtol=0, atol=1e-6)
+    assert lp["tokens"] == [ref.tokenizer.piece(t).decode("utf-8", "replace") for t in want]
+    assert all(len(top) <= 3 and max(top.values()) == pytest.approx(ls[i].max(), abs=1e-6)
+               for i, top in enumerate(lp["top_logprobs"]))
+    assert lp["text_offset"][0] == 0 and "".join(lp["tokens"]) == c["text"]
+    assert smol.create_completion(PROMPT, max_tokens=3)["choices"][0]["logprobs"] is None
+
+
+def test_create_completion_stream_matches_the_whole(smol):
+    whole = smol.create_completion(PROMPT, max_tokens=8, temperature=0)
+    chunks = list(smol.create_completion(PROMPT, max_tokens=8, temperature=0, stream=True))
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole["choices"][0]["text"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "length"
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+    assert chunks[-1]["usage"] == whole["usage"] and len({c["id"] for c in chunks}) == 1
+
+
+def test_create_chat_completion_and_its_stream(smol):
+    msgs = [{"role": "user", "content": "Say hello."}]
+    r = smol.create_chat_completion(msgs, max_tokens=24, temperature=0)
+    assert r["object"] == "chat.completion" and r["id"].startswith("chatcmpl-")
+    (c,) = r["choices"]
+    assert c["message"]["role"] == "assistant"
+    assert c["message"]["content"] == "".join(smol.chat(msgs, max_tokens=24))  # greedy both
+    assert c["finish_reason"] in ("stop", "length") and r["usage"]["completion_tokens"] >= 1
+    chunks = list(smol.create_chat_completion(msgs, max_tokens=24, temperature=0, stream=True))
+    assert all(ch["object"] == "chat.completion.chunk" for ch in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
+    assert "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks) == c["message"]["content"]
+    assert chunks[-1]["choices"][0]["delta"] == {} and chunks[-1]["choices"][0]["finish_reason"] == c["finish_reason"]
+    assert chunks[-1]["usage"] == r["usage"]
+    r = smol.create_chat_completion(msgs, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2)
+    content = r["choices"][0]["logprobs"]["content"]
+    assert len(content) == r["usage"]["completion_tokens"] == 4
+    assert all(e["logprob"] <= 0 and len(e["top_logprobs"]) == 2 and bytes(e["bytes"]).decode("utf-8", "replace")
+               == e["token"] for e in content)
+    assert "".join(e["token"] for e in content) == r["choices"][0]["message"]["content"]
+
+
+def test_completion_defaults_are_llama_cpp_pythons_and_bad_arguments_are_refused(smol):
+    from lowbit.completion import SAMPLING_DEFAULTS
+    assert SAMPLING_DEFAULTS == dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0)
+    a = smol.create_completion(PROMPT, max_tokens=8, seed=3)["choices"][0]["text"]
+    assert a == smol.create_completion(PROMPT, max_tokens=8, seed=3)["choices"][0]["text"]
+    with pytest.raises(TypeError, match="temprature"):
+        smol.create_completion(PROMPT, temprature=0)
+    with pytest.raises(ValueError, match="messages"):
+        smol.create_chat_completion([])
+    with pytest.raises(ValueError, match="messages\\[0\\]"):
+        smol.create_chat_completion([{"content": "no role"}])
+    with pytest.raises(ValueError, match="top_logprobs"):
+        smol.create_chat_completion([{"role": "user", "content": "hi"}], top_logprobs=2)
+
+
+def test_a_directory_is_a_gguf_error(tmp_path):
+    with pytest.raises(lowbit.GGUFError, match="is a directory"):
+        lowbit.load(str(tmp_path))
+    with pytest.raises(lowbit.GGUFError, match="No such file"):
+        lowbit.load(str(tmp_path / "nope.gguf"))

@@ -198,7 +198,7 @@ def test_unsupported_architecture_is_named(tmp_path):
 
 def test_cli_run(path):
     r = subprocess.run([sys.executable, "-m", "lowbit.cli", "run", "-m", path, "-p", "The capital of France is",
-                        "-n", "8", "-t", "2"], capture_output=True, text=True, timeout=300)
+                        "-n", "8", "-t", "2", "--temp", "0"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "Paris" in r.stdout and "decode" in r.stderr and "tok/s" in r.stderr
     r = subprocess.run([sys.executable, "-m", "lowbit.cli", "run", "-m", "/nonexistent.gguf"],

@@ -121,7 +121,7 @@ def test_generate_api_and_cli(target, draft):
     with pytest.raises(ValueError, match="spec"):
         list(target.generate("hi", draft="lookup", spec=0))
     path = lowbit.model.default_model_path()
-    run = [sys.executable, "-m", "lowbit.cli", "run", "-m", path, "-p", PROMPTS[1], "-n", "16", "-t", "2"]
+    run = [sys.executable, "-m", "lowbit.cli", "run", "-m", path, "-p", PROMPTS[1], "-n", "16", "-t", "2", "--temp", "0"]
     outs = [subprocess.run(run + extra, capture_output=True, text=True, timeout=300)
             for extra in ([], ["--lookup", "--spec", "5"], ["--draft", draft.path, "--spec", "2"])]
     for r in outs:

@@ -35,6 +35,7 @@ import numpy as np
 from .formats import BY_ID, BY_NAME, Format
 from .formats import formats as all_formats
 from .formats import get as get_format
+from . import plot
 from ._native import lib
 from .kernels import quantize, split_tensor
 
@@ -398,6 +399,7 @@ def add_parser(sub) -> None:
                    help="median of --reps runs per side (default), or min: the fastest of --reps single runs "
                         "taken alternately from each side (windows <= 8; for a machine shared with other jobs, "
                         "where a run that was preempted is not the kernel's speed)")
+    plot.option(k)
     k.set_defaults(func=_run_kernels)
     q = bs.add_parser("act", help="activation quantizers (Q8_0, Q8_1, Q8_K, I8_S) vs ggml's from_float")
     _timing_args(q, ACT_FORMATS, n=2048, reps=51)
@@ -417,8 +419,9 @@ def add_parser(sub) -> None:
     e.add_argument("--llama-model", default=None,
                    help="llama.cpp runs this GGUF instead of -m (the same model in a format it reads, e.g. "
                         "TQ2_0 for an I2_S file)")
-    e.set_defaults(func=lambda a: bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens, a.reps,
-                                            llama_model=a.llama_model) and 0)
+    plot.option(e)
+    e.set_defaults(func=lambda a: plot.after(a, "e2e", bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens,
+                                                                 a.reps, llama_model=a.llama_model)))
     from .bench_spec import add_bench_parser
     add_bench_parser(bs)
     from .server.bench import add_parser as add_serve
@@ -451,5 +454,6 @@ def _run_kernels(a) -> int:
     nts = [int(v) for v in a.nt.split(",")]
     if any(v < 1 for v in nts):
         raise ValueError("--nt values must be >= 1")
-    bench_kernels(fmts, nts, a.threads, a.reps, a.mb, a.n, as_json=a.json, nrows=a.rows, stat=a.stat, clock=a.clock)
-    return 0
+    res = bench_kernels(fmts, nts, a.threads, a.reps, a.mb, a.n, as_json=a.json, nrows=a.rows, stat=a.stat,
+                        clock=a.clock)
+    return plot.after(a, "kernels", res)

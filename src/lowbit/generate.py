@@ -7,6 +7,13 @@
                                    token ids, one forward per round: the last token plus up to k
                                    drafts verified as one window (each weight row decoded once)
     generate(model, prompt)        either of the two, then EOG, max_tokens, stop strings, text
+                                   (or Piece objects: text, token ids, finish reason, logprobs)
+
+generate runs on a Sequence (Model.sequence): a KV slot of its own for as long as it is live,
+so two live generators on one Model never corrupt each other. The slot keeps its cache when
+the generation ends; the next prompt that starts with the same tokens (a chat's next turn)
+prefills only the tokens after the shared prefix. That is exact: a token's logits do not
+depend on how the prompt was chunked (invariant I8).
 
 Speculative decoding is exact: with greedy sampling it yields the same tokens as plain(), for
 every k and drafter, because a token's logits are bitwise the same alone or in a window
@@ -19,6 +26,7 @@ prompt lookup) has q = one-hot.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +40,9 @@ DEFAULT_SPEC = 4    # drafts per round
 @dataclass
 class Stats:
     prompt_tokens: int = 0
+    cached: int = 0         # prompt tokens whose KV was reused from the slot's cache (not prefilled)
     generated: int = 0
+    stop: str = ""          # why generation ended: "eog", "stop" (a stop string), "max_tokens", "context"
     prefill_s: float = 0.0
     decode_s: float = 0.0
     # speculative rounds (0 for plain decoding)
@@ -46,10 +56,13 @@ class Stats:
     decode_layers: list | None = None
 
     def line(self) -> str:
-        pf = self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0
+        new = self.prompt_tokens - self.cached
+        pf = new / self.prefill_s if self.prefill_s else 0.0
         dc = self.generated / self.decode_s if self.decode_s else 0.0
-        s = (f"prefill {self.prompt_tokens} tokens at {pf:.1f} tok/s, "
-             f"decode {self.generated} tokens at {dc:.1f} tok/s")
+        s = f"prefill {new} tokens at {pf:.1f} tok/s, "
+        if self.cached:
+            s = f"prefill {new} tokens at {pf:.1f} tok/s ({self.cached} reused from the cache), "
+        s += f"decode {self.generated} tokens at {dc:.1f} tok/s"
         if self.rounds:
             busy = self.draft_s + self.verify_s
             s += (f"; speculative: {self.rounds} rounds, {self.accepted}/{self.drafted} drafts accepted, "
@@ -84,13 +97,18 @@ def decode_one(model, token: int) -> np.ndarray:
     return model.forward([token])[-1]
 
 
-def plain(model, ids: list[int], sampler: Sampler, stats: Stats):
-    """Yield sampled token ids, one forward per token, until the context is full."""
+def plain(model, ids: list[int], sampler: Sampler, stats: Stats, record=None, history: list[int] | None = None):
+    """Yield sampled token ids, one forward per token, until the context is full.
+    ids: the tokens to prefill (the model's cache may already hold earlier ones: then history
+    is the whole prompt, for the repetition penalty). record(logits_row): called with the
+    logits each yielded token was sampled from, before it is yielded."""
     logits = timed_prefill(model, ids, stats)
-    history = list(ids)
+    history = list(ids) if history is None else list(history)
     while True:
         tok = sampler.sample(logits, history)
         history.append(tok)
+        if record is not None:
+            record(logits)
         yield tok
         if model.pos >= model.n_ctx:
             return
@@ -146,6 +164,9 @@ class DraftModel:
     def propose(self, history: list[int], k: int) -> tuple[list[int], list[np.ndarray] | None]:
         m = self.m
         k = min(k, m.n_ctx - len(history))  # the draft's cache must hold history + k - 1
+        self.commit(history)  # the draft model may have run something else since (another generation)
+        if m.pos == len(history):
+            m.rewind(m.pos - 1)  # the logits after history need its last token run again
         if k <= 0:
             return [], None
         logits = m.forward(history[m.pos:])[-1]
@@ -206,19 +227,24 @@ def verify(logits: np.ndarray, drafts: list[int], q: list[np.ndarray] | None, hi
     return len(drafts), sampler.sample(logits[len(drafts)], h)
 
 
-def speculative(model, ids: list[int], sampler: Sampler, drafter, k: int, stats: Stats):
+def speculative(model, ids: list[int], sampler: Sampler, drafter, k: int, stats: Stats, record=None,
+                history: list[int] | None = None):
     """Yield token ids, several per forward: each round the target verifies the last token and
     up to k drafts as one window, keeps the accepted prefix plus its own next token, and rolls
-    the rejected positions back (Model.rewind: O(1), nothing copied)."""
+    the rejected positions back (Model.rewind: O(1), nothing copied). ids, history, record: as
+    plain()."""
     if not 1 <= k <= 64:
         raise ValueError(f"spec must be in 1..64, got {k}")
     logits = timed_prefill(model, ids, stats)
-    history = list(ids)
+    history = list(ids) if history is None else list(history)
+    prompt = list(history)
     tok = sampler.sample(logits, history)
     history.append(tok)
     t0 = time.perf_counter()
-    drafter.start(ids)
+    drafter.start(prompt)
     stats.draft_s += time.perf_counter() - t0
+    if record is not None:
+        record(logits)
     yield tok
     while model.pos < model.n_ctx:
         t0 = time.perf_counter()
@@ -236,7 +262,10 @@ def speculative(model, ids: list[int], sampler: Sampler, drafter, k: int, stats:
         stats.rounds += 1
         stats.drafted += len(drafts)
         stats.accepted += n_ok
-        yield from new
+        for i, t in enumerate(new):
+            if record is not None:
+                record(logits[i])
+            yield t
 
 
 def stop_prefix(text: str, stops: list[str]) -> int:
@@ -257,59 +286,142 @@ def make_drafter(model, draft, sampler: Sampler):
     return DraftModel(draft, sampler)
 
 
-def generate(model, prompt, max_tokens: int = 128, stop: list[str] | None = None, stats: Stats | None = None,
-             temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-             repeat_penalty: float = 1.0, seed: int | None = None, draft=None, spec: int = DEFAULT_SPEC):
-    """Yield text pieces as they decode. The KV cache starts empty for each call.
+@dataclass
+class Piece:
+    """One step of generate(details=True). The ids of all pieces are the generated tokens in
+    order (without the end-of-generation token); their texts are the output text (a stop string
+    and what follows it are cut). The last piece has a finish_reason and no ids."""
+    text: str                             # may be "" (a token inside a UTF-8 character, or held back)
+    ids: list[int]                        # the tokens since the previous piece
+    finish_reason: str | None = None      # last piece: "stop" (end of generation or a stop string), "length"
+    logprobs: list[tuple[float, dict[int, float]]] | None = None
+    # per id when asked: (log-probability of the id, {top id: log-probability}) under the raw
+    # logits (log-softmax, before penalty, temperature and filters: llama-cpp-python's rule)
 
-    draft: None (plain decoding), "lookup" (prompt lookup) or a loaded draft Model;
-    spec: drafts per round.
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max()
+    return z - np.log(np.exp(z).sum())
+
+
+def generate(model, prompt, max_tokens: int | None = 128, stop: list[str] | str | None = None,
+             stats: Stats | None = None, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+             min_p: float = 0.0, repeat_penalty: float = 1.0, seed: int | None = None, draft=None,
+             spec: int = DEFAULT_SPEC, details: bool = False, logprobs: int | None = None):
+    """Yield text pieces as they decode (with details=True: Piece objects, the last one with the
+    finish reason). Greedy unless temperature > 0.
+
+    prompt: text or token ids; max_tokens: None or -1 = until the end of generation or a full
+    context; stop: strings that end the text (not included); draft: None (plain decoding),
+    "lookup" (prompt lookup) or a loaded draft Model; spec: drafts per round; logprobs: None, or
+    the number of top alternatives to report per token (0: only the chosen token's), in Pieces.
+    stats.stop tells why it ended ("eog", "stop", "max_tokens", "context").
+    The generation claims a KV slot of `model` (Model.sequence) until it ends or is closed.
     """
     ids = model.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
     if not ids:
         raise ValueError("the prompt is empty")
-    if max_tokens < 1:
-        raise ValueError("max_tokens must be >= 1")
+    if max_tokens is None or max_tokens == -1:
+        max_tokens = None
+    elif max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1 (or -1 / None: until done), got {max_tokens}")
     if len(ids) >= model.n_ctx:
         raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {model.n_ctx}")
+    if logprobs is not None and not 0 <= int(logprobs) <= 20:
+        raise ValueError(f"logprobs must be in 0..20, got {logprobs}")
     sampler = Sampler(temperature, top_k, top_p, min_p, repeat_penalty, seed=seed)
+    drafter = None if draft is None else make_drafter(model, draft, sampler)
     stats = stats if stats is not None else Stats()
     stats.prompt_tokens = len(ids)
-    model.reset()
-    if draft is None:
-        tokens = plain(model, ids, sampler, stats)
-    else:
-        tokens = speculative(model, ids, sampler, make_drafter(model, draft, sampler), spec, stats)
+    pieces = _pieces(model, ids, max_tokens, [stop] if isinstance(stop, str) else stop, stats, sampler,
+                     drafter, spec, logprobs)
+    try:
+        if details:
+            yield from pieces
+        else:
+            for p in pieces:
+                if p.text:
+                    yield p.text
+    finally:
+        pieces.close()
+
+
+def _pieces(model, ids, max_tokens, stop, stats, sampler, drafter, spec, logprobs):
+    # a slot of our own; reuse what its cache holds of this prompt (at least the last token is
+    # run again: its logits start the generation)
+    if hasattr(model, "sequence"):
+        seq = model.sequence(ids)
+    else:  # a stand-in model (tests): its one cache, emptied
+        seq = model
+        model.reset()
+    rows = deque()  # logits rows of tokens not yet consumed (only when logprobs are asked)
+    record = rows.append if logprobs is not None else None
+    try:
+        keep = min(_shared(seq.tokens, ids), len(ids) - 1)
+        seq.rewind(keep)
+        stats.cached = keep
+        if drafter is None:
+            tokens = plain(seq, ids[keep:], sampler, stats, record=record, history=ids)
+        else:
+            tokens = speculative(seq, ids[keep:], sampler, drafter, spec, stats, record=record, history=ids)
+        yield from _detokenize(model, tokens, max_tokens, [s for s in (stop or []) if s], stats, rows, logprobs)
+    finally:
+        if seq is not model:
+            seq.close()
+
+
+def _shared(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _detokenize(model, tokens, max_tokens, stops, stats, rows, logprobs):
+    """Token ids -> Pieces: end of generation, max_tokens, stop strings (held back until they
+    cannot be one), the finish reason."""
     out = model.tokenizer.stream()
-    stops = [s for s in (stop or []) if s]
     held = ""  # text not yet yielded because it may be the start of a stop string
     t0 = None
+    stats.stop = "context"  # unless something else ends it first: the token source ran dry
     try:
         for tok in tokens:
             if t0 is None:  # the clock of decoding starts after the prefill
                 t0 = time.perf_counter()
+            row = rows.popleft() if logprobs is not None else None
             if tok in model.tokenizer.eog_ids:
+                stats.stop = "eog"
                 break
             stats.generated += 1
+            lp = None
+            if row is not None:
+                ls = log_softmax(row)
+                top = np.argsort(-ls, kind="stable")[:logprobs]
+                lp = [(float(ls[tok]), {int(t): float(ls[t]) for t in top})]
             piece = out.push(tok)
             if stops and piece:
                 held += piece
                 hit = min((held.find(s) for s in stops if s in held), default=-1)
                 if hit >= 0:
-                    if hit > 0:
-                        yield held[:hit]
+                    stats.stop = "stop"
+                    yield Piece(held[:hit], [tok], None, lp)
+                    yield Piece("", [], "stop")
                     return
                 keep = stop_prefix(held, stops)
                 piece, held = held[:len(held) - keep], held[len(held) - keep:]
-            if piece:
-                yield piece
-            if stats.generated >= max_tokens:
+            yield Piece(piece, [tok], None, lp)
+            if max_tokens is not None and stats.generated >= max_tokens:
+                stats.stop = "max_tokens"
                 break
         tail = held + out.flush()
         hit = min((tail.find(s) for s in stops if s in tail), default=-1)
+        if hit >= 0:
+            stats.stop = "stop"
         tail = tail[:hit] if hit >= 0 else tail
-        if tail:
-            yield tail
+        yield Piece(tail, [], "stop" if stats.stop in ("eog", "stop") else "length")
     finally:
         tokens.close()
         if t0 is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 
@@ -199,10 +200,17 @@ def open(path: str | os.PathLike) -> GGUFFile:  # noqa: A001 - the natural name
     except OSError as e:
         raise GGUFError(f"{path}: cannot open: {e.strerror}") from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise GGUFError(f"{path}: is a directory, not a GGUF file")
+        if not stat.S_ISREG(st.st_mode):
+            raise GGUFError(f"{path}: not a regular file")
+        size = st.st_size
         if size == 0:
             raise GGUFError(f"{path}: header: empty file")
         mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise GGUFError(f"{path}: cannot map: {e.strerror}") from None
     finally:
         os.close(fd)
     try:

@@ -26,11 +26,19 @@ renormalisation per arch as above (llama.cpp fixes it per arch), times expert_we
 Weights stay in the GGUF mmap; the engine gets views of them. The KV cache (half) is
 preallocated: n_slots sequences ("slots") of n_ctx positions each. forward/rewind work on slot
 0; forward_batch runs tokens of several slots in one pass (the server's batched decode).
+
+Generations (generate, chat, create_completion, ...) run on a Sequence: a slot claimed for as
+long as the generator is live. Each live generation takes a free slot of its own; a slot keeps
+its KV cache after the generation ends, and the next one that starts with the same tokens (the
+next turn of a chat) prefills only the tokens that differ. With more live generations than
+slots, they share one: a Sequence whose slot another one has written re-reads its own tokens
+into it when it resumes (correct, at the price of that prefill; `n_slots=N` avoids it).
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -212,6 +220,10 @@ class Model:
         # per slot: the positions held in its KV cache, and the tokens at those positions
         self.slot_pos = [0] * self.n_slots
         self.slot_tokens: list[list[int]] = [[] for _ in range(self.n_slots)]
+        # per slot: the Sequence that wrote it last (None: the slot API), and how many are live on it
+        self._writer: list[Sequence | None] = [None] * self.n_slots
+        self._live = [0] * self.n_slots
+        self._shared_warned = False
 
     # slot 0 is the single-sequence API's cache
     @property
@@ -294,8 +306,9 @@ class Model:
         toks = np.asarray(tokens, dtype=np.int32)
         logits = np.empty((len(tokens) if all_logits else 1, self.config.vocab), np.float32)
         self.engine.forward(toks, self.pos, logits, all_logits)
-        self.pos += len(tokens)
+        self._writer[0] = None
         self.tokens.extend(int(t) for t in tokens)
+        self.pos += len(tokens)
         return logits
 
     def forward_batch(self, seqs: list[tuple[int, list[int]]], all_logits: bool = False,
@@ -333,8 +346,9 @@ class Model:
                                   np.asarray(poss, np.int32), np.asarray(rows, np.int32), logits)
         out, at = [], 0
         for (slot, run), n in zip(seqs, counts):
-            self.slot_pos[slot] += len(run)
+            self._writer[slot] = None
             self.slot_tokens[slot].extend(int(t) for t in run)
+            self.slot_pos[slot] += len(run)
             out.append(logits[at:at + n] if n else None)
             at += n
         return out
@@ -345,34 +359,170 @@ class Model:
             raise ValueError(f"slot {slot} outside 0..{self.n_slots - 1}")
         if not 0 <= pos <= self.slot_pos[slot]:
             raise ValueError(f"cannot rewind to {pos} (cache holds {self.slot_pos[slot]})")
+        self._writer[slot] = None
         self.slot_pos[slot] = pos
         del self.slot_tokens[slot][pos:]
 
     def reset(self) -> None:
         self.rewind(0)
 
+    def _repair(self, slot: int) -> None:
+        """Make a slot's position and token list agree after an interrupted call (Ctrl-C
+        between the engine's write and the bookkeeping): keep the positions both vouch for."""
+        n = min(self.slot_pos[slot], len(self.slot_tokens[slot]))
+        self.slot_pos[slot] = n
+        del self.slot_tokens[slot][n:]
+
+    def _forward_slot(self, slot: int, tokens: list[int], all_logits: bool) -> np.ndarray:
+        if slot == 0:
+            return self.forward(tokens, all_logits=all_logits)
+        return self.forward_batch([(slot, tokens)], all_logits=all_logits)[0]
+
+    # -- sessions ------------------------------------------------------------------------
+    def sequence(self, ids: list[int] = ()) -> "Sequence":
+        """Claim a slot for one generation (release it with .close()). A free slot is taken,
+        the one whose cache shares the longest prefix with `ids` (slot 0 on a tie); when none
+        is free, the slot with the fewest live generations is shared (see the module doc)."""
+        free = [s for s in range(self.n_slots) if self._live[s] == 0]
+        if free:
+            slot = max(free, key=lambda s: (common_prefix(self.slot_tokens[s], ids), -s))
+        else:
+            slot = min(range(self.n_slots), key=lambda s: (self._live[s], s))
+            if not self._shared_warned:
+                self._shared_warned = True
+                warnings.warn(f"lowbit: more live generations than the model's {self.n_slots} KV slot(s): they "
+                              f"share, and each re-reads its context when it resumes (load with n_slots=N to "
+                              f"give each its own)", RuntimeWarning, stacklevel=3)
+        return Sequence(self, slot)
+
     # -- user API ------------------------------------------------------------------------
     def tokenize(self, text: str, add_bos: bool | None = None, special: bool = True) -> list[int]:
+        """Token ids of text. add_bos: None follows the file (tokenizer.ggml.add_bos_token);
+        special: parse special-token text such as "<|im_start|>" as those tokens."""
         return self.tokenizer.encode(text, add_bos=add_bos, special=special)
 
     def detokenize(self, ids) -> str:
+        """The text of token ids (special tokens as their text)."""
         return self.tokenizer.decode(list(ids))
 
     def logits(self, tokens: list[int], chunk: int = 64) -> np.ndarray:
-        """Logits of every position of `tokens` from an empty context: float32[len, vocab]."""
+        """Raw logits (before any sampling) of every position of `tokens`, from an empty
+        context, in chunks of `chunk` tokens: float32[len(tokens), vocab]. Row i scores the
+        token after tokens[:i + 1]. Uses slot 0 (a live generation there re-reads its context)."""
         self.reset()
         out = [self.forward(tokens[i:i + chunk], all_logits=True) for i in range(0, len(tokens), chunk)]
         return np.concatenate(out)
 
-    def generate(self, prompt: str | list[int], max_tokens: int = 128, **sampling):
-        """Yield text pieces as they decode (see lowbit.generate.generate for the options)."""
+    def generate(self, prompt: str | list[int], max_tokens: int | None = 128, **options):
+        """Yield text pieces as they decode; with details=True, lowbit.generate.Piece objects
+        (text, token ids, finish_reason on the last one, logprobs when asked). Greedy unless
+        temperature > 0. See lowbit.generate.generate for every option."""
         from .generate import generate
-        yield from generate(self, prompt, max_tokens=max_tokens, **sampling)
+        yield from generate(self, prompt, max_tokens=max_tokens, **options)
 
-    def chat(self, messages: list[dict], max_tokens: int = 256, **sampling):
-        """Yield the assistant's reply to `messages` (the file's chat template)."""
+    def chat(self, messages: list[dict], max_tokens: int | None = 256, **options):
+        """Yield the assistant's reply to `messages` (the file's chat template), as generate."""
         prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        yield from self.generate(prompt, max_tokens=max_tokens, **sampling)
+        yield from self.generate(prompt, max_tokens=max_tokens, **options)
+
+    def create_completion(self, prompt: str | list[int], **kwargs):
+        """llama-cpp-python's / OpenAI's completion: a dict (choices[0].text, finish_reason,
+        usage, logprobs when asked), or with stream=True an iterator of chunks.
+        See lowbit.completion.create_completion."""
+        from .completion import create_completion
+        return create_completion(self, prompt, **kwargs)
+
+    def create_chat_completion(self, messages: list[dict], **kwargs):
+        """llama-cpp-python's / OpenAI's chat completion: a dict (choices[0].message, ...), or
+        with stream=True an iterator of chunks whose choices[0].delta carry the reply.
+        See lowbit.completion.create_chat_completion."""
+        from .completion import create_chat_completion
+        return create_chat_completion(self, messages, **kwargs)
+
+
+def common_prefix(a, b) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    same = np.asarray(a[:n], dtype=np.int64) == np.asarray(b[:n], dtype=np.int64)
+    return n if same.all() else int(np.argmin(same))
+
+
+class Sequence:
+    """One generation's view of a KV slot, with Model's single-sequence interface (forward,
+    rewind, reset, pos, tokens, n_ctx): what generate's steps run on. `history` is the tokens
+    this sequence's cache holds; when another writer used the slot since, the next forward
+    first rewinds the slot to the prefix they share and re-reads the rest (in prompt chunks:
+    by invariant I8 the logits are bitwise the same as if nothing had happened)."""
+
+    RESYNC_CHUNK = 64
+
+    def __init__(self, model: Model, slot: int):
+        self.model, self.slot = model, slot
+        self.n_ctx, self.config, self.engine, self.tokenizer = model.n_ctx, model.config, model.engine, model.tokenizer
+        model._repair(slot)
+        self.history: list[int] = list(model.slot_tokens[slot])  # the slot's cache is ours to start
+        self.resyncs = 0          # times another writer's use of the slot had to be undone
+        self._open = True
+        model._live[slot] += 1
+        model._writer[slot] = self
+
+    @property
+    def pos(self) -> int:
+        return len(self.history)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.history
+
+    def _sync(self) -> None:
+        m, s = self.model, self.slot
+        if m._writer[s] is self:
+            return
+        m._repair(s)
+        keep = common_prefix(m.slot_tokens[s], self.history)
+        m.rewind(keep, slot=s)
+        rest = self.history[keep:]
+        for i in range(0, len(rest), self.RESYNC_CHUNK):
+            m._forward_slot(s, rest[i:i + self.RESYNC_CHUNK], all_logits=False)
+        self.resyncs += 1
+        m._writer[s] = self
+
+    def forward(self, tokens: list[int], all_logits: bool = False) -> np.ndarray:
+        if not self._open:
+            raise ValueError("this sequence is closed")
+        if len(self.history) + len(tokens) > self.n_ctx:
+            raise ValueError(f"context full: {len(self.history)} + {len(tokens)} tokens > n_ctx {self.n_ctx}")
+        self._sync()
+        logits = self.model._forward_slot(self.slot, list(tokens), all_logits)
+        self.history.extend(int(t) for t in tokens)
+        self.model._writer[self.slot] = self
+        return logits
+
+    def rewind(self, pos: int) -> None:
+        if not 0 <= pos <= len(self.history):
+            raise ValueError(f"cannot rewind to {pos} (cache holds {len(self.history)})")
+        del self.history[pos:]
+        m = self.model
+        if m._writer[self.slot] is self:
+            m.rewind(pos, slot=self.slot)
+            m._writer[self.slot] = self
+
+    def reset(self) -> None:
+        self.rewind(0)
+
+    def close(self) -> None:
+        """Release the slot; its cache stays for the next generation to reuse."""
+        if self._open:
+            self._open = False
+            self.model._live[self.slot] -= 1
+
+    def __enter__(self) -> "Sequence":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,

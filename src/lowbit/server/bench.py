@@ -233,5 +233,7 @@ def add_parser(bs) -> None:
     s.add_argument("--rounds", type=int, default=3)
     s.add_argument("--rss-requests", type=int, default=200)
     s.add_argument("--no-llama", action="store_true", help="lowbit only")
-    s.set_defaults(func=lambda a: bench_serve(a.model, a.threads, a.clients, a.tokens, a.rounds, a.rss_requests,
-                                              llama=not a.no_llama) and 0)
+    from .. import plot
+    plot.option(s)
+    s.set_defaults(func=lambda a: plot.after(a, "serve", bench_serve(a.model, a.threads, a.clients, a.tokens, a.rounds,
+                                                                     a.rss_requests, llama=not a.no_llama)))

@@ -1,0 +1,180 @@
+"""The command line refuses bad input in one line (`lowbit: error: ...`, exit 2, no traceback),
+says what it does (--help with every default, --version), and behaves as a Unix tool (a
+broken pipe is a quiet exit). Each case runs the real `python -m lowbit.cli` in a subprocess."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import lowbit
+
+CLI = [sys.executable, "-m", "lowbit.cli"]
+
+
+def cli(*args, env=None, timeout=120, **kw):
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, env=e, timeout=timeout, **kw)
+
+
+def one_line_error(r, needle, code=2):
+    """Exactly one stderr line, `lowbit: error: ...` naming the problem, the exit code, no traceback."""
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("lowbit: error: "), r.stderr
+    assert needle in lines[0], (needle, lines[0])
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "-t", "-3"], "-t/--threads must be >= 1, got -3"),
+    (["run", "-t", "0"], "-t/--threads must be >= 1, got 0"),
+    (["run", "-c", "0"], "-c/--ctx must be >= 1, got 0"),
+    (["run", "-n", "-2"], "-n must be >= -1, got -2"),
+    (["run", "--temp", "-1"], "--temp must be >= 0"),
+    (["run", "--temp", "nan"], "--temp must be >= 0"),
+    (["run", "--top-p", "0"], "--top-p must be in (0, 1]"),
+    (["run", "--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    (["run", "--min-p", "-0.1"], "--min-p must be in [0, 1]"),
+    (["run", "--top-k", "-1"], "--top-k must be >= 0"),
+    (["run", "--repeat-penalty", "0"], "--repeat-penalty must be > 0"),
+    (["run", "--seed", "-5"], "--seed must be >= -1"),
+    (["run", "--spec", "0", "--lookup"], "--spec must be in 1..64"),
+    (["chat", "-n", "-3"], "-n must be >= -1"),
+    (["perplexity", "-f", "x.txt", "--ppl-ctx", "1"], "--ppl-ctx/--chunk must be >= 2"),
+    (["serve", "--port", "99999"], "--port must be in 0..65535, got 99999"),
+    (["serve", "--port", "-1"], "--port must be in 0..65535"),
+    (["serve", "--parallel", "0"], "-np/--parallel must be >= 1"),
+    (["synth", "dense", "/tmp/never.gguf", "--heads", "0"], "--heads must be >= 1, got 0"),
+    (["synth", "dense", "/tmp/never.gguf", "--dim", "100", "--heads", "3"], "--dim 100 must be a multiple of --heads 3"),
+    (["synth", "dense", "/tmp/never.gguf", "--heads", "4", "--kv-heads", "3"], "multiple of --kv-heads 3"),
+    (["synth", "moe", "/tmp/never.gguf", "--experts", "4", "--top-k", "5"], "--top-k 5 must be at most --experts 4"),
+    (["bench", "kernels", "--threads", "0"], "--threads must be >= 1"),
+    (["bench", "e2e", "--reps", "0"], "--reps must be >= 1"),
+])
+def test_bad_numbers_are_one_line_errors(args, needle):
+    one_line_error(cli(*args), needle)
+
+
+@pytest.mark.parametrize("var,value,needle", [
+    ("LOWBIT_THREADS", "abc", "LOWBIT_THREADS='abc' is not an integer"),
+    ("LOWBIT_THREADS", "0", "LOWBIT_THREADS=0 must be in 1..1024"),
+    ("LOWBIT_THREADS", "5000", "LOWBIT_THREADS=5000 must be in 1..1024"),
+    ("LOWBIT_I2S_GEMM_MIN_NT", "-1", "LOWBIT_I2S_GEMM_MIN_NT=-1"),
+])
+def test_bad_environment_is_a_one_line_error(var, value, needle):
+    one_line_error(cli("run", "-n", "1", env={var: value}), needle)
+
+
+def test_paths_are_named_for_what_they_are(tmp_path):
+    one_line_error(cli("run", "-m", tmp_path), f"{tmp_path} is a directory, not a GGUF file")
+    one_line_error(cli("run", "-m", tmp_path / "missing.gguf", "-n", "1"), "No such file or directory", code=1)
+    one_line_error(cli("run", "-f", tmp_path, "-n", "1"), f"{tmp_path} is a directory, not a text file")
+    one_line_error(cli("run", "-f", tmp_path / "none.txt", "-n", "1"), "cannot read")
+    if os.geteuid() != 0:  # root reads everything
+        f = tmp_path / "secret.gguf"
+        f.write_bytes(b"GGUF")
+        f.chmod(0)
+        one_line_error(cli("run", "-m", f, "-n", "1"), "Permission denied", code=1)
+
+
+def test_version_and_help_with_every_default():
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"lowbit {lowbit.__version__}"
+    r = cli("run", "--help")
+    assert r.returncode == 0
+    h = " ".join(r.stdout.split())
+    for d in ("(default: 0.8)", "(default: 40)", "(default: 0.95)", "(default: 0.05)", "(default: 1.0)",
+              "(default: -1)", "(default: 128)", "The quick brown fox", "-1 = until"):
+        assert d in h, (d, h)
+    h = " ".join(cli("chat", "--help").stdout.split())
+    for d in ("(default: 0.8)", "(default: 40)", "/clear", "/exit", '"""', "Ctrl-C"):
+        assert d in h, (d, h)
+    assert "(default: 8080)" in " ".join(cli("serve", "--help").stdout.split())
+
+
+def test_bench_e2e_without_llama_cpp_python(tmp_path):
+    """A stand-in llama_cpp module that is not installed: the command says what to install."""
+    (tmp_path / "llama_cpp.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'llama_cpp'\", name='llama_cpp')\n")
+    pp = os.pathsep.join([str(tmp_path)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    r = cli("bench", "e2e", "--reps", "1", env={"PYTHONPATH": pp})
+    one_line_error(r, "needs llama-cpp-python")
+    assert "lowbit[bench]" in r.stderr
+
+
+def test_too_many_threads_warn_and_are_capped():
+    n = len(os.sched_getaffinity(0))
+    r = cli("run", "-t", "1000", "-n", "2", "--temp", "0")
+    assert r.returncode == 0, r.stderr
+    assert f"lowbit: warning: -t/--threads 1000 is more than the {n} CPUs this process may use; using {n}" in r.stderr
+
+
+def test_ctx_above_training_warns_and_full_context_is_announced():
+    train = lowbit.load(n_ctx=8).config.train_ctx
+    r = cli("run", "-c", train + 1, "-n", "1", "--temp", "0")
+    assert r.returncode == 0 and f"exceeds the model's training context ({train} tokens)" in r.stderr, r.stderr
+    r = cli("run", "-c", "24", "-n", "-1", "--temp", "0", "-p", "Count: 1, 2, 3,")
+    assert r.returncode == 0, r.stderr
+    assert "the context is full (24 tokens): generation stopped" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_file_without_prompt_is_the_prompt(tmp_path):
+    """-f alone: the file is the whole prompt (nothing hidden appended); -f and -p: file, newline, -p."""
+    f = tmp_path / "p.txt"
+    f.write_text("The capital of France is")
+    m = lowbit.load(n_ctx=64)
+    alone = "".join(m.generate("The capital of France is", max_tokens=6))
+    r = cli("run", "-f", f, "-n", "6", "--temp", "0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == alone + "\n"
+    n_prompt = len(m.tokenize("The capital of France is"))
+    assert f"prefill {n_prompt} tokens" in r.stderr
+    both = "".join(m.generate("The capital of France is\nAnswer:", max_tokens=6))
+    r = cli("run", "-f", f, "-p", "Answer:", "-n", "6", "--temp", "0")
+    assert r.stdout == both + "\n"
+    r = cli("run", "-f", "-", "-n", "6", "--temp", "0", input="The capital of France is")
+    assert r.stdout == alone + "\n"
+
+
+def test_n_minus_one_runs_until_the_end(tmp_path):
+    m = lowbit.load(n_ctx=40)
+    want = "".join(m.generate("Count: 1, 2, 3,", max_tokens=-1))
+    r = cli("run", "-c", "40", "-n", "-1", "--temp", "0", "-p", "Count: 1, 2, 3,")
+    assert r.returncode == 0 and r.stdout == want + "\n", r.stderr
+    r = cli("run", "-n", "0", "-p", "hello")
+    assert r.returncode == 0 and r.stdout == "" and "decode 0 tokens" in r.stderr
+
+
+def test_broken_pipe_is_a_quiet_exit():
+    """`lowbit run ... | head -c 1`: no 'Broken pipe', no traceback, exit 0."""
+    p = subprocess.Popen(CLI + ["run", "-n", "200", "-p", "Count: 1, 2, 3,", "--temp", "0", "-c", "256"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.read(1)
+    p.stdout.close()  # the reader goes away while lowbit still writes
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0, err
+    assert "Broken pipe" not in err and "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_sampling_is_the_default_and_temp_zero_is_greedy():
+    """run samples by default (llama.cpp's defaults: two seeds differ somewhere) and --temp 0
+    is greedy (the same text as the API's greedy generate)."""
+    m = lowbit.load(n_ctx=64)
+    greedy = "".join(m.generate("Once upon a time", max_tokens=12))
+    r = cli("run", "-p", "Once upon a time", "-n", "12", "--temp", "0")
+    assert r.stdout == greedy + "\n"
+    outs = {cli("run", "-p", "Once upon a time", "-n", "12", "--seed", s).stdout for s in (1, 2, 3)}
+    assert len(outs) > 1 or greedy + "\n" not in outs
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "-t", "abc"], "argument -t/--threads: invalid int value: 'abc'"),
+    (["run", "--temp", "hot"], "argument --temp: invalid float value: 'hot'"),
+    (["run", "--nope"], "unrecognized arguments: --nope"),
+    (["bench", "nothing"], "invalid choice: 'nothing'"),
+    (["quantize", "in.gguf"], "the following arguments are required"),
+])
+def test_argparse_errors_are_one_line_too(args, needle):
+    one_line_error(cli(*args), needle)
