@@ -123,11 +123,16 @@ def test_access_log_one_line_per_request(server, client):
     r = client.chat.completions.create(model="synth", messages=[{"role": "user", "content": "log me"}],
                                        max_tokens=3, temperature=0)
     n_prompt = r.usage.prompt_tokens
-    wait_for(lambda: f'"GET {tag}" 404' in server.output())
+
+    def chat_lines():  # the line is written once the response has gone out: poll for it
+        return [ln for ln in server.output().splitlines() if ln.startswith("lowbit: ")
+                and '"POST /v1/chat/completions" 200' in ln and f"prompt={n_prompt} " in ln]
+
+    wait_for(lambda: chat_lines())
     lines = [ln for ln in server.output().splitlines() if ln.startswith("lowbit: ")]
     assert sum(tag in ln for ln in lines) == 1
-    chat = [ln for ln in lines if '"POST /v1/chat/completions" 200' in ln and f"prompt={n_prompt} " in ln]
-    assert chat and chat[-1].endswith("completion=3"), chat
+    chat = chat_lines()
+    assert chat[-1].endswith("completion=3"), chat
     assert re.match(r'lowbit: 127\.0\.0\.1:\d+ "POST /v1/chat/completions" 200 \d+\.\d{3}s \d+B prompt=\d+ '
                     r'cached=\d+ completion=3$', chat[-1])
 

@@ -229,6 +229,12 @@ class AccessLog:
                 self.write(line)
 
 
+def _run_emits(evs: list) -> None:
+    """On the event loop: one step's events, each to its request's queue."""
+    for emit, ev in evs:
+        emit(ev)
+
+
 def _failure(ev: tuple) -> ApiError:
     """A scheduler's ("error", message[, "shutdown"]) event as the error a client gets."""
     if len(ev) > 2 and ev[2] == "shutdown":
@@ -255,6 +261,7 @@ class State:
         self.created = int(time.time())
         self.on_load_error: Callable[[str], None] | None = None
         self.draining = False
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's event loop (set at startup)
 
     def drain(self, grace: float) -> None:
         """Graceful shutdown: refuse new requests, end the unfinished ones after grace seconds."""
@@ -276,8 +283,13 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         try:
             model = load()
             cache = PrefixCache(model, int(cache_mb * 2**20)) if cache_mb > 0 else None
+            loop = st.loop
+
+            def deliver(evs):  # on the engine thread: one wake-up of the event loop per step
+                loop.call_soon_threadsafe(_run_emits, evs)
+
             sched = Scheduler(model, parallel, step_tokens=step_tokens, max_queue=max_queue, cache=cache,
-                              metrics=st.metrics)
+                              metrics=st.metrics, deliver=deliver)
             st.model, st.cache = model, cache
             st.scheduler = sched  # last: handlers take a set scheduler to mean "ready"
         except Exception as e:  # noqa: BLE001 - reported by /health and the CLI
@@ -287,6 +299,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        st.loop = asyncio.get_running_loop()
         threading.Thread(target=loader, name="lowbit-load", daemon=True).start()
         yield
         if st.scheduler:
@@ -358,12 +371,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
 
     async def run(request: HTTPRequest, ids: list[int], o: dict, chat: bool) -> Response:
         sched = st.scheduler
-        loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
-
-        def emit(ev):
-            loop.call_soon_threadsafe(q.put_nowait, ev)
-
+        emit = q.put_nowait  # called on this loop's thread (the scheduler's deliver posts the events here)
         max_tokens = o["max_tokens"] or st.model.n_ctx  # none given: until the context is full
         req = Request(prompt=ids, max_tokens=max_tokens, sampler=o["sampler"], emit=emit, stop=o["stop"],
                       logit_bias=o["logit_bias"])

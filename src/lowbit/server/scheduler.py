@@ -12,7 +12,11 @@ generated), stop on an end-of-generation token (not emitted), after max_tokens t
 the slot's context is full, or on a stop string. Stop strings are held back: no part of a
 stop string is ever emitted, and the text ends just before the first one.
 
-A request's events go to its `emit` callback, called on the engine thread:
+A request's events go to its `emit` callback. The events of a step are gathered and handed over
+once per step: to `deliver(list of (emit, event))` when the scheduler has one (the server's
+posts the whole list to its event loop in one call, so emit runs on the loop thread and the
+engine thread pays one wake-up per step, not one per token), else each emit is called on the
+engine thread:
     ("text", str)                                   more text (never empty)
     ("done", finish_reason, usage dict)             last event: "stop" or "length"
     ("error", message[, "shutdown"])                last event: the step failed, or the shutdown
@@ -75,10 +79,12 @@ class Request:
 
 class Scheduler:
     def __init__(self, model, parallel: int | None = None, step_tokens: int = 64, max_queue: int = 256,
-                 cache=None, metrics=None):
-        """cache: a PrefixCache over this model (or None); metrics: a Metrics to feed (or None)."""
+                 cache=None, metrics=None, deliver: Callable[[list], None] | None = None):
+        """cache: a PrefixCache over this model (or None); metrics: a Metrics to feed (or None);
+        deliver: takes each step's [(emit, event), ...] (None: emit is called here)."""
         self.model = model
-        self.cache, self.metrics = cache, metrics
+        self.cache, self.metrics, self.deliver = cache, metrics, deliver
+        self._pending: list[tuple[Callable, tuple]] = []  # this step's events, not yet handed over
         self.parallel = int(parallel or model.n_slots)
         if not 1 <= self.parallel <= model.n_slots:
             raise ValueError(f"parallel must be 1..{model.n_slots} (the model's KV slots)")
@@ -178,6 +184,7 @@ class Scheduler:
                     self.aborted += 1
                     self._emit(r, ("error", "the server is shutting down", "shutdown"))
                 self._queue.clear()
+                self._flush()
             while self._queue and self._free:
                 r = self._queue.popleft()
                 r.slot = self._free.pop(0)
@@ -259,6 +266,7 @@ class Scheduler:
                     if r.slot >= 0:
                         self._release(r)
                         self.done += 1
+            self._flush()  # after the counters: a client that sees "done" sees it counted
 
     def _fail(self, reqs: list[Request], e: Exception) -> None:
         with self._cv:
@@ -267,19 +275,35 @@ class Scheduler:
                     self._release(r)
                 self.failed += 1
                 self._emit(r, ("error", f"{type(e).__name__}: {e}"))
+        self._flush()
 
     def _emit(self, r: Request, event: tuple) -> None:
-        try:
-            r.emit(event)
-        except Exception:  # noqa: BLE001 - a gone client's queue must not stop the engine
-            r.cancelled = True
+        self._pending.append((r, event))
+
+    def _flush(self) -> None:
+        """Hand this step's events over (one deliver call, or each emit here)."""
+        if not self._pending:
+            return
+        evs, self._pending = self._pending, []
+        if self.deliver is not None:
+            try:
+                self.deliver([(r.emit, ev) for r, ev in evs])
+                return
+            except Exception:  # noqa: BLE001 - the loop is gone (shutdown): its clients are too
+                for r, _ in evs:
+                    r.cancelled = True
+                return
+        for r, ev in evs:
+            try:
+                r.emit(ev)
+            except Exception:  # noqa: BLE001 - a gone client's queue must not stop the engine
+                r.cancelled = True
 
     def _sample(self, r: Request, logits) -> bool:
         """Sample r's next token and emit its text; True when r has finished."""
         if r.cancelled:
             return False  # freed before the next step
-        if r.logit_bias:
-            logits = logits.copy()
+        if r.logit_bias:  # in place: the row is this step's own output, read by nobody else
             for t, b in r.logit_bias.items():
                 logits[t] += b
         tok = r.sampler.sample(logits, r.history)
