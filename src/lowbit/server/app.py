@@ -12,8 +12,10 @@ Bad input gets a 4xx with OpenAI's error body {"error": {"message", "type", "par
 never a 500: malformed JSON, a body that is not an object, wrong types, out-of-range values,
 a prompt that does not fit the context, max_tokens <= 0, a missing or wrong API key, a message
 without content or with an unknown role. A full queue is a 429 and a server shutting down a 503,
-both with Retry-After. Every request gets one access-log line on stderr. Unknown fields are ignored, and so are presence_penalty / frequency_penalty / response_format / tools,
-which lowbit does not implement. logit_bias ({"token id": bias in -100..100}) is added to the
+both with Retry-After. Every request gets one access-log line on stderr. Unknown fields are
+ignored, and so are presence_penalty / frequency_penalty / tools, which lowbit does not
+implement. response_format json_object / json_schema constrains the output with llguidance
+(structured.py): every output parses and matches the schema. logit_bias ({"token id": bias in -100..100}) is added to the
 logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
 """
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ..sampling import Sampler
 from .metrics import Metrics
 from .prefix import PrefixCache
 from .scheduler import Draining, QueueFull, Request, Scheduler
+from .structured import Constraint, FormatError, grammar
 
 MAX_BODY = 8 << 20   # bytes of request body accepted
 DRAIN_BODY = 64 << 20  # bytes of an oversized body read and dropped before the 413
@@ -350,8 +353,12 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         if so is not None and not isinstance(so, dict):
             raise ApiError(400, "'stream_options' must be an object", "stream_options")
         include_usage = _bool(so or {}, "include_usage", False)
+        try:
+            g = grammar(d.get("response_format"))
+        except FormatError as e:
+            raise ApiError(400, str(e), "response_format") from None
         return dict(max_tokens=max_tokens, stream=stream, include_usage=include_usage, stop=_stop(d),
-                    sampler=_sampler(d), logit_bias=_logit_bias(d, st.model.config.vocab))
+                    sampler=_sampler(d), logit_bias=_logit_bias(d, st.model.config.vocab), grammar=g)
 
     async def tokenize(text: str, param: str) -> list[int]:
         """On a worker thread: a long prompt must not stall the other clients' streams."""
@@ -374,8 +381,15 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         q: asyncio.Queue = asyncio.Queue()
         emit = q.put_nowait  # called on this loop's thread (the scheduler's deliver posts the events here)
         max_tokens = o["max_tokens"] or st.model.n_ctx  # none given: until the context is full
+        constraint = None
+        if o["grammar"] is not None:  # a worker thread: the first one builds llguidance's vocabulary (~1 s)
+            try:
+                constraint = await run_in_threadpool(Constraint, st.model.tokenizer, st.model.config.vocab,
+                                                     o["grammar"])
+            except FormatError as e:
+                raise ApiError(400, str(e), "response_format") from None
         req = Request(prompt=ids, max_tokens=max_tokens, sampler=o["sampler"], emit=emit, stop=o["stop"],
-                      logit_bias=o["logit_bias"])
+                      logit_bias=o["logit_bias"], constraint=constraint)
         try:
             sched.submit(req)
         except QueueFull as e:

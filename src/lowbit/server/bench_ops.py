@@ -92,8 +92,10 @@ def bench_ops(proc_factory, path: str, threads: int, prefix: int, load: int, loa
         p = proc_factory(base + ["--parallel", str(parallel), "--ctx", "1024", "--cache-mb", "64"], "/health")
         try:
             print(f"# load test: {path}, {threads} threads, --parallel {parallel}, {load_clients} clients, {load} "
-                  f"requests (20% cancelled mid-stream, 5% malformed)", file=out, flush=True)
-            res["load"] = load_test(p.url, p.proc.pid, clients=load_clients, requests=load, out=out)
+                  f"requests of 2..60 words and 1..32 tokens (20% cancelled mid-stream, 5% malformed)", file=out,
+                  flush=True)
+            res["load"] = load_test(p.url, p.proc.pid, clients=load_clients, requests=load, max_tokens=32,
+                                    max_words=60, out=out)
         finally:
             p.stop()
     return res

@@ -61,6 +61,7 @@ class Request:
     emit: Callable[[tuple], None]
     stop: list[str] = field(default_factory=list)
     logit_bias: dict[int, float] = field(default_factory=dict)  # added to the logits before sampling
+    constraint: object = None    # structured.Constraint: masks the logits, takes each sampled token
     id: int = field(default_factory=itertools.count().__next__)
     cancelled: bool = False
     t_submit: float = field(default_factory=time.perf_counter)
@@ -306,7 +307,14 @@ class Scheduler:
         if r.logit_bias:  # in place: the row is this step's own output, read by nobody else
             for t, b in r.logit_bias.items():
                 logits[t] += b
+        c = r.constraint
+        if c is not None:  # structured output: what the grammar cannot take next is out
+            c.mask(logits)
         tok = r.sampler.sample(logits, r.history)
+        if c is not None:
+            c.accept(tok)
+            if c.error:
+                raise RuntimeError(f"structured output: {c.error}")
         now = time.perf_counter()
         if r.t_last:
             self._obs[1].append(now - r.t_last)
@@ -320,6 +328,8 @@ class Scheduler:
         r.text += r.decoder.push(tok)
         if self._flush_text(r):
             return self._finish(r, "stop", stopped=True)
+        if c is not None and c.finished:  # the grammar's output is complete
+            return self._finish(r, "stop")
         if r.generated >= r.max_tokens or self.model.slot_pos[r.slot] >= self.model.n_ctx:
             return self._finish(r, "length")
         r.next_token = tok
