@@ -15,8 +15,8 @@ without content or with an unknown role. A full queue is a 429 and a server shut
 both with Retry-After. Every request gets one access-log line on stderr. Unknown fields are
 ignored, and so are presence_penalty / frequency_penalty / tools, which lowbit does not
 implement. response_format json_object / json_schema constrains the output with llguidance
-(structured.py): every output parses and matches the schema. logit_bias ({"token id": bias in -100..100}) is added to the
-logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
+(structured.py): every output parses and matches the schema. logit_bias ({"token id": bias in
+-100..100}) is added to the logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import contextlib
 import hmac
 import json
 import math
+import sys
 import threading
 import time
 import uuid
@@ -222,7 +223,9 @@ class AccessLog:
             if self.write is not None:
                 c = scope.get("client")
                 who = f"{c[0]}:{c[1]}" if c else "-"
-                line = (f'lowbit: {who} "{scope["method"]} {scope["path"]}" {code} '
+                # the path as sent, but never a quote or a line break of its own in the log
+                path = scope["path"][:300].encode("unicode_escape").decode("ascii").replace('"', "%22")
+                line = (f'lowbit: {who} "{scope["method"]} {path}" {code} '
                         f"{time.perf_counter() - t0:.3f}s {size}B")
                 r = scope.get("lowbit.request")
                 if r is not None:
@@ -246,7 +249,6 @@ def _failure(ev: tuple) -> ApiError:
 
 
 def _stderr(line: str) -> None:
-    import sys
     print(line, file=sys.stderr, flush=True)
 
 

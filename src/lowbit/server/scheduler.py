@@ -138,10 +138,6 @@ class Scheduler:
                 self._deadline = time.monotonic() + max(0.0, grace)
             self._cv.notify()
 
-    def idle(self) -> bool:
-        with self._cv:
-            return not self._active and not self._queue
-
     def close(self) -> None:
         with self._cv:
             self._stopping = True
