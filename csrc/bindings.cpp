@@ -500,6 +500,16 @@ NB_MODULE(_lowbit, m) {
             nb::gil_scoped_release nogil;
             e.forward_batch(tk, sl, ps, T, rw, n_out, lg);
         })
+        // The prefix cache: buf (uint8, kv_bytes(n) bytes) <-> KV positions [p0, p0 + n) of a slot.
+        .def("kv_bytes", &Engine::kv_bytes)
+        .def("kv_copy", [](Engine &e, int slot, int p0, int n,
+                           nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> buf, bool save) {
+            if (n < 0 || (size_t)buf.shape(0) != e.kv_bytes(n))
+                throw std::invalid_argument("kv_copy: the buffer must hold kv_bytes(n) bytes");
+            uint8_t *p = buf.data();
+            nb::gil_scoped_release nogil;
+            e.kv_copy(slot, p0, n, p, save);
+        }, nb::arg("slot"), nb::arg("p0"), nb::arg("n"), nb::arg("buf"), nb::arg("save"))
         .def_prop_ro("n_slots", [](const Engine &e) { return e.config().n_slots; });
 
     m.def("stats", [] {

@@ -441,4 +441,25 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
     matmul(output_, h_.data(), n_out, logits);
 }
 
+size_t Engine::kv_bytes(int n) const {
+    const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    return (size_t)c_.n_layer * 2 * (size_t)n * c_.n_kv * c_.head_dim * el;
+}
+
+void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
+    if (slot < 0 || slot >= c_.n_slots || p0 < 0 || n < 0 || p0 + n > c_.n_ctx)
+        throw std::invalid_argument("kv_copy: positions " + std::to_string(p0) + "+" + std::to_string(n) +
+                                    " of slot " + std::to_string(slot) + " outside the cache");
+    const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t run = (size_t)n * c_.n_kv * c_.head_dim * el;  // one layer's K (or V) rows, contiguous
+    uint8_t *k = c_.kv_f16 ? reinterpret_cast<uint8_t *>(k16_.data()) : reinterpret_cast<uint8_t *>(k32_.data());
+    uint8_t *v = c_.kv_f16 ? reinterpret_cast<uint8_t *>(v16_.data()) : reinterpret_cast<uint8_t *>(v32_.data());
+    for (int l = 0; l < c_.n_layer; ++l) {
+        const size_t at = kv_offset(slot, l, p0) * el;
+        uint8_t *bk = buf + (size_t)(2 * l) * run, *bv = bk + run;
+        if (save) { std::memcpy(bk, k + at, run); std::memcpy(bv, v + at, run); }
+        else { std::memcpy(k + at, bk, run); std::memcpy(v + at, bv, run); }
+    }
+}
+
 }  // namespace lowbit

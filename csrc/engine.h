@@ -103,6 +103,13 @@ public:
     void forward_batch(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T,
                        const int32_t *out_rows, int n_out, float *logits);
     const EngineConfig &config() const { return c_; }
+    // The server's prefix cache (src/lowbit/server/prefix.py): KV positions [p0, p0 + n) of a
+    // slot, every layer, copied out to buf (save) or back in from it (load), laid out
+    // [layer][K, V][n][n_kv * head_dim] in the cache's element type (half or float32); the buffer
+    // holds kv_bytes(n) bytes. Bytes are copied as they are, so a restored prefix gives the same
+    // logits, bit for bit, as computing it again.
+    size_t kv_bytes(int n) const;
+    void kv_copy(int slot, int p0, int n, uint8_t *buf, bool save);
     // Check every required weight is set and shaped right; returns "" or the problem.
     std::string validate() const;
     // Per-layer stats (n_layer entries); collected only while enabled.

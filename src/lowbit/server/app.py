@@ -3,15 +3,20 @@
     POST /v1/chat/completions   messages -> the GGUF's chat template; stream via SSE
     POST /v1/completions        prompt: a string, [string], [token ids] or [[token ids]]
     GET  /v1/models             the one model
-    GET  /v1/status             model, kernel per weight format, requests, tokens/s
+    GET  /v1/models/{id}        that model, or 404 (model_not_found)
+    GET  /v1/status             model, kernel per weight format, requests, tokens/s, prefix cache
     GET  /health                503 while the model loads, 200 when ready (no API key needed)
+    GET  /metrics               Prometheus text format (metrics.py; no API key needed, as /health)
 
 Bad input gets a 4xx with OpenAI's error body {"error": {"message", "type", "param", "code"}},
 never a 500: malformed JSON, a body that is not an object, wrong types, out-of-range values,
-a prompt that does not fit the context, max_tokens <= 0, a missing or wrong API key. Unknown
-fields are ignored, and so are presence_penalty / frequency_penalty / response_format / tools,
-which lowbit does not implement. logit_bias ({"token id": bias in -100..100}) is added to the
-logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
+a prompt that does not fit the context, max_tokens <= 0, a missing or wrong API key, a message
+without content or with an unknown role. A full queue is a 429 and a server shutting down a 503,
+both with Retry-After. Every request gets one access-log line on stderr. Unknown fields are
+ignored, and so are presence_penalty / frequency_penalty / tools, which lowbit does not
+implement. response_format json_object / json_schema constrains the output with llguidance
+(structured.py): every output parses and matches the schema. logit_bias ({"token id": bias in
+-100..100}) is added to the logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import contextlib
 import hmac
 import json
 import math
+import sys
 import threading
 import time
 import uuid
@@ -28,16 +34,24 @@ from typing import Callable
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..sampling import Sampler
-from .scheduler import QueueFull, Request, Scheduler
+from .metrics import Metrics
+from .prefix import PrefixCache
+from .scheduler import Draining, QueueFull, Request, Scheduler
+from .structured import Constraint, FormatError, grammar
 
 MAX_BODY = 8 << 20   # bytes of request body accepted
 DRAIN_BODY = 64 << 20  # bytes of an oversized body read and dropped before the 413
 MAX_STOP = 4         # stop strings per request (OpenAI's limit)
+RETRY_AFTER = {429: "1", 503: "5"}  # seconds a client should wait: a full queue, a shutdown
+# roles a chat message may have ("developer" is OpenAI's newer name for "system")
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
 class ApiError(Exception):
@@ -50,7 +64,8 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+        headers = {"Retry-After": RETRY_AFTER[self.status]} if self.status in RETRY_AFTER else None
+        return JSONResponse(self.body(), status_code=self.status, headers=headers)
 
 
 # -- request fields ------------------------------------------------------------------------------
@@ -144,7 +159,11 @@ def _chat_text(messages) -> list[dict]:
         role, content = m.get("role"), m.get("content")
         if not isinstance(role, str) or not role:
             raise ApiError(400, f"'{p}.role' must be a non-empty string", p + ".role")
+        if role not in ROLES:
+            raise ApiError(400, f"'{p}.role': unknown role {role[:40]!r} (one of {', '.join(ROLES)})", p + ".role")
         if content is None:
+            if role != "assistant" or not m.get("tool_calls"):  # only a tool-calling turn may omit it
+                raise ApiError(400, f"'{p}' has no content", p + ".content")
             content = ""
         elif isinstance(content, list):  # content parts: text only
             parts = []
@@ -155,8 +174,82 @@ def _chat_text(messages) -> list[dict]:
             content = "".join(parts)
         elif not isinstance(content, str):
             raise ApiError(400, f"'{p}.content' must be a string or a list of text parts", p + ".content")
-        out.append({"role": role, "content": content})
+        out.append({"role": ROLES[role], "content": content})
     return out
+
+
+# -- the access log and the request counter -----------------------------------------------------
+ENDPOINTS = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/status", "/health", "/metrics"}
+
+
+def _endpoint(path: str) -> str:
+    """The metrics label of a path: the route, never the raw path (an unbounded label set)."""
+    if path in ENDPOINTS:
+        return path
+    return "/v1/models/{id}" if path.startswith("/v1/models/") else "other"
+
+
+class AccessLog:
+    """ASGI middleware: one line per HTTP request once its response has ended (or its client has
+    gone), and the lowbit_requests_total counter. A handler that ran a generation leaves its
+    scheduler Request in scope["lowbit.request"]; the line then carries its token counts:
+
+        lowbit: 127.0.0.1:50312 "POST /v1/chat/completions" 200 0.412s 1830B prompt=31 cached=0 completion=16
+    """
+
+    def __init__(self, app, metrics: Metrics, write: Callable[[str], None] | None):
+        self.app, self.metrics, self.write = app, metrics, write
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status, size, ended = 0, 0, False
+
+        async def send_logged(msg):
+            nonlocal status, size, ended
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+            elif msg["type"] == "http.response.body":
+                size += len(msg.get("body", b""))
+                ended = not msg.get("more_body", False)
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, send_logged)
+        finally:
+            code = status or 500
+            self.metrics.request(_endpoint(scope["path"]), code)
+            if self.write is not None:
+                c = scope.get("client")
+                who = f"{c[0]}:{c[1]}" if c else "-"
+                # the path as sent, but never a quote or a line break of its own in the log
+                path = scope["path"][:300].encode("unicode_escape").decode("ascii").replace('"', "%22")
+                line = (f'lowbit: {who} "{scope["method"]} {path}" {code} '
+                        f"{time.perf_counter() - t0:.3f}s {size}B")
+                r = scope.get("lowbit.request")
+                if r is not None:
+                    line += f" prompt={len(r.prompt)} cached={r.cached} completion={r.generated}"
+                if not ended:
+                    line += " (client gone)"
+                self.write(line)
+
+
+def _run_emits(evs: list) -> None:
+    """On the event loop: one step's events, each to its request's queue."""
+    for emit, ev in evs:
+        emit(ev)
+
+
+def _failure(ev: tuple) -> ApiError:
+    """A scheduler's ("error", message[, "shutdown"]) event as the error a client gets."""
+    if len(ev) > 2 and ev[2] == "shutdown":
+        return ApiError(503, ev[1], type="unavailable_error", code="shutting_down")
+    return ApiError(500, f"generation failed: {ev[1]}", type="server_error")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 # -- the app -------------------------------------------------------------------------------------
@@ -167,22 +260,42 @@ class State:
         self.model_id, self.api_key, self.parallel = model_id, api_key, parallel
         self.model = None
         self.scheduler: Scheduler | None = None
+        self.cache: PrefixCache | None = None
+        self.metrics = Metrics()
         self.load_error: str | None = None
         self.created = int(time.time())
         self.on_load_error: Callable[[str], None] | None = None
+        self.draining = False
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's event loop (set at startup)
+
+    def drain(self, grace: float) -> None:
+        """Graceful shutdown: refuse new requests, end the unfinished ones after grace seconds."""
+        self.draining = True
+        if self.scheduler is not None:
+            self.scheduler.drain(grace)
 
 
 def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_key: str | None = None,
-               step_tokens: int = 64, max_queue: int = 256) -> Starlette:
+               step_tokens: int = 64, max_queue: int = 256, cache_mb: float = 0.0, cors: list[str] | None = None,
+               access_log: Callable[[str], None] | None = _stderr) -> Starlette:
     """The app. `load()` returns a lowbit Model with >= parallel KV slots; it runs on a thread at
-    startup, /health answers 503 until it returns."""
+    startup, /health answers 503 until it returns. max_queue: requests waiting beyond the running
+    ones (more: 429); cache_mb: the prefix cache's budget (0: none); cors: allowed origins ("*":
+    any); access_log: where the per-request lines go (None: nowhere)."""
     st = State(model_id, api_key or None, parallel)
 
     def loader():
         try:
             model = load()
-            sched = Scheduler(model, parallel, step_tokens=step_tokens, max_queue=max_queue)
-            st.model = model
+            cache = PrefixCache(model, int(cache_mb * 2**20)) if cache_mb > 0 else None
+            loop = st.loop
+
+            def deliver(evs):  # on the engine thread: one wake-up of the event loop per step
+                loop.call_soon_threadsafe(_run_emits, evs)
+
+            sched = Scheduler(model, parallel, step_tokens=step_tokens, max_queue=max_queue, cache=cache,
+                              metrics=st.metrics, deliver=deliver)
+            st.model, st.cache = model, cache
             st.scheduler = sched  # last: handlers take a set scheduler to mean "ready"
         except Exception as e:  # noqa: BLE001 - reported by /health and the CLI
             st.load_error = f"{type(e).__name__}: {e}"
@@ -191,6 +304,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        st.loop = asyncio.get_running_loop()
         threading.Thread(target=loader, name="lowbit-load", daemon=True).start()
         yield
         if st.scheduler:
@@ -241,8 +355,12 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         if so is not None and not isinstance(so, dict):
             raise ApiError(400, "'stream_options' must be an object", "stream_options")
         include_usage = _bool(so or {}, "include_usage", False)
+        try:
+            g = grammar(d.get("response_format"))
+        except FormatError as e:
+            raise ApiError(400, str(e), "response_format") from None
         return dict(max_tokens=max_tokens, stream=stream, include_usage=include_usage, stop=_stop(d),
-                    sampler=_sampler(d), logit_bias=_logit_bias(d, st.model.config.vocab))
+                    sampler=_sampler(d), logit_bias=_logit_bias(d, st.model.config.vocab), grammar=g)
 
     async def tokenize(text: str, param: str) -> list[int]:
         """On a worker thread: a long prompt must not stall the other clients' streams."""
@@ -262,21 +380,27 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
 
     async def run(request: HTTPRequest, ids: list[int], o: dict, chat: bool) -> Response:
         sched = st.scheduler
-        loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
-
-        def emit(ev):
-            loop.call_soon_threadsafe(q.put_nowait, ev)
-
+        emit = q.put_nowait  # called on this loop's thread (the scheduler's deliver posts the events here)
         max_tokens = o["max_tokens"] or st.model.n_ctx  # none given: until the context is full
+        constraint = None
+        if o["grammar"] is not None:  # a worker thread: the first one builds llguidance's vocabulary (~1 s)
+            try:
+                constraint = await run_in_threadpool(Constraint, st.model.tokenizer, st.model.config.vocab,
+                                                     o["grammar"])
+            except FormatError as e:
+                raise ApiError(400, str(e), "response_format") from None
         req = Request(prompt=ids, max_tokens=max_tokens, sampler=o["sampler"], emit=emit, stop=o["stop"],
-                      logit_bias=o["logit_bias"])
+                      logit_bias=o["logit_bias"], constraint=constraint)
         try:
             sched.submit(req)
         except QueueFull as e:
-            raise ApiError(429, str(e), type="server_busy") from None
+            raise ApiError(429, str(e), type="server_busy", code="queue_full") from None
+        except Draining as e:
+            raise ApiError(503, str(e), type="unavailable_error", code="shutting_down") from None
         except ValueError as e:
             raise ApiError(400, str(e)) from None
+        request.scope["lowbit.request"] = req  # for the access log
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created = int(time.time())
         head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
@@ -302,7 +426,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                 elif ev[0] == "done":
                     break
                 elif ev[0] == "error":
-                    return ApiError(500, f"generation failed: {ev[1]}", type="server_error").response()
+                    return _failure(ev).response()
                 else:  # gone
                     return Response(status_code=499)
         finally:
@@ -346,7 +470,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                     if include_usage:
                         yield sse({**head, "choices": [], "usage": usage})
                 else:
-                    yield sse(ApiError(500, f"generation failed: {ev[1]}", type="server_error").body())
+                    yield sse(_failure(ev).body())
                 yield "data: [DONE]\n\n"
                 return
         finally:
@@ -396,9 +520,28 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         fits(ids, "prompt")
         return await run(request, ids, o, chat=False)
 
+    def model_card() -> dict:
+        return {"id": st.model_id, "object": "model", "created": st.created, "owned_by": "lowbit"}
+
     async def models(request: HTTPRequest) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": st.model_id, "object": "model", "created": st.created, "owned_by": "lowbit"}]})
+        return JSONResponse({"object": "list", "data": [model_card()]})
+
+    async def model(request: HTTPRequest) -> Response:
+        name = request.path_params["model_id"]
+        if name != st.model_id:
+            raise ApiError(404, f"The model '{name[:200]}' does not exist (this server has '{st.model_id}')",
+                           "model", code="model_not_found")
+        return JSONResponse(model_card())
+
+    async def metrics(request: HTTPRequest) -> Response:
+        sched = st.scheduler
+        s = sched.status() if sched is not None else {"active": 0, "queued": 0}
+        gauges = {"lowbit_queue_depth": ("Requests waiting for a slot", s["queued"]),
+                  "lowbit_slots_busy": ("KV slots running a request", s["active"]),
+                  "lowbit_slots_total": ("KV slots (--parallel)", st.parallel),
+                  "lowbit_model_ready": ("1 once the model has loaded", int(sched is not None))}
+        text = st.metrics.render(gauges, st.cache.stats() if st.cache is not None else None)
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def status(request: HTTPRequest) -> Response:
         from .._native import lib
@@ -414,9 +557,14 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         return JSONResponse({"model": st.model_id, "path": m.path, "arch": m.config.arch,
                              "n_ctx": m.n_ctx, "parallel": s.pop("parallel"),
                              "level": lib.cpu_info()["selected"], "kernels": kernels,
-                             "tokens_per_second": s.pop("tokens_per_second"), "requests": s})
+                             "tokens_per_second": s.pop("tokens_per_second"), "requests": s,
+                             "prefix_cache": st.cache.stats() if st.cache is not None else None})
 
     async def health(request: HTTPRequest) -> Response:
+        if st.draining:
+            return JSONResponse({"status": "shutting down", "error": {
+                "message": "the server is shutting down", "type": "unavailable_error", "code": "shutting_down"}},
+                status_code=503, headers={"Retry-After": RETRY_AFTER[503]})
         if st.scheduler is not None:
             return JSONResponse({"status": "ok"})
         if st.load_error:
@@ -436,10 +584,16 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         Route("/v1/chat/completions", api(chat_completions), methods=["POST"]),
         Route("/v1/completions", api(completions), methods=["POST"]),
         Route("/v1/models", api(models), methods=["GET"]),
+        Route("/v1/models/{model_id:path}", api(model), methods=["GET"]),
         Route("/v1/status", api(status), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
+    middleware = [Middleware(AccessLog, metrics=st.metrics, write=access_log)]
+    if cors:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors), allow_methods=["GET", "POST"],
+                                     allow_headers=["*"], max_age=600))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error, Exception: server_error})
     app.state.lowbit = st
     return app

@@ -233,7 +233,23 @@ def add_parser(bs) -> None:
     s.add_argument("--rounds", type=int, default=3)
     s.add_argument("--rss-requests", type=int, default=200)
     s.add_argument("--no-llama", action="store_true", help="lowbit only")
+    s.add_argument("--prefix", type=int, default=0, metavar="N",
+                   help="instead: TTFT with a cached N-token system prompt vs cold (server/bench_ops.py)")
+    s.add_argument("--load", type=int, default=0, metavar="N",
+                   help="instead: the load and fault test with N requests (server/loadtest.py)")
+    s.add_argument("--load-clients", type=int, default=64)
     from .. import plot
     plot.option(s)
-    s.set_defaults(func=lambda a: plot.after(a, "serve", bench_serve(a.model, a.threads, a.clients, a.tokens, a.rounds,
-                                                                     a.rss_requests, llama=not a.no_llama)))
+    s.set_defaults(func=_run)
+
+
+def _run(a) -> int:
+    if a.prefix or a.load:  # lowbit's prefix cache and load test (server/bench_ops.py)
+        from ..model import default_model_path
+        from .bench_ops import bench_ops
+        path = a.model or default_model_path()
+        res = bench_ops(_Proc, path, a.threads, a.prefix, a.load, a.load_clients, a.rounds, a.clients)
+        return 1 if res.get("load", {}).get("problems") else 0
+    from .. import plot
+    return plot.after(a, "serve", bench_serve(a.model, a.threads, a.clients, a.tokens, a.rounds, a.rss_requests,
+                                              llama=not a.no_llama))

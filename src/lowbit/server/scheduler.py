@@ -12,11 +12,25 @@ generated), stop on an end-of-generation token (not emitted), after max_tokens t
 the slot's context is full, or on a stop string. Stop strings are held back: no part of a
 stop string is ever emitted, and the text ends just before the first one.
 
-A request's events go to its `emit` callback, called on the engine thread:
+A request's events go to its `emit` callback. The events of a step are gathered and handed over
+once per step: to `deliver(list of (emit, event))` when the scheduler has one (the server's
+posts the whole list to its event loop in one call, so emit runs on the loop thread and the
+engine thread pays one wake-up per step, not one per token), else each emit is called on the
+engine thread:
     ("text", str)                                   more text (never empty)
     ("done", finish_reason, usage dict)             last event: "stop" or "length"
-    ("error", message)                              last event: the step failed
+    ("error", message[, "shutdown"])                last event: the step failed, or the shutdown
+                                                    grace ran out (drain)
 Cancelling a request (its client went away) frees its slot before the next step.
+
+With a prefix cache (prefix.py), a request admitted to a slot first gets the longest cached
+prefix of its prompt copied in (usage.prompt_tokens_details.cached_tokens says how many), and
+the whole blocks of every slot are stored as its prompt is computed (so concurrent requests with
+the same system prompt share it as soon as one has computed it) and when it finishes (so the
+next chat turn, whose prompt holds this turn's reply, finds it).
+
+drain(grace) starts a graceful shutdown: new requests are refused (Draining), those accepted run
+on, and the ones still unfinished after `grace` seconds end with an error event.
 """
 from __future__ import annotations
 
@@ -32,7 +46,11 @@ from ..sampling import Sampler
 
 
 class QueueFull(RuntimeError):
-    pass
+    """The queue holds max_queue requests: the client should retry later (HTTP 429)."""
+
+
+class Draining(RuntimeError):
+    """The server is shutting down and takes no new requests (HTTP 503)."""
 
 
 @dataclass
@@ -43,8 +61,11 @@ class Request:
     emit: Callable[[tuple], None]
     stop: list[str] = field(default_factory=list)
     logit_bias: dict[int, float] = field(default_factory=dict)  # added to the logits before sampling
+    constraint: object = None    # structured.Constraint: masks the logits, takes each sampled token
     id: int = field(default_factory=itertools.count().__next__)
     cancelled: bool = False
+    t_submit: float = field(default_factory=time.perf_counter)
+    cached: int = 0              # prompt positions whose KV came from the prefix cache
     # engine-thread state
     slot: int = -1
     fed: int = 0                 # prompt tokens already in the KV cache
@@ -54,11 +75,17 @@ class Request:
     decoder: object = None
     text: str = ""               # all generated text (for stop strings)
     sent: int = 0                # characters of text already emitted
+    t_last: float = 0.0          # when the last token was sampled (0: none yet)
 
 
 class Scheduler:
-    def __init__(self, model, parallel: int | None = None, step_tokens: int = 64, max_queue: int = 256):
+    def __init__(self, model, parallel: int | None = None, step_tokens: int = 64, max_queue: int = 256,
+                 cache=None, metrics=None, deliver: Callable[[list], None] | None = None):
+        """cache: a PrefixCache over this model (or None); metrics: a Metrics to feed (or None);
+        deliver: takes each step's [(emit, event), ...] (None: emit is called here)."""
         self.model = model
+        self.cache, self.metrics, self.deliver = cache, metrics, deliver
+        self._pending: list[tuple[Callable, tuple]] = []  # this step's events, not yet handed over
         self.parallel = int(parallel or model.n_slots)
         if not 1 <= self.parallel <= model.n_slots:
             raise ValueError(f"parallel must be 1..{model.n_slots} (the model's KV slots)")
@@ -71,11 +98,13 @@ class Scheduler:
         self._active: list[Request] = []
         self._free = list(range(self.parallel))
         self._stopping = False
+        self._deadline: float | None = None  # draining: unfinished requests fail at this time
         # counters (read by status(); written on the engine thread under _cv)
-        self.done = self.cancelled = self.failed = 0
+        self.done = self.cancelled = self.failed = self.aborted = 0
         self.prompt_tokens = self.generated_tokens = self.steps = self.decode_steps = 0
         # (time, tokens sampled) of recent steps, for tokens/s (bounded: no growth when nobody asks)
         self._recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
+        self._obs: tuple[list, list, list] = ([], [], [])
         self._thread = threading.Thread(target=self._loop, name="lowbit-engine", daemon=True)
         self._thread.start()
 
@@ -88,8 +117,8 @@ class Scheduler:
         if req.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
         with self._cv:
-            if self._stopping:
-                raise RuntimeError("the server is shutting down")
+            if self._stopping or self._deadline is not None:
+                raise Draining("the server is shutting down")
             if len(self._queue) >= self.max_queue:
                 raise QueueFull(f"{len(self._queue)} requests are already waiting; try again later")
             self._queue.append(req)
@@ -99,6 +128,14 @@ class Scheduler:
         """The client is gone: drop the request (its slot is freed before the next step)."""
         with self._cv:
             req.cancelled = True
+            self._cv.notify()
+
+    def drain(self, grace: float) -> None:
+        """Refuse new requests; requests still unfinished `grace` seconds from now end with an
+        error event ("the server is shutting down")."""
+        with self._cv:
+            if self._deadline is None:
+                self._deadline = time.monotonic() + max(0.0, grace)
             self._cv.notify()
 
     def close(self) -> None:
@@ -115,7 +152,9 @@ class Scheduler:
             span = now - self._recent[0][0] if len(self._recent) > 1 else 0.0
             rate = sum(n for _, n in list(self._recent)[1:]) / span if span > 0 else 0.0
             return {"active": len(self._active), "queued": len(self._queue), "parallel": self.parallel,
+                    "free_slots": len(self._free),
                     "done": self.done, "cancelled": self.cancelled, "failed": self.failed,
+                    "aborted": self.aborted,
                     "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
                     "steps": self.steps, "decode_steps": self.decode_steps,
                     "tokens_per_second": round(rate, 2)}
@@ -135,10 +174,20 @@ class Scheduler:
             for r in [r for r in self._queue if r.cancelled]:
                 self._queue.remove(r)
                 self.cancelled += 1
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                for r in self._active + list(self._queue):  # shutdown: what is left ends now
+                    if r.slot >= 0:
+                        self._release(r)
+                    self.aborted += 1
+                    self._emit(r, ("error", "the server is shutting down", "shutdown"))
+                self._queue.clear()
+                self._flush()
             while self._queue and self._free:
                 r = self._queue.popleft()
                 r.slot = self._free.pop(0)
                 self.model.rewind(0, slot=r.slot)
+                if self.cache is not None:  # the longest cached prefix of the prompt, copied in
+                    r.cached = r.fed = self.cache.load(r.prompt, r.slot)
                 r.history = list(r.prompt)
                 r.decoder = self.model.tokenizer.stream()
                 self._active.append(r)
@@ -146,7 +195,8 @@ class Scheduler:
                 return False
             if self._active:
                 return True
-            self._cv.wait()
+            left = None if self._deadline is None else self._deadline - time.monotonic()
+            self._cv.wait(left if left is not None and left > 0 else None)
 
     def _loop(self) -> None:
         while True:
@@ -175,12 +225,15 @@ class Scheduler:
             except Exception as e:  # noqa: BLE001 - reported to the requests, the server stays up
                 self._fail(who, e)
                 continue
-            sampled = generated = 0
+            sampled = generated = prompt = 0
             finished = []
+            self._obs = ([], [], [])  # this step's TTFT, per-token and duration observations
             for r, (slot, run), lg in zip(who, batch, outs):
                 if r.next_token is None:  # a prompt chunk
                     r.fed += len(run)
-                    self.prompt_tokens += len(run)
+                    prompt += len(run)
+                    if self.cache is not None:  # share the computed blocks with requests to come
+                        self.cache.store(slot, r.fed)
                     if lg is None:
                         continue
                 else:
@@ -193,15 +246,24 @@ class Scheduler:
                 except Exception as e:  # noqa: BLE001 - one request's failure is its own
                     self._fail([r], e)
                 generated += r.generated - before  # an end-of-generation token is sampled, not generated
+            if self.cache is not None:
+                for r in finished:  # the reply too: the next chat turn's prompt holds it
+                    if r.slot >= 0:
+                        self.cache.store(r.slot)
+            if self.metrics is not None:
+                self.metrics.tokens(prompt=prompt, generated=generated)
+                self.metrics.observe(*self._obs)
             with self._cv:
                 self.steps += 1
                 self.decode_steps += sampled > 0  # steps that sampled (ended a prompt or decoded)
+                self.prompt_tokens += prompt
                 self.generated_tokens += generated
                 self._recent.append((time.perf_counter(), generated))
                 for r in finished:
                     if r.slot >= 0:
                         self._release(r)
                         self.done += 1
+            self._flush()  # after the counters: a client that sees "done" sees it counted
 
     def _fail(self, reqs: list[Request], e: Exception) -> None:
         with self._cv:
@@ -210,22 +272,51 @@ class Scheduler:
                     self._release(r)
                 self.failed += 1
                 self._emit(r, ("error", f"{type(e).__name__}: {e}"))
+        self._flush()
 
     def _emit(self, r: Request, event: tuple) -> None:
-        try:
-            r.emit(event)
-        except Exception:  # noqa: BLE001 - a gone client's queue must not stop the engine
-            r.cancelled = True
+        self._pending.append((r, event))
+
+    def _flush(self) -> None:
+        """Hand this step's events over (one deliver call, or each emit here)."""
+        if not self._pending:
+            return
+        evs, self._pending = self._pending, []
+        if self.deliver is not None:
+            try:
+                self.deliver([(r.emit, ev) for r, ev in evs])
+                return
+            except Exception:  # noqa: BLE001 - the loop is gone (shutdown): its clients are too
+                for r, _ in evs:
+                    r.cancelled = True
+                return
+        for r, ev in evs:
+            try:
+                r.emit(ev)
+            except Exception:  # noqa: BLE001 - a gone client's queue must not stop the engine
+                r.cancelled = True
 
     def _sample(self, r: Request, logits) -> bool:
         """Sample r's next token and emit its text; True when r has finished."""
         if r.cancelled:
             return False  # freed before the next step
-        if r.logit_bias:
-            logits = logits.copy()
+        if r.logit_bias:  # in place: the row is this step's own output, read by nobody else
             for t, b in r.logit_bias.items():
                 logits[t] += b
+        c = r.constraint
+        if c is not None:  # structured output: what the grammar cannot take next is out
+            c.mask(logits)
         tok = r.sampler.sample(logits, r.history)
+        if c is not None:
+            c.accept(tok)
+            if c.error:
+                raise RuntimeError(f"structured output: {c.error}")
+        now = time.perf_counter()
+        if r.t_last:
+            self._obs[1].append(now - r.t_last)
+        else:
+            self._obs[0].append(now - r.t_submit)
+        r.t_last = now
         if tok in self.eog:
             return self._finish(r, "stop")
         r.history.append(tok)
@@ -233,6 +324,8 @@ class Scheduler:
         r.text += r.decoder.push(tok)
         if self._flush_text(r):
             return self._finish(r, "stop", stopped=True)
+        if c is not None and c.finished:  # the grammar's output is complete
+            return self._finish(r, "stop")
         if r.generated >= r.max_tokens or self.model.slot_pos[r.slot] >= self.model.n_ctx:
             return self._finish(r, "length")
         r.next_token = tok
@@ -261,6 +354,8 @@ class Scheduler:
             if self._flush_text(r, final=True):
                 reason = "stop"
         usage = {"prompt_tokens": len(r.prompt), "completion_tokens": r.generated,
-                 "total_tokens": len(r.prompt) + r.generated}
+                 "total_tokens": len(r.prompt) + r.generated,
+                 "prompt_tokens_details": {"cached_tokens": r.cached}}
+        self._obs[2].append(time.perf_counter() - r.t_submit)
         self._emit(r, ("done", reason, usage))
         return True

@@ -1,0 +1,138 @@
+"""The prefix cache: KV of token blocks shared across requests and chat turns (as vLLM's
+automatic prefix caching does), least recently used blocks evicted first within a byte budget.
+
+A sequence's tokens split into blocks of BLOCK tokens. Block i is keyed by (its parent block's
+id, its own tokens): the key names the whole prefix up to the block's end, exactly (a tuple of
+token ids, no hash that could collide), so two prompts share a block only if they share every
+token before its end. A block holds the KV of its positions for every layer, copied out of a
+slot by Engine.kv_copy and copied back into another slot for a later request with that prefix.
+The bytes are the cache's own (half or float32), copied unchanged, and a token's KV depends only
+on the tokens before it (I8: not on how the prompt was chunked), so a request served from the
+cache gets bitwise the logits it would get computing its whole prompt.
+
+At least the prompt's last token is always computed (its logits give the first sampled token),
+so a prompt reuses at most (len - 1) // BLOCK blocks. Every use touches a chain from its leaf up
+to the root, so a parent is never older than its children and eviction (oldest first) takes
+leaves; if an evicted block still had children (it cannot, but cheaply so), they go too.
+
+Only the engine thread calls load / store; stats() may be read from any thread.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+BLOCK = 32  # tokens per block
+
+
+@dataclass(eq=False)
+class _Block:
+    id: int
+    key: tuple                     # (parent id, tokens of this block)
+    kv: np.ndarray                 # uint8[Engine.kv_bytes(BLOCK)]
+    parent: tuple | None           # the parent block's key (None: a first block)
+    children: set = field(default_factory=set)   # keys of child blocks
+
+
+class PrefixCache:
+    def __init__(self, model, capacity_bytes: int, block: int = BLOCK):
+        if block < 1:
+            raise ValueError("prefix cache: block must be >= 1")
+        self.model, self.block = model, int(block)
+        self.capacity = int(capacity_bytes)
+        self.block_bytes = int(model.engine.kv_bytes(self.block))
+        self._blocks: collections.OrderedDict[tuple, _Block] = collections.OrderedDict()  # oldest first
+        self._ids = itertools.count(1)  # 0: the root (the empty prefix)
+        self.lookups = self.hits = self.hit_tokens = self.inserted = self.evicted = 0
+
+    @property
+    def bytes(self) -> int:
+        return len(self._blocks) * self.block_bytes
+
+    def stats(self) -> dict:
+        return {"lookups": self.lookups, "hits": self.hits, "hit_tokens": self.hit_tokens,
+                "inserted_blocks": self.inserted, "evicted_blocks": self.evicted, "blocks": len(self._blocks),
+                "bytes": self.bytes, "capacity_bytes": self.capacity}
+
+    def _chain(self, tokens: list[int], n_blocks: int) -> list[_Block]:
+        """The cached blocks of tokens' first n_blocks blocks, from the root, up to the first miss."""
+        chain, parent, B = [], 0, self.block
+        for i in range(n_blocks):
+            b = self._blocks.get((parent, tuple(tokens[i * B:(i + 1) * B])))
+            if b is None:
+                break
+            chain.append(b)
+            parent = b.id
+        return chain
+
+    def _touch(self, chain: list[_Block]) -> None:
+        for b in reversed(chain):  # leaf first: the root ends up the most recent
+            self._blocks.move_to_end(b.key)
+
+    def load(self, tokens: list[int], slot: int) -> int:
+        """Copy the longest cached prefix of tokens (whole blocks, leaving at least one token to
+        compute) into `slot`, which must be empty; returns the positions now held (0: a miss)."""
+        m = self.model
+        if m.slot_pos[slot] != 0:
+            raise ValueError(f"prefix cache: slot {slot} is not empty")
+        self.lookups += 1
+        chain = self._chain(tokens, (len(tokens) - 1) // self.block) if self.capacity > 0 else []
+        if not chain:
+            return 0
+        B = self.block
+        for i, b in enumerate(chain):
+            m.engine.kv_copy(slot, i * B, B, b.kv, False)
+        n = len(chain) * B
+        m.slot_pos[slot] = n  # the slot now holds these positions (Model's per-slot bookkeeping)
+        m.slot_tokens[slot][:] = tokens[:n]
+        self._touch(chain)
+        self.hits += 1
+        self.hit_tokens += n
+        return n
+
+    def store(self, slot: int, upto: int | None = None) -> int:
+        """Keep the whole blocks of `slot`'s positions [0, upto) (default: all it holds) that
+        are not cached yet; returns the blocks added. Evicts the least recently used beyond the
+        budget (a chain longer than the budget keeps its first blocks)."""
+        if self.capacity < self.block_bytes:
+            return 0
+        m, B = self.model, self.block
+        held = m.slot_pos[slot] if upto is None else min(upto, m.slot_pos[slot])
+        tokens = m.slot_tokens[slot]
+        n_blocks = held // B
+        chain = self._chain(tokens, n_blocks)
+        added = 0
+        parent = chain[-1].id if chain else 0
+        for i in range(len(chain), n_blocks):
+            key = (parent, tuple(tokens[i * B:(i + 1) * B]))
+            kv = np.empty(self.block_bytes, np.uint8)
+            m.engine.kv_copy(slot, i * B, B, kv, True)
+            b = _Block(next(self._ids), key, kv, chain[-1].key if chain else None)
+            if chain:
+                chain[-1].children.add(key)
+            self._blocks[key] = b
+            chain.append(b)
+            parent = b.id
+            added += 1
+        self.inserted += added
+        self._touch(chain)
+        while self._blocks and self.bytes > self.capacity:
+            self._evict(next(iter(self._blocks)))
+        return added
+
+    def _evict(self, key: tuple) -> None:
+        b = self._blocks.pop(key, None)
+        if b is None:
+            return
+        self.evicted += 1
+        for c in list(b.children):
+            self._evict(c)
+        p = self._blocks.get(b.parent) if b.parent is not None else None
+        if p is not None:
+            p.children.discard(key)
+
+    def clear(self) -> None:
+        self._blocks.clear()
