@@ -15,6 +15,7 @@
 #include "formats.h"
 #include "kernels.h"
 #include "matmul.h"
+#include "quant/quant.h"
 #include "threadpool.h"
 #include "x86/prefetch.h"  // kPrefetchAhead (cpu_info)
 
@@ -499,6 +500,37 @@ NB_MODULE(_lowbit, m) {
             e.forward_batch(tk, sl, ps, T, rw, n_out, lg);
         })
         .def_prop_ro("n_slots", [](const Engine &e) { return e.config().n_slots; });
+
+    // ---- lowbit's weight quantizers (csrc/quant/), byte-identical to ggml_quantize_chunk ----
+    m.def("quantizer_info", [](int id) {
+        fmt(id);
+        return nb::make_tuple(quant::has_quantizer(id), quant::needs_imatrix(id), quant::uses_imatrix(id));
+    }, "(has a quantizer, needs an importance matrix, reads one) for format id.");
+    m.def("quantize_rows", [](int id, F32In w, nb::object imatrix, int threads) {
+        const Format &f = fmt(id);
+        const int64_t rows = (int64_t)w.shape(0), n = (int64_t)w.shape(1);
+        const float *qw = nullptr;
+        nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> im;
+        if (!imatrix.is_none()) {
+            im = nb::cast<nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(imatrix);
+            if ((int64_t)im.shape(0) != n)
+                throw std::invalid_argument("quantize: the importance matrix has " + std::to_string(im.shape(0)) +
+                                            " values for rows of " + std::to_string(n));
+            qw = im.data();
+        }
+        if (n <= 0 || n % f.block) check_n(f, n);
+        uint8_t *o;
+        const size_t rb = row_bytes(&f, n > 0 ? n : 0);
+        auto out = new_array<uint8_t>(1, (size_t)rows * rb + tensor_pad(&f), &o);
+        const float *src = w.data();
+        {
+            nb::gil_scoped_release nogil;
+            quant::quantize_rows(id, src, o, rows, n, qw, threads);
+        }
+        return out;
+    }, nb::arg("id"), nb::arg("w"), nb::arg("imatrix") = nb::none(), nb::arg("threads") = 0,
+       "Quantize float rows W[rows, n] into one flat tensor of format id (with its pad), threaded; "
+       "imatrix: n importance weights (one per column) or None.");
 
     m.def("stats", [] {
         std::vector<nb::tuple> out;
