@@ -574,20 +574,10 @@ def _quantizer_info(fmt) -> tuple[bool, bool, bool]:
     return tuple(lib.quantizer_info(fmt.id))
 
 
-class _NoBar:
-    def update(self, nbytes, label=""):
-        pass
-
-    def close(self):
-        pass
-
-
 def _progress(enabled: bool, total_bytes: int, what: str):
-    """A tqdm bar over bytes written (MB/s, ETA) when enabled, else nothing."""
-    if not enabled:
-        return _NoBar()
+    """A tqdm bar over bytes written (MB/s, ETA) when enabled, else a silent one."""
     from .progress import bar
-    return bar(total_bytes, what)
+    return bar(total_bytes, what, enabled=enabled)
 
 
 def cmd_quantize(a: argparse.Namespace) -> int:
