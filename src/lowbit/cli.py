@@ -227,12 +227,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
+    except ModuleNotFoundError as e:
+        # the commands that compare with llama.cpp (parity, bench) need llama-cpp-python; the
+        # runtime commands never import it
+        if e.name not in ("llama_cpp",):
+            raise
+        from .ggml_oracle import INSTALL_HINT
+        print(f"lowbit: error: this needs llama-cpp-python, which is not installed: {INSTALL_HINT}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("\nlowbit: interrupted", file=sys.stderr)
         return 130
     except (ValueError, OSError, RuntimeError) as e:  # GGUFError is a ValueError
         print(f"lowbit: error: {e}", file=sys.stderr)
-        return 1
+        from .ggml_oracle import PeerMissing
+        return 2 if isinstance(e, PeerMissing) else 1
 
 
 if __name__ == "__main__":

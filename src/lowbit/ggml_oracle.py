@@ -31,6 +31,14 @@ class _TraitsCpu(ctypes.Structure):
                 ("vec_dot_type", ctypes.c_int), ("nrows", ctypes.c_int64)]
 
 
+class PeerMissing(RuntimeError):
+    """llama-cpp-python (ggml, llama.cpp) is needed and not installed: `lowbit parity` and
+    `lowbit bench` say so in one line and exit 2."""
+
+
+INSTALL_HINT = "pip install llama-cpp-python (or: pip install 'lowbit[test]')"
+
+
 def _lib_dir() -> str:
     """The wheel's lib/ directory, or LOWBIT_GGML_LIB_DIR: the libggml-base.so / libggml-cpu.so
     of another build of the same ggml, e.g. one made for AVX2 only (BENCHMARKS.md), so that
@@ -41,7 +49,7 @@ def _lib_dir() -> str:
         try:
             import llama_cpp
         except ImportError as e:
-            raise RuntimeError("ggml oracle: llama-cpp-python is not installed (pip install .[test])") from e
+            raise PeerMissing(f"this needs ggml from llama-cpp-python, which is not installed: {INSTALL_HINT}") from e
         d = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
     if not os.path.exists(os.path.join(d, "libggml-cpu.so")):
         raise RuntimeError(f"ggml oracle: no libggml-cpu.so in {d}")

@@ -586,11 +586,11 @@ def cmd_quantize(a: argparse.Namespace) -> int:
         print("lowbit quantize: give the type (--type Q4_K_M, or as the third argument)", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    types = quantize_file(a.input, a.output, wtype, a.token_embedding_type or a.embd_type,
-                          a.output_type or a.head_type, progress=not a.quiet and sys.stderr.isatty(),
-                          pure=a.pure, leave_output_tensor=a.leave_output_tensor,
-                          allow_requantize=a.allow_requantize, force=a.force, imatrix=a.imatrix,
-                          threads=a.threads)
+    try:
+        types = _run(a, wtype)
+    except QuantizeError as e:  # a request lowbit refuses: a usage error
+        print(f"lowbit: error: {e}", file=sys.stderr)
+        return 2
     size = os.path.getsize(a.output)
     counts: dict[str, int] = {}
     for v in types.values():
@@ -598,6 +598,14 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     print(f"wrote {a.output}: {size / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s, tensors " +
           ", ".join(f"{k} x{n}" for k, n in sorted(counts.items())), file=sys.stderr)
     return 0
+
+
+def _run(a: argparse.Namespace, wtype: str) -> dict[str, str]:
+    return quantize_file(a.input, a.output, wtype, a.token_embedding_type or a.embd_type,
+                         a.output_type or a.head_type, progress=not a.quiet and sys.stderr.isatty(),
+                         pure=a.pure, leave_output_tensor=a.leave_output_tensor,
+                         allow_requantize=a.allow_requantize, force=a.force, imatrix=a.imatrix,
+                         threads=a.threads)
 
 
 def add_parser(sub) -> None:
