@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -437,6 +438,20 @@ NB_MODULE(_lowbit, m) {
             e.set_vec(name, layer, v.data(), (int64_t)v.shape(0));
         })
         .def("set_threads", &Engine::set_threads)
+        // importance matrices (lowbit imatrix): collect on/off, and {weight address: (sums[n_mat, n], counts)}
+        .def("collect_acts", &Engine::collect_acts)
+        .def("act_sums", [](Engine &e) {
+            nb::dict d;
+            for (auto &[w, a] : e.act_sums()) {
+                const size_t n_mat = a.counts.size();
+                double *s;
+                auto sums = new_array<double>(n_mat, (size_t)a.n, &s);
+                std::memcpy(s, a.sums.data(), a.sums.size() * sizeof(double));
+                d[nb::int_((uintptr_t)w)] = nb::make_tuple(sums, nb::cast(a.counts));
+            }
+            return d;
+        })
+        .def("clear_act_sums", [](Engine &e) { e.act_sums().clear(); })
         .def("set_stats", &Engine::set_stats)
         .def("set_lookahead", &Engine::set_lookahead)
         .def("lookahead_stats", [](const Engine &e) {

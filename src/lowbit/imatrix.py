@@ -190,3 +190,82 @@ def save_legacy(im: Imatrix, path: str | os.PathLike) -> None:
         fh.write(struct.pack("<i", int(im.chunk_count)))
         ds = (im.datasets[-1] if im.datasets else "").encode()
         fh.write(struct.pack("<i", len(ds)) + ds)
+
+
+# ---- lowbit imatrix: collect the matrix from a model running over a text -------------------------
+def compute(model_path: str | os.PathLike | None, text: str, ctx: int = 512, chunks: int | None = None,
+            threads: int | None = None, progress: bool = False, dataset: str = "") -> Imatrix:
+    """llama.cpp's imatrix method: tokenize the text, cut it into chunks of ctx tokens (the first
+    token of each replaced by BOS when the vocabulary adds one), run each chunk through the model
+    from an empty context, and sum x_j^2 of the input of every matmul of a layer matrix (blk.*),
+    per expert for MoE expert tensors, counting the tokens."""
+    from .model import load
+    from .progress import bar
+    m = load(model_path, n_ctx=ctx, threads=threads)
+    ids = m.tokenize(text)
+    n_chunk = len(ids) // ctx
+    if chunks is not None:
+        n_chunk = min(n_chunk, chunks)
+    if n_chunk < 1:
+        raise ImatrixError(f"imatrix: the text has {len(ids)} tokens, fewer than one chunk of {ctx} "
+                           f"(--ctx sets the chunk size)")
+    bos = m.tokenizer.bos_id if getattr(m.tokenizer, "add_bos", False) else None
+    addr = {}
+    for name, t in m.file.tensors.items():
+        if name.startswith("blk.") and len(t.shape) >= 2:
+            addr.setdefault(int(t.matrix().ctypes.data), name)
+    e = m.engine
+    e.clear_act_sums()
+    e.collect_acts(True)
+    b = bar(n_chunk, "imatrix", unit="chunk", enabled=progress)
+    try:
+        for c in range(n_chunk):
+            toks = list(ids[c * ctx:(c + 1) * ctx])
+            if bos is not None:
+                toks[0] = bos
+            m.reset()
+            m.forward(toks)
+            b.update(1)
+    finally:
+        e.collect_acts(False)
+        b.close()
+    im = Imatrix(datasets=[dataset] if dataset else [], chunk_count=n_chunk, chunk_size=ctx)
+    for w, (sums, counts) in e.act_sums().items():
+        name = addr.get(int(w))
+        if name is not None:
+            im.entries[name] = Stats(np.asarray(sums, dtype=np.float32), np.asarray(counts, dtype=np.int64))
+    return im
+
+
+def cmd_imatrix(a) -> int:
+    import sys
+    try:
+        with open(a.file, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as e:
+        print(f"lowbit: error: {a.file}: cannot read: {e.strerror}", file=sys.stderr)
+        return 2
+    fmt = a.output_format or ("dat" if str(a.output).endswith(".dat") else "gguf")
+    im = compute(a.model, text, ctx=a.ctx, chunks=a.chunks, threads=a.threads,
+                 progress=not a.quiet and sys.stderr.isatty(), dataset=os.path.basename(a.file))
+    (save_legacy if fmt == "dat" else save_gguf)(im, a.output)
+    print(f"wrote {a.output}: {len(im.entries)} matrices, {im.chunk_count} chunks of {im.chunk_size} tokens "
+          f"({fmt})", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("imatrix", help="an importance matrix of a model over a text (llama.cpp's method)",
+                       description="Run the model over the text in chunks of --ctx tokens and write, per layer "
+                                   "matrix, the sums of the squared activations of its input columns (llama.cpp's "
+                                   "imatrix; GGUF or legacy .dat). `lowbit quantize --imatrix FILE` reads it.")
+    p.add_argument("-m", "--model", default=None, help="GGUF model (default: the default model)")
+    p.add_argument("-f", "--file", required=True, help="a UTF-8 text file")
+    p.add_argument("-o", "--output", default="imatrix.gguf", help="file to write (default imatrix.gguf)")
+    p.add_argument("--output-format", choices=("gguf", "dat"), default=None,
+                   help="gguf or the legacy dat (default: from the name; .dat is legacy)")
+    p.add_argument("-c", "--ctx", type=int, default=512, help="tokens per chunk (default 512)")
+    p.add_argument("--chunks", type=int, default=None, help="at most this many chunks")
+    p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_imatrix)

@@ -415,6 +415,10 @@ def _floats(t) -> np.ndarray:
     from .kernels import dequantize
     if t.format.name == "F32":
         return np.asarray(t.matrix()).view(np.float32).reshape(t.shape)
+    if t.format.name == "F16":  # exact (ggml_fp16_to_fp32_row), as numpy converts halves
+        return np.asarray(t.matrix()).view(np.float16).astype(np.float32).reshape(t.shape)
+    if t.format.name == "BF16":  # exact: the bfloat16 bits are the float's top half
+        return (np.asarray(t.matrix()).view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(t.shape)
     w = dequantize(t.format, t.matrix(), t.n, w_scale=t.w_scale if t.format.tensor_pad else None)
     return w.reshape(t.shape)
 
