@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "formats.h"
 #include "kernels.h"
 #include "matmul.h"
+#include "quant/quant.h"
 #include "threadpool.h"
 #include "x86/prefetch.h"  // kPrefetchAhead (cpu_info)
 
@@ -438,6 +440,20 @@ NB_MODULE(_lowbit, m) {
             e.set_vec(name, layer, v.data(), (int64_t)v.shape(0));
         })
         .def("set_threads", &Engine::set_threads)
+        // importance matrices (lowbit imatrix): collect on/off, and {weight address: (sums[n_mat, n], counts)}
+        .def("collect_acts", &Engine::collect_acts)
+        .def("act_sums", [](Engine &e) {
+            nb::dict d;
+            for (auto &[w, a] : e.act_sums()) {
+                const size_t n_mat = a.counts.size();
+                double *s;
+                auto sums = new_array<double>(n_mat, (size_t)a.n, &s);
+                std::memcpy(s, a.sums.data(), a.sums.size() * sizeof(double));
+                d[nb::int_((uintptr_t)w)] = nb::make_tuple(sums, nb::cast(a.counts));
+            }
+            return d;
+        })
+        .def("clear_act_sums", [](Engine &e) { e.act_sums().clear(); })
         .def("set_stats", &Engine::set_stats)
         .def("set_lookahead", &Engine::set_lookahead)
         .def("lookahead_stats", [](const Engine &e) {
@@ -511,6 +527,37 @@ NB_MODULE(_lowbit, m) {
             e.kv_copy(slot, p0, n, p, save);
         }, nb::arg("slot"), nb::arg("p0"), nb::arg("n"), nb::arg("buf"), nb::arg("save"))
         .def_prop_ro("n_slots", [](const Engine &e) { return e.config().n_slots; });
+
+    // ---- lowbit's weight quantizers (csrc/quant/), byte-identical to ggml_quantize_chunk ----
+    m.def("quantizer_info", [](int id) {
+        fmt(id);
+        return nb::make_tuple(quant::has_quantizer(id), quant::needs_imatrix(id), quant::uses_imatrix(id));
+    }, "(has a quantizer, needs an importance matrix, reads one) for format id.");
+    m.def("quantize_rows", [](int id, F32In w, nb::object imatrix, int threads) {
+        const Format &f = fmt(id);
+        const int64_t rows = (int64_t)w.shape(0), n = (int64_t)w.shape(1);
+        const float *qw = nullptr;
+        nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> im;
+        if (!imatrix.is_none()) {
+            im = nb::cast<nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(imatrix);
+            if ((int64_t)im.shape(0) != n)
+                throw std::invalid_argument("quantize: the importance matrix has " + std::to_string(im.shape(0)) +
+                                            " values for rows of " + std::to_string(n));
+            qw = im.data();
+        }
+        if (n <= 0 || n % f.block) check_n(f, n);
+        uint8_t *o;
+        const size_t rb = row_bytes(&f, n > 0 ? n : 0);
+        auto out = new_array<uint8_t>(1, (size_t)rows * rb + tensor_pad(&f), &o);
+        const float *src = w.data();
+        {
+            nb::gil_scoped_release nogil;
+            quant::quantize_rows(id, src, o, rows, n, qw, threads);
+        }
+        return out;
+    }, nb::arg("id"), nb::arg("w"), nb::arg("imatrix") = nb::none(), nb::arg("threads") = 0,
+       "Quantize float rows W[rows, n] into one flat tensor of format id (with its pad), threaded; "
+       "imatrix: n importance weights (one per column) or None.");
 
     m.def("stats", [] {
         std::vector<nb::tuple> out;

@@ -180,7 +180,23 @@ const uint8_t *Engine::quantize_input(const Mat &m, const float *x, int T, bool 
 
 // y[T][m.rows] = x[T][m.n] . W^T: quantize x to the weight's activation format, run the
 // row kernels (the dispatcher's choice), threaded over rows.
+void Engine::record_act(const Mat &m, const float *x, int T, int mat, int n_mat, const int32_t *tok) {
+    ActSums &a = acts_[m.w];
+    if (a.sums.empty()) {
+        a.n = m.n;
+        a.sums.assign((size_t)n_mat * (size_t)m.n, 0.0);
+        a.counts.assign((size_t)n_mat, 0);
+    }
+    double *acc = a.sums.data() + (size_t)mat * (size_t)m.n;
+    for (int t = 0; t < T; ++t) {
+        const float *xt = x + (size_t)(tok ? tok[t] : t) * (size_t)m.n;
+        for (int64_t j = 0; j < m.n; ++j) acc[j] += (double)(xt[j] * xt[j]);
+    }
+    a.counts[(size_t)mat] += T;
+}
+
 void Engine::matmul(const Mat &m, const float *x, int T, float *out, bool reuse_act) {
+    if (collect_ && T >= 16) record_act(m, x, T);
     const Format &f = *format_by_id(m.type);
     const KernelEntry &e = kernel_entry(f.id);
     size_t arb;
@@ -319,6 +335,7 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
     const int kind = c_.ffn_act == FFN_RELU2 ? GLU_RELU2 : GLU_SILU;
     const int isa = cpu_info().selected;
     if (fg.act == fu.act) {
+        if (collect_ && T >= 16) { record_act(gate, x, T); record_act(up, x, T); }  // (matmul's own hook)
         size_t arb;
         const uint8_t *act = quantize_input(gate, x, T, false, &arb);
         const RowMat G{&fg, &kernel_entry(fg.id), gate.w, gate.stride, gate.scale, gate.out_scale};

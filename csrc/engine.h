@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include <unordered_map>
 
 namespace lowbit {
 
@@ -121,6 +122,15 @@ public:
     // WILLNEED) while layer l computes. Counters: experts routed (distinct per window and
     // layer, layers >= 1), of them predicted, and experts predicted.
     void set_lookahead(bool on) { lookahead_ = on; }
+    // Importance matrices (lowbit imatrix, llama.cpp's collector): while on, each matmul adds the
+    // squares of its float input per column to its weight matrix's sums, per expert for the MoE
+    // expert tensors, and counts the tokens. Keyed by the matrix's first byte (Mat::w). As
+    // llama.cpp: a dense matmul of fewer than 16 tokens is skipped, routed experts never are.
+    struct ActSums { int64_t n = 0; std::vector<double> sums; std::vector<int64_t> counts; };  // sums[n_mat][n]
+    void collect_acts(bool on) { collect_ = on; }
+    std::unordered_map<const uint8_t *, ActSums> &act_sums() { return acts_; }
+    // rows t of x[.][m.n] (tok: the row indices, else 0..T-1) into matrix `mat` of n_mat
+    void record_act(const Mat &m, const float *x, int T, int mat = 0, int n_mat = 1, const int32_t *tok = nullptr);
     struct LookaheadStats { int64_t routed = 0, hits = 0, predicted = 0; };
     const LookaheadStats &lookahead_stats() const { return la_; }
     void reset_lookahead_stats() { la_ = LookaheadStats{}; }
@@ -174,6 +184,8 @@ private:
     std::vector<std::vector<uint8_t>> predicted_;  // [layer][expert]: read ahead for this window
     void lookahead(int layer, const float *x, int T);
     std::vector<LayerStats> stats_;
+    bool collect_ = false;
+    std::unordered_map<const uint8_t *, ActSums> acts_;
 };
 
 }  // namespace lowbit

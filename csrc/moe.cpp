@@ -198,6 +198,13 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     if (lookahead_ && layer + 1 < c_.n_layer) lookahead(layer + 1, x, T);
     const auto t1 = now();
 
+    if (collect_)  // importance matrices: each expert's routed tokens (Engine::record_act)
+        for (int e = 0; e < E; ++e) {
+            const int32_t *toks = slot_tok_.data() + eoff_[(size_t)e];
+            record_act(L.gate_exps, x, ecount_[(size_t)e], e, E, toks);
+            record_act(L.up_exps, x, ecount_[(size_t)e], e, E, toks);
+        }
+
     // 4. activations: quantized once per token, gathered by slot (gate and up may differ)
     const ExpertMat G{&L.gate_exps, ef, &kernel_entry(L.gate_exps.type)};
     const ExpertMat U{&L.up_exps, ef, &kernel_entry(L.up_exps.type)};
@@ -244,6 +251,10 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
         glu_rows(g, xg + (size_t)off * gb, gb, u, xu + (size_t)off * ub, ub, cnt, dim, glu.fn, kind, it.r0, it.r1,
                  glu_tile_rows(g, u, cnt), eg_.data() + (size_t)off * ef, (size_t)ef);
     });
+
+    if (collect_)
+        for (int e = 0; e < E; ++e)
+            record_act(L.down_exps, eg_.data() + (size_t)eoff_[(size_t)e] * ef, ecount_[(size_t)e], e, E);
 
     // 5b. down: the SwiGLU rows quantized per slot, then ed_[s][dim]
     ys_.resize((size_t)S * db);

@@ -161,5 +161,6 @@ def test_without_llama_cpp_the_peer_commands_exit_2_in_one_line():
         r = subprocess.run([sys.executable, "-c", code] + args, capture_output=True, text=True, timeout=300,
                            env={k: v for k, v in os.environ.items() if k != "LOWBIT_GGML_LIB_DIR"})
         assert r.returncode == 2, (args, r.stdout, r.stderr)
-        assert r.stderr.startswith("lowbit: error: this needs llama.cpp as the peer: pip install 'lowbit[test]'")
+        assert r.stderr.startswith("lowbit: error: this needs llama-cpp-python (ggml and llama.cpp, the peer), "
+                                   "which is not installed: pip install 'lowbit[bench]'")
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -295,13 +295,14 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pp.set_defaults(func=cmd_perplexity)
 
-    from . import bench, parity, quantize, server, synth
+    from . import bench, imatrix, parity, quantize, server, synth
     server.add_parser(sub)
     bench.add_parser(sub)
     parity.add_parser(sub)
     synth.add_parser(sub)
     quantize.add_parser(sub)
     _show_defaults(p)
+    imatrix.add_parser(sub)
     return p
 
 

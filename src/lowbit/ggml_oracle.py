@@ -31,6 +31,9 @@ class _TraitsCpu(ctypes.Structure):
                 ("vec_dot_type", ctypes.c_int), ("nrows", ctypes.c_int64)]
 
 
+from .peer import PeerMissing  # noqa: F401 - raised when llama-cpp-python is missing (lowbit.peer)
+
+
 def _lib_dir() -> str:
     """The wheel's lib/ directory, or LOWBIT_GGML_LIB_DIR: the libggml-base.so / libggml-cpu.so
     of another build of the same ggml, e.g. one made for AVX2 only (BENCHMARKS.md), so that
@@ -71,14 +74,20 @@ class Ggml:
     def row_size(self, name: str, n: int) -> int:
         return self.base.ggml_row_size(GGML_TYPES[name], n)
 
-    def quantize(self, name: str, w: np.ndarray) -> np.ndarray:
-        """ggml_quantize_chunk: float32 w[rows, n] -> uint8[rows, row_size] (ggml's own bytes)."""
+    def quantize(self, name: str, w: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+        """ggml_quantize_chunk: float32 w[rows, n] -> uint8[rows, row_size] (ggml's own bytes).
+        imatrix: n importance weights (one per column) or None (the formats that require one get
+        all ones)."""
         w = np.ascontiguousarray(w, dtype=np.float32)
         rows, n = w.shape
         t = GGML_TYPES[name]
         self.base.ggml_quantize_init(t)
         out = np.zeros((rows, self.row_size(name, n)), dtype=np.uint8)
-        imatrix = np.ones(n, dtype=np.float32) if name in NEEDS_IMATRIX else None
+        if imatrix is None and name in NEEDS_IMATRIX:
+            imatrix = np.ones(n, dtype=np.float32)
+        if imatrix is not None:
+            imatrix = np.ascontiguousarray(imatrix, dtype=np.float32)
+            assert imatrix.shape == (n,), imatrix.shape
         self.base.ggml_quantize_chunk(t, w.ctypes.data, out.ctypes.data, 0, rows, n,
                                       imatrix.ctypes.data if imatrix is not None else None)
         return out

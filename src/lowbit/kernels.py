@@ -79,14 +79,23 @@ def _threads(threads) -> int:
     return int(threads)
 
 
-def quantize(fmt, w) -> np.ndarray:
-    """Quantize float weights w[rows, n] into one flat uint8 tensor (with the format's pad)."""
+def quantize(fmt, w, imatrix=None, threads=None) -> np.ndarray:
+    """Quantize float weights w[rows, n] into one flat uint8 tensor (with the format's pad) by
+    lowbit's own quantizers (csrc/quant/, byte-identical to ggml_quantize_chunk), rows split
+    over threads. imatrix: n importance weights (one per column) or None."""
     f = get_format(fmt)
     w = _floats(w, "weights")
     _check_n(f, w.shape[1])
-    if not lib.capabilities(f.id)["quantize"]:
+    has, needs, _ = lib.quantizer_info(f.id)
+    if not has:
         raise ValueError(f"lowbit has no quantizer for {f.name}")
-    return lib.quantize(f.id, w)[0]
+    if imatrix is not None:
+        imatrix = np.ascontiguousarray(imatrix, dtype=np.float32).reshape(-1)
+        if imatrix.size != w.shape[1]:
+            raise ValueError(f"{f.name}: the importance matrix has {imatrix.size} values for rows of {w.shape[1]}")
+    elif needs:
+        raise ValueError(f"{f.name} needs an importance matrix (lowbit imatrix)")
+    return lib.quantize_rows(f.id, w, imatrix, _threads(threads))[0]
 
 
 def quantize_act(fmt, x) -> np.ndarray:

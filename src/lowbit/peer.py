@@ -54,8 +54,8 @@ def require():
     try:
         import llama_cpp
     except ImportError as e:
-        raise PeerMissing("this needs llama.cpp as the peer: pip install 'lowbit[test]' "
-                          f"(llama-cpp-python; {e})") from None
+        raise PeerMissing("this needs llama-cpp-python (ggml and llama.cpp, the peer), which is not installed: "
+                          "pip install 'lowbit[bench]' (or 'lowbit[test]')") from None
     return llama_cpp
 
 

@@ -32,6 +32,20 @@ def default_vocab() -> dict:
                 for k, v in f.metadata.items() if k.startswith(VOCAB_PREFIX)}
 
 
+def small_vocab(n: int = 512) -> dict:
+    """The default vocabulary cut to its first n tokens (no merges): a small embedding and head
+    for files that are only quantized or benchmarked, never tokenized with."""
+    v = dict(default_vocab())
+    for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+        if k in v:
+            v[k] = list(v[k])[:n]
+    v["tokenizer.ggml.merges"] = []
+    for k in list(v):
+        if k.endswith("_token_id") and isinstance(v[k], int) and v[k] >= n:
+            v[k] = 0
+    return v
+
+
 def vocab_size(vocab: dict) -> int:
     return len(vocab["tokenizer.ggml.tokens"])
 
@@ -119,7 +133,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
               head_dim: int | None = None, experts: int = 8, top_k: int = 2, expert_ffn: int = 256,
               shared_ffn: int = 512, ctx: int = 1024, wtype: str = "Q8_0", expert_type: str = "Q4_K",
               down_type: str | None = None, router_type: str = "F32", embd_type: str = "F32",
-              head_type: str | None = None, seed: int = 0) -> str:
+              head_type: str | None = None, seed: int = 0, vocab: dict | None = None) -> str:
     """A Mixture-of-Experts model with random weights, as llama.cpp's converters lay them out.
 
     arch: qwen3moe (q/k norm), qwen2moe (q/k/v biases, a shared expert of width shared_ffn with a
@@ -127,7 +141,8 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     arch "llama" with expert tensors). Experts are the 3-D tensors ffn_{gate,up,down}_exps
     [experts, rows, n] in expert_type (down in down_type, default the same), the router
     ffn_gate_inp [experts, dim] in router_type (F32/F16/BF16). wtype: attention (and the shared
-    expert); head_type: output.weight (default wtype).
+    expert); head_type: output.weight (default wtype); vocab: tokenizer.* metadata (None: the
+    default model's).
 
     Routing is not degenerate: the router rows are N(0, 1/dim), so a token's router logits are
     about N(0, 1) and differ from token to token: every expert gets tokens, top-K sets vary.
@@ -140,7 +155,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     if arch == "olmoe" and (kv_heads != heads or heads * hd != dim):
         raise ValueError("synth moe: olmoe needs kv_heads == heads and heads * head_dim == dim")
     rng = np.random.default_rng(seed)
-    vocab = default_vocab()
+    vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
     w = Writer(path, MOE_ARCHS[arch])
     a = w.arch

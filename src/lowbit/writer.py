@@ -1,13 +1,9 @@
 """Writing GGUF files: the one place that turns a float tensor into a format's bytes and a set
 of tensors into a model file. Used by `lowbit quantize` and `lowbit synth`.
 
-    quantize_tensor(fmt, w)   float w[rows, n] -> uint8 bytes of format fmt
-        F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 TQ1_0 TQ2_0   gguf-py's quantizers (numpy ports of
-                                                           ggml's reference quantizers)
-        I2_S                                               lowbit's (absmean ternarisation, one
-                                                           fp32 scale per tensor after the codes)
-        k- and i-quants                                    ggml's own (ggml_quantize_chunk from the
-                                                           llama-cpp-python wheel), else an error
+    quantize_tensor(fmt, w)   float w[rows, n] -> uint8 bytes of format fmt, by lowbit's own
+                              quantizers (csrc/quant/, byte-identical to ggml_quantize_chunk;
+                              I2_S: absmean ternarisation, one fp32 scale after the codes)
     Writer(path, arch)        gguf-py's GGUFWriter plus: I2_S tensors (type 36, which gguf-py does
                               not know), metadata copied from another GGUF (e.g. the vocabulary)
 """
@@ -19,41 +15,27 @@ import numpy as np
 
 from .formats import get as get_format
 
-GGUF_PY_FORMATS = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "TQ1_0", "TQ2_0"}
 # Metadata keys a model file takes from the file it was made from (the tokenizer), as they are.
 VOCAB_PREFIX = "tokenizer."
 
 
-def quantize_tensor(fmt, w: np.ndarray) -> np.ndarray:
-    """Quantize float weights w[..., n] (rows = product of the outer dims) into format fmt.
+def quantize_tensor(fmt, w: np.ndarray, imatrix: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    """Quantize float weights w[..., n] (rows = product of the outer dims) into format fmt by
+    lowbit's own quantizers (csrc/quant/: byte-identical to ggml_quantize_chunk).
 
     Returns uint8 bytes: [rows, row_bytes] for block formats, the flat tensor (rows then the
-    scale and pad) for I2_S. Raises ValueError if no quantizer for fmt is available here.
+    scale and pad) for I2_S. imatrix: n importance weights shared by every row, or None.
+    Raises ValueError if lowbit has no quantizer for fmt.
     """
+    from .kernels import quantize
     f = get_format(fmt)
     w = np.ascontiguousarray(w, dtype=np.float32)
     n = w.shape[-1]
     if n % f.block:
         raise ValueError(f"{f.name}: a row of {n} values is not a whole number of {f.block}-value blocks")
     w2 = w.reshape(-1, n)
-    if f.name == "I2_S":
-        from .kernels import quantize
-        return quantize("I2_S", w2)
-    if f.name in GGUF_PY_FORMATS:
-        import gguf
-        return gguf.quants.quantize(w2, gguf.GGMLQuantizationType[f.name]).view(np.uint8).reshape(w2.shape[0], -1)
-    try:
-        from .ggml_oracle import GGML_TYPES, ggml
-    except ImportError as e:  # pragma: no cover - ggml_oracle has no import-time deps
-        raise ValueError(f"no quantizer for {f.name}") from e
-    if f.name not in GGML_TYPES:
-        raise ValueError(f"no quantizer for {f.name}")
-    try:
-        g = ggml()
-    except RuntimeError as e:
-        raise ValueError(f"quantizing to {f.name} needs ggml's quantizer: install llama-cpp-python "
-                         f"(pip install 'lowbit[test]')") from e
-    return g.quantize(f.name, w2)
+    raw = quantize(f, w2, imatrix=imatrix, threads=threads)
+    return raw if f.tensor_pad else raw.reshape(w2.shape[0], -1)
 
 
 def absmean_ternary(w: np.ndarray) -> np.ndarray:
