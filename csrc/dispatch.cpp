@@ -151,6 +151,17 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
     if (src.quant_w) dst.quant_w = src.quant_w;
 }
 
+// The ladder is not a chain on every CPU: AMD Zen 4 has AVX-512 VNNI but not AVX-VNNI (the VEX
+// form the avx2vnni level is built with). A level runs only where its own features are present;
+// a level above a missing one overlays the level below the missing one (SIGILL otherwise: I6).
+static bool cpu_has_level(const CpuInfo &c, int isa) {
+    if (isa > c.best) return false;
+    if (isa != ISA_AVX2VNNI) return true;
+    for (const std::string &f : c.features)
+        if (f == "avx_vnni") return true;
+    return false;
+}
+
 static void fill_table() {
     g_cpu = probe();
     for (const Level &l : kLadder) g_cpu.built = l.isa > g_cpu.built ? l.isa : g_cpu.built;
@@ -162,7 +173,7 @@ static void fill_table() {
     }
     static KernelTable running, level;  // big: keep them off the stack
     for (const Level &l : kLadder) {
-        if (l.isa > g_cpu.best || l.isa > g_cpu.cap) continue;  // I6: nothing above the cap runs
+        if (l.isa > g_cpu.cap || !cpu_has_level(g_cpu, l.isa)) continue;  // I6: nothing above the cap runs
         level = KernelTable{};
         l.reg(level);
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
@@ -173,7 +184,7 @@ static void fill_table() {
         // a level the ladder skips (not built) runs what the level below it runs
         for (int k = l.isa; k < ISA_COUNT; ++k) {
             g_levels[k] = running;
-            g_level_ready[k] = k <= g_cpu.best && k <= g_cpu.cap;
+            g_level_ready[k] = k <= g_cpu.cap && cpu_has_level(g_cpu, k);
         }
         bool own = false;  // a level whose register function adds nothing is not "built"
         for (int id = 0; id < 64; ++id)
@@ -224,6 +235,7 @@ void register_scalar(KernelTable &t) {
     ref::register_kquants(t);
     ref::register_iquants(t);
     ref::register_ternary(t);
+    ref::register_mxfp4(t);
     ref::register_glu(t);
 }
 

@@ -35,7 +35,7 @@ TERNARY = ("I2_S", "TQ1_0", "TQ2_0")
 FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
              "Q6_K": 18, "IQ2_XXS": 19, "IQ2_XS": 20, "IQ3_XXS": 23, "IQ1_S": 24, "IQ4_NL": 25,
              "IQ3_S": 26, "IQ2_S": 28, "IQ4_XS": 30, "IQ1_M": 31, "BF16": 32, "TQ1_0": 36, "TQ2_0": 37,
-             "I2_S": 40}
+             "I2_S": 40, "MXFP4": 38}
 
 
 def plan(f: gguf.GGUFFile, wtype, embd_type=None, head_type=None) -> dict[str, tuple[object, str]]:

@@ -39,6 +39,9 @@ def quantize_tensor(fmt, w: np.ndarray) -> np.ndarray:
     if f.name == "I2_S":
         from .kernels import quantize
         return quantize("I2_S", w2)
+    if f.name == "MXFP4":  # lowbit's own quantizer, byte-identical to ggml's (csrc/ref/mxfp4.cpp)
+        from .kernels import quantize
+        return quantize("MXFP4", w2).reshape(w2.shape[0], -1)
     if f.name in GGUF_PY_FORMATS:
         import gguf
         return gguf.quants.quantize(w2, gguf.GGMLQuantizationType[f.name]).view(np.uint8).reshape(w2.shape[0], -1)
