@@ -103,15 +103,25 @@ def test_perplexity_matches_llama_cpp(path, llm):
     assert abs(ours - theirs) <= 0.005 * theirs
 
 
-def test_each_feature_matters(path, llm):
+def test_each_feature_matters(path, llm, monkeypatch):
     """The comparison can fail: the same file with one feature switched off in lowbit (every layer's
-    window opened, or the sinks dropped) no longer matches llama.cpp at the positions that remain."""
-    for what in ("window", "sinks"):
+    window opened, the sinks dropped, YaRN off, the router / expert biases or the attention output
+    bias left out, the plain SwiGLU) no longer matches llama.cpp at the positions that remain."""
+    import dataclasses
+    from lowbit.model import ModelConfig
+    real = ModelConfig.from_gguf
+    off = {"yarn": dict(yarn_ext_factor=0.0, rope_scale=1.0), "moe_bias": dict(moe_bias=False),
+           "attn_out_bias": dict(attn_out_bias=False), "swiglu": dict(ffn_act="silu")}
+    for what in ("window", "sinks", *off):
+        if what in off:
+            monkeypatch.setattr(ModelConfig, "from_gguf",
+                                classmethod(lambda cls, f, w=what: dataclasses.replace(real(f), **off[w])))
         m = lowbit.load(path, n_ctx=128, threads=2)
+        monkeypatch.setattr(ModelConfig, "from_gguf", real)
         for i in range(m.config.n_layer):
             if what == "window":
                 m.engine.set_window(i, 0)
-            else:
+            elif what == "sinks":
                 m.engine.set_vec("attn_sinks", i, np.full(m.config.n_head, -np.inf, np.float32))
         ids, ours, ref, tie, counted, agree = compare(m, llm)
         diff = float(np.abs(ours - ref)[~tie].max())
