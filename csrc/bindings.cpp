@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -163,7 +164,7 @@ NB_MODULE(_lowbit, m) {
     m.def("attend_f16", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> K,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> V, float scale,
-                           int isa) {
+                           int isa, float sink) {
         // One query row against cache rows K/V[len, kd] (half bits), head 0 of each row.
         const AttnKernel &k = isa < 0 ? attn_kernel() : attn_kernel_at(isa);
         if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
@@ -177,11 +178,12 @@ NB_MODULE(_lowbit, m) {
         auto out = new_array<float>(1, (size_t)hd, &o);
         {
             nb::gil_scoped_release nogil;
-            k.fn(q.data(), K.data(), V.data(), (int)len, hd, kd, scale, sc.data(), o);
+            k.fn(q.data(), K.data(), V.data(), (int)len, hd, kd, scale, sink, sc.data(), o);
         }
         return nb::make_tuple(out, std::string(k.name));
     }, nb::arg("q"), nb::arg("K"), nb::arg("V"), nb::arg("scale"), nb::arg("isa") = -1,
-       "The engine's attention kernel on one query row: (out[1, head_dim], kernel name).");
+       nb::arg("sink") = -INFINITY,
+       "The engine's attention kernel on one query row: (out[1, head_dim], kernel name); sink: an attention sink logit.");
     m.def("quant_act_kernel", [](int id, int isa) -> nb::object {
         const Format &f = fmt(id);
         if (!f.activation) throw std::invalid_argument(std::string(f.name) + " is not an activation format");
@@ -412,7 +414,9 @@ NB_MODULE(_lowbit, m) {
         .def("__init__", [](Engine *e, int n_layer, int dim, int n_head, int n_kv, int head_dim, int ffn, int vocab,
                             int n_ctx, float eps, float rope_base, float rope_scale, int rope_dims, bool rope_neox,
                             bool kv_f16, int n_slots, bool qk_norm_full, int n_expert, int n_expert_used, int expert_ffn,
-                            int shexp_ffn, bool expert_norm, float expert_scale, bool sub_norm, int ffn_act) {
+                            int shexp_ffn, bool expert_norm, float expert_scale, bool sub_norm, int ffn_act,
+                            int expert_gating, float yarn_ext_factor, float yarn_attn_factor, float yarn_beta_fast,
+                            float yarn_beta_slow, int yarn_orig_ctx) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
@@ -421,13 +425,17 @@ NB_MODULE(_lowbit, m) {
             c.expert_ffn = expert_ffn; c.shexp_ffn = shexp_ffn; c.expert_norm = expert_norm;
             c.expert_scale = expert_scale;
             c.sub_norm = sub_norm; c.ffn_act = ffn_act;
+            c.expert_gating = expert_gating; c.yarn_ext_factor = yarn_ext_factor; c.yarn_attn_factor = yarn_attn_factor;
+            c.yarn_beta_fast = yarn_beta_fast; c.yarn_beta_slow = yarn_beta_slow; c.yarn_orig_ctx = yarn_orig_ctx;
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
            nb::arg("rope_scale"), nb::arg("rope_dims"), nb::arg("rope_neox"), nb::arg("kv_f16") = true,
            nb::arg("n_slots") = 1, nb::arg("qk_norm_full") = false, nb::arg("n_expert") = 0, nb::arg("n_expert_used") = 0,
            nb::arg("expert_ffn") = 0, nb::arg("shexp_ffn") = 0, nb::arg("expert_norm") = false,
-           nb::arg("expert_scale") = 1.0f, nb::arg("sub_norm") = false, nb::arg("ffn_act") = 0)
+           nb::arg("expert_scale") = 1.0f, nb::arg("sub_norm") = false, nb::arg("ffn_act") = 0,
+           nb::arg("expert_gating") = 0, nb::arg("yarn_ext_factor") = 0.0f, nb::arg("yarn_attn_factor") = 1.0f,
+           nb::arg("yarn_beta_fast") = 32.0f, nb::arg("yarn_beta_slow") = 1.0f, nb::arg("yarn_orig_ctx") = 0)
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;
@@ -439,6 +447,8 @@ NB_MODULE(_lowbit, m) {
                            nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> v) {
             e.set_vec(name, layer, v.data(), (int64_t)v.shape(0));
         })
+        .def("set_window", &Engine::set_window, nb::arg("layer"), nb::arg("window"),
+             "Sliding-window attention for a layer: its queries see the last `window` positions (0: all).")
         .def("set_threads", &Engine::set_threads)
         // importance matrices (lowbit imatrix): collect on/off, and {weight address: (sums[n_mat, n], counts)}
         .def("collect_acts", &Engine::collect_acts)

@@ -228,6 +228,7 @@ void register_scalar(KernelTable &t) {
     ref::register_kquants(t);
     ref::register_iquants(t);
     ref::register_ternary(t);
+    ref::register_mxfp4(t);
     ref::register_glu(t);
 }
 

@@ -9,17 +9,26 @@
 #include "dispatch.h"
 #include "fp16.h"
 #include "matmul.h"
+#include "ref/ref.h"
 #include "threadpool.h"
 
 namespace lowbit {
+
+int glu_kind(int ffn_act) {
+    return ffn_act == FFN_RELU2 ? GLU_RELU2 : ffn_act == FFN_SWIGLU_OAI ? GLU_SWIGLU_OAI : GLU_SILU;
+}
 
 Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     if (c.n_layer <= 0 || c.dim <= 0 || c.n_head <= 0 || c.n_kv <= 0 || c.head_dim <= 0 || c.head_dim > 512 || c.head_dim % 8 || c.ffn <= 0 ||
         c.vocab <= 0 || c.n_ctx <= 0 || c.n_head % c.n_kv != 0 || c.rope_dims <= 0 || c.rope_dims > c.head_dim ||
         c.rope_dims % 2 != 0)
         throw std::invalid_argument("engine: inconsistent model dimensions");
-    if (c.ffn_act != FFN_SILU && c.ffn_act != FFN_RELU2)
+    if (c.ffn_act != FFN_SILU && c.ffn_act != FFN_RELU2 && c.ffn_act != FFN_SWIGLU_OAI)
         throw std::invalid_argument("engine: unknown FFN activation " + std::to_string(c.ffn_act));
+    if (c.expert_gating != EXPERT_SOFTMAX && c.expert_gating != EXPERT_SOFTMAX_TOPK)
+        throw std::invalid_argument("engine: unknown expert gating " + std::to_string(c.expert_gating));
+    if (c.yarn_ext_factor != 0.0f && (!(c.rope_scale > 0.0f && c.rope_scale <= 1.0f) || c.yarn_orig_ctx <= 0))
+        throw std::invalid_argument("engine: YaRN needs a frequency scale in (0, 1] and an original context");
     if (c.n_slots < 1) throw std::invalid_argument("engine: n_slots must be >= 1");
     if (c.n_expert < 0 || (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.expert_ffn <= 0)) ||
         c.shexp_ffn < 0)
@@ -35,6 +44,25 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     inv_freq_.resize(c.rope_dims / 2);
     for (int i = 0; i < c.rope_dims / 2; ++i)
         inv_freq_[i] = (float)std::pow((double)c.rope_base, -2.0 * i / c.rope_dims);
+    rope_pos_scale_ = c.rope_scale;
+    if (c.yarn_ext_factor != 0.0f) {
+        // llama.cpp's YaRN (ggml's rope_yarn): theta = theta_extrap * (fs (1 - mix) + mix) per
+        // pair i, mix = ramp(i) * ext_factor over the correction dims [lo, hi] (float, as
+        // ggml_rope_yarn_corr_dims computes them); cos / sin times mscale.
+        const float fs = c.rope_scale, nd = (float)c.rope_dims, pi = 3.14159265358979323846f;
+        auto corr = [&](float beta) {
+            return nd * std::log((float)c.yarn_orig_ctx / (beta * 2.0f * pi)) / (2.0f * std::log(c.rope_base));
+        };
+        const float lo = std::max(0.0f, std::floor(corr(c.yarn_beta_fast)));
+        const float hi = std::min(nd - 1.0f, std::ceil(corr(c.yarn_beta_slow)));
+        for (int i = 0; i < c.rope_dims / 2; ++i) {
+            const float y = ((float)i - lo) / std::max(0.001f, hi - lo);
+            const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * c.yarn_ext_factor;
+            inv_freq_[i] = (float)((double)inv_freq_[i] * ((double)fs * (1.0 - mix) + mix));
+        }
+        rope_pos_scale_ = 1.0f;
+        rope_mscale_ = c.yarn_attn_factor * (1.0f + 0.1f * std::log(1.0f / fs));
+    }
 }
 
 static Mat *mat_slot(LayerWeights &l, const std::string &n) {
@@ -98,6 +126,15 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "attn_v.bias") { need(kd); l.bv = v; return; }
         if (name == "attn_sub_norm") { need(qd); l.attn_sub_norm = v; return; }
         if (name == "ffn_sub_norm") { need(c_.ffn); l.ffn_sub_norm = v; return; }
+        if (name == "attn_sinks") { need(c_.n_head); l.attn_sinks = v; return; }
+        if (name == "attn_output.bias") { need(c_.dim); l.bo = v; return; }
+        if (c_.n_expert > 0) {
+            const int64_t E = c_.n_expert;
+            if (name == "ffn_gate_inp.bias") { need(E); l.router_b = v; return; }
+            if (name == "ffn_gate_exps.bias") { need(E * c_.expert_ffn); l.gate_exps_b = v; return; }
+            if (name == "ffn_up_exps.bias") { need(E * c_.expert_ffn); l.up_exps_b = v; return; }
+            if (name == "ffn_down_exps.bias") { need(E * c_.dim); l.down_exps_b = v; return; }
+        }
         // "<matrix>.scale": one float multiplying that matrix's output (llama.cpp's bitnet)
         const size_t dot = name.rfind(".scale");
         if (dot != std::string::npos && dot + 6 == name.size()) {
@@ -110,6 +147,12 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         }
     }
     throw std::invalid_argument("engine: unknown vector " + name);
+}
+
+void Engine::set_window(int layer, int window) {
+    if (layer < 0 || layer >= c_.n_layer) throw std::invalid_argument("engine: set_window: no layer " + std::to_string(layer));
+    if (window < 0) throw std::invalid_argument("engine: set_window: negative window");
+    layers_[(size_t)layer].window = window;
 }
 
 std::string Engine::validate() const {
@@ -228,11 +271,12 @@ void Engine::rmsnorm(const float *x, const float *w, float *out, int T, int len)
 void Engine::rope_angles(int T, const int32_t *pos) {
     const int half = c_.rope_dims / 2;
     rot_.resize((size_t)T * half);
+    const float ms = rope_mscale_;  // 1 but under YaRN (then an exact no-op)
     for (int t = 0; t < T; ++t) {
-        const double p = (double)pos[t] * c_.rope_scale;
+        const double p = (double)pos[t] * rope_pos_scale_;
         for (int i = 0; i < half; ++i) {
             const double th = p * inv_freq_[i];
-            rot_[(size_t)t * half + i] = {(float)std::cos(th), (float)std::sin(th)};
+            rot_[(size_t)t * half + i] = {(float)std::cos(th) * ms, (float)std::sin(th) * ms};
         }
     }
 }
@@ -258,7 +302,7 @@ void Engine::rope(float *v, int T, int heads) const {
 // A float32 cache (kv_f16 = false) runs this plain loop; a half cache runs the dispatcher's
 // attention kernel (scalar reference or a SIMD level).
 static void attend_f32(const float *qv, const float *K, const float *V, int len, int hd, size_t kd, float scale,
-                       float *sc, float *o) {
+                       float sink, float *sc, float *o) {
     float mx = -INFINITY;
     for (int j = 0; j < len; ++j) {
         const float *kv = K + (size_t)j * kd;
@@ -267,8 +311,10 @@ static void attend_f32(const float *qv, const float *K, const float *V, int len,
         sc[j] = s * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
+    mx = sink > mx ? sink : mx;
     float sum = 0.0f;
     for (int j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
+    if (sink > -INFINITY) sum += std::exp(sink - mx);
     const float inv = 1.0f / sum;
     for (int d = 0; d < hd; ++d) o[d] = 0.0f;
     for (int j = 0; j < len; ++j) {
@@ -278,8 +324,10 @@ static void attend_f32(const float *qv, const float *K, const float *V, int len,
     }
 }
 
-// Token t attends to positions 0..pos[t] of its own slot slots[t].
+// Token t attends to positions 0..pos[t] of its own slot slots[t] (a sliding-window layer: the
+// last `window` of them), with the layer's attention sink for its head if it has sinks.
 void Engine::attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out) {
+    const LayerWeights &L = layers_[(size_t)layer];
     const int hd = c_.head_dim, nh = c_.n_head, group = c_.n_head / c_.n_kv, kd = c_.n_kv * hd;
     int maxlen = 0;
     for (int t = 0; t < T; ++t) maxlen = pos[t] + 1 > maxlen ? pos[t] + 1 : maxlen;
@@ -296,11 +344,15 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
             const int t = (int)(it / nh), h = (int)(it % nh), kvh = h / group;
             const float *qv = q + ((size_t)t * nh + h) * hd;
             float *o = out + ((size_t)t * nh + h) * hd;
-            const size_t off = kv_offset(slots[t], layer, 0) + (size_t)kvh * hd;
+            // keys first..pos[t]: llama.cpp's standard sliding window masks key p0 when pos - p0 >= window
+            const int first = L.window > 0 && pos[t] + 1 > L.window ? pos[t] + 1 - L.window : 0;
+            const size_t off = kv_offset(slots[t], layer, first) + (size_t)kvh * hd;
+            const float sink = L.attn_sinks ? L.attn_sinks[h] : -INFINITY;
+            const int len = pos[t] + 1 - first;
             if (c_.kv_f16)
-                attn16(qv, k16_.data() + off, v16_.data() + off, pos[t] + 1, hd, kd, scale, sc.data(), o);
+                attn16(qv, k16_.data() + off, v16_.data() + off, len, hd, kd, scale, sink, sc.data(), o);
             else
-                attend_f32(qv, k32_.data() + off, v32_.data() + off, pos[t] + 1, hd, kd, scale, sc.data(), o);
+                attend_f32(qv, k32_.data() + off, v32_.data() + off, len, hd, kd, scale, sink, sc.data(), o);
         }
     });
 }
@@ -332,9 +384,10 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
     if (g_.size() < n) g_.resize(n);
     const Format &fg = *format_by_id(gate.type), &fu = *format_by_id(up.type);
     const GluKernel &glu = glu_kernel();
-    const int kind = c_.ffn_act == FFN_RELU2 ? GLU_RELU2 : GLU_SILU;
+    const int kind = glu_kind(c_.ffn_act);
+    const glu_fn epilogue = kind == GLU_SWIGLU_OAI ? ref::glu : glu.fn;  // (OAI: the reference only)
     const int isa = cpu_info().selected;
-    if (fg.act == fu.act) {
+    if (fg.act == fu.act && kind != GLU_SWIGLU_OAI) {
         if (collect_ && T >= 16) { record_act(gate, x, T); record_act(up, x, T); }  // (matmul's own hook)
         size_t arb;
         const uint8_t *act = quantize_input(gate, x, T, false, &arb);
@@ -347,7 +400,7 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
         matmul(gate, x, T, g_.data());
         matmul(up, x, T, u_.data(), true);
         count_glu(kind, glu.isa, gate.rows, (int64_t)n);
-        glu.fn(g_.data(), u_.data(), g_.data(), (int64_t)n, kind);
+        epilogue(g_.data(), u_.data(), g_.data(), (int64_t)n, kind);
     }
     if (sub_norm) rmsnorm(g_.data(), sub_norm, g_.data(), T, (int)gate.rows);  // bitnet: before ffn_down
     matmul(down, g_.data(), T, out);
@@ -427,6 +480,7 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
         if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
         if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
         matmul(L.wo, att_.data(), T, h_.data());
+        add_bias(h_.data(), L.bo, T, dim);
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
 
         const auto t1 = now();

@@ -51,6 +51,14 @@ struct LayerWeights {
     Mat gate_exps, up_exps, down_exps;    // [n_expert * expert_ffn, dim], [n_expert * dim, expert_ffn]
     Mat sh_gate, sh_up, sh_down;          // qwen2moe's shared expert [shexp_ffn, dim], [dim, shexp_ffn]
     Mat sh_gate_inp;                      // its sigmoid gate [1, dim]
+    // Attention variants (gpt-oss; Gemma 3 and GLM reuse them):
+    int window = 0;                       // sliding window: a query at p sees keys p-window+1..p (0: all)
+    const float *attn_sinks = nullptr;    // [n_head] a learned logit per head in the softmax (no value)
+    const float *bo = nullptr;            // attn_output bias [dim]
+    // Biases of the router and the experts (gpt-oss), expert e's at e * rows_per_expert:
+    const float *router_b = nullptr;      // [n_expert], added to the router logits
+    const float *gate_exps_b = nullptr, *up_exps_b = nullptr;  // [n_expert * expert_ffn]
+    const float *down_exps_b = nullptr;   // [n_expert * dim], added before the routing weight
 };
 
 // Per-layer counters of the forward passes since the last reset (lowbit run --stats).
@@ -82,14 +90,32 @@ struct EngineConfig {
     int shexp_ffn = 0;           // qwen2moe's shared expert width (0: none)
     bool expert_norm = false;    // renormalise the top-K probabilities to sum 1 (qwen3moe, mixtral)
     float expert_scale = 1.0f;   // the routing weights' scale (GGUF expert_weights_scale; 1: none)
+    // How the routing weights come from the router logits (llama.cpp's gating functions):
+    // EXPERT_SOFTMAX: softmax over all E, then top-K (qwen*moe, mixtral, olmoe);
+    // EXPERT_SOFTMAX_TOPK: top-K of the logits, then a softmax over those K (gpt-oss's
+    // SOFTMAX_WEIGHT).
+    int expert_gating = 0;
+    // YaRN rope (llama.cpp's rope_yarn, with rope_scale as its freq_scale): yarn_ext_factor 0
+    // is off; else pair i's angle mixes interpolation (pos * freq_scale * theta_i) and
+    // extrapolation (pos * theta_i) by a ramp over the correction dims of yarn_orig_ctx,
+    // yarn_beta_fast / _slow, and cos / sin are scaled by yarn_attn_factor * (1 + 0.1 ln(1 /
+    // freq_scale)). yarn_attn_factor is llama.cpp's cparams value (it cancels that factor's
+    // rounding for files without a log multiplier: near 1 / (1 + 0.1 ln factor) * mscale).
+    float yarn_ext_factor = 0.0f, yarn_attn_factor = 1.0f, yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+    int yarn_orig_ctx = 0;
 };
-enum FfnAct : int { FFN_SILU = 0, FFN_RELU2 = 1 };
+// FFN gate activation: FFN_SWIGLU_OAI is gpt-oss's clamped SwiGLU (GLU_SWIGLU_OAI in kernels.h).
+enum FfnAct : int { FFN_SILU = 0, FFN_RELU2 = 1, FFN_SWIGLU_OAI = 2 };
+enum ExpertGating : int { EXPERT_SOFTMAX = 0, EXPERT_SOFTMAX_TOPK = 1 };
+int glu_kind(int ffn_act);  // the GluKind (kernels.h) of an FfnAct
 
 class Engine {
 public:
     explicit Engine(const EngineConfig &c);
     void set_mat(const std::string &name, int layer, const Mat &m);
     void set_vec(const std::string &name, int layer, const float *v, int64_t len);
+    // Sliding-window attention for one layer: its queries see the last `window` positions (0: all).
+    void set_window(int layer, int window);
     void set_threads(int t) { threads_ = t; }
     // Run tokens[0..T) at positions pos..pos+T-1 (the KV cache holds positions < pos).
     // logits: [T][vocab] if all_logits, else [1][vocab] for the last token.
@@ -163,7 +189,9 @@ private:
     std::vector<LayerWeights> layers_;
     Mat embd_, output_;
     const float *out_norm_ = nullptr;
-    std::vector<float> inv_freq_;        // per rotated pair: base^(-2i/d) / factor_i
+    std::vector<float> inv_freq_;        // per rotated pair: base^(-2i/d) / factor_i (YaRN: times its mix)
+    float rope_pos_scale_ = 1.0f;        // positions times this (linear scaling; 1 under YaRN)
+    float rope_mscale_ = 1.0f;           // cos / sin times this (YaRN's magnitude scale; else 1)
     std::vector<std::pair<float, float>> rot_;  // [T][rope_dims/2] (cos, sin) of this call's positions
     // [slot][layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
     std::vector<uint16_t> k16_, v16_;

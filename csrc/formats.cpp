@@ -33,6 +33,7 @@ static const Format kFormats[] = {
     {T_IQ1_M, "IQ1_M", QK_K, sizeof(block_iq1_m), T_Q8_K, true, false},
     {T_TQ1_0, "TQ1_0", QK_K, sizeof(block_tq1_0), T_Q8_K, true, false},
     {T_TQ2_0, "TQ2_0", QK_K, sizeof(block_tq2_0), T_Q8_K, true, false},
+    {T_MXFP4, "MXFP4", QK, sizeof(block_mxfp4), T_Q8_0, true, false},
     {T_I2_S, "I2_S", QK_I2S, sizeof(block_i2_s), T_I8_S, true, false},
     {T_I8_S, "I8_S", 1, 1, T_I8_S, false, true},
 };

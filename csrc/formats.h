@@ -18,10 +18,11 @@ enum TypeId : int {
     T_IQ1_S = 19, T_IQ4_NL = 20, T_IQ3_S = 21, T_IQ2_S = 22, T_IQ4_XS = 23,
     T_IQ1_M = 29, T_BF16 = 30, T_TQ1_0 = 34, T_TQ2_0 = 35,
     T_I2_S = 36,      // bitnet.cpp's ternary type (its GGUF files use id 36)
+    T_MXFP4 = 39,     // OCP microscaling FP4 (gpt-oss's experts)
     T_I8_S = 1001,    // lowbit activation format paired with I2_S (see block below)
 };
 
-constexpr int QK = 32;      // legacy block (Q4_0 .. Q8_1, IQ4_NL)
+constexpr int QK = 32;      // legacy block (Q4_0 .. Q8_1, IQ4_NL, MXFP4)
 constexpr int QK_K = 256;   // super-block (k-quants, i-quants, TQ*)
 constexpr int QK_I2S = 128; // I2_S block
 
@@ -64,6 +65,14 @@ static_assert(sizeof(block_iq2_xxs) == 66 && sizeof(block_iq2_xs) == 74 && sizeo
 static_assert(sizeof(block_iq3_xxs) == 98 && sizeof(block_iq3_s) == 110, "iq sizes");
 static_assert(sizeof(block_iq1_s) == 50 && sizeof(block_iq1_m) == 56, "iq sizes");
 static_assert(sizeof(block_iq4_nl) == 18 && sizeof(block_iq4_xs) == 136, "iq sizes");
+
+// ---- MXFP4 (OCP microscaling): 32 e2m1 values and one e8m0 scale -------------------------
+// qs[j]: low nibble codes weight j, high nibble weight j+16 (as IQ4_NL). A code c is an e2m1
+// value stored DOUBLED as an int8, kvalues_mxfp4[c] (csrc/ref/mxfp4.cpp), and e is the scale's
+// biased exponent, so w = kvalues_mxfp4[c] * 2^(e - 128)  (= e2m1(c) * 2^(e - 127)).
+// No fp16 anywhere: the block is 17 bytes, unaligned in a row.
+struct block_mxfp4 { uint8_t e; uint8_t qs[QK / 2]; };
+static_assert(sizeof(block_mxfp4) == 17, "mxfp4 size");
 
 // ---- ternary -----------------------------------------------------------------------------
 // TQ1_0: 5 trits per byte (base 3, most significant trit first after multiplying by 3),

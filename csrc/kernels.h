@@ -80,9 +80,12 @@ void register_avx512(KernelTable &t);    // csrc/x86/avx512/register.cpp (F/BW/V
 // Attention of one query row against a half KV cache (the engine's default):
 //   q[hd] (float, rounded to half before its dots), K/V rows j < len at K + j*kd (half bits),
 //   out[hd] = sum_j softmax(scale * q.K_j)_j (rounded to half) * V_j;  sc: scratch of len floats.
+//   sink: an attention sink (gpt-oss): a logit with no value row that takes part in the
+//   softmax's max and denominator, p_j = e^(s_j - m) / (sum_i e^(s_i - m) + e^(sink - m)),
+//   m = max(max_j s_j, sink). -INFINITY: none (the results are bitwise those without it).
 // A query row's result never depends on the other rows of its window (I2).
 using attn_f16_fn = void (*)(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd,
-                             float scale, float *sc, float *out);
+                             float scale, float sink, float *sc, float *out);
 struct AttnKernel {
     attn_f16_fn fn = nullptr;
     const char *name = nullptr;
@@ -99,7 +102,12 @@ const AttnKernel &attn_kernel_at(int isa);  // what runs at level isa (tests); f
 // Elementwise and lane-independent: every level computes the same function bit for bit
 // (tests/test_glu.py), so a token's result never depends on its window or the row split.
 // out may alias g or u exactly (same pointer), not partially.
-enum GluKind : int { GLU_SILU = 0, GLU_RELU2 = 1 };
+//     GLU_SWIGLU_OAI (gpt-oss, llama.cpp's swiglu_oai, alpha = 1.702, limit = 7 as llama.cpp fixes
+//                them): x = min(g, limit), y = clamp(u, -limit, limit),
+//                out = x / (1 + expf(alpha * -x)) * (y + 1), expf libm's as ggml's scalar loop.
+//                The scalar reference only (ref::glu; the SIMD levels do not take this kind).
+enum GluKind : int { GLU_SILU = 0, GLU_RELU2 = 1, GLU_SWIGLU_OAI = 2 };
+constexpr float kSwigluOaiAlpha = 1.702f, kSwigluOaiLimit = 7.0f;
 using glu_fn = void (*)(const float *g, const float *u, float *out, int64_t n, int kind);
 struct GluKernel {
     glu_fn fn = nullptr;

@@ -75,7 +75,8 @@ int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
 
 void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
               const uint8_t *act_u, size_t act_u_stride, int64_t nt, int64_t n, glu_fn glu, int kind,
-              int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride) {
+              int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride,
+              const float *bias_g, const float *bias_u) {
     thread_local std::vector<float> scratch;  // [ntc][tr] gate values, then [ntc][tr] up values
     const int64_t tmax = tile < re - rb ? tile : re - rb;
     const size_t need = (size_t)2 * (size_t)tmax * (size_t)(nt < MAX_NT ? nt : MAX_NT);
@@ -97,6 +98,11 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
                 for (int64_t i = 0; i < tr * ntc; ++i) G[i] *= gate.out_scale;
             if (up.out_scale != 1.0f)
                 for (int64_t i = 0; i < tr * ntc; ++i) U[i] *= up.out_scale;
+            for (int t = 0; t < ntc && (bias_g || bias_u); ++t)
+                for (int64_t i = 0; i < tr; ++i) {
+                    if (bias_g) G[(size_t)t * tr + i] += bias_g[tb + i];
+                    if (bias_u) U[(size_t)t * tr + i] += bias_u[tb + i];
+                }
             for (int t = 0; t < ntc; ++t)
                 glu(G + (size_t)t * tr, U + (size_t)t * tr, out + (size_t)(t0 + t) * out_stride + tb, tr, kind);
         }

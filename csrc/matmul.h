@@ -43,9 +43,12 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
 // The per-thread body of run_rows_glu, also the MoE expert pool's: rows [rb, re) of gate
 // (against act_g) and up (against act_u), nt tokens, in tiles of `tile` rows (scratch:
 // thread-local). Writes out[t * out_stride + r] for r in [rb, re) only. No counting.
+// bias_g / bias_u (optional, indexed by row): added to gate / up after out_scale, before the
+// epilogue (gpt-oss's expert biases).
 void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
               const uint8_t *act_u, size_t act_u_stride, int64_t nt, int64_t n, glu_fn glu, int kind,
-              int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride);
+              int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride,
+              const float *bias_g = nullptr, const float *bias_u = nullptr);
 
 // Rows per tile of glu_rows for a window count: about 32 KB of gate + up weight rows, so
 // they stay in L1/L2 while every window reads them.

@@ -5,19 +5,22 @@
 //   1. router: logits[T][E] = ffn_gate_inp . x through the float-row kernels. For F16/BF16
 //      routers x is first rounded to that type, as ggml does (its vec_dot_type for F16/BF16
 //      weights is F16/BF16): near-tied experts then rank as in llama.cpp.
-//   2. softmax over all E logits (exp in float, sum in double, as ggml_soft_max), top-K per
-//      token (higher probability first; equal probabilities: lower expert index first), the
-//      K weights renormalised to sum 1 (expert_norm: qwen3moe, mixtral; the sum clamped at
-//      2^-14 as llama.cpp) and scaled (expert_weights_scale).
+//   2. the router bias added if any (gpt-oss); EXPERT_SOFTMAX: softmax over all E logits (exp
+//      in float, sum in double, as ggml_soft_max), top-K per token (higher probability first;
+//      equal probabilities: lower expert index first); EXPERT_SOFTMAX_TOPK (gpt-oss): top-K of
+//      the logits (same order), then the softmax over those K. The K weights renormalised to
+//      sum 1 (expert_norm: qwen3moe, mixtral; the sum clamped at 2^-14 as llama.cpp) and
+//      scaled (expert_weights_scale).
 //   3. tokens grouped by expert: slot s = (expert, its tokens in increasing order).
 //   4. x quantized once per token to the experts' activation format and gathered by slot,
 //      shared read-only by every expert and thread.
 //   5. a work list of (expert, row range) items, taken by the threads from an atomic
 //      counter: gate and up rows for all of that expert's tokens (row kernels with
 //      nt = the expert's token count, chunked by 8: the rows are decoded once per 8
-//      tokens), the GLU epilogue (SwiGLU, or ReLU^2 by c_.ffn_act) fused on those rows
-//      (glu_rows, csrc/matmul.cpp); then those rows quantized per slot, and a second work
-//      list for down.
+//      tokens), the experts' gate / up biases if any, the GLU epilogue (SwiGLU, ReLU^2 or
+//      gpt-oss's clamped SwiGLU by c_.ffn_act) fused on those rows (glu_rows,
+//      csrc/matmul.cpp); then those rows quantized per slot, and a second work list for down
+//      (plus the down bias, if any).
 //   6. out[t] = sum over k = 0..K-1 (rank order) of w[t][k] * down_slot(t,k); plus the
 //      shared expert (qwen2moe) times sigmoid(ffn_gate_inp_shexp . x).
 // Router lookahead (optional, Engine::lookahead below) only reads pages ahead.
@@ -38,6 +41,7 @@
 #include "engine.h"
 #include "fp16.h"
 #include "matmul.h"
+#include "ref/ref.h"
 #include "threadpool.h"
 
 namespace lowbit {
@@ -135,14 +139,22 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     sel_.resize((size_t)S);
     wsel_.resize((size_t)S);
     rgap_[(size_t)layer].resize((size_t)T);
+    if (L.router_b)
+        for (int t = 0; t < T; ++t)
+            for (int e = 0; e < E; ++e) rlog_[(size_t)t * E + e] += L.router_b[e];
+    // ggml_soft_max of v[0..n): exp in float, the sum in double, times 1/sum in float
+    auto softmax = [](float *v, int n) {
+        float mx = -INFINITY;
+        for (int i = 0; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
+        double sum = 0.0;
+        for (int i = 0; i < n; ++i) { v[i] = std::exp(v[i] - mx); sum += v[i]; }
+        const float inv = (float)(1.0 / sum);
+        for (int i = 0; i < n; ++i) v[i] *= inv;
+    };
+    const bool topk_first = c_.expert_gating == EXPERT_SOFTMAX_TOPK;
     for (int t = 0; t < T; ++t) {
         float *p = rlog_.data() + (size_t)t * E;
-        float mx = -INFINITY;
-        for (int e = 0; e < E; ++e) mx = p[e] > mx ? p[e] : mx;
-        double sum = 0.0;
-        for (int e = 0; e < E; ++e) { p[e] = std::exp(p[e] - mx); sum += p[e]; }
-        const float inv = (float)(1.0 / sum);
-        for (int e = 0; e < E; ++e) p[e] *= inv;
+        if (!topk_first) softmax(p, E);  // else p stays the logits: ranked as they are
         int32_t *s = sel_.data() + (size_t)t * K;
         float *w = wsel_.data() + (size_t)t * K;
         for (int k = 0; k < K; ++k) {
@@ -156,13 +168,14 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
             w[k] = p[best];
         }
         // the routing margin: how far the K-th expert's probability is above the next one's
-        float next = 0.0f;
+        float next = topk_first ? -INFINITY : 0.0f;
         for (int e = 0; e < E; ++e) {
             bool taken = false;
             for (int j = 0; j < K; ++j) taken |= s[j] == e;
             if (!taken) next = std::max(next, p[e]);
         }
-        rgap_[(size_t)layer][(size_t)t] = w[K - 1] - next;
+        rgap_[(size_t)layer][(size_t)t] = w[K - 1] - next;  // (EXPERT_SOFTMAX_TOPK: in logits)
+        if (topk_first) softmax(w, K);
         if (c_.expert_norm) {
             double ws = 0.0;
             for (int k = 0; k < K; ++k) ws += w[k];
@@ -230,7 +243,8 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
 
     // 5a. gate and up with the GLU epilogue fused (glu_rows, as the dense FFN): eg_[s][ef]
     const GluKernel &glu = glu_kernel();
-    const int kind = c_.ffn_act == FFN_RELU2 ? GLU_RELU2 : GLU_SILU;
+    const int kind = glu_kind(c_.ffn_act);
+    const glu_fn epilogue = kind == GLU_SWIGLU_OAI ? ref::glu : glu.fn;  // (OAI: the reference only)
     eg_.resize((size_t)S * ef);
     for (int e = 0; e < E; ++e) {
         for (int t0c = 0; t0c < ecount_[(size_t)e]; t0c += MAX_NT) {
@@ -248,8 +262,10 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
         // expert it.e's gate and up rows; the experts' tensors carry no output scale
         const RowMat g{format_by_id(G.m->type), G.k, G.w(it.e), G.m->stride, G.m->scale, 1.0f};
         const RowMat u{format_by_id(U.m->type), U.k, U.w(it.e), U.m->stride, U.m->scale, 1.0f};
-        glu_rows(g, xg + (size_t)off * gb, gb, u, xu + (size_t)off * ub, ub, cnt, dim, glu.fn, kind, it.r0, it.r1,
-                 glu_tile_rows(g, u, cnt), eg_.data() + (size_t)off * ef, (size_t)ef);
+        const float *bg = L.gate_exps_b ? L.gate_exps_b + (size_t)it.e * ef : nullptr;
+        const float *bu = L.up_exps_b ? L.up_exps_b + (size_t)it.e * ef : nullptr;
+        glu_rows(g, xg + (size_t)off * gb, gb, u, xu + (size_t)off * ub, ub, cnt, dim, epilogue, kind, it.r0, it.r1,
+                 glu_tile_rows(g, u, cnt), eg_.data() + (size_t)off * ef, (size_t)ef, bg, bu);
     });
 
     if (collect_)
@@ -269,6 +285,11 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
             RowArgs a{D.w(it.e), D.m->stride, ys_.data() + s0 * db, db, ed_.data() + s0 * dim, (size_t)dim, ef,
                       D.m->scale};
             D.k->rows[ntc].fn(a, it.r0, it.r1, ntc);
+            if (L.down_exps_b) {
+                const float *b = L.down_exps_b + (size_t)it.e * dim;
+                for (int t = 0; t < ntc; ++t)
+                    for (int r = it.r0; r < it.r1; ++r) ed_[(s0 + t) * dim + r] += b[r];
+            }
         }
     });
 

@@ -8,6 +8,7 @@ import pytest
 import lowbit
 from lowbit import kernels as K
 from lowbit.generate import Stats
+from lowbit._native import lib
 
 RAW = np.zeros((4, 18), np.uint8)          # 4 rows of Q4_0, n = 32
 X = np.ones((2, 32), np.float32)
@@ -27,7 +28,6 @@ X = np.ones((2, 32), np.float32)
     (lambda: K.matmul("Q4_0", RAW, X, threads=0), ValueError, "threads"),
     (lambda: K.quantize_act("Q4_0", X), ValueError, "not an activation format"),
     (lambda: K.quantize_act("Q8_K", X), ValueError, "multiple of the block size 256"),
-    (lambda: K.quantize("Q4_K", np.ones((1, 256), np.float32)), ValueError, "no quantizer"),
     (lambda: K.dequantize("Q4_0", RAW, n=64), ValueError, "needs 36 bytes"),
     (lambda: K.matmul_act("Q4_0", RAW, np.zeros((2, 33), np.uint8)), ValueError, "34 bytes per token"),
     (lambda: K.matmul_act("Q4_0", RAW, np.zeros((2, 34), np.uint8), r0=2, r1=9), ValueError, "row range"),
@@ -74,6 +74,21 @@ def test_max_isa_cap_is_obeyed():
     r = subprocess.run([sys.executable, "-c", "import lowbit; print(lowbit._native.lib.levels())"],
                        capture_output=True, text=True, env={**__import__("os").environ, "LOWBIT_MAX_ISA": "scalar"})
     assert r.stdout.strip() == "['scalar']", r.stdout + r.stderr
+
+
+def test_levels_need_their_own_features():
+    """A level runs only where the CPU has its own features: the ladder is not a chain (AMD Zen 4
+    has AVX-512 VNNI but not the VEX AVX-VNNI the avx2vnni level is built with). Every kernel that
+    runs at any available level names a level whose features the CPU has (I6)."""
+    feats = set(lib.cpu_info()["features"])
+    need = {"avx2": {"avx2", "fma", "f16c"}, "avx2vnni": {"avx2", "fma", "f16c", "avx_vnni"},
+            "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}}
+    for lv in lib.levels():
+        assert need.get(lv, set()) <= feats, (lv, sorted(feats))
+        for f in lowbit.formats():
+            if f.weight:
+                k = lib.kernel(f.id, 1, ["scalar", "avx2", "avx2vnni", "avx512"].index(lv))
+                assert k is None or need.get(k[1], set()) <= feats, (f.name, lv, k)
 
 
 def test_bad_max_isa_is_a_clear_error():

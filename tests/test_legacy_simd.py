@@ -14,7 +14,7 @@ from conftest import LEVELS
 from lowbit._native import lib
 from lowbit.formats import BY_NAME as F
 
-FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL"]
+FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"]
 SIMD = [lv for lv in LEVELS if lv != "scalar"]
 ISA = {"scalar": 0, "avx2": 1, "avx2vnni": 2, "avx512": 3}
 # blocks per row: lone blocks, a pair, odd tails, exactly one and two groups, groups + tails
@@ -111,7 +111,10 @@ def test_integer_sums_worst_case_full_groups(ggml, rng, name, pattern):
     else:
         raw = np.full((rows, nb, f.bytes), pattern, np.uint8)
     one = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
-    raw[:, :, 0:2] = one
+    if name == "MXFP4":
+        raw[:, :, 0] = 128  # e8m0 2^(128-127), halved: w = kvalues_mxfp4[code] exactly
+    else:
+        raw[:, :, 0:2] = one
     if name in ("Q4_1", "Q5_1"):
         raw[:, :, 2:4] = one  # m = 1: every m * s term is an integer too
     raw = raw.reshape(rows, nb * f.bytes)

@@ -37,7 +37,8 @@ const Entry *entry(int id) {
 
 }  // namespace
 
-bool has_quantizer(int id) { return id == T_I2_S || entry(id) != nullptr; }
+// (I2_S and MXFP4: the quantizer their format table entry carries, csrc/ref/)
+bool has_quantizer(int id) { return id == T_I2_S || id == T_MXFP4 || entry(id) != nullptr; }
 
 bool needs_imatrix(int id) {
     return id == T_IQ2_XXS || id == T_IQ2_XS || id == T_IQ1_S || id == T_IQ1_M;
@@ -58,8 +59,8 @@ void quantize_rows(int id, const float *x, uint8_t *dst, int64_t rows, int64_t n
     }
     if (needs_imatrix(id) && !imatrix)
         throw std::invalid_argument(std::string("quantize: ") + f->name + " needs an importance matrix");
-    if (id == T_I2_S) {  // one scale for the whole tensor (csrc/ref/ternary.cpp): not split by rows
-        kernel_entry(T_I2_S).quant_w(x, dst, rows, n);
+    if (id == T_I2_S || id == T_MXFP4) {  // I2_S: one scale for the whole tensor (csrc/ref/ternary.cpp),
+        kernel_entry(id).quant_w(x, dst, rows, n);  // not split by rows; MXFP4: csrc/ref/mxfp4.cpp (no imatrix)
         return;
     }
     const Entry *e = entry(id);

@@ -3,6 +3,7 @@
 // Numbers as llama.cpp computes them with its default half cache: q is rounded to half
 // before q.K (its K.q product takes half operands), the softmax runs in float, and each
 // probability is rounded to half before it weights V. Dots accumulate in float in index order.
+// An attention sink (sink > -inf) joins the max and adds its exp to the sum after the keys'.
 #include <cmath>
 #include <vector>
 
@@ -21,7 +22,7 @@ static const float *half_table() {
 }
 
 void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd, float scale,
-                float *sc, float *out) {
+                float sink, float *sc, float *out) {
     const float *ht = half_table();
     float qr[512];  // head_dim <= 512 (the engine checks)
     for (int d = 0; d < hd; ++d) qr[d] = ht[f32_to_fp16(q[d])];
@@ -33,8 +34,10 @@ void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, i
         sc[j] = s * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
+    mx = sink > mx ? sink : mx;
     float sum = 0.0f;
     for (int j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
+    if (sink > -INFINITY) sum += std::exp(sink - mx);  // the sink's share of the denominator
     const float inv = 1.0f / sum;
     for (int d = 0; d < hd; ++d) out[d] = 0.0f;
     for (int j = 0; j < len; ++j) {

@@ -15,6 +15,8 @@
 //   silu(g) = g / (1 + exp(0 - g))   (g = -inf gives -inf / inf = NaN, as ggml and libm's
 //             formula do; g = +inf gives +inf; g <= -~88.7 gives -0; NaN gives NaN)
 //   relu2(g) = r * r with r = g > 0 ? g : 0   (NaN gives 0, as ggml_vec_relu)
+//   swiglu_oai (gpt-oss): ggml's scalar loop as it is, libm's expf (kernels.h; this level only)
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -54,6 +56,14 @@ float glu_expf(float x) {
 }
 
 void glu(const float *g, const float *u, float *out, int64_t n, int kind) {
+    if (kind == GLU_SWIGLU_OAI) {
+        for (int64_t i = 0; i < n; ++i) {
+            const float x = std::min(g[i], kSwigluOaiLimit);
+            const float y = std::min(std::max(u[i], -kSwigluOaiLimit), kSwigluOaiLimit);
+            out[i] = x / (1.0f + std::exp(kSwigluOaiAlpha * (-x))) * (y + 1.0f);
+        }
+        return;
+    }
     if (kind == GLU_RELU2) {
         for (int64_t i = 0; i < n; ++i) {
             const float r = g[i] > 0.0f ? g[i] : 0.0f;

@@ -36,18 +36,23 @@ inline int nearest_int(float fval) {
 
 // The engine's attention over a half KV cache (contract: attn_f16_fn in kernels.h).
 void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd, float scale,
-                float *sc, float *out);
+                float sink, float *sc, float *out);
 
 // The GLU epilogue (contract: glu_fn in kernels.h) and its exp, exposed for the tests'
 // understanding of the levels: every SIMD level must equal these bit for bit.
 float glu_expf(float x);
 void glu(const float *g, const float *u, float *out, int64_t n, int kind);
 
+// MXFP4's code book (e2m1 values doubled) and its halved e8m0 scale 2^(e - 128) (mxfp4.cpp).
+extern const int8_t kvalues_mxfp4[16];
+float e8m0_half(uint8_t e);
+
 // Registration of each family into the table (scalar level).
 void register_legacy(KernelTable &t);    // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
 void register_kquants(KernelTable &t);   // Q2_K .. Q6_K
 void register_iquants(KernelTable &t);   // IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ4_NL IQ4_XS IQ1_S IQ1_M
 void register_ternary(KernelTable &t);   // TQ1_0 TQ2_0 I2_S (+ I8_S activations, I2_S quantizer)
+void register_mxfp4(KernelTable &t);     // MXFP4 x Q8_0 (+ its quantizer)
 void register_float(KernelTable &t);     // F32 F16 BF16 rows against F32 activations
 void register_act(KernelTable &t);       // Q8_0 Q8_1 Q8_K activation quantizers (+ their dequant)
 void register_glu(KernelTable &t);       // the FFN's gate/up epilogue (SiLU, ReLU^2)

@@ -1,4 +1,5 @@
-// Legacy-format row kernels: Q4_0, Q5_0, Q8_0 (and IQ4_NL, csrc/x86/iq4nl.inl) x Q8_0 and
+// Legacy-format row kernels: Q4_0, Q5_0, Q8_0 (and IQ4_NL, csrc/x86/iq4nl.inl, and MXFP4,
+// csrc/x86/mxfp4.inl) x Q8_0 and
 // Q4_1, Q5_1 x Q8_1. Shared body of csrc/x86/{avx2,avx2vnni,avx512}/legacy.cpp; the including
 // file defines LOWBIT_ISA (ISA_AVX2, ISA_AVX2VNNI or ISA_AVX512) and LOWBIT_NS (the level's
 // namespace) and is built with that level's flags only.
@@ -56,6 +57,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../kernels.h"
@@ -207,6 +209,7 @@ struct FQ8_0 {  // vnni: u = q + 128; avx2: signed q, sign trick
     static constexpr bool kLut = false, kQ8_1 = false, kSign = !kVnni, kM = false;
 };
 #include "iq4nl.inl"
+#include "mxfp4.inl"
 
 // One pair of blocks (b, b+1) into lo / hi (layout in the header); `two` false: block b is the
 // row's last, block b+1's lanes are zero and nothing past the row is read.
@@ -224,8 +227,8 @@ LB_LG_INLINE void decode_pair(const uint8_t *b, bool two, __m256i &lo, __m256i &
         if constexpr (F::kBits == 5)
             fifth_bits(ld32(b + F::kQh), two ? ld32(b + F::kBytes + F::kQh) : 0u, lo, hi);
         if constexpr (F::kLut) {
-            lo = _mm256_shuffle_epi8(iq4nl_lut(), lo);
-            hi = _mm256_shuffle_epi8(iq4nl_lut(), hi);
+            lo = _mm256_shuffle_epi8(code_lut<F>(), lo);
+            hi = _mm256_shuffle_epi8(code_lut<F>(), hi);
         }
     }
 }
@@ -264,7 +267,7 @@ LB_LG_INLINE void decode_quad(const uint8_t *b, int n, __m512i &lo, __m512i &hi)
             hi = _mm512_mask_add_epi8(hi, khi, hi, b16);
         }
         if constexpr (F::kLut) {
-            const __m512i lut = _mm512_maskz_broadcast_i32x4((__mmask16)0xFFFF, _mm256_castsi256_si128(iq4nl_lut()));
+            const __m512i lut = _mm512_maskz_broadcast_i32x4((__mmask16)0xFFFF, _mm256_castsi256_si128(code_lut<F>()));
             lo = _mm512_shuffle_epi8(lut, lo);
             hi = _mm512_shuffle_epi8(lut, hi);
         }
@@ -550,6 +553,11 @@ LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &
         g = _mm256_and_si256(g, have);
 #endif
     }
+    if constexpr (kE8M0Scale<F>) {  // the dword's low byte is e (mxfp4.inl)
+        dw = e8m0_half_ps(g);
+        mw = _mm256_setzero_ps();
+        return;
+    }
     g = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(g, K(kPackCtl)), 0xD8);
     dw = _mm256_cvtph_ps(_mm256_castsi256_si128(g));
     if constexpr (F::kM) mw = _mm256_cvtph_ps(_mm256_extracti128_si256(g, 1));
@@ -566,6 +574,7 @@ constexpr C32 halves_idx(int i) {  // vpermps index: dword i in lanes 0..3, dwor
 constexpr C32 kIdxD = halves_idx(0), kIdxM = halves_idx(1);
 template <class F, bool TAIL>
 LB_LG_INLINE void unit_scales(const uint8_t *b, bool two, __m256 &dw, __m256 &mw) {
+    static_assert(!kE8M0Scale<F>, "per_unit_scales is for the Q5 formats' fp16 d (and m)");
     // halves [d_b m_b d_b+1 m_b+1] -> floats, lanes 0..3
     uint32_t h1;
     if constexpr (TAIL) {
@@ -791,6 +800,7 @@ void register_legacy(KernelTable &t) {
     t.set_rows_all(T_Q5_1, rows<FQ5_1>, LB_LG_NAME("q5_1", "q8_1"), LOWBIT_ISA);
     t.set_rows_all(T_Q8_0, rows<FQ8_0>, LB_LG_NAME("q8_0", "q8_0"), LOWBIT_ISA);
     t.set_rows_all(T_IQ4_NL, rows<FIQ4_NL>, LB_LG_NAME("iq4_nl", "q8_0"), LOWBIT_ISA);
+    t.set_rows_all(T_MXFP4, rows<FMXFP4>, LB_LG_NAME("mxfp4", "q8_0"), LOWBIT_ISA);
 #undef LB_LG_NAME
 }
 

@@ -41,7 +41,7 @@ from .kernels import quantize, split_tensor
 
 DEFAULT_FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                    "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "IQ1_S",
-                   "IQ1_M", "TQ1_0", "TQ2_0", "I2_S", "BF16", "F16"]
+                   "IQ1_M", "TQ1_0", "TQ2_0", "I2_S", "MXFP4", "BF16", "F16"]
 DISTINCT_ROWS = 256
 
 

@@ -12,6 +12,16 @@ Families differ by config fields, not by copies of the model:
     olmoe         neox      whole q/k  -           experts, top-K not renormalised
     bitnet        neox      -          -           dense, sub-norms, silu gate (llama.cpp's LLM_ARCH_BITNET)
     bitnet-b1.58  neox      -          -           dense, sub-norms, relu^2 gate (bitnet.cpp's; BitNet b1.58 2B-4T)
+    gpt-oss       neox+YaRN -          q/k/v/o     experts with biases, top-K then softmax, clamped SwiGLU;
+                                                   attention sinks, sliding window on even layers
+
+gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE) as configuration: attention sinks (blk.N.attn_sinks.weight, one
+logit per head that joins each softmax), sliding-window attention on the layers the
+attention.sliding_window_pattern selects (default 2: even layers slide, odd ones see everything;
+llama.cpp's set_swa_pattern), the attn_output bias, router and expert biases (added before the
+activation / before the routing weight), routing by the top-K router logits with a softmax over
+those K (llama.cpp's SOFTMAX_WEIGHT), the clamped SwiGLU (swiglu_oai, alpha 1.702, limit 7), its
+FFN norm named post_attention_norm, and YaRN rope with llama.cpp's attention factor.
 
 The BitNet families (both as llama.cpp / bitnet.cpp build them): attn_sub_norm (RMSNorm)
 on the attention output before wo, ffn_sub_norm on the FFN activation before ffn_down, the
@@ -48,12 +58,16 @@ from ._native import lib
 from .gguf import GGUFError
 
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
-             "bitnet": True, "bitnet-b1.58": True}
-MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe"}   # and llama with expert_count > 0 (mixtral)
-EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False}
+             "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True}
+MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss"}   # and llama with expert_count > 0 (mixtral)
+EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False}
+EXPERT_GATING = {"gpt-oss": "softmax_topk"}      # default "softmax" (over all experts, then top-K)
+EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1}  # csrc/engine.h ExpertGating
 SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
-FFN_ACT = {"bitnet-b1.58": "relu2"}              # FFN gate activation; default "silu"
-FFN_ACT_ID = {"silu": 0, "relu2": 1}             # csrc/engine.h FfnAct
+FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai"}  # FFN gate activation; default "silu"
+FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2}  # csrc/engine.h FfnAct
+FFN_NORM = {"gpt-oss": "post_attention_norm"}    # the FFN's input norm tensor; default "ffn_norm"
+SWA_PATTERN = {"gpt-oss": 2}                     # llama.cpp's default sliding-window pattern per arch
 DEFAULT_CTX = 2048
 
 
@@ -97,7 +111,18 @@ class ModelConfig:
     expert_norm: bool = False     # renormalise the top-K weights
     expert_scale: float = 1.0
     sub_norm: bool = False  # bitnet families: attn_sub_norm, ffn_sub_norm
-    ffn_act: str = "silu"   # "silu": silu(gate) * up; "relu2": relu(gate)^2 * up
+    ffn_act: str = "silu"   # "silu": silu(gate) * up; "relu2": relu(gate)^2 * up; "swiglu_oai": gpt-oss's
+    ffn_norm: str = "ffn_norm"       # the FFN input norm's tensor name (gpt-oss: post_attention_norm)
+    expert_gating: str = "softmax"   # "softmax": over all, then top-K; "softmax_topk": top-K logits, softmax
+    moe_bias: bool = False           # router and expert biases (gpt-oss)
+    attn_out_bias: bool = False      # attn_output.bias
+    attn_sinks: bool = False         # blk.N.attn_sinks: a logit per head in each softmax
+    window: tuple = ()               # per layer: sliding-window size (0: full attention)
+    yarn_ext_factor: float = 0.0     # YaRN rope (0: off); the rest as llama.cpp's cparams
+    yarn_attn_factor: float = 1.0
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_orig_ctx: int = 0
 
     @classmethod
     def from_gguf(cls, f: gguf.GGUFFile) -> "ModelConfig":
@@ -120,8 +145,8 @@ class ModelConfig:
         head_dim = key("attention.key_length", dim // n_head)
         scaling = md.get(f"{arch}.rope.scaling.type", "none")
         factor = float(md.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
-        if scaling not in ("none", "linear") and factor != 1.0:
-            raise GGUFError(f"{f.path}: rope scaling {scaling!r} is not supported (none, linear)")
+        if scaling not in ("none", "linear", "yarn") and factor != 1.0:
+            raise GGUFError(f"{f.path}: rope scaling {scaling!r} is not supported (none, linear, yarn)")
         emb = f.tensors.get("token_embd.weight")
         if emb is None:
             raise GGUFError(f"{f.path}: tensor 'token_embd.weight' is missing")
@@ -134,7 +159,7 @@ class ModelConfig:
             train_ctx=key("context_length", 2048),
             eps=key("attention.layer_norm_rms_epsilon", 1e-5, float),
             rope_base=key("rope.freq_base", 10000.0, float),
-            rope_scale=1.0 / factor if scaling == "linear" else 1.0,
+            rope_scale=1.0 / factor if scaling in ("linear", "yarn") else 1.0,
             rope_dims=key("rope.dimension_count", head_dim),
             rope_neox=ROPE_NEOX[arch],
             qk_norm="blk.0.attn_q_norm.weight" in f.tensors,
@@ -144,7 +169,58 @@ class ModelConfig:
             **moe,
             sub_norm=arch in SUB_NORM,
             ffn_act=FFN_ACT.get(arch, "silu"),
+            ffn_norm=FFN_NORM.get(arch, "ffn_norm"),
+            expert_gating=EXPERT_GATING.get(arch, "softmax"),
+            moe_bias="blk.0.ffn_gate_inp.bias" in f.tensors,
+            attn_out_bias="blk.0.attn_output.bias" in f.tensors,
+            attn_sinks="blk.0.attn_sinks.weight" in f.tensors,
+            window=cls._windows(f, arch, key("block_count")),
+            **cls._yarn_fields(f, arch, scaling, factor, key),
         )
+
+    @staticmethod
+    def _windows(f: gguf.GGUFFile, arch: str, n_layer: int) -> tuple:
+        """Per layer the sliding window (0: full attention), as llama.cpp's load_swa_pattern: a
+        layer slides when attention.sliding_window_pattern (an array of bools per layer, or a
+        period n: layer il slides unless il % n == n - 1; the arch's default) says so."""
+        md = f.metadata
+        n_swa = md.get(f"{arch}.attention.sliding_window", 0)
+        if not n_swa:
+            return (0,) * n_layer
+        if not isinstance(n_swa, int) or isinstance(n_swa, bool) or n_swa < 0:
+            raise GGUFError(f"{f.path}: metadata key {arch}.attention.sliding_window = {n_swa!r} is not a "
+                            f"non-negative integer")
+        pat = md.get(f"{arch}.attention.sliding_window_pattern", SWA_PATTERN.get(arch, 0))
+        if isinstance(pat, (list, tuple, np.ndarray)):
+            if len(pat) < n_layer:
+                raise GGUFError(f"{f.path}: {arch}.attention.sliding_window_pattern has {len(pat)} entries for "
+                                f"{n_layer} layers")
+            return tuple(n_swa if bool(pat[i]) else 0 for i in range(n_layer))
+        if not isinstance(pat, int) or isinstance(pat, bool) or pat < 0:
+            raise GGUFError(f"{f.path}: metadata key {arch}.attention.sliding_window_pattern = {pat!r} is invalid")
+        return tuple(n_swa if pat == 0 or i % pat < pat - 1 else 0 for i in range(n_layer))
+
+    @staticmethod
+    def _yarn_fields(f: gguf.GGUFFile, arch: str, scaling: str, factor: float, key) -> dict:
+        """YaRN's parameters as llama.cpp's context computes them (llama_context's constructor):
+        ext_factor 1; attn_factor = mscale(factor) / (1 + 0.1 ln factor) (or, with a
+        yarn_log_multiplier m, mscale(factor, 1) / mscale(factor, m)), times rope.scaling.attn_factor,
+        in float32; the original context from rope.scaling.original_context_length."""
+        if scaling != "yarn" or factor == 1.0:
+            return {}
+        md = f.metadata
+        f32 = np.float32
+        fs = f32(1.0) / f32(factor)          # hparams.rope_freq_scale_train
+        fac = f32(1.0) / fs                  # cparams: factor = 1 / rope_freq_scale
+
+        def mscale(s, m):
+            return f32(1.0) if s <= 1.0 else f32(f32(0.1) * f32(m) * f32(np.log(s)) + f32(1.0))
+        log_mul = float(md.get(f"{arch}.rope.scaling.yarn_log_multiplier", 0.0) or 0.0)
+        attn = mscale(fac, 1.0) / mscale(fac, log_mul) if log_mul else mscale(fac, 1.0)
+        attn = f32(attn) * (f32(1.0) / (f32(1.0) + f32(0.1) * f32(np.log(fac))))
+        attn = f32(attn) * f32(md.get(f"{arch}.rope.scaling.attn_factor", 1.0) or 1.0)
+        orig = md.get(f"{arch}.rope.scaling.original_context_length") or key("context_length", 2048)
+        return dict(yarn_ext_factor=1.0, yarn_attn_factor=float(attn), yarn_orig_ctx=int(orig))
 
     @staticmethod
     def _moe_fields(f: gguf.GGUFFile, arch: str, key) -> dict:
@@ -158,7 +234,9 @@ class ModelConfig:
         if not isinstance(used, int) or isinstance(used, bool) or not 1 <= used <= n_expert:
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_used_count = {used!r} must be an integer in "
                             f"1..{n_expert} ({ek})")
-        if arch in ("qwen2moe", "qwen3moe") and f"{arch}.expert_feed_forward_length" in md:
+        if arch == "gpt-oss":
+            expert_ffn = key("expert_feed_forward_length")
+        elif arch in ("qwen2moe", "qwen3moe") and f"{arch}.expert_feed_forward_length" in md:
             expert_ffn = key("expert_feed_forward_length")
         elif arch in ("qwen2moe", "qwen3moe"):
             expert_ffn = key("feed_forward_length") // used  # llama.cpp's fallback
@@ -210,7 +288,11 @@ class Model:
                                  qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
                                  expert_ffn=c.expert_ffn, shexp_ffn=c.shexp_ffn, expert_norm=c.expert_norm,
                                  expert_scale=c.expert_scale,
-                                 sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act])
+                                 sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act],
+                                 expert_gating=EXPERT_GATING_ID[c.expert_gating],
+                                 yarn_ext_factor=c.yarn_ext_factor, yarn_attn_factor=c.yarn_attn_factor,
+                                 yarn_beta_fast=c.yarn_beta_fast, yarn_beta_slow=c.yarn_beta_slow,
+                                 yarn_orig_ctx=c.yarn_orig_ctx)
         if threads:
             self.engine.set_threads(int(threads))
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
@@ -282,7 +364,16 @@ class Model:
                 if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
                     self._vec(slot + ".scale", i, p + slot + ".scale")
             self._vec("attn_norm", i, p + "attn_norm.weight")
-            self._vec("ffn_norm", i, p + "ffn_norm.weight")
+            self._vec("ffn_norm", i, p + c.ffn_norm + ".weight")
+            if c.attn_out_bias:
+                self._vec("attn_output.bias", i, p + "attn_output.bias")
+            if c.attn_sinks:
+                self._vec("attn_sinks", i, p + "attn_sinks.weight")
+            if c.moe_bias:
+                for s in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+                    self._vec(s + ".bias", i, p + s + ".bias")
+            if c.window[i]:
+                self.engine.set_window(i, c.window[i])
             if c.qk_norm:
                 self._vec("attn_q_norm", i, p + "attn_q_norm.weight")
                 self._vec("attn_k_norm", i, p + "attn_k_norm.weight")

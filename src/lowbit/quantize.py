@@ -59,7 +59,7 @@ MIXES = {
     "IQ2_XS": (20, "IQ2_XS"), "Q2_K_S": (21, "Q2_K"), "IQ3_XS": (22, "IQ3_S"), "IQ3_XXS": (23, "IQ3_XXS"),
     "IQ1_S": (24, "IQ1_S"), "IQ4_NL": (25, "IQ4_NL"), "IQ3_S": (26, "IQ3_S"), "IQ3_M": (27, "IQ3_S"),
     "IQ2_S": (28, "IQ2_XS"), "IQ2_M": (29, "IQ2_S"), "IQ4_XS": (30, "IQ4_XS"), "IQ1_M": (31, "IQ1_M"),
-    "BF16": (32, "BF16"), "TQ1_0": (36, "TQ1_0"), "TQ2_0": (37, "TQ2_0"),
+    "BF16": (32, "BF16"), "TQ1_0": (36, "TQ1_0"), "TQ2_0": (37, "TQ2_0"), "MXFP4": (38, "MXFP4"),
 }
 ALIASES = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}  # as llama-quantize accepts them
 I2S_FILE_TYPE = 40  # bitnet.cpp's general.file_type for I2_S files (informational)

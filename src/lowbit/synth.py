@@ -7,7 +7,7 @@ weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of la
 
     synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3
     synth_bitnet(path, arch="bitnet", wtype="TQ2_0", ...)     bitnet / bitnet-b1.58, ternary weights
-    synth_moe(path, arch="qwen3moe", experts=.., top_k=.., ...) qwen3moe / qwen2moe / olmoe / mixtral
+    synth_moe(path, arch="qwen3moe", experts=.., top_k=.., ...) qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss
     one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
 """
 from __future__ import annotations
@@ -77,11 +77,11 @@ def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, hea
 
 
 def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, heads: int, kv_heads: int,
-                  head_dim: int, wtype: str) -> None:
+                  head_dim: int, wtype: str, ffn_norm: str = "ffn_norm") -> None:
     """A layer's two norms and its q/k/v/output matrices (in this order: the random draws, and so
-    every seed's weights, depend on it)."""
+    every seed's weights, depend on it). ffn_norm: the FFN norm's name (gpt-oss: post_attention_norm)."""
     w.add(p + "attn_norm.weight", norm_weight(rng, dim))
-    w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+    w.add(p + ffn_norm + ".weight", norm_weight(rng, dim))
     w.add(p + "attn_q.weight", gauss(rng, heads * head_dim, dim), wtype)
     w.add(p + "attn_k.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
     w.add(p + "attn_v.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
@@ -126,14 +126,15 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     return str(path)
 
 
-MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama"}
+MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama", "gpt-oss": "gpt-oss"}
 
 
 def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, heads: int = 4, kv_heads: int = 2,
               head_dim: int | None = None, experts: int = 8, top_k: int = 2, expert_ffn: int = 256,
               shared_ffn: int = 512, ctx: int = 1024, wtype: str = "Q8_0", expert_type: str = "Q4_K",
               down_type: str | None = None, router_type: str = "F32", embd_type: str = "F32",
-              head_type: str | None = None, seed: int = 0, vocab: dict | None = None) -> str:
+              head_type: str | None = None, seed: int = 0, vocab: dict | None = None, window: int = 128,
+              rope_base: float = 150000.0, yarn_factor: float = 32.0, yarn_orig_ctx: int = 4096) -> str:
     """A Mixture-of-Experts model with random weights, as llama.cpp's converters lay them out.
 
     arch: qwen3moe (q/k norm), qwen2moe (q/k/v biases, a shared expert of width shared_ffn with a
@@ -143,6 +144,11 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     ffn_gate_inp [experts, dim] in router_type (F32/F16/BF16). wtype: attention (and the shared
     expert); head_type: output.weight (default wtype); vocab: tokenizer.* metadata (None: the
     default model's).
+
+    gpt-oss (llama.cpp's names and keys): attention with q/k/v/o biases and a sink logit per head
+    (blk.N.attn_sinks.weight), sliding windows of `window` positions on even layers, the FFN norm named
+    post_attention_norm, router and expert biases, YaRN rope (rope_base, yarn_factor, yarn_orig_ctx, as
+    gpt-oss's config: 150000, 32, 4096); its experts default to MXFP4 (expert_type).
 
     Routing is not degenerate: the router rows are N(0, 1/dim), so a token's router logits are
     about N(0, 1) and differ from token to token: every expert gets tokens, top-K sets vary.
@@ -159,12 +165,18 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     nv = vocab_size(vocab)
     w = Writer(path, MOE_ARCHS[arch])
     a = w.arch
+    oss = arch == "gpt-oss"
     write_header(w, vocab, layers=layers, dim=dim, ffn=expert_ffn, heads=heads, kv_heads=kv_heads, head_dim=hd,
-                 ctx=ctx)
+                 ctx=ctx, rope_base=rope_base if oss else 10000.0)
     w.meta(f"{a}.expert_count", int(experts))
     w.meta(f"{a}.expert_used_count", int(top_k))
-    if arch in ("qwen3moe", "qwen2moe"):
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss"):
         w.meta(f"{a}.expert_feed_forward_length", int(expert_ffn))
+    if oss:
+        w.meta(f"{a}.attention.sliding_window", int(window))
+        w.meta(f"{a}.rope.scaling.type", "yarn")
+        w.meta(f"{a}.rope.scaling.factor", float(yarn_factor))
+        w.meta(f"{a}.rope.scaling.original_context_length", int(yarn_orig_ctx))
     if arch == "qwen2moe":
         w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
@@ -172,7 +184,12 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     w.add("output_norm.weight", norm_weight(rng, dim))
     for i in range(layers):
         p = f"blk.{i}."
-        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype)
+        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype,
+                      ffn_norm="post_attention_norm" if oss else "ffn_norm")
+        if oss:
+            for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd), ("output", dim)):
+                w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
+            w.add(p + "attn_sinks.weight", rng.standard_normal(heads).astype(np.float32))
         if arch == "qwen3moe":
             w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
             w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
@@ -186,6 +203,10 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
         w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
         w.add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
         w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), down_type or expert_type)
+        if oss:
+            w.add(p + "ffn_gate_inp.bias", 0.5 * rng.standard_normal(experts).astype(np.float32))
+            for nm, rows in (("gate", expert_ffn), ("up", expert_ffn), ("down", dim)):
+                w.add(p + f"ffn_{nm}_exps.bias", 0.1 * rng.standard_normal((experts, rows)).astype(np.float32))
         if arch == "qwen2moe":
             w.add(p + "ffn_gate_inp_shexp.weight", gauss(rng, dim), "F32")
             w.add(p + "ffn_gate_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
@@ -331,7 +352,7 @@ def _add_bitnet(ss) -> None:
 
 
 def _add_moe(ss) -> None:
-    p = ss.add_parser("moe", help="a Mixture-of-Experts qwen3moe / qwen2moe / olmoe / mixtral model",
+    p = ss.add_parser("moe", help="a Mixture-of-Experts qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss model",
                       description="Write a Mixture-of-Experts model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=256, heads=4, kv_heads=2)
     p.add_argument("--arch", default="qwen3moe", choices=list(MOE_ARCHS))
@@ -339,16 +360,22 @@ def _add_moe(ss) -> None:
     p.add_argument("--top-k", type=int, default=2, help="experts used per token")
     p.add_argument("--shared-ffn", type=int, default=512, help="qwen2moe: the shared expert's width")
     p.add_argument("--type", dest="wtype", default="Q8_0", help="attention (and shared expert) format (default Q8_0)")
-    p.add_argument("--expert-type", default="Q4_K", help="gate/up experts' format (default Q4_K)")
+    p.add_argument("--expert-type", default=None, help="gate/up experts' format (default Q4_K; gpt-oss: MXFP4)")
     p.add_argument("--down-type", default=None, help="down experts' format (default: --expert-type)")
     p.add_argument("--router-type", default="F32", help="ffn_gate_inp's format: F32, F16 or BF16")
     p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
     p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
+    p.add_argument("--head-dim", type=int, default=None, help="per-head width (default: dim / heads)")
+    p.add_argument("--window", type=int, default=128, help="gpt-oss: sliding window of the even layers (128)")
+    p.add_argument("--rope-base", type=float, default=150000.0, help="gpt-oss: rope base (150000)")
+    p.add_argument("--yarn-factor", type=float, default=32.0, help="gpt-oss: YaRN scaling factor (32)")
+    p.add_argument("--yarn-orig-ctx", type=int, default=4096, help="gpt-oss: YaRN's original context (4096)")
     p.set_defaults(synth=lambda a: synth_moe(
-        a.out, arch=a.arch, layers=a.layers, dim=a.dim, heads=a.heads, kv_heads=a.kv_heads, experts=a.experts,
-        top_k=a.top_k, expert_ffn=a.ffn, shared_ffn=a.shared_ffn, ctx=a.ctx, wtype=a.wtype,
-        expert_type=a.expert_type, down_type=a.down_type, router_type=a.router_type, embd_type=a.embd_type,
-        head_type=a.head_type, seed=a.seed))
+        a.out, arch=a.arch, layers=a.layers, dim=a.dim, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
+        experts=a.experts, top_k=a.top_k, expert_ffn=a.ffn, shared_ffn=a.shared_ffn, ctx=a.ctx, wtype=a.wtype,
+        expert_type=a.expert_type or ("MXFP4" if a.arch == "gpt-oss" else "Q4_K"), down_type=a.down_type,
+        router_type=a.router_type, embd_type=a.embd_type, head_type=a.head_type, seed=a.seed, window=a.window,
+        rope_base=a.rope_base, yarn_factor=a.yarn_factor, yarn_orig_ctx=a.yarn_orig_ctx))
 
 
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)

@@ -86,7 +86,7 @@ inline void pv_chunk(const float *p, const uint16_t *V, int len, size_t kd, int 
 // head_dim: a multiple of 8, at most 512 (the engine refuses other models). sc: len floats,
 // holds the scores, then the half-rounded probabilities.
 void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd,
-                     float scale, float *sc, float *out) {
+                     float scale, float sink, float *sc, float *out) {
     alignas(32) float qr[512];
     for (int d = 0; d < hd; d += 8) _mm256_store_ps(qr + d, round_half8(_mm256_loadu_ps(q + d)));
     const __m256 vscale = _mm256_set1_ps(scale);
@@ -123,6 +123,7 @@ void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int l
         sc[j] = reduce1(a) * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
+    mx = sink > mx ? sink : mx;  // an attention sink joins the max (none: -inf changes nothing)
 
     // e_j = exp(s_j - max); the sum in 8 lanes over the groups of 8, then the tail in order
     const __m256 vmx = _mm256_set1_ps(mx);
@@ -140,6 +141,7 @@ void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int l
         _mm256_store_ps(tail, exp8(_mm256_load_ps(tail)));
         for (j = full; j < len; ++j) { sc[j] = tail[j - full]; sum += sc[j]; }
     }
+    if (sink > -INFINITY) sum += std::exp(sink - mx);  // and its exp the denominator, after the keys'
     const __m256 vinv = _mm256_set1_ps(1.0f / sum);
     for (j = 0; j < full; j += 8) _mm256_storeu_ps(sc + j, round_half8(_mm256_mul_ps(_mm256_loadu_ps(sc + j), vinv)));
     const float inv = 1.0f / sum;
