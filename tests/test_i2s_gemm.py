@@ -107,7 +107,7 @@ from lowbit._native import lib
 from lowbit import kernels as K
 raw, act = np.load(sys.argv[1]), np.load(sys.argv[2])
 n = int(sys.argv[3])
-ISA = ["scalar", "avx2", "avx2vnni", "avx512"]
+ISA = list(lib.isa_names())
 res = {"levels": list(lib.levels()), "gemm": {}, "selected": lib.cpu_info()["selected"],
        "disabled": list(lib.cpu_info()["disabled"])}
 outs = {}

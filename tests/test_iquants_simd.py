@@ -23,7 +23,7 @@ from lowbit import kernels as K
 from lowbit._native import lib
 from lowbit.formats import BY_NAME as F
 
-ISA = ["scalar", "avx2", "avx2vnni", "avx512"]
+ISA = list(lib.isa_names())
 SIMD_LEVELS = [lv for lv in LEVELS if lv != "scalar"]
 FORMATS = ["IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ3_S", "IQ2_S", "IQ1_S", "IQ1_M"]
 ONE = 0x3C00  # fp16 1.0

@@ -16,7 +16,7 @@ from lowbit.formats import BY_NAME as F
 
 FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL"]
 SIMD = [lv for lv in LEVELS if lv != "scalar"]
-ISA = {"scalar": 0, "avx2": 1, "avx2vnni": 2, "avx512": 3}
+ISA = {n: i for i, n in enumerate(lib.isa_names())}
 # blocks per row: lone blocks, a pair, odd tails, exactly one and two groups, groups + tails
 NBLOCKS = [1, 2, 3, 7, 8, 9, 15, 16, 17, 24, 29, 40, 131]
 

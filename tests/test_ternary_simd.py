@@ -26,7 +26,7 @@ from lowbit import kernels as K
 from lowbit._native import lib
 from lowbit.formats import BY_NAME as F
 
-ISA = ["scalar", "avx2", "avx2vnni", "avx512"]
+ISA = list(lib.isa_names())
 SIMD_LEVELS = [lv for lv in LEVELS if lv != "scalar"]
 FOLD_N = 10  # csrc/x86/ternary.inl: floor(32767 / (4 * 2 * 3 * 127))
 GEMV_FOLD_N = 5  # the avx2 one-token form (4 x code planes): floor(32767 / (2 * 2 * 4 * 3 * 127))
@@ -173,7 +173,7 @@ n, levels = int(sys.argv[3]), json.loads(sys.argv[4])
 res = {"names": {}}
 outs = {}
 for lv in levels:
-    isa = ["scalar", "avx2", "avx2vnni", "avx512"].index(lv)
+    isa = list(lib.isa_names()).index(lv)
     res["names"][lv] = lib.kernel(36, 1, isa)[0]
     for nt in range(1, 9):
         out = np.zeros((nt, raw.shape[0]), np.float32)
