@@ -5,7 +5,7 @@
 # at that level (so the probe must find exactly it and nothing above it may run), and once per
 # level with LOWBIT_MAX_ISA capping a CPU that has everything. Every ARM kernel is compared
 # bitwise with the scalar reference (tests/arm/check.cpp says what exactly).
-#   needs: g++-aarch64-linux-gnu qemu-user cmake ninja (Debian: apt-get install -y g++-aarch64-linux-gnu qemu-user)
+#   needs: g++-aarch64-linux-gnu qemu-user (binutils-aarch64-linux-gnu comes with it) cmake ninja python3 (Debian: apt-get install -y g++-aarch64-linux-gnu qemu-user)
 # Ends with "N passed, M failed" over all runs; exits nonzero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,5 +44,9 @@ run "every level on a CPU with all of them" max i8mm
 # LOWBIT_MAX_ISA on the CPU with everything: nothing above the cap may be chosen.
 run "LOWBIT_MAX_ISA=neon" max i8mm LOWBIT_MAX_ISA=neon
 run "LOWBIT_MAX_ISA=dotprod" max i8mm LOWBIT_MAX_ISA=dotprod
+# I7: no vector spills in the arm row kernels (aarch64 objdump of the objects just built).
+echo "== I7: stack vector moves in the arm row kernels"
+if python3 tools/check_spills.py "$B" | grep -E 'row-kernel|stack vector moves in'; then :; fi
+if python3 tools/check_spills.py "$B" >/dev/null 2>&1; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL I7"; fi
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -119,10 +119,18 @@ struct FIQ4_NL {
 template <class F>
 struct Legacy : F {
     using Dec = LegacyDec;
+    template <int NT>
+    static LB_ARM_INLINE void block(const uint8_t *wb, const uint8_t *ab, size_t st, float32x4_t &acc0,
+                                    float32x4_t &acc1) {
+        Dec d;
+        F::decode(wb, d);
+        acc0 = step<(NT < 4 ? NT : 4)>(d, ab, st, acc0);
+        if constexpr (NT > 4) acc1 = step<NT - 4>(d, ab + 4 * st, st, acc1);
+    }
     template <int C>
     static LB_ARM_INLINE float32x4_t step(const Dec &d, const uint8_t *ab, size_t stride, float32x4_t acc) {
         constexpr int kQs = F::kAB - 32;  // Q8_0: d, qs; Q8_1: d, s, qs
-        const int32x4_t isum = per_token<C>(ab, stride, [&](const uint8_t *at) {
+        const int32x4_t isum = per_token<C>(ab, stride, [&](const uint8_t *at) LB_ARM_LAMBDA {
             const int8x16_t a0 = vld1q_s8((const int8_t *)(at + kQs)), a1 = vld1q_s8((const int8_t *)(at + kQs + 16));
             return dot16(dot16(vdupq_n_s32(0), d.lo, a0), d.hi, a1);
         });

@@ -37,6 +37,9 @@
 #endif
 
 #define LB_ARM_INLINE inline __attribute__((always_inline))
+// on a lambda, after its parameter list: GCC does not always inline large ones (their captures
+// then live on the stack)
+#define LB_ARM_LAMBDA __attribute__((always_inline))
 #define LB_ARM_STR2(x) #x
 #define LB_ARM_STR(x) LB_ARM_STR2(x)
 // Kernel names end in the level: "rows_q4_0_q8_0_" "dotprod".
@@ -82,6 +85,14 @@ LB_ARM_INLINE int32x4_t per_token(const uint8_t *ab, size_t stride, Fn fn) {
     return reduce4(p0, p1, p2, p3);
 }
 
+// A byte splat whose value the optimiser may not treat as a constant: built (one DUP from a
+// general register) where it is used instead of being hoisted out of the row loop into a
+// vector register of its own, which the 8 token accumulators need (I7).
+LB_ARM_INLINE uint8x16_t splat_u8_here(uint8_t v) {
+    __asm__("" : "+r"(v));
+    return vdupq_n_u8(v);
+}
+
 LB_ARM_INLINE uint16_t ld16(const uint8_t *p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
 LB_ARM_INLINE uint32_t ld32(const uint8_t *p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
 LB_ARM_INLINE float ldf(const uint8_t *p) { float v; std::memcpy(&v, p, 4); return v; }
@@ -120,15 +131,36 @@ LB_ARM_INLINE void store_lanes(const RowArgs &a, int64_t r, int t0, float32x4_t 
     if (C > 3) o[3 * a.out_stride] = vgetq_lane_f32(acc, 3);
 }
 
+// ---- per-token integer accumulators ---------------------------------------------------------
+// Eight named int32x4 registers, one per token of the window (I7: never an array indexed by a
+// runtime token count); for_tokens<NT> updates those of tokens < NT: t_k = fn(t_k, token k's
+// activation block). Lanes of t_k add up to token k's integer sum.
+struct Acc8 {
+    int32x4_t t0, t1, t2, t3, t4, t5, t6, t7;
+    LB_ARM_INLINE Acc8() : t0(vdupq_n_s32(0)), t1(t0), t2(t0), t3(t0), t4(t0), t5(t0), t6(t0), t7(t0) {}
+    LB_ARM_INLINE int32x4_t lo() const { return reduce4(t0, t1, t2, t3); }  // lane t: token t's total
+    LB_ARM_INLINE int32x4_t hi() const { return reduce4(t4, t5, t6, t7); }  // lane t: token 4 + t's
+};
+template <int NT, class Fn>
+LB_ARM_INLINE void for_tokens(Acc8 &s, const uint8_t *ab, size_t st, Fn fn) {
+    s.t0 = fn(s.t0, ab);
+    if constexpr (NT > 1) s.t1 = fn(s.t1, ab + st);
+    if constexpr (NT > 2) s.t2 = fn(s.t2, ab + 2 * st);
+    if constexpr (NT > 3) s.t3 = fn(s.t3, ab + 3 * st);
+    if constexpr (NT > 4) s.t4 = fn(s.t4, ab + 4 * st);
+    if constexpr (NT > 5) s.t5 = fn(s.t5, ab + 5 * st);
+    if constexpr (NT > 6) s.t6 = fn(s.t6, ab + 6 * st);
+    if constexpr (NT > 7) s.t7 = fn(s.t7, ab + 7 * st);
+}
+
 // ---- the block-format row kernel -------------------------------------------------------------
-// F (a format, in the family .inl) provides:
-//   kQK weights per block, kWB bytes per weight block, kAB bytes per activation block;
-//   struct Dec (one weight block decoded: codes in int8x16 registers, scales);
-//   decode(block bytes, Dec &);
-//   step<C>(Dec, activation block of token 0 of the chunk, act stride, acc): lane t < C of acc
-//     takes token t's float step(s) of the block, the reference's operations in its order.
-// Each weight block is decoded once per row and serves both chunks of 4 tokens (acc0: tokens
-// 0..3, acc1: 4..7; named registers, I7).
+// F (a format, in the family .inl) provides kQK weights per block, kWB bytes per weight block,
+// kAB bytes per activation block, and
+//   block<NT>(weight block, activation block of token 0, act stride, acc0, acc1):
+//     lane t of acc0 (tokens 0..3) / acc1 (tokens 4..7) takes token t's float step(s) for the
+//     block, the reference's operations in its order.
+// The weight block is decoded once per row for the whole window (never per token); the float
+// accumulators are two named registers (I7).
 template <class F, int NT>
 void rows_nt(const RowArgs &a, int64_t r0, int64_t r1, int) {
     constexpr int C0 = NT < 4 ? NT : 4, C1 = NT > 4 ? NT - 4 : 1;
@@ -136,13 +168,8 @@ void rows_nt(const RowArgs &a, int64_t r0, int64_t r1, int) {
     for (int64_t r = r0; r < r1; ++r) {
         const uint8_t *w = a.w + (size_t)r * a.w_stride;
         float32x4_t acc0 = vdupq_n_f32(0.f), acc1 = vdupq_n_f32(0.f);
-        for (int64_t b = 0; b < nb; ++b) {
-            typename F::Dec d;
-            F::decode(w + (size_t)b * F::kWB, d);
-            const uint8_t *ab = a.act + (size_t)b * F::kAB;
-            acc0 = F::template step<C0>(d, ab, a.act_stride, acc0);
-            if constexpr (NT > 4) acc1 = F::template step<C1>(d, ab + 4 * a.act_stride, a.act_stride, acc1);
-        }
+        for (int64_t b = 0; b < nb; ++b)
+            F::template block<NT>(w + (size_t)b * F::kWB, a.act + (size_t)b * F::kAB, a.act_stride, acc0, acc1);
         store_lanes<C0>(a, r, 0, acc0);
         if constexpr (NT > 4) store_lanes<C1>(a, r, 4, acc1);
     }
