@@ -1,8 +1,10 @@
-// lowbit_check: every SIMD level's kernels against the scalar reference, no Python.
+// lowbit_check: the kernels of the levels built to the reference's arithmetic (aarch64 neon,
+// dotprod, i8mm; x86 avx) against the scalar reference, bitwise, no Python.
 //
 // Built by CMake with -DLOWBIT_PYTHON=OFF (tools/test_arm.sh cross-compiles it for aarch64 and
-// runs it under qemu-aarch64 at each level). For each level this CPU runs (LOWBIT_MAX_ISA caps
-// it, as in the package) and each format of kFormats:
+// runs it under qemu-aarch64 at each level; .ci/run also runs it natively for avx). For each
+// such level this CPU runs (LOWBIT_MAX_ISA caps it, as in the package) and each format of
+// kFormats the level covers:
 //   coverage   the level's table has a SIMD kernel (not the scalar one) for every window 1..8
 //              and for each activation quantizer;
 //   I4         the activation quantizers are byte-identical to the reference's, on random rows
@@ -56,6 +58,16 @@ const std::vector<Fmt> kFormats = {
 const int kActs[] = {T_Q8_0, T_Q8_1, T_Q8_K, T_I8_S};
 
 bool is_float(int id) { return id == T_F32 || id == T_F16 || id == T_BF16; }
+
+// The levels built to the reference's arithmetic (bitwise): the aarch64 levels and x86's avx.
+// (avx2 and up accumulate in another float order, within I5: tests/test_*_simd.py check them.)
+bool reference_arithmetic(int isa) { return isa == ISA_AVX || isa == ISA_NEON || isa == ISA_DOTPROD || isa == ISA_I8MM; }
+// The formats a level has kernels for: every one of kFormats on aarch64; avx leaves the ternary
+// formats and IQ4_XS to the reference.
+bool covered(int isa, int id) {
+    if (isa != ISA_AVX) return true;
+    return id != T_IQ4_XS && id != T_TQ1_0 && id != T_TQ2_0 && id != T_I2_S;
+}
 
 void put16(uint8_t *p, uint16_t v) { std::memcpy(p, &v, 2); }
 
@@ -259,7 +271,7 @@ int main(int argc, char **argv) {
                 isa_name(c.cap), isa_name(c.selected));
     if (!expect.empty()) check(expect == isa_name(c.best), "the probe finds " + expect + " (found " + isa_name(c.best) + ")");
     for (int isa : isa_ladder()) {
-        if (isa == ISA_SCALAR || !level_available(isa)) continue;
+        if (!reference_arithmetic(isa) || !level_available(isa)) continue;
         const int p0 = g_pass, f0 = g_fail;
         for (int act : kActs) {
             const KernelEntry &e = kernel_entry_at(act, isa);
@@ -268,6 +280,7 @@ int main(int argc, char **argv) {
             check_quant(isa, act);
         }
         for (const Fmt &f : kFormats) {
+            if (!covered(isa, f.id)) continue;
             const Format *F = format_by_id(f.id);
             bool simd = true;
             for (int nt = 1; nt <= MAX_NT; ++nt) simd &= kernel_entry_at(f.id, isa).rows[nt].isa != ISA_SCALAR;
