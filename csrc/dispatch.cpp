@@ -129,11 +129,12 @@ static CpuInfo probe() {
     add(avx512dq, "avx512dq"); add(avx512vnni, "avx512_vnni"); add(avx512vbmi, "avx512_vbmi");
 
     // avx: 256-bit float, 128-bit integer (SSSE3 / SSE4.1 encoded VEX), no FMA, no F16C.
-    if (avx && ssse3 && sse41) c.best = ISA_AVX;
-    const bool l_avx2 = avx2 && fma && f16c;
-    if (l_avx2) c.best = ISA_AVX2;
-    if (l_avx2 && avxvnni) c.best = ISA_AVX2VNNI;
-    if (l_avx2 && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni) c.best = ISA_AVX512;
+    const bool l_avx = avx && ssse3 && sse41, l_avx2 = l_avx && avx2 && fma && f16c;
+    auto level = [&](bool on, int isa) { if (on) c.runs |= 1u << isa; };
+    level(l_avx, ISA_AVX);
+    level(l_avx2, ISA_AVX2);
+    level(l_avx2 && avxvnni, ISA_AVX2VNNI);  // not implied by AVX-512 (Zen 4 has AVX512-VNNI only)
+    level(l_avx2 && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni, ISA_AVX512);
     return c;
 }
 #elif defined(__aarch64__)
@@ -150,9 +151,9 @@ static CpuInfo probe() {
     if (asimd) c.features.push_back("asimd");
     if (dotprod) c.features.push_back("asimddp");
     if (i8mm) c.features.push_back("i8mm");
-    if (asimd) c.best = ISA_NEON;
-    if (asimd && dotprod) c.best = ISA_DOTPROD;
-    if (asimd && dotprod && i8mm) c.best = ISA_I8MM;
+    if (asimd) c.runs |= 1u << ISA_NEON;
+    if (asimd && dotprod) c.runs |= 1u << ISA_DOTPROD;
+    if (asimd && dotprod && i8mm) c.runs |= 1u << ISA_I8MM;
     return c;
 }
 #else
@@ -209,8 +210,12 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
     if (src.quant_w) dst.quant_w = src.quant_w;
 }
 
+static bool cpu_runs(int isa) { return (g_cpu.runs >> isa) & 1u; }
+
 static void fill_table() {
     g_cpu = probe();
+    for (int i = 0; i < kOrderLen; ++i)
+        if (cpu_runs(kOrder[i])) g_cpu.best = kOrder[i];
     g_cpu.cap = kOrder[kOrderLen - 1];
     for (const Level &l : kLadder) g_cpu.built = isa_rank(l.isa) > isa_rank(g_cpu.built) ? l.isa : g_cpu.built;
     if (const char *cap = std::getenv("LOWBIT_MAX_ISA"); cap && *cap) {
@@ -223,11 +228,11 @@ static void fill_table() {
         }
         g_cpu.cap = c;
     }
-    const int best = isa_rank(g_cpu.best), cap = isa_rank(g_cpu.cap);
+    const int cap = isa_rank(g_cpu.cap);
     static KernelTable running, level;  // big: keep them off the stack
     for (const Level &l : kLadder) {
         const int rk = isa_rank(l.isa);
-        if (rk > best || rk > cap) continue;  // I6: nothing above the cap runs
+        if (!cpu_runs(l.isa) || rk > cap) continue;  // I6: nothing the CPU lacks or above the cap runs
         level = KernelTable{};
         l.reg(level);
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
@@ -238,7 +243,7 @@ static void fill_table() {
         // a level the ladder skips (not built) runs what the level below it runs
         for (int i = rk; i < kOrderLen; ++i) {
             g_levels[kOrder[i]] = running;
-            g_level_ready[kOrder[i]] = i <= best && i <= cap;
+            g_level_ready[kOrder[i]] = cpu_runs(kOrder[i]) && i <= cap;
         }
         bool own = false;  // a level whose register function adds nothing is not "built"
         for (int id = 0; id < 64; ++id)

@@ -10,6 +10,8 @@ namespace lowbit {
 struct CpuInfo {
     std::string model;                  // brand string from cpuid (aarch64: "aarch64")
     std::vector<std::string> features;  // the ones lowbit's levels care about
+    unsigned runs = 1u << ISA_SCALAR;   // bit isa: this CPU can run that level (not a ladder
+                                        // prefix: an AVX-512 Zen 4 has no AVX-VNNI for avx2vnni)
     int best = ISA_SCALAR;              // highest level this CPU can run
     int built = ISA_SCALAR;             // highest level compiled into this build
     int cap = ISA_SCALAR;               // LOWBIT_MAX_ISA (or this architecture's top level)
