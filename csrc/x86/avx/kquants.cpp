@@ -35,10 +35,12 @@ struct KQuant {
     static LB_AVX_INLINE __m128i isums(const uint8_t *wb, const uint8_t *ab, size_t st) {
         __m128i t0 = _mm_setzero_si128(), t1 = t0, t2 = t0, t3 = t0;
         F::codes(wb, [&](__m128i u, int32_t sc, int v) LB_AVX_LAMBDA {
-            const __m128i s = _mm_set1_epi32(sc);
+            // maddubs: int16 pairs u * q (|.| <= 2 * 63 * 128); madd by the scale widens them:
+            // sc * (pair) summed in pairs, exact in int32
+            const __m128i s = _mm_set1_epi16((int16_t)sc);
             auto add = [&](__m128i acc, const uint8_t *at) LB_AVX_LAMBDA {
-                const __m128i p = dot_u8s8(_mm_setzero_si128(), u, ld128(at + kQ8K_QS + 16 * v));
-                return _mm_add_epi32(acc, _mm_mullo_epi32(p, s));
+                const __m128i p = _mm_maddubs_epi16(u, ld128(at + kQ8K_QS + 16 * v));
+                return _mm_add_epi32(acc, _mm_madd_epi16(p, s));
             };
             t0 = add(t0, ab);
             if constexpr (C > 1) t1 = add(t1, ab + st);

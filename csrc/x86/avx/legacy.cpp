@@ -107,13 +107,14 @@ struct Legacy {
         const __m128i isum = per_token<C>(ab, st, [&](const uint8_t *at) LB_AVX_LAMBDA {
             const __m128i a0 = ld128(at + kQs), a1 = ld128(at + kQs + 16);
             if constexpr (F::kKind == 1) return dot_s8s8(dot_s8s8(_mm_setzero_si128(), d.lo, a0), d.hi, a1);
-            __m128i p = dot_u8s8(dot_u8s8(_mm_setzero_si128(), d.lo, a0), d.hi, a1);
+            // int16 lanes: two maddubs pairs (u <= 31: |.| <= 2 * 2 * 31 * 128 = 15872), minus
+            // off * the same pairs of q_a (|.| <= 2 * 2 * 16 * 128 = 8192): never saturates
+            __m128i p = _mm_add_epi16(_mm_maddubs_epi16(d.lo, a0), _mm_maddubs_epi16(d.hi, a1));
             if constexpr (F::kOff != 0) {  // - off * sum(q_a)
                 static constexpr C16 kK = c8((uint8_t)F::kOff);
-                const __m128i k = K(kK);
-                p = _mm_sub_epi32(p, dot_u8s8(dot_u8s8(_mm_setzero_si128(), k, a0), k, a1));
+                p = _mm_sub_epi16(p, _mm_add_epi16(_mm_maddubs_epi16(K(kK), a0), _mm_maddubs_epi16(K(kK), a1)));
             }
-            return p;
+            return _mm_madd_epi16(p, K(kOnes16));
         });
         const __m128 da = f16_lanes<C>(ab, st, 0);
         const __m128 t = _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(d.d), da), _mm_cvtepi32_ps(isum));
