@@ -14,7 +14,9 @@
 //              against activations of +-127); float rows: within 1e-6 of the largest |output|;
 //   I2         a token's output in any window equals its output alone, bitwise;
 //   I3         a split row range gives the full range's output bitwise and leaves the rows
-//              outside untouched.
+//              outside untouched;
+//   GLU, attn  the level's GLU epilogue and attention over a half cache (aarch64) bitwise the
+//              reference's, edge values included.
 // Prints each failure with its worst (row, token) and ends with "N passed, M failed"; exit 1
 // on any failure. --expect-best LEVEL also checks that the probe found that level (qemu -cpu).
 #include <cmath>
@@ -260,6 +262,53 @@ void check_quant(int isa, int act) {
         }
 }
 
+// The GLU epilogue: the level's against the reference's, bitwise, both kinds, odd lengths,
+// edge values (exp's range ends, NaN, +-inf, denormals), out aliasing g.
+void check_glu(int isa) {
+    const GluKernel &ref = glu_kernel_at(ISA_SCALAR), &k = glu_kernel_at(isa);
+    const float edge[] = {0.f, -0.f, 88.7f, -88.7f, 89.f, -104.f, 133.f, -133.f, 200.f, -200.f, 1e-40f, -1e-40f,
+                          INFINITY, -INFINITY, NAN, 3.4e38f, -3.4e38f, 0.5f, -17.f};
+    for (int kind : {(int)GLU_SILU, (int)GLU_RELU2})
+        for (int64_t n : {1, 3, 4, 7, 64, 257}) {
+            std::vector<float> g(n), u(n), a(n), b(n);
+            for (int64_t i = 0; i < n; ++i) {
+                g[i] = i % 3 == 0 ? edge[g_rng() % (sizeof(edge) / sizeof(edge[0]))] : normal() * 8.f;
+                u[i] = normal();
+            }
+            ref.fn(g.data(), u.data(), a.data(), n, kind);
+            k.fn(g.data(), u.data(), b.data(), n, kind);
+            std::vector<float> c(g);
+            k.fn(c.data(), u.data(), c.data(), n, kind);  // out aliases g
+            const bool ok = std::memcmp(a.data(), b.data(), n * 4) == 0 && std::memcmp(a.data(), c.data(), n * 4) == 0;
+            int64_t at = 0;
+            while (at < n && f32_to_bits(a[at]) == f32_to_bits(b[at])) ++at;
+            char buf[160] = "";
+            if (at < n) std::snprintf(buf, sizeof buf, ": first difference at %lld: g %.9g -> %.9g vs reference %.9g",
+                                      (long long)at, g[at], b[at], a[at]);
+            check(ok, lv(isa) + " " + k.name + " kind " + std::to_string(kind) + " n=" + std::to_string(n) +
+                          " bitwise the reference" + buf);
+        }
+}
+
+// Attention over a half KV cache: the level's against the reference's, bitwise (aarch64).
+void check_attn(int isa) {
+    const AttnKernel &ref = attn_kernel_at(ISA_SCALAR), &k = attn_kernel_at(isa);
+    for (int hd : {64, 80, 128})
+        for (int len : {1, 3, 4, 9, 37}) {
+            const size_t kd = (size_t)hd + 16;
+            std::vector<uint16_t> K(kd * len), V(kd * len);
+            for (auto &h : K) h = f32_to_fp16(normal());
+            for (auto &h : V) h = f32_to_fp16(normal());
+            std::vector<float> q(hd), sa(len), sb(len), a(hd), b(hd);
+            for (auto &v : q) v = normal() * 2.f;
+            ref.fn(q.data(), K.data(), V.data(), len, hd, kd, 0.125f, sa.data(), a.data());
+            k.fn(q.data(), K.data(), V.data(), len, hd, kd, 0.125f, sb.data(), b.data());
+            check(std::memcmp(a.data(), b.data(), hd * 4) == 0,
+                  lv(isa) + " " + k.name + " hd=" + std::to_string(hd) + " len=" + std::to_string(len) +
+                      " bitwise the reference");
+        }
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -279,6 +328,12 @@ int main(int argc, char **argv) {
                   lv(isa) + " has a SIMD quantizer for " + format_by_id(act)->name);
             check_quant(isa, act);
         }
+        if (isa != ISA_AVX)  // (avx leaves the GLU to the reference)
+            check(glu_kernel_at(isa).isa != ISA_SCALAR, lv(isa) + " has a SIMD GLU epilogue");
+        if (glu_kernel_at(isa).isa != ISA_SCALAR) check_glu(isa);
+        if (isa != ISA_AVX)  // (avx leaves attention to the reference)
+            check(attn_kernel_at(isa).isa != ISA_SCALAR, lv(isa) + " has a SIMD attention kernel");
+        if (attn_kernel_at(isa).isa != ISA_SCALAR) check_attn(isa);
         for (const Fmt &f : kFormats) {
             if (!covered(isa, f.id)) continue;
             const Format *F = format_by_id(f.id);

@@ -12,6 +12,8 @@ void register_kquants(KernelTable &t);
 void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
 void register_float(KernelTable &t);
+void register_glu(KernelTable &t);
+void register_attn(KernelTable &t);  // attn.cpp
 }  // namespace neon
 
 void register_neon(KernelTable &t) {
@@ -21,6 +23,8 @@ void register_neon(KernelTable &t) {
     neon::register_ternary(t);
     neon::register_iquants(t);
     neon::register_float(t);
+    neon::register_glu(t);
+    neon::register_attn(t);
 }
 
 }  // namespace lowbit
