@@ -195,10 +195,15 @@ NB_MODULE(_lowbit, m) {
        "(quantizer name, level) that quantizes activations into format id, or None.");
     m.def("levels", [] {
         std::vector<std::string> out;
-        for (int i = 0; i < ISA_COUNT; ++i)
+        for (int i : isa_ladder())
             if (level_built(i)) out.push_back(isa_name(i));
         return out;
-    }, "ISA levels with kernels of their own that can run here (CPU, build and LOWBIT_MAX_ISA allowing).");
+    }, "ISA levels with kernels of their own that can run here (CPU, build and LOWBIT_MAX_ISA allowing), lowest first.");
+    m.def("isa_names", [] {
+        std::vector<std::string> out;
+        for (int i = 0; i < ISA_COUNT; ++i) out.push_back(isa_name(i));
+        return out;
+    }, "Every level's name indexed by its native id (the isa argument of the other functions).");
 
     m.def("capabilities", [](int id) {
         const KernelEntry &e = kernel_entry(fmt(id).id);

@@ -1,4 +1,4 @@
-// CPU probes (cpuid + xgetbv) and the kernel table, filled once at import.
+// CPU probes (x86: cpuid + xgetbv; aarch64: getauxval) and the kernel table, filled once at import.
 //
 // Built WITHOUT ISA flags: nothing here may execute an instruction above the baseline.
 // The table starts with the scalar reference entries; each level the CPU supports (up to
@@ -9,20 +9,35 @@
 #include <atomic>
 #include <utility>
 #include <cctype>
-#include <cpuid.h>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
 
 #include "ref/ref.h"
 
 namespace lowbit {
+
+// This architecture's levels, lowest to highest (the order every "above" / "below" means).
+#if defined(__aarch64__)
+static const int kOrder[] = {ISA_SCALAR, ISA_NEON, ISA_DOTPROD, ISA_I8MM};
+#else
+static const int kOrder[] = {ISA_SCALAR, ISA_AVX, ISA_AVX2, ISA_AVX2VNNI, ISA_AVX512};
+#endif
+constexpr int kOrderLen = (int)(sizeof(kOrder) / sizeof(kOrder[0]));
 
 // The ladder. Each SIMD level's translation units define its register function and are
 // built with that level's flags only; a level not compiled into this build is absent here.
 struct Level { int isa; void (*reg)(KernelTable &); };
 static const Level kLadder[] = {
     {ISA_SCALAR, register_scalar},
+#ifdef LOWBIT_HAVE_AVX
+    {ISA_AVX, register_avx},
+#endif
 #ifdef LOWBIT_HAVE_AVX2
     {ISA_AVX2, register_avx2},
 #endif
@@ -32,12 +47,29 @@ static const Level kLadder[] = {
 #ifdef LOWBIT_HAVE_AVX512
     {ISA_AVX512, register_avx512},
 #endif
+#ifdef LOWBIT_HAVE_NEON
+    {ISA_NEON, register_neon},
+#endif
+#ifdef LOWBIT_HAVE_DOTPROD
+    {ISA_DOTPROD, register_dotprod},
+#endif
+#ifdef LOWBIT_HAVE_I8MM
+    {ISA_I8MM, register_i8mm},
+#endif
 };
 
 const char *isa_name(int isa) {
-    static const char *names[] = {"scalar", "avx2", "avx2vnni", "avx512"};
+    static const char *names[ISA_COUNT] = {"scalar", "avx2", "avx2vnni", "avx512", "avx", "neon", "dotprod", "i8mm"};
     return (isa >= 0 && isa < ISA_COUNT) ? names[isa] : "?";
 }
+
+int isa_rank(int isa) {
+    for (int i = 0; i < kOrderLen; ++i)
+        if (kOrder[i] == isa) return i;
+    return -1;
+}
+
+std::vector<int> isa_ladder() { return std::vector<int>(kOrder, kOrder + kOrderLen); }
 
 int isa_from_name(const std::string &s) {
     for (int i = 0; i < ISA_COUNT; ++i)
@@ -46,6 +78,7 @@ int isa_from_name(const std::string &s) {
 }
 
 // ---- probes ----------------------------------------------------------------------------
+#if defined(__x86_64__) || defined(__i386__)
 static uint64_t xgetbv0() {
     uint32_t eax, edx;
     __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
@@ -68,10 +101,11 @@ static CpuInfo probe() {
     c.model = brand;
     while (!c.model.empty() && c.model.front() == ' ') c.model.erase(c.model.begin());
 
-    bool avx = false, fma = false, f16c = false, osxsave = false, avx2 = false;
+    bool avx = false, fma = false, f16c = false, osxsave = false, avx2 = false, ssse3 = false, sse41 = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
     bool avx512vnni = false, avx512vbmi = false, avxvnni = false;
     if (__get_cpuid(1, &a, &b, &cx, &d)) {
+        ssse3 = cx & (1u << 9); sse41 = cx & (1u << 19);
         fma = cx & (1u << 12); osxsave = cx & (1u << 27); avx = cx & (1u << 28); f16c = cx & (1u << 29);
     }
     if (__get_cpuid_max(0, nullptr) >= 7) {
@@ -94,15 +128,37 @@ static CpuInfo probe() {
     add(avx512f, "avx512f"); add(avx512bw, "avx512bw"); add(avx512vl, "avx512vl");
     add(avx512dq, "avx512dq"); add(avx512vnni, "avx512_vnni"); add(avx512vbmi, "avx512_vbmi");
 
-    const bool l_avx2 = avx2 && fma && f16c;
-    c.has[ISA_SCALAR] = true;
-    c.has[ISA_AVX2] = l_avx2;
-    c.has[ISA_AVX2VNNI] = l_avx2 && avxvnni;
-    c.has[ISA_AVX512] = l_avx2 && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni;
-    for (int l = 0; l < ISA_COUNT; ++l)
-        if (c.has[l]) c.best = l;
+    // avx: 256-bit float, 128-bit integer (SSSE3 / SSE4.1 encoded VEX), no FMA, no F16C.
+    const bool l_avx = avx && ssse3 && sse41, l_avx2 = l_avx && avx2 && fma && f16c;
+    auto level = [&](bool on, int isa) { if (on) c.runs |= 1u << isa; };
+    level(l_avx, ISA_AVX);
+    level(l_avx2, ISA_AVX2);
+    level(l_avx2 && avxvnni, ISA_AVX2VNNI);  // not implied by AVX-512 (Zen 4 has AVX512-VNNI only)
+    level(l_avx2 && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni, ISA_AVX512);
     return c;
 }
+#elif defined(__aarch64__)
+// Linux reports the CPU's features in the auxiliary vector (the kernel read the ID registers):
+// no instruction of a level runs here. Bits from <asm/hwcap.h>, spelled out so that an old
+// libc's headers do not matter.
+static CpuInfo probe() {
+    constexpr unsigned long kAsimd = 1ul << 1, kAsimdDp = 1ul << 20;  // AT_HWCAP
+    constexpr unsigned long kI8mm = 1ul << 13;                        // AT_HWCAP2
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    CpuInfo c;
+    c.model = "aarch64";
+    const bool asimd = hw & kAsimd, dotprod = hw & kAsimdDp, i8mm = hw2 & kI8mm;
+    if (asimd) c.features.push_back("asimd");
+    if (dotprod) c.features.push_back("asimddp");
+    if (i8mm) c.features.push_back("i8mm");
+    if (asimd) c.runs |= 1u << ISA_NEON;
+    if (asimd && dotprod) c.runs |= 1u << ISA_DOTPROD;
+    if (asimd && dotprod && i8mm) c.runs |= 1u << ISA_I8MM;
+    return c;
+}
+#else
+static CpuInfo probe() { CpuInfo c; c.model = "unknown architecture"; return c; }
+#endif
 
 // ---- the table ---------------------------------------------------------------------------
 // g_levels[l]: what runs with LOWBIT_MAX_ISA=l (levels <= l overlaid in order); filled for
@@ -154,19 +210,29 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
     if (src.quant_w) dst.quant_w = src.quant_w;
 }
 
+static bool cpu_runs(int isa) { return (g_cpu.runs >> isa) & 1u; }
+
 static void fill_table() {
     g_cpu = probe();
-    for (const Level &l : kLadder) g_cpu.built = l.isa > g_cpu.built ? l.isa : g_cpu.built;
+    for (int i = 0; i < kOrderLen; ++i)
+        if (cpu_runs(kOrder[i])) g_cpu.best = kOrder[i];
+    g_cpu.cap = kOrder[kOrderLen - 1];
+    for (const Level &l : kLadder) g_cpu.built = isa_rank(l.isa) > isa_rank(g_cpu.built) ? l.isa : g_cpu.built;
     if (const char *cap = std::getenv("LOWBIT_MAX_ISA"); cap && *cap) {
         const int c = isa_from_name(cap);
-        if (c < 0) throw std::invalid_argument(std::string("LOWBIT_MAX_ISA=") + cap +
-                                               " is not one of scalar, avx2, avx2vnni, avx512");
+        if (c < 0 || isa_rank(c) < 0) {
+            std::string names;
+            for (int i = 0; i < kOrderLen; ++i) names += std::string(i ? ", " : "") + isa_name(kOrder[i]);
+            throw std::invalid_argument(std::string("LOWBIT_MAX_ISA=") + cap + " is not one of " + names +
+                                        " (the levels of this CPU architecture)");
+        }
         g_cpu.cap = c;
     }
+    const int cap = isa_rank(g_cpu.cap);
     static KernelTable running, level;  // big: keep them off the stack
     for (const Level &l : kLadder) {
-        // I6: nothing above the cap runs, nor a level this CPU lacks (avx2vnni on Zen 4)
-        if (!g_cpu.has[l.isa] || l.isa > g_cpu.cap) continue;
+        const int rk = isa_rank(l.isa);
+        if (!cpu_runs(l.isa) || rk > cap) continue;  // I6: nothing the CPU lacks or above the cap runs
         level = KernelTable{};
         l.reg(level);
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
@@ -175,9 +241,9 @@ static void fill_table() {
         if (level.attn.fn && !turned_off(level.attn.name, level.attn.isa)) running.attn = level.attn;
         if (level.glu.fn && !turned_off(level.glu.name, level.glu.isa)) running.glu = level.glu;
         // a level the ladder skips (not built) runs what the level below it runs
-        for (int k = l.isa; k < ISA_COUNT; ++k) {
-            g_levels[k] = running;
-            g_level_ready[k] = g_cpu.has[k] && k <= g_cpu.cap;
+        for (int i = rk; i < kOrderLen; ++i) {
+            g_levels[kOrder[i]] = running;
+            g_level_ready[kOrder[i]] = cpu_runs(kOrder[i]) && i <= cap;
         }
         bool own = false;  // a level whose register function adds nothing is not "built"
         for (int id = 0; id < 64; ++id)

@@ -8,14 +8,13 @@
 namespace lowbit {
 
 struct CpuInfo {
-    std::string model;                  // brand string from cpuid
+    std::string model;                  // brand string from cpuid (aarch64: "aarch64")
     std::vector<std::string> features;  // the ones lowbit's levels care about
+    unsigned runs = 1u << ISA_SCALAR;   // bit isa: this CPU can run that level (not a ladder
+                                        // prefix: an AVX-512 Zen 4 has no AVX-VNNI for avx2vnni)
     int best = ISA_SCALAR;              // highest level this CPU can run
-    // has[l]: this CPU runs level l's code. Not a ladder: AVX-512 VNNI CPUs without AVX-VNNI
-    // (Skylake-X to Ice Lake, Zen 4) run avx512 but not avx2vnni's VEX vpdpbusd.
-    bool has[ISA_COUNT] = {true};
     int built = ISA_SCALAR;             // highest level compiled into this build
-    int cap = ISA_COUNT - 1;            // LOWBIT_MAX_ISA (or the top level)
+    int cap = ISA_SCALAR;               // LOWBIT_MAX_ISA (or this architecture's top level)
     int selected = ISA_SCALAR;          // min(best, built-ladder, cap): what dispatch used
 };
 
@@ -25,8 +24,10 @@ const CpuInfo &cpu_info();
 const KernelEntry &kernel_entry_at(int type_id, int isa);
 bool level_available(int isa);
 bool level_built(int isa);  // available and with kernels of its own (not an alias of a lower one)
-// Parse a level name ("scalar", "avx2", "avx2vnni", "avx512"); -1 if unknown.
+// Parse a level name ("scalar", "avx", "avx2", ..., "neon", "dotprod", "i8mm"); -1 if unknown.
 int isa_from_name(const std::string &s);
+// This build's architecture's levels, lowest to highest (ids; isa_rank is the position).
+std::vector<int> isa_ladder();
 // The kernels that were turned off by LOWBIT_NO_<KERNEL>=1 at import.
 const std::vector<std::string> &disabled_kernels();
 

@@ -11,6 +11,19 @@ import lowbit  # noqa: E402
 from lowbit._native import lib  # noqa: E402
 
 LEVELS = list(lib.levels())  # every level this CPU, build and LOWBIT_MAX_ISA allow
+# Levels whose kernels follow the scalar reference's arithmetic exactly, so their outputs are
+# bitwise the reference's: x86 avx and the aarch64 levels (csrc/x86/avx/avx.h, csrc/arm/simd.h).
+# The other SIMD levels (avx2, avx2vnni, avx512) share one FMA arithmetic: bitwise equal to each
+# other, within I5 of the reference.
+REFERENCE_LEVELS = {"avx", "neon", "dotprod", "i8mm"}
+FMA_LEVELS = [lv for lv in LEVELS if lv != "scalar" and lv not in REFERENCE_LEVELS]
+
+
+def own_levels(type_id):
+    """The SIMD levels under test whose table has kernels of their own for type_id (avx covers
+    only some families: csrc/x86/avx/register.cpp)."""
+    isa = list(lib.isa_names())
+    return [lv for lv in LEVELS if lv != "scalar" and lib.kernel(type_id, 1, isa.index(lv))[1] == lv]
 
 
 @pytest.fixture(scope="session")

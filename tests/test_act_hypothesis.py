@@ -19,7 +19,7 @@ floats = st.one_of(
 @given(row=arrays(np.float32, 256, elements=floats),
        name=st.sampled_from(["Q8_0", "Q8_1", "Q8_K"]), level=st.sampled_from(LEVELS))
 def test_quantize_act_bytes_equal_ggml(ggml, row, name, level):
-    ours = lib.quantize_act(F[name].id, row[None, :], ["scalar", "avx2", "avx2vnni", "avx512"].index(level))
+    ours = lib.quantize_act(F[name].id, row[None, :], list(lib.isa_names()).index(level))
     theirs = ggml.from_float(name, row[None, :])
     assert ours.tobytes() == theirs.tobytes(), f"{name}/{level}: row {row.tolist()}"
 
@@ -30,7 +30,7 @@ def test_quantize_act_bytes_equal_ggml(ggml, row, name, level):
 def test_quantize_act_i8s_bytes_equal_reference(row, level):
     """I8_S is lowbit's own format (no ggml counterpart): every level writes the scalar
     reference's bytes, for any length (not only multiples of the SIMD chunk)."""
-    idx = ["scalar", "avx2", "avx2vnni", "avx512"].index(level)
+    idx = list(lib.isa_names()).index(level)
     ours = lib.quantize_act(F["I8_S"].id, row[None, :], idx)
     ref = lib.quantize_act(F["I8_S"].id, row[None, :], 0)
     assert ours.tobytes() == ref.tobytes(), f"I8_S/{level}: row {row.tolist()}"
@@ -39,7 +39,7 @@ def test_quantize_act_i8s_bytes_equal_reference(row, level):
 def test_levels_run_their_own_quantizers():
     """The hypothesis tests above exercise each level's own SIMD quantizer, not an alias."""
     for level in LEVELS:
-        idx = ["scalar", "avx2", "avx2vnni", "avx512"].index(level)
+        idx = list(lib.isa_names()).index(level)
         for name in ["Q8_0", "Q8_1", "Q8_K", "I8_S"]:
             k = lib.quant_act_kernel(F[name].id, idx)
             own = f"quant_act_{name.lower()}_{level}"

@@ -19,7 +19,7 @@ from conftest import LEVELS
 from lowbit._native import lib
 from lowbit.formats import BY_NAME as F
 
-ISA = ["scalar", "avx2", "avx2vnni", "avx512"]
+ISA = list(lib.isa_names())
 FORMATS = ["Q8_0", "Q8_1", "Q8_K", "I8_S"]
 GGML_HAS = {"Q8_0", "Q8_1", "Q8_K"}
 # the unit a quantizer works in: its block (I8_S: one scale per row)

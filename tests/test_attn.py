@@ -13,7 +13,7 @@ from conftest import LEVELS
 
 from lowbit._native import lib
 
-ISA = ["scalar", "avx2", "avx2vnni", "avx512"]
+ISA = list(lib.isa_names())
 
 
 def reference(q, K, V, scale):

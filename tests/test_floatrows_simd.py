@@ -15,7 +15,7 @@ from lowbit.formats import BY_NAME as F
 
 FLOAT = ["F32", "F16", "BF16"]
 SIMD = [lv for lv in LEVELS if lv != "scalar"]
-ISA = {"scalar": 0, "avx2": 1, "avx2vnni": 2, "avx512": 3}
+ISA = {n: i for i, n in enumerate(lib.isa_names())}
 
 
 def encode(name, w):

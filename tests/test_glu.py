@@ -25,7 +25,7 @@ import lowbit.kernels as K
 from lowbit._native import lib
 from lowbit.formats import BY_NAME as F
 
-ISA = {"scalar": 0, "avx2": 1, "avx2vnni": 2, "avx512": 3}
+ISA = {n: i for i, n in enumerate(lib.isa_names())}
 KINDS = {"silu": 0, "relu2": 1}
 ULP = 2.0 ** -23
 

@@ -55,7 +55,7 @@ def act_of(name, x, level=None):
     if act.name == "F32":
         return np.ascontiguousarray(x, dtype=np.float32).view(np.uint8).reshape(x.shape[0], -1)
     return lib.quantize_act(act.id, np.ascontiguousarray(x, dtype=np.float32), -1 if level is None else
-                            ["scalar", "avx2", "avx2vnni", "avx512"].index(level))
+                            list(lib.isa_names()).index(level))
 
 
 def act_dequant(name, act, n):
@@ -98,7 +98,7 @@ def ref_q_1(raw, act, n, name):
 
 
 def isa(level):
-    return ["scalar", "avx2", "avx2vnni", "avx512"].index(level)
+    return list(lib.isa_names()).index(level)
 
 
 def run(name, raw, act, n, level, w_scale=None, threads=None, out=None, r0=0, r1=None):

@@ -19,7 +19,7 @@ from lowbit.formats import BY_NAME as F
 
 KQ = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 SIMD = [lv for lv in LEVELS if lv != "scalar"]
-ISA = {"scalar": 0, "avx2": 1, "avx2vnni": 2, "avx512": 3}
+ISA = {n: i for i, n in enumerate(lib.isa_names())}
 FP16_AT = {"Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
 QK = 256
 

@@ -9,14 +9,14 @@ floats (same integer sums, same float operations), and worst-case codes in full 
 """
 import numpy as np
 import pytest
-from conftest import LEVELS
+from conftest import FMA_LEVELS, LEVELS, REFERENCE_LEVELS
 
 from lowbit._native import lib
 from lowbit.formats import BY_NAME as F
 
 FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"]
 SIMD = [lv for lv in LEVELS if lv != "scalar"]
-ISA = {"scalar": 0, "avx2": 1, "avx2vnni": 2, "avx512": 3}
+ISA = {n: i for i, n in enumerate(lib.isa_names())}
 # blocks per row: lone blocks, a pair, odd tails, exactly one and two groups, groups + tails
 NBLOCKS = [1, 2, 3, 7, 8, 9, 15, 16, 17, 24, 29, 40, 131]
 
@@ -65,9 +65,11 @@ def test_lengths_against_ggml(ggml, rng, name, nb):
 @pytest.mark.parametrize("name", FORMATS)
 @pytest.mark.parametrize("nb", [1, 3, 8, 9, 24, 29])
 def test_width_invariance_and_levels_bitwise(ggml, rng, name, nb):
-    """I2 at lengths with full groups; and every SIMD level gives bitwise the same floats."""
+    """I2 at lengths with full groups; and every FMA level (avx2 and up) gives bitwise the same
+    floats, every reference-arithmetic level (avx, aarch64) bitwise the scalar reference's."""
     raw, act, n = make(ggml, rng, name, 6, nb, 11)
     first = None
+    ref = np.concatenate([run(name, raw, act[t:t + 1], n, "scalar") for t in range(11)])
     for level in SIMD:
         alone = np.concatenate([run(name, raw, act[t:t + 1], n, level) for t in range(11)])
         for nt in range(1, 12):
@@ -75,7 +77,10 @@ def test_width_invariance_and_levels_bitwise(ggml, rng, name, nb):
                 win = run(name, raw, act[t0:t0 + nt], n, level)
                 assert np.array_equal(win.view(np.uint32), alone[t0:t0 + nt].view(np.uint32)), \
                     f"{name}/{level}/nb={nb}: window of {nt} at token {t0} differs from tokens alone"
-        if first is None:
+        if level in REFERENCE_LEVELS:
+            assert np.array_equal(alone.view(np.uint32), ref.view(np.uint32)), \
+                f"{name}/nb={nb}: {level} differs from the scalar reference"
+        elif first is None:
             first = (level, alone)
         else:
             assert np.array_equal(alone.view(np.uint32), first[1].view(np.uint32)), \

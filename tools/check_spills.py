@@ -3,9 +3,11 @@
 
     python tools/check_spills.py [BUILD_DIR ...]      (default: build/*/ and build/)
 
-Disassembles every object of the SIMD levels (CMakeFiles/lowbit_{avx2,avx2vnni,avx512}.dir)
-with objdump and counts, per function, instructions that move an xmm/ymm/zmm register to or
-from memory at (%rsp), or at (%rbp) where the function made %rbp its frame pointer:
+Disassembles every object of the SIMD levels (CMakeFiles/lowbit_<level>.dir: x86 avx, avx2,
+avx2vnni, avx512; aarch64 neon, dotprod, i8mm, with aarch64-linux-gnu-objdump when this host
+is not aarch64) and counts, per function, instructions that move an xmm/ymm/zmm register to or
+from memory at (%rsp), or at (%rbp) where the function made %rbp its frame pointer (aarch64: a
+q register loaded or stored at [sp ...]; the d8-d15 callee saves are 64-bit and not counted):
 register spills of per-token accumulators or decoded weights. Prints which compiler built
 each build directory (CMakeCache.txt's CMAKE_CXX_COMPILER and the version CMake found), one
 line per function that has any stack vector move, and a total per level; exits 1 if any row kernel (a function whose name contains
@@ -26,7 +28,15 @@ import re
 import subprocess
 import sys
 
-LEVELS = ("avx2", "avx2vnni", "avx512")
+LEVELS = ("avx", "avx2", "avx2vnni", "avx512", "neon", "dotprod", "i8mm")
+# Levels whose spills are reported but do not fail the check (yet): avx (Sandy Bridge: 16 xmm,
+# 128-bit integer ops) keeps its window kernels bitwise the reference (tests/test_reference_levels.py)
+# but GCC still moves some of their vectors through the stack (54 of 112 row kernels, mostly
+# K-quants at nt >= 3); issue 25 tracks making them spill-free.
+ADVISORY = {"avx"}
+ARM_LEVELS = ("neon", "dotprod", "i8mm")
+# ldr/str/ldp/stp/ldur/stur of a 128-bit q register addressed off sp
+ARM_VEC_SP = re.compile(r"\b(ld|st)(r|p|ur)\s+q\d+(,\s*q\d+)?,\s*\[sp")
 FUNC = re.compile(r"^[0-9a-f]+ <(.+)>:$")
 VEC_RSP = re.compile(r"%[xyz]mm\d+.*\(%rsp\)|\(%rsp\).*%[xyz]mm\d+")
 VEC_RBP = re.compile(r"%[xyz]mm\d+.*\(%rbp\)|\(%rbp\).*%[xyz]mm\d+")
@@ -66,8 +76,14 @@ def compiler(build_dir: str) -> str:
     return f"{exe or '?'} ({ident or '?'} {ver or '?'})"
 
 
-def spills(obj: str) -> dict[str, int]:
-    asm = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", obj],
+def objdump(arm: bool) -> str:
+    if arm and os.uname().machine not in ("aarch64", "arm64"):
+        return "aarch64-linux-gnu-objdump"
+    return "objdump"
+
+
+def spills(obj: str, arm: bool = False) -> dict[str, int]:
+    asm = subprocess.run([objdump(arm), "-d", "-C", "--no-show-raw-insn", obj],
                          capture_output=True, text=True, check=True).stdout
     counts: dict[str, int] = {}
     fn = None
@@ -79,6 +95,8 @@ def spills(obj: str) -> dict[str, int]:
             fn = m.group(1)
             counts.setdefault(fn, 0)
             rbp_moves.setdefault(fn, 0)
+        elif fn and arm:
+            counts[fn] += bool(ARM_VEC_SP.search(line))
         elif fn:
             if VEC_RSP.search(line):
                 counts[fn] += 1
@@ -105,18 +123,20 @@ def main(argv: list[str]) -> int:
         print(f"# {b}: built by {compiler(b)}")
     bad = 0
     for lv in LEVELS:
+        if not objs[lv]:
+            continue
         total, nfn, nbad = 0, 0, 0
         for o in sorted(objs[lv]):
-            for fn, c in spills(o).items():
+            for fn, c in spills(o, lv in ARM_LEVELS).items():
                 nfn += is_kernel(fn)
                 total += c
                 if c:
                     kernel = is_kernel(fn)
-                    bad += kernel
+                    bad += kernel and lv not in ADVISORY
                     nbad += kernel
                     print(f"{lv:<9} {c:4d} stack vector moves in {fn[:150]}{'' if kernel else '  (not a row kernel)'}")
         print(f"{lv:<9} {nfn} row-kernel functions ({nbad} with stack vector moves), "
-              f"{total} stack vector moves in all functions")
+              f"{total} stack vector moves in all functions{'  (advisory: not failing)' if lv in ADVISORY else ''}")
     if bad:
         print(f"check_spills: {bad} row kernel(s) move vectors to or from the stack (I7)", file=sys.stderr)
         return 1

@@ -194,7 +194,7 @@ def _level(isa) -> int:
     """A level name (``"avx2"``) or None (what dispatch selected) -> the native level index."""
     if isa is None:
         return -1
-    names = ["scalar", "avx2", "avx2vnni", "avx512"]
+    names = list(lib.isa_names())
     if isa not in names:
         raise ValueError(f"isa must be one of {', '.join(names)} or None, got {isa!r}")
     return names.index(isa)

@@ -21,7 +21,7 @@ from .kernels import quantize, split_tensor
 from .formats import BY_NAME, formats
 from .formats import get as get_format
 
-LEVELS = ["scalar", "avx2", "avx2vnni", "avx512"]
+LEVELS = list(lib.isa_names())
 TOL = 1e-5
 
 
