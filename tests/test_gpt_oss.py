@@ -33,9 +33,9 @@ def path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def llm(path):
-    import llama_cpp
+    from lowbit import peer
     # one llama.cpp thread: its per-node thread barrier stalls for seconds on a busy machine
-    return llama_cpp.Llama(model_path=path, n_ctx=128, logits_all=True, verbose=False, n_threads=1)
+    return peer.Llama(path, n_ctx=128, logits_all=True, verbose=False, n_threads=1)
 
 
 def test_config_reads_every_feature(path):

@@ -164,3 +164,22 @@ def test_without_llama_cpp_the_peer_commands_exit_2_in_one_line():
         assert r.stderr.startswith("lowbit: error: this needs llama-cpp-python (ggml and llama.cpp, the peer), "
                                    "which is not installed: pip install 'lowbit[bench]'")
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_llama_cpp_is_made_in_one_place():
+    """Every llama.cpp model object of the tests, tools and benchmarks comes from lowbit.peer (so
+    the probe protects every one of them); llama_cpp.server is launched through it too."""
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pattern = re.compile(r"llama_cpp\.Llama\(|from llama_cpp import .*\bLlama\b|\"llama_cpp\.server\"")
+    bad = []
+    for d in ("src/lowbit", "tests", "tools"):
+        for dirpath, _, files in os.walk(os.path.join(root, d)):
+            for f in files:
+                p = os.path.join(dirpath, f)
+                if not f.endswith(".py") or p.endswith(os.path.join("lowbit", "peer.py")):
+                    continue
+                for i, line in enumerate(open(p, encoding="utf-8"), 1):
+                    if pattern.search(line) and not line.lstrip().startswith("#") and "test_peer.py" not in p:
+                        bad.append(f"{os.path.relpath(p, root)}:{i}: {line.strip()}")
+    assert not bad, "llama.cpp made outside lowbit.peer:\n" + "\n".join(bad)
