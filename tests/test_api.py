@@ -319,3 +319,13 @@ def test_a_directory_is_a_gguf_error(tmp_path):
         lowbit.load(str(tmp_path))
     with pytest.raises(lowbit.GGUFError, match="No such file"):
         lowbit.load(str(tmp_path / "nope.gguf"))
+
+
+def test_bad_model_arguments_are_refused(monkeypatch):
+    with pytest.raises(ValueError, match="n_ctx must be >= 1"):
+        lowbit.load(n_ctx=0)
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        lowbit.load(n_ctx=8, threads=0)
+    monkeypatch.setenv("LOWBIT_THREADS", "abc")
+    with pytest.warns(RuntimeWarning, match="LOWBIT_THREADS='abc'"):
+        lowbit.load(n_ctx=8)

@@ -52,7 +52,20 @@ def one_line_error(r, needle, code=2):
     (["bench", "kernels", "--threads", "0"], "--threads must be >= 1"),
     (["bench", "e2e", "--reps", "0"], "--reps must be >= 1"),
 ])
-def test_bad_numbers_are_one_line_errors(args, needle):
+def test_bad_numbers_are_one_line_errors(args, needle, capsys):
+    """In process (fast): main's exit code and stderr; the subprocess cases below show the same
+    holds for the real command, imports included."""
+    from lowbit.cli import main
+    code = main(args)
+    one_line_error(subprocess.CompletedProcess(args, code, "", capsys.readouterr().err), needle)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["synth", "dense", "/tmp/never.gguf", "--heads", "0"], "--heads must be >= 1, got 0"),
+    (["serve", "--port", "99999"], "--port must be in 0..65535, got 99999"),
+    (["run", "-t", "0"], "-t/--threads must be >= 1, got 0"),
+])
+def test_bad_numbers_in_a_subprocess(args, needle):
     one_line_error(cli(*args), needle)
 
 
@@ -62,8 +75,15 @@ def test_bad_numbers_are_one_line_errors(args, needle):
     ("LOWBIT_THREADS", "5000", "LOWBIT_THREADS=5000 must be in 1..1024"),
     ("LOWBIT_I2S_GEMM_MIN_NT", "-1", "LOWBIT_I2S_GEMM_MIN_NT=-1"),
 ])
-def test_bad_environment_is_a_one_line_error(var, value, needle):
-    one_line_error(cli("run", "-n", "1", env={var: value}), needle)
+def test_bad_environment_is_a_one_line_error(var, value, needle, monkeypatch, capsys):
+    from lowbit.cli import main
+    monkeypatch.setenv(var, value)
+    code = main(["run", "-n", "1"])
+    one_line_error(subprocess.CompletedProcess([], code, "", capsys.readouterr().err), needle)
+
+
+def test_bad_environment_in_a_subprocess():
+    one_line_error(cli("run", "-n", "1", env={"LOWBIT_THREADS": "abc"}), "LOWBIT_THREADS='abc' is not an integer")
 
 
 def test_paths_are_named_for_what_they_are(tmp_path):
@@ -176,5 +196,10 @@ def test_sampling_is_the_default_and_temp_zero_is_greedy():
     (["bench", "nothing"], "invalid choice: 'nothing'"),
     (["quantize", "in.gguf"], "the following arguments are required"),
 ])
-def test_argparse_errors_are_one_line_too(args, needle):
-    one_line_error(cli(*args), needle)
+def test_argparse_errors_are_one_line_too(args, needle, capsys):
+    from lowbit.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    one_line_error(subprocess.CompletedProcess(args, e.value.code, "", capsys.readouterr().err), needle)
+    if args[0] == "run":
+        one_line_error(cli(*args), needle)

@@ -1,8 +1,8 @@
 """The `lowbit` command line.
 
-    lowbit run  [-m MODEL] [-p PROMPT] [-n N] [-t THREADS] [--temp T] [--seed S] ...
+    lowbit run  [-m MODEL] [-p PROMPT | -f FILE] [-n N] [-t THREADS] [--temp T] [--seed S] ...
                 [--draft MODEL | --lookup] [--spec K]   speculative decoding
-    lowbit chat [-m MODEL]                 interactive, with the model's chat template (/help)
+    lowbit chat [-m MODEL] [--system TEXT]  interactive, with the model's chat template (/help)
     lowbit perplexity -m MODEL -f TEXT [--ctx 512]
     lowbit info                            CPU, ISA level, the kernel each format runs
     lowbit parity [--formats ...]          every kernel vs the scalar reference and ggml
@@ -10,6 +10,12 @@
     lowbit quantize IN OUT --type T        rewrite a model in another weight format
     lowbit synth KIND OUT.gguf             a random-weight model (tests, benchmarks)
     lowbit serve [-m MODEL] [--port 8080]  an OpenAI-compatible server (extra [server])
+    lowbit --version
+
+Every numeric option and LOWBIT_* number is checked before anything runs (validate): a bad
+one is one line, `lowbit: error: ...`, exit 2, as are argparse's own errors. Errors while
+running are one line and exit 1 (LOWBIT_DEBUG=1: the traceback of an unexpected one). A
+closed stdout (`| head`) ends the command quietly.
 """
 from __future__ import annotations
 

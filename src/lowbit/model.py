@@ -84,6 +84,20 @@ def default_model_path() -> str:
     return p
 
 
+def _check_env() -> None:
+    """The thread pool reads LOWBIT_THREADS in C++ and falls back to the default on a bad value:
+    say so (the CLI refuses it outright)."""
+    v = os.environ.get("LOWBIT_THREADS")
+    if v:
+        try:
+            ok = 1 <= int(v) <= 1024
+        except ValueError:
+            ok = False
+        if not ok:
+            warnings.warn(f"LOWBIT_THREADS={v!r} is not an integer in 1..1024: ignored (all usable CPUs)",
+                          RuntimeWarning, stacklevel=3)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     arch: str
@@ -276,9 +290,12 @@ class Model:
         self.config = c = ModelConfig.from_gguf(self.file)
         from .tokenizer import Tokenizer
         self.tokenizer = Tokenizer.from_gguf(self.file.metadata)
-        self.n_ctx = int(n_ctx or min(c.train_ctx, DEFAULT_CTX))
+        self.n_ctx = int(n_ctx if n_ctx is not None else min(c.train_ctx, DEFAULT_CTX))
         if self.n_ctx < 1:
-            raise ValueError("n_ctx must be positive")
+            raise ValueError(f"n_ctx must be >= 1 (None: the default), got {n_ctx}")
+        if threads is not None and int(threads) < 1:
+            raise ValueError(f"threads must be >= 1 (None: all this process may use), got {threads}")
+        _check_env()
         self.n_slots = int(n_slots)
         if self.n_slots < 1:
             raise ValueError("n_slots must be >= 1")
