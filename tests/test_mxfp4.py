@@ -225,7 +225,7 @@ def test_width_split_and_levels_bitwise(ggml, rng):
             assert np.array_equal(alone.view(np.uint32), first.view(np.uint32)), f"{level} differs from {SIMD[0]}"
 
 
-@pytest.mark.parametrize("level", SIMD)
+@pytest.mark.parametrize("level", LEVELS)
 def test_kernel_names_and_stats(ggml, rng, level):
     for nt in range(1, 9):
         assert lib.kernel(39, nt, ISA[level]) == (f"rows_mxfp4_q8_0_{level}", level)
