@@ -18,6 +18,7 @@
 #include "kernels.h"
 #include "matmul.h"
 #include "quant/quant.h"
+#include "ref/ref.h"
 #include "threadpool.h"
 #include "x86/prefetch.h"  // kPrefetchAhead (cpu_info)
 
@@ -332,14 +333,14 @@ NB_MODULE(_lowbit, m) {
                     nb::ndarray<float, nb::ndim<1>, nb::c_contig, nb::device::cpu> out, int kind, int isa) {
         if (g.shape(0) != u.shape(0) || g.shape(0) != out.shape(0))
             throw std::invalid_argument("glu: g, u and out differ in length");
-        if (kind != GLU_SILU && kind != GLU_RELU2) throw std::invalid_argument("unknown GLU kind");
+        if (kind != GLU_SILU && kind != GLU_RELU2 && kind != GLU_SWIGLU_OAI) throw std::invalid_argument("unknown GLU kind");
         const GluKernel &k = glu_at(isa);
         const float *gp = g.data(), *up = u.data();
         float *op = out.data();
         const int64_t n = (int64_t)g.shape(0);
         nb::gil_scoped_release nogil;
         count_glu(kind, k.isa, 0, n);
-        k.fn(gp, up, op, n, kind);
+        (kind == GLU_SWIGLU_OAI ? ref::glu : k.fn)(gp, up, op, n, kind);  // (OAI: the reference only)
     }, nb::arg("g"), nb::arg("u"), nb::arg("out"), nb::arg("kind"), nb::arg("isa") = -1);
     m.def("glu_kernel", [](int isa) {
         const GluKernel &k = glu_at(isa);

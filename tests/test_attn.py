@@ -89,3 +89,42 @@ def test_bad_shapes_are_refused():
         lib.attend_f16(q, K, K, 1.0)
     with pytest.raises(ValueError, match="K and V"):
         lib.attend_f16(np.zeros(64, np.float32), K, np.zeros((3, 64), np.uint16), 1.0)
+
+
+def reference_sink(q, K, V, scale, sink):
+    """float64, with an attention sink: a logit in the softmax's max and denominator, no value."""
+    hd = q.shape[0]
+    qh = q.astype(np.float16).astype(np.float64)
+    Kf = K.view(np.float16)[:, :hd].astype(np.float64)
+    Vf = V.view(np.float16)[:, :hd].astype(np.float64)
+    s = scale * (Kf @ qh)
+    m = max(s.max(), sink)
+    e = np.exp(s - m)
+    p = (e / (e.sum() + np.exp(sink - m))).astype(np.float16).astype(np.float64)
+    return p @ Vf
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("length", [1, 9, 64, 333])
+@pytest.mark.parametrize("sink", [-3.0, 0.5, 4.0, 40.0])
+def test_attention_sink_matches_float64(level, length, sink):
+    """gpt-oss's sinks: a sink below, inside and far above the scores (40: it takes nearly all the
+    weight, the output nearly 0). Same tolerance as without a sink."""
+    rng = np.random.default_rng(1000 * length + int(sink * 10) + 100)
+    q, K, V = case(rng, length, 64, 64, 1.0)
+    out, name = lib.attend_f16(q, K, V, 0.125, ISA.index(level), sink=sink)
+    ref = reference_sink(q, K, V, 0.125, sink)
+    vmax = np.abs(V.view(np.float16)[:, :64].astype(np.float64)).max()
+    assert np.abs(out[0] - ref).max() <= 2.0 ** -11 * vmax + 1e-6, name
+    if sink >= 4.0:  # the sink's weight is visible: without it the output differs
+        plain, _ = lib.attend_f16(q, K, V, 0.125, ISA.index(level))
+        assert np.abs(plain[0] - out[0]).max() > 1e-3
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_no_sink_is_bitwise_no_sink(level):
+    rng = np.random.default_rng(11)
+    q, K, V = case(rng, 37, 64, 64, 1.0)
+    a, _ = lib.attend_f16(q, K, V, 0.125, ISA.index(level))
+    b, _ = lib.attend_f16(q, K, V, 0.125, ISA.index(level), sink=-np.inf)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))

@@ -156,3 +156,21 @@ def test_synth_cli_writes_gpt_oss(tmp_path):
     assert f.tensors["blk.1.attn_sinks.weight"].shape == (2,)
     m = lowbit.load(str(out), n_ctx=32)
     assert m.config.window == (4, 0) and m.forward([1, 2, 3]).shape == (1, m.config.vocab)
+
+
+def test_swiglu_oai_epilogue():
+    """gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai): x = min(g, 7), y = clamp(u, -7, 7),
+    x * sigmoid(1.702 x) * (y + 1), against numpy in float64 (libm's expf: a few float ulps)."""
+    from lowbit._native import lib
+    g = np.array([-100, -8, -7, -1, -1e-3, 0, 1e-3, 0.5, 1, 6.9, 7, 7.5, 100, np.inf, -np.inf], np.float32)
+    u = np.array([-100, -8, -7.5, -7, -1, 0, 0.5, 1, 6.9, 7, 7.5, 100, 3, -3, 2], np.float32)
+    out = np.empty_like(g)
+    lib.glu(g, u, out, 2)
+    x = np.minimum(g.astype(np.float64), 7.0)
+    y = np.clip(u.astype(np.float64), -7.0, 7.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = x / (1.0 + np.exp(1.702 * -x)) * (y + 1.0)
+    ref[g == -np.inf] = np.nan  # -inf / inf, as ggml's loop
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-30, equal_nan=True)
+    with pytest.raises(ValueError, match="unknown GLU kind"):
+        lib.glu(g, u, out, 3)
