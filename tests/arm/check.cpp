@@ -301,11 +301,13 @@ void check_attn(int isa) {
             for (auto &h : V) h = f32_to_fp16(normal());
             std::vector<float> q(hd), sa(len), sb(len), a(hd), b(hd);
             for (auto &v : q) v = normal() * 2.f;
-            ref.fn(q.data(), K.data(), V.data(), len, hd, kd, 0.125f, sa.data(), a.data());
-            k.fn(q.data(), K.data(), V.data(), len, hd, kd, 0.125f, sb.data(), b.data());
-            check(std::memcmp(a.data(), b.data(), hd * 4) == 0,
-                  lv(isa) + " " + k.name + " hd=" + std::to_string(hd) + " len=" + std::to_string(len) +
-                      " bitwise the reference");
+            for (float sink : {-INFINITY, 0.7f, 40.f}) {  // none, a sink among the scores, a dominant one
+                ref.fn(q.data(), K.data(), V.data(), len, hd, kd, 0.125f, sink, sa.data(), a.data());
+                k.fn(q.data(), K.data(), V.data(), len, hd, kd, 0.125f, sink, sb.data(), b.data());
+                check(std::memcmp(a.data(), b.data(), hd * 4) == 0,
+                      lv(isa) + " " + k.name + " hd=" + std::to_string(hd) + " len=" + std::to_string(len) +
+                          " sink=" + std::to_string(sink) + " bitwise the reference");
+            }
         }
 }
 

@@ -3,7 +3,7 @@
 // and each probability rounded to half) and the same operations in the same order per value:
 //   scores: 4 keys per float32x4, lane j = key j's dot, each lane summing qr[d] * k_j[d] in d
 //           order (the reference's serial sum, multiply then add: no FMA);
-//   max, exp (libm, as the reference), sum, 1/sum: the reference's scalar code;
+//   max, exp (libm, as the reference), sum, the sink's share, 1/sum: the reference's scalar code;
 //   V:      out[d] += p_j * v_j[d] over keys j in order, 4 values of d per vector.
 // dotprod and i8mm add nothing here (float work); they inherit it.
 #include <arm_neon.h>
@@ -22,7 +22,7 @@ inline float32x4_t half4(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f
 inline float half1(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
 
 void attend_f16_neon(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd, float scale,
-                     float *sc, float *out) {
+                     float sink, float *sc, float *out) {
     float qr[512];  // head_dim <= 512 (the engine checks)
     for (int d = 0; d < hd; ++d) qr[d] = half1(f32_to_fp16(q[d]));
     int j = 0;
@@ -46,8 +46,10 @@ void attend_f16_neon(const float *q, const uint16_t *K, const uint16_t *V, int l
     }
     float mx = -INFINITY;
     for (j = 0; j < len; ++j) mx = sc[j] > mx ? sc[j] : mx;
+    mx = sink > mx ? sink : mx;  // an attention sink joins the max ...
     float sum = 0.0f;
     for (j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
+    if (sink > -INFINITY) sum += std::exp(sink - mx);  // ... and the denominator, after the keys
     const float inv = 1.0f / sum;
     for (j = 0; j < len; ++j) sc[j] = half1(f32_to_fp16(sc[j] * inv));  // p_j, rounded to half
     int d = 0;
