@@ -25,12 +25,13 @@ Departures from llama-quantize, on purpose:
       a quantized format (dequantizing to F16/BF16/F32 is always allowed) or both are ternary
       (TQ1_0 / TQ2_0 / I2_S hold the same codes: converting between them loses nothing);
     - TQ1_0 / TQ2_0 / I2_S refuse a tensor that is not ternary (per block for TQ, per tensor
-      for I2_S) unless --force: a non-ternary model packed into them is garbage. With --force
-      the BitNet families (bitnet, bitnet-b1.58) are ternarised with BitNet's absmean rule
-      first (writer.absmean_ternary); other models are packed as llama.cpp packs them.
-    - I2_S (bitnet.cpp's format, not a llama.cpp file type) quantizes every layer matrix; the
+      for I2_S) unless --force (then packed as llama.cpp packs it): a non-ternary model packed
+      into them is garbage. The BitNet families (bitnet, bitnet-b1.58) are the exception: their
+      latent float weights are ternarised with BitNet's absmean rule (writer.absmean_ternary).
+    - I2_S (bitnet.cpp's format, not a llama.cpp file type), and TQ1_0 / TQ2_0 on the BitNet
+      families, follow bitnet.cpp's rules (plan_ternary): every layer matrix in the type, the
       BitNet families keep token_embd / output unless --token-embedding-type / --output-type
-      say otherwise.
+      say otherwise, and the source's tensor order is kept.
 """
 from __future__ import annotations
 
@@ -179,7 +180,7 @@ class Planner:
         self.tied = "output" not in cats
         self.n_ffn = self.n_layer
         self.i_attention_wv = self.i_ffn_down = self.i_ffn_gate = self.i_ffn_up = 0
-        self.notes: dict[str, str] = {}
+        self.notes: dict[str, tuple[str, str]] = {}  # name -> (format wanted, fallback)
 
     def allows_quantization(self, name: str, shape) -> bool:
         if ggml_n_dims(tuple(shape)) < 2 or not name.endswith("weight"):
@@ -348,7 +349,7 @@ class Planner:
             back = t
         if ncols % _fmt(back).block:
             back = "F16"
-        self.notes[name] = f"rows of {ncols} are not whole {t} blocks: {back}"
+        self.notes[name] = (t, back)
         return back
 
     def target(self, name: str, t) -> str:
@@ -369,10 +370,12 @@ class Planner:
         return new
 
 
-def plan_i2s(f: gguf.GGUFFile, opt: Options) -> dict[str, str]:
-    """lowbit's I2_S (bitnet.cpp's format): every layer matrix of 2+ dims in I2_S; token_embd and
-    output as --token-embedding-type / --output-type say, else kept in a BitNet family (bitnet.cpp
-    keeps the embedding in float) and I2_S otherwise; rows that are not whole blocks keep their format."""
+def plan_ternary(f: gguf.GGUFFile, opt: Options, target: str) -> dict[str, str]:
+    """I2_S (any model) and the ternary types of the BitNet families (bitnet.cpp's rules, not
+    llama.cpp's mix): every layer matrix of 2+ dims in `target`; token_embd and output as
+    --token-embedding-type / --output-type say, else kept in a BitNet family (bitnet.cpp keeps the
+    embedding in float: a ternary embedding would be another model) and `target` otherwise; rows
+    that are not whole blocks keep their format."""
     bitnet = f.metadata.get("general.architecture") in BITNET_ARCHS
     out = {}
     for name, t in f.tensors.items():
@@ -386,10 +389,10 @@ def plan_i2s(f: gguf.GGUFFile, opt: Options) -> dict[str, str]:
             out[name] = t.format.name
         elif bitnet and name in TOKEN_EMBD_NAMES + ("output.weight",):
             out[name] = t.format.name
-        elif t.n % get_format("I2_S").block:
+        elif t.n % get_format(target).block:
             out[name] = t.format.name
         else:
-            out[name] = "I2_S"
+            out[name] = target
     return out
 
 
@@ -433,12 +436,12 @@ def _convert(f: gguf.GGUFFile, name: str, target: str, opt: Options, imatrix: np
     arch = f.metadata.get("general.architecture")
     if target in TERNARY and name not in TOKEN_EMBD_NAMES + ("output.weight",):
         if not _ternary(w, None if target == "I2_S" else tf.block):
-            if not opt.force:
+            if arch in BITNET_ARCHS:  # latent BitNet weights: BitNet's own ternarisation
+                w = absmean_ternary(w)
+            elif not opt.force:
                 raise QuantizeError(f"quantize: {name} is not ternary (its values are not {{0, +-a}} per "
                                     f"{'tensor' if target == 'I2_S' else 'block of ' + str(tf.block)}): "
                                     f"{target} would make it garbage; --force packs it anyway")
-            if arch in BITNET_ARCHS:
-                w = absmean_ternary(w)
     if target == "I2_S":
         return quantize_tensor(tf, w.reshape(-1, t.n), threads=threads)
     rows_per_slice = int(np.prod(t.shape[1:-1])) if len(t.shape) > 2 else (t.shape[0] if len(t.shape) == 2 else 1)
@@ -504,12 +507,13 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, wtype, embd_ty
         if head_type is not None and "output.weight" not in f.tensors:
             raise QuantizeError(f"quantize: {src} has no output.weight (its head is tied to token_embd): "
                                 f"--token-embedding-type sets the head's format")
-        order = llama_order(f.tensors)
-        if mix == "I2_S":
-            targets = plan_i2s(f, opt)
-            notes: dict[str, str] = {}
-            file_type = I2S_FILE_TYPE
+        if mix == "I2_S" or (arch in BITNET_ARCHS and mix in TERNARY):
+            order = list(f.tensors)  # bitnet.cpp's rules keep the source's order
+            targets = plan_ternary(f, opt, mix)
+            notes: dict[str, tuple[str, str]] = {}
+            file_type = I2S_FILE_TYPE if mix == "I2_S" else MIXES[mix][0]
         else:
+            order = llama_order(f.tensors)
             planner = Planner(f, opt)
             targets = {name: planner.target(name, f.tensors[name]) for name in order}
             notes, file_type = planner.notes, MIXES[mix][0]
@@ -566,9 +570,12 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, wtype, embd_ty
             w.finish()
             os.unlink(tmp)
             raise
-        if progress:
-            for name, note in notes.items():
-                print(f"note: {name}: {note}", file=sys.stderr)
+        if progress and notes:  # one line per kind of fallback
+            kinds: dict[tuple[str, str], int] = {}
+            for fell in notes.values():
+                kinds[fell] = kinds.get(fell, 0) + 1
+            for (want, got), c in kinds.items():
+                print(f"note: {c} tensors' rows are not whole {want} blocks: {got}", file=sys.stderr)
     os.replace(tmp, dst)
     return {name: targets[name] for name in order}
 
