@@ -31,9 +31,10 @@ def main() -> None:
     from lowbit import gguf
     from lowbit.quantize import MIXES, quantize_file
 
-    llama_cpp.llama_log_set(llama_cpp.llama_log_callback(lambda *_: None), ctypes.c_void_p(0))
+    quiet = llama_cpp.llama_log_callback(lambda *_: None)  # kept alive: llama.cpp calls it
+    llama_cpp.llama_log_set(quiet, ctypes.c_void_p(0))
 
-    def llama(dst, mix):
+    def theirs(dst, mix):
         p = llama_cpp.llama_model_quantize_default_params()
         p.ftype, p.nthread = MIXES[mix][0], a.threads
         assert llama_cpp.llama_model_quantize(a.src.encode(), dst.encode(), ctypes.byref(p)) == 0
@@ -54,7 +55,7 @@ def main() -> None:
         for mix in a.types:
             tl, to = [], []
             for _ in range(a.reps):
-                for fn, acc, name in ((llama, tl, "ll"), (ours, to, "lb")):
+                for fn, acc, name in ((theirs, tl, "ll"), (ours, to, "lb")):
                     t0 = time.perf_counter()
                     fn(os.path.join(d, f"{name}.gguf"), mix)
                     acc.append(time.perf_counter() - t0)

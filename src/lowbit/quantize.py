@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -405,6 +406,71 @@ def load_imatrix(path: str | os.PathLike) -> dict[str, np.ndarray]:
     return read_imatrix(path)
 
 
+# ---- the output file (GGUF v3, written directly: gguf-py packs 100k vocabulary strings one call
+# at a time, seconds per file; here each array is packed in one go) -----------------------------
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_NP = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1", 10: "<u8", 11: "<i8",
+       12: "<f8"}
+
+
+def _gguf_str(v: str) -> bytes:
+    b = v.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _kv_bytes(key: str, value, vt: int, et: int | None) -> bytes:
+    """One GGUF key-value pair: key, value type, value (arrays: element type, count, elements)."""
+    out = [_gguf_str(key), struct.pack("<I", vt)]
+    if vt == 8:
+        out.append(_gguf_str(value))
+    elif vt == 9:
+        items = list(value) if not isinstance(value, np.ndarray) else value
+        out.append(struct.pack("<IQ", et, len(items)))
+        if et not in _NP and et != 8:
+            raise QuantizeError(f"quantize: metadata {key}: arrays of arrays are not copied by lowbit")
+        if et == 8:
+            enc = [x.encode("utf-8") for x in items]
+            lens = np.fromiter((len(b) for b in enc), dtype="<u8", count=len(enc))
+            out.append(b"".join(l + b for l, b in zip((x.tobytes() for x in lens), enc)))
+        else:
+            out.append(np.asarray(items, dtype=_NP[et]).tobytes())
+    else:
+        out.append(struct.pack(_SCALAR[vt], value))
+    return b"".join(out)
+
+
+class _GGUFOut:
+    """A GGUF file written as quantize makes it: the header, metadata and tensor table first, then
+    each tensor's bytes in plan order, aligned as the source's general.alignment says."""
+
+    def __init__(self, path: str, kvs: list[bytes], tensors: list[tuple[str, tuple, int, int]], align: int):
+        self.fh = open(path, "wb")
+        self.align = align
+        head = [b"GGUF", struct.pack("<IQQ", 3, len(tensors), len(kvs))] + kvs
+        offset = 0
+        self.sizes = []
+        for name, shape, type_id, nbytes in tensors:  # shape in numpy order; GGUF lists ne0 first
+            dims = tuple(reversed(shape))
+            head.append(_gguf_str(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims) +
+                        struct.pack("<IQ", type_id, offset))
+            offset += (nbytes + align - 1) // align * align
+            self.sizes.append(nbytes)
+        blob = b"".join(head)
+        self.fh.write(blob + b"\0" * ((-len(blob)) % align))
+        self.i = 0
+
+    def write(self, raw) -> None:
+        b = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
+        if b.size != self.sizes[self.i]:
+            raise ValueError(f"quantize: tensor {self.i} has {b.size} bytes, planned {self.sizes[self.i]}")
+        self.fh.write(memoryview(b))
+        self.fh.write(b"\0" * ((-b.size) % self.align))
+        self.i += 1
+
+    def close(self) -> None:
+        self.fh.close()
+
+
 # ---- the file -------------------------------------------------------------------------------------
 def _ternary(w: np.ndarray, block: int | None) -> bool:
     """Every block (or the whole tensor, block None) holds values in {0, +a, -a} for one a."""
@@ -535,18 +601,22 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, wtype, embd_ty
                 raise QuantizeError(f"quantize: {name} is already {t.format.name}: requantizing loses "
                                     f"precision twice (--allow-requantize to do it anyway)")
         tmp = str(dst) + ".part"
-        from .writer import Writer
-        w = Writer(tmp, arch)
+        kvs = []
+        for k, v in f.metadata.items():
+            if k in ("general.file_type", "general.quantization_version"):
+                continue
+            vt, et = f.metadata_types[k]
+            kvs.append(_kv_bytes(k, v, vt, et))
+        kvs.append(_kv_bytes("general.quantization_version", QUANTIZATION_VERSION, 4, None))
+        kvs.append(_kv_bytes("general.file_type", file_type, 4, None))
+        plan = []
+        for name in order:
+            tf, t = get_format(targets[name]), f.tensors[name]
+            rows = int(np.prod(t.shape[:-1])) if len(t.shape) > 1 else 1
+            plan.append((name, tuple(t.shape), tf.id, rows * tf.row_bytes(t.n) + tf.tensor_pad))
+        out = _GGUFOut(tmp, kvs, plan, f.alignment)
         try:
-            w.copy_metadata(f.metadata, skip=("general.file_type", "general.quantization_version"),
-                            types=f.metadata_types)
-            w.meta("general.quantization_version", QUANTIZATION_VERSION)
-            w.meta("general.file_type", file_type)
-            total = 0
-            for name in order:
-                total += w.plan(name, get_format(targets[name]), f.tensors[name].shape)
-            w.begin_data()
-            bar = _progress(progress, total, "quantize")
+            bar = _progress(progress, sum(p[3] for p in plan), "quantize")
             for name in order:
                 t, target = f.tensors[name], targets[name]
                 if target == t.format.name:
@@ -562,12 +632,12 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, wtype, embd_ty
                                                     f"{name}, which needs {t.n * n_exp}")
                             slice_im = None
                     raw = _convert(f, name, target, opt, slice_im, threads)
-                w.write(raw)
+                out.write(raw)
                 bar.update(np.asarray(raw).nbytes, name)
             bar.close()
-            w.finish()
+            out.close()
         except BaseException:
-            w.finish()
+            out.close()
             os.unlink(tmp)
             raise
         if progress and notes:  # one line per kind of fallback
