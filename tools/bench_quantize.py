@@ -3,6 +3,7 @@ file types and threads, in one process run (interleaved, median of --reps), and 
 outputs are identical tensor for tensor.
 
     python tools/bench_quantize.py SRC.gguf --types Q8_0 Q4_K_M Q6_K IQ4_XS -t 2 --reps 3
+    python tools/bench_quantize.py --formats        # per format, one thread: lowbit vs ggml_quantize_chunk
 
 Both run in this process (no interpreter start-up in either time); each writes to a temporary
 file that is removed after the comparison. llama-cpp-python is needed (a benchmark, not the
@@ -19,11 +20,16 @@ import time
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("src")
+    ap.add_argument("src", nargs="?")
+    ap.add_argument("--formats", action="store_true", help="per-format quantizer table (no file)")
     ap.add_argument("--types", nargs="+", default=["Q8_0", "Q4_K_M", "Q6_K", "Q5_K_S", "Q3_K_M", "IQ4_XS"])
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
+    if a.formats:
+        return formats_table()
+    if not a.src:
+        ap.error("give SRC.gguf (or --formats)")
 
     import llama_cpp
     import numpy as np
@@ -62,6 +68,37 @@ def main() -> None:
             ident = same(os.path.join(d, "lb.gguf"), os.path.join(d, "ll.gguf"))
             ml, mo = statistics.median(tl), statistics.median(to)
             print(f"| {mix} | {ml:.2f} | {mo:.2f} | {mo / ml:.2f} | {'yes' if ident else 'NO'} |", flush=True)
+
+
+def formats_table() -> None:
+    """256 rows x 4096 random normal values, importance weights x^2 of a random normal where the
+    format reads them; one thread; min of 5; ratios in one run."""
+    import time
+
+    import numpy as np
+
+    from lowbit import kernels
+    from lowbit.ggml_oracle import ggml
+    g = ggml()
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 4096)).astype(np.float32)
+    im = (rng.standard_normal(4096) ** 2).astype(np.float32)
+    print("| format | imatrix | lowbit ms | ggml ms | lowbit / ggml | identical |")
+    print("|---|---|---|---|---|---|")
+    for f in ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+              "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"]:
+        for imx in ((None,) if f in ("F16", "BF16", "Q8_0", "TQ1_0", "TQ2_0") else (None, im)):
+            a, b = [], []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                x = kernels.quantize(f, w, imatrix=imx, threads=1)
+                a.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                y = g.quantize(f, w, imatrix=imx)
+                b.append(time.perf_counter() - t0)
+            same = np.array_equal(x.reshape(y.shape), y)
+            print(f"| {f} | {'yes' if imx is not None else 'no'} | {min(a) * 1e3:.1f} | {min(b) * 1e3:.1f} | "
+                  f"{min(a) / min(b):.2f} | {'yes' if same else 'NO'} |", flush=True)
 
 
 if __name__ == "__main__":
