@@ -698,7 +698,9 @@ def add_parser(sub) -> None:
     q.add_argument("input", help="source GGUF")
     q.add_argument("output", help="GGUF to write (written to OUT.part, renamed when complete)")
     q.add_argument("type_pos", nargs="?", default=None, metavar="TYPE", help="file type (as llama-quantize takes it)")
-    q.add_argument("--type", default=None, help="file type: " + " ".join(list(MIXES) + ["I2_S"]))
+    q.add_argument("--type", default=None, help="file type: " + " ".join(
+        m for m in list(MIXES) + ["I2_S"] if not m.startswith(("IQ1", "IQ2", "IQ3"))) +
+        " (the IQ1/IQ2/IQ3 types: not yet)")
     q.add_argument("--output-type", default=None, help="format of output.weight")
     q.add_argument("--token-embedding-type", default=None, help="format of token_embd")
     q.add_argument("--embd-type", default=None, help=argparse.SUPPRESS)  # older names of the two above
