@@ -1,5 +1,6 @@
 """`lowbit quantize` and the GGUF writer: what a rewritten file holds, checked against the
 source file, gguf-py's and ggml's own quantizers, and llama.cpp loading it."""
+import os
 import subprocess
 import sys
 
@@ -177,3 +178,37 @@ def test_quantize_cli_bad_requests_are_one_line_errors(src, tmp_path, argv, prob
 def test_quantize_refuses_to_overwrite_its_input(src):
     with pytest.raises(ValueError, match="same file"):
         quantize_file(src, src, "F16")
+
+
+# the runtime commands with llama_cpp unimportable (sys.modules[name] = None -> ImportError)
+BLOCKED = ("import sys; sys.modules['llama_cpp'] = None; from lowbit.cli import main; "
+           "sys.exit(main(sys.argv[1:]))")
+
+
+def _blocked(*argv):
+    return subprocess.run([sys.executable, "-c", BLOCKED, *argv], capture_output=True, text=True)
+
+
+def test_synth_quantize_imatrix_run_without_llama_cpp(tmp_path):
+    m = tmp_path / "m.gguf"
+    r = _blocked("synth", "dense", str(m), "--layers", "1", "--dim", "256", "--type", "F16")
+    assert r.returncode == 0, r.stderr
+    txt = tmp_path / "t.txt"
+    txt.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    r = _blocked("imatrix", "-m", str(m), "-f", str(txt), "-o", str(tmp_path / "im.gguf"), "-c", "64", "-q")
+    assert r.returncode == 0, r.stderr
+    r = _blocked("quantize", str(m), str(tmp_path / "q.gguf"), "Q4_K_M", "--imatrix", str(tmp_path / "im.gguf"), "-q")
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("argv", [["parity", "--formats", "Q4_0"], ["bench", "kernels", "--formats", "Q4_0"]])
+def test_peer_commands_without_llama_cpp_say_so_and_exit_2(argv):
+    env_dir = os.environ.pop("LOWBIT_GGML_LIB_DIR", None)
+    try:
+        r = _blocked(*argv)
+    finally:
+        if env_dir is not None:
+            os.environ["LOWBIT_GGML_LIB_DIR"] = env_dir
+    assert r.returncode == 2, r.stdout[-500:] + r.stderr
+    assert "pip install llama-cpp-python" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -27,10 +27,22 @@ inline int nearest_int(float v) {
 
 // float -> half as ggml-base computes it (round to nearest even; NaN becomes the one quiet
 // NaN 0x7e00 with the sign, its payload dropped: lowbit::f32_to_fp16 keeps the payload).
+// Branch-free (the compiler vectorises a row of them): |f| is scaled so that the float adder
+// rounds it at the half's precision (2^112 then 2^-110 brings overflow to inf and keeps
+// subnormal halves exact), a bias of the input's own exponent aligns the mantissa, and the
+// half's exponent and mantissa are read from the sum's bits. Equals lowbit::f32_to_fp16 on
+// every non-NaN float (tests/test_quantizers.py checks F16 rows against ggml's bytes).
 inline uint16_t to_half(float f) {
     const uint32_t u = f32_to_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u);
-    return f32_to_fp16(f);
+    const uint32_t twice = u + u;  // the sign shifted out
+    const uint32_t sign = u & 0x80000000u;
+    float base = (std::fabs(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    uint32_t bias = twice & 0xff000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;  // below the half's normal range: a fixed point
+    base = bits_to_f32((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = f32_to_bits(base);
+    const uint32_t nonsign = ((bits >> 13) & 0x7c00u) + (bits & 0x0fffu);
+    return (uint16_t)((sign >> 16) | (twice > 0xff000000u ? 0x7e00u : nonsign));
 }
 inline float from_half(uint16_t h) { return fp16_to_f32(h); }
 
@@ -48,6 +60,14 @@ inline float cmin(float a, float b) { return a < b ? a : b; }
 // C's conversions of an out-of-range or NaN float to a small integer type on x86 (cvttss2si
 // to 32 bits, then the low byte): ggml's legacy quantizers rely on them at the edges.
 inline int8_t trunc_i8(float v) { return (int8_t)(int32_t)v; }
+// (int32_t)roundf(v) (half away from zero) without the libm call. In range, v - t is exact
+// (v's fraction, |r| < 1); NaN, +-inf and |v| >= 2^31 convert to INT32_MIN as roundf's result
+// would, and their r (NaN or |r| >= 1) adds nothing.
+inline int32_t round_away(float v) {
+    const int32_t t = (int32_t)v;
+    const float r = v - (float)t;
+    return t + ((r >= 0.5f) & (r < 1.0f)) - ((r <= -0.5f) & (r > -1.0f));
+}
 inline uint8_t trunc_u8(float v) { return (uint8_t)(int32_t)v; }
 
 // Index of the value of the sorted table val[0..n) nearest to x; a tie goes to the upper one.

@@ -159,7 +159,7 @@ void row_q8_0(const float *x, uint8_t *y8, int64_t n, const float *) {
         const float d = amax / 127;
         const float id = d ? 1.0f / d : 0.0f;
         y[ib].d = to_half(d);
-        for (int j = 0; j < QK; ++j) y[ib].qs[j] = trunc_i8(std::round(x[j] * id));
+        for (int j = 0; j < QK; ++j) y[ib].qs[j] = (int8_t)round_away(x[j] * id);
     }
 }
 

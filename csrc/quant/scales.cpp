@@ -40,6 +40,12 @@ float make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse_type, 
     }
     const bool return_early = rmse_type < 0;
     if (return_early) rmse_type = -rmse_type;
+    // the weights once (the same values the search would compute per candidate)
+    float wbuf[256];
+    if (!qw && n <= 256) {
+        for (int i = 0; i < n; ++i) wbuf[i] = rmse_weight(rmse_type, x[i]);
+        qw = wbuf;
+    }
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {
         const int l = clamp_i(nearest_int(iscale * x[i]), -nmax, nmax - 1);

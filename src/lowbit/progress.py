@@ -7,7 +7,7 @@ import sys
 
 
 class _Bar:
-    def __init__(self, total: int, what: str, unit: str):
+    def __init__(self, total: int | None, what: str, unit: str):
         from tqdm import tqdm
         kw = dict(unit="B", unit_scale=True, unit_divisor=1024) if unit == "B" else dict(unit=unit)
         self._t = tqdm(total=total, desc=what, file=sys.stderr, leave=True, dynamic_ncols=True, **kw)
@@ -29,7 +29,7 @@ class _Silent:
         pass
 
 
-def bar(total: int, what: str, unit: str = "B", enabled: bool = True):
+def bar(total: int | None, what: str, unit: str = "B", enabled: bool = True):
     """A bar over `total` units (bytes by default); a silent one when disabled or without tqdm."""
     if not enabled:
         return _Silent()

@@ -25,18 +25,20 @@ Departures from llama-quantize, on purpose:
       a quantized format (dequantizing to F16/BF16/F32 is always allowed) or both are ternary
       (TQ1_0 / TQ2_0 / I2_S hold the same codes: converting between them loses nothing);
     - TQ1_0 / TQ2_0 / I2_S refuse a tensor that is not ternary (per block for TQ, per tensor
-      for I2_S) unless --force: a non-ternary model packed into them is garbage. With --force
-      the BitNet families (bitnet, bitnet-b1.58) are ternarised with BitNet's absmean rule
-      first (writer.absmean_ternary); other models are packed as llama.cpp packs them.
-    - I2_S (bitnet.cpp's format, not a llama.cpp file type) quantizes every layer matrix; the
+      for I2_S) unless --force (then packed as llama.cpp packs it): a non-ternary model packed
+      into them is garbage. The BitNet families (bitnet, bitnet-b1.58) are the exception: their
+      latent float weights are ternarised with BitNet's absmean rule (writer.absmean_ternary).
+    - I2_S (bitnet.cpp's format, not a llama.cpp file type), and TQ1_0 / TQ2_0 on the BitNet
+      families, follow bitnet.cpp's rules (plan_ternary): every layer matrix in the type, the
       BitNet families keep token_embd / output unless --token-embedding-type / --output-type
-      say otherwise.
+      say otherwise, and the source's tensor order is kept.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -179,7 +181,7 @@ class Planner:
         self.tied = "output" not in cats
         self.n_ffn = self.n_layer
         self.i_attention_wv = self.i_ffn_down = self.i_ffn_gate = self.i_ffn_up = 0
-        self.notes: dict[str, str] = {}
+        self.notes: dict[str, tuple[str, str]] = {}  # name -> (format wanted, fallback)
 
     def allows_quantization(self, name: str, shape) -> bool:
         if ggml_n_dims(tuple(shape)) < 2 or not name.endswith("weight"):
@@ -348,7 +350,7 @@ class Planner:
             back = t
         if ncols % _fmt(back).block:
             back = "F16"
-        self.notes[name] = f"rows of {ncols} are not whole {t} blocks: {back}"
+        self.notes[name] = (t, back)
         return back
 
     def target(self, name: str, t) -> str:
@@ -369,10 +371,12 @@ class Planner:
         return new
 
 
-def plan_i2s(f: gguf.GGUFFile, opt: Options) -> dict[str, str]:
-    """lowbit's I2_S (bitnet.cpp's format): every layer matrix of 2+ dims in I2_S; token_embd and
-    output as --token-embedding-type / --output-type say, else kept in a BitNet family (bitnet.cpp
-    keeps the embedding in float) and I2_S otherwise; rows that are not whole blocks keep their format."""
+def plan_ternary(f: gguf.GGUFFile, opt: Options, target: str) -> dict[str, str]:
+    """I2_S (any model) and the ternary types of the BitNet families (bitnet.cpp's rules, not
+    llama.cpp's mix): every layer matrix of 2+ dims in `target`; token_embd and output as
+    --token-embedding-type / --output-type say, else kept in a BitNet family (bitnet.cpp keeps the
+    embedding in float: a ternary embedding would be another model) and `target` otherwise; rows
+    that are not whole blocks keep their format."""
     bitnet = f.metadata.get("general.architecture") in BITNET_ARCHS
     out = {}
     for name, t in f.tensors.items():
@@ -386,10 +390,10 @@ def plan_i2s(f: gguf.GGUFFile, opt: Options) -> dict[str, str]:
             out[name] = t.format.name
         elif bitnet and name in TOKEN_EMBD_NAMES + ("output.weight",):
             out[name] = t.format.name
-        elif t.n % get_format("I2_S").block:
+        elif t.n % get_format(target).block:
             out[name] = t.format.name
         else:
-            out[name] = "I2_S"
+            out[name] = target
     return out
 
 
@@ -400,6 +404,71 @@ def load_imatrix(path: str | os.PathLike) -> dict[str, np.ndarray]:
     normalised as llama-quantize does (sums / count; an expert never seen: 1)."""
     from .imatrix import read_imatrix
     return read_imatrix(path)
+
+
+# ---- the output file (GGUF v3, written directly: gguf-py packs 100k vocabulary strings one call
+# at a time, seconds per file; here each array is packed in one go) -----------------------------
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_NP = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1", 10: "<u8", 11: "<i8",
+       12: "<f8"}
+
+
+def _gguf_str(v: str) -> bytes:
+    b = v.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _kv_bytes(key: str, value, vt: int, et: int | None) -> bytes:
+    """One GGUF key-value pair: key, value type, value (arrays: element type, count, elements)."""
+    out = [_gguf_str(key), struct.pack("<I", vt)]
+    if vt == 8:
+        out.append(_gguf_str(value))
+    elif vt == 9:
+        items = list(value) if not isinstance(value, np.ndarray) else value
+        out.append(struct.pack("<IQ", et, len(items)))
+        if et not in _NP and et != 8:
+            raise QuantizeError(f"quantize: metadata {key}: arrays of arrays are not copied by lowbit")
+        if et == 8:
+            enc = [x.encode("utf-8") for x in items]
+            lens = np.fromiter((len(b) for b in enc), dtype="<u8", count=len(enc))
+            out.append(b"".join(l + b for l, b in zip((x.tobytes() for x in lens), enc)))
+        else:
+            out.append(np.asarray(items, dtype=_NP[et]).tobytes())
+    else:
+        out.append(struct.pack(_SCALAR[vt], value))
+    return b"".join(out)
+
+
+class _GGUFOut:
+    """A GGUF file written as quantize makes it: the header, metadata and tensor table first, then
+    each tensor's bytes in plan order, aligned as the source's general.alignment says."""
+
+    def __init__(self, path: str, kvs: list[bytes], tensors: list[tuple[str, tuple, int, int]], align: int):
+        self.fh = open(path, "wb")
+        self.align = align
+        head = [b"GGUF", struct.pack("<IQQ", 3, len(tensors), len(kvs))] + kvs
+        offset = 0
+        self.sizes = []
+        for name, shape, type_id, nbytes in tensors:  # shape in numpy order; GGUF lists ne0 first
+            dims = tuple(reversed(shape))
+            head.append(_gguf_str(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims) +
+                        struct.pack("<IQ", type_id, offset))
+            offset += (nbytes + align - 1) // align * align
+            self.sizes.append(nbytes)
+        blob = b"".join(head)
+        self.fh.write(blob + b"\0" * ((-len(blob)) % align))
+        self.i = 0
+
+    def write(self, raw) -> None:
+        b = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
+        if b.size != self.sizes[self.i]:
+            raise ValueError(f"quantize: tensor {self.i} has {b.size} bytes, planned {self.sizes[self.i]}")
+        self.fh.write(memoryview(b))
+        self.fh.write(b"\0" * ((-b.size) % self.align))
+        self.i += 1
+
+    def close(self) -> None:
+        self.fh.close()
 
 
 # ---- the file -------------------------------------------------------------------------------------
@@ -433,12 +502,12 @@ def _convert(f: gguf.GGUFFile, name: str, target: str, opt: Options, imatrix: np
     arch = f.metadata.get("general.architecture")
     if target in TERNARY and name not in TOKEN_EMBD_NAMES + ("output.weight",):
         if not _ternary(w, None if target == "I2_S" else tf.block):
-            if not opt.force:
+            if arch in BITNET_ARCHS:  # latent BitNet weights: BitNet's own ternarisation
+                w = absmean_ternary(w)
+            elif not opt.force:
                 raise QuantizeError(f"quantize: {name} is not ternary (its values are not {{0, +-a}} per "
                                     f"{'tensor' if target == 'I2_S' else 'block of ' + str(tf.block)}): "
                                     f"{target} would make it garbage; --force packs it anyway")
-            if arch in BITNET_ARCHS:
-                w = absmean_ternary(w)
     if target == "I2_S":
         return quantize_tensor(tf, w.reshape(-1, t.n), threads=threads)
     rows_per_slice = int(np.prod(t.shape[1:-1])) if len(t.shape) > 2 else (t.shape[0] if len(t.shape) == 2 else 1)
@@ -504,12 +573,13 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, wtype, embd_ty
         if head_type is not None and "output.weight" not in f.tensors:
             raise QuantizeError(f"quantize: {src} has no output.weight (its head is tied to token_embd): "
                                 f"--token-embedding-type sets the head's format")
-        order = llama_order(f.tensors)
-        if mix == "I2_S":
-            targets = plan_i2s(f, opt)
-            notes: dict[str, str] = {}
-            file_type = I2S_FILE_TYPE
+        if mix == "I2_S" or (arch in BITNET_ARCHS and mix in TERNARY):
+            order = list(f.tensors)  # bitnet.cpp's rules keep the source's order
+            targets = plan_ternary(f, opt, mix)
+            notes: dict[str, tuple[str, str]] = {}
+            file_type = I2S_FILE_TYPE if mix == "I2_S" else MIXES[mix][0]
         else:
+            order = llama_order(f.tensors)
             planner = Planner(f, opt)
             targets = {name: planner.target(name, f.tensors[name]) for name in order}
             notes, file_type = planner.notes, MIXES[mix][0]
@@ -531,18 +601,22 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, wtype, embd_ty
                 raise QuantizeError(f"quantize: {name} is already {t.format.name}: requantizing loses "
                                     f"precision twice (--allow-requantize to do it anyway)")
         tmp = str(dst) + ".part"
-        from .writer import Writer
-        w = Writer(tmp, arch)
+        kvs = []
+        for k, v in f.metadata.items():
+            if k in ("general.file_type", "general.quantization_version"):
+                continue
+            vt, et = f.metadata_types[k]
+            kvs.append(_kv_bytes(k, v, vt, et))
+        kvs.append(_kv_bytes("general.quantization_version", QUANTIZATION_VERSION, 4, None))
+        kvs.append(_kv_bytes("general.file_type", file_type, 4, None))
+        plan = []
+        for name in order:
+            tf, t = get_format(targets[name]), f.tensors[name]
+            rows = int(np.prod(t.shape[:-1])) if len(t.shape) > 1 else 1
+            plan.append((name, tuple(t.shape), tf.id, rows * tf.row_bytes(t.n) + tf.tensor_pad))
+        out = _GGUFOut(tmp, kvs, plan, f.alignment)
         try:
-            w.copy_metadata(f.metadata, skip=("general.file_type", "general.quantization_version"),
-                            types=f.metadata_types)
-            w.meta("general.quantization_version", QUANTIZATION_VERSION)
-            w.meta("general.file_type", file_type)
-            total = 0
-            for name in order:
-                total += w.plan(name, get_format(targets[name]), f.tensors[name].shape)
-            w.begin_data()
-            bar = _progress(progress, total, "quantize")
+            bar = _progress(progress, sum(p[3] for p in plan), "quantize")
             for name in order:
                 t, target = f.tensors[name], targets[name]
                 if target == t.format.name:
@@ -558,17 +632,20 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, wtype, embd_ty
                                                     f"{name}, which needs {t.n * n_exp}")
                             slice_im = None
                     raw = _convert(f, name, target, opt, slice_im, threads)
-                w.write(raw)
+                out.write(raw)
                 bar.update(np.asarray(raw).nbytes, name)
             bar.close()
-            w.finish()
+            out.close()
         except BaseException:
-            w.finish()
+            out.close()
             os.unlink(tmp)
             raise
-        if progress:
-            for name, note in notes.items():
-                print(f"note: {name}: {note}", file=sys.stderr)
+        if progress and notes:  # one line per kind of fallback
+            kinds: dict[tuple[str, str], int] = {}
+            for fell in notes.values():
+                kinds[fell] = kinds.get(fell, 0) + 1
+            for (want, got), c in kinds.items():
+                print(f"note: {c} tensors' rows are not whole {want} blocks: {got}", file=sys.stderr)
     os.replace(tmp, dst)
     return {name: targets[name] for name in order}
 
@@ -621,7 +698,9 @@ def add_parser(sub) -> None:
     q.add_argument("input", help="source GGUF")
     q.add_argument("output", help="GGUF to write (written to OUT.part, renamed when complete)")
     q.add_argument("type_pos", nargs="?", default=None, metavar="TYPE", help="file type (as llama-quantize takes it)")
-    q.add_argument("--type", default=None, help="file type: " + " ".join(list(MIXES) + ["I2_S"]))
+    q.add_argument("--type", default=None, help="file type: " + " ".join(
+        m for m in list(MIXES) + ["I2_S"] if not m.startswith(("IQ1", "IQ2", "IQ3"))) +
+        " (the IQ1/IQ2/IQ3 types: not yet)")
     q.add_argument("--output-type", default=None, help="format of output.weight")
     q.add_argument("--token-embedding-type", default=None, help="format of token_embd")
     q.add_argument("--embd-type", default=None, help=argparse.SUPPRESS)  # older names of the two above

@@ -91,7 +91,7 @@ def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, head
 def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, ffn: int = 512, heads: int = 4,
                 kv_heads: int = 2, head_dim: int | None = None, ctx: int = 1024, wtype: str = "Q8_0",
                 embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0,
-                vocab: dict | None = None) -> str:
+                vocab: dict | None = None, progress: bool = False) -> str:
     """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) model with random weights.
 
     wtype: the format of the layer matrices; embd_type: token_embd; head_type: output.weight
@@ -104,7 +104,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
-    w = Writer(path, arch)
+    w = Writer(path, arch, progress=progress)
     write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx)
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
     if not tied:
@@ -134,7 +134,8 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
               shared_ffn: int = 512, ctx: int = 1024, wtype: str = "Q8_0", expert_type: str = "Q4_K",
               down_type: str | None = None, router_type: str = "F32", embd_type: str = "F32",
               head_type: str | None = None, seed: int = 0, vocab: dict | None = None, window: int = 128,
-              rope_base: float = 150000.0, yarn_factor: float = 32.0, yarn_orig_ctx: int = 4096) -> str:
+              rope_base: float = 150000.0, yarn_factor: float = 32.0, yarn_orig_ctx: int = 4096,
+              progress: bool = False) -> str:
     """A Mixture-of-Experts model with random weights, as llama.cpp's converters lay them out.
 
     arch: qwen3moe (q/k norm), qwen2moe (q/k/v biases, a shared expert of width shared_ffn with a
@@ -163,7 +164,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
-    w = Writer(path, MOE_ARCHS[arch])
+    w = Writer(path, MOE_ARCHS[arch], progress=progress)
     a = w.arch
     oss = arch == "gpt-oss"
     write_header(w, vocab, layers=layers, dim=dim, ffn=expert_ffn, heads=heads, kv_heads=kv_heads, head_dim=hd,
@@ -238,7 +239,8 @@ def _add_dense(ss) -> None:
     p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head")
     p.set_defaults(synth=lambda a: synth_dense(
         a.out, arch=a.arch, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
-        ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed))
+        ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
+        progress=_bar_on()))
 
 
 BITNET_ARCHS = ("bitnet", "bitnet-b1.58")
@@ -269,7 +271,7 @@ def add_ternary(w: Writer, name: str, codes: np.ndarray, scale: float, fmt: str)
 def synth_bitnet(path, *, arch: str = "bitnet-b1.58", layers: int = 30, dim: int = 2560, ffn: int = 6912,
                  heads: int = 20, kv_heads: int = 5, ctx: int = 4096, wtype: str = "I2_S", embd_type: str = "F16",
                  head_type: str | None = None, scale_tensors: bool = False, rope_base: float = 500000.0,
-                 eps: float = 1e-5, seed: int = 0) -> str:
+                 eps: float = 1e-5, seed: int = 0, progress: bool = False) -> str:
     """A BitNet b1.58 model with random ternary weights (shapes of BitNet b1.58 2B-4T by default).
 
     arch "bitnet" (llama.cpp's: SiLU gate) or "bitnet-b1.58" (bitnet.cpp's: squared-ReLU gate);
@@ -290,7 +292,7 @@ def synth_bitnet(path, *, arch: str = "bitnet-b1.58", layers: int = 30, dim: int
     rng = np.random.default_rng(seed)
     vocab = default_vocab()
     nv = vocab_size(vocab)
-    w = Writer(path, arch)
+    w = Writer(path, arch, progress=progress)
     a = arch
     # bitnet.cpp's keys: no attention.key_length / value_length (head_dim = width / heads)
     for key, val in [("vocab_size", nv), ("context_length", ctx), ("embedding_length", dim),
@@ -348,7 +350,8 @@ def _add_bitnet(ss) -> None:
                    help="per-matrix scales as separate blk.N.<matrix>.scale tensors (llama.cpp's bitnet)")
     p.set_defaults(synth=lambda a: synth_bitnet(
         a.out, arch=a.arch, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads, ctx=a.ctx,
-        wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, scale_tensors=a.scale_tensors, seed=a.seed))
+        wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, scale_tensors=a.scale_tensors, seed=a.seed,
+        progress=_bar_on()))
 
 
 def _add_moe(ss) -> None:
@@ -375,11 +378,15 @@ def _add_moe(ss) -> None:
         experts=a.experts, top_k=a.top_k, expert_ffn=a.ffn, shared_ffn=a.shared_ffn, ctx=a.ctx, wtype=a.wtype,
         expert_type=a.expert_type or ("MXFP4" if a.arch == "gpt-oss" else "Q4_K"), down_type=a.down_type,
         router_type=a.router_type, embd_type=a.embd_type, head_type=a.head_type, seed=a.seed, window=a.window,
-        rope_base=a.rope_base, yarn_factor=a.yarn_factor, yarn_orig_ctx=a.yarn_orig_ctx))
+        rope_base=a.rope_base, yarn_factor=a.yarn_factor, yarn_orig_ctx=a.yarn_orig_ctx, progress=_bar_on()))
 
 
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
 FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet}
+
+
+def _bar_on() -> bool:
+    return sys.stderr.isatty()
 
 
 def cmd_synth(a: argparse.Namespace) -> int:

@@ -61,11 +61,14 @@ class Writer:
         w.close()
     """
 
-    def __init__(self, path: str | os.PathLike, arch: str):
+    def __init__(self, path: str | os.PathLike, arch: str, progress: bool = False):
+        """progress: a bar of the tensors added (lowbit synth on a terminal)."""
         import gguf
         self._g = gguf
         self.w = gguf.GGUFWriter(str(path), arch)
         self.arch = arch
+        from .progress import bar
+        self._bar = bar(None, "tensors", unit="tensor", enabled=progress)
 
     # ---- metadata ------------------------------------------------------------------------
     def meta(self, key: str, value, kind: str | None = None) -> None:
@@ -116,8 +119,9 @@ class Writer:
         w = np.asarray(w, dtype=np.float32)
         if f.name == "F32":
             self.w.add_tensor(name, np.ascontiguousarray(w))
-            return
-        self.add_raw(name, f, w.shape, quantize_tensor(f, w))
+        else:
+            self.add_raw(name, f, w.shape, quantize_tensor(f, w))
+        self._bar.update(1, name)
 
     def add_raw(self, name: str, fmt, shape: tuple[int, ...], raw: np.ndarray) -> None:
         """Add a tensor whose bytes are already in format fmt; shape in values, numpy order."""
@@ -159,6 +163,7 @@ class Writer:
         self.w.close()
 
     def close(self) -> None:
+        self._bar.close()
         self.w.write_header_to_file()
         self.w.write_kv_data_to_file()
         self.w.write_tensors_to_file()

@@ -1,0 +1,105 @@
+"""Quantize wall time: lowbit quantize vs llama.cpp's llama_model_quantize on the same file,
+file types and threads, in one process run (interleaved, median of --reps), and whether the
+outputs are identical tensor for tensor.
+
+    python tools/bench_quantize.py SRC.gguf --types Q8_0 Q4_K_M Q6_K IQ4_XS -t 2 --reps 3
+    python tools/bench_quantize.py --formats        # per format, one thread: lowbit vs ggml_quantize_chunk
+
+Both run in this process (no interpreter start-up in either time); each writes to a temporary
+file that is removed after the comparison. llama-cpp-python is needed (a benchmark, not the
+runtime)."""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import tempfile
+import time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("src", nargs="?")
+    ap.add_argument("--formats", action="store_true", help="per-format quantizer table (no file)")
+    ap.add_argument("--types", nargs="+", default=["Q8_0", "Q4_K_M", "Q6_K", "Q5_K_S", "Q3_K_M", "IQ4_XS"])
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    if a.formats:
+        return formats_table()
+    if not a.src:
+        ap.error("give SRC.gguf (or --formats)")
+
+    import llama_cpp
+    import numpy as np
+
+    from lowbit import gguf
+    from lowbit.quantize import MIXES, quantize_file
+
+    quiet = llama_cpp.llama_log_callback(lambda *_: None)  # kept alive: llama.cpp calls it
+    llama_cpp.llama_log_set(quiet, ctypes.c_void_p(0))
+
+    def theirs(dst, mix):
+        p = llama_cpp.llama_model_quantize_default_params()
+        p.ftype, p.nthread = MIXES[mix][0], a.threads
+        assert llama_cpp.llama_model_quantize(a.src.encode(), dst.encode(), ctypes.byref(p)) == 0
+
+    def ours(dst, mix):
+        quantize_file(a.src, dst, mix, threads=a.threads)
+
+    def same(x, y):
+        with gguf.open(x) as f, gguf.open(y) as g:
+            return all(t.format.name == g.tensors[n].format.name and
+                       np.array_equal(np.asarray(t.raw), np.asarray(g.tensors[n].raw)) for n, t in f.tensors.items())
+
+    size = os.path.getsize(a.src) / 1e6
+    print(f"source {a.src} ({size:.0f} MB), threads {a.threads}, median of {a.reps}")
+    print(f"| type | llama_model_quantize s | lowbit quantize s | lowbit / llama.cpp | identical |")
+    print(f"|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as d:
+        for mix in a.types:
+            tl, to = [], []
+            for _ in range(a.reps):
+                for fn, acc, name in ((theirs, tl, "ll"), (ours, to, "lb")):
+                    t0 = time.perf_counter()
+                    fn(os.path.join(d, f"{name}.gguf"), mix)
+                    acc.append(time.perf_counter() - t0)
+            ident = same(os.path.join(d, "lb.gguf"), os.path.join(d, "ll.gguf"))
+            ml, mo = statistics.median(tl), statistics.median(to)
+            print(f"| {mix} | {ml:.2f} | {mo:.2f} | {mo / ml:.2f} | {'yes' if ident else 'NO'} |", flush=True)
+
+
+def formats_table() -> None:
+    """256 rows x 4096 random normal values, importance weights x^2 of a random normal where the
+    format reads them; one thread; min of 5; ratios in one run."""
+    import time
+
+    import numpy as np
+
+    from lowbit import kernels
+    from lowbit.ggml_oracle import ggml
+    g = ggml()
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 4096)).astype(np.float32)
+    im = (rng.standard_normal(4096) ** 2).astype(np.float32)
+    print("| format | imatrix | lowbit ms | ggml ms | lowbit / ggml | identical |")
+    print("|---|---|---|---|---|---|")
+    for f in ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+              "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"]:
+        for imx in ((None,) if f in ("F16", "BF16", "Q8_0", "TQ1_0", "TQ2_0") else (None, im)):
+            a, b = [], []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                x = kernels.quantize(f, w, imatrix=imx, threads=1)
+                a.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                y = g.quantize(f, w, imatrix=imx)
+                b.append(time.perf_counter() - t0)
+            same = np.array_equal(x.reshape(y.shape), y)
+            print(f"| {f} | {'yes' if imx is not None else 'no'} | {min(a) * 1e3:.1f} | {min(b) * 1e3:.1f} | "
+                  f"{min(a) / min(b):.2f} | {'yes' if same else 'NO'} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
