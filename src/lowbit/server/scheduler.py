@@ -25,9 +25,11 @@ Cancelling a request (its client went away) frees its slot before the next step.
 
 With a prefix cache (prefix.py), a request admitted to a slot first gets the longest cached
 prefix of its prompt copied in (usage.prompt_tokens_details.cached_tokens says how many), and
-the whole blocks of every slot are stored as its prompt is computed (so concurrent requests with
-the same system prompt share it as soon as one has computed it) and when it finishes (so the
-next chat turn, whose prompt holds this turn's reply, finds it).
+the whole blocks of every slot are stored as its prompt is computed and when it finishes (so the
+next chat turn, whose prompt holds this turn's reply, finds it). A request admitted while an
+earlier one is still computing a prefix they share (whole blocks beyond what is cached: several
+clients sending one long system prompt at once) waits without computing until the leader has
+passed it, then copies those blocks from the cache: the prefix is computed once.
 
 drain(grace) starts a graceful shutdown: new requests are refused (Draining), those accepted run
 on, and the ones still unfinished after `grace` seconds end with an error event.
@@ -76,6 +78,7 @@ class Request:
     text: str = ""               # all generated text (for stop strings)
     sent: int = 0                # characters of text already emitted
     t_last: float = 0.0          # when the last token was sampled (0: none yet)
+    follow: tuple | None = None  # (leader, positions): wait while the leader computes our shared prefix
 
 
 class Scheduler:
@@ -188,6 +191,7 @@ class Scheduler:
                 self.model.rewind(0, slot=r.slot)
                 if self.cache is not None:  # the longest cached prefix of the prompt, copied in
                     r.cached = r.fed = self.cache.load(r.prompt, r.slot)
+                    r.follow = self._leader(r)
                 r.history = list(r.prompt)
                 r.decoder = self.model.tokenizer.stream()
                 self._active.append(r)
@@ -214,12 +218,18 @@ class Scheduler:
                     want.append(True)
                     budget -= 1
             for r in active:
+                if r.next_token is None and r.follow is not None and not self._caught_up(r):
+                    continue  # its leader is computing their shared prefix: no work twice
                 if r.next_token is None and budget > 0:
                     n = min(len(r.prompt) - r.fed, budget)
                     batch.append((r.slot, r.prompt[r.fed:r.fed + n]))
                     who.append(r)
                     want.append(r.fed + n == len(r.prompt))  # logits only after the whole prompt
                     budget -= n
+            if not batch:  # every request waits on a leader (cannot happen: leaders are earlier)
+                for r in active:
+                    r.follow = None
+                continue
             try:
                 outs = self.model.forward_batch(batch, want=want)
             except Exception as e:  # noqa: BLE001 - reported to the requests, the server stays up
@@ -264,6 +274,34 @@ class Scheduler:
                         self._release(r)
                         self.done += 1
             self._flush()  # after the counters: a client that sees "done" sees it counted
+
+    def _leader(self, r: Request) -> tuple | None:
+        """An earlier active request still computing a longer whole-block prefix that r shares
+        (the one that shares most), and that length; None if there is none."""
+        B = self.cache.block
+        best = None
+        for p in self._active:
+            if p is r or p.next_token is not None or p.fed >= len(p.prompt):
+                continue
+            n = min(len(p.prompt), len(r.prompt) - 1)
+            a, b = p.prompt[:n], r.prompt[:n]
+            same = n if a == b else next(i for i in range(n) if a[i] != b[i])
+            upto = same // B * B
+            if upto > max(r.fed, p.fed) and (best is None or upto > best[1]):
+                best = (p, upto)
+        return best
+
+    def _caught_up(self, r: Request) -> bool:
+        """r's leader has computed their shared prefix (or is gone): copy what the cache holds
+        of it and let r go on (True); False while r should wait."""
+        p, upto = r.follow
+        if p.slot >= 0 and not p.cancelled and p.fed < upto:
+            return False
+        r.follow = None
+        n = self.cache.load(r.prompt, r.slot)
+        r.fed += n
+        r.cached += n
+        return True
 
     def _fail(self, reqs: list[Request], e: Exception) -> None:
         with self._cv:
