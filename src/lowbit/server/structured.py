@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-_LLTOK: dict[int, object] = {}
+_LLTOK: dict[int, tuple] = {}  # id(tokenizer) -> (the tokenizer, kept alive so its id stays its own; LLTokenizer)
 
 
 class FormatError(ValueError):
@@ -43,8 +43,9 @@ def _lltokenizer(tokenizer, n_vocab: int):
                 s = s.decode("utf-8", errors="replace") if isinstance(s, bytes) else s
                 return tokenizer.encode(s, add_bos=False, special=False)
 
-        _LLTOK[key] = llguidance.LLTokenizer(Wrapper(), n_vocab=n_vocab, eos_token=sorted(tokenizer.eog_ids))
-    return _LLTOK[key]
+        _LLTOK[key] = (tokenizer, llguidance.LLTokenizer(Wrapper(), n_vocab=n_vocab,
+                                                        eos_token=sorted(tokenizer.eog_ids)))
+    return _LLTOK[key][1]
 
 
 def grammar(response_format) -> str | None:
