@@ -108,6 +108,7 @@ class Scheduler:
         # (time, tokens sampled) of recent steps, for tokens/s (bounded: no growth when nobody asks)
         self._recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
         self._obs: tuple[list, list, list] = ([], [], [])
+        self._mask_pool = None  # structured output: one worker computing next-token masks
         self._thread = threading.Thread(target=self._loop, name="lowbit-engine", daemon=True)
         self._thread.start()
 
@@ -146,6 +147,8 @@ class Scheduler:
             self._stopping = True
             self._cv.notify()
         self._thread.join(timeout=10)
+        if self._mask_pool is not None:
+            self._mask_pool.shutdown(wait=False)
 
     def status(self) -> dict:
         with self._cv:
@@ -194,6 +197,8 @@ class Scheduler:
                     r.follow = self._leader(r)
                 r.history = list(r.prompt)
                 r.decoder = self.model.tokenizer.stream()
+                if r.constraint is not None:  # the first mask, computed while the prompt runs
+                    r.constraint.prefetch(self._masks())
                 self._active.append(r)
             if self._stopping:
                 return False
@@ -367,7 +372,16 @@ class Scheduler:
         if r.generated >= r.max_tokens or self.model.slot_pos[r.slot] >= self.model.n_ctx:
             return self._finish(r, "length")
         r.next_token = tok
+        if c is not None:  # the next mask, computed while the next forward runs
+            c.prefetch(self._masks())
         return False
+
+    def _masks(self):
+        """The worker that computes structured output's next-token masks (started on first use)."""
+        if self._mask_pool is None:
+            import concurrent.futures
+            self._mask_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lowbit-mask")
+        return self._mask_pool
 
     def _flush_text(self, r: Request, final: bool = False) -> bool:
         """Emit what is safe to emit; True when a stop string was found (text cut before it)."""
