@@ -111,12 +111,25 @@ def test_lru_evicts_leaves_first_within_the_budget(model):
     assert off.store(0) == 0 and off.stats()["blocks"] == 0
 
 
-def test_load_needs_an_empty_slot(model):
+def test_load_continues_a_whole_block_prefix_only(model):
     m = model
-    cache = PrefixCache(m, 1 << 20, block=B)
+    cache = PrefixCache(m, 64 << 20, block=B)
     compute(m, 1, [1, 2, 3])
-    with pytest.raises(ValueError, match="not empty"):
-        cache.load([1, 2, 3], 1)
+    with pytest.raises(ValueError, match="whole-block prefix"):
+        cache.load([1, 2, 3, 4], 1)
+    # a slot that got block 0 from the cache, then (once another request computed them) the rest
+    ids = tokens(140, 7)
+    compute(m, 0, ids[:40])
+    cache.store(0)
+    m.rewind(0, slot=1)
+    assert cache.load(ids, 1) == 32
+    compute(m, 0, ids[:130])
+    cache.store(0)
+    assert cache.load(ids, 1) == 96 and m.slot_pos[1] == 128
+    lg = m.forward_batch([(1, ids[128:])], all_logits=True)[0]
+    assert np.array_equal(lg, m.logits(ids)[128:])
+    with pytest.raises(ValueError, match="whole-block prefix"):
+        cache.load(tokens(140, 8), 1)  # not what the slot holds
 
 
 # -- through the server ---------------------------------------------------------------------------
@@ -175,3 +188,28 @@ def test_server_without_cache_reports_no_cached_tokens(path, ref):
             assert r.choices[0].message.content == alone(ref, chat_prompt(ref, msgs), 8)[0]
     finally:
         s.stop()
+
+
+def test_concurrent_requests_compute_a_shared_prefix_once(server, ref):
+    """Four clients send the same long system prompt at once: the prefix is computed once (the
+    others wait for it and copy it), and each gets the text it gets alone."""
+    import concurrent.futures as cf
+
+    import httpx
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    sys_msg = {"role": "system", "content": "Shared context for everyone, told once. " * 25}
+    jobs = [[sys_msg, {"role": "user", "content": f"Question number {i}?"}] for i in range(4)]
+    want = [alone(ref, chat_prompt(ref, m), 6)[0] for m in jobs]
+    n_prompt = [len(ref.tokenize(chat_prompt(ref, m))) for m in jobs]
+    before = httpx.get(server.url + "/v1/status").json()["requests"]["prompt_tokens"]
+    with cf.ThreadPoolExecutor(4) as ex:
+        rs = list(ex.map(lambda m: client.chat.completions.create(model="synth", messages=m, max_tokens=6,
+                                                                  temperature=0), jobs))
+    assert [r.choices[0].message.content for r in rs] == want
+    cached = [r.usage.prompt_tokens_details.cached_tokens for r in rs]
+    computed = httpx.get(server.url + "/v1/status").json()["requests"]["prompt_tokens"] - before
+    assert computed == sum(n_prompt) - sum(cached)
+    # at most one request computed the shared blocks; the others (2 slots: the two running at
+    # once, and the two after them) took them from the cache
+    n_sys = len(ref.tokenize(chat_prompt(ref, [sys_msg])))
+    assert sorted(cached)[1] >= (n_sys // B - 1) * B > 0, cached

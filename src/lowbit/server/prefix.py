@@ -74,24 +74,26 @@ class PrefixCache:
 
     def load(self, tokens: list[int], slot: int) -> int:
         """Copy the longest cached prefix of tokens (whole blocks, leaving at least one token to
-        compute) into `slot`, which must be empty; returns the positions now held (0: a miss)."""
-        m = self.model
-        if m.slot_pos[slot] != 0:
-            raise ValueError(f"prefix cache: slot {slot} is not empty")
+        compute) into `slot`, after what it already holds (nothing, or a whole-block prefix of
+        tokens: a request that waited for another to compute their shared prefix); returns the
+        positions copied (0: a miss)."""
+        m, B = self.model, self.block
+        held = m.slot_pos[slot]
+        if held % B or m.slot_tokens[slot][:held] != list(tokens[:held]):
+            raise ValueError(f"prefix cache: slot {slot} holds something other than a whole-block prefix")
         self.lookups += 1
-        chain = self._chain(tokens, (len(tokens) - 1) // self.block) if self.capacity > 0 else []
-        if not chain:
+        chain = self._chain(tokens, (len(tokens) - 1) // B) if self.capacity > 0 else []
+        if len(chain) <= held // B:
             return 0
-        B = self.block
-        for i, b in enumerate(chain):
-            m.engine.kv_copy(slot, i * B, B, b.kv, False)
+        for i in range(held // B, len(chain)):
+            m.engine.kv_copy(slot, i * B, B, chain[i].kv, False)
         n = len(chain) * B
         m.slot_pos[slot] = n  # the slot now holds these positions (Model's per-slot bookkeeping)
-        m.slot_tokens[slot][:] = tokens[:n]
+        m.slot_tokens[slot][held:] = tokens[held:n]
         self._touch(chain)
         self.hits += 1
-        self.hit_tokens += n
-        return n
+        self.hit_tokens += n - held
+        return n - held
 
     def store(self, slot: int, upto: int | None = None) -> int:
         """Keep the whole blocks of `slot`'s positions [0, upto) (default: all it holds) that

@@ -25,9 +25,11 @@ Cancelling a request (its client went away) frees its slot before the next step.
 
 With a prefix cache (prefix.py), a request admitted to a slot first gets the longest cached
 prefix of its prompt copied in (usage.prompt_tokens_details.cached_tokens says how many), and
-the whole blocks of every slot are stored as its prompt is computed (so concurrent requests with
-the same system prompt share it as soon as one has computed it) and when it finishes (so the
-next chat turn, whose prompt holds this turn's reply, finds it).
+the whole blocks of every slot are stored as its prompt is computed and when it finishes (so the
+next chat turn, whose prompt holds this turn's reply, finds it). A request admitted while an
+earlier one is still computing a prefix they share (whole blocks beyond what is cached: several
+clients sending one long system prompt at once) waits without computing until the leader has
+passed it, then copies those blocks from the cache: the prefix is computed once.
 
 drain(grace) starts a graceful shutdown: new requests are refused (Draining), those accepted run
 on, and the ones still unfinished after `grace` seconds end with an error event.
@@ -76,6 +78,7 @@ class Request:
     text: str = ""               # all generated text (for stop strings)
     sent: int = 0                # characters of text already emitted
     t_last: float = 0.0          # when the last token was sampled (0: none yet)
+    follow: tuple | None = None  # (leader, positions): wait while the leader computes our shared prefix
 
 
 class Scheduler:
@@ -105,6 +108,7 @@ class Scheduler:
         # (time, tokens sampled) of recent steps, for tokens/s (bounded: no growth when nobody asks)
         self._recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
         self._obs: tuple[list, list, list] = ([], [], [])
+        self._mask_pool = None  # structured output: one worker computing next-token masks
         self._thread = threading.Thread(target=self._loop, name="lowbit-engine", daemon=True)
         self._thread.start()
 
@@ -143,6 +147,8 @@ class Scheduler:
             self._stopping = True
             self._cv.notify()
         self._thread.join(timeout=10)
+        if self._mask_pool is not None:
+            self._mask_pool.shutdown(wait=False)
 
     def status(self) -> dict:
         with self._cv:
@@ -188,8 +194,11 @@ class Scheduler:
                 self.model.rewind(0, slot=r.slot)
                 if self.cache is not None:  # the longest cached prefix of the prompt, copied in
                     r.cached = r.fed = self.cache.load(r.prompt, r.slot)
+                    r.follow = self._leader(r)
                 r.history = list(r.prompt)
                 r.decoder = self.model.tokenizer.stream()
+                if r.constraint is not None:  # the first mask, computed while the prompt runs
+                    r.constraint.prefetch(self._masks())
                 self._active.append(r)
             if self._stopping:
                 return False
@@ -214,12 +223,18 @@ class Scheduler:
                     want.append(True)
                     budget -= 1
             for r in active:
+                if r.next_token is None and r.follow is not None and not self._caught_up(r):
+                    continue  # its leader is computing their shared prefix: no work twice
                 if r.next_token is None and budget > 0:
                     n = min(len(r.prompt) - r.fed, budget)
                     batch.append((r.slot, r.prompt[r.fed:r.fed + n]))
                     who.append(r)
                     want.append(r.fed + n == len(r.prompt))  # logits only after the whole prompt
                     budget -= n
+            if not batch:  # every request waits on a leader (cannot happen: leaders are earlier)
+                for r in active:
+                    r.follow = None
+                continue
             try:
                 outs = self.model.forward_batch(batch, want=want)
             except Exception as e:  # noqa: BLE001 - reported to the requests, the server stays up
@@ -264,6 +279,34 @@ class Scheduler:
                         self._release(r)
                         self.done += 1
             self._flush()  # after the counters: a client that sees "done" sees it counted
+
+    def _leader(self, r: Request) -> tuple | None:
+        """An earlier active request still computing a longer whole-block prefix that r shares
+        (the one that shares most), and that length; None if there is none."""
+        B = self.cache.block
+        best = None
+        for p in self._active:
+            if p is r or p.next_token is not None or p.fed >= len(p.prompt):
+                continue
+            n = min(len(p.prompt), len(r.prompt) - 1)
+            a, b = p.prompt[:n], r.prompt[:n]
+            same = n if a == b else next(i for i in range(n) if a[i] != b[i])
+            upto = same // B * B
+            if upto > max(r.fed, p.fed) and (best is None or upto > best[1]):
+                best = (p, upto)
+        return best
+
+    def _caught_up(self, r: Request) -> bool:
+        """r's leader has computed their shared prefix (or is gone): copy what the cache holds
+        of it and let r go on (True); False while r should wait."""
+        p, upto = r.follow
+        if p.slot >= 0 and not p.cancelled and p.fed < upto:
+            return False
+        r.follow = None
+        n = self.cache.load(r.prompt, r.slot)
+        r.fed += n
+        r.cached += n
+        return True
 
     def _fail(self, reqs: list[Request], e: Exception) -> None:
         with self._cv:
@@ -329,7 +372,16 @@ class Scheduler:
         if r.generated >= r.max_tokens or self.model.slot_pos[r.slot] >= self.model.n_ctx:
             return self._finish(r, "length")
         r.next_token = tok
+        if c is not None:  # the next mask, computed while the next forward runs
+            c.prefetch(self._masks())
         return False
+
+    def _masks(self):
+        """The worker that computes structured output's next-token masks (started on first use)."""
+        if self._mask_pool is None:
+            import concurrent.futures
+            self._mask_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lowbit-mask")
+        return self._mask_pool
 
     def _flush_text(self, r: Request, final: bool = False) -> bool:
         """Emit what is safe to emit; True when a stop string was found (text cut before it)."""

@@ -8,8 +8,10 @@ only where the grammar may end, and generation stops as soon as the grammar cann
 llguidance sees the model's vocabulary as llama.cpp hands it over: every token's bytes, control
 tokens marked with a leading 0xff byte (never text the grammar can produce), and our own
 tokenizer (no `transformers` needed). Built once per tokenizer: ~1 s for 49k tokens.
-The mask runs on the engine thread, in the step (llguidance computes one in well under a
-millisecond for JSON grammars); computing it while the forward runs is left for later.
+The mask of a request's next token is computed off the critical path: as soon as a token is
+accepted, prefetch() hands the matcher to a worker thread, which computes the allowed set while
+the engine runs the next forward (both release the GIL); mask() then only waits for it (done
+by then) and writes -inf over the logits the grammar rules out.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import json
 
 import numpy as np
 
-_LLTOK: dict[int, object] = {}
+_LLTOK: dict[int, tuple] = {}  # id(tokenizer) -> (the tokenizer, kept alive so its id stays its own; LLTokenizer)
 
 
 class FormatError(ValueError):
@@ -43,8 +45,9 @@ def _lltokenizer(tokenizer, n_vocab: int):
                 s = s.decode("utf-8", errors="replace") if isinstance(s, bytes) else s
                 return tokenizer.encode(s, add_bos=False, special=False)
 
-        _LLTOK[key] = llguidance.LLTokenizer(Wrapper(), n_vocab=n_vocab, eos_token=sorted(tokenizer.eog_ids))
-    return _LLTOK[key]
+        _LLTOK[key] = (tokenizer, llguidance.LLTokenizer(Wrapper(), n_vocab=n_vocab,
+                                                        eos_token=sorted(tokenizer.eog_ids)))
+    return _LLTOK[key][1]
 
 
 def grammar(response_format) -> str | None:
@@ -89,14 +92,36 @@ class Constraint:
         self.m = llguidance.LLMatcher(_lltokenizer(tokenizer, n_vocab), grammar_text, log_level=0)
         if self.m.is_error():
             raise FormatError(f"'response_format': {self.m.get_error()}")
+        self._next = None  # a Future of _allowed() for the next token (prefetch)
+
+    def _allowed(self) -> tuple[bool, np.ndarray]:
+        """(True, allowed ids) or (False, ruled-out ids): whichever list is shorter."""
+        a = np.frombuffer(self.m.compute_logit_bias(), dtype=np.uint8)[:self.n_vocab]
+        ok = np.flatnonzero(a)
+        if ok.size <= self.n_vocab // 2:
+            return True, ok
+        bad = np.flatnonzero(a == 0)
+        return False, np.concatenate([bad, np.arange(a.size, self.n_vocab)]) if a.size < self.n_vocab else bad
+
+    def prefetch(self, pool) -> None:
+        """Start computing the next token's mask on `pool` (an executor) while the forward runs."""
+        self._next = pool.submit(self._allowed)
 
     def mask(self, logits: np.ndarray) -> None:
         """Disallowed tokens' logits to -inf, in place."""
-        allowed = np.frombuffer(self.m.compute_logit_bias(), dtype=np.uint8)[:self.n_vocab]
-        logits[:allowed.size][allowed == 0] = -np.inf
-        logits[allowed.size:] = -np.inf
+        keep, ids = self._next.result() if self._next is not None else self._allowed()
+        self._next = None
+        if keep:
+            kept = logits[ids]
+            logits.fill(-np.inf)
+            logits[ids] = kept
+        else:
+            logits[ids] = -np.inf
 
     def accept(self, token: int) -> None:
+        if self._next is not None:  # (never while a prefetch runs: mask() came first)
+            self._next.result()
+            self._next = None
         self.m.consume_token(token)
 
     @property

@@ -1,0 +1,37 @@
+"""What one batched forward of N decode tokens (N slots, one token each) costs relative to one
+token: the ceiling of `lowbit serve`'s N-client throughput (N / cost). One thread, CPU time,
+median of 12 interleaved repetitions. BENCHMARKS.md, "Serving at scale".
+
+    PYTHONPATH=build/dev:src python tools/bench_step_cost.py [threads]
+"""
+import sys
+import time
+
+import numpy as np
+
+import lowbit
+
+m = lowbit.load(None, n_ctx=1024, threads=int(sys.argv[1]) if len(sys.argv) > 1 else 1, n_slots=16)
+ids = m.tokenize("Once upon a time, in a kingdom by the sea, there lived")
+for s in range(16):
+    m.rewind(0, s)
+    m.forward_batch([(s, ids)])
+
+
+def step(n):
+    t = time.process_time()
+    m.forward_batch([(s, [42]) for s in range(n)])
+    dt = time.process_time() - t
+    for s in range(n):
+        m.rewind(m.slot_pos[s] - 1, s)
+    return dt
+
+
+res = {n: [] for n in (1, 2, 4, 8, 16)}
+for _ in range(12):
+    for n in res:
+        res[n].append(step(n))
+b = np.median(res[1])
+for n, v in res.items():
+    med = np.median(v)
+    print(f"{n:2d} tokens: {med * 1e3:7.2f} ms  ({med / b:.2f}x one token; ceiling {n * b / med:.2f}x tok/s)")
