@@ -55,7 +55,7 @@ def require():
         import llama_cpp
     except ImportError as e:
         raise PeerMissing("this needs llama-cpp-python (ggml and llama.cpp, the peer), which is not installed: "
-                          "pip install 'lowbit[bench]' (or 'lowbit[test]')") from None
+                          "pip install 'lowbit[bench]' (or: pip install llama-cpp-python)") from None
     return llama_cpp
 
 
