@@ -1,6 +1,7 @@
 """Helpers for the server tests: start `lowbit serve` on a free local port, reference outputs."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -80,3 +81,20 @@ def synth_model(path) -> str:
 
 
 __all__ = ["Server", "alone", "chat_prompt", "free_port", "synth_model", "lowbit"]
+
+
+@contextlib.contextmanager
+def running(*args: str):
+    """A started `lowbit serve ARGS` (ready), stopped on exit: the server fixtures' body."""
+    s = Server(*args)
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        s.stop()
+
+
+def openai_client(url: str, key: str = "unused", timeout: float = 120):
+    """The openai client of a server at `url` (no retries: a failure shows at once)."""
+    import openai
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=timeout)

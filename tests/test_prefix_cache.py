@@ -7,12 +7,11 @@ a request served from the cache gets the text lowbit.generate gives it alone (no
 usage.prompt_tokens_details.cached_tokens says how much was reused.
 """
 import numpy as np
-import openai
 import pytest
 
 import lowbit
 from lowbit.server.prefix import PrefixCache
-from serve_util import Server, alone, chat_prompt, synth_model
+from serve_util import Server, alone, chat_prompt, openai_client, running, synth_model
 
 B = 32
 
@@ -138,12 +137,9 @@ SYSTEM = "You are a careful assistant. " * 30  # ~180 tokens
 
 @pytest.fixture(scope="module")
 def server(path):
-    s = Server("-m", path, "--ctx", "512", "--parallel", "2", "-t", "2", "--cache-mb", "64", "--step-tokens", "48")
-    try:
-        s.wait_ready()
+    with running("-m", path, "--ctx", "512", "--parallel", "2", "-t", "2",
+                 "--cache-mb", "64", "--step-tokens", "48") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +148,7 @@ def ref(path):
 
 
 def test_server_reuses_a_shared_system_prompt_and_the_last_turn(server, ref):
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    client = openai_client(server.url, timeout=120)
 
     def ask(msgs, n=12):
         r = client.chat.completions.create(model="synth", messages=msgs, max_tokens=n, temperature=0)
@@ -180,7 +176,7 @@ def test_server_without_cache_reports_no_cached_tokens(path, ref):
     s = Server("-m", path, "--ctx", "512", "--parallel", "1", "-t", "2", "--cache-mb", "0")
     try:
         s.wait_ready()
-        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        client = openai_client(s.url, timeout=120)
         msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi"}]
         for _ in range(2):
             r = client.chat.completions.create(model="synth", messages=msgs, max_tokens=8, temperature=0)
@@ -196,7 +192,7 @@ def test_concurrent_requests_compute_a_shared_prefix_once(server, ref):
     import concurrent.futures as cf
 
     import httpx
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    client = openai_client(server.url, timeout=120)
     sys_msg = {"role": "system", "content": "Shared context for everyone, told once. " * 25}
     jobs = [[sys_msg, {"role": "user", "content": f"Question number {i}?"}] for i in range(4)]
     want = [alone(ref, chat_prompt(ref, m), 6)[0] for m in jobs]

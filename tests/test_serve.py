@@ -15,7 +15,7 @@ import openai
 import pytest
 
 import lowbit
-from serve_util import Server, alone, chat_prompt, synth_model
+from serve_util import Server, alone, chat_prompt, openai_client, running, synth_model
 
 KEY = "sk-lowbit-test"
 CTX = 256
@@ -30,18 +30,14 @@ def path(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(path):
     # --step-tokens 12: prompts are prefilled in chunks, beside other requests' decode tokens
-    s = Server("-m", path, "--ctx", str(CTX), "--parallel", str(PARALLEL), "-t", "2", "--api-key", KEY,
-               "--step-tokens", "12")
-    try:
-        s.wait_ready()
+    with running("-m", path, "--ctx", str(CTX), "--parallel", str(PARALLEL), "-t", "2", "--api-key", KEY,
+                 "--step-tokens", "12") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+    return openai_client(server.url, KEY, timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from lowbit.server.loadtest import load_test
-from serve_util import Server, synth_model
+from serve_util import running, synth_model
 
 SCALAR = os.environ.get("LOWBIT_MAX_ISA") == "scalar"
 
@@ -16,13 +16,9 @@ SCALAR = os.environ.get("LOWBIT_MAX_ISA") == "scalar"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     path = synth_model(tmp_path_factory.mktemp("load") / "synth.gguf")
-    s = Server("-m", path, "--ctx", "512", "--parallel", "8", "-t", "2", "--queue", "256", "--cache-mb", "2",
-               "--no-access-log")
-    try:
-        s.wait_ready()
+    with running("-m", path, "--ctx", "512", "--parallel", "8", "-t", "2", "--queue", "256", "--cache-mb", "2",
+               "--no-access-log") as s:
         yield s
-    finally:
-        s.stop()
 
 
 def test_64_clients_cancels_and_malformed_bodies(server):

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 import lowbit
-from serve_util import Server, alone, chat_prompt, free_port, synth_model
+from serve_util import Server, alone, chat_prompt, free_port, openai_client, running, synth_model
 
 CTX = 256
 
@@ -29,17 +29,14 @@ def path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(path):
-    s = Server("-m", path, "--ctx", str(CTX), "--parallel", "2", "-t", "2", "--cors", "https://a.example,https://b.example")
-    try:
-        s.wait_ready()
+    with running("-m", path, "--ctx", str(CTX), "--parallel", "2", "-t", "2",
+                 "--cors", "https://a.example,https://b.example") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    return openai_client(server.url, timeout=120)
 
 
 @pytest.fixture(scope="module")

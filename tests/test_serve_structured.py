@@ -5,10 +5,9 @@ llguidance), and a response_format lowbit cannot follow is a 400 naming it."""
 import json
 
 import httpx
-import openai
 import pytest
 
-from serve_util import Server, synth_model
+from serve_util import openai_client, running, synth_model
 
 SCHEMA = {
     "type": "object",
@@ -35,17 +34,13 @@ def matches(v) -> bool:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     path = synth_model(tmp_path_factory.mktemp("structured") / "synth.gguf")
-    s = Server("-m", path, "--ctx", "512", "--parallel", "4", "-t", "2")
-    try:
-        s.wait_ready()
+    with running("-m", path, "--ctx", "512", "--parallel", "4", "-t", "2") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    return openai_client(server.url, timeout=300)
 
 
 def ask(client, fmt, stream, **sampling):
