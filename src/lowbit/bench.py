@@ -63,6 +63,13 @@ def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, m
     if clock == "cpu" and threads != 1:
         raise ValueError("--clock cpu times the calling thread: use it with --threads 1")
     lib.set_bench_thread_clock(clock == "cpu")
+    try:
+        return _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows, stat, clock)
+    finally:  # the clock is process-wide: leave it as the other benches expect it
+        lib.set_bench_thread_clock(False)
+
+
+def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows, stat, clock) -> list[dict]:
     rng = np.random.default_rng(0)
     results = []
     if not as_json:
@@ -131,7 +138,6 @@ def bench_kernels(formats: list[str], nts: list[int], threads: int, reps: int, m
                              f" windows/gemm {r['windows_over_gemm']:.2f}")
                 print(f"{f.name:<8} {nt:>2}  {kname:<28} {r['lowbit_us_per_row_token']:17.4f} {g} {ratio} "
                       f"{r['lowbit_gbps']:11.1f}{extra}", file=out, flush=True)
-    lib.set_bench_thread_clock(False)
     return _finish(results, out, as_json)
 
 
