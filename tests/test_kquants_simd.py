@@ -4,8 +4,8 @@
 - exact integer decoding: with all fp16 scales 1.0, activations of scale 1 and sums below
   2^24, every float operation of every level is exact, so every output must equal the int64
   dot of the dequantized codes, bit for bit, for ANY weight bytes (random, all ones, ...);
-- avx2 and avx2vnni run the same float arithmetic (GROUPS, see the .inl's header) on exact
-  integer sums, so their outputs are bitwise equal on any input;
+- avx2, avx2vnni and avx512 run the same float arithmetic (GROUPS, see the .inl's header) on
+  exact integer sums, so their outputs are bitwise equal on any input (the GEMM tier rests on it);
 - longer rows (16 super-blocks) against float64 within I5's 1e-5, every window size;
 - width invariance (I2) over windows of 1..8 on longer rows with outlier activations.
 """
@@ -94,16 +94,26 @@ def test_integer_decoding_is_exact(rng, name, level, pattern):
                                f"{tuple(bad[0])}: ours {ours[tuple(bad[0])]} exact {ref[tuple(bad[0])]}")
 
 
-@pytest.mark.skipif(not {"avx2", "avx2vnni"} <= set(LEVELS), reason="needs the avx2vnni level: the CPU flag avx_vnni (AVX-VNNI), under LOWBIT_MAX_ISA >= avx2vnni")
+GROUPS_LEVELS = [lv for lv in ("avx2", "avx2vnni", "avx512") if lv in LEVELS]
+
+
+@pytest.mark.skipif(len(GROUPS_LEVELS) < 2, reason="needs two of avx2 / avx2vnni / avx512 (CPU flags avx2+fma, avx_vnni, avx512f/bw/vl/dq/vnni)")
 @pytest.mark.parametrize("name", KQ)
-def test_avx2_and_avx2vnni_are_bitwise_equal(ggml, rng, name):
+def test_groups_levels_are_bitwise_equal(ggml, rng, name):
+    """avx2, avx2vnni and avx512 form I and M differently (maddubs+madd, dpwssd, 512-bit lanes
+    folded to 8) but take the same float steps on the same exact sums: bitwise equal outputs."""
     rows, n = 13, 6 * QK
     w = rng.standard_normal((rows, n)).astype(np.float32)
+    w[3, 100] = 40.0  # an outlier block
     raw = ggml.quantize(name, w)
     for nt in range(1, 9):
         act = q8k(rng.standard_normal((nt, n)) * 3.0, "avx2")
-        a, b = run(name, raw, act, n, "avx2"), run(name, raw, act, n, "avx2vnni")
-        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{name}/nt={nt}"
+        base = run(name, raw, act, n, GROUPS_LEVELS[0])
+        for lv in GROUPS_LEVELS[1:]:
+            got = run(name, raw, act, n, lv)
+            bad = np.flatnonzero(base.view(np.uint32) != got.view(np.uint32))
+            assert bad.size == 0, (f"{name}/nt={nt}: {lv} != {GROUPS_LEVELS[0]} at flat index {bad[0]}: "
+                                   f"{got.flat[bad[0]]!r} vs {base.flat[bad[0]]!r}")
 
 
 @pytest.mark.parametrize("level", LEVELS)

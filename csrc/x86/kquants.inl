@@ -23,23 +23,19 @@
 //
 // Float part, the same for every nt and every row split (I2, I3); dI = fp16(d) * d_a and
 // dM = fp16(dmin) * d_a are one rounding each:
-//   avx2, avx2vnni (GROUPS): per token one float acc = 0; per super-block
+//   every level (GROUPS): per token one float acc = 0; per super-block
 //       acc = fma(dI, (float)I, acc);  acc = fnmadd(dM, (float)M, acc)    (= acc - dM * M)
 //     result = acc. The int32 lanes of I and M are summed to scalars by hadd trees over 4
-//     tokens at once; acc is lane t (= token t) of one vector per window.
-//   avx512 (LANES): per token a vector A of float lanes = 0; per super-block, with I8 the
-//     exact int32 lane partials of I folded to 8 lanes (lane l + lane l + 8) and M8 those of M
-//     (their split over lanes is fixed by the data layout, not by nt):
-//       MINS:  A (16 lanes) = fma([dI x8 | -dM x8], (float)[I8 | M8], A)
-//       else:  A (8 lanes)  = fma(dI x8, (float)(I8 - C8), A)
-//     result = A summed by a fixed tree (16, 8, 4, 2, 1). One convert and one fma per token
-//     and super-block: on CPUs whose 512-bit float ops take two 256-bit passes (Zen 4) the
-//     16-lane I and separate M steps cost twice the float work.
+//     tokens at once (avx512 first folds its 16 lanes to 8, exactly); acc is lane t (= token
+//     t) of one vector per window. One token: two super-blocks share one hadd tree.
 //   (Q3_K, Q6_K: no M term.) The scalar reference rounds dI * I - dmin * d_a * M per block
 //   instead; the difference is float rounding only (I5).
-// Why two schemes: LANES needs a vector per token of the window next to its int32
-// accumulator: 16 of avx512's 32 registers, but all 16 of avx2's. GROUPS costs a share of
-// the hadd trees per token and super-block instead.
+// Why one scheme at every level: a k-quant's result is then bitwise the same at avx2,
+// avx2vnni and avx512, and the GEMM tier (csrc/x86/gemm_kquants.inl), whose microkernel
+// holds tokens in lanes, reproduces it exactly (I8): per (row, token, super-block) one exact
+// I and M, then the same two float steps in super-block order. (avx512 had kept 8-16 float
+// lanes per token instead, one convert + fma per super-block; with the paired hadd tree for
+// one token GROUPS measured the same speed within noise on Zen 4: BENCHMARKS.md, issue 18.)
 //
 // Work per super-block: scales, mins and codes are decoded once per window (chunk j: 32 codes
 // in a ymm, 64 in a zmm, decoded right before the tokens use them); each token then costs one
@@ -627,42 +623,14 @@ LB_KQ_INLINE __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const 
 // register at that point of the program; it emits nothing.
 #define LB_KQ_KEEP(x) __asm__("" : "+v"(x));
 
-// ---- float part (header): LANES on avx512, GROUPS on avx2 / avx2vnni -------------------------
+// ---- float part (header): GROUPS at every level ------------------------------------------
 #if LB_KQ_512
-#define LB_KQ_LANES 1
-using vf = __m512;
-LB_KQ_INLINE vf fzero() { return _mm512_setzero_ps(); }
-LB_KQ_INLINE vf fset1(float v) { return _mm512_set1_ps(v); }
-LB_KQ_INLINE vf fcvt(vi x) { return _mm512_cvtepi32_ps(x); }
-LB_KQ_INLINE vf fmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-LB_KQ_INLINE vf ffma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-LB_KQ_INLINE vi widen(__m256i x) { return _mm512_zextsi256_si512(x); }
-LB_KQ_INLINE vi vsub(vi a, vi b) { return _mm512_sub_epi32(a, b); }
-LB_KQ_INLINE float fhsum(__m256 h) {
-    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    q = _mm_add_ss(q, _mm_movehdup_ps(q));
-    return _mm_cvtss_f32(q);
-}
-LB_KQ_INLINE float fhsum(vf v) {
-    return fhsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
-}
-// The int32 lanes of a super-block's I folded to 8: lane l + lane l + 8 (exact)
-LB_KQ_INLINE __m256i fold8(vi x) { return _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1)); }
-// LANES accumulator of one token: MINS, 16 float lanes [I part x8 | M part x8]; otherwise 8
-template <bool MINS>
-struct LanesAcc { using type = __m256; };
-template <>
-struct LanesAcc<true> { using type = __m512; };
-template <bool MINS>
-using lanes_acc = typename LanesAcc<MINS>::type;
-template <bool MINS>
-LB_KQ_INLINE lanes_acc<MINS> lanes_zero() {
-    if constexpr (MINS) return _mm512_setzero_ps();
-    else return _mm256_setzero_ps();
-}
+// The int32 lanes of a super-block's I folded to 8: lane l + lane l + 8 (exact); GROUPS then
+// sums 8 lanes per token as on avx2
+LB_KQ_INLINE __m256i fold8(__m512i x) { return _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1)); }
+#define LB_KQ_Y(x) fold8(x)
 #else
-#define LB_KQ_LANES 0
+#define LB_KQ_Y(x) (x)
 #endif
 
 // ---- horizontal sums (GROUPS): int32 lanes -> one exact sum per token -----------------------
@@ -782,16 +750,10 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
 #undef LB_KQ_PTR
     for (int64_t r = r0; r < r1; ++r) {
         const uint8_t *wr = a.w + (size_t)r * a.w_stride;
-#if LB_KQ_LANES
-#define LB_KQ_ACC(t) [[maybe_unused]] lanes_acc<D::MINS> A##t = lanes_zero<D::MINS>();
-        LB_KQ_ALL(LB_KQ_ACC)
-#undef LB_KQ_ACC
-#else
         constexpr int K0 = NT < 4 ? NT : 4;       // tokens 0..3: group 0
         constexpr int K1 = NT > 4 ? NT - 4 : 0;   // tokens 4..7: group 1
         // lane t: token t (NT == 1: a float)
         auto acc = acc_zero<NT>();
-#endif
         // The exact integer lanes i0..i7 of super-block x (activations at yo) for each token.
 #define LB_KQ_DECL(t) [[maybe_unused]] vi i##t;
         LB_KQ_ALL(LB_KQ_DECL)
@@ -833,8 +795,7 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
             }
         };
         int64_t b = 0;
-#if !LB_KQ_LANES
-        if constexpr (NT == 1 && nacc<1, D::PRESCALED>() == 1) {
+        if constexpr (NT == 1 && (LB_KQ_512 || nacc<1, D::PRESCALED>() == 1)) {
             // One token (GROUPS): two super-blocks' integer lanes are reduced together (one
             // hadd tree instead of two), then each block takes its float steps in block order,
             // the same steps as below: the same result (I2). Measured on avx2 (quiet, 16 MB,
@@ -844,9 +805,9 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
                 const uint8_t *xa = wr + b * D::BYTES, *xb = xa + D::BYTES;
                 const size_t ya = (size_t)b * QBLK, yb = ya + QBLK;
                 block_ints(xa, ya);
-                const __m256i va = one_pre<D>(i0, p0 + ya, D::corr(xa, km));
+                const __m256i va = one_pre<D>(LB_KQ_Y(i0), p0 + ya, D::corr(xa, km));
                 block_ints(xb, yb);
-                const __m256i vb = one_pre<D>(i0, p0 + yb, D::corr(xb, km));
+                const __m256i vb = one_pre<D>(LB_KQ_Y(i0), p0 + yb, D::corr(xb, km));
                 const __m128 f = _mm_cvtepi32_ps(one_pair<D>(va, vb));  // [Ia Ma Ib Mb] / [Ia . Ib .]
                 const float da = lda(p0 + ya), db = lda(p0 + yb);
                 const __m128 dva = D::dpair(xa), dvb = D::dpair(xb);
@@ -857,45 +818,13 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
                 LB_KQ_KEEP(acc)
             }
         }
-#endif
         for (; b < nb; ++b) {
             const uint8_t *x = wr + b * D::BYTES;
             const size_t yo = (size_t)b * QBLK;
             block_ints(x, yo);
-#if LB_KQ_LANES
-            {
-                // Float steps per token (header, LANES): I's 16 int32 lanes folded to 8, exactly;
-                //   MINS: A = fma([dI x8 | -dM x8], (float)[I x8 | M x8], A)   (16 lanes, one step)
-                //   else: A = fma(dI x8, (float)(I x8 - C x8), A)              (8 lanes)
-                // dI = d * d_a, dM = dmin * d_a: one rounding each; -dM * M + A is fnmadd's value.
-                const __m256i corr = D::corr(x, km);
-                const __m128 dv = D::dpair(x);
-                [[maybe_unused]] vf vdm;
-                [[maybe_unused]] __m256 vd8;
-                if constexpr (D::MINS)
-                    vdm = _mm512_insertf32x8(_mm512_broadcastss_ps(dv), _mm256_set1_ps(-lane<1>(dv)), 1);
-                else
-                    vd8 = _mm256_broadcastss_ps(dv);
-#define LB_KQ_FIN(t)                                                                        \
-    {                                                                                       \
-        const uint8_t *y = p##t + yo;                                                       \
-        const __m256i c = _mm256_madd_epi16(ld256(y + QOFF_BS), corr);                      \
-        if constexpr (D::MINS) {                                                            \
-            const vi im = _mm512_inserti64x4(_mm512_castsi256_si512(fold8(i##t)), c, 1);     \
-            A##t = ffma(fmul(vdm, fset1(lda(y))), fcvt(im), A##t);                          \
-        } else {                                                                            \
-            A##t = _mm256_fmadd_ps(_mm256_mul_ps(vd8, _mm256_set1_ps(lda(y))),              \
-                                   _mm256_cvtepi32_ps(_mm256_sub_epi32(fold8(i##t), c)), A##t); \
-        }                                                                                   \
-        LB_KQ_KEEP(A##t)                                                                    \
-    }
-                LB_KQ_TOK(LB_KQ_FIN)
-#undef LB_KQ_FIN
-            }
-#else
             {
                 const __m256i corr = D::corr(x, km);
-                const auto s0 = group_sums<D, K0>(i0, i1, i2, i3, p0 + yo, p1 + yo, p2 + yo, p3 + yo, corr);
+                const auto s0 = group_sums<D, K0>(LB_KQ_Y(i0), LB_KQ_Y(i1), LB_KQ_Y(i2), LB_KQ_Y(i3), p0 + yo, p1 + yo, p2 + yo, p3 + yo, corr);
                 const __m128 dv = D::dpair(x);  // [d, dmin]
                 if constexpr (NT == 1) {
                     // s0 = [I I M M] or [I . . .]; acc is a scalar
@@ -916,7 +845,7 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
                         acc = _mm_fmadd_ps(dI, _mm_cvtepi32_ps(s0), acc);
                     }
                 } else {
-                    const auto s1 = group_sums<D, K1>(i4, i5, i6, i7, p4 + yo, p5 + yo, p6 + yo, p7 + yo, corr);
+                    const auto s1 = group_sums<D, K1>(LB_KQ_Y(i4), LB_KQ_Y(i5), LB_KQ_Y(i6), LB_KQ_Y(i7), p4 + yo, p5 + yo, p6 + yo, p7 + yo, corr);
                     const __m256 da = _mm256_setr_ps(lda(p0 + yo), lda(p1 + yo), lda(p2 + yo), lda(p3 + yo),
                                                      lda(p4 + yo), K1 > 1 ? lda(p5 + yo) : 0.0f,
                                                      K1 > 2 ? lda(p6 + yo) : 0.0f, K1 > 3 ? lda(p7 + yo) : 0.0f);
@@ -941,15 +870,9 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
                 }
                 LB_KQ_KEEP(acc)
             }
-#endif
         }
         float *o = a.out + (size_t)r;
         const size_t os = a.out_stride;
-#if LB_KQ_LANES
-#define LB_KQ_OUT(t) o[(size_t)(t) * os] = fhsum(A##t);
-        LB_KQ_TOK(LB_KQ_OUT)
-#undef LB_KQ_OUT
-#else
         __m128 v0, v1;
         if constexpr (NT > 4) {
             v0 = _mm256_castps256_ps128(acc);
@@ -967,7 +890,6 @@ LB_KQ_INLINE void rows_body(const RowArgs &a, int64_t r0, int64_t r1) {
         if constexpr (K1 > 1) o[5 * os] = lane<1>(v1);
         if constexpr (K1 > 2) o[6 * os] = lane<2>(v1);
         if constexpr (K1 > 3) o[7 * os] = lane<3>(v1);
-#endif
     }
 }
 
@@ -1024,11 +946,11 @@ void register_kquants(KernelTable &t) {
 
 #undef LB_KQ_STR
 #undef LB_KQ_STR2
+#undef LB_KQ_Y
 #undef LB_KQ_INLINE
 #undef LB_KQ_INLINE_LAMBDA
 #undef LB_KQ_512
 #undef LB_KQ_VNNI
-#undef LB_KQ_LANES
 
 }  // namespace LOWBIT_NS
 }  // namespace lowbit
