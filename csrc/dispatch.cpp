@@ -196,8 +196,9 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
     }
     // A level's GEMM replaces a lower level's (or, if turned off, removes it: it would pair
     // with this level's row kernels otherwise).
+    // LOWBIT_NO_GEMM=1 removes every GEMM (the window kernels take every chunk).
     if (src.gemm.fn) {
-        const bool off = turned_off(src.gemm.name, src.gemm.isa);
+        const bool off = turned_off("gemm", src.gemm.isa) || turned_off(src.gemm.name, src.gemm.isa);
         dst.gemm = off ? RowKernel{} : src.gemm;
         dst.gemm_min_nt = off ? 0 : src.gemm_min_nt;
     }

@@ -47,10 +47,12 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
     const int64_t windows = (nt + MAX_NT - 1) / MAX_NT;
     // The entry's GEMM, when it has one and the chunk is long enough, takes all nt tokens of a
     // tile in one call (same tiles, same per-token results: KernelEntry::gemm).
-    const bool gemm = e.gemm.fn && e.gemm_min_nt > 0 && nt >= e.gemm_min_nt;
+    const bool gemm = gemm_takes(e, nt);
     if (gemm) count_call(f.id, 0, isa, rows);
     else check_and_count(f, e, isa, nt, rows);
-    const int64_t tile = windows > 1 ? (w_stride >= 32768 ? 1 : (int64_t)(32768 / w_stride)) : rows;
+    // (the GEMM tiles its rows itself and builds its activation panel once per call: one call
+    // per part)
+    const int64_t tile = !gemm && windows > 1 ? (w_stride >= 32768 ? 1 : (int64_t)(32768 / w_stride)) : rows;
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
         if (gemm) {
             e.gemm.fn(RowArgs{w, w_stride, act, act_stride, out, out_stride, n, w_scale}, r0 + tb, r0 + te, (int)nt);
@@ -65,7 +67,12 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
     });
 }
 
+bool gemm_takes(const KernelEntry &e, int64_t nt) { return e.gemm.fn && e.gemm_min_nt > 0 && nt >= e.gemm_min_nt; }
+
 int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
+    // The GEMM (both matrices have one that takes nt tokens): 256 rows per call, so that its
+    // activation panel (built once per call) is amortised over many rows; scratch 2 x 256 x nt.
+    if (gemm_takes(*gate.e, nt) && gemm_takes(*up.e, nt)) return 256;
     // One window (decode, a short verify window): the weights are read once whatever the
     // tile; 128 rows keep the scratch (128 x nt x 2 floats) in L1 for the epilogue.
     if (nt <= MAX_NT) return 128;
@@ -78,22 +85,27 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
               int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride,
               const float *bias_g, const float *bias_u) {
     thread_local std::vector<float> scratch;  // [ntc][tr] gate values, then [ntc][tr] up values
+    // The GEMM, when both matrices have one for nt tokens, takes the whole chunk per tile (one
+    // "window" of nt tokens); otherwise windows of <= 8. Per token the same values either way
+    // (I8), and the epilogue below is per token.
+    const bool gemm = gemm_takes(*gate.e, nt) && gemm_takes(*up.e, nt);
+    const int64_t win = gemm ? nt : MAX_NT;
     const int64_t tmax = tile < re - rb ? tile : re - rb;
-    const size_t need = (size_t)2 * (size_t)tmax * (size_t)(nt < MAX_NT ? nt : MAX_NT);
+    const size_t need = (size_t)2 * (size_t)tmax * (size_t)(nt < win ? nt : win);
     if (scratch.size() < need) scratch.resize(need);
     for (int64_t tb = rb; tb < re; tb += tile) {
         const int64_t te = tb + tile < re ? tb + tile : re, tr = te - tb;
-        for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
-            const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
+        for (int64_t t0 = 0; t0 < nt; t0 += win) {
+            const int ntc = (int)((nt - t0) < win ? (nt - t0) : win);
             float *G = scratch.data(), *U = G + (size_t)tr * ntc;
             // the tile's rows seen as rows [0, tr) of a matrix starting at row tb (I3: a row's
             // result does not depend on where the range starts), token t's at G[t * tr + r]
             RowArgs a{gate.w + (size_t)tb * gate.stride, gate.stride, act_g + (size_t)t0 * act_g_stride,
                       act_g_stride, G, (size_t)tr, n, gate.scale};
-            gate.e->rows[ntc].fn(a, 0, tr, ntc);
+            (gemm ? gate.e->gemm.fn : gate.e->rows[ntc].fn)(a, 0, tr, ntc);
             RowArgs b{up.w + (size_t)tb * up.stride, up.stride, act_u + (size_t)t0 * act_u_stride,
                       act_u_stride, U, (size_t)tr, n, up.scale};
-            up.e->rows[ntc].fn(b, 0, tr, ntc);
+            (gemm ? up.e->gemm.fn : up.e->rows[ntc].fn)(b, 0, tr, ntc);
             if (gate.out_scale != 1.0f)
                 for (int64_t i = 0; i < tr * ntc; ++i) G[i] *= gate.out_scale;
             if (up.out_scale != 1.0f)
@@ -117,8 +129,13 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
     if (gate.f->act != up.f->act)
         throw std::invalid_argument(std::string("gate (") + gate.f->name + ") and up (" + up.f->name +
                                     ") pair with different activation formats: run them apart");
-    check_and_count(*gate.f, *gate.e, isa, nt, rows);
-    check_and_count(*up.f, *up.e, isa, nt, rows);
+    if (gemm_takes(*gate.e, nt) && gemm_takes(*up.e, nt)) {
+        count_call(gate.f->id, 0, isa, rows);
+        count_call(up.f->id, 0, isa, rows);
+    } else {
+        check_and_count(*gate.f, *gate.e, isa, nt, rows);
+        check_and_count(*up.f, *up.e, isa, nt, rows);
+    }
     count_glu(kind, glu.isa, rows, rows * nt);
     const int64_t tile = glu_tile_rows(gate, up, nt);
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {

@@ -50,6 +50,8 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
               int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride,
               const float *bias_g = nullptr, const float *bias_u = nullptr);
 
+// Whether entry e's GEMM takes a chunk of nt tokens (it has one and its gate admits nt).
+bool gemm_takes(const KernelEntry &e, int64_t nt);
 // Rows per tile of glu_rows for a window count: about 32 KB of gate + up weight rows, so
 // they stay in L1/L2 while every window reads them.
 int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt);

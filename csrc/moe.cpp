@@ -247,11 +247,14 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     const glu_fn epilogue = kind == GLU_SWIGLU_OAI ? ref::glu : glu.fn;  // (OAI: the reference only)
     eg_.resize((size_t)S * ef);
     for (int e = 0; e < E; ++e) {
-        for (int t0c = 0; t0c < ecount_[(size_t)e]; t0c += MAX_NT) {
-            const int ntc = std::min(MAX_NT, ecount_[(size_t)e] - t0c);
-            count_call(G.m->type, ntc, isa, ef);
-            count_call(U.m->type, ntc, isa, ef);
-            count_call(D.m->type, ntc, isa, dim);
+        const int cnt = ecount_[(size_t)e];
+        const bool glu_gemm = gemm_takes(*G.k, cnt) && gemm_takes(*U.k, cnt);  // (as glu_rows)
+        if (glu_gemm) count_call(G.m->type, 0, isa, ef), count_call(U.m->type, 0, isa, ef);
+        if (gemm_takes(*D.k, cnt)) count_call(D.m->type, 0, isa, dim);
+        for (int t0c = 0; t0c < cnt; t0c += MAX_NT) {
+            const int ntc = std::min(MAX_NT, cnt - t0c);
+            if (!glu_gemm) count_call(G.m->type, ntc, isa, ef), count_call(U.m->type, ntc, isa, ef);
+            if (!gemm_takes(*D.k, cnt)) count_call(D.m->type, ntc, isa, dim);
         }
         if (ecount_[(size_t)e] > 0) count_glu(kind, glu.isa, ef, (int64_t)ecount_[(size_t)e] * ef);
     }
@@ -279,12 +282,14 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     make_items(items, ecount_, dim, threads);
     run_items(items, threads, [&](const Item &it) {
         const int64_t off = eoff_[(size_t)it.e], cnt = ecount_[(size_t)it.e];
-        for (int64_t t0c = 0; t0c < cnt; t0c += MAX_NT) {
-            const int ntc = (int)std::min<int64_t>(MAX_NT, cnt - t0c);
+        // the expert's tokens in windows of <= 8, or all of them in one GEMM call (I8)
+        const int64_t win = gemm_takes(*D.k, cnt) ? cnt : MAX_NT;
+        for (int64_t t0c = 0; t0c < cnt; t0c += win) {
+            const int ntc = (int)std::min<int64_t>(win, cnt - t0c);
             const size_t s0 = (size_t)(off + t0c);
             RowArgs a{D.w(it.e), D.m->stride, ys_.data() + s0 * db, db, ed_.data() + s0 * dim, (size_t)dim, ef,
                       D.m->scale};
-            D.k->rows[ntc].fn(a, it.r0, it.r1, ntc);
+            (win > MAX_NT ? D.k->gemm.fn : D.k->rows[ntc].fn)(a, it.r0, it.r1, ntc);
             if (L.down_exps_b) {
                 const float *b = L.down_exps_b + (size_t)it.e * dim;
                 for (int t = 0; t < ntc; ++t)

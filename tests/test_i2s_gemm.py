@@ -206,8 +206,8 @@ print(json.dumps(sorted({s["kernel"] for s in K.stats() if s["format"] == "I2_S"
 @pytest.mark.skipif(not GEMM_LEVELS, reason="needs a SIMD level: CPU flags avx2, fma, f16c, under LOWBIT_MAX_ISA >= avx2")
 def test_engine_logits_identical_with_the_gemm(tmp_path):
     """A bitnet-b1.58 I2_S model's logits for a 40-token prompt chunk are bitwise the same with
-    the GEMM on (LOWBIT_I2S_GEMM_MIN_NT=9: the chunk's q/k/v/o and down matmuls take it; the fused
-    gate/up with its GLU epilogue has no GEMM variant and runs the row kernels) and off."""
+    the GEMM on (LOWBIT_I2S_GEMM_MIN_NT=9: every I2_S matmul of the chunk takes it, the fused
+    gate/up with its GLU epilogue too) and off."""
     from lowbit import synth
     from test_bitnet import SHAPE, TEXT
     path = synth.synth_bitnet(tmp_path / "b158.gguf", arch="bitnet-b1.58", wtype="I2_S", seed=3, **SHAPE)
@@ -226,5 +226,5 @@ def test_engine_logits_identical_with_the_gemm(tmp_path):
     (k_off, off), (k_on, on) = runs
     sel = lib.cpu_info()["selected"]
     assert k_off and all(k.startswith("rows_i2_s_i8_s_") for k in k_off), k_off
-    assert k_on == [f"gemm_i2_s_i8_s_{sel}", f"rows_i2_s_i8_s_{sel}"], k_on
+    assert k_on == [f"gemm_i2_s_i8_s_{sel}"], k_on
     assert off.shape[0] == 40 and same_bits(on, off)

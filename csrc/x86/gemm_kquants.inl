@@ -1,0 +1,425 @@
+// The GEMM tier for k-quants (Q4_K, Q5_K, Q6_K) against Q8_K activations: prompt chunks, MoE
+// experts with many routed tokens, large server steps. Shared body of
+// csrc/x86/avx512/gemm_kquants.cpp (LOWBIT_ISA = ISA_AVX512, LOWBIT_NS = avx512; built with
+// that level's flags only: VNNI's vpdpbusd / vpdpwssd on 512-bit vectors).
+//
+// Contract (KernelEntry::gemm, csrc/kernels.h): out[t * out_stride + r] = dot(W[r], act[t])
+// for r in [r0, r1) and every t < nt (any nt >= 1), BITWISE the row kernels' result at this
+// level (csrc/x86/kquants.inl, GROUPS; I2, I3, I8): per (row, token, super-block) the exact
+// integer sums
+//   I = sum_s sc[s] * sum_{k in s} u_k * q_k  - (OFF formats) sum_j corr[j] * bsums[j]
+//   M = sum_j corr[j] * bsums[j]                                  (MINS formats: Q4_K, Q5_K)
+// and then, in super-block order from acc = 0, the same two float steps
+//   acc = fma(d * d_a, (float)I, acc);   acc = fnmadd(dmin * d_a, (float)M, acc)
+// (d * d_a and dmin * d_a: one rounding each; float multiplication commutes, so d_a * d is
+// the same value). Integer sums are exact whatever their grouping, so only the float steps'
+// order binds the layout, and it is per (row, token): any tiling of rows and tokens gives the
+// row kernels' bits.
+//
+// Layout: TOKENS IN LANES. Each 16-token group of the chunk is transposed once per call into
+// an activation panel (ActSB per super-block): dword lane l of q[dw] = token l's activation
+// bytes 4dw .. 4dw + 3, each plus 128 (so unsigned: vpdpbusd's first operand). Each weight
+// row is decoded once per call into unsigned codes u (one byte each, natural order, u <= 63:
+// valid as vpdpbusd's signed operand) and its super-blocks' metadata (RowSB). One vpdpbusd
+// then takes 4 codes of one row (a broadcast dword) times 4 activations of 16 tokens. The
+// +128 comes back per row and super-block, independent of the token:
+//   sum_k (q_k + 128) u_k = sum_k q_k u_k + 128 * U,    C = 128 * sum_s sc[s] * U_s.
+// Bounds (int32, exact): a sub-block's dot <= 32 * 255 * 63 = 514080; times |sc| <= 128 and
+// summed over 8 or 16 sub-blocks: < 2^27 (Q6_K 16 x 16 x 255 x 63 x 128 < 2^31 too).
+//
+// Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens), registers: V activation
+// vectors, R x V sub-block dots, R x V super-block sums I, R x V float accumulators (26 of
+// 32 zmm at R = 4, V = 2); the mins/offset sums M reuse the dots' registers after the
+// sub-block loop. Per super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld +
+// vpaddd) + 8 vpdpwssd + 6 float ops.
+//
+// Blocking: a call decodes its rows in tiles of <= 64 rows (their codes <= ~256 KB, L2), and
+// runs every 32-token pair of lane vectors over each 4-row group of the tile.
+// (GCC 12's avx512 intrinsics trip -Wmaybe-uninitialized in every caller, as in kquants.inl)
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "../kernels.h"
+
+#ifndef LOWBIT_ISA
+#error "define LOWBIT_ISA and LOWBIT_NS before including gemm_kquants.inl"
+#endif
+namespace lowbit {
+namespace LOWBIT_NS {
+namespace {
+
+static_assert(LOWBIT_ISA == ISA_AVX512, "the k-quant GEMM is avx512 (VNNI) only");
+
+#define LB_GK_INLINE inline __attribute__((always_inline))
+
+constexpr int QK = 256;     // values per super-block
+constexpr int LANES = 16;   // tokens per vector
+constexpr int MAXR = 4;     // rows per microkernel
+constexpr int MAXV = 2;     // lane vectors per microkernel
+constexpr size_t Q8K_D = 0, Q8K_QS = 4, Q8K_BS = 260;
+static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
+
+// One 16-token group's activations of one super-block.
+struct alignas(64) ActSB {
+    uint8_t q[64][64];   // [dword dw][lane l * 4 + k]: token l's q[4 dw + k] + 128
+    int32_t bs[8][16];   // [pair p][lane]: int16 (bsums[2p], bsums[2p + 1]) of token l
+    float d[16];         // [lane]: token l's d_a (0 for lanes past the chunk)
+};
+// One row's super-block metadata (the codes are apart: 256 bytes per super-block).
+struct alignas(64) RowSB {
+    int32_t sc[16];      // sub-block scales (8 of 32 codes: Q4_K, Q5_K; 16 of 16: Q6_K)
+    int32_t corr[8];     // int16 pairs (corr[2p], corr[2p + 1]) against the bsums pairs
+    int32_t C;           // 128 * sum_s sc[s] * U_s (the +128 of the activations)
+    float d, dmin;
+};
+
+LB_GK_INLINE float f16(const uint8_t *p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+LB_GK_INLINE int32_t pair16(int a, int b) { return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a); }
+
+// Sum of the 32 bytes (codes) of a sub-block: U_s
+LB_GK_INLINE int32_t usum32(__m256i u) {
+    const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    return (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
+}
+LB_GK_INLINE void usum16x2(__m256i u, int32_t *a, int32_t *b) {  // the two 16-byte halves
+    const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+    const __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
+    *a = (int32_t)(_mm_cvtsi128_si64(lo) + _mm_extract_epi64(lo, 1));
+    *b = (int32_t)(_mm_cvtsi128_si64(hi) + _mm_extract_epi64(hi, 1));
+}
+
+// Q4_K / Q5_K 6-bit scales and mins (scale_min_k4): sc[8], mn[8]
+LB_GK_INLINE void scale_min_k4(const uint8_t *q, int *sc, int *mn) {
+    for (int j = 0; j < 4; ++j) {
+        sc[j] = q[j] & 63;
+        mn[j] = q[j + 4] & 63;
+        sc[j + 4] = (q[j + 8] & 0x0F) | ((q[j] >> 6) << 4);
+        mn[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
+    }
+}
+
+// ---- decoders: one super-block of one row -> 256 codes u (natural order) + RowSB ----------
+// Q4_K (144 bytes: fp16 d, dmin; 12 bytes of scales/mins; qs[128]): byte qs[32c + l] holds
+// weight 64c + l (low nibble) and 64c + 32 + l (high nibble). MINS: corr[j] = mn[j / 2].
+struct GQ4K {
+    static constexpr int NSUB = 8;
+    static constexpr bool MINS = true;
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        int sc[8], mn[8];
+        scale_min_k4(x + 4, sc, mn);
+        const __m256i k0F = _mm256_set1_epi8(0x0F);
+        int64_t C = 0;
+        for (int c = 0; c < 4; ++c) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 16 + 32 * c));
+            const __m256i lo = _mm256_and_si256(q, k0F), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), k0F);
+            _mm256_storeu_si256((__m256i *)(u + 64 * c), lo);
+            _mm256_storeu_si256((__m256i *)(u + 64 * c + 32), hi);
+            C += (int64_t)sc[2 * c] * usum32(lo) + (int64_t)sc[2 * c + 1] * usum32(hi);
+        }
+        for (int s = 0; s < 8; ++s) m.sc[s] = sc[s], m.corr[s] = pair16(mn[s], mn[s]);
+        m.C = (int32_t)(128 * C);
+        m.d = f16(x), m.dmin = f16(x + 2);
+    }
+};
+// Q5_K (176 bytes: d, dmin, scales as Q4_K, qh[32], qs[128]): bit 4 of weight 32s + l is bit
+// s of qh[l].
+struct GQ5K {
+    static constexpr int NSUB = 8;
+    static constexpr bool MINS = true;
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        int sc[8], mn[8];
+        scale_min_k4(x + 4, sc, mn);
+        const __m256i k0F = _mm256_set1_epi8(0x0F), k10 = _mm256_set1_epi8(0x10);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x + 16));
+        int64_t C = 0;
+        for (int c = 0; c < 4; ++c) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 48 + 32 * c));
+            // bit 2c of qh to bit 4 (low), bit 2c + 1 to bit 4 (high)
+            const __m256i hl = _mm256_and_si256(2 * c <= 4 ? _mm256_slli_epi16(qh, 4 - 2 * c) : _mm256_srli_epi16(qh, 2 * c - 4), k10);
+            const __m256i hh = _mm256_and_si256(2 * c + 1 <= 4 ? _mm256_slli_epi16(qh, 3 - 2 * c) : _mm256_srli_epi16(qh, 2 * c - 3), k10);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, k0F), hl);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), k0F), hh);
+            _mm256_storeu_si256((__m256i *)(u + 64 * c), lo);
+            _mm256_storeu_si256((__m256i *)(u + 64 * c + 32), hi);
+            C += (int64_t)sc[2 * c] * usum32(lo) + (int64_t)sc[2 * c + 1] * usum32(hi);
+        }
+        for (int s = 0; s < 8; ++s) m.sc[s] = sc[s], m.corr[s] = pair16(mn[s], mn[s]);
+        m.C = (int32_t)(128 * C);
+        m.d = f16(x), m.dmin = f16(x + 2);
+    }
+};
+// Q6_K (210 bytes: ql[128], qh[64], int8 scales[16], fp16 d): half h (128 weights; ql + 64h,
+// qh + 32h), l < 32: weight 128h + l = ql[l] & 15 | (qh[l] & 3) << 4, + 32: ql[32 + l] & 15 |
+// (qh[l] >> 2 & 3) << 4, + 64: ql[l] >> 4 | (qh[l] >> 4 & 3) << 4, + 96: ql[32 + l] >> 4 |
+// (qh[l] >> 6) << 4; u = q + 32 in 0..63. OFF: corr[j] = 32 * sc[j] (sub-block j = bsum j).
+struct GQ6K {
+    static constexpr int NSUB = 16;
+    static constexpr bool MINS = false;
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        const int8_t *scv = (const int8_t *)(x + 192);
+        const __m256i k0F = _mm256_set1_epi8(0x0F), k30 = _mm256_set1_epi8(0x30);
+        int32_t U[16];
+        for (int h = 0; h < 2; ++h) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h));
+            const __m256i v0 = _mm256_or_si256(_mm256_and_si256(l0, k0F), _mm256_and_si256(_mm256_slli_epi16(qh, 4), k30));
+            const __m256i v1 = _mm256_or_si256(_mm256_and_si256(l1, k0F), _mm256_and_si256(_mm256_slli_epi16(qh, 2), k30));
+            const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), k0F), _mm256_and_si256(qh, k30));
+            const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), k0F),
+                                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), k30));
+            uint8_t *o = u + 128 * h;
+            _mm256_storeu_si256((__m256i *)(o), v0);
+            _mm256_storeu_si256((__m256i *)(o + 32), v1);
+            _mm256_storeu_si256((__m256i *)(o + 64), v2);
+            _mm256_storeu_si256((__m256i *)(o + 96), v3);
+            usum16x2(v0, &U[8 * h + 0], &U[8 * h + 1]);
+            usum16x2(v1, &U[8 * h + 2], &U[8 * h + 3]);
+            usum16x2(v2, &U[8 * h + 4], &U[8 * h + 5]);
+            usum16x2(v3, &U[8 * h + 6], &U[8 * h + 7]);
+        }
+        int64_t C = 0;
+        for (int j = 0; j < 16; ++j) m.sc[j] = scv[j], C += (int64_t)scv[j] * U[j];
+        for (int p = 0; p < 8; ++p) m.corr[p] = pair16(32 * scv[2 * p], 32 * scv[2 * p + 1]);
+        m.C = (int32_t)(128 * C);
+        m.d = f16(x + 208), m.dmin = 0.0f;
+    }
+};
+
+// ---- the microkernel --------------------------------------------------------------------------
+// R rows (codes u[r], metadata m[r], nb super-blocks each) x V lane vectors of the activation
+// panel (act[v], nb ActSB each) -> res[(r * MAXV + v) * 16 + lane] (float, plain stores).
+template <class D, int R, int V>
+__attribute__((noinline)) void mk_gemm(const uint8_t *const *u, const RowSB *const *m, const ActSB *const *act,
+                                       int64_t nb, float *res) {
+    constexpr int DW = 64 / D::NSUB;  // dwords per sub-block
+    __m512 acc[R][V];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        __m512i I[R][V], dt[R][V];
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+            #pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) I[r][v] = _mm512_setzero_si512();
+        for (int s = 0; s < D::NSUB; ++s) {
+            #pragma GCC unroll 16
+            for (int r = 0; r < R; ++r)
+                #pragma GCC unroll 16
+                for (int v = 0; v < V; ++v) dt[r][v] = _mm512_setzero_si512();
+            #pragma GCC unroll 16
+            for (int g = 0; g < DW; ++g) {
+                const int dw = s * DW + g;
+                __m512i a[V];
+                #pragma GCC unroll 16
+                for (int v = 0; v < V; ++v) a[v] = _mm512_load_si512((const void *)act[v][b].q[dw]);
+                #pragma GCC unroll 16
+                for (int r = 0; r < R; ++r) {
+                    int32_t wv;
+                    std::memcpy(&wv, u[r] + (size_t)b * QK + 4 * dw, 4);
+                    const __m512i w = _mm512_set1_epi32(wv);
+                    #pragma GCC unroll 16
+                    for (int v = 0; v < V; ++v) dt[r][v] = _mm512_dpbusd_epi32(dt[r][v], a[v], w);
+                }
+            }
+            #pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const __m512i sc = _mm512_set1_epi32(m[r][b].sc[s]);
+                #pragma GCC unroll 16
+                for (int v = 0; v < V; ++v) I[r][v] = _mm512_add_epi32(I[r][v], _mm512_mullo_epi32(dt[r][v], sc));
+            }
+        }
+        // M (the bsums term) in the dots' registers; the activations' +128 out of I
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+            #pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) dt[r][v] = _mm512_setzero_si512();
+        #pragma GCC unroll 16
+        for (int p = 0; p < 8; ++p) {
+            __m512i bs[V];
+            #pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) bs[v] = _mm512_load_si512((const void *)act[v][b].bs[p]);
+            #pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const __m512i c = _mm512_set1_epi32(m[r][b].corr[p]);
+                #pragma GCC unroll 16
+                for (int v = 0; v < V; ++v) dt[r][v] = _mm512_dpwssd_epi32(dt[r][v], bs[v], c);
+            }
+        }
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            const __m512i C = _mm512_set1_epi32(m[r][b].C);
+            #pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) {
+                I[r][v] = _mm512_sub_epi32(I[r][v], C);
+                if constexpr (!D::MINS) I[r][v] = _mm512_sub_epi32(I[r][v], dt[r][v]);
+            }
+        }
+        // the float steps (header): acc = fma(d * d_a, I, acc); acc = fnmadd(dmin * d_a, M, acc)
+        #pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) {
+            const __m512 da = _mm512_load_ps(act[v][b].d);
+            #pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                acc[r][v] = _mm512_fmadd_ps(_mm512_mul_ps(da, _mm512_set1_ps(m[r][b].d)), _mm512_cvtepi32_ps(I[r][v]), acc[r][v]);
+                if constexpr (D::MINS)
+                    acc[r][v] = _mm512_fnmadd_ps(_mm512_mul_ps(da, _mm512_set1_ps(m[r][b].dmin)),
+                                                 _mm512_cvtepi32_ps(dt[r][v]), acc[r][v]);
+            }
+        }
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) _mm512_storeu_ps(res + (size_t)(r * MAXV + v) * LANES, acc[r][v]);
+}
+
+template <class D>
+using MkFn = void (*)(const uint8_t *const *, const RowSB *const *, const ActSB *const *, int64_t, float *);
+template <class D>
+constexpr MkFn<D> kMk[MAXR + 1][MAXV + 1] = {
+    {nullptr, nullptr, nullptr},
+    {nullptr, &mk_gemm<D, 1, 1>, &mk_gemm<D, 1, 2>},
+    {nullptr, &mk_gemm<D, 2, 1>, &mk_gemm<D, 2, 2>},
+    {nullptr, &mk_gemm<D, 3, 1>, &mk_gemm<D, 3, 2>},
+    {nullptr, &mk_gemm<D, 4, 1>, &mk_gemm<D, 4, 2>},
+};
+
+// ---- the activation panel: nt tokens of Q8_K rows -> ceil(nt / 16) groups of nb ActSB -----
+__attribute__((noinline)) void build_act_panel(const uint8_t *act, size_t act_stride, int nt, int64_t nb, ActSB *panel) {
+    const int ng = (nt + LANES - 1) / LANES;
+    for (int g = 0; g < ng; ++g)
+        for (int64_t b = 0; b < nb; ++b) {
+            ActSB &P = panel[(size_t)g * (size_t)nb + (size_t)b];
+            for (int l = 0; l < LANES; ++l) {
+                const int t = g * LANES + l;
+                if (t >= nt) {  // absent tokens: activations 0 (bytes 128), bsums 0, d 0
+                    for (int dw = 0; dw < 64; ++dw) std::memset(P.q[dw] + 4 * l, 0x80, 4);
+                    for (int p = 0; p < 8; ++p) P.bs[p][l] = 0;
+                    P.d[l] = 0.0f;
+                    continue;
+                }
+                const uint8_t *y = act + (size_t)t * act_stride + (size_t)b * sizeof(block_q8_K);
+                for (int dw = 0; dw < 64; ++dw) {
+                    uint32_t v;
+                    std::memcpy(&v, y + Q8K_QS + 4 * dw, 4);
+                    v ^= 0x80808080u;  // q + 128 per byte
+                    std::memcpy(P.q[dw] + 4 * l, &v, 4);
+                }
+                for (int p = 0; p < 8; ++p) {
+                    int32_t v;
+                    std::memcpy(&v, y + Q8K_BS + 4 * p, 4);  // int16 bsums[2p], [2p + 1] as they lie
+                    P.bs[p][l] = v;
+                }
+                std::memcpy(&P.d[l], y + Q8K_D, 4);
+            }
+        }
+}
+
+// Per-thread scratch, 64-byte aligned, grown on demand (never shrunk).
+struct Scratch {
+    void *p = nullptr;
+    size_t cap = 0;
+    void *get(size_t bytes) {
+        if (bytes > cap) {
+            std::free(p);
+            cap = (bytes + 4095) & ~(size_t)4095;
+            p = std::aligned_alloc(64, cap);
+        }
+        return p;
+    }
+    ~Scratch() { std::free(p); }
+};
+
+template <class D, size_t BYTES>
+void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+    static thread_local Scratch act_s, row_s;
+    const int64_t nb = a.n / QK;
+    const int ng = (nt + LANES - 1) / LANES;
+    ActSB *panel = (ActSB *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActSB));
+    build_act_panel(a.act, a.act_stride, nt, nb, panel);
+    // rows per tile: their codes and metadata about 256 KB (L2), a multiple of 4, 4..64
+    const size_t per_row = (size_t)nb * (QK + sizeof(RowSB));
+    int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
+    uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * per_row + (size_t)MAXR * MAXV * LANES * sizeof(float));
+    RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
+    float *res = (float *)(meta + (size_t)RT * (size_t)nb);
+    for (int64_t rb = r0; rb < r1; rb += RT) {
+        const int64_t re = std::min(rb + RT, r1);
+        for (int64_t r = rb; r < re; ++r) {
+            const uint8_t *w = a.w + (size_t)r * a.w_stride;
+            uint8_t *u = codes + (size_t)(r - rb) * (size_t)nb * QK;
+            RowSB *m = meta + (size_t)(r - rb) * (size_t)nb;
+            for (int64_t b = 0; b < nb; ++b) D::decode(w + (size_t)b * BYTES, u + (size_t)b * QK, m[b]);
+        }
+        for (int g0 = 0; g0 < ng; g0 += MAXV) {
+            const int V = std::min(MAXV, ng - g0);
+            const ActSB *act[MAXV] = {panel + (size_t)g0 * nb, panel + (size_t)(g0 + V - 1) * nb};
+            for (int64_t rq = rb; rq < re; rq += MAXR) {
+                const int R = (int)std::min<int64_t>(MAXR, re - rq);
+                const uint8_t *u[MAXR];
+                const RowSB *m[MAXR];
+                for (int i = 0; i < MAXR; ++i) {
+                    const int64_t ri = rq + (i < R ? i : 0) - rb;
+                    u[i] = codes + (size_t)ri * (size_t)nb * QK;
+                    m[i] = meta + (size_t)ri * (size_t)nb;
+                }
+                kMk<D>[R][V](u, m, act, nb, res);
+                for (int i = 0; i < R; ++i)
+                    for (int v = 0; v < V; ++v)
+                        for (int l = 0; l < LANES; ++l) {
+                            const int t = (g0 + v) * LANES + l;
+                            if (t < nt) a.out[(size_t)t * a.out_stride + (size_t)(rq + i)] = res[(i * MAXV + v) * LANES + l];
+                        }
+            }
+        }
+    }
+}
+
+#define LB_GK_STR2(x) #x
+#define LB_GK_STR(x) LB_GK_STR2(x)
+
+// Chunks of at least this many tokens take the GEMM (run_rows, glu_rows, the MoE experts);
+// LOWBIT_KQ_GEMM_MIN_NT=N overrides it (read once, at registration; 0 turns the GEMM off).
+// Measured: BENCHMARKS.md, issue 18 (bench kernels --nt 16,32,64: windows / gemm).
+constexpr int kKqGemmMinNt = 32;
+
+}  // namespace
+
+void register_gemm_kquants(KernelTable &t) {
+    const char *g = std::getenv("LOWBIT_KQ_GEMM_MIN_NT");
+    const int min_nt = g && *g ? std::atoi(g) : kKqGemmMinNt;
+    auto set = [&](int id, rows_fn fn, const char *name) {
+        auto &e = t.at(id);
+        e.gemm = RowKernel{fn, name, LOWBIT_ISA};
+        e.gemm_min_nt = min_nt;
+    };
+    set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS));
+    set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS));
+    set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS));
+}
+
+#undef LB_GK_STR
+#undef LB_GK_STR2
+#undef LB_GK_INLINE
+
+}  // namespace LOWBIT_NS
+}  // namespace lowbit
+
+#pragma GCC diagnostic pop

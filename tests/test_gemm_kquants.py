@@ -1,0 +1,224 @@
+"""The k-quant GEMM tier (csrc/x86/gemm_kquants.inl: Q4_K, Q5_K, Q6_K x Q8_K, avx512) against
+the row kernels, and the engine's prompt chunks through it (I8, tier invariance).
+
+The GEMM holds tokens in lanes and forms each (row, token, super-block)'s exact I and M sums its
+own way, then takes the row kernels' GROUPS float steps in super-block order, so its output must
+be BITWISE the row kernels' in windows of <= 8 tokens (which test_kquants_simd / test_kernels tie
+to the reference and ggml within I5, and exactly on integer-exact inputs):
+  - nt in {1, 9, 16, 17, 33, 64, 100} x rows {1, 7, 37} x widths of 1, 6 and 16 super-blocks,
+    random weights with an outlier, one and two threads (I3);
+  - adversarial bytes: every code and scale byte random (the largest codes and scales included),
+    fp16 scales of 1.0 and activations +127 / -128 / mixed: exact integer sums, bitwise again;
+  - counters name the GEMM (nt = 0) for a 64-token matmul and the row kernel for 8 tokens;
+    LOWBIT_KQ_GEMM_MIN_NT moves the gate, LOWBIT_NO_GEMM=1 removes it (a subprocess each);
+  - a dense Q4_K / Q6_K model and a qwen3moe with Q4_K / Q5_K experts give bitwise the same
+    logits for a prompt in chunks of 1, 8, 40 and 100 tokens, the GEMM on and off.
+matmul_act's `path`: 0 as dispatched, 1 row-kernel windows only, 2 the GEMM for any nt.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import LEVELS
+
+from lowbit._native import lib
+from lowbit.formats import BY_NAME as F
+
+ISA = lib.isa_names()
+KQ = ["Q4_K", "Q5_K", "Q6_K"]
+GEMM_LEVELS = [lv for lv in LEVELS if lib.gemm_kernel(F["Q4_K"].id, ISA.index(lv)) is not None]
+NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs the avx512 level: CPU flags avx512f/bw/vl/dq/vnni, "
+                                                   "under LOWBIT_MAX_ISA >= avx512")
+NTS = [1, 9, 16, 17, 33, 64, 100]
+FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
+BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+
+
+def mm(name, raw, act, n, level, path, threads=1):
+    out = np.full((act.shape[0], raw.shape[0]), np.float32(-7.25))
+    lib.matmul_act(F[name].id, raw, act, n, 1.0, out, 0, raw.shape[0], threads, ISA.index(level), path)
+    return out
+
+
+def q8k(x, level):
+    return lib.quantize_act(F["Q8_K"].id, np.ascontiguousarray(x, dtype=np.float32), ISA.index(level))
+
+
+def check_same(got, want, what, name, n):
+    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+    if bad.size:
+        t, r = bad[0]
+        raise AssertionError(f"{what}: {len(bad)} outputs differ; first token {t} row {r} ({name}, "
+                             f"{n // 256} super-blocks): gemm {got[t, r]!r} windows {want[t, r]!r}")
+
+
+def test_levels_with_a_gemm():
+    for lv in LEVELS:
+        for name in KQ:
+            g = lib.gemm_kernel(F[name].id, ISA.index(lv))
+            if lv == "avx512":
+                assert g is not None and g[0] == f"gemm_{name.lower()}_q8_k_avx512" and g[1] == "avx512", g
+            else:  # the GEMM is avx512's; a level below it (or a cap) runs windows only
+                assert g is None, (lv, name, g)
+
+
+@NEEDS
+@pytest.mark.parametrize("name", KQ)
+@pytest.mark.parametrize("rows", [1, 7, 37])
+def test_gemm_bitwise_equals_windows(ggml, rng, name, rows):
+    for nb in (1, 6, 16):
+        n = nb * 256
+        w = rng.standard_normal((rows, n)).astype(np.float32)
+        w[rows // 2, n // 3] = 30.0  # an outlier block
+        raw = ggml.quantize(name, w)
+        act = q8k(rng.standard_normal((max(NTS), n)) * 2.0, "avx512")
+        for nt in NTS:
+            want = mm(name, raw, act[:nt], n, "avx512", 1)
+            check_same(mm(name, raw, act[:nt], n, "avx512", 2), want, f"nt={nt}", name, n)
+            if nt in (33, 100):  # two threads split the rows (I3)
+                check_same(mm(name, raw, act[:nt], n, "avx512", 2, threads=2), want, f"nt={nt}, 2 threads", name, n)
+
+
+def adversarial(rng, name, rows, nb):
+    """Random bytes everywhere (the largest codes and scales among them), fp16 scales 1.0."""
+    raw = rng.integers(0, 256, (rows, nb * BYTES[name]), dtype=np.uint8)
+    one = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
+    blocks = raw.reshape(rows, nb, BYTES[name])
+    for off in FP16_AT[name]:
+        blocks[:, :, off:off + 2] = one
+    blocks[0, :, :] = 0xFF  # row 0: every code and scale bit set
+    blocks[0, :, FP16_AT[name][0]:FP16_AT[name][0] + 2] = one
+    if name != "Q6_K":
+        blocks[0, :, 2:4] = one
+    return raw
+
+
+@NEEDS
+@pytest.mark.parametrize("name", KQ)
+@pytest.mark.parametrize("pattern", ["max", "min", "mixed"])
+def test_gemm_worst_case_bitwise(rng, name, pattern):
+    rows, nb = 9, 5
+    n = nb * 256
+    raw = adversarial(rng, name, rows, nb)
+    nt = 40
+    if pattern == "max":
+        x = np.full((nt, n), 127.0)
+    elif pattern == "min":
+        x = np.full((nt, n), -128.0)
+    else:
+        x = np.where(rng.random((nt, n)) < 0.5, -128.0, 127.0)
+    act = q8k(x, "avx512")  # d = 1 (|x| max 127 or 128 -> q = +-127 / -128 as ggml rounds)
+    want = mm(name, raw, act, n, "avx512", 1)
+    assert np.all(np.isfinite(want))
+    check_same(mm(name, raw, act, n, "avx512", 2), want, pattern, name, n)
+
+
+_CHILD = r"""
+import json, sys
+import numpy as np
+from lowbit import kernels as K
+from lowbit._native import lib
+from lowbit.formats import BY_NAME as F
+raw = np.load(sys.argv[1]); act = np.load(sys.argv[2]); n = int(sys.argv[3])
+res = {"gemm": lib.gemm_kernel(F["Q4_K"].id), "disabled": lib.cpu_info()["disabled"], "stats": {}}
+for nt in (8, 64):
+    K.reset_stats()
+    out = np.zeros((nt, raw.shape[0]), np.float32)
+    lib.matmul_act(F["Q4_K"].id, raw, act[:nt], n, 1.0, out, 0, raw.shape[0], 1, -1, 0)
+    np.save(sys.argv[4] + f"_{nt}.npy", out)
+    res["stats"][nt] = sorted({(s["nt"], s["kernel"]) for s in K.stats() if s["format"] == "Q4_K"})
+print(json.dumps(res))
+"""
+
+
+def child(tmp_path, env_extra, raw, act, n, tag):
+    np.save(tmp_path / "raw.npy", raw)
+    np.save(tmp_path / "act.npy", act)
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("LOWBIT_NO_") or k == "LOWBIT_KQ_GEMM_MIN_NT")}
+    env.update(env_extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    p = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "raw.npy"), str(tmp_path / "act.npy"), str(n),
+                        str(tmp_path / tag)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    return res, {nt: np.load(tmp_path / f"{tag}_{nt}.npy") for nt in (8, 64)}
+
+
+@NEEDS
+def test_gate_counters_and_switches(ggml, rng, tmp_path):
+    n = 4 * 256
+    raw = ggml.quantize("Q4_K", rng.standard_normal((21, n)).astype(np.float32))
+    act = q8k(rng.standard_normal((64, n)), "avx512")
+    base, a = child(tmp_path, {}, raw, act, n, "base")
+    sel = lib.cpu_info()["selected"]
+    if sel != "avx512":
+        pytest.skip(f"the dispatched level is {sel}: the GEMM is avx512's")
+    rows_name = lib.kernel(F["Q4_K"].id, 8)[0]
+    assert base["gemm"] == ["gemm_q4_k_q8_k_avx512", "avx512", 32]
+    assert base["stats"]["64"] == [[0, "gemm_q4_k_q8_k_avx512"]], base["stats"]
+    assert base["stats"]["8"] == [[8, rows_name]], base["stats"]
+    hi, b = child(tmp_path, {"LOWBIT_KQ_GEMM_MIN_NT": "65"}, raw, act, n, "hi")
+    assert hi["gemm"][2] == 65 and hi["stats"]["64"] == [[8, rows_name]], hi
+    off, c = child(tmp_path, {"LOWBIT_NO_GEMM": "1"}, raw, act, n, "off")
+    assert off["gemm"] is None and "gemm" in off["disabled"], off
+    assert off["stats"]["64"] == [[8, rows_name]], off
+    for nt in (8, 64):
+        check_same(b[nt], a[nt], f"gate 65, nt={nt}", "Q4_K", n)
+        check_same(c[nt], a[nt], f"no gemm, nt={nt}", "Q4_K", n)
+
+
+# ---- end to end: the engine's prompt chunks through the GEMM (I8) ------------------------------
+
+_ENGINE = r"""
+import json, sys
+import numpy as np
+import lowbit
+from lowbit import kernels as K
+m = lowbit.load(sys.argv[1], n_ctx=256, threads=2)
+ids = (m.tokenize(sys.argv[2], add_bos=False) * 8)[:100]
+out = {}
+for chunk in (1, 8, 40, 100):
+    m.reset()
+    K.reset_stats()
+    np.save(sys.argv[3] + f"_{chunk}.npy", m.logits(ids, chunk=chunk))
+    out[chunk] = sorted({s["kernel"] for s in K.stats() if s["nt"] == 0})
+print(json.dumps(out))
+"""
+
+
+@NEEDS
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
+    from lowbit import synth
+    if kind == "dense":
+        path = synth.synth_dense(tmp_path / "d.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q4_K",
+                                 head_type="Q6_K", seed=5)
+        want = {"gemm_q4_k_q8_k_avx512", "gemm_q6_k_q8_k_avx512"}
+    else:  # 4 experts, top 2: ~50 of the 100 tokens per expert take the GEMM
+        path = synth.synth_moe(tmp_path / "m.gguf", layers=2, dim=256, experts=4, top_k=2, expert_ffn=256,
+                               wtype="Q4_K", expert_type="Q4_K", down_type="Q5_K", head_type="Q6_K", seed=6)
+        want = {"gemm_q4_k_q8_k_avx512", "gemm_q5_k_q8_k_avx512", "gemm_q6_k_q8_k_avx512"}
+    text = "In a hole in the ground there lived a hobbit, not a nasty dirty wet hole."
+    runs = {}
+    for tag, extra in (("on", {}), ("off", {"LOWBIT_NO_GEMM": "1"})):
+        env = {k: v for k, v in os.environ.items() if not (k.startswith("LOWBIT_NO_") or k == "LOWBIT_KQ_GEMM_MIN_NT")}
+        env.update(extra)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        p = subprocess.run([sys.executable, "-c", _ENGINE, str(path), text, str(tmp_path / tag)], env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        runs[tag] = json.loads(p.stdout.strip().splitlines()[-1])
+    if lib.cpu_info()["selected"] == "avx512":
+        assert set(runs["on"]["100"]) == want and set(runs["on"]["40"]) >= {"gemm_q4_k_q8_k_avx512"}, runs["on"]
+        assert runs["on"]["1"] == [] and runs["on"]["8"] == [], runs["on"]
+    assert all(v == [] for v in runs["off"].values()), runs["off"]
+    base = np.load(tmp_path / "off_1.npy")
+    assert base.shape[0] == 100
+    for tag in ("on", "off"):
+        for chunk in (1, 8, 40, 100):
+            got = np.load(tmp_path / f"{tag}_{chunk}.npy")
+            bad = np.argwhere(got.view(np.uint32) != base.view(np.uint32))
+            assert bad.size == 0, f"{kind}, gemm {tag}, chunk {chunk}: position {bad[0][0]} differs from chunk 1"
