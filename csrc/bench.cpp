@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "dispatch.h"
@@ -128,6 +130,32 @@ double membw(const uint8_t *buf, size_t bytes, int threads, int reps, bool prefe
     uint64_t s = 0;
     for (uint64_t v : part) s += v;
     *sink = s;
+    return t;
+}
+
+#if defined(__x86_64__) || defined(_M_X64)
+namespace avx2 { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
+namespace avx2vnni { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
+namespace avx512 { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
+#endif
+
+double bench_peak(int isa, int kind, int64_t iters, int threads, int reps, uint64_t *macs) {
+    using Fn = uint64_t (*)(int64_t, uint64_t *);
+    Fn fn = nullptr;
+#if defined(__x86_64__) || defined(_M_X64)
+    if (isa == ISA_AVX2) fn = kind ? &avx2::peak_f32 : &avx2::peak_int8;
+    if (isa == ISA_AVX2VNNI) fn = kind ? &avx2vnni::peak_f32 : &avx2vnni::peak_int8;
+    if (isa == ISA_AVX512) fn = kind ? &avx512::peak_f32 : &avx512::peak_int8;
+#endif
+    if (!fn) throw std::invalid_argument(std::string("bench peak has no loops for the level ") + isa_name(isa));
+    std::vector<uint64_t> done((size_t)threads * 8, 0), sink((size_t)threads * 8, 0);
+    ThreadPool &pool = ThreadPool::instance();
+    const double t = median_time(reps, [&] {
+        pool.run(threads, [&](int i, int) { done[(size_t)i * 8] = fn(iters, &sink[(size_t)i * 8]); });
+    });
+    uint64_t m = 0;
+    for (int i = 0; i < threads; ++i) m += done[(size_t)i * 8];
+    *macs = m;
     return t;
 }
 

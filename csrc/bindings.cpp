@@ -415,6 +415,19 @@ NB_MODULE(_lowbit, m) {
         return nb::make_tuple(t, sink);
     }, nb::arg("buf"), nb::arg("threads"), nb::arg("reps"), nb::arg("prefetch") = false);
 
+    m.def("bench_peak", [](int isa, int kind, int64_t iters, int threads, int reps) {
+        if (!level_available(isa))
+            throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+        uint64_t macs = 0;
+        double t;
+        {
+            nb::gil_scoped_release nogil;
+            t = bench_peak(isa, kind, iters, threads_or_default(threads), reps, &macs);
+        }
+        return nb::make_tuple(t, macs);
+    }, nb::arg("isa"), nb::arg("kind"), nb::arg("iters"), nb::arg("threads"), nb::arg("reps"),
+       "(seconds, multiply-adds) of bench peak's loops: kind 0 int8, 1 f32, at level isa.");
+
     // ---- the engine (src/lowbit/model.py drives it) ----
     nb::class_<Engine>(m, "Engine")
         .def("__init__", [](Engine *e, int n_layer, int dim, int n_head, int n_kv, int head_dim, int ffn, int vocab,

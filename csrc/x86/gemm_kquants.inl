@@ -201,11 +201,15 @@ struct GQ6K {
 };
 
 // ---- the microkernel --------------------------------------------------------------------------
-// R rows (codes u[r], metadata m[r], nb super-blocks each) x V lane vectors of the activation
-// panel (act[v], nb ActSB each) -> res[(r * MAXV + v) * 16 + lane] (float, plain stores).
+// R rows (row r's codes at u0 + r * nb * 256, its metadata at m0 + r * nb) x V lane vectors of
+// the activation panel (vector v's at act0 + v * nb) -> res[(r * MAXV + v) * 16 + lane] (float).
+// (Bases and strides, not arrays of pointers: those would be built on the stack, I7.)
 template <class D, int R, int V>
-__attribute__((noinline)) void mk_gemm(const uint8_t *const *u, const RowSB *const *m, const ActSB *const *act,
-                                       int64_t nb, float *res) {
+__attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const ActSB *act0, int64_t nb, float *res) {
+    const size_t us = (size_t)nb * QK, ms = (size_t)nb;
+#define u(r) (u0 + (size_t)(r) * us)
+#define m(r) (m0 + (size_t)(r) * ms)
+#define act(v) (act0 + (size_t)(v) * ms)
     constexpr int DW = 64 / D::NSUB;  // dwords per sub-block
     __m512 acc[R][V];
     #pragma GCC unroll 16
@@ -228,11 +232,11 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *const *u, const RowSB *con
                 const int dw = s * DW + g;
                 __m512i a[V];
                 #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) a[v] = _mm512_load_si512((const void *)act[v][b].q[dw]);
+                for (int v = 0; v < V; ++v) a[v] = _mm512_load_si512((const void *)act(v)[b].q[dw]);
                 #pragma GCC unroll 16
                 for (int r = 0; r < R; ++r) {
                     int32_t wv;
-                    std::memcpy(&wv, u[r] + (size_t)b * QK + 4 * dw, 4);
+                    std::memcpy(&wv, u(r) + (size_t)b * QK + 4 * dw, 4);
                     const __m512i w = _mm512_set1_epi32(wv);
                     #pragma GCC unroll 16
                     for (int v = 0; v < V; ++v) dt[r][v] = _mm512_dpbusd_epi32(dt[r][v], a[v], w);
@@ -240,7 +244,7 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *const *u, const RowSB *con
             }
             #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const __m512i sc = _mm512_set1_epi32(m[r][b].sc[s]);
+                const __m512i sc = _mm512_set1_epi32(m(r)[b].sc[s]);
                 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) I[r][v] = _mm512_add_epi32(I[r][v], _mm512_mullo_epi32(dt[r][v], sc));
             }
@@ -254,17 +258,17 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *const *u, const RowSB *con
         for (int p = 0; p < 8; ++p) {
             __m512i bs[V];
             #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) bs[v] = _mm512_load_si512((const void *)act[v][b].bs[p]);
+            for (int v = 0; v < V; ++v) bs[v] = _mm512_load_si512((const void *)act(v)[b].bs[p]);
             #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const __m512i c = _mm512_set1_epi32(m[r][b].corr[p]);
+                const __m512i c = _mm512_set1_epi32(m(r)[b].corr[p]);
                 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = _mm512_dpwssd_epi32(dt[r][v], bs[v], c);
             }
         }
         #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-            const __m512i C = _mm512_set1_epi32(m[r][b].C);
+            const __m512i C = _mm512_set1_epi32(m(r)[b].C);
             #pragma GCC unroll 16
             for (int v = 0; v < V; ++v) {
                 I[r][v] = _mm512_sub_epi32(I[r][v], C);
@@ -274,12 +278,12 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *const *u, const RowSB *con
         // the float steps (header): acc = fma(d * d_a, I, acc); acc = fnmadd(dmin * d_a, M, acc)
         #pragma GCC unroll 16
         for (int v = 0; v < V; ++v) {
-            const __m512 da = _mm512_load_ps(act[v][b].d);
+            const __m512 da = _mm512_load_ps(act(v)[b].d);
             #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                acc[r][v] = _mm512_fmadd_ps(_mm512_mul_ps(da, _mm512_set1_ps(m[r][b].d)), _mm512_cvtepi32_ps(I[r][v]), acc[r][v]);
+                acc[r][v] = _mm512_fmadd_ps(_mm512_mul_ps(da, _mm512_set1_ps(m(r)[b].d)), _mm512_cvtepi32_ps(I[r][v]), acc[r][v]);
                 if constexpr (D::MINS)
-                    acc[r][v] = _mm512_fnmadd_ps(_mm512_mul_ps(da, _mm512_set1_ps(m[r][b].dmin)),
+                    acc[r][v] = _mm512_fnmadd_ps(_mm512_mul_ps(da, _mm512_set1_ps(m(r)[b].dmin)),
                                                  _mm512_cvtepi32_ps(dt[r][v]), acc[r][v]);
             }
         }
@@ -288,10 +292,13 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *const *u, const RowSB *con
     for (int r = 0; r < R; ++r)
         #pragma GCC unroll 16
         for (int v = 0; v < V; ++v) _mm512_storeu_ps(res + (size_t)(r * MAXV + v) * LANES, acc[r][v]);
+#undef u
+#undef m
+#undef act
 }
 
 template <class D>
-using MkFn = void (*)(const uint8_t *const *, const RowSB *const *, const ActSB *const *, int64_t, float *);
+using MkFn = void (*)(const uint8_t *, const RowSB *, const ActSB *, int64_t, float *);
 template <class D>
 constexpr MkFn<D> kMk[MAXR + 1][MAXV + 1] = {
     {nullptr, nullptr, nullptr},
@@ -347,6 +354,19 @@ struct Scratch {
     ~Scratch() { std::free(p); }
 };
 
+// Rows [rb, re) decoded into the tile's codes and metadata (not inlined: the decoders' small
+// scale arrays live on the stack, and this is once per row and call, not per token).
+template <class D, size_t BYTES>
+__attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t re, int64_t nb, uint8_t *codes,
+                                           RowSB *meta) {
+    for (int64_t r = rb; r < re; ++r) {
+        const uint8_t *w = a.w + (size_t)r * a.w_stride;
+        uint8_t *u = codes + (size_t)(r - rb) * (size_t)nb * QK;
+        RowSB *m = meta + (size_t)(r - rb) * (size_t)nb;
+        for (int64_t b = 0; b < nb; ++b) D::decode(w + (size_t)b * BYTES, u + (size_t)b * QK, m[b]);
+    }
+}
+
 template <class D, size_t BYTES>
 void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
@@ -362,25 +382,13 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     float *res = (float *)(meta + (size_t)RT * (size_t)nb);
     for (int64_t rb = r0; rb < r1; rb += RT) {
         const int64_t re = std::min(rb + RT, r1);
-        for (int64_t r = rb; r < re; ++r) {
-            const uint8_t *w = a.w + (size_t)r * a.w_stride;
-            uint8_t *u = codes + (size_t)(r - rb) * (size_t)nb * QK;
-            RowSB *m = meta + (size_t)(r - rb) * (size_t)nb;
-            for (int64_t b = 0; b < nb; ++b) D::decode(w + (size_t)b * BYTES, u + (size_t)b * QK, m[b]);
-        }
+        decode_tile<D, BYTES>(a, rb, re, nb, codes, meta);
         for (int g0 = 0; g0 < ng; g0 += MAXV) {
             const int V = std::min(MAXV, ng - g0);
-            const ActSB *act[MAXV] = {panel + (size_t)g0 * nb, panel + (size_t)(g0 + V - 1) * nb};
             for (int64_t rq = rb; rq < re; rq += MAXR) {
                 const int R = (int)std::min<int64_t>(MAXR, re - rq);
-                const uint8_t *u[MAXR];
-                const RowSB *m[MAXR];
-                for (int i = 0; i < MAXR; ++i) {
-                    const int64_t ri = rq + (i < R ? i : 0) - rb;
-                    u[i] = codes + (size_t)ri * (size_t)nb * QK;
-                    m[i] = meta + (size_t)ri * (size_t)nb;
-                }
-                kMk<D>[R][V](u, m, act, nb, res);
+                kMk<D>[R][V](codes + (size_t)(rq - rb) * (size_t)nb * QK, meta + (size_t)(rq - rb) * (size_t)nb,
+                             panel + (size_t)g0 * (size_t)nb, nb, res);
                 for (int i = 0; i < R; ++i)
                     for (int v = 0; v < V; ++v)
                         for (int l = 0; l < LANES; ++l) {

@@ -3,6 +3,7 @@
     lowbit bench kernels [--formats Q4_0,Q4_K] [--nt 1,2,4,8,64] [--threads N] [--cpu N]
                          [--reps N] [--mb MB | --rows R] [--n N] [--json]
     lowbit bench membw [--mb MB] [--threads N]
+    lowbit bench peak [--threads N]
     lowbit bench act [--formats Q8_0,Q8_1,Q8_K,I8_S] [--n N] [--rows R] [--reps N] [--cpu N] [--json]
     lowbit bench serve [-m MODEL] [-t 2] [--clients 8] [--tokens 128]   (lowbit/server/bench.py)
 
@@ -202,6 +203,25 @@ def bench_membw(mb: float, threads: int, reps: int, out=sys.stdout) -> float:
     print(f"read bandwidth: {max(plain, pf):.1f} GB/s ({mb:g} MB, {threads} threads, median of {reps}; "
           f"plain reads {plain:.1f}, with prefetch {lib.cpu_info()['prefetch']} B ahead {pf:.1f})", file=out)
     return max(plain, pf)
+
+
+def bench_peak(threads: int, reps: int = 5, iters: int = 2_000_000, out=sys.stdout) -> dict:
+    """The multiply-add peak per thread count at the dispatched level (csrc/x86/peak.inl: 12
+    independent chains of vpdpbusd / maddubs+madd for int8, vfmadd for f32): the ceiling
+    that a GEMM's or a prefill's MAC rate is reported as a share of. Returns {(kind, threads): GMAC/s}."""
+    level = lib.cpu_info()["selected"]
+    isa = lib.isa_names().index(level)
+    res = {}
+    print(f"# multiply-add peak at level {level} (12 independent chains per thread, median of {reps})", file=out)
+    print("threads  int8 GMAC/s  f32 GFMA/s", file=out)
+    for t in range(1, threads + 1):
+        row = []
+        for kind, name in ((0, "int8"), (1, "f32")):
+            sec, macs = lib.bench_peak(isa, kind, iters, t, reps)
+            res[(name, t)] = macs / sec / 1e9
+            row.append(res[(name, t)])
+        print(f"{t:7d}  {row[0]:11.1f}  {row[1]:10.1f}", file=out, flush=True)
+    return res
 
 
 E2E_PROMPT = ("The history of computing is a story of machines that learned to do arithmetic faster, "
@@ -416,6 +436,13 @@ def add_parser(sub) -> None:
     m.add_argument("--threads", type=int, default=None)
     m.add_argument("--reps", type=int, default=5)
     m.set_defaults(func=_run_membw)
+    pk = bs.add_parser("peak", help="this machine's multiply-add peak (int8, f32) per thread count")
+    pk.add_argument("--threads", type=int, default=None, help="up to this many threads (default: all)")
+    pk.add_argument("--reps", type=int, default=5)
+    pk.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall time (default) or, with --threads 1, the thread's CPU time (time preempted by "
+                         "other jobs not counted)")
+    pk.set_defaults(func=_run_peak)
     e = bs.add_parser("e2e", help="lowbit vs llama.cpp on the same model: prefill and decode tok/s")
     e.add_argument("-m", "--model", default=None, help="GGUF file (default: the default model)")
     e.add_argument("-t", "--threads", type=int, default=2)
@@ -445,6 +472,18 @@ def _run_act(a) -> int:
     if a.rows <= 0:
         raise ValueError("--rows must be positive")
     bench_act(fmts, a.n, a.rows, a.reps, as_json=a.json)
+    return 0
+
+
+def _run_peak(a) -> int:
+    threads = a.threads or lib.cpu_info()["threads"]
+    if a.clock == "cpu" and threads != 1:
+        raise ValueError("--clock cpu needs --threads 1 (it times the calling thread only)")
+    lib.set_bench_thread_clock(a.clock == "cpu")
+    try:
+        bench_peak(threads, a.reps)
+    finally:
+        lib.set_bench_thread_clock(False)
     return 0
 
 
