@@ -31,7 +31,7 @@
 //   (Q3_K, Q6_K: no M term.) The scalar reference rounds dI * I - dmin * d_a * M per block
 //   instead; the difference is float rounding only (I5).
 // Why one scheme at every level: a k-quant's result is then bitwise the same at avx2,
-// avx2vnni and avx512, and the GEMM tier (csrc/x86/gemm_kquants.inl), whose microkernel
+// avx2vnni and avx512, and the GEMM tier (csrc/x86/gemm.inl), whose microkernel
 // holds tokens in lanes, reproduces it exactly (I8): per (row, token, super-block) one exact
 // I and M, then the same two float steps in super-block order. (avx512 had kept 8-16 float
 // lanes per token instead, one convert + fma per super-block; with the paired hadd tree for

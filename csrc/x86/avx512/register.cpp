@@ -14,7 +14,7 @@ void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
 void register_act(KernelTable &t);
 void register_glu(KernelTable &t);
-void register_gemm_kquants(KernelTable &t);  // the GEMM tier's k-quants (gemm_kquants.cpp)
+void register_gemm(KernelTable &t);  // the GEMM tier's k-quants (gemm.cpp)
 }  // namespace avx512
 
 void register_avx512(KernelTable &t) {
@@ -25,7 +25,7 @@ void register_avx512(KernelTable &t) {
     avx512::register_iquants(t);
     avx512::register_act(t);
     avx512::register_glu(t);
-    avx512::register_gemm_kquants(t);
+    avx512::register_gemm(t);
     (void)t;
 }
 

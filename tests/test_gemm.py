@@ -1,18 +1,21 @@
-"""The k-quant GEMM tier (csrc/x86/gemm_kquants.inl: Q4_K, Q5_K, Q6_K x Q8_K, avx512) against
-the row kernels, and the engine's prompt chunks through it (I8, tier invariance).
+"""The GEMM tier (csrc/x86/gemm.inl, avx512: Q4_K, Q5_K, Q6_K x Q8_K; Q4_0, Q8_0 x Q8_0; Q4_1
+x Q8_1) against the row kernels, and the engine's prompt chunks through it (I8, tier invariance).
 
-The GEMM holds tokens in lanes and forms each (row, token, super-block)'s exact I and M sums its
-own way, then takes the row kernels' GROUPS float steps in super-block order, so its output must
-be BITWISE the row kernels' in windows of <= 8 tokens (which test_kquants_simd / test_kernels tie
-to the reference and ggml within I5, and exactly on integer-exact inputs):
-  - nt in {1, 9, 16, 17, 33, 64, 100} x rows {1, 7, 37} x widths of 1, 6 and 16 super-blocks,
-    random weights with an outlier, one and two threads (I3);
+The GEMM holds tokens in lanes and forms each (row, token, block)'s exact integer sums its own
+way, then takes the row kernels' float steps in their order (k-quants: GROUPS per super-block;
+legacy: the 8 block classes and the final tree), so its output must be BITWISE the row kernels'
+in windows of <= 8 tokens (which test_kquants_simd / test_legacy_simd / test_kernels tie to the
+reference and ggml within I5, and exactly on integer-exact inputs):
+  - nt in {1, 9, 16, 17, 33, 64, 100} x rows {1, 7, 37} x widths of 1, 6 and 16 super-blocks
+    (legacy: 1, 9, 18 and 48 blocks: class tails), random weights with an outlier, one and two
+    threads (I3);
   - adversarial bytes: every code and scale byte random (the largest codes and scales included),
     fp16 scales of 1.0 and activations +127 / -128 / mixed: exact integer sums, bitwise again;
   - counters name the GEMM (nt = 0) for a 64-token matmul and the row kernel for 8 tokens;
     LOWBIT_KQ_GEMM_MIN_NT moves the gate, LOWBIT_NO_GEMM=1 removes it (a subprocess each);
-  - a dense Q4_K / Q6_K model and a qwen3moe with Q4_K / Q5_K experts give bitwise the same
-    logits for a prompt in chunks of 1, 8, 40 and 100 tokens, the GEMM on and off.
+  - a dense Q4_K / Q6_K model, a qwen3moe with Q4_K / Q5_K experts and the default model (Q4_1,
+    Q8_0 embeddings) give bitwise the same logits for a prompt in chunks of 1, 8, 40 and 100
+    tokens, the GEMM on and off.
 matmul_act's `path`: 0 as dispatched, 1 row-kernel windows only, 2 the GEMM for any nt.
 """
 import json
@@ -29,12 +32,17 @@ from lowbit.formats import BY_NAME as F
 
 ISA = lib.isa_names()
 KQ = ["Q4_K", "Q5_K", "Q6_K"]
+LEGACY = ["Q4_0", "Q4_1", "Q8_0"]
+ALL = KQ + LEGACY
+ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q8_0": "Q8_0"}
 GEMM_LEVELS = [lv for lv in LEVELS if lib.gemm_kernel(F["Q4_K"].id, ISA.index(lv)) is not None]
 NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs the avx512 level: CPU flags avx512f/bw/vl/dq/vnni, "
                                                    "under LOWBIT_MAX_ISA >= avx512")
 NTS = [1, 9, 16, 17, 33, 64, 100]
-FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
-BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q4_0": [0], "Q4_1": [0, 2], "Q8_0": [0]}
+BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "Q4_0": 32, "Q4_1": 32, "Q8_0": 32}
+WIDTHS = {256: (1, 6, 16), 32: (1, 9, 18, 48)}  # blocks per row
 
 
 def mm(name, raw, act, n, level, path, threads=1):
@@ -43,8 +51,8 @@ def mm(name, raw, act, n, level, path, threads=1):
     return out
 
 
-def q8k(x, level):
-    return lib.quantize_act(F["Q8_K"].id, np.ascontiguousarray(x, dtype=np.float32), ISA.index(level))
+def q8k(x, level, fmt="Q8_K"):
+    return lib.quantize_act(F[fmt].id, np.ascontiguousarray(x, dtype=np.float32), ISA.index(level))
 
 
 def check_same(got, want, what, name, n):
@@ -52,29 +60,30 @@ def check_same(got, want, what, name, n):
     if bad.size:
         t, r = bad[0]
         raise AssertionError(f"{what}: {len(bad)} outputs differ; first token {t} row {r} ({name}, "
-                             f"{n // 256} super-blocks): gemm {got[t, r]!r} windows {want[t, r]!r}")
+                             f"{n // BLOCK[name]} blocks): gemm {got[t, r]!r} windows {want[t, r]!r}")
 
 
 def test_levels_with_a_gemm():
     for lv in LEVELS:
-        for name in KQ:
+        for name in ALL:
             g = lib.gemm_kernel(F[name].id, ISA.index(lv))
             if lv == "avx512":
-                assert g is not None and g[0] == f"gemm_{name.lower()}_q8_k_avx512" and g[1] == "avx512", g
+                want = f"gemm_{name.lower()}_{ACT[name].lower()}_avx512"
+                assert g is not None and g[0] == want and g[1] == "avx512", g
             else:  # the GEMM is avx512's; a level below it (or a cap) runs windows only
                 assert g is None, (lv, name, g)
 
 
 @NEEDS
-@pytest.mark.parametrize("name", KQ)
+@pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("rows", [1, 7, 37])
 def test_gemm_bitwise_equals_windows(ggml, rng, name, rows):
-    for nb in (1, 6, 16):
-        n = nb * 256
+    for nb in WIDTHS[BLOCK[name]]:
+        n = nb * BLOCK[name]
         w = rng.standard_normal((rows, n)).astype(np.float32)
         w[rows // 2, n // 3] = 30.0  # an outlier block
         raw = ggml.quantize(name, w)
-        act = q8k(rng.standard_normal((max(NTS), n)) * 2.0, "avx512")
+        act = q8k(rng.standard_normal((max(NTS), n)) * 2.0, "avx512", ACT[name])
         for nt in NTS:
             want = mm(name, raw, act[:nt], n, "avx512", 1)
             check_same(mm(name, raw, act[:nt], n, "avx512", 2), want, f"nt={nt}", name, n)
@@ -90,18 +99,17 @@ def adversarial(rng, name, rows, nb):
     for off in FP16_AT[name]:
         blocks[:, :, off:off + 2] = one
     blocks[0, :, :] = 0xFF  # row 0: every code and scale bit set
-    blocks[0, :, FP16_AT[name][0]:FP16_AT[name][0] + 2] = one
-    if name != "Q6_K":
-        blocks[0, :, 2:4] = one
+    for off in FP16_AT[name]:
+        blocks[0, :, off:off + 2] = one
     return raw
 
 
 @NEEDS
-@pytest.mark.parametrize("name", KQ)
+@pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("pattern", ["max", "min", "mixed"])
 def test_gemm_worst_case_bitwise(rng, name, pattern):
-    rows, nb = 9, 5
-    n = nb * 256
+    rows, nb = 9, 5 if BLOCK[name] == 256 else 19
+    n = nb * BLOCK[name]
     raw = adversarial(rng, name, rows, nb)
     nt = 40
     if pattern == "max":
@@ -110,7 +118,7 @@ def test_gemm_worst_case_bitwise(rng, name, pattern):
         x = np.full((nt, n), -128.0)
     else:
         x = np.where(rng.random((nt, n)) < 0.5, -128.0, 127.0)
-    act = q8k(x, "avx512")  # d = 1 (|x| max 127 or 128 -> q = +-127 / -128 as ggml rounds)
+    act = q8k(x, "avx512", ACT[name])  # the activation codes at their extremes
     want = mm(name, raw, act, n, "avx512", 1)
     assert np.all(np.isfinite(want))
     check_same(mm(name, raw, act, n, "avx512", 2), want, pattern, name, n)
@@ -190,10 +198,14 @@ print(json.dumps(out))
 
 
 @NEEDS
-@pytest.mark.parametrize("kind", ["dense", "moe"])
+@pytest.mark.parametrize("kind", ["dense", "moe", "default"])
 def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
     from lowbit import synth
-    if kind == "dense":
+    if kind == "default":
+        from lowbit.model import default_model_path
+        path = default_model_path()
+        want = {"gemm_q4_1_q8_1_avx512", "gemm_q8_0_q8_0_avx512"}  # the layers and the tied Q8_0 head
+    elif kind == "dense":
         path = synth.synth_dense(tmp_path / "d.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q4_K",
                                  head_type="Q6_K", seed=5)
         want = {"gemm_q4_k_q8_k_avx512", "gemm_q6_k_q8_k_avx512"}
@@ -212,7 +224,7 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
         assert p.returncode == 0, p.stderr
         runs[tag] = json.loads(p.stdout.strip().splitlines()[-1])
     if lib.cpu_info()["selected"] == "avx512":
-        assert set(runs["on"]["100"]) == want and set(runs["on"]["40"]) >= {"gemm_q4_k_q8_k_avx512"}, runs["on"]
+        assert set(runs["on"]["100"]) == want and set(runs["on"]["40"]) & want, runs["on"]
         assert runs["on"]["1"] == [] and runs["on"]["8"] == [], runs["on"]
     assert all(v == [] for v in runs["off"].values()), runs["off"]
     base = np.load(tmp_path / "off_1.npy")

@@ -102,6 +102,16 @@ LB_GK_INLINE void usum16x2(__m256i u, int32_t *a, int32_t *b) {  // the two 16-b
     *b = (int32_t)(_mm_cvtsi128_si64(hi) + _mm_extract_epi64(hi, 1));
 }
 
+// Sum of 32 signed bytes (two halves of a legacy block's decoded codes)
+LB_GK_INLINE int32_t wsum32(__m128i lo, __m128i hi) {
+    const __m256i x = _mm256_cvtepi8_epi16(lo), y = _mm256_cvtepi8_epi16(hi);
+    const __m256i s = _mm256_madd_epi16(_mm256_add_epi16(x, y), _mm256_set1_epi16(1));  // 8 int32
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+    return _mm_cvtsi128_si32(h);
+}
+
 // Q4_K / Q5_K 6-bit scales and mins (scale_min_k4): sc[8], mn[8]
 LB_GK_INLINE void scale_min_k4(const uint8_t *q, int *sc, int *mn) {
     for (int j = 0; j < 4; ++j) {
@@ -400,6 +410,223 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     }
 }
 
+// ============================================================================================
+// Legacy formats: Q4_0, Q8_0 x Q8_0 and Q4_1 x Q8_1 (blocks of 32)
+// ============================================================================================
+// The row kernels' arithmetic (csrc/x86/legacy.inl's header), per (row, token): block b's exact
+// isum and S = d_w * d_a, dealt into 8 classes c = b mod 8 of float accumulators,
+//   acc_c = fma((float)isum, S, acc_c)   then, Q4_1 only: acc_c = fma(m_w, s_a, acc_c)
+// in block order, and the result ((acc_0 + acc_1) + (acc_2 + acc_3)) + ((acc_4 + acc_5) +
+// (acc_6 + acc_7)). Here the classes are taken one after another (class c: blocks c, c + 8, ...,
+// in order), tokens in lanes as above; the weights are decoded to SIGNED bytes w (Q4_0: q - 8,
+// Q8_0: q, Q4_1: q), the activations carry +128, and the +128 comes back as 128 * sum(w) per row
+// and block (the dots start from -128 * sum(w)). isum = sum w * q_a exactly: the row kernels'
+// integer. Bounds: |sum (q_a + 128) w| <= 32 * 255 * 128 < 2^21.
+
+struct alignas(64) ActBlk {
+    uint8_t q[8][64];  // [dword][lane l * 4 + k]: token l's q[4 dword + k] + 128
+    float d[16];       // [lane] d_a (fp16 -> float); 0 for lanes past the chunk
+    float s[16];       // [lane] s_a of Q8_1 (fp16 -> float); 0 for Q8_0
+};
+struct RowBlk {
+    int32_t neg;       // -128 * sum(w)
+    float d, m;        // d_w, m_w (Q4_1; 0 otherwise)
+};
+
+struct GQ4_0 {
+    static constexpr size_t BYTES = 18;
+    static constexpr bool Q8_1 = false, M = false;
+    static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(x + 2));
+        const __m128i k0F = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, k0F), k8);
+        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), k0F), k8);
+        _mm_storeu_si128((__m128i *)w, lo);
+        _mm_storeu_si128((__m128i *)(w + 16), hi);
+        m.neg = -128 * wsum32(lo, hi);
+        m.d = f16(x), m.m = 0.0f;
+    }
+};
+struct GQ4_1 {
+    static constexpr size_t BYTES = 20;
+    static constexpr bool Q8_1 = true, M = true;
+    static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(x + 4));
+        const __m128i k0F = _mm_set1_epi8(0x0F);
+        const __m128i lo = _mm_and_si128(q, k0F), hi = _mm_and_si128(_mm_srli_epi16(q, 4), k0F);
+        _mm_storeu_si128((__m128i *)w, lo);
+        _mm_storeu_si128((__m128i *)(w + 16), hi);
+        m.neg = -128 * wsum32(lo, hi);
+        m.d = f16(x), m.m = f16(x + 2);
+    }
+};
+struct GQ8_0 {
+    static constexpr size_t BYTES = 34;
+    static constexpr bool Q8_1 = false, M = false;
+    static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
+        const __m128i lo = _mm_loadu_si128((const __m128i *)(x + 2)), hi = _mm_loadu_si128((const __m128i *)(x + 18));
+        _mm_storeu_si128((__m128i *)w, lo);
+        _mm_storeu_si128((__m128i *)(w + 16), hi);
+        m.neg = -128 * wsum32(lo, hi);
+        m.d = f16(x), m.m = 0.0f;
+    }
+};
+
+template <class D, int R, int V>
+__attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0, const ActBlk *act0, int64_t nb,
+                                              float *cls, float *res) {
+    const size_t ws = (size_t)nb * 32, ms = (size_t)nb;
+#define w(r) (w0 + (size_t)(r) * ws)
+#define m(r) (m0 + (size_t)(r) * ms)
+#define act(v) (act0 + (size_t)(v) * ms)
+    for (int c = 0; c < 8; ++c) {
+        __m512 acc[R][V];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+        for (int64_t b = c; b < nb; b += 8) {
+            __m512i dt[R][V];
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const __m512i neg = _mm512_set1_epi32(m(r)[b].neg);
+#pragma GCC unroll 16
+                for (int v = 0; v < V; ++v) dt[r][v] = neg;
+            }
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; ++g) {
+                __m512i a[V];
+#pragma GCC unroll 16
+                for (int v = 0; v < V; ++v) a[v] = _mm512_load_si512((const void *)act(v)[b].q[g]);
+#pragma GCC unroll 16
+                for (int r = 0; r < R; ++r) {
+                    int32_t wv;
+                    std::memcpy(&wv, w(r) + (size_t)b * 32 + 4 * g, 4);
+                    const __m512i wb = _mm512_set1_epi32(wv);
+#pragma GCC unroll 16
+                    for (int v = 0; v < V; ++v) dt[r][v] = _mm512_dpbusd_epi32(dt[r][v], a[v], wb);
+                }
+            }
+#pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) {
+                const __m512 da = _mm512_load_ps(act(v)[b].d);
+#pragma GCC unroll 16
+                for (int r = 0; r < R; ++r) {
+                    acc[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dt[r][v]), _mm512_mul_ps(da, _mm512_set1_ps(m(r)[b].d)),
+                                                acc[r][v]);
+                    if constexpr (D::M)
+                        acc[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(m(r)[b].m), _mm512_load_ps(act(v)[b].s), acc[r][v]);
+                }
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) _mm512_storeu_ps(cls + ((size_t)c * MAXR * MAXV + (size_t)(r * MAXV + v)) * LANES, acc[r][v]);
+    }
+    // the row kernels' final tree over the classes, lane by lane
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) {
+            const size_t o = (size_t)(r * MAXV + v) * LANES, cs = (size_t)MAXR * MAXV * LANES;
+            __m512 e[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) e[c] = _mm512_loadu_ps(cls + c * cs + o);
+            const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])),
+                                           _mm512_add_ps(_mm512_add_ps(e[4], e[5]), _mm512_add_ps(e[6], e[7])));
+            _mm512_storeu_ps(res + o, t);
+        }
+#undef w
+#undef m
+#undef act
+}
+
+template <class D>
+using MkLegacyFn = void (*)(const int8_t *, const RowBlk *, const ActBlk *, int64_t, float *, float *);
+template <class D>
+constexpr MkLegacyFn<D> kMkLegacy[MAXR + 1][MAXV + 1] = {
+    {nullptr, nullptr, nullptr},
+    {nullptr, &mk_gemm_legacy<D, 1, 1>, &mk_gemm_legacy<D, 1, 2>},
+    {nullptr, &mk_gemm_legacy<D, 2, 1>, &mk_gemm_legacy<D, 2, 2>},
+    {nullptr, &mk_gemm_legacy<D, 3, 1>, &mk_gemm_legacy<D, 3, 2>},
+    {nullptr, &mk_gemm_legacy<D, 4, 1>, &mk_gemm_legacy<D, 4, 2>},
+};
+
+// nt tokens of Q8_0 (34-byte) or Q8_1 (36-byte) blocks -> ceil(nt / 16) groups of nb ActBlk
+template <bool Q8_1>
+__attribute__((noinline)) void build_act_panel_legacy(const uint8_t *act, size_t act_stride, int nt, int64_t nb,
+                                                      ActBlk *panel) {
+    constexpr size_t AB = Q8_1 ? 36 : 34, QS = Q8_1 ? 4 : 2;
+    const int ng = (nt + LANES - 1) / LANES;
+    for (int g = 0; g < ng; ++g)
+        for (int64_t b = 0; b < nb; ++b) {
+            ActBlk &P = panel[(size_t)g * (size_t)nb + (size_t)b];
+            for (int l = 0; l < LANES; ++l) {
+                const int t = g * LANES + l;
+                if (t >= nt) {
+                    for (int dw = 0; dw < 8; ++dw) std::memset(P.q[dw] + 4 * l, 0x80, 4);
+                    P.d[l] = 0.0f, P.s[l] = 0.0f;
+                    continue;
+                }
+                const uint8_t *y = act + (size_t)t * act_stride + (size_t)b * AB;
+                for (int dw = 0; dw < 8; ++dw) {
+                    uint32_t v;
+                    std::memcpy(&v, y + QS + 4 * dw, 4);
+                    v ^= 0x80808080u;
+                    std::memcpy(P.q[dw] + 4 * l, &v, 4);
+                }
+                P.d[l] = f16(y);
+                P.s[l] = Q8_1 ? f16(y + 2) : 0.0f;
+            }
+        }
+}
+
+template <class D>
+__attribute__((noinline)) void decode_tile_legacy(const RowArgs &a, int64_t rb, int64_t re, int64_t nb, int8_t *codes,
+                                                  RowBlk *meta) {
+    for (int64_t r = rb; r < re; ++r) {
+        const uint8_t *x = a.w + (size_t)r * a.w_stride;
+        int8_t *w = codes + (size_t)(r - rb) * (size_t)nb * 32;
+        RowBlk *m = meta + (size_t)(r - rb) * (size_t)nb;
+        for (int64_t b = 0; b < nb; ++b) D::decode(x + (size_t)b * D::BYTES, w + (size_t)b * 32, m[b]);
+    }
+}
+
+template <class D>
+void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+    static thread_local Scratch act_s, row_s;
+    const int64_t nb = a.n / 32;
+    const int ng = (nt + LANES - 1) / LANES;
+    ActBlk *panel = (ActBlk *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActBlk));
+    build_act_panel_legacy<D::Q8_1>(a.act, a.act_stride, nt, nb, panel);
+    const size_t per_row = (size_t)nb * (32 + sizeof(RowBlk));
+    const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
+    const size_t tail = (size_t)9 * MAXR * MAXV * LANES * sizeof(float);  // 8 classes + the result
+    int8_t *codes = (int8_t *)row_s.get((size_t)RT * per_row + tail + 64);
+    RowBlk *meta = (RowBlk *)(codes + (size_t)RT * (size_t)nb * 32);
+    float *cls = (float *)(((uintptr_t)(meta + (size_t)RT * (size_t)nb) + 63) & ~(uintptr_t)63);
+    float *res = cls + (size_t)8 * MAXR * MAXV * LANES;
+    for (int64_t rb = r0; rb < r1; rb += RT) {
+        const int64_t re = std::min(rb + RT, r1);
+        decode_tile_legacy<D>(a, rb, re, nb, codes, meta);
+        for (int g0 = 0; g0 < ng; g0 += MAXV) {
+            const int V = std::min(MAXV, ng - g0);
+            for (int64_t rq = rb; rq < re; rq += MAXR) {
+                const int R = (int)std::min<int64_t>(MAXR, re - rq);
+                kMkLegacy<D>[R][V](codes + (size_t)(rq - rb) * (size_t)nb * 32, meta + (size_t)(rq - rb) * (size_t)nb,
+                                   panel + (size_t)g0 * (size_t)nb, nb, cls, res);
+                for (int i = 0; i < R; ++i)
+                    for (int v = 0; v < V; ++v)
+                        for (int l = 0; l < LANES; ++l) {
+                            const int t = (g0 + v) * LANES + l;
+                            if (t < nt) a.out[(size_t)t * a.out_stride + (size_t)(rq + i)] = res[(i * MAXV + v) * LANES + l];
+                        }
+            }
+        }
+    }
+}
+
 #define LB_GK_STR2(x) #x
 #define LB_GK_STR(x) LB_GK_STR2(x)
 
@@ -407,10 +634,12 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // LOWBIT_KQ_GEMM_MIN_NT=N overrides it (read once, at registration; 0 turns the GEMM off).
 // Measured: BENCHMARKS.md, issue 18 (bench kernels --nt 16,32,64: windows / gemm).
 constexpr int kKqGemmMinNt = 32;
+// The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT).
+constexpr int kLegacyGemmMinNt = 32;
 
 }  // namespace
 
-void register_gemm_kquants(KernelTable &t) {
+void register_gemm(KernelTable &t) {
     const char *g = std::getenv("LOWBIT_KQ_GEMM_MIN_NT");
     const int min_nt = g && *g ? std::atoi(g) : kKqGemmMinNt;
     auto set = [&](int id, rows_fn fn, const char *name) {
@@ -421,6 +650,16 @@ void register_gemm_kquants(KernelTable &t) {
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS));
     set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS));
     set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS));
+    const char *gl = std::getenv("LOWBIT_LEGACY_GEMM_MIN_NT");
+    const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
+    auto setl = [&](int id, rows_fn fn, const char *name) {
+        auto &e = t.at(id);
+        e.gemm = RowKernel{fn, name, LOWBIT_ISA};
+        e.gemm_min_nt = min_legacy;
+    };
+    setl(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS));
+    setl(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS));
+    setl(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS));
 }
 
 #undef LB_GK_STR
