@@ -63,7 +63,7 @@ struct LayerWeights {
     // residual add (llama.cpp's attn_post_norm "post_attention_norm", ffn_post_norm "post_ffw_norm").
     const float *attn_post_norm = nullptr, *ffn_post_norm = nullptr;  // [dim]
     // GLM-4.5 / DeepSeek-V3 routing: the expert selection bias (exp_probs_b), added to the
-    // sigmoid probabilities for choosing the top-K only (the weights stay the unbiased ones).
+    // sigmoid (or softmax) probabilities for choosing the top-K only (the weights stay unbiased).
     const float *exp_probs_b = nullptr;   // [n_expert]
 };
 
@@ -201,7 +201,7 @@ private:
     // The MoE feed-forward (csrc/moe.cpp): out[T][dim] = sum over each token's top-K experts
     // (in rank order) of weight * expert(x), plus the shared expert if any.
     void moe_ffn(int layer, const float *x, int T, float *out);
-    void sigmoid_topk(int layer, int T);  // EXPERT_SIGMOID routing of rlog_ into sel_ / wsel_ (moe.cpp)
+    void biased_topk(int layer, int T, bool sigmoid);  // sigmoid / softmax + exp_probs_b routing (moe.cpp)
     void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
                    const float *sub_norm = nullptr);  // sub_norm: bitnet's ffn_sub_norm [gate.rows]
 

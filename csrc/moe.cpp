@@ -81,6 +81,16 @@ static void quant_rows(const Format &af, const float *x, int64_t rows, int64_t n
     });
 }
 
+// ggml_soft_max of v[0..n): exp in float, the sum in double, times 1/sum in float
+static void softmax(float *v, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) { v[i] = std::exp(v[i] - mx); sum += v[i]; }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; ++i) v[i] *= inv;
+}
+
 namespace {
 struct Item { int e, r0, r1; };
 
@@ -145,18 +155,9 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     if (L.router_b)
         for (int t = 0; t < T; ++t)
             for (int e = 0; e < E; ++e) rlog_[(size_t)t * E + e] += L.router_b[e];
-    // ggml_soft_max of v[0..n): exp in float, the sum in double, times 1/sum in float
-    auto softmax = [](float *v, int n) {
-        float mx = -INFINITY;
-        for (int i = 0; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
-        double sum = 0.0;
-        for (int i = 0; i < n; ++i) { v[i] = std::exp(v[i] - mx); sum += v[i]; }
-        const float inv = (float)(1.0 / sum);
-        for (int i = 0; i < n; ++i) v[i] *= inv;
-    };
     const bool topk_first = c_.expert_gating == EXPERT_SOFTMAX_TOPK;
-    if (c_.expert_gating == EXPERT_SIGMOID) {
-        sigmoid_topk(layer, T);
+    if (c_.expert_gating == EXPERT_SIGMOID || (c_.expert_gating == EXPERT_SOFTMAX && L.exp_probs_b)) {
+        biased_topk(layer, T, c_.expert_gating == EXPERT_SIGMOID);
     } else for (int t = 0; t < T; ++t) {
         float *p = rlog_.data() + (size_t)t * E;
         if (!topk_first) softmax(p, E);  // else p stays the logits: ranked as they are
@@ -345,20 +346,22 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     }
 }
 
-// EXPERT_SIGMOID routing (glm4moe, llama.cpp's build_moe_ffn with LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
-// and exp_probs_b) of this window's router logits rlog_[T][E]: p = 1 / (1 + expf(-logit)) in float;
-// the K experts of the largest p + bias (the bias chooses, it does not weigh; equal scores: the
-// lower index first), best first, into sel_; their unbiased p into wsel_; the margin (the K-th
-// chosen score minus the best unchosen one) into rgap_. Normalisation and scale follow in moe_ffn.
-void Engine::sigmoid_topk(int layer, int T) {
+// Routing with the expert selection bias (llama.cpp's build_moe_ffn with exp_probs_b; glm4moe) of
+// this window's router logits rlog_[T][E]: p = 1 / (1 + expf(-logit)) in float (sigmoid: glm4moe's
+// expert_gating_func 2) or the softmax over all E (gating func 1); the K experts of the largest
+// p + bias (the bias chooses, it does not weigh; equal scores: the lower index first), best
+// first, into sel_; their unbiased p into wsel_; the margin (the K-th chosen score minus the best
+// unchosen one) into rgap_. Normalisation and scale follow in moe_ffn.
+void Engine::biased_topk(int layer, int T, bool sigmoid) {
     const LayerWeights &L = layers_[(size_t)layer];
     const int E = c_.n_expert, K = c_.n_expert_used;
     std::vector<float> score((size_t)E);
     std::vector<uint8_t> taken((size_t)E);
     for (int t = 0; t < T; ++t) {
         float *p = rlog_.data() + (size_t)t * E;
+        if (!sigmoid) softmax(p, E);
         for (int e = 0; e < E; ++e) {
-            p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+            if (sigmoid) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
             score[(size_t)e] = L.exp_probs_b ? p[e] + L.exp_probs_b[e] : p[e];
         }
         int32_t *s = sel_.data() + (size_t)t * K;

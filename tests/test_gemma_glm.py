@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import lowbit
-from gemma_glm_models import (compare, family, gemma_greedy, gemma_llm, gemma_path,  # noqa: F401 (fixtures)
+from gemma_glm_models import (GLM, compare, family, gemma_greedy, gemma_llm, gemma_path,  # noqa: F401 (fixtures)
                               glm_greedy, glm_llm, glm_path)
 from lowbit.synth import synth_dense, synth_moe
 
@@ -116,6 +116,23 @@ def test_each_feature_matters(which, request, monkeypatch):
 
 
 # ---- synth and bad input ---------------------------------------------------------------------
+
+def test_glm4moe_softmax_gating_with_bias(tmp_path, monkeypatch):
+    """expert_gating_func 1 (softmax) with exp_probs_b: llama.cpp still adds the bias for choosing
+    (build_moe_ffn), and so does lowbit; q/k norms on (GLM-4.5 355B's). Top-1 against llama.cpp."""
+    from gemma_glm_models import peer
+    from llama_ref import llama_greedy
+    path = synth_moe(tmp_path / "glm-softmax.gguf", **dict(GLM, layers=2, gating="softmax", qk_norm=True, seed=11))
+    m = lowbit.load(path, n_ctx=128, threads=2)
+    assert m.config.expert_gating == "softmax" and m.config.exp_probs_b and m.config.qk_norm
+    llm = peer(path)
+    run = llama_greedy(llm, llm.tokenize(b"The quick brown fox jumps over the lazy dog", add_bos=False), 30)
+    ids, ours, ref, tie, counted, agree = compare(m, run)
+    assert counted >= 15 and agree >= 0.99 * counted, (agree, counted)
+    m2 = _load_with(monkeypatch, path, exp_probs_b=False)  # the bias matters
+    assert float(np.abs(compare(m2, run)[1] - ref)[~tie].max()) > 0.5
+    del llm
+
 
 def test_synth_cli_writes_gemma3(tmp_path):
     from lowbit.cli import main

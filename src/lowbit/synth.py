@@ -202,7 +202,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
               rope_base: float = 150000.0, yarn_factor: float = 32.0, yarn_orig_ctx: int = 4096,
               dense_ffn: int = 512, leading_dense: int = 1, shared_experts: int = 1, nextn: int = 1,
               rope_dims: int | None = None, qk_norm: bool = False, expert_scale: float = 2.5,
-              progress: bool = False) -> str:
+              gating: str = "sigmoid", progress: bool = False) -> str:
     """A Mixture-of-Experts model with random weights, as llama.cpp's converters lay them out.
 
     arch: qwen3moe (q/k norm), qwen2moe (q/k/v biases, a shared expert of width shared_ffn with a
@@ -221,7 +221,8 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     glm4moe (llama.cpp's names and keys, GLM-4.5's layout): `layers` blocks run, the first
     leading_dense of them with a dense SwiGLU FFN of width dense_ffn (feed_forward_length), the
     rest routed by sigmoid with an exp_probs_b selection bias, top-K weights renormalised and
-    times expert_scale, plus shared_experts shared experts; q/k/v biases, q/k norms if qk_norm,
+    times expert_scale (gating "softmax": expert_gating_func 1, the softmax over all experts, still
+    with the selection bias), plus shared_experts shared experts; q/k/v biases, q/k norms if qk_norm,
     rope over rope_dims of each head (None: half, as GLM-4.5's partial_rotary_factor 0.5); then
     `nextn` MTP blocks (block_count = layers + nextn) with their nextn.* tensors, which llama.cpp
     loads and does not run when generating.
@@ -243,7 +244,8 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
         return _synth_glm4moe(path, rng, vocab, layers=layers, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd,
                               experts=experts, top_k=top_k, expert_ffn=expert_ffn, dense_ffn=dense_ffn,
                               leading_dense=leading_dense, shared=shared_experts, nextn=nextn,
-                              rope_dims=rope_dims or hd // 2, qk_norm=qk_norm, expert_scale=expert_scale, ctx=ctx,
+                              rope_dims=rope_dims or hd // 2, qk_norm=qk_norm, expert_scale=expert_scale,
+                              gating_func={"softmax": 1, "sigmoid": 2}[gating], ctx=ctx,
                               wtype=wtype, expert_type=expert_type, down_type=down_type, router_type=router_type,
                               embd_type=embd_type, head_type=head_type, progress=progress)
     w = Writer(path, MOE_ARCHS[arch], progress=progress)
@@ -300,7 +302,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
 
 
 def _synth_glm4moe(path, rng, vocab, *, layers, dim, heads, kv_heads, head_dim, experts, top_k, expert_ffn,
-                   dense_ffn, leading_dense, shared, nextn, rope_dims, qk_norm, expert_scale, ctx, wtype,
+                   dense_ffn, leading_dense, shared, nextn, rope_dims, qk_norm, expert_scale, gating_func, ctx, wtype,
                    expert_type, down_type, router_type, embd_type, head_type, progress) -> str:
     """synth_moe(arch="glm4moe")'s file (see there)."""
     if not 0 <= leading_dense <= layers:
@@ -315,7 +317,7 @@ def _synth_glm4moe(path, rng, vocab, *, layers, dim, heads, kv_heads, head_dim, 
                  head_dim=head_dim, ctx=ctx, rope_dims=rope_dims)
     for key, val in (("expert_count", experts), ("expert_used_count", top_k), ("expert_shared_count", shared),
                      ("expert_feed_forward_length", expert_ffn), ("leading_dense_block_count", leading_dense),
-                     ("nextn_predict_layers", nextn), ("expert_gating_func", 2)):
+                     ("nextn_predict_layers", nextn), ("expert_gating_func", gating_func)):
         w.meta(f"{a}.{key}", int(val))
     w.meta(f"{a}.expert_weights_scale", float(expert_scale))
     w.meta(f"{a}.expert_weights_norm", True)
@@ -510,6 +512,8 @@ def _add_moe(ss) -> None:
     p.add_argument("--rope-dims", type=int, default=None, help="glm4moe: rotated dims per head (default: half)")
     p.add_argument("--qk-norm", action="store_true", help="glm4moe: per-head q/k norms (GLM-4.5 355B)")
     p.add_argument("--expert-scale", type=float, default=2.5, help="glm4moe: expert_weights_scale (2.5)")
+    p.add_argument("--gating", default="sigmoid", choices=["sigmoid", "softmax"],
+                   help="glm4moe: expert_gating_func (sigmoid: GLM-4.5's)")
     p.set_defaults(synth=lambda a: synth_moe(
         a.out, arch=a.arch, layers=a.layers, dim=a.dim, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
         experts=a.experts, top_k=a.top_k, expert_ffn=a.ffn, shared_ffn=a.shared_ffn, ctx=a.ctx, wtype=a.wtype,
@@ -517,7 +521,7 @@ def _add_moe(ss) -> None:
         router_type=a.router_type, embd_type=a.embd_type, head_type=a.head_type, seed=a.seed, window=a.window,
         rope_base=a.rope_base, yarn_factor=a.yarn_factor, yarn_orig_ctx=a.yarn_orig_ctx, dense_ffn=a.dense_ffn,
         leading_dense=a.leading_dense, shared_experts=a.shared_experts, nextn=a.nextn, rope_dims=a.rope_dims,
-        qk_norm=a.qk_norm, expert_scale=a.expert_scale, progress=_bar_on()))
+        qk_norm=a.qk_norm, expert_scale=a.expert_scale, gating=a.gating, progress=_bar_on()))
 
 
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
