@@ -10,7 +10,7 @@ PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
 GEN = 40
 ROUTE_TIE = 1e-3
 GEMMA = dict(arch="gemma3", layers=6, dim=256, ffn=512, heads=4, kv_heads=2, head_dim=128, window=8,
-             rope_base=1e6, softcap=4.0, embd_type="F16", wtype="Q8_0", seed=5)
+             rope_base=1e6, softcap=4.0, rope_linear=8.0, embd_type="F16", wtype="Q8_0", seed=5)
 GLM = dict(arch="glm4moe", layers=4, dim=256, heads=4, kv_heads=2, head_dim=64, experts=16, top_k=4,
            expert_ffn=256, dense_ffn=512, leading_dense=1, shared_experts=1, nextn=1, rope_dims=32,
            embd_type="F16", wtype="Q8_0", expert_type="Q4_K", seed=7)

@@ -4,7 +4,8 @@ against llama.cpp.
 gemma3 (lowbit.synth.synth_dense(arch="gemma3")): 6 layers, width 256, 4 query heads of 128 over
 2 KV heads (so q is wider than the model: key_length, not width / heads), GeGLU, q/k norms, the
 post-attention and post-FFN norms, embeddings times sqrt(256), layers 0-4 sliding over 8 positions
-with rope base 10000 and layer 5 global with base 1e6 (llama.cpp's default pattern 6), the head tied
+with rope base 10000 and layer 5 global with base 1e6 and linear scaling 8 (llama.cpp's default
+pattern 6; the scaling of the global layers only, as Gemma 3 4B-27B), the head tied
 to token_embd and a final logit soft-cap of 4 (to make it count).
 
 glm4moe (lowbit.synth.synth_moe(arch="glm4moe")): 4 layers run (layer 0 dense, 1-3 routed), then one
@@ -39,6 +40,7 @@ def test_gemma3_config(gemma_path):
     assert c.embd_scale == float(np.sqrt(np.float32(256)))
     assert c.attn_scale == float(np.float32(1) / np.sqrt(np.float32(128)))  # key_length, not 256 / 4
     assert c.rope_base == 1e6 and c.rope_base_swa == 10000.0 and c.logit_softcap == 4.0
+    assert c.rope_scale == 1 / 8  # linear scaling: the global layer only (the sliding ones: scale 1)
 
 
 def test_glm4moe_config(glm_path):
@@ -89,7 +91,7 @@ def _load_with(monkeypatch, path, **changes):
 
 GEMMA_OFF = {"embd_scale": dict(embd_scale=0.0), "attn_scale": dict(attn_scale=float(1 / np.sqrt(np.float32(64)))),
              "rope_base_swa": dict(rope_base_swa=0.0), "softcap": dict(logit_softcap=0.0),
-             "window": dict(window=(0,) * 6), "silu": dict(ffn_act="silu")}
+             "window": dict(window=(0,) * 6), "silu": dict(ffn_act="silu"), "rope_linear": dict(rope_scale=1.0)}
 GLM_OFF = {"exp_probs_b": dict(exp_probs_b=False), "softmax": dict(expert_gating="softmax"),
            "no_norm": dict(expert_norm=False), "full_rope": dict(rope_dims=64),
            "qkv_bias": dict(qkv_bias=False)}

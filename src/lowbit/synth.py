@@ -99,12 +99,14 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                 embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0,
                 vocab: dict | None = None, window: int = 512, swa_pattern: int | None = None,
                 rope_base: float = 10000.0, rope_base_swa: float | None = None, softcap: float = 0.0,
-                progress: bool = False) -> str:
+                rope_linear: float = 0.0, progress: bool = False) -> str:
     """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) / gemma3 model with random weights.
 
     wtype: the format of the layer matrices; embd_type: token_embd; head_type: output.weight
     (None: same as wtype; ignored when tied, where token_embd is the head); vocab: tokenizer.*
-    metadata (None: the default model's).
+    metadata (None: the default model's). rope_linear > 0: linear rope scaling by that factor
+    (rope.scaling.type "linear", as Gemma 3 4B-27B's factor 8; llama.cpp applies it to gemma3's
+    global layers only).
 
     gemma3 (llama.cpp's names and keys): always tied; per-head q/k norms; post_attention_norm and
     post_ffw_norm after attention and FFN; sliding windows of `window` positions (0: none) on the
@@ -125,6 +127,9 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     w = Writer(path, arch, progress=progress)
     write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx,
                  rope_base=rope_base)
+    if rope_linear:
+        w.meta(f"{arch}.rope.scaling.type", "linear")
+        w.meta(f"{arch}.rope.scaling.factor", float(rope_linear))
     if gemma:
         tied = True
         if window:
@@ -364,6 +369,8 @@ def _add_dense(ss) -> None:
     p.add_argument("--rope-base-swa", type=float, default=None,
                    help="gemma3: rope base of the local layers (default: no key, llama.cpp's 10000)")
     p.add_argument("--softcap", type=float, default=0.0, help="gemma3: final_logit_softcapping (0: none)")
+    p.add_argument("--rope-linear", type=float, default=0.0,
+                   help="linear rope scaling factor (0: none; gemma3 4B-27B: 8, global layers only)")
     p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
     p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
     p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
@@ -372,7 +379,7 @@ def _add_dense(ss) -> None:
         a.out, arch=a.arch, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
         ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
         head_dim=a.head_dim, window=a.window, swa_pattern=a.swa_pattern, rope_base=a.rope_base,
-        rope_base_swa=a.rope_base_swa, softcap=a.softcap, progress=_bar_on()))
+        rope_base_swa=a.rope_base_swa, softcap=a.softcap, rope_linear=a.rope_linear, progress=_bar_on()))
 
 
 BITNET_ARCHS = ("bitnet", "bitnet-b1.58")
