@@ -101,20 +101,21 @@ GLM_OFF = {"exp_probs_b": dict(exp_probs_b=False), "softmax": dict(expert_gating
 def test_each_feature_matters(which, request, monkeypatch):
     """The comparison can fail: the same file with one feature switched off or wrong in lowbit no
     longer matches llama.cpp (attn_scale: 1/sqrt(width / heads), the 27B's rule, instead of
-    1/sqrt(key_length); the post-FFN norm: all-ones weights instead of the file's)."""
+    1/sqrt(key_length); each post norm: all-ones weights instead of the file's)."""
     path, llm, run = family(which, request)
     for what, change in (GEMMA_OFF if which == "gemma3" else GLM_OFF).items():
         m = _load_with(monkeypatch, path, **change)
         ids, ours, ref, tie, counted, agree = compare(m, run)
         diff = float(np.abs(ours - ref)[~tie].max())
         assert diff > 0.5, f"{which}: {what} off: max |logit diff| only {diff:.3f}"
-    if which == "gemma3":  # the post norms' weights: all ones instead of the file's
-        m = lowbit.load(path, n_ctx=128, threads=2)
-        ones = np.ones(m.config.dim, np.float32)
-        for i in range(m.config.n_layer):
-            m.engine.set_vec("ffn_post_norm", i, ones)
-        ids, ours, ref, tie, counted, agree = compare(m, run)
-        assert float(np.abs(ours - ref).max()) > 0.5
+    if which == "gemma3":  # each post norm's weights: all ones instead of the file's
+        ones = np.ones(256, np.float32)
+        for norm in ("attn_post_norm", "ffn_post_norm"):
+            m = lowbit.load(path, n_ctx=128, threads=2)
+            for i in range(m.config.n_layer):
+                m.engine.set_vec(norm, i, ones)
+            ids, ours, ref, tie, counted, agree = compare(m, run)
+            assert float(np.abs(ours - ref).max()) > 0.5, norm
 
 
 # ---- synth and bad input ---------------------------------------------------------------------
