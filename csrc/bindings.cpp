@@ -333,7 +333,8 @@ NB_MODULE(_lowbit, m) {
                     nb::ndarray<float, nb::ndim<1>, nb::c_contig, nb::device::cpu> out, int kind, int isa) {
         if (g.shape(0) != u.shape(0) || g.shape(0) != out.shape(0))
             throw std::invalid_argument("glu: g, u and out differ in length");
-        if (kind != GLU_SILU && kind != GLU_RELU2 && kind != GLU_SWIGLU_OAI) throw std::invalid_argument("unknown GLU kind");
+        if (kind != GLU_SILU && kind != GLU_RELU2 && kind != GLU_SWIGLU_OAI && kind != GLU_GEGLU)
+            throw std::invalid_argument("unknown GLU kind");
         const GluKernel &k = glu_at(isa);
         const float *gp = g.data(), *up = u.data();
         float *op = out.data();
@@ -435,7 +436,10 @@ NB_MODULE(_lowbit, m) {
                             bool kv_f16, int n_slots, bool qk_norm_full, int n_expert, int n_expert_used, int expert_ffn,
                             int shexp_ffn, bool expert_norm, float expert_scale, bool sub_norm, int ffn_act,
                             int expert_gating, float yarn_ext_factor, float yarn_attn_factor, float yarn_beta_fast,
-                            float yarn_beta_slow, int yarn_orig_ctx) {
+                            float yarn_beta_slow, int yarn_orig_ctx,
+                            // gemma3 / glm4moe (csrc/engine.h EngineConfig)
+                            float embd_scale, float attn_scale, float rope_base_swa, float logit_softcap,
+                            bool post_norms, int n_dense_lead, bool shexp_gated) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
@@ -446,6 +450,9 @@ NB_MODULE(_lowbit, m) {
             c.sub_norm = sub_norm; c.ffn_act = ffn_act;
             c.expert_gating = expert_gating; c.yarn_ext_factor = yarn_ext_factor; c.yarn_attn_factor = yarn_attn_factor;
             c.yarn_beta_fast = yarn_beta_fast; c.yarn_beta_slow = yarn_beta_slow; c.yarn_orig_ctx = yarn_orig_ctx;
+            c.embd_scale = embd_scale; c.attn_scale = attn_scale; c.rope_base_swa = rope_base_swa;
+            c.logit_softcap = logit_softcap; c.post_norms = post_norms; c.n_dense_lead = n_dense_lead;
+            c.shexp_gated = shexp_gated;
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
@@ -454,7 +461,10 @@ NB_MODULE(_lowbit, m) {
            nb::arg("expert_ffn") = 0, nb::arg("shexp_ffn") = 0, nb::arg("expert_norm") = false,
            nb::arg("expert_scale") = 1.0f, nb::arg("sub_norm") = false, nb::arg("ffn_act") = 0,
            nb::arg("expert_gating") = 0, nb::arg("yarn_ext_factor") = 0.0f, nb::arg("yarn_attn_factor") = 1.0f,
-           nb::arg("yarn_beta_fast") = 32.0f, nb::arg("yarn_beta_slow") = 1.0f, nb::arg("yarn_orig_ctx") = 0)
+           nb::arg("yarn_beta_fast") = 32.0f, nb::arg("yarn_beta_slow") = 1.0f, nb::arg("yarn_orig_ctx") = 0,
+           nb::arg("embd_scale") = 0.0f, nb::arg("attn_scale") = 0.0f, nb::arg("rope_base_swa") = 0.0f,
+           nb::arg("logit_softcap") = 0.0f, nb::arg("post_norms") = false, nb::arg("n_dense_lead") = 0,
+           nb::arg("shexp_gated") = true)
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;

@@ -313,7 +313,7 @@ struct Counter {
     long long n() const { return calls.load(std::memory_order_relaxed); }
     void reset() { calls = 0, rows = 0, values = 0; }
 };
-static Counter g_rows_ctr[65][MAX_NT + 1][ISA_COUNT], g_glu_ctr[2][ISA_COUNT], g_quant_ctr[65][ISA_COUNT];
+static Counter g_rows_ctr[65][MAX_NT + 1][ISA_COUNT], g_glu_ctr[4][ISA_COUNT], g_quant_ctr[65][ISA_COUNT];
 static int slot_of(int id) { return id == T_I8_S ? 64 : (id >= 0 && id < 64 ? id : -1); }
 static int id_of(int slot) { return slot == 64 ? T_I8_S : slot; }
 
@@ -323,7 +323,7 @@ void count_call(int type_id, int nt, int isa, int64_t rows) {
     g_rows_ctr[s][nt][isa].add(rows, 0);
 }
 void count_glu(int kind, int isa, int64_t rows, int64_t values) {
-    if (kind < 0 || kind > 1 || isa < 0 || isa >= ISA_COUNT) return;
+    if (kind < 0 || kind > 3 || isa < 0 || isa >= ISA_COUNT) return;
     g_glu_ctr[kind][isa].add(rows, values);
 }
 void count_quant(int type_id, int isa, int64_t rows, int64_t values) {

@@ -15,7 +15,8 @@
 namespace lowbit {
 
 int glu_kind(int ffn_act) {
-    return ffn_act == FFN_RELU2 ? GLU_RELU2 : ffn_act == FFN_SWIGLU_OAI ? GLU_SWIGLU_OAI : GLU_SILU;
+    return ffn_act == FFN_RELU2 ? GLU_RELU2 : ffn_act == FFN_SWIGLU_OAI ? GLU_SWIGLU_OAI
+         : ffn_act == FFN_GELU ? GLU_GEGLU : GLU_SILU;
 }
 
 Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
@@ -23,13 +24,17 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         c.vocab <= 0 || c.n_ctx <= 0 || c.n_head % c.n_kv != 0 || c.rope_dims <= 0 || c.rope_dims > c.head_dim ||
         c.rope_dims % 2 != 0)
         throw std::invalid_argument("engine: inconsistent model dimensions");
-    if (c.ffn_act != FFN_SILU && c.ffn_act != FFN_RELU2 && c.ffn_act != FFN_SWIGLU_OAI)
+    if (c.ffn_act != FFN_SILU && c.ffn_act != FFN_RELU2 && c.ffn_act != FFN_SWIGLU_OAI && c.ffn_act != FFN_GELU)
         throw std::invalid_argument("engine: unknown FFN activation " + std::to_string(c.ffn_act));
-    if (c.expert_gating != EXPERT_SOFTMAX && c.expert_gating != EXPERT_SOFTMAX_TOPK)
+    if (c.expert_gating != EXPERT_SOFTMAX && c.expert_gating != EXPERT_SOFTMAX_TOPK && c.expert_gating != EXPERT_SIGMOID)
         throw std::invalid_argument("engine: unknown expert gating " + std::to_string(c.expert_gating));
     if (c.yarn_ext_factor != 0.0f && (!(c.rope_scale > 0.0f && c.rope_scale <= 1.0f) || c.yarn_orig_ctx <= 0))
         throw std::invalid_argument("engine: YaRN needs a frequency scale in (0, 1] and an original context");
     if (c.n_slots < 1) throw std::invalid_argument("engine: n_slots must be >= 1");
+    if (c.n_dense_lead < 0 || c.n_dense_lead > c.n_layer)
+        throw std::invalid_argument("engine: n_dense_lead " + std::to_string(c.n_dense_lead) + " outside 0..n_layer");
+    if (!(c.embd_scale >= 0.0f) || !(c.attn_scale >= 0.0f) || !(c.rope_base_swa >= 0.0f) || !(c.logit_softcap >= 0.0f))
+        throw std::invalid_argument("engine: embd_scale, attn_scale, rope_base_swa and logit_softcap must be >= 0");
     if (c.n_expert < 0 || (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.expert_ffn <= 0)) ||
         c.shexp_ffn < 0)
         throw std::invalid_argument("engine: inconsistent expert counts (n_expert " + std::to_string(c.n_expert) +
@@ -62,6 +67,14 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         }
         rope_pos_scale_ = 1.0f;
         rope_mscale_ = c.yarn_attn_factor * (1.0f + 0.1f * std::log(1.0f / fs));
+    }
+    // gemma3's sliding layers: their own base, frequency scale 1 (llama.cpp's
+    // get_rope_freq_base / _scale of a swa layer: rope_freq_base_train_swa, 1)
+    if (c.rope_base_swa > 0.0f) {
+        if (c.yarn_ext_factor != 0.0f) throw std::invalid_argument("engine: rope_base_swa with YaRN is not supported");
+        inv_freq_swa_.resize(c.rope_dims / 2);
+        for (int i = 0; i < c.rope_dims / 2; ++i)
+            inv_freq_swa_[i] = (float)std::pow((double)c.rope_base_swa, -2.0 * i / c.rope_dims);
     }
 }
 
@@ -128,6 +141,9 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "ffn_sub_norm") { need(c_.ffn); l.ffn_sub_norm = v; return; }
         if (name == "attn_sinks") { need(c_.n_head); l.attn_sinks = v; return; }
         if (name == "attn_output.bias") { need(c_.dim); l.bo = v; return; }
+        if (name == "attn_post_norm") { need(c_.dim); l.attn_post_norm = v; return; }  // gemma3
+        if (name == "ffn_post_norm") { need(c_.dim); l.ffn_post_norm = v; return; }
+        if (name == "exp_probs_b" && c_.n_expert > 0) { need(c_.n_expert); l.exp_probs_b = v; return; }  // glm4moe
         if (c_.n_expert > 0) {
             const int64_t E = c_.n_expert;
             if (name == "ffn_gate_inp.bias") { need(E); l.router_b = v; return; }
@@ -178,7 +194,9 @@ std::string Engine::validate() const {
         if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
         if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
         if (!(e = shape(l.wo, c_.dim, qd, p + "attn_output")).empty()) return e;
-        if (c_.n_expert > 0) {
+        if (c_.post_norms && !l.attn_post_norm) return p + "post_attention_norm is missing";
+        if (c_.post_norms && !l.ffn_post_norm) return p + "post_ffw_norm is missing";
+        if (moe_layer(i)) {
             const int64_t E = c_.n_expert, ef = c_.expert_ffn;
             if (!(e = shape(l.router, E, c_.dim, p + "ffn_gate_inp")).empty()) return e;
             // the 3-D tensors arrive flattened: [n_expert * rows, n]
@@ -189,7 +207,7 @@ std::string Engine::validate() const {
                 if (!(e = shape(l.sh_gate, c_.shexp_ffn, c_.dim, p + "ffn_gate_shexp")).empty()) return e;
                 if (!(e = shape(l.sh_up, c_.shexp_ffn, c_.dim, p + "ffn_up_shexp")).empty()) return e;
                 if (!(e = shape(l.sh_down, c_.dim, c_.shexp_ffn, p + "ffn_down_shexp")).empty()) return e;
-                if (!(e = shape(l.sh_gate_inp, 1, c_.dim, p + "ffn_gate_inp_shexp")).empty()) return e;
+                if (c_.shexp_gated && !(e = shape(l.sh_gate_inp, 1, c_.dim, p + "ffn_gate_inp_shexp")).empty()) return e;
             }
         } else {
             if (!(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
@@ -271,6 +289,14 @@ void Engine::rmsnorm(const float *x, const float *w, float *out, int T, int len)
 void Engine::rope_angles(int T, const int32_t *pos) {
     const int half = c_.rope_dims / 2;
     rot_.resize((size_t)T * half);
+    if (!inv_freq_swa_.empty()) {  // gemma3's sliding layers: base rope_base_swa, no scaling
+        rot_swa_.resize((size_t)T * half);
+        for (int t = 0; t < T; ++t)
+            for (int i = 0; i < half; ++i) {
+                const double th = (double)pos[t] * inv_freq_swa_[i];
+                rot_swa_[(size_t)t * half + i] = {(float)std::cos(th), (float)std::sin(th)};
+            }
+    }
     const float ms = rope_mscale_;  // 1 but under YaRN (then an exact no-op)
     for (int t = 0; t < T; ++t) {
         const double p = (double)pos[t] * rope_pos_scale_;
@@ -281,12 +307,12 @@ void Engine::rope_angles(int T, const int32_t *pos) {
     }
 }
 
-// Rotary embedding of v[T][heads][head_dim] with the angles of rope_angles.
-void Engine::rope(float *v, int T, int heads) const {
+// Rotary embedding of v[T][heads][head_dim] with the angles of rope_angles (rot_ or rot_swa_).
+void Engine::rope(float *v, int T, int heads, const std::vector<std::pair<float, float>> &rot) const {
     const int hd = c_.head_dim, half = c_.rope_dims / 2;
     for (int t = 0; t < T; ++t)
         for (int i = 0; i < half; ++i) {
-            const float cs = rot_[(size_t)t * half + i].first, sn = rot_[(size_t)t * half + i].second;
+            const float cs = rot[(size_t)t * half + i].first, sn = rot[(size_t)t * half + i].second;
             const int a = c_.rope_neox ? i : 2 * i, b = c_.rope_neox ? i + half : 2 * i + 1;
             for (int h = 0; h < heads; ++h) {
                 float *x = v + ((size_t)t * heads + h) * hd;
@@ -331,7 +357,8 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
     const int hd = c_.head_dim, nh = c_.n_head, group = c_.n_head / c_.n_kv, kd = c_.n_kv * hd;
     int maxlen = 0;
     for (int t = 0; t < T; ++t) maxlen = pos[t] + 1 > maxlen ? pos[t] + 1 : maxlen;
-    const float scale = 1.0f / std::sqrt((float)hd);
+    // (gemma3: q was scaled by attn_scale already, and the softmax takes q.k as it is)
+    const float scale = c_.attn_scale > 0.0f ? 1.0f : 1.0f / std::sqrt((float)hd);
     const int64_t items = (int64_t)T * nh;
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
     const attn_f16_fn attn16 = attn_kernel().fn;
@@ -387,7 +414,8 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
     const int kind = glu_kind(c_.ffn_act);
     const glu_fn epilogue = kind == GLU_SWIGLU_OAI ? ref::glu : glu.fn;  // (OAI: the reference only)
     const int isa = cpu_info().selected;
-    if (fg.act == fu.act && kind != GLU_SWIGLU_OAI) {
+    // (the fused path takes SiLU / ReLU^2; gemma's GeGLU runs the two matmuls, then the epilogue)
+    if (fg.act == fu.act && kind != GLU_SWIGLU_OAI && kind != GLU_GEGLU) {
         if (collect_ && T >= 16) { record_act(gate, x, T); record_act(up, x, T); }  // (matmul's own hook)
         size_t arb;
         const uint8_t *act = quantize_input(gate, x, T, false, &arb);
@@ -445,6 +473,8 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
 
     const dequant_fn deq = kernel_entry(embd_.type).dequant;
     for (int t = 0; t < T; ++t) deq(embd_.w + (size_t)tokens[t] * embd_.stride, x_.data() + (size_t)t * dim, dim, embd_.scale);
+    if (c_.embd_scale > 0.0f)  // gemma: ggml_scale(inp, sqrtf(n_embd))
+        for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] *= c_.embd_scale;
 
     rope_angles(T, pos);
     for (int l = 0; l < c_.n_layer; ++l) {
@@ -464,8 +494,11 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
             if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
             if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
         }
-        rope(q_.data(), T, c_.n_head);
-        rope(k_.data(), T, c_.n_kv);
+        const auto &rot = L.window > 0 && !inv_freq_swa_.empty() ? rot_swa_ : rot_;
+        rope(q_.data(), T, c_.n_head, rot);
+        rope(k_.data(), T, c_.n_kv, rot);
+        if (c_.attn_scale > 0.0f)  // gemma3: ggml_scale(Qcur, f_attention_scale) after rope
+            for (size_t i = 0; i < (size_t)T * qd; ++i) q_[i] *= c_.attn_scale;
         for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
             const size_t at = kv_offset(slots[t], l, pos[t]), src = (size_t)t * kd;
             if (c_.kv_f16) {
@@ -481,16 +514,19 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
         if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
         matmul(L.wo, att_.data(), T, h_.data());
         add_bias(h_.data(), L.bo, T, dim);
+        if (L.attn_post_norm) rmsnorm(h_.data(), L.attn_post_norm, h_.data(), T, dim);  // gemma3
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
 
         const auto t1 = now();
         rmsnorm(x_.data(), L.ffn_norm, h_.data(), T, dim);
-        if (c_.n_expert > 0) {
+        if (moe_layer(l)) {
             mo_.resize((size_t)T * dim);
             moe_ffn(l, h_.data(), T, mo_.data());
+            if (L.ffn_post_norm) rmsnorm(mo_.data(), L.ffn_post_norm, mo_.data(), T, dim);
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += mo_[i];
-        } else {
+        } else {  // (a dense model, or one of glm4moe's leading dense layers)
             dense_ffn(L.wgate, L.wup, L.wdown, h_.data(), T, h_.data(), L.ffn_sub_norm);
+            if (L.ffn_post_norm) rmsnorm(h_.data(), L.ffn_post_norm, h_.data(), T, dim);  // gemma3
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
             if (stats_on_) {
                 LayerStats &s = stats_[(size_t)l];
@@ -510,6 +546,10 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
     for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
         rmsnorm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, h_.data() + (size_t)i * dim, 1, dim);
     matmul(output_, h_.data(), n_out, logits);
+    if (c_.logit_softcap > 0.0f) {  // gemma 2 style: scale by 1/cap, tanh, scale by cap (as ggml)
+        const float inv = 1.0f / c_.logit_softcap, cap = c_.logit_softcap;
+        for (size_t i = 0; i < (size_t)n_out * c_.vocab; ++i) logits[i] = std::tanh(logits[i] * inv) * cap;
+    }
 }
 
 size_t Engine::kv_bytes(int n) const {

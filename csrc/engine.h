@@ -59,6 +59,12 @@ struct LayerWeights {
     const float *router_b = nullptr;      // [n_expert], added to the router logits
     const float *gate_exps_b = nullptr, *up_exps_b = nullptr;  // [n_expert * expert_ffn]
     const float *down_exps_b = nullptr;   // [n_expert * dim], added before the routing weight
+    // Gemma 3: RMSNorms of the attention output (after wo) and of the FFN output, each before its
+    // residual add (llama.cpp's attn_post_norm "post_attention_norm", ffn_post_norm "post_ffw_norm").
+    const float *attn_post_norm = nullptr, *ffn_post_norm = nullptr;  // [dim]
+    // GLM-4.5 / DeepSeek-V3 routing: the expert selection bias (exp_probs_b), added to the
+    // sigmoid (or softmax) probabilities for choosing the top-K only (the weights stay unbiased).
+    const float *exp_probs_b = nullptr;   // [n_expert]
 };
 
 // Per-layer counters of the forward passes since the last reset (lowbit run --stats).
@@ -103,10 +109,23 @@ struct EngineConfig {
     // rounding for files without a log multiplier: near 1 / (1 + 0.1 ln factor) * mscale).
     float yarn_ext_factor = 0.0f, yarn_attn_factor = 1.0f, yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
     int yarn_orig_ctx = 0;
+    // Gemma 3 (as llama.cpp's gemma3 graph):
+    float embd_scale = 0.0f;     // token embeddings times this (gemma: sqrtf(dim)); 0: none
+    float attn_scale = 0.0f;     // q times this after rope, then softmax(q.k) unscaled; 0: 1/sqrt(head_dim)
+    float rope_base_swa = 0.0f;  // sliding-window layers' own rope base (freq scale 1); 0: as the others
+    float logit_softcap = 0.0f;  // final logits: cap * tanh(logit / cap); 0: none
+    bool post_norms = false;     // attn_post_norm and ffn_post_norm are required
+    // GLM-4.5 (glm4moe) in an MoE model: its first n_dense_lead layers run a dense FFN of width
+    // ffn (ffn_gate / ffn_up / ffn_down) instead of the experts; shexp_gated false: the shared
+    // expert is added as it is (qwen2moe's is times sigmoid(ffn_gate_inp_shexp . x)).
+    int n_dense_lead = 0;
+    bool shexp_gated = true;
 };
 // FFN gate activation: FFN_SWIGLU_OAI is gpt-oss's clamped SwiGLU (GLU_SWIGLU_OAI in kernels.h).
-enum FfnAct : int { FFN_SILU = 0, FFN_RELU2 = 1, FFN_SWIGLU_OAI = 2 };
-enum ExpertGating : int { EXPERT_SOFTMAX = 0, EXPERT_SOFTMAX_TOPK = 1 };
+// FFN_GELU is gemma's GeGLU (GLU_GEGLU).
+enum FfnAct : int { FFN_SILU = 0, FFN_RELU2 = 1, FFN_SWIGLU_OAI = 2, FFN_GELU = 3 };
+// EXPERT_SIGMOID (glm4moe): p = sigmoid(logit) per expert, top-K of p + exp_probs_b, weights p.
+enum ExpertGating : int { EXPERT_SOFTMAX = 0, EXPERT_SOFTMAX_TOPK = 1, EXPERT_SIGMOID = 2 };
 int glu_kind(int ffn_act);  // the GluKind (kernels.h) of an FfnAct
 
 class Engine {
@@ -174,7 +193,7 @@ private:
     const uint8_t *quantize_input(const Mat &m, const float *x, int T, bool reuse_act, size_t *arb);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
     void rope_angles(int T, const int32_t *pos);  // fills rot_
-    void rope(float *v, int T, int heads) const;
+    void rope(float *v, int T, int heads, const std::vector<std::pair<float, float>> &rot) const;
     void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);
     size_t kv_offset(int slot, int layer, int pos) const {  // element offset of (slot, layer, pos) in the cache
         return (((size_t)slot * c_.n_layer + layer) * c_.n_ctx + pos) * ((size_t)c_.n_kv * c_.head_dim);
@@ -182,6 +201,7 @@ private:
     // The MoE feed-forward (csrc/moe.cpp): out[T][dim] = sum over each token's top-K experts
     // (in rank order) of weight * expert(x), plus the shared expert if any.
     void moe_ffn(int layer, const float *x, int T, float *out);
+    void biased_topk(int layer, int T, bool sigmoid);  // sigmoid / softmax + exp_probs_b routing (moe.cpp)
     void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
                    const float *sub_norm = nullptr);  // sub_norm: bitnet's ffn_sub_norm [gate.rows]
 
@@ -193,6 +213,9 @@ private:
     float rope_pos_scale_ = 1.0f;        // positions times this (linear scaling; 1 under YaRN)
     float rope_mscale_ = 1.0f;           // cos / sin times this (YaRN's magnitude scale; else 1)
     std::vector<std::pair<float, float>> rot_;  // [T][rope_dims/2] (cos, sin) of this call's positions
+    std::vector<float> inv_freq_swa_;    // rope_base_swa > 0: the sliding layers' inverse frequencies
+    std::vector<std::pair<float, float>> rot_swa_;  // and their rotations (as rot_)
+    bool moe_layer(int l) const { return c_.n_expert > 0 && l >= c_.n_dense_lead; }
     // [slot][layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
     std::vector<uint16_t> k16_, v16_;
     std::vector<float> k32_, v32_;

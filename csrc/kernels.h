@@ -121,7 +121,13 @@ const AttnKernel &attn_kernel_at(int isa);  // what runs at level isa (tests); f
 //                them): x = min(g, limit), y = clamp(u, -limit, limit),
 //                out = x / (1 + expf(alpha * -x)) * (y + 1), expf libm's as ggml's scalar loop.
 //                The scalar reference only (ref::glu; the SIMD levels do not take this kind).
-enum GluKind : int { GLU_SILU = 0, GLU_RELU2 = 1, GLU_SWIGLU_OAI = 2 };
+//     GLU_GEGLU (gemma3; ggml's ggml_vec_geglu_f32 as llama.cpp builds it, GGML_GELU_FP16):
+//                g <= -10: +0; g >= 10: g * u; else (NaN included) T[fp16(g)] * u, where
+//                fp16() rounds to nearest even (F16C) and T[h] = fp16(gelu(float(h))) is ggml's
+//                ggml_table_gelu_f16, gelu(x) = 0.5x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2)))
+//                in float with libm's tanhf (ref::gelu_table: the 65536 values as floats).
+//                Every level (a gather from that table at avx2 / avx512).
+enum GluKind : int { GLU_SILU = 0, GLU_RELU2 = 1, GLU_SWIGLU_OAI = 2, GLU_GEGLU = 3 };
 constexpr float kSwigluOaiAlpha = 1.702f, kSwigluOaiLimit = 7.0f;
 using glu_fn = void (*)(const float *g, const float *u, float *out, int64_t n, int kind);
 struct GluKernel {

@@ -8,7 +8,10 @@
 //   2. the router bias added if any (gpt-oss); EXPERT_SOFTMAX: softmax over all E logits (exp
 //      in float, sum in double, as ggml_soft_max), top-K per token (higher probability first;
 //      equal probabilities: lower expert index first); EXPERT_SOFTMAX_TOPK (gpt-oss): top-K of
-//      the logits (same order), then the softmax over those K. The K weights renormalised to
+//      the logits (same order), then the softmax over those K; EXPERT_SIGMOID (glm4moe):
+//      p = 1 / (1 + expf(-logit)) per expert (libm's expf, as ggml_vec_sigmoid_f32), top-K of
+//      p + exp_probs_b (the selection bias; same order), the weights the chosen experts' p
+//      (ranked_topk below). The K weights renormalised to
 //      sum 1 (expert_norm: qwen3moe, mixtral; the sum clamped at 2^-14 as llama.cpp) and
 //      scaled (expert_weights_scale).
 //   3. tokens grouped by expert: slot s = (expert, its tokens in increasing order).
@@ -22,7 +25,7 @@
 //      csrc/matmul.cpp); then those rows quantized per slot, and a second work list for down
 //      (plus the down bias, if any).
 //   6. out[t] = sum over k = 0..K-1 (rank order) of w[t][k] * down_slot(t,k); plus the
-//      shared expert (qwen2moe) times sigmoid(ffn_gate_inp_shexp . x).
+//      shared expert: qwen2moe's times sigmoid(ffn_gate_inp_shexp . x), glm4moe's as it is.
 // Router lookahead (optional, Engine::lookahead below) only reads pages ahead.
 // Each token's arithmetic is the same whatever the other tokens of its window and however
 // the items fall on threads (row kernels keep I2/I3, activations are quantized per token,
@@ -76,6 +79,16 @@ static void quant_rows(const Format &af, const float *x, int64_t rows, int64_t n
         split_range(rows, i, nt, &b, &e);
         for (int64_t r = b; r < e; ++r) one(r);
     });
+}
+
+// ggml_soft_max of v[0..n): exp in float, the sum in double, times 1/sum in float
+static void softmax(float *v, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) { v[i] = std::exp(v[i] - mx); sum += v[i]; }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; ++i) v[i] *= inv;
 }
 
 namespace {
@@ -142,17 +155,10 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     if (L.router_b)
         for (int t = 0; t < T; ++t)
             for (int e = 0; e < E; ++e) rlog_[(size_t)t * E + e] += L.router_b[e];
-    // ggml_soft_max of v[0..n): exp in float, the sum in double, times 1/sum in float
-    auto softmax = [](float *v, int n) {
-        float mx = -INFINITY;
-        for (int i = 0; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
-        double sum = 0.0;
-        for (int i = 0; i < n; ++i) { v[i] = std::exp(v[i] - mx); sum += v[i]; }
-        const float inv = (float)(1.0 / sum);
-        for (int i = 0; i < n; ++i) v[i] *= inv;
-    };
     const bool topk_first = c_.expert_gating == EXPERT_SOFTMAX_TOPK;
-    for (int t = 0; t < T; ++t) {
+    if (c_.expert_gating == EXPERT_SIGMOID || (c_.expert_gating == EXPERT_SOFTMAX && L.exp_probs_b)) {
+        biased_topk(layer, T, c_.expert_gating == EXPERT_SIGMOID);
+    } else for (int t = 0; t < T; ++t) {
         float *p = rlog_.data() + (size_t)t * E;
         if (!topk_first) softmax(p, E);  // else p stays the logits: ranked as they are
         int32_t *s = sel_.data() + (size_t)t * K;
@@ -176,6 +182,9 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
         }
         rgap_[(size_t)layer][(size_t)t] = w[K - 1] - next;  // (EXPERT_SOFTMAX_TOPK: in logits)
         if (topk_first) softmax(w, K);
+    }
+    for (int t = 0; t < T; ++t) {
+        float *w = wsel_.data() + (size_t)t * K;
         if (c_.expert_norm) {
             double ws = 0.0;
             for (int k = 0; k < K; ++k) ws += w[k];
@@ -312,8 +321,13 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     }
     const auto t2 = now();
 
-    // the shared expert (qwen2moe): out += sigmoid(gate_inp_shexp . x) * ffn_shexp(x)
-    if (c_.shexp_ffn > 0) {
+    // the shared expert: qwen2moe's out += sigmoid(gate_inp_shexp . x) * ffn_shexp(x); glm4moe's
+    // (not gated) out += ffn_shexp(x), llama.cpp's add of the routed and the shared outputs
+    if (c_.shexp_ffn > 0 && !c_.shexp_gated) {
+        sh_.resize((size_t)T * dim);
+        dense_ffn(L.sh_gate, L.sh_up, L.sh_down, x, T, sh_.data());
+        for (size_t i = 0; i < (size_t)T * dim; ++i) out[i] += sh_[i];
+    } else if (c_.shexp_ffn > 0) {
         sh_.resize((size_t)T * (dim + 1));
         float *shg = sh_.data() + (size_t)T * dim;
         matmul(L.sh_gate_inp, x, T, shg);
@@ -334,6 +348,42 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
         st.weight_bytes += mat_bytes(L.router) + mat_bytes(L.sh_gate_inp) + mat_bytes(L.sh_gate) +
                            mat_bytes(L.sh_up) + mat_bytes(L.sh_down) +
                            (double)distinct * (double)(ef * (G.m->stride + U.m->stride) + dim * D.m->stride);
+    }
+}
+
+// Routing with the expert selection bias (llama.cpp's build_moe_ffn with exp_probs_b; glm4moe) of
+// this window's router logits rlog_[T][E]: p = 1 / (1 + expf(-logit)) in float (sigmoid: glm4moe's
+// expert_gating_func 2) or the softmax over all E (gating func 1); the K experts of the largest
+// p + bias (the bias chooses, it does not weigh; equal scores: the lower index first), best
+// first, into sel_; their unbiased p into wsel_; the margin (the K-th chosen score minus the best
+// unchosen one) into rgap_. Normalisation and scale follow in moe_ffn.
+void Engine::biased_topk(int layer, int T, bool sigmoid) {
+    const LayerWeights &L = layers_[(size_t)layer];
+    const int E = c_.n_expert, K = c_.n_expert_used;
+    std::vector<float> score((size_t)E);
+    std::vector<uint8_t> taken((size_t)E);
+    for (int t = 0; t < T; ++t) {
+        float *p = rlog_.data() + (size_t)t * E;
+        if (!sigmoid) softmax(p, E);
+        for (int e = 0; e < E; ++e) {
+            if (sigmoid) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+            score[(size_t)e] = L.exp_probs_b ? p[e] + L.exp_probs_b[e] : p[e];
+        }
+        int32_t *s = sel_.data() + (size_t)t * K;
+        float *w = wsel_.data() + (size_t)t * K;
+        std::fill(taken.begin(), taken.end(), 0);
+        for (int k = 0; k < K; ++k) {
+            int best = -1;
+            for (int e = 0; e < E; ++e)
+                if (!taken[(size_t)e] && (best < 0 || score[(size_t)e] > score[(size_t)best])) best = e;
+            taken[(size_t)best] = 1;
+            s[k] = best;
+            w[k] = p[best];
+        }
+        float next = -INFINITY;
+        for (int e = 0; e < E; ++e)
+            if (!taken[(size_t)e]) next = std::max(next, score[(size_t)e]);
+        rgap_[(size_t)layer][(size_t)t] = score[(size_t)s[K - 1]] - next;
     }
 }
 

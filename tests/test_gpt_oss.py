@@ -173,4 +173,4 @@ def test_swiglu_oai_epilogue():
     ref[g == -np.inf] = np.nan  # -inf / inf, as ggml's loop
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-30, equal_nan=True)
     with pytest.raises(ValueError, match="unknown GLU kind"):
-        lib.glu(g, u, out, 3)
+        lib.glu(g, u, out, 99)

@@ -16,10 +16,16 @@
 //             formula do; g = +inf gives +inf; g <= -~88.7 gives -0; NaN gives NaN)
 //   relu2(g) = r * r with r = g > 0 ? g : 0   (NaN gives 0, as ggml_vec_relu)
 //   swiglu_oai (gpt-oss): ggml's scalar loop as it is, libm's expf (kernels.h; this level only)
+//   geglu (gemma3): ggml's ggml_vec_geglu_f32 with its fp16 gelu table (kernels.h GLU_GEGLU);
+//             the table is built here once, as ggml_cpu_init builds ggml_table_gelu_f16, and
+//             the SIMD levels gather from the same table (ref::gelu_table), so they equal
+//             this loop bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "../fp16.h"
 #include "ref.h"
 
 namespace lowbit::ref {
@@ -55,7 +61,34 @@ float glu_expf(float x) {
     return (p * pow2i(n1)) * pow2i(n2);
 }
 
+// ggml_gelu_f32: the tanh approximation in float, libm's tanhf, as llama.cpp's build of ggml
+// computes it: its compiler contracts 1 + A x x into one fma(A x, x, 1) (this equals
+// ggml_table_gelu_f16 at all 65536 entries, tests/test_gemma_glm.py; without the fma one entry,
+// x = -1.999, is a half ulp apart); the rest in C's order, each product rounded.
+static float gelu_tanh_f32(float x) {
+    const float a = 0.044715f, s = 0.79788456080286535587989211986876f;  // GELU_COEF_A, sqrt(2/pi)
+    return 0.5f * x * (1.0f + std::tanh(s * x * std::fmaf(a * x, x, 1.0f)));
+}
+
+const float *gelu_table() {
+    static const std::vector<float> table = [] {  // (thread-safe static initialisation)
+        std::vector<float> t((size_t)1 << 16);
+        for (uint32_t h = 0; h < (1u << 16); ++h)
+            t[h] = fp16_to_f32(f32_to_fp16(gelu_tanh_f32(fp16_to_f32((uint16_t)h))));
+        return t;
+    }();
+    return table.data();
+}
+
 void glu(const float *g, const float *u, float *out, int64_t n, int kind) {
+    if (kind == GLU_GEGLU) {
+        const float *t = gelu_table();
+        for (int64_t i = 0; i < n; ++i) {
+            const float gv = g[i];
+            out[i] = gv <= -10.0f ? 0.0f : gv >= 10.0f ? gv * u[i] : t[f32_to_fp16(gv)] * u[i];
+        }
+        return;
+    }
     if (kind == GLU_SWIGLU_OAI) {
         for (int64_t i = 0; i < n; ++i) {
             const float x = std::min(g[i], kSwigluOaiLimit);

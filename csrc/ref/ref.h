@@ -42,6 +42,8 @@ void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, i
 // understanding of the levels: every SIMD level must equal these bit for bit.
 float glu_expf(float x);
 void glu(const float *g, const float *u, float *out, int64_t n, int kind);
+// GLU_GEGLU's table: [65536] floats, entry h = fp16(gelu(half h)) (ggml's ggml_table_gelu_f16)
+const float *gelu_table();
 
 // MXFP4's code book (e2m1 values doubled) and its halved e8m0 scale 2^(e - 128) (mxfp4.cpp).
 extern const int8_t kvalues_mxfp4[16];

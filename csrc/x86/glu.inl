@@ -7,12 +7,17 @@
 // on masked loads and stores (no scalar remainder loop that could differ).
 //   avx512: 16 lanes; 2^n applied by vscalefps (ggml's own avx512 ggml_v_expf).
 //   avx2:   8 lanes; 2^n applied as two exact power-of-two factors (= one rounding, as scalef).
+// GeGLU (gemma3) is a table lookup: g to half by vcvtps2ph (round to nearest even, the
+// reference's f32_to_fp16 on every input), the half's 16 bits widened to a lane index, a
+// 32-bit gather from ref::gelu_table (256 KB of floats), times u; g <= -10 and g >= 10 blended
+// in as the reference's branches (ordered compares: NaN takes the table, as there).
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "../kernels.h"
+#include "../ref/ref.h"
 
 #ifndef LOWBIT_ISA
 #error "define LOWBIT_ISA and LOWBIT_NS before including glu.inl"
@@ -69,6 +74,13 @@ inline void store_tail(float *p, V v, int64_t k) { _mm512_mask_storeu_ps(p, tail
 inline V relu(V g) {  // g > 0 ? g : 0 (NaN: 0)
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_GT_OQ), g);
 }
+// gelu_table[fp16(g)] * u; g <= -10: +0; g >= 10: g * u
+inline V geglu(V g, V u, const float *tab) {
+    const __m512i idx = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(g, _MM_FROUND_TO_NEAREST_INT));
+    V r = mul(_mm512_i32gather_ps(idx, tab, 4), u);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, set1(10.0f), _CMP_GE_OQ), r, mul(g, u));
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(g, set1(-10.0f), _CMP_NLE_UQ), r);  // g <= -10: 0
+}
 #else  // avx2 (+FMA)
 using V = __m256;
 constexpr int L = 8;
@@ -92,6 +104,13 @@ inline V load_tail(const float *p, int64_t k) { return _mm256_maskload_ps(p, tai
 inline void store(float *p, V v) { _mm256_storeu_ps(p, v); }
 inline void store_tail(float *p, V v, int64_t k) { _mm256_maskstore_ps(p, tail_mask(k), v); }
 inline V relu(V g) { return _mm256_and_ps(_mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GT_OQ), g); }
+// gelu_table[fp16(g)] * u; g <= -10: +0; g >= 10: g * u
+inline V geglu(V g, V u, const float *tab) {
+    const __m256i idx = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(g, _MM_FROUND_TO_NEAREST_INT));
+    V r = mul(_mm256_i32gather_ps(tab, idx, 4), u);
+    r = _mm256_blendv_ps(r, mul(g, u), _mm256_cmp_ps(g, set1(10.0f), _CMP_GE_OQ));
+    return _mm256_and_ps(_mm256_cmp_ps(g, set1(-10.0f), _CMP_NLE_UQ), r);  // g <= -10: +0
+}
 #endif
 
 inline V silu_mul(V g, V u) {  // g / (1 + exp(0 - g)) * u
@@ -115,8 +134,16 @@ void glu_kind(const float *g, const float *u, float *out, int64_t n) {
     if (i < n) store_tail(out + i, glu1<KIND>(load_tail(g + i, n - i), load_tail(u + i, n - i)), n - i);
 }
 
+void geglu_all(const float *g, const float *u, float *out, int64_t n) {
+    const float *tab = ref::gelu_table();
+    int64_t i = 0;
+    for (; i + L <= n; i += L) store(out + i, geglu(load(g + i), load(u + i), tab));
+    if (i < n) store_tail(out + i, geglu(load_tail(g + i, n - i), load_tail(u + i, n - i), tab), n - i);
+}
+
 void glu_simd(const float *g, const float *u, float *out, int64_t n, int kind) {
-    if (kind == GLU_RELU2) glu_kind<GLU_RELU2>(g, u, out, n);
+    if (kind == GLU_GEGLU) geglu_all(g, u, out, n);
+    else if (kind == GLU_RELU2) glu_kind<GLU_RELU2>(g, u, out, n);
     else glu_kind<GLU_SILU>(g, u, out, n);
 }
 

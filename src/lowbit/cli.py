@@ -395,7 +395,8 @@ def validate(a: argparse.Namespace) -> None:
             if not math.isfinite(v) or not ok(v):
                 raise UsageError(f"{_option_name(parser, dest)} must be {what}, got {v}")
     if a.cmd == "synth":
-        if getattr(a, "dim", 1) % getattr(a, "heads", 1):
+        # (with --head-dim the heads need not divide the width: gemma3, GLM-4.5 have q wider or narrower)
+        if getattr(a, "head_dim", None) is None and getattr(a, "dim", 1) % getattr(a, "heads", 1):
             raise UsageError(f"--dim {a.dim} must be a multiple of --heads {a.heads}")
         if getattr(a, "heads", 1) % getattr(a, "kv_heads", 1):
             raise UsageError(f"--heads {a.heads} must be a multiple of --kv-heads {a.kv_heads}")

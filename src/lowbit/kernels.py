@@ -20,7 +20,9 @@ from ._native import lib
 __all__ = ["quantize", "quantize_act", "dequantize", "matmul", "matmul_act", "matmul_glu", "glu", "split_tensor",
            "kernel", "glu_kernel", "quant_act_kernel", "stats", "reset_stats"]
 
-GLU_KINDS = {"silu": 0, "relu2": 1}  # csrc/kernels.h GluKind
+GLU_KINDS = {"silu": 0, "relu2": 1, "geglu": 3}  # csrc/kernels.h GluKind (the epilogue alone: all three)
+FUSED_GLU_KINDS = ("silu", "relu2")              # matmul_glu's (gemma3's geglu runs as two matmuls + glu)
+GLU_OPS = {0: "silu", 1: "relu2", 2: "swiglu_oai", 3: "geglu"}  # counter kinds -> names (stats)
 
 
 def _weights(f: Format, raw, n: int | None) -> tuple[np.ndarray, int]:
@@ -202,7 +204,8 @@ def _level(isa) -> int:
 
 def glu(g, u, kind: str = "silu", *, isa: str | None = None) -> np.ndarray:
     """The FFN's GLU epilogue alone: act(g) * u elementwise, act = silu (g / (1 + exp(-g)),
-    ggml's vectorised exp) or relu2 ((g > 0 ? g : 0)^2); float32, same shape as g."""
+    ggml's vectorised exp), relu2 ((g > 0 ? g : 0)^2) or geglu (gemma3: ggml's gelu-tanh through its
+    fp16 table, csrc/kernels.h GLU_GEGLU); float32, same shape as g."""
     k = _glu_kind(kind)
     g = np.ascontiguousarray(np.asarray(g, dtype=np.float32))
     u = np.ascontiguousarray(np.asarray(u, dtype=np.float32))
@@ -232,6 +235,8 @@ def matmul_glu(fmt_gate, raw_gate, raw_up, x, *, fmt_up=None, kind: str = "silu"
     fg = get_format(fmt_gate)
     fu = fg if fmt_up is None else get_format(fmt_up)
     k = _glu_kind(kind)
+    if kind not in FUSED_GLU_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, FUSED_GLU_KINDS))} (fused), got {kind!r}")
     level = _level(isa)
     if fg.act != fu.act:
         raise ValueError(f"gate ({fg.name}, activations {fg.act}) and up ({fu.name}, activations {fu.act}) "
@@ -292,8 +297,7 @@ def stats() -> list[dict]:
     n)."""
     rows = [dict(format=BY_ID[i].name, nt=nt, kernel=k, calls=c, rows=r)
             for i, nt, k, c, r in lib.stats()]
-    ops = {v: k for k, v in GLU_KINDS.items()}
-    glu = [dict(format=None, nt=None, op=ops[kind], kernel=k, calls=c, rows=r, values=v)
+    glu = [dict(format=None, nt=None, op=GLU_OPS[kind], kernel=k, calls=c, rows=r, values=v)
            for kind, k, c, r, v in lib.glu_stats()]
     quant = [dict(format=BY_ID[i].name, nt=None, op="quantize", kernel=k, calls=c, rows=r, values=v)
              for i, k, c, r, v in lib.quant_stats()]

@@ -14,6 +14,30 @@ Families differ by config fields, not by copies of the model:
     bitnet-b1.58  neox      -          -           dense, sub-norms, relu^2 gate (bitnet.cpp's; BitNet b1.58 2B-4T)
     gpt-oss       neox+YaRN -          q/k/v/o     experts with biases, top-K then softmax, clamped SwiGLU;
                                                    attention sinks, sliding window on even layers
+    gemma3        neox      yes        -           dense, GeGLU; pre- and post-norms, scaled embeddings,
+                                                   5:1 sliding-window layers with their own rope base
+    glm4moe       neox      optional   q/k/v       leading dense layers, then experts: sigmoid routing with
+                  (partial)                        a selection bias, shared expert; an MTP layer skipped
+
+Gemma 3 (llama.cpp's gemma3 graph) as configuration: token embeddings times sqrtf(n_embd); RMSNorm
+weights used as stored (convert_hf_to_gguf already wrote 1 + w); per-head q/k RMSNorm; the
+attention output and the FFN output each RMSNormed (post_attention_norm, post_ffw_norm) before
+their residual add; q times f_attention_scale after rope (1/sqrt(key_length), or
+1/sqrt(n_embd / n_head) for the 62-layer 27B) with an unscaled softmax; sliding windows on the layers
+of attention.sliding_window_pattern (default 6: five local, one global), whose rope uses
+rope.freq_base_swa (default 10000, llama.cpp's hparams default) with no frequency scaling while the
+global layers keep rope.freq_base and any linear scaling; GeGLU (ggml's gelu-tanh through its fp16
+table, csrc/kernels.h GLU_GEGLU); the head tied to token_embd; final_logit_softcapping if the file
+has it (cap * tanh(logit / cap)).
+
+GLM-4.5 (llama.cpp's glm4moe) as configuration: block_count includes nextn_predict_layers MTP
+layers at the end, which llama.cpp loads for drafting and never runs when generating: lowbit runs
+the first block_count - nextn_predict_layers layers and binds nothing of the rest; the first
+leading_dense_block_count layers have a dense SwiGLU FFN of feed_forward_length, the others
+experts routed by sigmoid (expert_gating_func 2, the default) with the exp_probs_b selection bias,
+renormalised if expert_weights_norm, times expert_weights_scale, plus an ungated shared expert of
+expert_shared_count * expert_feed_forward_length; the FFN norm is post_attention_norm; q/k/v
+biases; q/k norms when the file has them; rope over the first rope.dimension_count dims of a head.
 
 gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE) as configuration: attention sinks (blk.N.attn_sinks.weight, one
 logit per head that joins each softmax), sliding-window attention on the layers the
@@ -58,16 +82,18 @@ from ._native import lib
 from .gguf import GGUFError
 
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
-             "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True}
-MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss"}   # and llama with expert_count > 0 (mixtral)
-EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False}
-EXPERT_GATING = {"gpt-oss": "softmax_topk"}      # default "softmax" (over all experts, then top-K)
-EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1}  # csrc/engine.h ExpertGating
+             "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True}
+MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe"}  # and llama with expert_count > 0 (mixtral)
+EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
+               "glm4moe": False}                 # glm4moe: expert_weights_norm decides (llama.cpp's default false)
+EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "softmax" (over all, then top-K)
+EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1, "sigmoid": 2}  # csrc/engine.h ExpertGating
+GATING_FUNC = {1: "softmax", 2: "sigmoid"}       # GGUF expert_gating_func (llama_expert_gating_func_type)
 SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
-FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai"}  # FFN gate activation; default "silu"
-FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2}  # csrc/engine.h FfnAct
-FFN_NORM = {"gpt-oss": "post_attention_norm"}    # the FFN's input norm tensor; default "ffn_norm"
-SWA_PATTERN = {"gpt-oss": 2}                     # llama.cpp's default sliding-window pattern per arch
+FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu"}  # FFN gate activation; default "silu"
+FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
+FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
+SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6}        # llama.cpp's default sliding-window pattern per arch
 DEFAULT_CTX = 2048
 
 
@@ -137,6 +163,17 @@ class ModelConfig:
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
     yarn_orig_ctx: int = 0
+    # gemma3 (see the module doc): 0 means off
+    embd_scale: float = 0.0          # token embeddings times this (sqrtf(dim))
+    attn_scale: float = 0.0          # q times this after rope; softmax unscaled (0: 1/sqrt(head_dim))
+    rope_base_swa: float = 0.0       # the sliding-window layers' rope base
+    logit_softcap: float = 0.0       # final_logit_softcapping
+    post_norms: bool = False         # post_attention_norm / post_ffw_norm after attention / FFN
+    # glm4moe
+    n_dense_lead: int = 0            # leading dense layers of an MoE model
+    shexp_gated: bool = True         # the shared expert times sigmoid(ffn_gate_inp_shexp . x) (qwen2moe)
+    exp_probs_b: bool = False        # blk.N.exp_probs_b.bias: the expert selection bias
+    n_nextn: int = 0                 # MTP layers after the n_layer run ones (loaded by llama.cpp, not run)
 
     @classmethod
     def from_gguf(cls, f: gguf.GGUFFile) -> "ModelConfig":
@@ -164,10 +201,16 @@ class ModelConfig:
         emb = f.tensors.get("token_embd.weight")
         if emb is None:
             raise GGUFError(f"{f.path}: tensor 'token_embd.weight' is missing")
-        moe = cls._moe_fields(f, arch, key)
+        n_nextn = md.get(f"{arch}.nextn_predict_layers", 0) if arch == "glm4moe" else 0
+        if not isinstance(n_nextn, int) or isinstance(n_nextn, bool) or not 0 <= n_nextn < key("block_count"):
+            raise GGUFError(f"{f.path}: metadata key {arch}.nextn_predict_layers = {n_nextn!r} must be an integer "
+                            f"in 0..{arch}.block_count - 1")
+        n_layer = key("block_count") - n_nextn
+        moe = cls._moe_fields(f, arch, key, n_layer)
+        gating = moe.pop("expert_gating", EXPERT_GATING.get(arch, "softmax"))
         ffn = key("feed_forward_length") if not moe or f"{arch}.feed_forward_length" in md else moe["expert_ffn"]
         return cls(
-            arch=arch, n_layer=key("block_count"), dim=dim, n_head=n_head,
+            arch=arch, n_layer=n_layer, dim=dim, n_head=n_head,
             n_kv=key("attention.head_count_kv", n_head), head_dim=head_dim,
             ffn=ffn, vocab=emb.shape[0],
             train_ctx=key("context_length", 2048),
@@ -184,13 +227,33 @@ class ModelConfig:
             sub_norm=arch in SUB_NORM,
             ffn_act=FFN_ACT.get(arch, "silu"),
             ffn_norm=FFN_NORM.get(arch, "ffn_norm"),
-            expert_gating=EXPERT_GATING.get(arch, "softmax"),
+            expert_gating=gating,
             moe_bias="blk.0.ffn_gate_inp.bias" in f.tensors,
             attn_out_bias="blk.0.attn_output.bias" in f.tensors,
             attn_sinks="blk.0.attn_sinks.weight" in f.tensors,
-            window=cls._windows(f, arch, key("block_count")),
+            window=cls._windows(f, arch, n_layer),
             **cls._yarn_fields(f, arch, scaling, factor, key),
+            **cls._gemma3_fields(f, arch, n_layer, dim, n_head, head_dim),
+            n_nextn=n_nextn,
         )
+
+    @staticmethod
+    def _gemma3_fields(f: gguf.GGUFFile, arch: str, n_layer: int, dim: int, n_head: int, head_dim: int) -> dict:
+        """gemma3's scales in float32 as llama.cpp computes them (llama_model_gemma3::load_arch_hparams
+        and its graph); final_logit_softcapping also for any other arch whose file has it."""
+        md = f.metadata
+        cap = md.get(f"{arch}.final_logit_softcapping", 0.0) or 0.0
+        if not isinstance(cap, (int, float)) or isinstance(cap, bool) or not np.isfinite(cap) or cap < 0:
+            raise GGUFError(f"{f.path}: metadata key {arch}.final_logit_softcapping = {cap!r} is not a number >= 0")
+        if arch != "gemma3":
+            return dict(logit_softcap=float(cap))
+        f32 = np.float32
+        attn_den = dim // n_head if n_layer == 62 else head_dim  # the 27B: n_embd / n_head (integer division)
+        base_swa = md.get(f"{arch}.rope.freq_base_swa", 10000.0)
+        if not isinstance(base_swa, (int, float)) or isinstance(base_swa, bool) or not base_swa > 0:
+            raise GGUFError(f"{f.path}: metadata key {arch}.rope.freq_base_swa = {base_swa!r} is not a positive number")
+        return dict(embd_scale=float(np.sqrt(f32(dim))), attn_scale=float(f32(1.0) / np.sqrt(f32(attn_den))),
+                    rope_base_swa=float(base_swa), logit_softcap=float(cap), post_norms=True)
 
     @staticmethod
     def _windows(f: gguf.GGUFFile, arch: str, n_layer: int) -> tuple:
@@ -237,7 +300,7 @@ class ModelConfig:
         return dict(yarn_ext_factor=1.0, yarn_attn_factor=float(attn), yarn_orig_ctx=int(orig))
 
     @staticmethod
-    def _moe_fields(f: gguf.GGUFFile, arch: str, key) -> dict:
+    def _moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
         """The expert fields ({} for a dense model); bad values raise GGUFError naming the key."""
         md = f.metadata
         ek = f"{arch}.expert_count"
@@ -248,7 +311,7 @@ class ModelConfig:
         if not isinstance(used, int) or isinstance(used, bool) or not 1 <= used <= n_expert:
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_used_count = {used!r} must be an integer in "
                             f"1..{n_expert} ({ek})")
-        if arch == "gpt-oss":
+        if arch in ("gpt-oss", "glm4moe"):
             expert_ffn = key("expert_feed_forward_length")
         elif arch in ("qwen2moe", "qwen3moe") and f"{arch}.expert_feed_forward_length" in md:
             expert_ffn = key("expert_feed_forward_length")
@@ -259,12 +322,15 @@ class ModelConfig:
         shexp = 0
         if arch == "qwen2moe":
             shexp = key("expert_shared_feed_forward_length", md.get(f"{arch}.feed_forward_length"))
+        glm = _glm4moe_fields(f, arch, key, n_layer, expert_ffn) if arch == "glm4moe" else {}
+        shexp = glm.pop("shexp_ffn", shexp)
+        lead = glm.get("n_dense_lead", 0)
         scale = md.get(f"{arch}.expert_weights_scale", 0.0)
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not np.isfinite(scale):
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_weights_scale = {scale!r} is not a number")
         dim = key("embedding_length")
         # every layer's expert tensors must agree with the metadata
-        for i in range(key("block_count")):
+        for i in range(lead, n_layer):
             for nm, want, k in (("ffn_gate_inp", (n_expert, dim), ek),
                                 ("ffn_gate_exps", (n_expert, expert_ffn, dim), "expert_feed_forward_length"),
                                 ("ffn_up_exps", (n_expert, expert_ffn, dim), "expert_feed_forward_length"),
@@ -276,8 +342,36 @@ class ModelConfig:
                     raise GGUFError(f"{f.path}: tensor 'blk.{i}.{nm}.weight' has shape {tuple(t.shape)}, expected "
                                     f"{want} from {ek} = {n_expert}, {arch}.{k} = {expert_ffn}, "
                                     f"{arch}.embedding_length = {dim}")
-        return dict(n_expert=n_expert, n_expert_used=used, expert_ffn=expert_ffn, shexp_ffn=shexp,
-                    expert_norm=EXPERT_NORM[arch], expert_scale=float(scale) if scale not in (0, 0.0) else 1.0)
+        return {**dict(n_expert=n_expert, n_expert_used=used, expert_ffn=expert_ffn, shexp_ffn=shexp,
+                       expert_norm=EXPERT_NORM[arch], expert_scale=float(scale) if scale not in (0, 0.0) else 1.0),
+                **glm}  # (glm4moe's keys decide its gating and normalisation)
+
+
+def _glm4moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int, expert_ffn: int) -> dict:
+    """glm4moe's expert keys (llama_model_glm4_moe::load_arch_hparams): leading dense layers, the shared
+    experts' width, sigmoid or softmax gating, expert_weights_norm; bad values raise GGUFError."""
+    md = f.metadata
+
+    def count(k, default):
+        v = md.get(f"{arch}.{k}", default)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise GGUFError(f"{f.path}: metadata key {arch}.{k} = {v!r} is not a non-negative integer")
+        return v
+    lead = count("leading_dense_block_count", 0)
+    if lead > n_layer:
+        raise GGUFError(f"{f.path}: {arch}.leading_dense_block_count = {lead} exceeds the {n_layer} layers")
+    func = count("expert_gating_func", 0) or 2   # llama.cpp: none -> sigmoid
+    if func not in GATING_FUNC:
+        raise GGUFError(f"{f.path}: {arch}.expert_gating_func = {func} is not supported (1 softmax, 2 sigmoid)")
+    norm = md.get(f"{arch}.expert_weights_norm", False)
+    if not isinstance(norm, (bool, int)):
+        raise GGUFError(f"{f.path}: metadata key {arch}.expert_weights_norm = {norm!r} is not a bool")
+    if f"{arch}.expert_shared_count" not in md:
+        raise GGUFError(f"{f.path}: metadata key {arch}.expert_shared_count is missing")
+    shared = count("expert_shared_count", 0)
+    return dict(n_dense_lead=lead, shexp_ffn=shared * expert_ffn, shexp_gated=False,
+                expert_gating=GATING_FUNC[func], expert_norm=bool(norm),
+                exp_probs_b=lead < n_layer and f"blk.{lead}.exp_probs_b.bias" in f.tensors)
 
 
 class Model:
@@ -309,7 +403,10 @@ class Model:
                                  expert_gating=EXPERT_GATING_ID[c.expert_gating],
                                  yarn_ext_factor=c.yarn_ext_factor, yarn_attn_factor=c.yarn_attn_factor,
                                  yarn_beta_fast=c.yarn_beta_fast, yarn_beta_slow=c.yarn_beta_slow,
-                                 yarn_orig_ctx=c.yarn_orig_ctx)
+                                 yarn_orig_ctx=c.yarn_orig_ctx,
+                                 embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
+                                 logit_softcap=c.logit_softcap, post_norms=c.post_norms,
+                                 n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated)
         if threads:
             self.engine.set_threads(int(threads))
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
@@ -372,10 +469,12 @@ class Model:
         for i in range(c.n_layer):
             p = f"blk.{i}."
             ffn = ("ffn_gate", "ffn_up", "ffn_down")
-            if c.n_expert:
+            if c.n_expert and i >= c.n_dense_lead:  # (glm4moe: its leading layers are dense)
                 ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
                 if c.shexp_ffn:
-                    ffn += ("ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+                    ffn += ("ffn_gate_inp_shexp",) * c.shexp_gated + ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+                if c.exp_probs_b:
+                    self._vec("exp_probs_b", i, p + "exp_probs_b.bias")
             for slot in ("attn_q", "attn_k", "attn_v", "attn_output") + ffn:
                 self._mat(slot, i, p + slot + ".weight")
                 if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
@@ -386,6 +485,9 @@ class Model:
                 self._vec("attn_output.bias", i, p + "attn_output.bias")
             if c.attn_sinks:
                 self._vec("attn_sinks", i, p + "attn_sinks.weight")
+            if c.post_norms:  # gemma3
+                self._vec("attn_post_norm", i, p + "post_attention_norm.weight")
+                self._vec("ffn_post_norm", i, p + "post_ffw_norm.weight")
             if c.moe_bias:
                 for s in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
                     self._vec(s + ".bias", i, p + s + ".bias")

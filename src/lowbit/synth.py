@@ -5,9 +5,10 @@ Every file carries the default model's vocabulary (SmolLM2's tokenizer.* keys), 
 like a real model and llama.cpp accepts it. Weights are Gaussian with std 1/sqrt(fan-in) (norm
 weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of layers.
 
-    synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3
+    synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3 / gemma3
     synth_bitnet(path, arch="bitnet", wtype="TQ2_0", ...)     bitnet / bitnet-b1.58, ternary weights
     synth_moe(path, arch="qwen3moe", experts=.., top_k=.., ...) qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss
+                                                              / glm4moe
     one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
 """
 from __future__ import annotations
@@ -61,13 +62,15 @@ def norm_weight(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, heads: int, kv_heads: int,
-                 head_dim: int, ctx: int, rope_base: float = 10000.0, eps: float = 1e-6) -> None:
-    """The llama-style hyperparameters every family shares, then the vocabulary."""
+                 head_dim: int, ctx: int, rope_base: float = 10000.0, eps: float = 1e-6,
+                 rope_dims: int | None = None) -> None:
+    """The llama-style hyperparameters every family shares, then the vocabulary. rope_dims: the
+    rotated dims per head (None: all of head_dim)."""
     a = w.arch
     for key, val in [("block_count", layers), ("context_length", ctx), ("embedding_length", dim),
                      ("feed_forward_length", ffn), ("attention.head_count", heads),
                      ("attention.head_count_kv", kv_heads), ("attention.key_length", head_dim),
-                     ("attention.value_length", head_dim), ("rope.dimension_count", head_dim)]:
+                     ("attention.value_length", head_dim), ("rope.dimension_count", rope_dims or head_dim)]:
         w.meta(f"{a}.{key}", int(val))
     w.meta(f"{a}.rope.freq_base", float(rope_base))
     w.meta(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
@@ -88,25 +91,56 @@ def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, head
     w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
 
 
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+
+
 def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, ffn: int = 512, heads: int = 4,
                 kv_heads: int = 2, head_dim: int | None = None, ctx: int = 1024, wtype: str = "Q8_0",
                 embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0,
-                vocab: dict | None = None, progress: bool = False) -> str:
-    """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) model with random weights.
+                vocab: dict | None = None, window: int = 512, swa_pattern: int | None = None,
+                rope_base: float = 10000.0, rope_base_swa: float | None = None, softcap: float = 0.0,
+                rope_linear: float = 0.0, progress: bool = False) -> str:
+    """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) / gemma3 model with random weights.
 
     wtype: the format of the layer matrices; embd_type: token_embd; head_type: output.weight
     (None: same as wtype; ignored when tied, where token_embd is the head); vocab: tokenizer.*
-    metadata (None: the default model's).
+    metadata (None: the default model's). rope_linear > 0: linear rope scaling by that factor
+    (rope.scaling.type "linear", as Gemma 3 4B-27B's factor 8; llama.cpp applies it to gemma3's
+    global layers only).
+
+    gemma3 (llama.cpp's names and keys): always tied; per-head q/k norms; post_attention_norm and
+    post_ffw_norm after attention and FFN; sliding windows of `window` positions (0: none) on the
+    layers of the period swa_pattern (None: llama.cpp's default 6, five local then one global;
+    written to the file when given); rope_base for the global layers (as gemma3's 1e6),
+    rope_base_swa for the local ones (None: no key, llama.cpp's default 10000); softcap > 0
+    writes final_logit_softcapping. Its token embeddings have std 1/sqrt(dim) (a real model's
+    scale: the graph multiplies them by sqrt(dim)). Norm weights are stored as 1 + w, as
+    convert_hf_to_gguf writes gemma3's.
     """
-    if arch not in ("llama", "qwen2", "qwen3"):
-        raise ValueError(f"synth dense: arch must be llama, qwen2 or qwen3, not {arch!r}")
+    if arch not in DENSE_ARCHS:
+        raise ValueError(f"synth dense: arch must be one of {', '.join(DENSE_ARCHS)}, not {arch!r}")
     hd = head_dim or dim // heads
+    gemma = arch == "gemma3"
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
     w = Writer(path, arch, progress=progress)
-    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx)
-    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
+    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx,
+                 rope_base=rope_base)
+    if rope_linear:
+        w.meta(f"{arch}.rope.scaling.type", "linear")
+        w.meta(f"{arch}.rope.scaling.factor", float(rope_linear))
+    if gemma:
+        tied = True
+        if window:
+            w.meta(f"{arch}.attention.sliding_window", int(window))
+        if swa_pattern is not None:
+            w.meta(f"{arch}.attention.sliding_window_pattern", int(swa_pattern))
+        if rope_base_swa is not None:
+            w.meta(f"{arch}.rope.freq_base_swa", float(rope_base_swa))
+        if softcap:
+            w.meta(f"{arch}.final_logit_softcapping", float(softcap))
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0 / np.sqrt(dim) if gemma else 1.0), embd_type)
     if not tied:
         w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
     w.add("output_norm.weight", norm_weight(rng, dim))
@@ -116,6 +150,11 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         w.add(p + "ffn_gate.weight", gauss(rng, ffn, dim), wtype)
         w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
         w.add(p + "ffn_down.weight", gauss(rng, dim, ffn), wtype)
+        if gemma:
+            w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
+            w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
+            w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
+            w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
         if arch == "qwen2":
             for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
                 w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
@@ -126,7 +165,38 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     return str(path)
 
 
-MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama", "gpt-oss": "gpt-oss"}
+MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama", "gpt-oss": "gpt-oss",
+             "glm4moe": "glm4moe"}
+
+
+def add_glm4moe_layer(w: Writer, rng: np.random.Generator, p: str, *, dense: bool, dim: int, heads: int,
+                      kv_heads: int, head_dim: int, experts: int, expert_ffn: int, dense_ffn: int, shared: int,
+                      qk_norm: bool, wtype: str, expert_type: str, down_type: str | None, router_type: str) -> None:
+    """One glm4moe block as convert_hf_to_gguf lays it out: attention with q/k/v biases (and
+    per-head q/k norms if qk_norm), the FFN norm post_attention_norm, then a dense SwiGLU FFN
+    (the leading layers) or the router, its selection bias exp_probs_b, the experts and the
+    shared expert (width shared * expert_ffn)."""
+    add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, wtype=wtype,
+                  ffn_norm="post_attention_norm")
+    for nm, rows in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
+        w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
+    if qk_norm:
+        w.add(p + "attn_q_norm.weight", norm_weight(rng, head_dim))
+        w.add(p + "attn_k_norm.weight", norm_weight(rng, head_dim))
+    if dense:
+        w.add(p + "ffn_gate.weight", gauss(rng, dense_ffn, dim), wtype)
+        w.add(p + "ffn_up.weight", gauss(rng, dense_ffn, dim), wtype)
+        w.add(p + "ffn_down.weight", gauss(rng, dim, dense_ffn), wtype)
+        return
+    w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+    w.add(p + "exp_probs_b.bias", 0.1 * rng.standard_normal(experts).astype(np.float32))
+    w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+    w.add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+    w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), down_type or expert_type)
+    sh = shared * expert_ffn
+    w.add(p + "ffn_gate_shexp.weight", gauss(rng, sh, dim), wtype)
+    w.add(p + "ffn_up_shexp.weight", gauss(rng, sh, dim), wtype)
+    w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, sh), wtype)
 
 
 def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, heads: int = 4, kv_heads: int = 2,
@@ -135,7 +205,9 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
               down_type: str | None = None, router_type: str = "F32", embd_type: str = "F32",
               head_type: str | None = None, seed: int = 0, vocab: dict | None = None, window: int = 128,
               rope_base: float = 150000.0, yarn_factor: float = 32.0, yarn_orig_ctx: int = 4096,
-              progress: bool = False) -> str:
+              dense_ffn: int = 512, leading_dense: int = 1, shared_experts: int = 1, nextn: int = 1,
+              rope_dims: int | None = None, qk_norm: bool = False, expert_scale: float = 2.5,
+              gating: str = "sigmoid", progress: bool = False) -> str:
     """A Mixture-of-Experts model with random weights, as llama.cpp's converters lay them out.
 
     arch: qwen3moe (q/k norm), qwen2moe (q/k/v biases, a shared expert of width shared_ffn with a
@@ -151,6 +223,15 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     post_attention_norm, router and expert biases, YaRN rope (rope_base, yarn_factor, yarn_orig_ctx, as
     gpt-oss's config: 150000, 32, 4096); its experts default to MXFP4 (expert_type).
 
+    glm4moe (llama.cpp's names and keys, GLM-4.5's layout): `layers` blocks run, the first
+    leading_dense of them with a dense SwiGLU FFN of width dense_ffn (feed_forward_length), the
+    rest routed by sigmoid with an exp_probs_b selection bias, top-K weights renormalised and
+    times expert_scale (gating "softmax": expert_gating_func 1, the softmax over all experts, still
+    with the selection bias), plus shared_experts shared experts; q/k/v biases, q/k norms if qk_norm,
+    rope over rope_dims of each head (None: half, as GLM-4.5's partial_rotary_factor 0.5); then
+    `nextn` MTP blocks (block_count = layers + nextn) with their nextn.* tensors, which llama.cpp
+    loads and does not run when generating.
+
     Routing is not degenerate: the router rows are N(0, 1/dim), so a token's router logits are
     about N(0, 1) and differ from token to token: every expert gets tokens, top-K sets vary.
     """
@@ -164,6 +245,14 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
+    if arch == "glm4moe":
+        return _synth_glm4moe(path, rng, vocab, layers=layers, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd,
+                              experts=experts, top_k=top_k, expert_ffn=expert_ffn, dense_ffn=dense_ffn,
+                              leading_dense=leading_dense, shared=shared_experts, nextn=nextn,
+                              rope_dims=rope_dims or hd // 2, qk_norm=qk_norm, expert_scale=expert_scale,
+                              gating_func={"softmax": 1, "sigmoid": 2}[gating], ctx=ctx,
+                              wtype=wtype, expert_type=expert_type, down_type=down_type, router_type=router_type,
+                              embd_type=embd_type, head_type=head_type, progress=progress)
     w = Writer(path, MOE_ARCHS[arch], progress=progress)
     a = w.arch
     oss = arch == "gpt-oss"
@@ -217,6 +306,45 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     return str(path)
 
 
+def _synth_glm4moe(path, rng, vocab, *, layers, dim, heads, kv_heads, head_dim, experts, top_k, expert_ffn,
+                   dense_ffn, leading_dense, shared, nextn, rope_dims, qk_norm, expert_scale, gating_func, ctx, wtype,
+                   expert_type, down_type, router_type, embd_type, head_type, progress) -> str:
+    """synth_moe(arch="glm4moe")'s file (see there)."""
+    if not 0 <= leading_dense <= layers:
+        raise ValueError(f"synth moe: leading_dense {leading_dense} must be in 0..layers ({layers})")
+    if not (0 < rope_dims <= head_dim and rope_dims % 2 == 0):
+        raise ValueError(f"synth moe: rope_dims {rope_dims} must be even and in 2..head_dim ({head_dim})")
+    if shared < 1 or nextn < 0:
+        raise ValueError("synth moe: glm4moe needs shared_experts >= 1 and nextn >= 0")
+    w = Writer(path, "glm4moe", progress=progress)
+    a = w.arch
+    write_header(w, vocab, layers=layers + nextn, dim=dim, ffn=dense_ffn, heads=heads, kv_heads=kv_heads,
+                 head_dim=head_dim, ctx=ctx, rope_dims=rope_dims)
+    for key, val in (("expert_count", experts), ("expert_used_count", top_k), ("expert_shared_count", shared),
+                     ("expert_feed_forward_length", expert_ffn), ("leading_dense_block_count", leading_dense),
+                     ("nextn_predict_layers", nextn), ("expert_gating_func", gating_func)):
+        w.meta(f"{a}.{key}", int(val))
+    w.meta(f"{a}.expert_weights_scale", float(expert_scale))
+    w.meta(f"{a}.expert_weights_norm", True)
+    nv = vocab_size(vocab)
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
+    w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    w.add("output_norm.weight", norm_weight(rng, dim))
+    for i in range(layers + nextn):
+        p = f"blk.{i}."
+        add_glm4moe_layer(w, rng, p, dense=i < leading_dense, dim=dim, heads=heads, kv_heads=kv_heads,
+                          head_dim=head_dim, experts=experts, expert_ffn=expert_ffn, dense_ffn=dense_ffn,
+                          shared=shared, qk_norm=qk_norm, wtype=wtype, expert_type=expert_type, down_type=down_type,
+                          router_type=router_type)
+        if i >= layers:  # the MTP block's own tensors
+            w.add(p + "nextn.eh_proj.weight", gauss(rng, dim, 2 * dim), wtype)
+            w.add(p + "nextn.enorm.weight", norm_weight(rng, dim))
+            w.add(p + "nextn.hnorm.weight", norm_weight(rng, dim))
+            w.add(p + "nextn.shared_head_norm.weight", norm_weight(rng, dim))
+    w.close()
+    return str(path)
+
+
 def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, heads: int, kv_heads: int) -> None:
     p.add_argument("out", help="the GGUF file to write")
     p.add_argument("--layers", type=int, default=layers)
@@ -229,10 +357,20 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
-    p.add_argument("--arch", default="llama", choices=["llama", "qwen2", "qwen3"])
+    p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS))
+    p.add_argument("--head-dim", type=int, default=None, help="per-head width (default: dim / heads)")
+    p.add_argument("--window", type=int, default=512, help="gemma3: sliding window of the local layers (0: none)")
+    p.add_argument("--swa-pattern", type=int, default=None,
+                   help="gemma3: period of the local/global pattern (default: no key, llama.cpp's 6)")
+    p.add_argument("--rope-base", type=float, default=10000.0, help="rope base (gemma3: of the global layers)")
+    p.add_argument("--rope-base-swa", type=float, default=None,
+                   help="gemma3: rope base of the local layers (default: no key, llama.cpp's 10000)")
+    p.add_argument("--softcap", type=float, default=0.0, help="gemma3: final_logit_softcapping (0: none)")
+    p.add_argument("--rope-linear", type=float, default=0.0,
+                   help="linear rope scaling factor (0: none; gemma3 4B-27B: 8, global layers only)")
     p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
     p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
     p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
@@ -240,7 +378,8 @@ def _add_dense(ss) -> None:
     p.set_defaults(synth=lambda a: synth_dense(
         a.out, arch=a.arch, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
         ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
-        progress=_bar_on()))
+        head_dim=a.head_dim, window=a.window, swa_pattern=a.swa_pattern, rope_base=a.rope_base,
+        rope_base_swa=a.rope_base_swa, softcap=a.softcap, rope_linear=a.rope_linear, progress=_bar_on()))
 
 
 BITNET_ARCHS = ("bitnet", "bitnet-b1.58")
@@ -355,7 +494,7 @@ def _add_bitnet(ss) -> None:
 
 
 def _add_moe(ss) -> None:
-    p = ss.add_parser("moe", help="a Mixture-of-Experts qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss model",
+    p = ss.add_parser("moe", help="a Mixture-of-Experts qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss / glm4moe model",
                       description="Write a Mixture-of-Experts model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=256, heads=4, kv_heads=2)
     p.add_argument("--arch", default="qwen3moe", choices=list(MOE_ARCHS))
@@ -373,12 +512,23 @@ def _add_moe(ss) -> None:
     p.add_argument("--rope-base", type=float, default=150000.0, help="gpt-oss: rope base (150000)")
     p.add_argument("--yarn-factor", type=float, default=32.0, help="gpt-oss: YaRN scaling factor (32)")
     p.add_argument("--yarn-orig-ctx", type=int, default=4096, help="gpt-oss: YaRN's original context (4096)")
+    p.add_argument("--dense-ffn", type=int, default=512, help="glm4moe: the leading dense layers' FFN width")
+    p.add_argument("--leading-dense", type=int, default=1, help="glm4moe: leading dense layers (1)")
+    p.add_argument("--shared-experts", type=int, default=1, help="glm4moe: shared experts (1)")
+    p.add_argument("--nextn", type=int, default=1, help="glm4moe: MTP layers after the others (1; not run)")
+    p.add_argument("--rope-dims", type=int, default=None, help="glm4moe: rotated dims per head (default: half)")
+    p.add_argument("--qk-norm", action="store_true", help="glm4moe: per-head q/k norms (GLM-4.5 355B)")
+    p.add_argument("--expert-scale", type=float, default=2.5, help="glm4moe: expert_weights_scale (2.5)")
+    p.add_argument("--gating", default="sigmoid", choices=["sigmoid", "softmax"],
+                   help="glm4moe: expert_gating_func (sigmoid: GLM-4.5's)")
     p.set_defaults(synth=lambda a: synth_moe(
         a.out, arch=a.arch, layers=a.layers, dim=a.dim, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
         experts=a.experts, top_k=a.top_k, expert_ffn=a.ffn, shared_ffn=a.shared_ffn, ctx=a.ctx, wtype=a.wtype,
         expert_type=a.expert_type or ("MXFP4" if a.arch == "gpt-oss" else "Q4_K"), down_type=a.down_type,
         router_type=a.router_type, embd_type=a.embd_type, head_type=a.head_type, seed=a.seed, window=a.window,
-        rope_base=a.rope_base, yarn_factor=a.yarn_factor, yarn_orig_ctx=a.yarn_orig_ctx, progress=_bar_on()))
+        rope_base=a.rope_base, yarn_factor=a.yarn_factor, yarn_orig_ctx=a.yarn_orig_ctx, dense_ffn=a.dense_ffn,
+        leading_dense=a.leading_dense, shared_experts=a.shared_experts, nextn=a.nextn, rope_dims=a.rope_dims,
+        qk_norm=a.qk_norm, expert_scale=a.expert_scale, gating=a.gating, progress=_bar_on()))
 
 
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
