@@ -311,7 +311,7 @@ NB_MODULE(_lowbit, m) {
             throw std::invalid_argument(std::string("gate (") + fg.name + ") and up (" + fu.name +
                                         ") pair with different activation formats");
         if (graw.shape(0) != uraw.shape(0)) throw std::invalid_argument("gate and up have different row counts");
-        if (kind != GLU_SILU && kind != GLU_RELU2) throw std::invalid_argument("unknown GLU kind");
+        if (kind != GLU_SILU && kind != GLU_RELU2 && kind != GLU_GEGLU) throw std::invalid_argument("unknown GLU kind");
         const Format &af = fmt(fg.act);
         const size_t arb = af.id == T_F32 ? (size_t)n * sizeof(float) : row_bytes(&af, n);
         const int64_t rows = (int64_t)graw.shape(0), nt = (int64_t)act.shape(0);

@@ -414,8 +414,9 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
     const int kind = glu_kind(c_.ffn_act);
     const glu_fn epilogue = kind == GLU_SWIGLU_OAI ? ref::glu : glu.fn;  // (OAI: the reference only)
     const int isa = cpu_info().selected;
-    // (the fused path takes SiLU / ReLU^2; gemma's GeGLU runs the two matmuls, then the epilogue)
-    if (fg.act == fu.act && kind != GLU_SWIGLU_OAI && kind != GLU_GEGLU) {
+    // (the fused path takes SiLU, ReLU^2 and GeGLU; gpt-oss's clamped SwiGLU runs the two
+    // matmuls, then the reference epilogue)
+    if (fg.act == fu.act && kind != GLU_SWIGLU_OAI) {
         if (collect_ && T >= 16) { record_act(gate, x, T); record_act(up, x, T); }  // (matmul's own hook)
         size_t arb;
         const uint8_t *act = quantize_input(gate, x, T, false, &arb);

@@ -125,7 +125,8 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
                   const uint8_t *act, size_t act_stride, int64_t nt, float *out, size_t out_stride, int64_t n,
                   int64_t rows, int threads) {
     if (!glu.fn) throw std::invalid_argument("no GLU epilogue at this level");
-    if (kind != GLU_SILU && kind != GLU_RELU2) throw std::invalid_argument("unknown GLU kind " + std::to_string(kind));
+    if (kind != GLU_SILU && kind != GLU_RELU2 && kind != GLU_GEGLU)
+        throw std::invalid_argument("unknown GLU kind " + std::to_string(kind));
     if (gate.f->act != up.f->act)
         throw std::invalid_argument(std::string("gate (") + gate.f->name + ") and up (" + up.f->name +
                                     ") pair with different activation formats: run them apart");

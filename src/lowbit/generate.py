@@ -33,7 +33,12 @@ import numpy as np
 
 from .sampling import Sampler
 
-PREFILL_CHUNK = 64  # tokens per forward call while prefilling (the kernels take 8 per window)
+# Tokens per forward call while prefilling. Chunks of >= 32 tokens take the GEMM tier where the
+# format has one (csrc/x86/gemm.inl), and a longer chunk amortises its activation panel and the
+# per-call work: on Zen 4, default model, 512-token prompt, 2 threads, one run (issue 18,
+# BENCHMARKS.md): 64 -> 277 tok/s, 128 -> 306, 256 -> 325, 512 -> 389. Logits do not depend on
+# the chunking (I8).
+PREFILL_CHUNK = 512
 DEFAULT_SPEC = 4    # drafts per round
 
 

@@ -21,7 +21,7 @@ __all__ = ["quantize", "quantize_act", "dequantize", "matmul", "matmul_act", "ma
            "kernel", "glu_kernel", "quant_act_kernel", "stats", "reset_stats"]
 
 GLU_KINDS = {"silu": 0, "relu2": 1, "geglu": 3}  # csrc/kernels.h GluKind (the epilogue alone: all three)
-FUSED_GLU_KINDS = ("silu", "relu2")              # matmul_glu's (gemma3's geglu runs as two matmuls + glu)
+FUSED_GLU_KINDS = ("silu", "relu2", "geglu")     # matmul_glu's (gate, up and the epilogue fused)
 GLU_OPS = {0: "silu", 1: "relu2", 2: "swiglu_oai", 3: "geglu"}  # counter kinds -> names (stats)
 
 
