@@ -234,3 +234,45 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
             got = np.load(tmp_path / f"{tag}_{chunk}.npy")
             bad = np.argwhere(got.view(np.uint32) != base.view(np.uint32))
             assert bad.size == 0, f"{kind}, gemm {tag}, chunk {chunk}: position {bad[0][0]} differs from chunk 1"
+
+
+# ---- the numbers the GEMM is judged by: bench peak, and bench e2e's MAC count -------------------
+
+def test_model_work_counts_the_layers_matmuls(tmp_path):
+    """bench e2e's multiply-adds per token and decode bytes per token, against the shapes the
+    synthetic models were written with (not read back through the code under test)."""
+    from lowbit import synth
+    from lowbit.bench import model_work
+    d = synth.synth_dense(tmp_path / "d.gguf", layers=2, dim=256, ffn=512, heads=4, kv_heads=2, wtype="Q8_0",
+                          head_type="Q8_0", seed=1)
+    per_layer = 256 * 256 + 2 * (128 * 256) + 256 * 256 + 2 * (512 * 256) + 256 * 512  # q, k+v, o, gate+up, down
+    w = model_work(str(d))
+    assert w["macs"] == 2 * per_layer
+    vocab = lowbit_vocab(d)
+    assert w["bytes"] == (2 * per_layer + vocab * 256) * 34 // 32  # Q8_0: 34 bytes per 32 values
+    m = synth.synth_moe(tmp_path / "m.gguf", layers=1, dim=256, experts=4, top_k=2, expert_ffn=128, wtype="Q8_0",
+                        expert_type="Q8_0", router_type="Q8_0", head_type="Q8_0", seed=2)
+    w = model_work(str(m))
+    attn = 256 * 256 + 2 * (128 * 256) + 256 * 256
+    experts = 2 * (3 * 128 * 256)  # top 2 of 4 experts: gate, up, down of 128 x 256
+    router = 4 * 256
+    assert w["macs"] == attn + experts + router, w
+
+
+def lowbit_vocab(path):
+    from lowbit import gguf
+    return gguf.open(str(path)).tensors["output.weight"].rows
+
+
+def test_bench_peak_prints_a_rate_per_thread_count():
+    if lib.cpu_info()["selected"] not in ("avx2", "avx2vnni", "avx512"):
+        pytest.skip("bench peak's loops are x86 SIMD (CPU flags avx2, fma)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    p = subprocess.run([sys.executable, "-m", "lowbit.cli", "bench", "peak", "--threads", "1", "--reps", "1"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("# multiply-add peak at level ") and lines[1].split() == ["threads", "int8", "GMAC/s",
+                                                                                        "f32", "GFMA/s"]
+    t, i8, f32 = lines[2].split()
+    assert t == "1" and float(i8) > 0 and float(f32) > 0

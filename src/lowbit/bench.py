@@ -27,6 +27,7 @@ level, forced ("windows" / "gemm" columns, and their ratio: > 1 means the GEMM i
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -224,6 +225,30 @@ def bench_peak(threads: int, reps: int = 5, iters: int = 2_000_000, out=sys.stdo
     return res
 
 
+def model_work(path: str) -> dict:
+    """Per token, from the GGUF's matrices: the multiply-adds of the layers' matmuls
+    (`macs`: attention's QK and PV products and the output head are not counted) and the
+    weight bytes a decode step reads (`bytes`: every layer matrix and the head; an MoE's
+    expert tensors count top-k of their experts). token_embd is a lookup, not read whole."""
+    from . import gguf
+    g = gguf.open(path)
+    arch = g.metadata.get("general.architecture", "")
+    top_k = int(g.metadata.get(f"{arch}.expert_used_count", 0) or 0)
+    macs = nbytes = 0
+    for name, t in g.tensors.items():
+        if len(t.ne) < 2 or name.startswith("token_embd") or name.endswith("_norm.weight"):
+            continue
+        if len(t.ne) == 3 and "_exps" in name:  # [experts, rows, n]
+            share = min(top_k, t.ne[2]) / t.ne[2] if top_k else 1.0
+            macs += int(t.rows * t.n * share)
+            nbytes += int(t.nbytes * share)
+            continue
+        nbytes += t.nbytes
+        if not name.startswith("output"):
+            macs += t.rows * t.n
+    return {"macs": macs, "bytes": nbytes}
+
+
 E2E_PROMPT = ("The history of computing is a story of machines that learned to do arithmetic faster, "
               "then to remember more, then to talk to one another. ")
 
@@ -254,11 +279,13 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     except peer.PeerCrashed as e:
         crashed = str(e)
 
+    from .generate import PREFILL_CHUNK
+
     def ours():
         m.reset()
         t0 = time.perf_counter()
-        for i in range(0, len(toks), 64):
-            logits = m.forward(toks[i:i + 64])
+        for i in range(0, len(toks), PREFILL_CHUNK):  # (as `lowbit run` prefills)
+            logits = m.forward(toks[i:i + PREFILL_CHUNK])
         t1 = time.perf_counter()
         tok = int(np.argmax(logits[-1]))
         for _ in range(gen_tokens):
@@ -307,6 +334,19 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"] if t else None
     res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"] if t else None
     res["window_cost"] = windows  # lowbit: time of a w-token verify window / a 1-token step
+    # the machine's limits in the same run: prefill's MAC rate against the int8 multiply-add
+    # peak (bench peak), decode's weight stream against the read bandwidth (bench membw)
+    work = model_work(path)
+    level = lib.cpu_info()["selected"]
+    try:
+        sec, macs = lib.bench_peak(lib.isa_names().index(level), 0, 2_000_000, threads, 5)
+        res["int8_peak_gmacs"] = macs / sec / 1e9
+    except ValueError:  # a level without the peak loops (scalar, avx, aarch64)
+        res["int8_peak_gmacs"] = None
+    res["membw_gbs"] = bench_membw(512.0, threads, 3, out=io.StringIO())
+    res["prefill_gmacs"] = work["macs"] * res["lowbit_prefill_tps"] / 1e9
+    res["decode_bytes_per_token"] = work["bytes"]
+    res["decode_gbs"] = work["bytes"] * res["lowbit_decode_tps"] / 1e9
     vs = f" (llama.cpp: {res['llama_model']})" if llama_model else ""
     print(f"# {res['model']}{vs}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
           f"median of {reps}", file=out)
@@ -319,6 +359,14 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
               f"{_cell(res[f'{what}_ratio'], 6, 2)}", file=out)
     print("lowbit verify window at the end of the cache, cost / one decode step: " +
           ", ".join(f"{w} tokens {r:.2f}x" for w, r in windows.items()), file=out)
+    pk = res["int8_peak_gmacs"]
+    share = f" = {100 * res['prefill_gmacs'] / pk:.0f}% of the int8 peak ({pk:.0f} GMAC/s at {level}, " \
+            f"{threads} threads, bench peak)" if pk else " (no int8 peak loops at this level)"
+    print(f"lowbit prefill: {res['prefill_gmacs']:.1f} GMAC/s in the layers' matmuls "
+          f"({work['macs'] / 1e6:.0f} M multiply-adds per token){share}", file=out)
+    print(f"lowbit decode: {work['bytes'] / 1e6:.0f} MB of weights per token, {res['decode_gbs']:.1f} GB/s = "
+          f"{100 * res['decode_gbs'] / res['membw_gbs']:.0f}% of the read bandwidth ({res['membw_gbs']:.1f} GB/s, "
+          f"{threads} threads, bench membw)", file=out)
     return res
 
 
