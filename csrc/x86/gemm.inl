@@ -632,10 +632,12 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 
 // Chunks of at least this many tokens take the GEMM (run_rows, glu_rows, the MoE experts);
 // LOWBIT_KQ_GEMM_MIN_NT=N overrides it (read once, at registration; 0 turns the GEMM off).
-// Measured: BENCHMARKS.md, issue 18 (bench kernels --nt 16,32,64: windows / gemm).
+// Measured on Zen 4 (BENCHMARKS.md, issue 18: bench kernels --nt 16,32,64,256 --n 4096,
+// windows / gemm): k-quants 0.99-1.32x at 16 tokens, 1.35-1.69x at 32, 2.1-2.5x at 256.
 constexpr int kKqGemmMinNt = 32;
-// The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT).
-constexpr int kLegacyGemmMinNt = 32;
+// The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT): 1.7-2.4x at 16 tokens already,
+// 2.6-4.5x at 256 (the legacy windows re-lay out their activations per row tile).
+constexpr int kLegacyGemmMinNt = 16;
 
 }  // namespace
 
