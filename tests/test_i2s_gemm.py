@@ -159,9 +159,14 @@ def test_gemm_forced_fold_and_counters(rng, tmp_path):
     fold1, c = child(tmp_path, {"LOWBIT_I2S_FOLD": "1", "LOWBIT_I2S_GEMM_MIN_NT": "9"}, raw, act, n, "fold1")
     sel = base["selected"]
     rows_name = lib.kernel(I2S, 8, ISA.index(sel))[0]
-    # default: gated off, a 64-token matmul is 8 windows of the row kernel
-    assert base["gemm"][sel][2] == 0
-    assert base["stats"]["64"] == [[8, rows_name]] and base["stats"]["8"] == [[8, rows_name]]
+    # default: avx512's GEMM (csrc/x86/gemm.inl, tokens in lanes) from 16 tokens; below avx512 the
+    # tile-decode GEMM is gated off, and a 64-token matmul is 8 windows of the row kernel
+    if sel == "avx512":
+        assert base["gemm"][sel][2] == 16
+        assert base["stats"]["64"] == [[0, "gemm_i2_s_i8_s_avx512"]] and base["stats"]["8"] == [[8, rows_name]]
+    else:
+        assert base["gemm"][sel][2] == 0
+        assert base["stats"]["64"] == [[8, rows_name]] and base["stats"]["8"] == [[8, rows_name]]
     assert gated["gemm"][sel][2] == 9
     assert gated["stats"]["64"] == [[0, f"gemm_i2_s_i8_s_{sel}"]], gated["stats"]
     assert gated["stats"]["8"] == [[8, rows_name]], gated["stats"]
@@ -213,7 +218,7 @@ def test_engine_logits_identical_with_the_gemm(tmp_path):
     path = synth.synth_bitnet(tmp_path / "b158.gguf", arch="bitnet-b1.58", wtype="I2_S", seed=3, **SHAPE)
     text = TEXT * 3
     runs = []
-    for tag, extra in (("off", {}), ("on", {"LOWBIT_I2S_GEMM_MIN_NT": "9"})):
+    for tag, extra in (("off", {"LOWBIT_I2S_GEMM_MIN_NT": "0"}), ("on", {"LOWBIT_I2S_GEMM_MIN_NT": "9"})):
         env = {k: v for k, v in os.environ.items()
                if not (k.startswith("LOWBIT_NO_") or k in ("LOWBIT_I2S_FOLD", "LOWBIT_I2S_GEMM_MIN_NT"))}
         env.update(extra)

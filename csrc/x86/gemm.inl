@@ -627,6 +627,153 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     }
 }
 
+// ============================================================================================
+// I2_S x I8_S (BitNet b1.58: 2-bit ternary codes, one float scale per tensor)
+// ============================================================================================
+// The row kernels' arithmetic (csrc/ref/ternary.cpp): per (row, token) the exact integer
+// S = sum_k code_k * q_k (code 0..3) over the whole row, then
+//   result = (float)(S - act_sum) / act_scale * w_scale
+// (one conversion, one division, one multiplication). Tokens in lanes as above; the codes are
+// decoded to bytes 0..3 in natural order (valid as vpdpbusd's signed operand), the activations
+// carry +128: raw = S + 128 * sum(codes), exact in int32 for n <= 2^22 (255 * 3 * n).
+struct alignas(64) ActI2s {  // one 16-token group's header (the codes follow: n / 4 x 64 bytes)
+    float scale[16];          // act_scale per lane (1 for lanes past the chunk)
+    int32_t sum[16];          // act_sum per lane
+};
+
+template <int R, int V>
+__attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg, const uint8_t *act0, size_t act_gs,
+                                           int64_t n, float w_scale, float *res) {
+    const size_t cs = (size_t)n;
+#define c(r) (c0 + (size_t)(r) * cs)
+#define actq(v) (act0 + (size_t)(v) * act_gs + sizeof(ActI2s))
+#define acth(v) ((const ActI2s *)(act0 + (size_t)(v) * act_gs))
+    __m512i dt[R][V];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        const __m512i ng = _mm512_set1_epi32(neg[r]);
+#pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) dt[r][v] = ng;
+    }
+    for (int64_t dw = 0; dw < n / 4; ++dw) {
+        __m512i a[V];
+#pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) a[v] = _mm512_load_si512((const void *)(actq(v) + (size_t)dw * 64));
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            int32_t wv;
+            std::memcpy(&wv, c(r) + 4 * dw, 4);
+            const __m512i wb = _mm512_set1_epi32(wv);
+#pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) dt[r][v] = _mm512_dpbusd_epi32(dt[r][v], a[v], wb);
+        }
+    }
+    const __m512 ws = _mm512_set1_ps(w_scale);
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) {
+        const __m512i sum = _mm512_load_si512((const void *)acth(v)->sum);
+        const __m512 sc = _mm512_load_ps(acth(v)->scale);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(dt[r][v], sum));
+            _mm512_storeu_ps(res + (size_t)(r * MAXV + v) * LANES, _mm512_mul_ps(_mm512_div_ps(f, sc), ws));
+        }
+    }
+#undef c
+#undef actq
+#undef acth
+}
+
+using MkI2sFn = void (*)(const uint8_t *, const int32_t *, const uint8_t *, size_t, int64_t, float, float *);
+constexpr MkI2sFn kMkI2s[MAXR + 1][MAXV + 1] = {
+    {nullptr, nullptr, nullptr},
+    {nullptr, &mk_gemm_i2s<1, 1>, &mk_gemm_i2s<1, 2>},
+    {nullptr, &mk_gemm_i2s<2, 1>, &mk_gemm_i2s<2, 2>},
+    {nullptr, &mk_gemm_i2s<3, 1>, &mk_gemm_i2s<3, 2>},
+    {nullptr, &mk_gemm_i2s<4, 1>, &mk_gemm_i2s<4, 2>},
+};
+
+// nt I8_S rows (float scale, int32 sum, int8 q[n]) -> ceil(nt / 16) groups of act_gs bytes
+__attribute__((noinline)) void build_act_panel_i2s(const uint8_t *act, size_t act_stride, int nt, int64_t n,
+                                                   uint8_t *panel, size_t act_gs) {
+    const int ng = (nt + LANES - 1) / LANES;
+    for (int g = 0; g < ng; ++g) {
+        ActI2s &H = *(ActI2s *)(panel + (size_t)g * act_gs);
+        uint8_t *q = panel + (size_t)g * act_gs + sizeof(ActI2s);
+        for (int l = 0; l < LANES; ++l) {
+            const int t = g * LANES + l;
+            if (t >= nt) {
+                for (int64_t dw = 0; dw < n / 4; ++dw) std::memset(q + (size_t)dw * 64 + 4 * l, 0x80, 4);
+                H.scale[l] = 1.0f, H.sum[l] = 0;
+                continue;
+            }
+            const uint8_t *y = act + (size_t)t * act_stride;
+            std::memcpy(&H.scale[l], y, 4);
+            std::memcpy(&H.sum[l], y + 4, 4);
+            for (int64_t dw = 0; dw < n / 4; ++dw) {
+                uint32_t v;
+                std::memcpy(&v, y + I8S_HEADER + 4 * dw, 4);
+                v ^= 0x80808080u;
+                std::memcpy(q + (size_t)dw * 64 + 4 * l, &v, 4);
+            }
+        }
+    }
+}
+
+// Rows [rb, re): codes 0..3 in natural order (per 128 weights, 32 bytes: byte j holds weights
+// j, 32 + j, 64 + j, 96 + j in bits 7:6, 5:4, 3:2, 1:0) and -128 * sum(codes) per row.
+__attribute__((noinline)) void decode_tile_i2s(const RowArgs &a, int64_t rb, int64_t re, uint8_t *codes, int32_t *neg) {
+    const __m256i k3 = _mm256_set1_epi8(3);
+    for (int64_t r = rb; r < re; ++r) {
+        const uint8_t *x = a.w + (size_t)r * a.w_stride;
+        uint8_t *c = codes + (size_t)(r - rb) * (size_t)a.n;
+        __m256i acc = _mm256_setzero_si256();
+        for (int64_t b = 0; b < a.n / 128; ++b) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
+            const __m256i c0 = _mm256_and_si256(_mm256_srli_epi16(q, 6), k3), c1 = _mm256_and_si256(_mm256_srli_epi16(q, 4), k3);
+            const __m256i c2 = _mm256_and_si256(_mm256_srli_epi16(q, 2), k3), c3 = _mm256_and_si256(q, k3);
+            _mm256_storeu_si256((__m256i *)(c + 128 * b), c0);
+            _mm256_storeu_si256((__m256i *)(c + 128 * b + 32), c1);
+            _mm256_storeu_si256((__m256i *)(c + 128 * b + 64), c2);
+            _mm256_storeu_si256((__m256i *)(c + 128 * b + 96), c3);
+            const __m256i s = _mm256_add_epi8(_mm256_add_epi8(c0, c1), _mm256_add_epi8(c2, c3));  // <= 12 per byte
+            acc = _mm256_add_epi64(acc, _mm256_sad_epu8(s, _mm256_setzero_si256()));
+        }
+        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+        neg[r - rb] = (int32_t)(-128 * (_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)));
+    }
+}
+
+void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+    static thread_local Scratch act_s, row_s;
+    const int ng = (nt + LANES - 1) / LANES;
+    const size_t act_gs = sizeof(ActI2s) + (size_t)(a.n / 4) * 64;
+    uint8_t *panel = (uint8_t *)act_s.get((size_t)ng * act_gs);
+    build_act_panel_i2s(a.act, a.act_stride, nt, a.n, panel, act_gs);
+    const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / (size_t)a.n) & ~(int64_t)3, 4, 64);
+    uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * (size_t)a.n + (size_t)RT * 4 + (size_t)MAXR * MAXV * LANES * 4 + 64);
+    int32_t *neg = (int32_t *)(codes + (size_t)RT * (size_t)a.n);
+    float *res = (float *)(((uintptr_t)(neg + RT) + 63) & ~(uintptr_t)63);
+    for (int64_t rb = r0; rb < r1; rb += RT) {
+        const int64_t re = std::min(rb + RT, r1);
+        decode_tile_i2s(a, rb, re, codes, neg);
+        for (int g0 = 0; g0 < ng; g0 += MAXV) {
+            const int V = std::min(MAXV, ng - g0);
+            for (int64_t rq = rb; rq < re; rq += MAXR) {
+                const int R = (int)std::min<int64_t>(MAXR, re - rq);
+                kMkI2s[R][V](codes + (size_t)(rq - rb) * (size_t)a.n, neg + (rq - rb), panel + (size_t)g0 * act_gs, act_gs,
+                             a.n, a.w_scale, res);
+                for (int i = 0; i < R; ++i)
+                    for (int v = 0; v < V; ++v)
+                        for (int l = 0; l < LANES; ++l) {
+                            const int t = (g0 + v) * LANES + l;
+                            if (t < nt) a.out[(size_t)t * a.out_stride + (size_t)(rq + i)] = res[(i * MAXV + v) * LANES + l];
+                        }
+            }
+        }
+    }
+}
+
 #define LB_GK_STR2(x) #x
 #define LB_GK_STR(x) LB_GK_STR2(x)
 
@@ -638,6 +785,8 @@ constexpr int kKqGemmMinNt = 32;
 // The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT): 1.7-2.4x at 16 tokens already,
 // 2.6-4.5x at 256 (the legacy windows re-lay out their activations per row tile).
 constexpr int kLegacyGemmMinNt = 16;
+// The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
+constexpr int kI2sLanesGemmMinNt = 16;
 
 }  // namespace
 
@@ -662,6 +811,12 @@ void register_gemm(KernelTable &t) {
     setl(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS));
     setl(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS));
     setl(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS));
+    // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
+    // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
+    const char *gi = std::getenv("LOWBIT_I2S_GEMM_MIN_NT");
+    auto &ei = t.at(T_I2_S);
+    ei.gemm = RowKernel{&gemm_i2s, "gemm_i2_s_i8_s_" LB_GK_STR(LOWBIT_NS), LOWBIT_ISA};
+    ei.gemm_min_nt = gi && *gi ? std::atoi(gi) : kI2sLanesGemmMinNt;
 }
 
 #undef LB_GK_STR

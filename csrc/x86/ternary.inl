@@ -535,7 +535,8 @@ constexpr int64_t kI2sGemmScratch = 16384;
 // on the Sapphire Rapids of BENCHMARKS.md ("I2_S GEMM"), the GEMM does not beat the 8-token
 // windows at nt 16, 32 or 64 on any level (avx2 0.93-1.03x, avx512 0.77-0.94x): the in-register
 // decode is already hidden behind the maddubs / dpbusd ports, and loading decoded codes costs as
-// much as decoding them. So it is off by default; LOWBIT_I2S_GEMM_MIN_NT=N (read once, at
+// much as decoding them. So it is off by default (at avx512, csrc/x86/gemm.inl's GEMM with
+// tokens in lanes replaces it and is on from 16 tokens); LOWBIT_I2S_GEMM_MIN_NT=N (read once, at
 // registration) turns it on for chunks of >= N tokens, for A/B runs on other CPUs.
 constexpr int kI2sGemmMinNt = 0;
 
