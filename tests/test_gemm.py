@@ -36,8 +36,8 @@ LEGACY = ["Q4_0", "Q4_1", "Q8_0"]
 ALL = KQ + LEGACY
 ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q8_0": "Q8_0"}
 GEMM_LEVELS = [lv for lv in LEVELS if lib.gemm_kernel(F["Q4_K"].id, ISA.index(lv)) is not None]
-NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs the avx512 level: CPU flags avx512f/bw/vl/dq/vnni, "
-                                                   "under LOWBIT_MAX_ISA >= avx512")
+NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs a VNNI level: CPU flags avx512f/bw/vl/dq/vnni or "
+                                                   "avx_vnni, under LOWBIT_MAX_ISA >= avx2vnni")
 NTS = [1, 9, 16, 17, 33, 64, 100]
 FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q4_0": [0], "Q4_1": [0, 2], "Q8_0": [0]}
 BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
@@ -67,28 +67,29 @@ def test_levels_with_a_gemm():
     for lv in LEVELS:
         for name in ALL:
             g = lib.gemm_kernel(F[name].id, ISA.index(lv))
-            if lv == "avx512":
-                want = f"gemm_{name.lower()}_{ACT[name].lower()}_avx512"
-                assert g is not None and g[0] == want and g[1] == "avx512", g
-            else:  # the GEMM is avx512's; a level below it (or a cap) runs windows only
+            if lv in ("avx512", "avx2vnni"):  # the VNNI levels
+                want = f"gemm_{name.lower()}_{ACT[name].lower()}_{lv}"
+                assert g is not None and g[0] == want and g[1] == lv, g
+            else:  # scalar, avx, avx2 (its microkernels spilled, I7): windows only
                 assert g is None, (lv, name, g)
 
 
 @NEEDS
+@pytest.mark.parametrize("level", GEMM_LEVELS)
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("rows", [1, 7, 37])
-def test_gemm_bitwise_equals_windows(ggml, rng, name, rows):
+def test_gemm_bitwise_equals_windows(ggml, rng, name, rows, level):
     for nb in WIDTHS[BLOCK[name]]:
         n = nb * BLOCK[name]
         w = rng.standard_normal((rows, n)).astype(np.float32)
         w[rows // 2, n // 3] = 30.0  # an outlier block
         raw = ggml.quantize(name, w)
-        act = q8k(rng.standard_normal((max(NTS), n)) * 2.0, "avx512", ACT[name])
+        act = q8k(rng.standard_normal((max(NTS), n)) * 2.0, level, ACT[name])
         for nt in NTS:
-            want = mm(name, raw, act[:nt], n, "avx512", 1)
-            check_same(mm(name, raw, act[:nt], n, "avx512", 2), want, f"nt={nt}", name, n)
+            want = mm(name, raw, act[:nt], n, level, 1)
+            check_same(mm(name, raw, act[:nt], n, level, 2), want, f"nt={nt}", name, n)
             if nt in (33, 100):  # two threads split the rows (I3)
-                check_same(mm(name, raw, act[:nt], n, "avx512", 2, threads=2), want, f"nt={nt}, 2 threads", name, n)
+                check_same(mm(name, raw, act[:nt], n, level, 2, threads=2), want, f"nt={nt}, 2 threads", name, n)
 
 
 def adversarial(rng, name, rows, nb):
@@ -105,9 +106,10 @@ def adversarial(rng, name, rows, nb):
 
 
 @NEEDS
+@pytest.mark.parametrize("level", GEMM_LEVELS)
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("pattern", ["max", "min", "mixed"])
-def test_gemm_worst_case_bitwise(rng, name, pattern):
+def test_gemm_worst_case_bitwise(rng, name, pattern, level):
     rows, nb = 9, 5 if BLOCK[name] == 256 else 19
     n = nb * BLOCK[name]
     raw = adversarial(rng, name, rows, nb)
@@ -118,10 +120,10 @@ def test_gemm_worst_case_bitwise(rng, name, pattern):
         x = np.full((nt, n), -128.0)
     else:
         x = np.where(rng.random((nt, n)) < 0.5, -128.0, 127.0)
-    act = q8k(x, "avx512", ACT[name])  # the activation codes at their extremes
-    want = mm(name, raw, act, n, "avx512", 1)
+    act = q8k(x, level, ACT[name])  # the activation codes at their extremes
+    want = mm(name, raw, act, n, level, 1)
     assert np.all(np.isfinite(want))
-    check_same(mm(name, raw, act, n, "avx512", 2), want, pattern, name, n)
+    check_same(mm(name, raw, act, n, level, 2), want, pattern, name, n)
 
 
 _CHILD = r"""
@@ -159,14 +161,14 @@ def child(tmp_path, env_extra, raw, act, n, tag):
 def test_gate_counters_and_switches(ggml, rng, tmp_path):
     n = 4 * 256
     raw = ggml.quantize("Q4_K", rng.standard_normal((21, n)).astype(np.float32))
-    act = q8k(rng.standard_normal((64, n)), "avx512")
+    act = q8k(rng.standard_normal((64, n)), GEMM_LEVELS[0])
     base, a = child(tmp_path, {}, raw, act, n, "base")
     sel = lib.cpu_info()["selected"]
-    if sel != "avx512":
-        pytest.skip(f"the dispatched level is {sel}: the GEMM is avx512's")
+    if sel not in GEMM_LEVELS:
+        pytest.skip(f"the dispatched level {sel} has no GEMM (CPU flags avx512_vnni or avx_vnni)")
     rows_name = lib.kernel(F["Q4_K"].id, 8)[0]
-    assert base["gemm"] == ["gemm_q4_k_q8_k_avx512", "avx512", 32]
-    assert base["stats"]["64"] == [[0, "gemm_q4_k_q8_k_avx512"]], base["stats"]
+    assert base["gemm"] == [f"gemm_q4_k_q8_k_{sel}", sel, 32]
+    assert base["stats"]["64"] == [[0, f"gemm_q4_k_q8_k_{sel}"]], base["stats"]
     assert base["stats"]["8"] == [[8, rows_name]], base["stats"]
     hi, b = child(tmp_path, {"LOWBIT_KQ_GEMM_MIN_NT": "65"}, raw, act, n, "hi")
     assert hi["gemm"][2] == 65 and hi["stats"]["64"] == [[8, rows_name]], hi
@@ -223,7 +225,9 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
                            capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr
         runs[tag] = json.loads(p.stdout.strip().splitlines()[-1])
-    if lib.cpu_info()["selected"] == "avx512":
+    sel = lib.cpu_info()["selected"]
+    if sel in GEMM_LEVELS:
+        want = {w.replace("_avx512", f"_{sel}") for w in want}
         assert set(runs["on"]["100"]) == want and set(runs["on"]["40"]) & want, runs["on"]
         assert runs["on"]["1"] == [] and runs["on"]["8"] == [], runs["on"]
     assert all(v == [] for v in runs["off"].values()), runs["off"]

@@ -1,7 +1,9 @@
-// The GEMM tier for k-quants (Q4_K, Q5_K, Q6_K) against Q8_K activations: prompt chunks, MoE
-// experts with many routed tokens, large server steps. Shared body of
-// csrc/x86/avx512/gemm_kquants.cpp (LOWBIT_ISA = ISA_AVX512, LOWBIT_NS = avx512; built with
-// that level's flags only: VNNI's vpdpbusd / vpdpwssd on 512-bit vectors).
+// The GEMM tier: prompt chunks, MoE experts with many routed tokens, large server steps.
+// k-quants (Q4_K, Q5_K, Q6_K) x Q8_K, legacy Q4_0, Q8_0 x Q8_0 and Q4_1 x Q8_1, I2_S x I8_S.
+// Shared body of csrc/x86/{avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built with
+// its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
+// ymm with AVX-VNNI (avx2vnni). The avx2 level has none (see vdot). I2_S's GEMM is avx512's
+// only (avx2 / avx2vnni keep csrc/x86/ternary.inl's tile-decode GEMM, gated off).
 //
 // Contract (KernelEntry::gemm, csrc/kernels.h): out[t * out_stride + r] = dot(W[r], act[t])
 // for r in [r0, r1) and every t < nt (any nt >= 1), BITWISE the row kernels' result at this
@@ -39,6 +41,7 @@
 #pragma GCC diagnostic push
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 
@@ -57,22 +60,84 @@ namespace lowbit {
 namespace LOWBIT_NS {
 namespace {
 
-static_assert(LOWBIT_ISA == ISA_AVX512, "the k-quant GEMM is avx512 (VNNI) only");
 
 #define LB_GK_INLINE inline __attribute__((always_inline))
 
 constexpr int QK = 256;     // values per super-block
+
+// ---- the level's vectors: 16 tokens per zmm (avx512) or 8 per ymm (avx2vnni) ----------------
+// vdot(acc, a, w): acc + the sums of 4 products of unsigned bytes a and signed bytes w per
+// int32 lane (vpdpbusd); vdot16: acc + the int16 pair products (vpdpwssd). VNNI only: the avx2
+// level (vpmaddubsw + vpmaddwd + vpaddd for one vpdpbusd) has no GEMM: its microkernels spilled
+// (I7) at 2 and 3 rows; it runs the window kernels.
+#if defined(__AVX512F__)
 constexpr int LANES = 16;   // tokens per vector
 constexpr int MAXR = 4;     // rows per microkernel
-constexpr int MAXV = 2;     // lane vectors per microkernel
+constexpr int MAXV = 2;     // lane vectors per microkernel: R x V x 3 + V of 32 registers
+// a microkernel table [R][V] (R <= MAXR, V <= MAXV; index 0 unused): LB_GK_TABLE(mk_x<D,) is
+// {&mk_x<D, R, V>}, LB_GK_TABLE(mk_y<) is {&mk_y<R, V>}
+#define LB_GK_TABLE(...)                                                                      \
+    {{nullptr, nullptr, nullptr},                                                             \
+     {nullptr, &__VA_ARGS__ 1, 1>, &__VA_ARGS__ 1, 2>}, {nullptr, &__VA_ARGS__ 2, 1>, &__VA_ARGS__ 2, 2>}, \
+     {nullptr, &__VA_ARGS__ 3, 1>, &__VA_ARGS__ 3, 2>}, {nullptr, &__VA_ARGS__ 4, 1>, &__VA_ARGS__ 4, 2>}}
+using VI = __m512i;
+using VF = __m512;
+LB_GK_INLINE VI vset1(int32_t x) { return _mm512_set1_epi32(x); }
+LB_GK_INLINE VI vld(const void *p) { return _mm512_load_si512(p); }
+LB_GK_INLINE VI vdot(VI acc, VI a, VI w) { return _mm512_dpbusd_epi32(acc, a, w); }
+LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm512_dpwssd_epi32(acc, a, b); }
+LB_GK_INLINE VI vadd(VI a, VI b) { return _mm512_add_epi32(a, b); }
+LB_GK_INLINE VI vsub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+LB_GK_INLINE VI vmullo(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
+LB_GK_INLINE VF fcvt(VI a) { return _mm512_cvtepi32_ps(a); }
+LB_GK_INLINE VF fzero() { return _mm512_setzero_ps(); }
+LB_GK_INLINE VF fset1(float x) { return _mm512_set1_ps(x); }
+LB_GK_INLINE VF fld(const float *p) { return _mm512_load_ps(p); }
+LB_GK_INLINE VF fldu(const float *p) { return _mm512_loadu_ps(p); }
+LB_GK_INLINE void fst(float *p, VF v) { _mm512_storeu_ps(p, v); }
+LB_GK_INLINE VF fadd(VF a, VF b) { return _mm512_add_ps(a, b); }
+LB_GK_INLINE VF fmul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+LB_GK_INLINE VF fdiv(VF a, VF b) { return _mm512_div_ps(a, b); }
+LB_GK_INLINE VF ffma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+LB_GK_INLINE VF ffnma(VF a, VF b, VF c) { return _mm512_fnmadd_ps(a, b, c); }
+#else
+constexpr int LANES = 8;
+constexpr int MAXR = 3;     // 16 registers: R x V x 3 + V + the weight
+constexpr int MAXV = 1;
+#define LB_GK_TABLE(...) \
+    {{nullptr, nullptr}, {nullptr, &__VA_ARGS__ 1, 1>}, {nullptr, &__VA_ARGS__ 2, 1>}, {nullptr, &__VA_ARGS__ 3, 1>}}
+using VI = __m256i;
+using VF = __m256;
+LB_GK_INLINE VI vset1(int32_t x) { return _mm256_set1_epi32(x); }
+LB_GK_INLINE VI vld(const void *p) { return _mm256_load_si256((const __m256i *)p); }
+LB_GK_INLINE VI vdot(VI acc, VI a, VI w) { return _mm256_dpbusd_avx_epi32(acc, a, w); }
+LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
+LB_GK_INLINE VI vadd(VI a, VI b) { return _mm256_add_epi32(a, b); }
+LB_GK_INLINE VI vsub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+LB_GK_INLINE VI vmullo(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
+LB_GK_INLINE VF fcvt(VI a) { return _mm256_cvtepi32_ps(a); }
+LB_GK_INLINE VF fzero() { return _mm256_setzero_ps(); }
+LB_GK_INLINE VF fset1(float x) { return _mm256_set1_ps(x); }
+LB_GK_INLINE VF fld(const float *p) { return _mm256_load_ps(p); }
+LB_GK_INLINE VF fldu(const float *p) { return _mm256_loadu_ps(p); }
+LB_GK_INLINE void fst(float *p, VF v) { _mm256_storeu_ps(p, v); }
+LB_GK_INLINE VF fadd(VF a, VF b) { return _mm256_add_ps(a, b); }
+LB_GK_INLINE VF fmul(VF a, VF b) { return _mm256_mul_ps(a, b); }
+LB_GK_INLINE VF fdiv(VF a, VF b) { return _mm256_div_ps(a, b); }
+LB_GK_INLINE VF ffma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+LB_GK_INLINE VF ffnma(VF a, VF b, VF c) { return _mm256_fnmadd_ps(a, b, c); }
+#endif
+#if !defined(__AVX512VNNI__) && !defined(__AVXVNNI__)
+#error "gemm.inl needs VNNI (the avx2vnni or avx512 level)"
+#endif
 constexpr size_t Q8K_D = 0, Q8K_QS = 4, Q8K_BS = 260;
 static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 
 // One 16-token group's activations of one super-block.
 struct alignas(64) ActSB {
-    uint8_t q[64][64];   // [dword dw][lane l * 4 + k]: token l's q[4 dw + k] + 128
-    int32_t bs[8][16];   // [pair p][lane]: int16 (bsums[2p], bsums[2p + 1]) of token l
-    float d[16];         // [lane]: token l's d_a (0 for lanes past the chunk)
+    uint8_t q[64][LANES * 4];  // [dword dw][lane l * 4 + k]: token l's q[4 dw + k] + 128
+    int32_t bs[8][LANES];      // [pair p][lane]: int16 (bsums[2p], bsums[2p + 1]) of token l
+    float d[LANES];            // [lane]: token l's d_a (0 for lanes past the chunk)
 };
 // One row's super-block metadata (the codes are apart: 256 bytes per super-block).
 struct alignas(64) RowSB {
@@ -221,87 +286,87 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
 #define m(r) (m0 + (size_t)(r) * ms)
 #define act(v) (act0 + (size_t)(v) * ms)
     constexpr int DW = 64 / D::NSUB;  // dwords per sub-block
-    __m512 acc[R][V];
+    VF acc[R][V];
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
         #pragma GCC unroll 16
-        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+        for (int v = 0; v < V; ++v) acc[r][v] = fzero();
     for (int64_t b = 0; b < nb; ++b) {
-        __m512i I[R][V], dt[R][V];
+        VI I[R][V], dt[R][V];
         #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
             #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) I[r][v] = _mm512_setzero_si512();
+            for (int v = 0; v < V; ++v) I[r][v] = vset1(0);
         for (int s = 0; s < D::NSUB; ++s) {
             #pragma GCC unroll 16
             for (int r = 0; r < R; ++r)
                 #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) dt[r][v] = _mm512_setzero_si512();
+                for (int v = 0; v < V; ++v) dt[r][v] = vset1(0);
             #pragma GCC unroll 16
             for (int g = 0; g < DW; ++g) {
                 const int dw = s * DW + g;
-                __m512i a[V];
+                VI a[V];
                 #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) a[v] = _mm512_load_si512((const void *)act(v)[b].q[dw]);
+                for (int v = 0; v < V; ++v) a[v] = vld((const void *)act(v)[b].q[dw]);
                 #pragma GCC unroll 16
                 for (int r = 0; r < R; ++r) {
                     int32_t wv;
                     std::memcpy(&wv, u(r) + (size_t)b * QK + 4 * dw, 4);
-                    const __m512i w = _mm512_set1_epi32(wv);
+                    const VI w = vset1(wv);
                     #pragma GCC unroll 16
-                    for (int v = 0; v < V; ++v) dt[r][v] = _mm512_dpbusd_epi32(dt[r][v], a[v], w);
+                    for (int v = 0; v < V; ++v) dt[r][v] = vdot(dt[r][v], a[v], w);
                 }
             }
             #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const __m512i sc = _mm512_set1_epi32(m(r)[b].sc[s]);
+                const VI sc = vset1(m(r)[b].sc[s]);
                 #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) I[r][v] = _mm512_add_epi32(I[r][v], _mm512_mullo_epi32(dt[r][v], sc));
+                for (int v = 0; v < V; ++v) I[r][v] = vadd(I[r][v], vmullo(dt[r][v], sc));
             }
         }
         // M (the bsums term) in the dots' registers; the activations' +128 out of I
         #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
             #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) dt[r][v] = _mm512_setzero_si512();
+            for (int v = 0; v < V; ++v) dt[r][v] = vset1(0);
         #pragma GCC unroll 16
         for (int p = 0; p < 8; ++p) {
-            __m512i bs[V];
+            VI bs[V];
             #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) bs[v] = _mm512_load_si512((const void *)act(v)[b].bs[p]);
+            for (int v = 0; v < V; ++v) bs[v] = vld((const void *)act(v)[b].bs[p]);
             #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const __m512i c = _mm512_set1_epi32(m(r)[b].corr[p]);
+                const VI c = vset1(m(r)[b].corr[p]);
                 #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) dt[r][v] = _mm512_dpwssd_epi32(dt[r][v], bs[v], c);
+                for (int v = 0; v < V; ++v) dt[r][v] = vdot16(dt[r][v], bs[v], c);
             }
         }
         #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-            const __m512i C = _mm512_set1_epi32(m(r)[b].C);
+            const VI C = vset1(m(r)[b].C);
             #pragma GCC unroll 16
             for (int v = 0; v < V; ++v) {
-                I[r][v] = _mm512_sub_epi32(I[r][v], C);
-                if constexpr (!D::MINS) I[r][v] = _mm512_sub_epi32(I[r][v], dt[r][v]);
+                I[r][v] = vsub(I[r][v], C);
+                if constexpr (!D::MINS) I[r][v] = vsub(I[r][v], dt[r][v]);
             }
         }
         // the float steps (header): acc = fma(d * d_a, I, acc); acc = fnmadd(dmin * d_a, M, acc)
         #pragma GCC unroll 16
         for (int v = 0; v < V; ++v) {
-            const __m512 da = _mm512_load_ps(act(v)[b].d);
+            const VF da = fld(act(v)[b].d);
             #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                acc[r][v] = _mm512_fmadd_ps(_mm512_mul_ps(da, _mm512_set1_ps(m(r)[b].d)), _mm512_cvtepi32_ps(I[r][v]), acc[r][v]);
+                acc[r][v] = ffma(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v]), acc[r][v]);
                 if constexpr (D::MINS)
-                    acc[r][v] = _mm512_fnmadd_ps(_mm512_mul_ps(da, _mm512_set1_ps(m(r)[b].dmin)),
-                                                 _mm512_cvtepi32_ps(dt[r][v]), acc[r][v]);
+                    acc[r][v] = ffnma(fmul(da, fset1(m(r)[b].dmin)),
+                                                 fcvt(dt[r][v]), acc[r][v]);
             }
         }
     }
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
         #pragma GCC unroll 16
-        for (int v = 0; v < V; ++v) _mm512_storeu_ps(res + (size_t)(r * MAXV + v) * LANES, acc[r][v]);
+        for (int v = 0; v < V; ++v) fst(res + (size_t)(r * MAXV + v) * LANES, acc[r][v]);
 #undef u
 #undef m
 #undef act
@@ -310,13 +375,7 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
 template <class D>
 using MkFn = void (*)(const uint8_t *, const RowSB *, const ActSB *, int64_t, float *);
 template <class D>
-constexpr MkFn<D> kMk[MAXR + 1][MAXV + 1] = {
-    {nullptr, nullptr, nullptr},
-    {nullptr, &mk_gemm<D, 1, 1>, &mk_gemm<D, 1, 2>},
-    {nullptr, &mk_gemm<D, 2, 1>, &mk_gemm<D, 2, 2>},
-    {nullptr, &mk_gemm<D, 3, 1>, &mk_gemm<D, 3, 2>},
-    {nullptr, &mk_gemm<D, 4, 1>, &mk_gemm<D, 4, 2>},
-};
+constexpr MkFn<D> kMk[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm<D,);
 
 // ---- the activation panel: nt tokens of Q8_K rows -> ceil(nt / 16) groups of nb ActSB -----
 __attribute__((noinline)) void build_act_panel(const uint8_t *act, size_t act_stride, int nt, int64_t nb, ActSB *panel) {
@@ -424,9 +483,9 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // integer. Bounds: |sum (q_a + 128) w| <= 32 * 255 * 128 < 2^21.
 
 struct alignas(64) ActBlk {
-    uint8_t q[8][64];  // [dword][lane l * 4 + k]: token l's q[4 dword + k] + 128
-    float d[16];       // [lane] d_a (fp16 -> float); 0 for lanes past the chunk
-    float s[16];       // [lane] s_a of Q8_1 (fp16 -> float); 0 for Q8_0
+    uint8_t q[8][LANES * 4];  // [dword][lane l * 4 + k]: token l's q[4 dword + k] + 128
+    float d[LANES];           // [lane] d_a (fp16 -> float); 0 for lanes past the chunk
+    float s[LANES];           // [lane] s_a of Q8_1 (fp16 -> float); 0 for Q8_0
 };
 struct RowBlk {
     int32_t neg;       // -128 * sum(w)
@@ -480,49 +539,49 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 #define m(r) (m0 + (size_t)(r) * ms)
 #define act(v) (act0 + (size_t)(v) * ms)
     for (int c = 0; c < 8; ++c) {
-        __m512 acc[R][V];
+        VF acc[R][V];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+            for (int v = 0; v < V; ++v) acc[r][v] = fzero();
         for (int64_t b = c; b < nb; b += 8) {
-            __m512i dt[R][V];
+            VI dt[R][V];
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const __m512i neg = _mm512_set1_epi32(m(r)[b].neg);
+                const VI neg = vset1(m(r)[b].neg);
 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = neg;
             }
 #pragma GCC unroll 8
             for (int g = 0; g < 8; ++g) {
-                __m512i a[V];
+                VI a[V];
 #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) a[v] = _mm512_load_si512((const void *)act(v)[b].q[g]);
+                for (int v = 0; v < V; ++v) a[v] = vld((const void *)act(v)[b].q[g]);
 #pragma GCC unroll 16
                 for (int r = 0; r < R; ++r) {
                     int32_t wv;
                     std::memcpy(&wv, w(r) + (size_t)b * 32 + 4 * g, 4);
-                    const __m512i wb = _mm512_set1_epi32(wv);
+                    const VI wb = vset1(wv);
 #pragma GCC unroll 16
-                    for (int v = 0; v < V; ++v) dt[r][v] = _mm512_dpbusd_epi32(dt[r][v], a[v], wb);
+                    for (int v = 0; v < V; ++v) dt[r][v] = vdot(dt[r][v], a[v], wb);
                 }
             }
 #pragma GCC unroll 16
             for (int v = 0; v < V; ++v) {
-                const __m512 da = _mm512_load_ps(act(v)[b].d);
+                const VF da = fld(act(v)[b].d);
 #pragma GCC unroll 16
                 for (int r = 0; r < R; ++r) {
-                    acc[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dt[r][v]), _mm512_mul_ps(da, _mm512_set1_ps(m(r)[b].d)),
+                    acc[r][v] = ffma(fcvt(dt[r][v]), fmul(da, fset1(m(r)[b].d)),
                                                 acc[r][v]);
                     if constexpr (D::M)
-                        acc[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(m(r)[b].m), _mm512_load_ps(act(v)[b].s), acc[r][v]);
+                        acc[r][v] = ffma(fset1(m(r)[b].m), fld(act(v)[b].s), acc[r][v]);
                 }
             }
         }
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) _mm512_storeu_ps(cls + ((size_t)c * MAXR * MAXV + (size_t)(r * MAXV + v)) * LANES, acc[r][v]);
+            for (int v = 0; v < V; ++v) fst(cls + ((size_t)c * MAXR * MAXV + (size_t)(r * MAXV + v)) * LANES, acc[r][v]);
     }
     // the row kernels' final tree over the classes, lane by lane
 #pragma GCC unroll 16
@@ -530,12 +589,12 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 #pragma GCC unroll 16
         for (int v = 0; v < V; ++v) {
             const size_t o = (size_t)(r * MAXV + v) * LANES, cs = (size_t)MAXR * MAXV * LANES;
-            __m512 e[8];
+            VF e[8];
 #pragma GCC unroll 8
-            for (int c = 0; c < 8; ++c) e[c] = _mm512_loadu_ps(cls + c * cs + o);
-            const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])),
-                                           _mm512_add_ps(_mm512_add_ps(e[4], e[5]), _mm512_add_ps(e[6], e[7])));
-            _mm512_storeu_ps(res + o, t);
+            for (int c = 0; c < 8; ++c) e[c] = fldu(cls + c * cs + o);
+            const VF t = fadd(fadd(fadd(e[0], e[1]), fadd(e[2], e[3])),
+                                           fadd(fadd(e[4], e[5]), fadd(e[6], e[7])));
+            fst(res + o, t);
         }
 #undef w
 #undef m
@@ -545,13 +604,7 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 template <class D>
 using MkLegacyFn = void (*)(const int8_t *, const RowBlk *, const ActBlk *, int64_t, float *, float *);
 template <class D>
-constexpr MkLegacyFn<D> kMkLegacy[MAXR + 1][MAXV + 1] = {
-    {nullptr, nullptr, nullptr},
-    {nullptr, &mk_gemm_legacy<D, 1, 1>, &mk_gemm_legacy<D, 1, 2>},
-    {nullptr, &mk_gemm_legacy<D, 2, 1>, &mk_gemm_legacy<D, 2, 2>},
-    {nullptr, &mk_gemm_legacy<D, 3, 1>, &mk_gemm_legacy<D, 3, 2>},
-    {nullptr, &mk_gemm_legacy<D, 4, 1>, &mk_gemm_legacy<D, 4, 2>},
-};
+constexpr MkLegacyFn<D> kMkLegacy[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm_legacy<D,);
 
 // nt tokens of Q8_0 (34-byte) or Q8_1 (36-byte) blocks -> ceil(nt / 16) groups of nb ActBlk
 template <bool Q8_1>
@@ -637,8 +690,8 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // decoded to bytes 0..3 in natural order (valid as vpdpbusd's signed operand), the activations
 // carry +128: raw = S + 128 * sum(codes), exact in int32 for n <= 2^22 (255 * 3 * n).
 struct alignas(64) ActI2s {  // one 16-token group's header (the codes follow: n / 4 x 64 bytes)
-    float scale[16];          // act_scale per lane (1 for lanes past the chunk)
-    int32_t sum[16];          // act_sum per lane
+    float scale[LANES];       // act_scale per lane (1 for lanes past the chunk)
+    int32_t sum[LANES];       // act_sum per lane
 };
 
 template <int R, int V>
@@ -648,35 +701,35 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
 #define c(r) (c0 + (size_t)(r) * cs)
 #define actq(v) (act0 + (size_t)(v) * act_gs + sizeof(ActI2s))
 #define acth(v) ((const ActI2s *)(act0 + (size_t)(v) * act_gs))
-    __m512i dt[R][V];
+    VI dt[R][V];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-        const __m512i ng = _mm512_set1_epi32(neg[r]);
+        const VI ng = vset1(neg[r]);
 #pragma GCC unroll 16
         for (int v = 0; v < V; ++v) dt[r][v] = ng;
     }
     for (int64_t dw = 0; dw < n / 4; ++dw) {
-        __m512i a[V];
+        VI a[V];
 #pragma GCC unroll 16
-        for (int v = 0; v < V; ++v) a[v] = _mm512_load_si512((const void *)(actq(v) + (size_t)dw * 64));
+        for (int v = 0; v < V; ++v) a[v] = vld((const void *)(actq(v) + (size_t)dw * LANES * 4));
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             int32_t wv;
             std::memcpy(&wv, c(r) + 4 * dw, 4);
-            const __m512i wb = _mm512_set1_epi32(wv);
+            const VI wb = vset1(wv);
 #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) dt[r][v] = _mm512_dpbusd_epi32(dt[r][v], a[v], wb);
+            for (int v = 0; v < V; ++v) dt[r][v] = vdot(dt[r][v], a[v], wb);
         }
     }
-    const __m512 ws = _mm512_set1_ps(w_scale);
+    const VF ws = fset1(w_scale);
 #pragma GCC unroll 16
     for (int v = 0; v < V; ++v) {
-        const __m512i sum = _mm512_load_si512((const void *)acth(v)->sum);
-        const __m512 sc = _mm512_load_ps(acth(v)->scale);
+        const VI sum = vld((const void *)acth(v)->sum);
+        const VF sc = fld(acth(v)->scale);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-            const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(dt[r][v], sum));
-            _mm512_storeu_ps(res + (size_t)(r * MAXV + v) * LANES, _mm512_mul_ps(_mm512_div_ps(f, sc), ws));
+            const VF f = fcvt(vsub(dt[r][v], sum));
+            fst(res + (size_t)(r * MAXV + v) * LANES, fmul(fdiv(f, sc), ws));
         }
     }
 #undef c
@@ -685,13 +738,7 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
 }
 
 using MkI2sFn = void (*)(const uint8_t *, const int32_t *, const uint8_t *, size_t, int64_t, float, float *);
-constexpr MkI2sFn kMkI2s[MAXR + 1][MAXV + 1] = {
-    {nullptr, nullptr, nullptr},
-    {nullptr, &mk_gemm_i2s<1, 1>, &mk_gemm_i2s<1, 2>},
-    {nullptr, &mk_gemm_i2s<2, 1>, &mk_gemm_i2s<2, 2>},
-    {nullptr, &mk_gemm_i2s<3, 1>, &mk_gemm_i2s<3, 2>},
-    {nullptr, &mk_gemm_i2s<4, 1>, &mk_gemm_i2s<4, 2>},
-};
+constexpr MkI2sFn kMkI2s[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm_i2s<);
 
 // nt I8_S rows (float scale, int32 sum, int8 q[n]) -> ceil(nt / 16) groups of act_gs bytes
 __attribute__((noinline)) void build_act_panel_i2s(const uint8_t *act, size_t act_stride, int nt, int64_t n,
@@ -703,7 +750,7 @@ __attribute__((noinline)) void build_act_panel_i2s(const uint8_t *act, size_t ac
         for (int l = 0; l < LANES; ++l) {
             const int t = g * LANES + l;
             if (t >= nt) {
-                for (int64_t dw = 0; dw < n / 4; ++dw) std::memset(q + (size_t)dw * 64 + 4 * l, 0x80, 4);
+                for (int64_t dw = 0; dw < n / 4; ++dw) std::memset(q + (size_t)dw * LANES * 4 + 4 * l, 0x80, 4);
                 H.scale[l] = 1.0f, H.sum[l] = 0;
                 continue;
             }
@@ -714,7 +761,7 @@ __attribute__((noinline)) void build_act_panel_i2s(const uint8_t *act, size_t ac
                 uint32_t v;
                 std::memcpy(&v, y + I8S_HEADER + 4 * dw, 4);
                 v ^= 0x80808080u;
-                std::memcpy(q + (size_t)dw * 64 + 4 * l, &v, 4);
+                std::memcpy(q + (size_t)dw * LANES * 4 + 4 * l, &v, 4);
             }
         }
     }
@@ -747,7 +794,7 @@ __attribute__((noinline)) void decode_tile_i2s(const RowArgs &a, int64_t rb, int
 void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
     const int ng = (nt + LANES - 1) / LANES;
-    const size_t act_gs = sizeof(ActI2s) + (size_t)(a.n / 4) * 64;
+    const size_t act_gs = sizeof(ActI2s) + (size_t)(a.n / 4) * LANES * 4;
     uint8_t *panel = (uint8_t *)act_s.get((size_t)ng * act_gs);
     build_act_panel_i2s(a.act, a.act_stride, nt, a.n, panel, act_gs);
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / (size_t)a.n) & ~(int64_t)3, 4, 64);
@@ -811,15 +858,20 @@ void register_gemm(KernelTable &t) {
     setl(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS));
     setl(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS));
     setl(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS));
+#if defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
     const char *gi = std::getenv("LOWBIT_I2S_GEMM_MIN_NT");
     auto &ei = t.at(T_I2_S);
     ei.gemm = RowKernel{&gemm_i2s, "gemm_i2_s_i8_s_" LB_GK_STR(LOWBIT_NS), LOWBIT_ISA};
     ei.gemm_min_nt = gi && *gi ? std::atoi(gi) : kI2sLanesGemmMinNt;
+#else
+    (void)&gemm_i2s;
+#endif
 }
 
 #undef LB_GK_STR
+#undef LB_GK_TABLE
 #undef LB_GK_STR2
 #undef LB_GK_INLINE
 

@@ -13,6 +13,7 @@ void register_float(KernelTable &t);
 void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
 void register_act(KernelTable &t);
+void register_gemm(KernelTable &t);  // the GEMM tier (gemm.cpp)
 }  // namespace avx2vnni
 
 void register_avx2vnni(KernelTable &t) {
@@ -22,6 +23,7 @@ void register_avx2vnni(KernelTable &t) {
     avx2vnni::register_ternary(t);
     avx2vnni::register_iquants(t);
     avx2vnni::register_act(t);
+    avx2vnni::register_gemm(t);
     (void)t;
 }
 
