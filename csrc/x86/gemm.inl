@@ -29,10 +29,10 @@
 // Bounds (int32, exact): a sub-block's dot <= 32 * 255 * 63 = 514080; times |sc| <= 128 and
 // summed over 8 or 16 sub-blocks: < 2^27 (Q6_K 16 x 16 x 255 x 63 x 128 < 2^31 too).
 //
-// Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens), registers: V activation
-// vectors, R x V sub-block dots, R x V super-block sums I, R x V float accumulators (26 of
-// 32 zmm at R = 4, V = 2); the mins/offset sums M reuse the dots' registers after the
-// sub-block loop. Per super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld +
+// Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens; avx2vnni 3 x 1 of 8),
+// registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (18 of 32
+// zmm at R = 4, V = 2); the float accumulators stay in L1 (one load and store per
+// super-block), the mins/offset sums M are formed row by row after the sub-block loop. Per super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld +
 // vpaddd) + 8 vpdpwssd + 6 float ops.
 //
 // Blocking: a call decodes its rows in tiles of <= 64 rows (their codes <= ~256 KB, L2), and
@@ -286,11 +286,12 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
 #define m(r) (m0 + (size_t)(r) * ms)
 #define act(v) (act0 + (size_t)(v) * ms)
     constexpr int DW = 64 / D::NSUB;  // dwords per sub-block
-    VF acc[R][V];
+    // The float accumulators live in res (L1), loaded and stored once per super-block and
+    // (row, lane vector): the registers go to the integer sums (no spills under GCC or clang, I7).
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
         #pragma GCC unroll 16
-        for (int v = 0; v < V; ++v) acc[r][v] = fzero();
+        for (int v = 0; v < V; ++v) fst(res + (size_t)(r * MAXV + v) * LANES, fzero());
     for (int64_t b = 0; b < nb; ++b) {
         VI I[R][V], dt[R][V];
         #pragma GCC unroll 16
@@ -324,49 +325,33 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                 for (int v = 0; v < V; ++v) I[r][v] = vadd(I[r][v], vmullo(dt[r][v], sc));
             }
         }
-        // M (the bsums term) in the dots' registers; the activations' +128 out of I
-        #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-            #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) dt[r][v] = vset1(0);
-        #pragma GCC unroll 16
-        for (int p = 0; p < 8; ++p) {
-            VI bs[V];
-            #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) bs[v] = vld((const void *)act(v)[b].bs[p]);
-            #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) {
-                const VI c = vset1(m(r)[b].corr[p]);
-                #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) dt[r][v] = vdot16(dt[r][v], bs[v], c);
-            }
-        }
+        // Row by row (so that only V vectors of M are live besides I and acc): M (the bsums
+        // term), the activations' +128 out of I, then the float steps (header):
+        //   acc = fma(d * d_a, I, acc);   acc = fnmadd(dmin * d_a, M, acc)
         #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
+            VI M[V];
+            #pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) M[v] = vset1(0);
+            #pragma GCC unroll 8
+            for (int p = 0; p < 8; ++p) {
+                const VI c = vset1(m(r)[b].corr[p]);
+                #pragma GCC unroll 16
+                for (int v = 0; v < V; ++v) M[v] = vdot16(M[v], vld((const void *)act(v)[b].bs[p]), c);
+            }
             const VI C = vset1(m(r)[b].C);
             #pragma GCC unroll 16
             for (int v = 0; v < V; ++v) {
                 I[r][v] = vsub(I[r][v], C);
-                if constexpr (!D::MINS) I[r][v] = vsub(I[r][v], dt[r][v]);
-            }
-        }
-        // the float steps (header): acc = fma(d * d_a, I, acc); acc = fnmadd(dmin * d_a, M, acc)
-        #pragma GCC unroll 16
-        for (int v = 0; v < V; ++v) {
-            const VF da = fld(act(v)[b].d);
-            #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) {
-                acc[r][v] = ffma(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v]), acc[r][v]);
-                if constexpr (D::MINS)
-                    acc[r][v] = ffnma(fmul(da, fset1(m(r)[b].dmin)),
-                                                 fcvt(dt[r][v]), acc[r][v]);
+                if constexpr (!D::MINS) I[r][v] = vsub(I[r][v], M[v]);
+                const VF da = fld(act(v)[b].d);
+                float *o = res + (size_t)(r * MAXV + v) * LANES;
+                VF acc = ffma(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v]), fldu(o));
+                if constexpr (D::MINS) acc = ffnma(fmul(da, fset1(m(r)[b].dmin)), fcvt(M[v]), acc);
+                fst(o, acc);
             }
         }
     }
-    #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-        #pragma GCC unroll 16
-        for (int v = 0; v < V; ++v) fst(res + (size_t)(r * MAXV + v) * LANES, acc[r][v]);
 #undef u
 #undef m
 #undef act
