@@ -13,3 +13,21 @@ def llama_greedy(llm, prompt_ids, n):
         ids.append(tok)
         llm.eval([tok])
     return ids, np.array(llm.scores[: len(ids)])
+
+
+def llama_perplexity(llm, text: str, ctx: int) -> tuple[float, int]:
+    """llama.cpp's perplexity of `text` by lowbit.perplexity's method (chunks of ctx tokens, the
+    second half of each scored, chunk_nll's arithmetic on llama.cpp's logits): (ppl, tokens)."""
+    import numpy as np
+
+    from lowbit.perplexity import chunk_nll
+    toks = llm.tokenize(text.encode(), add_bos=False)
+    nll, count = 0.0, 0
+    for c in range(len(toks) // ctx):
+        chunk = toks[c * ctx:(c + 1) * ctx]
+        llm.reset()
+        llm.eval(chunk)
+        logits = np.array(llm.scores[:ctx])
+        nll += chunk_nll(logits[ctx // 2:ctx - 1], np.asarray(chunk[ctx // 2 + 1:])).sum()
+        count += ctx - 1 - ctx // 2
+    return float(np.exp(nll / count)), count

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import llama_greedy
+from llama_ref import llama_greedy, llama_perplexity
 from lowbit.gguf import GGUFError
 
 PROMPTS = [
@@ -117,21 +117,12 @@ def test_perplexity_matches_llama_cpp(model, llm):
     int8 rounding flips move single-token log-likelihoods by ~0.085 nats on both sides, and the
     two texts alone differ from llama.cpp by +0.49% (ppl.txt, 756 tokens) and +0.64% (the
     passage, 441 tokens) where together they differ by -0.01%."""
-    from lowbit.perplexity import chunk_nll, perplexity
+    from lowbit.perplexity import perplexity
     text = open(os.path.join(os.path.dirname(__file__), "data", "ppl.txt"), encoding="utf-8").read()
     text += "\n\n" + open(os.path.join(os.path.dirname(lowbit.__file__), "data", "passage.txt"), encoding="utf-8").read()
     ctx = 128
     ours, n = perplexity(model, text, ctx=ctx, progress=False)
-    toks = llm.tokenize(text.encode(), add_bos=False)
-    nll, count = 0.0, 0
-    for c in range(len(toks) // ctx):
-        chunk = toks[c * ctx:(c + 1) * ctx]
-        llm.reset()
-        llm.eval(chunk)
-        logits = np.array(llm.scores[:ctx])
-        nll += chunk_nll(logits[ctx // 2:ctx - 1], np.asarray(chunk[ctx // 2 + 1:])).sum()
-        count += ctx - 1 - ctx // 2
-    theirs = float(np.exp(nll / count))
+    theirs, count = llama_perplexity(llm, text, ctx)
     assert count == n
     print(f"\nperplexity lowbit {ours:.4f} llama.cpp {theirs:.4f} ({n} tokens)")
     assert abs(ours - theirs) <= 0.005 * theirs

@@ -58,22 +58,13 @@ def test_glm4moe_config(glm_path):
 def test_perplexity_matches_llama_cpp(which, request):
     """llama.cpp's method (the second half of each 128-token chunk scored), lowbit.perplexity's
     code for lowbit, the same arithmetic on llama.cpp's logits."""
-    from lowbit.perplexity import chunk_nll, perplexity
+    from lowbit.perplexity import perplexity
     path, llm, run = family(which, request)
     m = lowbit.load(path, n_ctx=128, threads=2)
     text = open(os.path.join(os.path.dirname(lowbit.__file__), "data", "passage.txt"), encoding="utf-8").read()
     ctx = 128
     ours, n = perplexity(m, text, ctx=ctx, progress=False)
-    toks = llm.tokenize(text.encode(), add_bos=False)
-    nll, count = 0.0, 0
-    for c in range(len(toks) // ctx):
-        chunk = toks[c * ctx:(c + 1) * ctx]
-        llm.reset()
-        llm.eval(chunk)
-        logits = np.array(llm.scores[:ctx])
-        nll += chunk_nll(logits[ctx // 2:ctx - 1], np.asarray(chunk[ctx // 2 + 1:])).sum()
-        count += ctx - 1 - ctx // 2
-    theirs = float(np.exp(nll / count))
+    theirs, count = llama_perplexity(llm, text, ctx)
     assert count == n and n >= 100
     print(f"\n{which} perplexity lowbit {ours:.4f} llama.cpp {theirs:.4f} ({n} tokens)")
     assert abs(ours - theirs) <= 0.005 * theirs
@@ -124,7 +115,7 @@ def test_glm4moe_softmax_gating_with_bias(tmp_path, monkeypatch):
     """expert_gating_func 1 (softmax) with exp_probs_b: llama.cpp still adds the bias for choosing
     (build_moe_ffn), and so does lowbit; q/k norms on (GLM-4.5 355B's). Top-1 against llama.cpp."""
     from gemma_glm_models import peer
-    from llama_ref import llama_greedy
+    from llama_ref import llama_greedy, llama_perplexity
     path = synth_moe(tmp_path / "glm-softmax.gguf", **dict(GLM, layers=2, gating="softmax", qk_norm=True, seed=11))
     m = lowbit.load(path, n_ctx=128, threads=2)
     assert m.config.expert_gating == "softmax" and m.config.exp_probs_b and m.config.qk_norm

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import llama_greedy
+from llama_ref import llama_greedy, llama_perplexity
 from lowbit.synth import synth_moe
 
 PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
@@ -83,21 +83,12 @@ def test_matches_llama_cpp(path, llm):
 def test_perplexity_matches_llama_cpp(path, llm):
     """llama.cpp's method (the second half of each 128-token chunk scored), lowbit.perplexity's
     code for lowbit, the same arithmetic on llama.cpp's logits."""
-    from lowbit.perplexity import chunk_nll, perplexity
+    from lowbit.perplexity import perplexity
     m = lowbit.load(path, n_ctx=128, threads=2)
     text = open(os.path.join(os.path.dirname(lowbit.__file__), "data", "passage.txt"), encoding="utf-8").read()
     ctx = 128
     ours, n = perplexity(m, text, ctx=ctx, progress=False)
-    toks = llm.tokenize(text.encode(), add_bos=False)
-    nll, count = 0.0, 0
-    for c in range(len(toks) // ctx):
-        chunk = toks[c * ctx:(c + 1) * ctx]
-        llm.reset()
-        llm.eval(chunk)
-        logits = np.array(llm.scores[:ctx])
-        nll += chunk_nll(logits[ctx // 2:ctx - 1], np.asarray(chunk[ctx // 2 + 1:])).sum()
-        count += ctx - 1 - ctx // 2
-    theirs = float(np.exp(nll / count))
+    theirs, count = llama_perplexity(llm, text, ctx)
     assert count == n and n >= 100
     print(f"\ngpt-oss perplexity lowbit {ours:.4f} llama.cpp {theirs:.4f} ({n} tokens)")
     assert abs(ours - theirs) <= 0.005 * theirs
