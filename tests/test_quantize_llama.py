@@ -176,7 +176,13 @@ GRID_CASES = [("dense", "IQ2_XS"), ("dense", "IQ3_XXS"), ("odd", "IQ2_XS"), ("od
 @pytest.mark.parametrize("model, mix", GRID_CASES)
 def test_grid_iquant_mix_with_imatrix_equals_llama_model_quantize(models, tmp_path, model, mix):
     src = models[model]
-    im = _random_imatrix(src, np.random.default_rng(11))
+    rng = np.random.default_rng(11)
+    im = _random_imatrix(src, rng)
+    with gguf.open(src) as f:  # llama-imatrix also collects the output head's activations
+        if "output.weight" in f.tensors:
+            n = f.tensors["output.weight"].n
+            im.entries["output.weight"] = Stats((rng.standard_normal((1, n)) ** 2 * 50).astype(np.float32),
+                                                np.array([300]))
     path = tmp_path / "imatrix.gguf"
     save_gguf(im, path)
     from lowbit.imatrix import read_imatrix
