@@ -23,14 +23,15 @@ import time
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("src", nargs="?")
-    ap.add_argument("--formats", action="store_true", help="per-format quantizer table (no file)")
+    ap.add_argument("--formats", nargs="*", default=None, metavar="FMT",
+                    help="per-format quantizer table (no file): these formats, or all")
     ap.add_argument("--types", nargs="+", default=["Q8_0", "Q4_K_M", "Q6_K", "Q5_K_S", "Q3_K_M", "IQ4_XS"])
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--imatrix", default=None, help="importance matrix for both (GGUF or legacy .dat)")
     a = ap.parse_args()
-    if a.formats:
-        return formats_table()
+    if a.formats is not None:
+        return formats_table(a.formats)
     if not a.src:
         ap.error("give SRC.gguf (or --formats)")
 
@@ -101,7 +102,7 @@ def main() -> None:
 GRID = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]
 
 
-def formats_table() -> None:
+def formats_table(only: list[str]) -> None:
     """256 rows x 4096 random normal values, importance weights x^2 of a random normal where the
     format reads them; one thread; min of 5; ratios in one run."""
     import time
@@ -118,6 +119,8 @@ def formats_table() -> None:
     print("|---|---|---|---|---|---|")
     for f in ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
               "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"] + GRID:
+        if only and f not in only:
+            continue
         if f in GRID:  # grid tables built before timing (ggml: at its first call)
             g.quantize(f, w[:1, :256], imatrix=im[:256])
             kernels.quantize(f, w[:1, :256], imatrix=im[:256])

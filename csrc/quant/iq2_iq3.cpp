@@ -45,10 +45,13 @@ struct Search {
 // xval[bs] = |x| (after the parity flip), weight[bs], waux = sqrt(weight). Finds the block's
 // levels L[bs] (each group a grid point) and returns its scale (>= 0 after a sign flip of
 // signs[bs/8], which the caller stores). scale0 / max: the fan's start and divisor.
+// BS (= s.bs) and G (= grid.group) are template parameters: the loops over a block and a
+// group unroll.
+template <int BS, int G>
 float search_block(const Search &s, const GridIndex &grid, const float *xval, const float *weight,
                    const float *waux, float scale0, float max, int8_t *L, uint8_t *signs) {
-    const int g = grid.group, ng = s.bs / g;
-    int8_t Laux[32];
+    constexpr int g = G, ng = BS / G, bits = G == 8 ? 2 : 3;  // (= grid.bits)
+    int8_t Laux[BS];
     bool on_grid[8], on_grid_aux[8];
     float scale = scale0, best = 0;
     for (int k = 0; k < ng; ++k) on_grid[k] = s.refit != Search::kAllIfOffGrid;
@@ -60,14 +63,14 @@ float search_block(const Search &s, const GridIndex &grid, const float *xval, co
             for (int i = 0; i < g; ++i) {
                 const int l = nearest_int(0.5f * (id * xval[g * k + i] - 1));
                 Laux[g * k + i] = (int8_t)std::max(0, std::min(s.kmax - 1, l));
-                key |= (uint32_t)Laux[g * k + i] << (grid.bits * i);
+                key |= (uint32_t)Laux[g * k + i] << (bits * i);
             }
             on_grid_aux[k] = grid.map[key] >= 0;
             if (!on_grid_aux[k])
-                nearest_grid_point(grid, key, xval + g * k, waux + g * k, this_scale, Laux + g * k);
+                nearest_grid_point<G>(grid, key, xval + g * k, waux + g * k, this_scale, Laux + g * k);
         }
         float sumqx = 0, sumq2 = 0;
-        for (int i = 0; i < s.bs; ++i) {
+        for (int i = 0; i < BS; ++i) {
             const float w = weight[i];
             const float q = (float)(2 * Laux[i] + 1);
             sumqx += w * xval[i] * q;
@@ -76,7 +79,7 @@ float search_block(const Search &s, const GridIndex &grid, const float *xval, co
         if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
             scale = sumqx / sumq2;
             best = scale * sumqx;
-            std::memcpy(L, Laux, (size_t)s.bs);
+            std::memcpy(L, Laux, (size_t)BS);
             for (int k = 0; k < ng; ++k) on_grid[k] = on_grid_aux[k];
         }
     }
@@ -90,12 +93,12 @@ float search_block(const Search &s, const GridIndex &grid, const float *xval, co
             for (int i = 0; i < g; ++i) {
                 const int l = std::max(0, std::min(s.kmax - 1, nearest_int(0.5f * (id * xval[g * k + i] - 1))));
                 L[g * k + i] = (int8_t)l;
-                key |= (uint32_t)l << (grid.bits * i);
+                key |= (uint32_t)l << (bits * i);
             }
-            if (grid.map[key] < 0) nearest_grid_point(grid, key, xval + g * k, waux + g * k, scale, L + g * k);
+            if (grid.map[key] < 0) nearest_grid_point<G>(grid, key, xval + g * k, waux + g * k, scale, L + g * k);
         }
         float sumqx = 0, sumq2 = 0;
-        for (int i = 0; i < s.bs; ++i) {
+        for (int i = 0; i < BS; ++i) {
             const float w = weight[i];
             const float q = (float)(2 * L[i] + 1);
             sumqx += w * xval[i] * q;
@@ -105,7 +108,7 @@ float search_block(const Search &s, const GridIndex &grid, const float *xval, co
     }
     if (scale < 0) {  // (ggml: "should never happen") the stored scale is unsigned: flip the signs
         scale = -scale;
-        for (int k = 0; k < s.bs / 8; ++k) signs[k] = (uint8_t)(s.even_signs ? ~signs[k] & 127 : ~signs[k]);
+        for (int k = 0; k < BS / 8; ++k) signs[k] = (uint8_t)(s.even_signs ? ~signs[k] & 127 : ~signs[k]);
     }
     return scale;
 }
@@ -225,7 +228,7 @@ void row_iq2_xxs(const float *x, uint8_t *y8, int64_t n, const float *qw) {
                 continue;
             }
             // (the fan's start is make_qp_quants' scale; its levels L are replaced by the fan's)
-            scale = search_block(s, grid, xval, weight, waux, scale, eff_max, L, signs);
+            scale = search_block<32, 8>(s, grid, xval, weight, waux, scale, eff_max, L, signs);
             for (int k = 0; k < 4; ++k) {
                 q2[2 * ib + 0] |= (uint32_t)grid_point_of(grid, L + 8 * k) << 8 * k;
                 q2[2 * ib + 1] |= (uint32_t)signs[k] << 7 * k;
@@ -272,7 +275,7 @@ void row_iq2_xs(const float *x, uint8_t *y8, int64_t n, const float *qw) {
                 scales[ib] = 0;
                 continue;
             }
-            const float scale = search_block(s, grid, xval, weight, waux, max / (2 * s.kmax - 1), max, L, signs);
+            const float scale = search_block<16, 8>(s, grid, xval, weight, waux, max / (2 * s.kmax - 1), max, L, signs);
             for (int k = 0; k < 2; ++k) q2[2 * ib + k] = (uint16_t)(grid_point_of(grid, L + 8 * k) | (signs[k] << 9));
             scales[ib] = scale;
             max_scale = cmax(max_scale, scale);
@@ -319,7 +322,7 @@ void row_iq2_s(const float *x, uint8_t *y8, int64_t n, const float *qw) {
                 scales[ib] = 0;
                 continue;
             }
-            const float scale = search_block(s, grid, xval, weight, waux, max / (2 * s.kmax - 1), max, L, signs);
+            const float scale = search_block<16, 8>(s, grid, xval, weight, waux, max / (2 * s.kmax - 1), max, L, signs);
             for (int k = 0; k < 2; ++k) {
                 const int gi = grid_point_of(grid, L + 8 * k), i8 = 2 * ib + k;
                 y[ibl].qs[i8] = (uint8_t)(gi & 255);
@@ -369,7 +372,7 @@ void row_iq3_xxs(const float *x, uint8_t *y8, int64_t n, const float *qw) {
                 scales[ib] = 0;
                 continue;
             }
-            const float scale = search_block(s, grid, xval, weight, waux, max / (2 * s.kmax - 1), max, L, signs);
+            const float scale = search_block<32, 4>(s, grid, xval, weight, waux, max / (2 * s.kmax - 1), max, L, signs);
             for (int k = 0; k < 8; ++k) q3[8 * ib + k] = (uint8_t)grid_point_of(grid, L + 4 * k);
             signs_scales[ib] = (uint32_t)signs[0] | (uint32_t)signs[1] << 7 | (uint32_t)signs[2] << 14 |
                                (uint32_t)signs[3] << 21;
@@ -419,7 +422,7 @@ void row_iq3_s(const float *x, uint8_t *y8, int64_t n, const float *qw) {
                 scales[ib] = 0;
                 continue;
             }
-            const float scale = search_block(s, grid, xval, weight, waux, max / (2 * s.kmax - 1), max, L, signs);
+            const float scale = search_block<32, 4>(s, grid, xval, weight, waux, max / (2 * s.kmax - 1), max, L, signs);
             for (int k = 0; k < bs / 4; ++k) {
                 const int gi = grid_point_of(grid, L + 4 * k), i4 = ib * (bs / 4) + k;
                 qs[k] = (uint8_t)(gi & 255);

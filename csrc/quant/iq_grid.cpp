@@ -45,6 +45,8 @@ GridIndex build(const P *points, int size, int group, int bits, int nwant) {
         g.map[key] = p;
         on_grid[key] = true;
     }
+    g.odd.resize(g.level.size());
+    for (size_t i = 0; i < g.level.size(); ++i) g.odd[i] = (float)(2 * g.level[i] + 1);
 
     // Neighbour lists of the keys whose levels are all < nlevels (the searches clamp every
     // level into that range, so no other key is ever looked up). Distances are small

@@ -19,6 +19,7 @@ struct GridIndex {
     // byte among the grid's distinct bytes: IQ2 8/25/43 -> 0/1/2, IQ1 -1/0/+1 -> 0/1/2,
     // IQ3 -> 0..7). ggml's search works on the odd integers 2*level + 1.
     std::vector<int8_t> level;
+    std::vector<float> odd;  // odd[p * group + i] = 2 * level + 1, the search's values as floats
     // map[key], key = sum(level_i << bits*i): the grid point with that key, or -(o + 1) where
     // neighbours[o] = count and neighbours[o + 1 .. o + count] are the grid points nearest to
     // the key (squared distance of the 2*level + 1 vectors; every point at the nwant smallest
@@ -27,6 +28,7 @@ struct GridIndex {
     std::vector<uint16_t> neighbours;
 
     const int8_t *point(int p) const { return level.data() + (size_t)p * group; }
+    const float *odd_point(int p) const { return odd.data() + (size_t)p * group; }
     // the neighbour list of an off-grid key: count, then grid indices
     const uint16_t *near(uint32_t key) const { return neighbours.data() + (-map[key] - 1); }
 };
