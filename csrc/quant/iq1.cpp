@@ -54,14 +54,35 @@ void sort_values(const float *xb, int bs, Pair *order) {
 int nearest_iq1_point(const GridIndex &g, uint32_t key, const float *x, const float *w, float scale,
                       const float *xx, int8_t *L) {
     const uint16_t *nb = g.near(key);
+    const int count = nb[0];
     float best_d2 = FLT_MAX;
     int best = -1;
-    for (int j = 1; j <= nb[0]; ++j) {
+    int j = 1;
+    // four neighbours' distances side by side (independent chains, each in ggml's order)
+    for (; j + 3 <= count; j += 4) {
+        const int8_t *p0 = g.point(nb[j]), *p1 = g.point(nb[j + 1]), *p2 = g.point(nb[j + 2]), *p3 = g.point(nb[j + 3]);
+        float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+        for (int i = 0; i < 8; ++i) {
+            const float e0 = scale * xx[p0[i]] - x[i], e1 = scale * xx[p1[i]] - x[i];
+            const float e2 = scale * xx[p2[i]] - x[i], e3 = scale * xx[p3[i]] - x[i];
+            d0 += w[i] * e0 * e0;
+            d1 += w[i] * e1 * e1;
+            d2 += w[i] * e2 * e2;
+            d3 += w[i] * e3 * e3;
+        }
+        const float d[4] = {d0, d1, d2, d3};
+        for (int t = 0; t < 4; ++t) {
+            if (d[t] < best_d2) {
+                best_d2 = d[t];
+                best = nb[j + t];
+            }
+        }
+    }
+    for (; j <= count; ++j) {
         const int8_t *pl = g.point(nb[j]);
         float d2 = 0;
         for (int i = 0; i < 8; ++i) {
-            const float q = xx[pl[i]];
-            const float diff = scale * q - x[i];
+            const float diff = scale * xx[pl[i]] - x[i];
             d2 += w[i] * diff * diff;
         }
         if (d2 < best_d2) {
