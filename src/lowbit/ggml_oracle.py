@@ -47,11 +47,20 @@ def _lib_dir() -> str:
     return d
 
 
+def _soname_file(d: str, name: str) -> str:
+    """The file of `name` that llama_cpp's libllama loads (its soname, name.so.0), so that the
+    oracle and llama.cpp share one ggml in a process (the wheel ships copies, not symlinks: by
+    the plain name.so ggml would be loaded twice, and its i-quant grid tables, up to 19 s each
+    to build, built twice); name.so where there is no .so.0 (another build of ggml)."""
+    so0 = os.path.join(d, name + ".so.0")
+    return so0 if os.path.exists(so0) else os.path.join(d, name + ".so")
+
+
 class Ggml:
     def __init__(self):
         d = self.lib_dir = _lib_dir()
-        self.base = ctypes.CDLL(os.path.join(d, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
-        self.cpu = ctypes.CDLL(os.path.join(d, "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
+        self.base = ctypes.CDLL(_soname_file(d, "libggml-base"), mode=ctypes.RTLD_GLOBAL)
+        self.cpu = ctypes.CDLL(_soname_file(d, "libggml-cpu"), mode=ctypes.RTLD_GLOBAL)
         self.cpu.ggml_cpu_init()
         self.cpu.ggml_get_type_traits_cpu.restype = ctypes.POINTER(_TraitsCpu)
         self.cpu.ggml_get_type_traits_cpu.argtypes = [ctypes.c_int]
