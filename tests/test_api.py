@@ -28,7 +28,7 @@ X = np.ones((2, 32), np.float32)
     (lambda: K.matmul("Q4_0", RAW, X, threads=0), ValueError, "threads"),
     (lambda: K.quantize_act("Q4_0", X), ValueError, "not an activation format"),
     (lambda: K.quantize_act("Q8_K", X), ValueError, "multiple of the block size 256"),
-    (lambda: K.quantize("IQ3_S", np.ones((1, 256), np.float32)), ValueError, "no quantizer"),
+    (lambda: K.quantize("Q8_K", np.ones((1, 256), np.float32)), ValueError, "no quantizer"),
     (lambda: K.dequantize("Q4_0", RAW, n=64), ValueError, "needs 36 bytes"),
     (lambda: K.matmul_act("Q4_0", RAW, np.zeros((2, 33), np.uint8)), ValueError, "34 bytes per token"),
     (lambda: K.matmul_act("Q4_0", RAW, np.zeros((2, 34), np.uint8), r0=2, r1=9), ValueError, "row range"),

@@ -164,3 +164,38 @@ def test_imatrix_files_normalise_as_llama_quantize():
     assert np.array_equal(w[0], sums[0] / np.float32(4))
     assert np.array_equal(w[1], np.ones(64, np.float32))
     assert np.array_equal(w[2], sums[2] / np.float32(7))
+
+
+# The grid i-quants' mixes need an importance matrix (llama-quantize refuses them without one).
+# IQ2_XS and IQ3_XXS on both files (the 320-value rows fall back to IQ4_NL), the others on the
+# 8-layer file.
+GRID_CASES = [("dense", "IQ2_XS"), ("dense", "IQ3_XXS"), ("odd", "IQ2_XS"), ("odd", "IQ3_XXS")] + \
+             [("dense", m) for m in ("IQ2_XXS", "IQ2_S", "IQ2_M", "IQ3_XS", "IQ3_S", "IQ3_M", "IQ1_S", "IQ1_M")]
+
+
+@pytest.mark.parametrize("model, mix", GRID_CASES)
+def test_grid_iquant_mix_with_imatrix_equals_llama_model_quantize(models, tmp_path, model, mix):
+    src = models[model]
+    rng = np.random.default_rng(11)
+    im = _random_imatrix(src, rng)
+    with gguf.open(src) as f:  # llama-imatrix also collects the output head's activations
+        if "output.weight" in f.tensors:
+            n = f.tensors["output.weight"].n
+            im.entries["output.weight"] = Stats((rng.standard_normal((1, n)) ** 2 * 50).astype(np.float32),
+                                                np.array([300]))
+    path = tmp_path / "imatrix.gguf"
+    save_gguf(im, path)
+    from lowbit.imatrix import read_imatrix
+    llama_quantize(src, tmp_path / "llama.gguf", mix, imatrix=read_imatrix(path))
+    lowbit_quantize(src, tmp_path / "lowbit.gguf", mix, "--imatrix", str(path))
+    assert_same_tensors(tmp_path / "lowbit.gguf", tmp_path / "llama.gguf")
+
+
+@pytest.mark.parametrize("mix", ["IQ2_XS", "IQ1_M", "IQ3_XXS"])
+def test_grid_iquant_mix_without_imatrix_is_a_usage_error(models, tmp_path, mix):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([p for p in sys.path if p]))
+    r = subprocess.run([sys.executable, "-c", BLOCKED, "quantize", str(models["dense"]), str(tmp_path / "o.gguf"),
+                        mix, "-q"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2, r.stderr
+    assert "needs an importance matrix" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o.gguf").exists()

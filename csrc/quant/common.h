@@ -113,6 +113,15 @@ void row_q5_k(const float *x, uint8_t *y, int64_t n, const float *qw);
 void row_q6_k(const float *x, uint8_t *y, int64_t n, const float *qw);
 void row_iq4_nl(const float *x, uint8_t *y, int64_t n, const float *qw);
 void row_iq4_xs(const float *x, uint8_t *y, int64_t n, const float *qw);
+// the grid i-quants (iq2_iq3.cpp, iq1.cpp); they throw std::domain_error on a row ggml would
+// abort on (no grid point at a finite distance: non-finite or overflowing values)
+void row_iq2_xxs(const float *x, uint8_t *y, int64_t n, const float *qw);
+void row_iq2_xs(const float *x, uint8_t *y, int64_t n, const float *qw);
+void row_iq2_s(const float *x, uint8_t *y, int64_t n, const float *qw);
+void row_iq3_xxs(const float *x, uint8_t *y, int64_t n, const float *qw);
+void row_iq3_s(const float *x, uint8_t *y, int64_t n, const float *qw);
+void row_iq1_s(const float *x, uint8_t *y, int64_t n, const float *qw);
+void row_iq1_m(const float *x, uint8_t *y, int64_t n, const float *qw);
 void row_tq1_0(const float *x, uint8_t *y, int64_t n, const float *qw);
 void row_tq2_0(const float *x, uint8_t *y, int64_t n, const float *qw);
 void row_f16(const float *x, uint8_t *y, int64_t n, const float *qw);

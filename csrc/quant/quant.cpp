@@ -2,6 +2,7 @@
 #include "quant.h"
 
 #include <algorithm>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -27,6 +28,9 @@ constexpr Entry kTable[] = {
     {T_Q3_K, row_q3_k, true},    {T_Q4_K, row_q4_k, true},    {T_Q5_K, row_q5_k, true},
     {T_Q6_K, row_q6_k, true},    {T_IQ4_NL, row_iq4_nl, true}, {T_IQ4_XS, row_iq4_xs, true},
     {T_TQ1_0, row_tq1_0, false}, {T_TQ2_0, row_tq2_0, false},
+    {T_IQ2_XXS, row_iq2_xxs, true}, {T_IQ2_XS, row_iq2_xs, true}, {T_IQ2_S, row_iq2_s, true},
+    {T_IQ3_XXS, row_iq3_xxs, true}, {T_IQ3_S, row_iq3_s, true},   {T_IQ1_S, row_iq1_s, true},
+    {T_IQ1_M, row_iq1_m, true},
 };
 
 const Entry *entry(int id) {
@@ -40,9 +44,9 @@ const Entry *entry(int id) {
 // (I2_S and MXFP4: the quantizer their format table entry carries, csrc/ref/)
 bool has_quantizer(int id) { return id == T_I2_S || id == T_MXFP4 || entry(id) != nullptr; }
 
-bool needs_imatrix(int id) {
-    return id == T_IQ2_XXS || id == T_IQ2_XS || id == T_IQ1_S || id == T_IQ1_M;
-}
+// exactly ggml_quantize_requires_imatrix: IQ1_M runs without one (x^2 weights), although
+// llama-quantize asks for one for it (src/lowbit/quantize.py's REQUIRES_IMATRIX)
+bool needs_imatrix(int id) { return id == T_IQ2_XXS || id == T_IQ2_XS || id == T_IQ1_S; }
 
 bool uses_imatrix(int id) {
     const Entry *e = entry(id);
@@ -71,15 +75,38 @@ void quantize_rows(int id, const float *x, uint8_t *dst, int64_t rows, int64_t n
     const int nth = threads > 0 ? threads : pool.size();
     // a few parts per thread so a descheduled worker's share is taken by the others
     const int parts = (int)std::min<int64_t>(rows, (int64_t)nth * 4);
+    // A row function may throw (the grid i-quants, on a row ggml aborts on): the first failing
+    // row (lowest index) is reported after every part has finished; exceptions never cross
+    // the pool's threads.
+    std::mutex mu;
+    int64_t bad_row = -1;
+    std::string bad_what;
+    auto run_rows = [&](int64_t b, int64_t end) {
+        for (int64_t r = b; r < end; ++r) {
+            try {
+                e->fn(x + r * n, dst + r * rb, n, qw);
+            } catch (const std::exception &ex) {
+                std::lock_guard<std::mutex> lock(mu);
+                if (bad_row < 0 || r < bad_row) {
+                    bad_row = r;
+                    bad_what = ex.what();
+                }
+                return;
+            }
+        }
+    };
     if (parts <= 1) {
-        for (int64_t r = 0; r < rows; ++r) e->fn(x + r * n, dst + r * rb, n, qw);
-        return;
+        run_rows(0, rows);
+    } else {
+        pool.run(parts, [&](int i, int np) {
+            int64_t b, end;
+            split_range(rows, i, np, &b, &end);
+            run_rows(b, end);
+        });
     }
-    pool.run(parts, [&](int i, int np) {
-        int64_t b, end;
-        split_range(rows, i, np, &b, &end);
-        for (int64_t r = b; r < end; ++r) e->fn(x + r * n, dst + r * rb, n, qw);
-    });
+    if (bad_row >= 0)
+        throw std::invalid_argument(std::string("quantize: ") + f->name + ": row " + std::to_string(bad_row) +
+                                    ": " + bad_what);
 }
 
 }  // namespace lowbit::quant

@@ -15,8 +15,9 @@ bool needs_imatrix(int id);
 bool uses_imatrix(int id);
 // x[rows][n] -> dst (rows * row_bytes(n), plus the tensor pad for I2_S). imatrix: n floats
 // (one per column, shared by every row) or null. threads <= 0: the pool's size.
-// Throws std::invalid_argument for a format without a quantizer, a bad n, or a missing
-// required imatrix.
+// Throws std::invalid_argument for a format without a quantizer, a bad n, a missing
+// required imatrix, or a row a grid i-quant cannot quantize (inf / NaN / overflowing values,
+// where ggml aborts the process), naming the first such row.
 void quantize_rows(int id, const float *x, uint8_t *dst, int64_t rows, int64_t n, const float *imatrix,
                    int threads);
 

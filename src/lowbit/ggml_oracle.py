@@ -18,7 +18,6 @@ GGML_TYPES = {  # ggml type ids (ggml.h); I2_S is bitnet.cpp's and unknown to gg
     "IQ2_XXS": 16, "IQ2_XS": 17, "IQ3_XXS": 18, "IQ1_S": 19, "IQ4_NL": 20, "IQ3_S": 21,
     "IQ2_S": 22, "IQ4_XS": 23, "IQ1_M": 29, "BF16": 30, "TQ1_0": 34, "TQ2_0": 35, "MXFP4": 39,
 }
-NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M"}
 
 _from_float_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 _vec_dot_t = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t,
@@ -48,11 +47,20 @@ def _lib_dir() -> str:
     return d
 
 
+def _soname_file(d: str, name: str) -> str:
+    """The file of `name` that llama_cpp's libllama loads (its soname, name.so.0), so that the
+    oracle and llama.cpp share one ggml in a process (the wheel ships copies, not symlinks: by
+    the plain name.so ggml would be loaded twice, and its i-quant grid tables, up to 19 s each
+    to build, built twice); name.so where there is no .so.0 (another build of ggml)."""
+    so0 = os.path.join(d, name + ".so.0")
+    return so0 if os.path.exists(so0) else os.path.join(d, name + ".so")
+
+
 class Ggml:
     def __init__(self):
         d = self.lib_dir = _lib_dir()
-        self.base = ctypes.CDLL(os.path.join(d, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
-        self.cpu = ctypes.CDLL(os.path.join(d, "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
+        self.base = ctypes.CDLL(_soname_file(d, "libggml-base"), mode=ctypes.RTLD_GLOBAL)
+        self.cpu = ctypes.CDLL(_soname_file(d, "libggml-cpu"), mode=ctypes.RTLD_GLOBAL)
         self.cpu.ggml_cpu_init()
         self.cpu.ggml_get_type_traits_cpu.restype = ctypes.POINTER(_TraitsCpu)
         self.cpu.ggml_get_type_traits_cpu.argtypes = [ctypes.c_int]
@@ -76,14 +84,14 @@ class Ggml:
 
     def quantize(self, name: str, w: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
         """ggml_quantize_chunk: float32 w[rows, n] -> uint8[rows, row_size] (ggml's own bytes).
-        imatrix: n importance weights (one per column) or None (the formats that require one get
-        all ones)."""
+        imatrix: n importance weights (one per column) or None (the formats that require one,
+        ggml_quantize_requires_imatrix, get all ones)."""
         w = np.ascontiguousarray(w, dtype=np.float32)
         rows, n = w.shape
         t = GGML_TYPES[name]
         self.base.ggml_quantize_init(t)
         out = np.zeros((rows, self.row_size(name, n)), dtype=np.uint8)
-        if imatrix is None and name in NEEDS_IMATRIX:
+        if imatrix is None and self.requires_imatrix(name):
             imatrix = np.ones(n, dtype=np.float32)
         if imatrix is not None:
             imatrix = np.ascontiguousarray(imatrix, dtype=np.float32)
@@ -91,6 +99,13 @@ class Ggml:
         self.base.ggml_quantize_chunk(t, w.ctypes.data, out.ctypes.data, 0, rows, n,
                                       imatrix.ctypes.data if imatrix is not None else None)
         return out
+
+    def requires_imatrix(self, name: str) -> bool:
+        """ggml_quantize_requires_imatrix: ggml_quantize_chunk asserts an importance matrix."""
+        fn = self.base.ggml_quantize_requires_imatrix
+        fn.restype = ctypes.c_bool
+        fn.argtypes = [ctypes.c_int]
+        return bool(fn(GGML_TYPES[name]))
 
     def from_float(self, name: str, x: np.ndarray) -> np.ndarray:
         """The CPU backend's from_float for an activation format: float32 x[nt, n] -> uint8 rows."""

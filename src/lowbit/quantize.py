@@ -3,8 +3,9 @@ formats, one tensor in memory at a time, the way llama.cpp's llama-quantize does
 
 --type is a llama.cpp file type (a "mix") or lowbit's I2_S:
     F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q2_K_S Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M
-    Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS TQ1_0 TQ2_0 (and Q3_K, Q4_K, Q5_K: llama-quantize's
-    aliases of the _M mixes). The i-quants with grid searches (IQ1/IQ2/IQ3) are not here yet.
+    Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS TQ1_0 TQ2_0 IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S
+    IQ3_M IQ1_S IQ1_M (and Q3_K, Q4_K, Q5_K: llama-quantize's aliases of the _M mixes). The IQ1
+    and IQ2 types and IQ3_XXS need an importance matrix (--imatrix), as in llama-quantize.
 Which tensor gets which format follows llama.cpp's llama_tensor_get_type (src/llama-quant.cpp):
     - only tensors of 2 or more dims whose name ends in "weight" are quantized; norms, the MoE
       router (ffn_gate_inp) and a few named small tensors are copied as they are;
@@ -66,9 +67,9 @@ MIXES = {
 ALIASES = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}  # as llama-quantize accepts them
 I2S_FILE_TYPE = 40  # bitnet.cpp's general.file_type for I2_S files (informational)
 QUANTIZATION_VERSION = 2  # ggml's GGML_QNT_VERSION, written as llama.cpp writes it
-# formats whose quantizer needs an importance matrix (ggml_quantize_requires_imatrix), and the
-# ones llama.cpp refuses to make without one (tensor_requires_imatrix)
-NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M"}
+# formats whose quantizer needs an importance matrix (ggml_quantize_requires_imatrix: IQ1_M's
+# runs without one), and the ones llama.cpp refuses to make without one (tensor_requires_imatrix)
+NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ1_S"}
 REQUIRES_IMATRIX = {"IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_M", "IQ1_S"}
 # a row that is not whole blocks of the target falls back to (tensor_type_fallback)
 FALLBACK = {"IQ1_S": "IQ4_NL", "IQ1_M": "IQ4_NL", "IQ2_XXS": "IQ4_NL", "IQ2_XS": "IQ4_NL",
@@ -592,7 +593,8 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, wtype, embd_ty
             has, needs, _ = _quantizer_info(tf)
             if not has:
                 raise QuantizeError(f"quantize: lowbit has no quantizer for {target} yet ({name})")
-            requires = target in REQUIRES_IMATRIX and name not in TOKEN_EMBD_NAMES + ("output.weight",)
+            requires = (target in REQUIRES_IMATRIX or (target == "Q2_K" and mix == "Q2_K_S")) and \
+                name not in TOKEN_EMBD_NAMES + ("output.weight",)
             if (needs or requires) and (im is None or name not in im):
                 raise QuantizeError(f"quantize: {target} ({name}) needs an importance matrix: lowbit imatrix "
                                     f"-m MODEL -f TEXT -o imatrix.gguf, then --imatrix imatrix.gguf")
@@ -631,7 +633,10 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, wtype, embd_ty
                                 raise QuantizeError(f"quantize: the importance matrix has {slice_im.size} values for "
                                                     f"{name}, which needs {t.n * n_exp}")
                             slice_im = None
-                    raw = _convert(f, name, target, opt, slice_im, threads)
+                    try:
+                        raw = _convert(f, name, target, opt, slice_im, threads)
+                    except ValueError as e:  # a row the quantizer cannot take (e.g. inf for a grid i-quant)
+                        raise QuantizeError(f"quantize: {name}: {e}") from None
                 out.write(raw)
                 bar.update(np.asarray(raw).nbytes, name)
             bar.close()
@@ -698,9 +703,8 @@ def add_parser(sub) -> None:
     q.add_argument("input", help="source GGUF")
     q.add_argument("output", help="GGUF to write (written to OUT.part, renamed when complete)")
     q.add_argument("type_pos", nargs="?", default=None, metavar="TYPE", help="file type (as llama-quantize takes it)")
-    q.add_argument("--type", default=None, help="file type: " + " ".join(
-        m for m in list(MIXES) + ["I2_S"] if not m.startswith(("IQ1", "IQ2", "IQ3"))) +
-        " (the IQ1/IQ2/IQ3 types: not yet)")
+    q.add_argument("--type", default=None, help="file type: " + " ".join(list(MIXES) + ["I2_S"]) +
+                   " (IQ1_*, IQ2_*, IQ3_XXS: with --imatrix)")
     q.add_argument("--output-type", default=None, help="format of output.weight")
     q.add_argument("--token-embedding-type", default=None, help="format of token_embd")
     q.add_argument("--embd-type", default=None, help=argparse.SUPPRESS)  # older names of the two above
