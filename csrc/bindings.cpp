@@ -422,7 +422,9 @@ NB_MODULE(_lowbit, m) {
                             bool kv_f16, int n_slots, bool qk_norm_full, int n_expert, int n_expert_used, int expert_ffn,
                             int shexp_ffn, bool expert_norm, float expert_scale, bool sub_norm, int ffn_act,
                             int expert_gating, float yarn_ext_factor, float yarn_attn_factor, float yarn_beta_fast,
-                            float yarn_beta_slow, int yarn_orig_ctx) {
+                            float yarn_beta_slow, int yarn_orig_ctx, std::vector<uint8_t> recurrent, int ssm_conv,
+                            int ssm_state, int ssm_groups, int ssm_heads, bool ssm_kv_interleave, bool attn_gate,
+                            std::vector<int> rope_sections) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
@@ -433,6 +435,11 @@ NB_MODULE(_lowbit, m) {
             c.sub_norm = sub_norm; c.ffn_act = ffn_act;
             c.expert_gating = expert_gating; c.yarn_ext_factor = yarn_ext_factor; c.yarn_attn_factor = yarn_attn_factor;
             c.yarn_beta_fast = yarn_beta_fast; c.yarn_beta_slow = yarn_beta_slow; c.yarn_orig_ctx = yarn_orig_ctx;
+            c.recurrent = std::move(recurrent); c.ssm_conv = ssm_conv; c.ssm_state = ssm_state;
+            c.ssm_groups = ssm_groups; c.ssm_heads = ssm_heads; c.ssm_kv_interleave = ssm_kv_interleave;
+            c.attn_gate = attn_gate;
+            if (rope_sections.size() > 4) throw std::invalid_argument("engine: at most 4 rope sections");
+            for (size_t i = 0; i < rope_sections.size(); ++i) c.rope_sections[i] = rope_sections[i];
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
@@ -441,7 +448,10 @@ NB_MODULE(_lowbit, m) {
            nb::arg("expert_ffn") = 0, nb::arg("shexp_ffn") = 0, nb::arg("expert_norm") = false,
            nb::arg("expert_scale") = 1.0f, nb::arg("sub_norm") = false, nb::arg("ffn_act") = 0,
            nb::arg("expert_gating") = 0, nb::arg("yarn_ext_factor") = 0.0f, nb::arg("yarn_attn_factor") = 1.0f,
-           nb::arg("yarn_beta_fast") = 32.0f, nb::arg("yarn_beta_slow") = 1.0f, nb::arg("yarn_orig_ctx") = 0)
+           nb::arg("yarn_beta_fast") = 32.0f, nb::arg("yarn_beta_slow") = 1.0f, nb::arg("yarn_orig_ctx") = 0,
+           nb::arg("recurrent") = std::vector<uint8_t>(), nb::arg("ssm_conv") = 0, nb::arg("ssm_state") = 0,
+           nb::arg("ssm_groups") = 0, nb::arg("ssm_heads") = 0, nb::arg("ssm_kv_interleave") = false,
+           nb::arg("attn_gate") = false, nb::arg("rope_sections") = std::vector<int>())
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;
@@ -542,7 +552,22 @@ NB_MODULE(_lowbit, m) {
             nb::gil_scoped_release nogil;
             e.kv_copy(slot, p0, n, p, save);
         }, nb::arg("slot"), nb::arg("p0"), nb::arg("n"), nb::arg("buf"), nb::arg("save"))
-        .def_prop_ro("n_slots", [](const Engine &e) { return e.config().n_slots; });
+        .def_prop_ro("n_slots", [](const Engine &e) { return e.config().n_slots; })
+        // Hybrid models: a slot's recurrent state (conv + delta-net, and its position) <-> buf
+        .def_prop_ro("hybrid", &Engine::hybrid)
+        .def("rstate_bytes", &Engine::rstate_bytes)
+        .def("rstate_pos", [](const Engine &e, int slot) {
+            if (slot < 0 || slot >= e.config().n_slots) throw std::invalid_argument("rstate_pos: no such slot");
+            return e.rstate_pos(slot);
+        })
+        .def("rstate_copy", [](Engine &e, int slot, nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> buf,
+                               bool save) {
+            if ((size_t)buf.shape(0) != e.rstate_bytes())
+                throw std::invalid_argument("rstate_copy: the buffer must hold rstate_bytes() bytes");
+            uint8_t *p = buf.data();
+            nb::gil_scoped_release nogil;
+            e.rstate_copy(slot, p, save);
+        }, nb::arg("slot"), nb::arg("buf"), nb::arg("save"));
 
     // ---- lowbit's weight quantizers (csrc/quant/), byte-identical to ggml_quantize_chunk ----
     m.def("quantizer_info", [](int id) {
