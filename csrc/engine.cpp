@@ -530,10 +530,10 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
         rmsnorm(x_.data(), L.attn_norm, h_.data(), T, dim);
-        if (L.recurrent) {
+        if (L.recurrent) {  // hybrid models: a gated delta-net layer in place of attention
             deltanet(l, h_.data(), T, slots, h_.data());
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
-        } else {
+        } else {  // attention (the block keeps the loop's indentation up to its closing brace)
         if (c_.attn_gate) {  // attn_q: [q_h, gate_h] per head, split into q_ and agate_
             qg_.resize((size_t)T * 2 * qd);
             agate_.resize((size_t)T * qd);
@@ -579,7 +579,7 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
         matmul(L.wo, att_.data(), T, h_.data());
         add_bias(h_.data(), L.bo, T, dim);
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
-        }
+        }  // attention
 
         const auto t1 = now();
         rmsnorm(x_.data(), L.ffn_norm, h_.data(), T, dim);
