@@ -143,6 +143,7 @@ NB_MODULE(_lowbit, m) {
         d["disabled"] = disabled_kernels();
         d["attention"] = std::string(attn_kernel().name);
         d["glu"] = std::string(glu_kernel().name);
+        d["delta"] = std::string(delta_kernel().name);
         d["prefetch"] = (long long)kPrefetchAhead;
 #if defined(__clang__)
         d["compiler"] = std::string("clang ") + __clang_version__;
@@ -185,6 +186,23 @@ NB_MODULE(_lowbit, m) {
     }, nb::arg("q"), nb::arg("K"), nb::arg("V"), nb::arg("scale"), nb::arg("isa") = -1,
        nb::arg("sink") = -INFINITY,
        "The engine's attention kernel on one query row: (out[1, head_dim], kernel name); sink: an attention sink logit.");
+    m.def("delta_rule", [](nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> M,
+                           nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> k,
+                           nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q,
+                           nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> v,
+                           float decay, float beta, float scale, int isa) {
+        // One token's gated delta rule on one head's state M[S, S] (updated in place).
+        const DeltaKernel &dk = isa < 0 ? delta_kernel() : delta_kernel_at(isa);
+        if (!dk.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+        const size_t S = M.shape(0);
+        if (S < 1 || M.shape(1) != S || k.shape(0) != S || q.shape(0) != S || v.shape(0) != S)
+            throw std::invalid_argument("delta_rule: M must be [S, S] and k, q, v [S]");
+        float *o;
+        auto out = new_array<float>(1, S, &o);
+        dk.fn(M.data(), k.data(), q.data(), v.data(), decay, beta, scale, o, (int)S);
+        return nb::make_tuple(out, std::string(dk.name));
+    }, nb::arg("M"), nb::arg("k"), nb::arg("q"), nb::arg("v"), nb::arg("decay"), nb::arg("beta"), nb::arg("scale"),
+       nb::arg("isa") = -1, "The delta-net kernel on one token and head: (o[1, S], kernel name); M updated in place.");
     m.def("quant_act_kernel", [](int id, int isa) -> nb::object {
         const Format &f = fmt(id);
         if (!f.activation) throw std::invalid_argument(std::string(f.name) + " is not an activation format");

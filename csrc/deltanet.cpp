@@ -15,8 +15,9 @@
 //   5. per value head h (its q / k head: h % H_k, or h / r with ssm_kv_interleave), per token in
 //      order, the delta rule on the state M[j][i] (row j = value index, i = key index; ggml's
 //      layout): M *= exp(g); d[j] = (v[j] - M[j] . k) * beta; M[j] += k * d[j];
-//      o[j] = (M[j] . q) / sqrt(S). Each row j is independent, so one pass over the state does
-//      all four steps row by row (the same values as ggml's four passes, up to its dot order).
+//      o[j] = (M[j] . q) / sqrt(S). Each row j is independent, so the kernel (delta_fn in
+//      kernels.h: scalar reference, avx2) does all four steps row by row while the row is in L1
+//      (the same values as ggml's four passes over the whole state, up to its dot order).
 //   6. the gated RMS norm per head: rmsnorm(o) * ssm_norm * silu(z); then ssm_out.
 //
 // Prefill runs the same token loop as decode (llama.cpp's CPU path, the fused GDN op, does too):
@@ -30,6 +31,7 @@
 #include <stdexcept>
 
 #include "engine.h"
+#include "kernels.h"
 #include "threadpool.h"
 
 namespace lowbit {
@@ -71,17 +73,6 @@ void Engine::rstate_copy(int slot, uint8_t *buf, bool save) {
         std::memcpy(conv, buf + sizeof p, cs);
         std::memcpy(ssm, buf + sizeof p + cs, ss);
     }
-}
-
-// a . b over n floats in 8 lanes (lane l sums the elements i = l mod 8 in order, then the lanes
-// pairwise): a fixed order that compilers vectorise.
-static inline float dot8(const float *a, const float *b, int n) {
-    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; ++l) s[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; ++i, ++l) s[l] += a[i] * b[i];
-    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
 
 static inline float silu(float x) { return x / (1.0f + std::exp(-x)); }  // ggml_silu_f32
@@ -178,6 +169,7 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
     // 5. the delta rule per (run, value head), tokens in order; o into dout_[T][H_v][S]
     dout_.resize((size_t)T * vd);
     {
+        const delta_fn delta = delta_kernel().fn;
         const int64_t items = (int64_t)n_runs * Hv;
         const int parts = (int)std::min<int64_t>(items, threads > 1 ? (int64_t)threads * 4 : 1);
         ThreadPool::instance().run(parts, [&](int i, int nth) {
@@ -193,14 +185,7 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
                     const float *kt = qt + kdim;
                     const float *vt = dq_.data() + (size_t)t * cd + 2 * (size_t)kdim + (size_t)h * S;
                     const float decay = std::exp(dg_[(size_t)t * Hv + h]), beta = db_[(size_t)t * Hv + h];
-                    float *o = dout_.data() + (size_t)t * vd + (size_t)h * S;
-                    for (int j = 0; j < S; ++j) {
-                        float *row = M + (size_t)j * S;
-                        for (int i2 = 0; i2 < S; ++i2) row[i2] *= decay;
-                        const float d = (vt[j] - dot8(row, kt, S)) * beta;
-                        for (int i2 = 0; i2 < S; ++i2) row[i2] += kt[i2] * d;
-                        o[j] = dot8(row, qt, S) * inv_sqrt_s;
-                    }
+                    delta(M, kt, qt, vt, decay, beta, inv_sqrt_s, dout_.data() + (size_t)t * vd + (size_t)h * S, S);
                 }
             }
         });
