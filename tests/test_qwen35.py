@@ -331,7 +331,7 @@ def delta64(M, k, q, v, decay, beta, scale):
 
 
 @pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("S", [16, 32, 24, 128])
+@pytest.mark.parametrize("S", [16, 32, 24, 128, 256])
 def test_delta_kernel_against_float64(level, S):
     """One token's delta rule on one head, chained over 6 tokens (the state feeds the next step),
     at every level against float64: relative error <= 1e-5 of the largest |state| / |output|;

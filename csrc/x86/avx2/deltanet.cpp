@@ -1,6 +1,6 @@
 // The gated delta rule on AVX2+FMA (contract: delta_fn in kernels.h; spec csrc/ref/deltanet.cpp).
-// Registered at the avx2 level; avx2vnni and avx512 inherit it (a 128-wide head row is 16
-// vectors of 8, resident in L1: 256-bit lanes keep up with the loads).
+// Registered at the avx2 level; avx2vnni inherits it, avx512 has its own (one pass, the row in
+// registers: csrc/x86/avx512/deltanet.cpp).
 //
 // Per row j: one pass scales the row by the decay and accumulates row . k, the second adds
 // k * d and accumulates row . q. Each dot runs in two 8-lane FMA accumulators a0 (elements

@@ -14,6 +14,7 @@ void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
 void register_act(KernelTable &t);
 void register_glu(KernelTable &t);
+void register_delta(KernelTable &t);
 }  // namespace avx512
 
 void register_avx512(KernelTable &t) {
@@ -24,6 +25,7 @@ void register_avx512(KernelTable &t) {
     avx512::register_iquants(t);
     avx512::register_act(t);
     avx512::register_glu(t);
+    avx512::register_delta(t);
     (void)t;
 }
 
