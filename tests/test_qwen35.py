@@ -354,3 +354,26 @@ def test_delta_kernel_against_float64(level, S):
         eo = np.abs(o[0] - o64).max() / np.abs(o64).max()
         worst = int(np.abs(o[0] - o64).argmax())
         assert es <= 1e-5 and eo <= 1e-5, f"{name} step {step}: state {es:.2e}, output {eo:.2e} (row {worst})"
+
+
+def test_mtp_blocks_load_and_the_trunk_matches(tmp_path):
+    """A file with an MTP (nextn) block after the trunk (block_count 3, nextn_predict_layers 1):
+    lowbit runs the 2 trunk layers, as llama.cpp's main pass does, and matches it."""
+    from lowbit import peer
+    p = synth_hybrid(tmp_path / "mtp.gguf", arch="qwen35", layers=2, dim=128, heads=2, kv_heads=1, ffn=128,
+                     full_attention_interval=2, ssm_state=16, mtp_layers=1, seed=4)
+    assert lowbit.gguf.open(p).metadata["qwen35.block_count"] == 3
+    m = lowbit.load(p, n_ctx=64, threads=2)
+    assert m.config.n_layer == 2 and m.config.recurrent == (True, False)
+    llm = peer.Llama(p, n_ctx=64, logits_all=True, verbose=False, n_threads=1)
+    try:
+        ids = list(range(300, 324))
+        llm.reset()
+        llm.eval(ids)
+        ref = np.array(llm.scores[:len(ids)])
+    finally:
+        llm.close()
+    ours = m.logits(ids)
+    top2 = np.sort(ref, 1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] >= 0.1
+    assert (ours.argmax(1) == ref.argmax(1))[clear].all() and clear.sum() >= 15

@@ -188,7 +188,7 @@ class ModelConfig:
         moe = cls._moe_fields(f, arch, key)
         ffn = key("feed_forward_length") if not moe or f"{arch}.feed_forward_length" in md else moe["expert_ffn"]
         return cls(
-            arch=arch, n_layer=key("block_count"), dim=dim, n_head=n_head,
+            arch=arch, n_layer=cls._trunk_layers(f, arch, key), dim=dim, n_head=n_head,
             n_kv=key("attention.head_count_kv", n_head), head_dim=head_dim,
             ffn=ffn, vocab=emb.shape[0],
             train_ctx=key("context_length", 2048),
@@ -215,6 +215,20 @@ class ModelConfig:
         )
 
     @staticmethod
+    def _trunk_layers(f: gguf.GGUFFile, arch: str, key) -> int:
+        """The layers the forward pass runs: block_count less the MTP (nextn) layers a hybrid
+        Qwen file appends (llama.cpp loads them as extra blocks for its draft head; lowbit does not
+        run them yet)."""
+        n = key("block_count")
+        if arch not in HYBRID_ARCHS:
+            return n
+        nextn = f.metadata.get(f"{arch}.nextn_predict_layers", 0)
+        if not isinstance(nextn, int) or isinstance(nextn, bool) or not 0 <= nextn < n:
+            raise GGUFError(f"{f.path}: metadata key {arch}.nextn_predict_layers = {nextn!r} must be an integer in "
+                            f"0..{n - 1} ({arch}.block_count = {n})")
+        return n - nextn
+
+    @staticmethod
     def _hybrid_fields(f: gguf.GGUFFile, arch: str, key) -> dict:
         """The delta-net fields of a hybrid family ({} otherwise), as llama.cpp's loader reads them:
         ssm.* sizes, the recurrent layers from attention.recurrent_layers or else
@@ -223,7 +237,7 @@ class ModelConfig:
         if arch not in HYBRID_ARCHS:
             return {}
         md = f.metadata
-        n_layer = key("block_count")
+        n_layer = ModelConfig._trunk_layers(f, arch, key)
         conv, state, groups, heads = (key("ssm.conv_kernel"), key("ssm.state_size"), key("ssm.group_count"),
                                       key("ssm.time_step_rank"))
         inner = key("ssm.inner_size")

@@ -182,6 +182,8 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
         w.meta(f"{a}.rope.scaling.original_context_length", int(yarn_orig_ctx))
     if arch == "qwen2moe":
         w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
+    if mtp_layers:
+        w.meta(f"{a}.nextn_predict_layers", int(mtp_layers))
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
     w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
     w.add("output_norm.weight", norm_weight(rng, dim))
@@ -229,7 +231,7 @@ def synth_hybrid(path, *, arch: str = "qwen35moe", layers: int = 4, dim: int = 2
                  shared_ffn: int = 256, ctx: int = 1024, rope_base: float = 10000000.0, wtype: str = "Q8_0",
                  expert_type: str = "Q4_K", ssm_type: str = "F32", router_type: str = "F32",
                  embd_type: str = "F32", head_type: str | None = None, seed: int = 0, vocab: dict | None = None,
-                 progress: bool = False) -> str:
+                 mtp_layers: int = 0, progress: bool = False) -> str:
     """A hybrid Qwen model with random weights, as llama.cpp's converter lays it out: qwen35moe
     (Qwen3.5 / 3.6 MoE), qwen35 (its dense sibling), qwen3next (Qwen3-Next).
 
@@ -241,7 +243,10 @@ def synth_hybrid(path, *, arch: str = "qwen35moe", layers: int = 4, dim: int = 2
     [ssm_heads, dim] (qwen3next: one ssm_ba [2 ssm_heads, dim]) in ssm_type, ssm_norm, ssm_out.
     FFN: routed experts (expert_type) plus a shared expert of width shared_ffn behind a sigmoid
     gate (qwen35moe, qwen3next), or a dense FFN of width ffn (qwen35). Norms: attn_norm and
-    post_attention_norm (the FFN's input).
+    post_attention_norm (the FFN's input). mtp_layers: MTP (nextn) blocks appended after the trunk
+    (block_count includes them, nextn_predict_layers counts them), each a gated full-attention block
+    with the trunk's FFN plus nextn.eh_proj [dim, 2 dim], nextn.enorm, nextn.hnorm and
+    nextn.shared_head_norm, as llama.cpp's loader wants them.
 
     Qwen3.6-35B-A3B (for benchmarks): layers 40, dim 2048, heads 16, kv_heads 2, head_dim 256,
     rope_dims 64, sections (11, 11, 10, 0), interval 4, ssm_conv 4, ssm_state 128, ssm_groups 16,
@@ -261,7 +266,7 @@ def synth_hybrid(path, *, arch: str = "qwen35moe", layers: int = 4, dim: int = 2
     nv = vocab_size(vocab)
     w = Writer(path, arch, progress=progress)
     a = w.arch
-    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn if not moe else expert_ffn, heads=heads,
+    write_header(w, vocab, layers=layers + mtp_layers, dim=dim, ffn=ffn if not moe else expert_ffn, heads=heads,
                  kv_heads=kv_heads, head_dim=head_dim, ctx=ctx, rope_base=rope_base, rope_dims=rope_dims)
     if arch != "qwen3next":
         w.meta(f"{a}.rope.dimension_sections", [int(v) for v in (list(sections) + [0, 0, 0, 0])[:4]])
@@ -274,16 +279,22 @@ def synth_hybrid(path, *, arch: str = "qwen35moe", layers: int = 4, dim: int = 2
         w.meta(f"{a}.expert_used_count", int(top_k))
         w.meta(f"{a}.expert_feed_forward_length", int(expert_ffn))
         w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
+    if mtp_layers:
+        w.meta(f"{a}.nextn_predict_layers", int(mtp_layers))
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
     w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
     w.add("output_norm.weight", norm_weight(rng, dim))
     S, Hk, Hv = ssm_state, ssm_groups, ssm_heads
     cd, vd = (2 * Hk + Hv) * S, Hv * S
-    for i in range(layers):
+    for i in range(layers + mtp_layers):
         p = f"blk.{i}."
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
         w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
-        if (i + 1) % full_attention_interval != 0:  # gated delta-net
+        if i >= layers:  # an MTP block: its own inputs, then a full-attention block below
+            w.add(p + "nextn.eh_proj.weight", gauss(rng, dim, 2 * dim), wtype)
+            for nm in ("enorm", "hnorm", "shared_head_norm"):
+                w.add(p + f"nextn.{nm}.weight", norm_weight(rng, dim))
+        if i < layers and (i + 1) % full_attention_interval != 0:  # gated delta-net
             w.add(p + "attn_qkv.weight", gauss(rng, cd, dim), wtype)
             w.add(p + "attn_gate.weight", gauss(rng, vd, dim), wtype)
             w.add(p + "ssm_conv1d.weight", gauss(rng, cd, ssm_conv, scale=0.5))
@@ -503,6 +514,7 @@ def _hybrid_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ssm-groups", type=int, default=2, help="delta-net q/k heads (2)")
     g.add_argument("--ssm-heads", type=int, default=4, help="delta-net value heads (4)")
     g.add_argument("--ssm-type", default="F32", help="format of ssm_alpha / ssm_beta (F32)")
+    g.add_argument("--mtp-layers", type=int, default=0, help="MTP (nextn) blocks after the trunk (0)")
 
 
 def _synth_hybrid_cli(a: argparse.Namespace) -> str:
@@ -518,6 +530,7 @@ def _synth_hybrid_cli(a: argparse.Namespace) -> str:
                         full_attention_interval=a.interval, ssm_conv=a.ssm_conv, ssm_state=a.ssm_state,
                         ssm_groups=a.ssm_groups, ssm_heads=a.ssm_heads, ctx=a.ctx, wtype=a.wtype,
                         ssm_type=a.ssm_type, embd_type=a.embd_type, head_type=a.head_type, seed=a.seed,
+                        mtp_layers=a.mtp_layers,
                         progress=_bar_on(), **kw)
 
 
