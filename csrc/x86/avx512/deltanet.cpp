@@ -27,19 +27,19 @@ inline float hsum16(__m512 a) {
 template <int NV>
 void delta_rows(float *M, const float *k, const float *q, const float *v, float decay, float beta, float scale,
                 float *o, int S) {
-    __m512 kv[NV], qv[NV];
-    for (int n = 0; n < NV; ++n) { kv[n] = _mm512_loadu_ps(k + 16 * n); qv[n] = _mm512_loadu_ps(q + 16 * n); }
+    // k and q are read from L1 at each use (as memory operands of the FMAs): held in registers
+    // across the rows they spilled (2 NV more live vectors than the row's NV)
     const __m512 dc = _mm512_set1_ps(decay);
     for (int j = 0; j < S; ++j) {
         float *row = M + (size_t)j * S;
         __m512 r[NV];
         for (int n = 0; n < NV; ++n) r[n] = _mm512_mul_ps(_mm512_loadu_ps(row + 16 * n), dc);
-        __m512 a = _mm512_mul_ps(r[0], kv[0]);
-        for (int n = 1; n < NV; ++n) a = _mm512_fmadd_ps(r[n], kv[n], a);
+        __m512 a = _mm512_mul_ps(r[0], _mm512_loadu_ps(k));
+        for (int n = 1; n < NV; ++n) a = _mm512_fmadd_ps(r[n], _mm512_loadu_ps(k + 16 * n), a);
         const __m512 d = _mm512_set1_ps((v[j] - hsum16(a)) * beta);
-        for (int n = 0; n < NV; ++n) r[n] = _mm512_fmadd_ps(kv[n], d, r[n]);
-        __m512 b = _mm512_mul_ps(r[0], qv[0]);
-        for (int n = 1; n < NV; ++n) b = _mm512_fmadd_ps(r[n], qv[n], b);
+        for (int n = 0; n < NV; ++n) r[n] = _mm512_fmadd_ps(_mm512_loadu_ps(k + 16 * n), d, r[n]);
+        __m512 b = _mm512_mul_ps(r[0], _mm512_loadu_ps(q));
+        for (int n = 1; n < NV; ++n) b = _mm512_fmadd_ps(r[n], _mm512_loadu_ps(q + 16 * n), b);
         for (int n = 0; n < NV; ++n) _mm512_storeu_ps(row + 16 * n, r[n]);
         o[j] = hsum16(b) * scale;
     }
