@@ -14,6 +14,18 @@ Families differ by config fields, not by copies of the model:
     bitnet-b1.58  neox      -          -           dense, sub-norms, relu^2 gate (bitnet.cpp's; BitNet b1.58 2B-4T)
     gpt-oss       neox+YaRN -          q/k/v/o     experts with biases, top-K then softmax, clamped SwiGLU;
                                                    attention sinks, sliding window on even layers
+    qwen35moe     imrope    yes        -           experts, top-K renormalised + shared expert, sigmoid gate;
+                                                   hybrid: gated delta-net layers, gated attention every
+                                                   full_attention_interval-th layer (csrc/deltanet.cpp)
+    qwen35        imrope    yes        -           dense; hybrid as qwen35moe
+    qwen3next     neox      yes        -           as qwen35moe; fused ssm_ba, q/k heads repeated interleaved
+
+The hybrid families: a delta-net layer's slot state (conv inputs and the recurrent state per value
+head) lives in the engine beside the attention layers' KV. Model.rewind restores it exactly
+(the checkpoint taken before the slot's last multi-token call, or a replay from the start), the
+engine refuses a forward that does not continue a slot's state in order, and the server keeps no
+prefix cache for them (a prefix is more than its KV). MTP (nextn) blocks are loaded by llama.cpp
+and skipped here.
 
 gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE) as configuration: attention sinks (blk.N.attn_sinks.weight, one
 logit per head that joins each softmax), sliding-window attention on the layers the
