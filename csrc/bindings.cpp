@@ -143,6 +143,7 @@ NB_MODULE(_lowbit, m) {
         d["disabled"] = disabled_kernels();
         d["attention"] = std::string(attn_kernel().name);
         d["glu"] = std::string(glu_kernel().name);
+        d["delta"] = std::string(delta_kernel().name);
         d["prefetch"] = (long long)kPrefetchAhead;
 #if defined(__clang__)
         d["compiler"] = std::string("clang ") + __clang_version__;
@@ -185,6 +186,23 @@ NB_MODULE(_lowbit, m) {
     }, nb::arg("q"), nb::arg("K"), nb::arg("V"), nb::arg("scale"), nb::arg("isa") = -1,
        nb::arg("sink") = -INFINITY,
        "The engine's attention kernel on one query row: (out[1, head_dim], kernel name); sink: an attention sink logit.");
+    m.def("delta_rule", [](nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> M,
+                           nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> k,
+                           nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q,
+                           nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> v,
+                           float decay, float beta, float scale, int isa) {
+        // One token's gated delta rule on one head's state M[S, S] (updated in place).
+        const DeltaKernel &dk = isa < 0 ? delta_kernel() : delta_kernel_at(isa);
+        if (!dk.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+        const size_t S = M.shape(0);
+        if (S < 1 || M.shape(1) != S || k.shape(0) != S || q.shape(0) != S || v.shape(0) != S)
+            throw std::invalid_argument("delta_rule: M must be [S, S] and k, q, v [S]");
+        float *o;
+        auto out = new_array<float>(1, S, &o);
+        dk.fn(M.data(), k.data(), q.data(), v.data(), decay, beta, scale, o, (int)S);
+        return nb::make_tuple(out, std::string(dk.name));
+    }, nb::arg("M"), nb::arg("k"), nb::arg("q"), nb::arg("v"), nb::arg("decay"), nb::arg("beta"), nb::arg("scale"),
+       nb::arg("isa") = -1, "The delta-net kernel on one token and head: (o[1, S], kernel name); M updated in place.");
     m.def("quant_act_kernel", [](int id, int isa) -> nb::object {
         const Format &f = fmt(id);
         if (!f.activation) throw std::invalid_argument(std::string(f.name) + " is not an activation format");
@@ -439,7 +457,11 @@ NB_MODULE(_lowbit, m) {
                             float yarn_beta_slow, int yarn_orig_ctx,
                             // gemma3 / glm4moe (csrc/engine.h EngineConfig)
                             float embd_scale, float attn_scale, float rope_base_swa, float logit_softcap,
-                            bool post_norms, int n_dense_lead, bool shexp_gated) {
+                            bool post_norms, int n_dense_lead, bool shexp_gated,
+                            // hybrid qwen35 / qwen35moe / qwen3next
+                            std::vector<uint8_t> recurrent, int ssm_conv,
+                            int ssm_state, int ssm_groups, int ssm_heads, bool ssm_kv_interleave, bool attn_gate,
+                            std::vector<int> rope_sections) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
@@ -453,6 +475,11 @@ NB_MODULE(_lowbit, m) {
             c.embd_scale = embd_scale; c.attn_scale = attn_scale; c.rope_base_swa = rope_base_swa;
             c.logit_softcap = logit_softcap; c.post_norms = post_norms; c.n_dense_lead = n_dense_lead;
             c.shexp_gated = shexp_gated;
+            c.recurrent = std::move(recurrent); c.ssm_conv = ssm_conv; c.ssm_state = ssm_state;
+            c.ssm_groups = ssm_groups; c.ssm_heads = ssm_heads; c.ssm_kv_interleave = ssm_kv_interleave;
+            c.attn_gate = attn_gate;
+            if (rope_sections.size() > 4) throw std::invalid_argument("engine: at most 4 rope sections");
+            for (size_t i = 0; i < rope_sections.size(); ++i) c.rope_sections[i] = rope_sections[i];
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
@@ -464,7 +491,10 @@ NB_MODULE(_lowbit, m) {
            nb::arg("yarn_beta_fast") = 32.0f, nb::arg("yarn_beta_slow") = 1.0f, nb::arg("yarn_orig_ctx") = 0,
            nb::arg("embd_scale") = 0.0f, nb::arg("attn_scale") = 0.0f, nb::arg("rope_base_swa") = 0.0f,
            nb::arg("logit_softcap") = 0.0f, nb::arg("post_norms") = false, nb::arg("n_dense_lead") = 0,
-           nb::arg("shexp_gated") = true)
+           nb::arg("shexp_gated") = true,
+           nb::arg("recurrent") = std::vector<uint8_t>(), nb::arg("ssm_conv") = 0, nb::arg("ssm_state") = 0,
+           nb::arg("ssm_groups") = 0, nb::arg("ssm_heads") = 0, nb::arg("ssm_kv_interleave") = false,
+           nb::arg("attn_gate") = false, nb::arg("rope_sections") = std::vector<int>())
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;
@@ -565,7 +595,22 @@ NB_MODULE(_lowbit, m) {
             nb::gil_scoped_release nogil;
             e.kv_copy(slot, p0, n, p, save);
         }, nb::arg("slot"), nb::arg("p0"), nb::arg("n"), nb::arg("buf"), nb::arg("save"))
-        .def_prop_ro("n_slots", [](const Engine &e) { return e.config().n_slots; });
+        .def_prop_ro("n_slots", [](const Engine &e) { return e.config().n_slots; })
+        // Hybrid models: a slot's recurrent state (conv + delta-net, and its position) <-> buf
+        .def_prop_ro("hybrid", &Engine::hybrid)
+        .def("rstate_bytes", &Engine::rstate_bytes)
+        .def("rstate_pos", [](const Engine &e, int slot) {
+            if (slot < 0 || slot >= e.config().n_slots) throw std::invalid_argument("rstate_pos: no such slot");
+            return e.rstate_pos(slot);
+        })
+        .def("rstate_copy", [](Engine &e, int slot, nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> buf,
+                               bool save) {
+            if ((size_t)buf.shape(0) != e.rstate_bytes())
+                throw std::invalid_argument("rstate_copy: the buffer must hold rstate_bytes() bytes");
+            uint8_t *p = buf.data();
+            nb::gil_scoped_release nogil;
+            e.rstate_copy(slot, p, save);
+        }, nb::arg("slot"), nb::arg("buf"), nb::arg("save"));
 
     // ---- lowbit's weight quantizers (csrc/quant/), byte-identical to ggml_quantize_chunk ----
     m.def("quantizer_info", [](int id) {

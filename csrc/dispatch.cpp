@@ -241,6 +241,7 @@ static void fill_table() {
         // LOWBIT_NO_ATTN_F16_<LEVEL>=1 / LOWBIT_NO_GLU_<LEVEL>=1: keep the level below's
         if (level.attn.fn && !turned_off(level.attn.name, level.attn.isa)) running.attn = level.attn;
         if (level.glu.fn && !turned_off(level.glu.name, level.glu.isa)) running.glu = level.glu;
+        if (level.delta.fn && !turned_off(level.delta.name, level.delta.isa)) running.delta = level.delta;
         // a level the ladder skips (not built) runs what the level below it runs
         for (int i = rk; i < kOrderLen; ++i) {
             g_levels[kOrder[i]] = running;
@@ -285,10 +286,17 @@ const GluKernel &glu_kernel_at(int isa) {
     return level_available(isa) ? g_levels[isa].glu : none;
 }
 
+const DeltaKernel &delta_kernel() { ensure_table(); return g_levels[g_cpu.selected].delta; }
+const DeltaKernel &delta_kernel_at(int isa) {
+    static const DeltaKernel none{};
+    return level_available(isa) ? g_levels[isa].delta : none;
+}
+
 bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_built[isa]; }
 
 void register_scalar(KernelTable &t) {
     t.attn = AttnKernel{ref::attend_f16, "attn_f16_scalar", ISA_SCALAR};
+    t.delta = DeltaKernel{ref::delta_rule, "delta_scalar", ISA_SCALAR};
     ref::register_float(t);
     ref::register_act(t);
     ref::register_legacy(t);

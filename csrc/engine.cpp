@@ -43,7 +43,27 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     rgap_.resize((size_t)c.n_layer);
     predicted_.assign((size_t)c.n_layer, std::vector<uint8_t>((size_t)c.n_expert, 0));
     reset_stats();
-    const size_t kv = (size_t)c.n_slots * c.n_layer * c.n_ctx * c.n_kv * c.head_dim;
+    // Hybrid layout: attention layers get KV cache rows, recurrent layers conv + delta-net states.
+    if (!c.recurrent.empty() && c.recurrent.size() != (size_t)c.n_layer)
+        throw std::invalid_argument("engine: the recurrent-layer list must have one entry per layer");
+    kv_index_.assign((size_t)c.n_layer, -1);
+    rec_index_.assign((size_t)c.n_layer, -1);
+    for (int l = 0; l < c.n_layer; ++l) {
+        const bool rec = !c.recurrent.empty() && c.recurrent[(size_t)l];
+        layers_[(size_t)l].recurrent = rec;
+        if (rec) rec_index_[(size_t)l] = n_rec_layers_++;
+        else kv_index_[(size_t)l] = n_kv_layers_++;
+    }
+    if (n_rec_layers_ > 0) {
+        if (c.ssm_conv < 1 || c.ssm_state < 1 || c.ssm_groups < 1 || c.ssm_heads < 1 || c.ssm_heads % c.ssm_groups)
+            throw std::invalid_argument("engine: inconsistent delta-net sizes (conv kernel " + std::to_string(c.ssm_conv) +
+                                        ", state " + std::to_string(c.ssm_state) + ", groups " +
+                                        std::to_string(c.ssm_groups) + ", heads " + std::to_string(c.ssm_heads) + ")");
+        conv_st_.assign((size_t)c.n_slots * n_rec_layers_ * conv_state_floats(), 0.0f);
+        ssm_st_.assign((size_t)c.n_slots * n_rec_layers_ * ssm_state_floats(), 0.0f);
+    }
+    rpos_.assign((size_t)c.n_slots, 0);
+    const size_t kv = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx * c.n_kv * c.head_dim;
     if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(kv, 0); }
     else { k32_.assign(kv, 0.0f); v32_.assign(kv, 0.0f); }
     inv_freq_.resize(c.rope_dims / 2);
@@ -76,6 +96,17 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         for (int i = 0; i < c.rope_dims / 2; ++i)
             inv_freq_swa_[i] = (float)std::pow((double)c.rope_base_swa, -2.0 * i / c.rope_dims);
     }
+    // IMROPE (ggml's mrope cache with is_imrope): pair i of sector i % sum(sections) takes the
+    // 1st section's position if sector % 3 == 0 and sector < 3 s0, the 2nd's if == 1 and < 3 s1,
+    // the 3rd's if == 2 and < 3 s2, else the 4th's, which is 0 for text tokens.
+    rope_zero_.assign((size_t)c.rope_dims / 2, 0);
+    const int *sec = c.rope_sections, sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
+    if (sect_dims > 0)
+        for (int i = 0; i < c.rope_dims / 2; ++i) {
+            const int s = i % sect_dims;
+            const bool pos_p = (s % 3 == 1 && s < 3 * sec[1]) || (s % 3 == 2 && s < 3 * sec[2]) || (s % 3 == 0 && s < 3 * sec[0]);
+            rope_zero_[(size_t)i] = !pos_p;
+        }
 }
 
 static Mat *mat_slot(LayerWeights &l, const std::string &n) {
@@ -94,6 +125,12 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
     if (n == "ffn_up_shexp") return &l.sh_up;
     if (n == "ffn_down_shexp") return &l.sh_down;
     if (n == "ffn_gate_inp_shexp") return &l.sh_gate_inp;
+    if (n == "attn_qkv") return &l.wqkv;
+    if (n == "attn_gate") return &l.wqkv_gate;
+    if (n == "ssm_alpha") return &l.ssm_alpha;
+    if (n == "ssm_beta") return &l.ssm_beta;
+    if (n == "ssm_ba") return &l.ssm_ba;
+    if (n == "ssm_out") return &l.ssm_out;
     return nullptr;
 }
 
@@ -144,6 +181,13 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "attn_post_norm") { need(c_.dim); l.attn_post_norm = v; return; }  // gemma3
         if (name == "ffn_post_norm") { need(c_.dim); l.ffn_post_norm = v; return; }
         if (name == "exp_probs_b" && c_.n_expert > 0) { need(c_.n_expert); l.exp_probs_b = v; return; }  // glm4moe
+        if (l.recurrent) {
+            const int64_t S = c_.ssm_state, Hv = c_.ssm_heads, cd = (2 * (int64_t)c_.ssm_groups + Hv) * S;
+            if (name == "ssm_conv1d") { need(cd * c_.ssm_conv); l.ssm_conv1d = v; return; }
+            if (name == "ssm_dt.bias") { need(Hv); l.ssm_dt = v; return; }
+            if (name == "ssm_a") { need(Hv); l.ssm_a = v; return; }
+            if (name == "ssm_norm") { need(S); l.ssm_norm = v; return; }
+        }
         if (c_.n_expert > 0) {
             const int64_t E = c_.n_expert;
             if (name == "ffn_gate_inp.bias") { need(E); l.router_b = v; return; }
@@ -190,10 +234,24 @@ std::string Engine::validate() const {
         if (!l.attn_norm || !l.ffn_norm) return p + "attn_norm/ffn_norm missing";
         if (c_.sub_norm && !l.attn_sub_norm) return p + "attn_sub_norm is missing";
         if (c_.sub_norm && !l.ffn_sub_norm) return p + "ffn_sub_norm is missing";
-        if (!(e = shape(l.wq, qd, c_.dim, p + "attn_q")).empty()) return e;
-        if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
-        if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
-        if (!(e = shape(l.wo, c_.dim, qd, p + "attn_output")).empty()) return e;
+        if (l.recurrent) {
+            const int64_t S = c_.ssm_state, Hv = c_.ssm_heads, vd = Hv * S, cd = 2 * (int64_t)c_.ssm_groups * S + vd;
+            if (!(e = shape(l.wqkv, cd, c_.dim, p + "attn_qkv")).empty()) return e;
+            if (!(e = shape(l.wqkv_gate, vd, c_.dim, p + "attn_gate")).empty()) return e;
+            if (l.ssm_ba.present()) {
+                if (!(e = shape(l.ssm_ba, 2 * Hv, c_.dim, p + "ssm_ba")).empty()) return e;
+            } else {
+                if (!(e = shape(l.ssm_alpha, Hv, c_.dim, p + "ssm_alpha")).empty()) return e;
+                if (!(e = shape(l.ssm_beta, Hv, c_.dim, p + "ssm_beta")).empty()) return e;
+            }
+            if (!(e = shape(l.ssm_out, c_.dim, vd, p + "ssm_out")).empty()) return e;
+            if (!l.ssm_conv1d || !l.ssm_dt || !l.ssm_a || !l.ssm_norm) return p + "ssm_conv1d/ssm_dt/ssm_a/ssm_norm missing";
+        } else {
+            if (!(e = shape(l.wq, c_.attn_gate ? 2 * qd : qd, c_.dim, p + "attn_q")).empty()) return e;
+            if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
+            if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
+            if (!(e = shape(l.wo, c_.dim, qd, p + "attn_output")).empty()) return e;
+        }
         if (c_.post_norms && !l.attn_post_norm) return p + "post_attention_norm is missing";
         if (c_.post_norms && !l.ffn_post_norm) return p + "post_ffw_norm is missing";
         if (moe_layer(i)) {
@@ -301,7 +359,7 @@ void Engine::rope_angles(int T, const int32_t *pos) {
     for (int t = 0; t < T; ++t) {
         const double p = (double)pos[t] * rope_pos_scale_;
         for (int i = 0; i < half; ++i) {
-            const double th = p * inv_freq_[i];
+            const double th = rope_zero_[(size_t)i] ? 0.0 : p * inv_freq_[i];
             rot_[(size_t)t * half + i] = {(float)std::cos(th) * ms, (float)std::sin(th) * ms};
         }
     }
@@ -467,6 +525,27 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
     for (int i = 0; i < n_out; ++i)
         if (out_rows[i] < 0 || out_rows[i] >= T)
             throw std::invalid_argument("forward: output row " + std::to_string(out_rows[i]) + " outside the batch");
+    // Hybrid models: each slot's tokens must continue its recurrent state (at rpos_) or restart
+    // it at position 0, in order; checked before anything is written.
+    std::vector<int32_t> next_pos;
+    if (hybrid()) {
+        next_pos.assign((size_t)c_.n_slots, -1);  // -1: slot not seen yet in this batch
+        for (int t = 0; t < T; ++t) {
+            const size_t s = (size_t)slots[t];
+            const int want = next_pos[s] >= 0 ? next_pos[s] : (pos[t] == 0 ? 0 : rpos_[s]);
+            if (pos[t] != want)
+                throw std::invalid_argument("forward: slot " + std::to_string(slots[t]) + "'s recurrent state is at position " +
+                                            std::to_string(want) + ", not " + std::to_string(pos[t]) +
+                                            " (a hybrid model's slot continues in order, or restarts at 0)");
+            next_pos[s] = pos[t] + 1;
+        }
+        for (int s = 0; s < c_.n_slots; ++s)
+            if (next_pos[(size_t)s] >= 0) {
+                int first = -1;
+                for (int t = 0; t < T && first < 0; ++t) if (slots[t] == s) first = pos[t];
+                if (first == 0) rstate_clear(s);
+            }
+    }
     const int dim = c_.dim, hd = c_.head_dim, qd = c_.n_head * hd, kd = c_.n_kv * hd, ffn = c_.ffn;
     x_.resize((size_t)T * dim); h_.resize((size_t)T * dim); q_.resize((size_t)T * qd);
     k_.resize((size_t)T * kd); v_.resize((size_t)T * kd); att_.resize((size_t)T * qd);
@@ -482,7 +561,23 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
         rmsnorm(x_.data(), L.attn_norm, h_.data(), T, dim);
-        matmul(L.wq, h_.data(), T, q_.data());        // q, k, v share one quantized copy of h
+        if (L.recurrent) {  // hybrid models: a gated delta-net layer in place of attention
+            deltanet(l, h_.data(), T, slots, h_.data());
+            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+        } else {  // attention (the block keeps the loop's indentation up to its closing brace)
+        if (c_.attn_gate) {  // attn_q: [q_h, gate_h] per head, split into q_ and agate_
+            qg_.resize((size_t)T * 2 * qd);
+            agate_.resize((size_t)T * qd);
+            matmul(L.wq, h_.data(), T, qg_.data());
+            for (int t = 0; t < T; ++t)
+                for (int hh = 0; hh < c_.n_head; ++hh) {
+                    const float *src = qg_.data() + ((size_t)t * c_.n_head + hh) * 2 * hd;
+                    std::memcpy(q_.data() + ((size_t)t * c_.n_head + hh) * hd, src, sizeof(float) * hd);
+                    std::memcpy(agate_.data() + ((size_t)t * c_.n_head + hh) * hd, src + hd, sizeof(float) * hd);
+                }
+        } else {
+            matmul(L.wq, h_.data(), T, q_.data());    // q, k, v share one quantized copy of h
+        }
         matmul(L.wk, h_.data(), T, k_.data(), true);
         matmul(L.wv, h_.data(), T, v_.data(), true);
         add_bias(q_.data(), L.bq, T, qd);
@@ -512,11 +607,14 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
         const auto ta = now();
         attention(l, q_.data(), T, slots, pos, att_.data());
         if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
+        if (c_.attn_gate)  // ggml_sigmoid: 1 / (1 + exp(-x))
+            for (size_t i = 0; i < (size_t)T * qd; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-agate_[i]));
         if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
         matmul(L.wo, att_.data(), T, h_.data());
         add_bias(h_.data(), L.bo, T, dim);
         if (L.attn_post_norm) rmsnorm(h_.data(), L.attn_post_norm, h_.data(), T, dim);  // gemma3
         for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+        }  // attention
 
         const auto t1 = now();
         rmsnorm(x_.data(), L.ffn_norm, h_.data(), T, dim);
@@ -540,9 +638,14 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
             s.calls += 1;
             s.tokens += T;
             s.t_attn += seconds(t0, t1);
-            s.weight_bytes += mat_bytes(L.wq) + mat_bytes(L.wk) + mat_bytes(L.wv) + mat_bytes(L.wo);
+            s.weight_bytes += mat_bytes(L.wq) + mat_bytes(L.wk) + mat_bytes(L.wv) + mat_bytes(L.wo) +
+                              mat_bytes(L.wqkv) + mat_bytes(L.wqkv_gate) + mat_bytes(L.ssm_alpha) +
+                              mat_bytes(L.ssm_beta) + mat_bytes(L.ssm_ba) + mat_bytes(L.ssm_out);
         }
     }
+    if (hybrid())
+        for (int s = 0; s < c_.n_slots; ++s)
+            if (next_pos[(size_t)s] >= 0) rpos_[(size_t)s] = next_pos[(size_t)s];
     if (n_out == 0) return;
     for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
         rmsnorm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, h_.data() + (size_t)i * dim, 1, dim);
@@ -555,20 +658,23 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
 
 size_t Engine::kv_bytes(int n) const {
     const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    return (size_t)c_.n_layer * 2 * (size_t)n * c_.n_kv * c_.head_dim * el;
+    return (size_t)n_kv_layers_ * 2 * (size_t)n * c_.n_kv * c_.head_dim * el;
 }
 
 void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
     if (slot < 0 || slot >= c_.n_slots || p0 < 0 || n < 0 || p0 + n > c_.n_ctx)
         throw std::invalid_argument("kv_copy: positions " + std::to_string(p0) + "+" + std::to_string(n) +
                                     " of slot " + std::to_string(slot) + " outside the cache");
+    if (hybrid())  // the KV of a prefix is not all of its state: refuse rather than restore half of it
+        throw std::invalid_argument("kv_copy: this model's recurrent layers keep state beyond the KV cache; "
+                                    "a prefix cannot be restored from KV alone");
     const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
     const size_t run = (size_t)n * c_.n_kv * c_.head_dim * el;  // one layer's K (or V) rows, contiguous
     uint8_t *k = c_.kv_f16 ? reinterpret_cast<uint8_t *>(k16_.data()) : reinterpret_cast<uint8_t *>(k32_.data());
     uint8_t *v = c_.kv_f16 ? reinterpret_cast<uint8_t *>(v16_.data()) : reinterpret_cast<uint8_t *>(v32_.data());
     for (int l = 0; l < c_.n_layer; ++l) {
         const size_t at = kv_offset(slot, l, p0) * el;
-        uint8_t *bk = buf + (size_t)(2 * l) * run, *bv = bk + run;
+        uint8_t *bk = buf + (size_t)(2 * kv_index_[(size_t)l]) * run, *bv = bk + run;
         if (save) { std::memcpy(bk, k + at, run); std::memcpy(bv, v + at, run); }
         else { std::memcpy(k + at, bk, run); std::memcpy(v + at, bv, run); }
     }

@@ -65,6 +65,18 @@ struct LayerWeights {
     // GLM-4.5 / DeepSeek-V3 routing: the expert selection bias (exp_probs_b), added to the
     // sigmoid (or softmax) probabilities for choosing the top-K only (the weights stay unbiased).
     const float *exp_probs_b = nullptr;   // [n_expert]
+    // Gated delta-net linear attention (EngineConfig::recurrent layers; csrc/deltanet.cpp), with
+    // S = ssm_state, H_k = ssm_groups, H_v = ssm_heads, conv_dim = 2 * H_k * S + H_v * S:
+    Mat wqkv;                             // attn_qkv  [conv_dim, dim]: q [H_k][S], k [H_k][S], v [H_v][S]
+    Mat wqkv_gate;                        // attn_gate [H_v * S, dim]: z, the output gate (silu)
+    Mat ssm_alpha, ssm_beta;              // [H_v, dim] each (qwen35 / qwen35moe)
+    Mat ssm_ba;                           // [2 H_v, dim] (qwen3next): per q/k head g, [beta (r), alpha (r)], r = H_v / H_k
+    Mat ssm_out;                          // [dim, H_v * S]
+    const float *ssm_conv1d = nullptr;    // [conv_dim][K]: channel c's causal kernel, oldest tap first
+    const float *ssm_dt = nullptr;        // [H_v] bias of alpha
+    const float *ssm_a = nullptr;         // [H_v] -exp(A_log) as the converter stores it
+    const float *ssm_norm = nullptr;      // [S] RMSNorm weight of each head's output
+    bool recurrent = false;               // a delta-net layer (else attention)
 };
 
 // Per-layer counters of the forward passes since the last reset (lowbit run --stats).
@@ -120,6 +132,25 @@ struct EngineConfig {
     // expert is added as it is (qwen2moe's is times sigmoid(ffn_gate_inp_shexp . x)).
     int n_dense_lead = 0;
     bool shexp_gated = true;
+    // Hybrid models (qwen35, qwen35moe, qwen3next): layers marked in `recurrent` are gated
+    // delta-net linear attention (csrc/deltanet.cpp), the others gated full attention. A slot
+    // then holds, besides the KV of the attention layers, per recurrent layer a conv state
+    // ([conv_dim][K-1] past inputs) and a recurrent state ([H_v][S][S] floats).
+    std::vector<uint8_t> recurrent;   // [n_layer] 1: delta-net layer (empty: no such layer)
+    int ssm_conv = 0;                 // K: the causal conv1d kernel width (ssm.conv_kernel)
+    int ssm_state = 0;                // S: the q / k / v head width (ssm.state_size)
+    int ssm_groups = 0;               // H_k: q / k heads (ssm.group_count)
+    int ssm_heads = 0;                // H_v: value heads (ssm.time_step_rank); ssm.inner_size = H_v * S
+    // Which q / k head value head h reads: h % H_k (qwen35: ggml's broadcast), or h / (H_v / H_k)
+    // (qwen3next: llama.cpp repeats q / k interleaved).
+    bool ssm_kv_interleave = false;
+    // Gated attention (qwen35 / qwen3next): attn_q yields [q_h (head_dim), gate_h (head_dim)] per
+    // head; the attention output is multiplied by sigmoid(gate) before attn_output.
+    bool attn_gate = false;
+    // Interleaved multi-section rope (llama.cpp's IMROPE for qwen35): rotated pair i is in sector
+    // i % sum(sections); text positions are (p, p, p, 0) per section, so the pairs the 4th
+    // section owns rotate by angle 0. All zero: plain rope.
+    int rope_sections[4] = {0, 0, 0, 0};
 };
 // FFN gate activation: FFN_SWIGLU_OAI is gpt-oss's clamped SwiGLU (GLU_SWIGLU_OAI in kernels.h).
 // FFN_GELU is gemma's GeGLU (GLU_GEGLU).
@@ -156,6 +187,15 @@ public:
     // logits, bit for bit, as computing it again.
     size_t kv_bytes(int n) const;
     void kv_copy(int slot, int p0, int n, uint8_t *buf, bool save);
+    // Hybrid models: the recurrent part of a slot (conv and delta-net states of every recurrent
+    // layer, and the position they have reached), copied out to buf (save) or back in (load):
+    // rstate_bytes() bytes, [int64 position][conv states][recurrent states], float32. A forward
+    // call on a hybrid model needs a slot's tokens to continue at that position (or to start at
+    // 0, which clears the state): anything else is refused, never silently wrong.
+    bool hybrid() const { return n_rec_layers_ > 0; }
+    size_t rstate_bytes() const;
+    void rstate_copy(int slot, uint8_t *buf, bool save);
+    int rstate_pos(int slot) const { return rpos_.at((size_t)slot); }
     // Check every required weight is set and shaped right; returns "" or the problem.
     std::string validate() const;
     // Per-layer stats (n_layer entries); collected only while enabled.
@@ -196,8 +236,14 @@ private:
     void rope(float *v, int T, int heads, const std::vector<std::pair<float, float>> &rot) const;
     void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);
     size_t kv_offset(int slot, int layer, int pos) const {  // element offset of (slot, layer, pos) in the cache
-        return (((size_t)slot * c_.n_layer + layer) * c_.n_ctx + pos) * ((size_t)c_.n_kv * c_.head_dim);
+        return (((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * c_.n_ctx + pos) * ((size_t)c_.n_kv * c_.head_dim);
     }
+    // The gated delta-net layer (csrc/deltanet.cpp): out[T][dim] from the normed input x[T][dim];
+    // each slot's tokens in order continue its conv and recurrent state.
+    void deltanet(int layer, const float *x, int T, const int32_t *slots, float *out);
+    void rstate_clear(int slot);
+    size_t conv_state_floats() const;   // per recurrent layer and slot
+    size_t ssm_state_floats() const;
     // The MoE feed-forward (csrc/moe.cpp): out[T][dim] = sum over each token's top-K experts
     // (in rank order) of weight * expert(x), plus the shared expert if any.
     void moe_ffn(int layer, const float *x, int T, float *out);
@@ -212,6 +258,7 @@ private:
     std::vector<float> inv_freq_;        // per rotated pair: base^(-2i/d) / factor_i (YaRN: times its mix)
     float rope_pos_scale_ = 1.0f;        // positions times this (linear scaling; 1 under YaRN)
     float rope_mscale_ = 1.0f;           // cos / sin times this (YaRN's magnitude scale; else 1)
+    std::vector<uint8_t> rope_zero_;     // per rotated pair: 1 if it rotates by position 0 (IMROPE's 4th section)
     std::vector<std::pair<float, float>> rot_;  // [T][rope_dims/2] (cos, sin) of this call's positions
     std::vector<float> inv_freq_swa_;    // rope_base_swa > 0: the sliding layers' inverse frequencies
     std::vector<std::pair<float, float>> rot_swa_;  // and their rotations (as rot_)
@@ -220,6 +267,14 @@ private:
     std::vector<uint16_t> k16_, v16_;
     std::vector<float> k32_, v32_;
     std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_;
+    std::vector<float> qg_, agate_;      // gated attention: attn_q's output [T][n_head][2][hd], the gate [T][qd]
+    // Hybrid models: attention layers' index into the KV cache, recurrent layers' into the states
+    std::vector<int> kv_index_, rec_index_;
+    int n_kv_layers_ = 0, n_rec_layers_ = 0;
+    std::vector<float> conv_st_;         // [slot][rec layer][conv_dim][K-1], oldest input first
+    std::vector<float> ssm_st_;          // [slot][rec layer][H_v][S (value j)][S (key i)]
+    std::vector<int32_t> rpos_;          // [slot] tokens folded into the slot's recurrent state
+    std::vector<float> dq_, dz_, dab_, dg_, db_, dout_;  // delta-net scratch
     std::vector<uint8_t> act_;
     int act_type_ = -1;  // format of what act_ holds (-1: nothing reusable)
     int threads_ = 0;

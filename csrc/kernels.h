@@ -140,11 +140,29 @@ const GluKernel &glu_kernel_at(int isa);  // what runs at level isa (tests compa
 // Counters of epilogue calls per (kind, level of the table used): values = elements.
 void count_glu(int kind, int isa, int64_t rows, int64_t values);
 
+// One token's gated delta-rule step on one value head's state (the hybrid Qwen models'
+// linear attention; csrc/deltanet.cpp, spec csrc/ref/deltanet.cpp). M[j * S + i]: row j =
+// value index, i = key index (ggml's layout), S x S floats, updated in place; k, q: the token's
+// l2-normed key and query [S]; v [S]; per row j in order:
+//   M[j] *= decay;  d = (v[j] - M[j] . k) * beta;  M[j] += k * d;  o[j] = (M[j] . q) * scale.
+// Rows are independent; a row's arithmetic depends only on its inputs (never on the window,
+// the token's slot or the thread), so chunked prefill and decode give the same bits (I8).
+using delta_fn = void (*)(float *M, const float *k, const float *q, const float *v, float decay, float beta,
+                          float scale, float *o, int S);
+struct DeltaKernel {
+    delta_fn fn = nullptr;
+    const char *name = nullptr;
+    int isa = ISA_SCALAR;
+};
+const DeltaKernel &delta_kernel();            // what dispatch selected
+const DeltaKernel &delta_kernel_at(int isa);  // what runs at level isa (tests)
+
 struct KernelTable {
     KernelEntry e[64];
     KernelEntry i8s;  // T_I8_S (id above 64)
     AttnKernel attn;  // the engine's attention over a half KV cache
     GluKernel glu;    // the FFN's gate/up epilogue
+    DeltaKernel delta;  // the delta-net state update (hybrid Qwen models)
     KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }
     void set_rows_all(int id, rows_fn f, const char *name, int isa) {
         for (int nt = 1; nt <= MAX_NT; ++nt) at(id).rows[nt] = RowKernel{f, name, isa};

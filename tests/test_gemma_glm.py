@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import lowbit
+from llama_ref import llama_perplexity
 from gemma_glm_models import (GLM, compare, family, gemma_greedy, gemma_llm, gemma_path,  # noqa: F401 (fixtures)
                               glm_greedy, glm_llm, glm_path)
 from lowbit.synth import synth_dense, synth_moe
@@ -115,7 +116,7 @@ def test_glm4moe_softmax_gating_with_bias(tmp_path, monkeypatch):
     """expert_gating_func 1 (softmax) with exp_probs_b: llama.cpp still adds the bias for choosing
     (build_moe_ffn), and so does lowbit; q/k norms on (GLM-4.5 355B's). Top-1 against llama.cpp."""
     from gemma_glm_models import peer
-    from llama_ref import llama_greedy, llama_perplexity
+    from llama_ref import llama_greedy
     path = synth_moe(tmp_path / "glm-softmax.gguf", **dict(GLM, layers=2, gating="softmax", qk_norm=True, seed=11))
     m = lowbit.load(path, n_ctx=128, threads=2)
     assert m.config.expert_gating == "softmax" and m.config.exp_probs_b and m.config.qk_norm

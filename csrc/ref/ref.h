@@ -57,6 +57,9 @@ void register_ternary(KernelTable &t);   // TQ1_0 TQ2_0 I2_S (+ I8_S activations
 void register_mxfp4(KernelTable &t);     // MXFP4 x Q8_0 (+ its quantizer)
 void register_float(KernelTable &t);     // F32 F16 BF16 rows against F32 activations
 void register_act(KernelTable &t);       // Q8_0 Q8_1 Q8_K activation quantizers (+ their dequant)
+// the gated delta rule of one token on one value head (contract: delta_fn in kernels.h)
+void delta_rule(float *M, const float *k, const float *q, const float *v, float decay, float beta, float scale,
+                float *o, int S);
 void register_glu(KernelTable &t);       // the FFN's gate/up epilogue (SiLU, ReLU^2)
 
 }  // namespace lowbit::ref

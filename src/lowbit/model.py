@@ -38,6 +38,18 @@ experts routed by sigmoid (expert_gating_func 2, the default) with the exp_probs
 renormalised if expert_weights_norm, times expert_weights_scale, plus an ungated shared expert of
 expert_shared_count * expert_feed_forward_length; the FFN norm is post_attention_norm; q/k/v
 biases; q/k norms when the file has them; rope over the first rope.dimension_count dims of a head.
+    qwen35moe     imrope    yes        -           experts, top-K renormalised + shared expert, sigmoid gate;
+                                                   hybrid: gated delta-net layers, gated attention every
+                                                   full_attention_interval-th layer (csrc/deltanet.cpp)
+    qwen35        imrope    yes        -           dense; hybrid as qwen35moe
+    qwen3next     neox      yes        -           as qwen35moe; fused ssm_ba, q/k heads repeated interleaved
+
+The hybrid families: a delta-net layer's slot state (conv inputs and the recurrent state per value
+head) lives in the engine beside the attention layers' KV. Model.rewind restores it exactly
+(the checkpoint taken before the slot's last multi-token call, or a replay from the start), the
+engine refuses a forward that does not continue a slot's state in order, and the server keeps no
+prefix cache for them (a prefix is more than its KV). MTP (nextn) blocks are loaded by llama.cpp
+and skipped here.
 
 gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE) as configuration: attention sinks (blk.N.attn_sinks.weight, one
 logit per head that joins each softmax), sliding-window attention on the layers the
@@ -82,17 +94,25 @@ from ._native import lib
 from .gguf import GGUFError
 
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
-             "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True}
-MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe"}  # and llama with expert_count > 0 (mixtral)
+             "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
+             "qwen35moe": True, "qwen3next": True}
+MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
-               "glm4moe": False}                 # glm4moe: expert_weights_norm decides (llama.cpp's default false)
+               "glm4moe": False,                 # glm4moe: expert_weights_norm decides (llama.cpp's default false)
+               "qwen35moe": True, "qwen3next": True}
+# Hybrid families: gated delta-net layers (csrc/deltanet.cpp) and gated full attention every
+# full_attention_interval-th layer; value head h reads q/k head h % H_k (qwen35*) or h / (H_v/H_k)
+# (qwen3next); rope: IMROPE sections (qwen35*) or plain neox (qwen3next).
+HYBRID_ARCHS = {"qwen35": False, "qwen35moe": False, "qwen3next": True}   # arch -> ssm_kv_interleave
+SHARED_EXPERT_ARCHS = {"qwen2moe", "qwen35moe", "qwen3next"}
 EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "softmax" (over all, then top-K)
 EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1, "sigmoid": 2}  # csrc/engine.h ExpertGating
 GATING_FUNC = {1: "softmax", 2: "sigmoid"}       # GGUF expert_gating_func (llama_expert_gating_func_type)
 SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
 FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu"}  # FFN gate activation; default "silu"
 FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
-FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
+FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
+            "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
 SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6}        # llama.cpp's default sliding-window pattern per arch
 DEFAULT_CTX = 2048
 
@@ -174,6 +194,19 @@ class ModelConfig:
     shexp_gated: bool = True         # the shared expert times sigmoid(ffn_gate_inp_shexp . x) (qwen2moe)
     exp_probs_b: bool = False        # blk.N.exp_probs_b.bias: the expert selection bias
     n_nextn: int = 0                 # MTP layers after the n_layer run ones (loaded by llama.cpp, not run)
+    # hybrid families (qwen35, qwen35moe, qwen3next): per layer True for a gated delta-net layer
+    recurrent: tuple = ()
+    ssm_conv: int = 0             # conv1d kernel width
+    ssm_state: int = 0            # S: q / k / v head width of the delta-net
+    ssm_groups: int = 0           # H_k: its q / k heads
+    ssm_heads: int = 0            # H_v: its value heads
+    ssm_kv_interleave: bool = False
+    attn_gate: bool = False       # attn_q yields [q, gate] per head; output * sigmoid(gate)
+    rope_sections: tuple = ()     # IMROPE sections (qwen35*); () plain rope
+
+    @property
+    def hybrid(self) -> bool:
+        return any(self.recurrent)
 
     @classmethod
     def from_gguf(cls, f: gguf.GGUFFile) -> "ModelConfig":
@@ -201,7 +234,9 @@ class ModelConfig:
         emb = f.tensors.get("token_embd.weight")
         if emb is None:
             raise GGUFError(f"{f.path}: tensor 'token_embd.weight' is missing")
-        n_nextn = md.get(f"{arch}.nextn_predict_layers", 0) if arch == "glm4moe" else 0
+        # MTP (nextn) layers at the end of block_count (glm4moe, the hybrid Qwens): loaded by
+        # llama.cpp for drafting, never run when generating; lowbit runs the layers before them
+        n_nextn = md.get(f"{arch}.nextn_predict_layers", 0) if arch == "glm4moe" or arch in HYBRID_ARCHS else 0
         if not isinstance(n_nextn, int) or isinstance(n_nextn, bool) or not 0 <= n_nextn < key("block_count"):
             raise GGUFError(f"{f.path}: metadata key {arch}.nextn_predict_layers = {n_nextn!r} must be an integer "
                             f"in 0..{arch}.block_count - 1")
@@ -219,7 +254,7 @@ class ModelConfig:
             rope_scale=1.0 / factor if scaling in ("linear", "yarn") else 1.0,
             rope_dims=key("rope.dimension_count", head_dim),
             rope_neox=ROPE_NEOX[arch],
-            qk_norm="blk.0.attn_q_norm.weight" in f.tensors,
+            qk_norm=arch in HYBRID_ARCHS or "blk.0.attn_q_norm.weight" in f.tensors,
             qkv_bias="blk.0.attn_q.bias" in f.tensors,
             tied_output="output.weight" not in f.tensors,
             qk_norm_full=arch == "olmoe",
@@ -235,6 +270,7 @@ class ModelConfig:
             **cls._yarn_fields(f, arch, scaling, factor, key),
             **cls._gemma3_fields(f, arch, n_layer, dim, n_head, head_dim),
             n_nextn=n_nextn,
+            **cls._hybrid_fields(f, arch, key),
         )
 
     @staticmethod
@@ -254,6 +290,59 @@ class ModelConfig:
             raise GGUFError(f"{f.path}: metadata key {arch}.rope.freq_base_swa = {base_swa!r} is not a positive number")
         return dict(embd_scale=float(np.sqrt(f32(dim))), attn_scale=float(f32(1.0) / np.sqrt(f32(attn_den))),
                     rope_base_swa=float(base_swa), logit_softcap=float(cap), post_norms=True)
+
+    @staticmethod
+    def _trunk_layers(f: gguf.GGUFFile, arch: str, key) -> int:
+        """The layers the forward pass runs: block_count less the MTP (nextn) layers a hybrid
+        Qwen file appends (llama.cpp loads them as extra blocks for its draft head; lowbit does not
+        run them yet)."""
+        n = key("block_count")
+        if arch not in HYBRID_ARCHS:
+            return n
+        nextn = f.metadata.get(f"{arch}.nextn_predict_layers", 0)
+        if not isinstance(nextn, int) or isinstance(nextn, bool) or not 0 <= nextn < n:
+            raise GGUFError(f"{f.path}: metadata key {arch}.nextn_predict_layers = {nextn!r} must be an integer in "
+                            f"0..{n - 1} ({arch}.block_count = {n})")
+        return n - nextn
+
+    @staticmethod
+    def _hybrid_fields(f: gguf.GGUFFile, arch: str, key) -> dict:
+        """The delta-net fields of a hybrid family ({} otherwise), as llama.cpp's loader reads them:
+        ssm.* sizes, the recurrent layers from attention.recurrent_layers or else
+        full_attention_interval (default 4: layer il is recurrent unless (il + 1) % 4 == 0), and
+        rope.dimension_sections (qwen35*, required)."""
+        if arch not in HYBRID_ARCHS:
+            return {}
+        md = f.metadata
+        n_layer = ModelConfig._trunk_layers(f, arch, key)
+        conv, state, groups, heads = (key("ssm.conv_kernel"), key("ssm.state_size"), key("ssm.group_count"),
+                                      key("ssm.time_step_rank"))
+        inner = key("ssm.inner_size")
+        if inner != heads * state or heads % groups:
+            raise GGUFError(f"{f.path}: {arch}.ssm.inner_size = {inner} must be ssm.time_step_rank ({heads}) x "
+                            f"ssm.state_size ({state}), and time_step_rank a multiple of ssm.group_count ({groups})")
+        rec = md.get(f"{arch}.attention.recurrent_layers")
+        if rec is not None:
+            if len(rec) < n_layer:
+                raise GGUFError(f"{f.path}: {arch}.attention.recurrent_layers has {len(rec)} entries for {n_layer} layers")
+            recurrent = tuple(bool(rec[i]) for i in range(n_layer))
+        else:
+            every = key("full_attention_interval", 4)
+            recurrent = tuple((i + 1) % every != 0 for i in range(n_layer))
+        sections = ()
+        if arch != "qwen3next":
+            sec = md.get(f"{arch}.rope.dimension_sections")
+            if sec is None:
+                raise GGUFError(f"{f.path}: metadata key {arch}.rope.dimension_sections is missing")
+            sections = tuple(int(v) for v in list(sec)[:4])
+            if len(sections) > 4 or any(v < 0 for v in sections) or not any(sections):
+                raise GGUFError(f"{f.path}: {arch}.rope.dimension_sections = {list(sec)} is invalid")
+        for i in range(n_layer):
+            if recurrent[i] and f"blk.{i}.ssm_in.weight" in f.tensors and f"blk.{i}.attn_qkv.weight" not in f.tensors:
+                raise GGUFError(f"{f.path}: blk.{i}.ssm_in (the legacy fused qkvz layout) is not supported: "
+                                f"convert with a llama.cpp that writes attn_qkv + attn_gate")
+        return dict(recurrent=recurrent, ssm_conv=conv, ssm_state=state, ssm_groups=groups, ssm_heads=heads,
+                    ssm_kv_interleave=HYBRID_ARCHS[arch], attn_gate=True, rope_sections=sections)
 
     @staticmethod
     def _windows(f: gguf.GGUFFile, arch: str, n_layer: int) -> tuple:
@@ -311,16 +400,17 @@ class ModelConfig:
         if not isinstance(used, int) or isinstance(used, bool) or not 1 <= used <= n_expert:
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_used_count = {used!r} must be an integer in "
                             f"1..{n_expert} ({ek})")
+        qwen = ("qwen2moe", "qwen3moe", "qwen35moe", "qwen3next")
         if arch in ("gpt-oss", "glm4moe"):
             expert_ffn = key("expert_feed_forward_length")
-        elif arch in ("qwen2moe", "qwen3moe") and f"{arch}.expert_feed_forward_length" in md:
+        elif arch in qwen and f"{arch}.expert_feed_forward_length" in md:
             expert_ffn = key("expert_feed_forward_length")
-        elif arch in ("qwen2moe", "qwen3moe"):
+        elif arch in qwen:
             expert_ffn = key("feed_forward_length") // used  # llama.cpp's fallback
         else:
             expert_ffn = key("feed_forward_length")
         shexp = 0
-        if arch == "qwen2moe":
+        if arch in SHARED_EXPERT_ARCHS:
             shexp = key("expert_shared_feed_forward_length", md.get(f"{arch}.feed_forward_length"))
         glm = _glm4moe_fields(f, arch, key, n_layer, expert_ffn) if arch == "glm4moe" else {}
         shexp = glm.pop("shexp_ffn", shexp)
@@ -406,7 +496,11 @@ class Model:
                                  yarn_orig_ctx=c.yarn_orig_ctx,
                                  embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
                                  logit_softcap=c.logit_softcap, post_norms=c.post_norms,
-                                 n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated)
+                                 n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
+                                 recurrent=[int(r) for r in c.recurrent],
+                                 ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
+                                 ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
+                                 attn_gate=c.attn_gate, rope_sections=list(c.rope_sections))
         if threads:
             self.engine.set_threads(int(threads))
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
@@ -420,6 +514,8 @@ class Model:
         self._writer: list[Sequence | None] = [None] * self.n_slots
         self._live = [0] * self.n_slots
         self._shared_warned = False
+        # hybrid models: per slot, (position, recurrent state) saved before its last multi-token call
+        self._ckpt: list[tuple[int, np.ndarray] | None] = [None] * self.n_slots
 
     # slot 0 is the single-sequence API's cache
     @property
@@ -475,7 +571,15 @@ class Model:
                     ffn += ("ffn_gate_inp_shexp",) * c.shexp_gated + ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
                 if c.exp_probs_b:
                     self._vec("exp_probs_b", i, p + "exp_probs_b.bias")
-            for slot in ("attn_q", "attn_k", "attn_v", "attn_output") + ffn:
+            rec = bool(c.recurrent) and c.recurrent[i]
+            mixer = ("attn_q", "attn_k", "attn_v", "attn_output")
+            if rec:  # a gated delta-net layer (csrc/deltanet.cpp)
+                ba = ("ssm_ba",) if p + "ssm_ba.weight" in self.file.tensors else ("ssm_alpha", "ssm_beta")
+                mixer = ("attn_qkv", "attn_gate") + ba + ("ssm_out",)
+                for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),
+                                   ("ssm_a", "ssm_a"), ("ssm_norm", "ssm_norm.weight")):
+                    self._vec(slot, i, p + name)
+            for slot in mixer + ffn:
                 self._mat(slot, i, p + slot + ".weight")
                 if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
                     self._vec(slot + ".scale", i, p + slot + ".scale")
@@ -493,7 +597,7 @@ class Model:
                     self._vec(s + ".bias", i, p + s + ".bias")
             if c.window[i]:
                 self.engine.set_window(i, c.window[i])
-            if c.qk_norm:
+            if c.qk_norm and not rec:
                 self._vec("attn_q_norm", i, p + "attn_q_norm.weight")
                 self._vec("attn_k_norm", i, p + "attn_k_norm.weight")
             if c.sub_norm:
@@ -515,6 +619,8 @@ class Model:
             raise ValueError(f"context full: {self.pos} + {len(tokens)} tokens > n_ctx {self.n_ctx}")
         toks = np.asarray(tokens, dtype=np.int32)
         logits = np.empty((len(tokens) if all_logits else 1, self.config.vocab), np.float32)
+        if len(tokens) > 1 and self.config.hybrid:
+            self._checkpoint(0)
         self.engine.forward(toks, self.pos, logits, all_logits)
         self._writer[0] = None
         self.tokens.extend(int(t) for t in tokens)
@@ -552,6 +658,10 @@ class Model:
             rows.extend(range(base + len(run) - n, base + len(run)))
             counts.append(n)
         logits = np.empty((len(rows), self.config.vocab), np.float32)
+        if self.config.hybrid:
+            for slot, run in seqs:
+                if len(run) > 1:
+                    self._checkpoint(slot)
         self.engine.forward_batch(np.asarray(toks, np.int32), np.asarray(slots, np.int32),
                                   np.asarray(poss, np.int32), np.asarray(rows, np.int32), logits)
         out, at = [], 0
@@ -564,17 +674,55 @@ class Model:
         return out
 
     def rewind(self, pos: int, slot: int = 0) -> None:
-        """Forget positions >= pos of a slot (speculative rollback, a new prompt): O(1), nothing copied."""
+        """Forget positions >= pos of a slot (speculative rollback, a new prompt): O(1), nothing copied.
+        Hybrid models (recurrent layers) also bring the slot's conv and delta-net states back to pos,
+        exactly: from the checkpoint taken before the slot's last multi-token call when it lies at or
+        before pos, else from the start, re-running the tokens in between (the states are bitwise
+        what they were, however the tokens are chunked)."""
         if not 0 <= slot < self.n_slots:
             raise ValueError(f"slot {slot} outside 0..{self.n_slots - 1}")
         if not 0 <= pos <= self.slot_pos[slot]:
             raise ValueError(f"cannot rewind to {pos} (cache holds {self.slot_pos[slot]})")
+        if self.config.hybrid and pos < self.slot_pos[slot]:
+            self._restore_state(slot, pos)
         self._writer[slot] = None
         self.slot_pos[slot] = pos
         del self.slot_tokens[slot][pos:]
 
     def reset(self) -> None:
         self.rewind(0)
+
+    REPLAY_CHUNK = 64
+
+    def _checkpoint(self, slot: int) -> None:
+        """Save the slot's recurrent state at its current position (hybrid models), if the engine's
+        state is at that position (after an interrupted call it may not be: then no checkpoint)."""
+        e = self.engine
+        if e.rstate_pos(slot) != self.slot_pos[slot] or self.slot_pos[slot] == 0:
+            self._ckpt[slot] = None
+            return
+        ck = self._ckpt[slot]
+        buf = ck[1] if ck is not None else np.empty(e.rstate_bytes(), np.uint8)
+        e.rstate_copy(slot, buf, True)
+        self._ckpt[slot] = (self.slot_pos[slot], buf)
+
+    def _restore_state(self, slot: int, pos: int) -> None:
+        """The slot's recurrent state back at position pos < its current one: load the checkpoint
+        if it is at or before pos (else start from nothing), then re-run the slot's tokens up to
+        pos without computing logits. The KV rows those tokens rewrite get the same bytes."""
+        e, ck = self.engine, self._ckpt[slot]
+        start = 0
+        if ck is not None and ck[0] <= pos:
+            e.rstate_copy(slot, ck[1], False)
+            start = ck[0]
+        elif ck is not None:
+            self._ckpt[slot] = None  # it belongs to tokens being forgotten
+        toks = self.slot_tokens[slot]
+        empty = np.empty((0, self.config.vocab), np.float32)
+        for i in range(start, pos, self.REPLAY_CHUNK):
+            j = min(pos, i + self.REPLAY_CHUNK)
+            e.forward_batch(np.asarray(toks[i:j], np.int32), np.full(j - i, slot, np.int32),
+                            np.arange(i, j, dtype=np.int32), np.empty(0, np.int32), empty)
 
     def _repair(self, slot: int) -> None:
         """Make a slot's position and token list agree after an interrupted call (Ctrl-C
@@ -721,6 +869,38 @@ class Sequence:
 
     def reset(self) -> None:
         self.rewind(0)
+
+    REPLAY_CHUNK = 64
+
+    def _checkpoint(self, slot: int) -> None:
+        """Save the slot's recurrent state at its current position (hybrid models), if the engine's
+        state is at that position (after an interrupted call it may not be: then no checkpoint)."""
+        e = self.engine
+        if e.rstate_pos(slot) != self.slot_pos[slot] or self.slot_pos[slot] == 0:
+            self._ckpt[slot] = None
+            return
+        ck = self._ckpt[slot]
+        buf = ck[1] if ck is not None else np.empty(e.rstate_bytes(), np.uint8)
+        e.rstate_copy(slot, buf, True)
+        self._ckpt[slot] = (self.slot_pos[slot], buf)
+
+    def _restore_state(self, slot: int, pos: int) -> None:
+        """The slot's recurrent state back at position pos < its current one: load the checkpoint
+        if it is at or before pos (else start from nothing), then re-run the slot's tokens up to
+        pos without computing logits. The KV rows those tokens rewrite get the same bytes."""
+        e, ck = self.engine, self._ckpt[slot]
+        start = 0
+        if ck is not None and ck[0] <= pos:
+            e.rstate_copy(slot, ck[1], False)
+            start = ck[0]
+        elif ck is not None:
+            self._ckpt[slot] = None  # it belongs to tokens being forgotten
+        toks = self.slot_tokens[slot]
+        empty = np.empty((0, self.config.vocab), np.float32)
+        for i in range(start, pos, self.REPLAY_CHUNK):
+            j = min(pos, i + self.REPLAY_CHUNK)
+            e.forward_batch(np.asarray(toks[i:j], np.int32), np.full(j - i, slot, np.int32),
+                            np.arange(i, j, dtype=np.int32), np.empty(0, np.int32), empty)
 
     def close(self) -> None:
         """Release the slot; its cache stays for the next generation to reuse."""

@@ -9,6 +9,7 @@ weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of la
     synth_bitnet(path, arch="bitnet", wtype="TQ2_0", ...)     bitnet / bitnet-b1.58, ternary weights
     synth_moe(path, arch="qwen3moe", experts=.., top_k=.., ...) qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss
                                                               / glm4moe
+    synth_hybrid(path, arch="qwen35moe", ...)                 qwen35moe / qwen35 / qwen3next (delta-net + attention)
     one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
 """
 from __future__ import annotations
@@ -64,8 +65,7 @@ def norm_weight(rng: np.random.Generator, n: int) -> np.ndarray:
 def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, heads: int, kv_heads: int,
                  head_dim: int, ctx: int, rope_base: float = 10000.0, eps: float = 1e-6,
                  rope_dims: int | None = None) -> None:
-    """The llama-style hyperparameters every family shares, then the vocabulary. rope_dims: the
-    rotated dims per head (None: all of head_dim)."""
+    """The llama-style hyperparameters every family shares, then the vocabulary."""
     a = w.arch
     for key, val in [("block_count", layers), ("context_length", ctx), ("embedding_length", dim),
                      ("feed_forward_length", ffn), ("attention.head_count", heads),
@@ -269,6 +269,8 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
         w.meta(f"{a}.rope.scaling.original_context_length", int(yarn_orig_ctx))
     if arch == "qwen2moe":
         w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
+    if mtp_layers:
+        w.meta(f"{a}.nextn_predict_layers", int(mtp_layers))
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
     w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
     w.add("output_norm.weight", norm_weight(rng, dim))
@@ -341,6 +343,114 @@ def _synth_glm4moe(path, rng, vocab, *, layers, dim, heads, kv_heads, head_dim, 
             w.add(p + "nextn.enorm.weight", norm_weight(rng, dim))
             w.add(p + "nextn.hnorm.weight", norm_weight(rng, dim))
             w.add(p + "nextn.shared_head_norm.weight", norm_weight(rng, dim))
+HYBRID_ARCHS = ("qwen35moe", "qwen35", "qwen3next")
+
+
+def synth_hybrid(path, *, arch: str = "qwen35moe", layers: int = 4, dim: int = 256, heads: int = 4,
+                 kv_heads: int = 2, head_dim: int = 64, rope_dims: int = 32, sections=(3, 3, 2, 0),
+                 full_attention_interval: int = 4, ssm_conv: int = 4, ssm_state: int = 32, ssm_groups: int = 2,
+                 ssm_heads: int = 4, ffn: int = 512, experts: int = 8, top_k: int = 2, expert_ffn: int = 256,
+                 shared_ffn: int = 256, ctx: int = 1024, rope_base: float = 10000000.0, wtype: str = "Q8_0",
+                 expert_type: str = "Q4_K", ssm_type: str = "F32", router_type: str = "F32",
+                 embd_type: str = "F32", head_type: str | None = None, seed: int = 0, vocab: dict | None = None,
+                 mtp_layers: int = 0, progress: bool = False) -> str:
+    """A hybrid Qwen model with random weights, as llama.cpp's converter lays it out: qwen35moe
+    (Qwen3.5 / 3.6 MoE), qwen35 (its dense sibling), qwen3next (Qwen3-Next).
+
+    Layer il is a gated delta-net layer unless (il + 1) % full_attention_interval == 0, then gated
+    full attention: attn_q [2 heads head_dim, dim] ([q, gate] per head), attn_k / attn_v, q/k norms,
+    rope over rope_dims of each head (qwen35*: IMROPE `sections`; qwen3next: neox). A delta-net
+    layer: attn_qkv [(2 ssm_groups + ssm_heads) ssm_state, dim], attn_gate (z), ssm_conv1d
+    [conv_dim, ssm_conv] (F32), ssm_dt.bias, ssm_a (= -exp(A_log) < 0), ssm_beta / ssm_alpha
+    [ssm_heads, dim] (qwen3next: one ssm_ba [2 ssm_heads, dim]) in ssm_type, ssm_norm, ssm_out.
+    FFN: routed experts (expert_type) plus a shared expert of width shared_ffn behind a sigmoid
+    gate (qwen35moe, qwen3next), or a dense FFN of width ffn (qwen35). Norms: attn_norm and
+    post_attention_norm (the FFN's input). mtp_layers: MTP (nextn) blocks appended after the trunk
+    (block_count includes them, nextn_predict_layers counts them), each a gated full-attention block
+    with the trunk's FFN plus nextn.eh_proj [dim, 2 dim], nextn.enorm, nextn.hnorm and
+    nextn.shared_head_norm, as llama.cpp's loader wants them.
+
+    Qwen3.6-35B-A3B (for benchmarks): layers 40, dim 2048, heads 16, kv_heads 2, head_dim 256,
+    rope_dims 64, sections (11, 11, 10, 0), interval 4, ssm_conv 4, ssm_state 128, ssm_groups 16,
+    ssm_heads 32, experts 256, top_k 8, expert_ffn 512, shared_ffn 512.
+    """
+    if arch not in HYBRID_ARCHS:
+        raise ValueError(f"synth: hybrid arch must be one of {', '.join(HYBRID_ARCHS)}, not {arch!r}")
+    if ssm_heads % ssm_groups:
+        raise ValueError(f"synth: ssm_heads ({ssm_heads}) must be a multiple of ssm_groups ({ssm_groups})")
+    if not 2 <= rope_dims <= head_dim or rope_dims % 2:
+        raise ValueError(f"synth: rope_dims ({rope_dims}) must be even and in 2..head_dim ({head_dim})")
+    moe = arch != "qwen35"
+    if moe and not 1 <= top_k <= experts:
+        raise ValueError(f"synth: top_k {top_k} must be in 1..experts ({experts})")
+    rng = np.random.default_rng(seed)
+    vocab = vocab or default_vocab()
+    nv = vocab_size(vocab)
+    w = Writer(path, arch, progress=progress)
+    a = w.arch
+    write_header(w, vocab, layers=layers + mtp_layers, dim=dim, ffn=ffn if not moe else expert_ffn, heads=heads,
+                 kv_heads=kv_heads, head_dim=head_dim, ctx=ctx, rope_base=rope_base, rope_dims=rope_dims)
+    if arch != "qwen3next":
+        w.meta(f"{a}.rope.dimension_sections", [int(v) for v in (list(sections) + [0, 0, 0, 0])[:4]])
+    for k, v in (("ssm.conv_kernel", ssm_conv), ("ssm.state_size", ssm_state), ("ssm.group_count", ssm_groups),
+                 ("ssm.time_step_rank", ssm_heads), ("ssm.inner_size", ssm_heads * ssm_state),
+                 ("full_attention_interval", full_attention_interval)):
+        w.meta(f"{a}.{k}", int(v))
+    if moe:
+        w.meta(f"{a}.expert_count", int(experts))
+        w.meta(f"{a}.expert_used_count", int(top_k))
+        w.meta(f"{a}.expert_feed_forward_length", int(expert_ffn))
+        w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
+    if mtp_layers:
+        w.meta(f"{a}.nextn_predict_layers", int(mtp_layers))
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
+    w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    w.add("output_norm.weight", norm_weight(rng, dim))
+    S, Hk, Hv = ssm_state, ssm_groups, ssm_heads
+    cd, vd = (2 * Hk + Hv) * S, Hv * S
+    for i in range(layers + mtp_layers):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
+        if i >= layers:  # an MTP block: its own inputs, then a full-attention block below
+            w.add(p + "nextn.eh_proj.weight", gauss(rng, dim, 2 * dim), wtype)
+            for nm in ("enorm", "hnorm", "shared_head_norm"):
+                w.add(p + f"nextn.{nm}.weight", norm_weight(rng, dim))
+        if i < layers and (i + 1) % full_attention_interval != 0:  # gated delta-net
+            w.add(p + "attn_qkv.weight", gauss(rng, cd, dim), wtype)
+            w.add(p + "attn_gate.weight", gauss(rng, vd, dim), wtype)
+            w.add(p + "ssm_conv1d.weight", gauss(rng, cd, ssm_conv, scale=0.5))
+            # decays exp(g), g = softplus(alpha + dt) * ssm_a, spread over about (0.1, 0.95): the state
+            # carries several tokens back
+            w.add(p + "ssm_dt.bias", (-2.0 + 0.5 * rng.standard_normal(Hv)).astype(np.float32))
+            w.add(p + "ssm_a", -rng.uniform(0.5, 4.0, Hv).astype(np.float32))
+            if arch == "qwen3next":
+                w.add(p + "ssm_ba.weight", gauss(rng, 2 * Hv, dim), ssm_type)
+            else:
+                w.add(p + "ssm_beta.weight", gauss(rng, Hv, dim), ssm_type)
+                w.add(p + "ssm_alpha.weight", gauss(rng, Hv, dim), ssm_type)
+            w.add(p + "ssm_norm.weight", norm_weight(rng, S))
+            w.add(p + "ssm_out.weight", gauss(rng, dim, vd), wtype)
+        else:  # gated full attention
+            w.add(p + "attn_q.weight", gauss(rng, 2 * heads * head_dim, dim), wtype)
+            w.add(p + "attn_k.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
+            w.add(p + "attn_v.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
+            w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
+            w.add(p + "attn_q_norm.weight", norm_weight(rng, head_dim))
+            w.add(p + "attn_k_norm.weight", norm_weight(rng, head_dim))
+        if moe:
+            w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+            w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+            w.add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+            w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), expert_type)
+            w.add(p + "ffn_gate_inp_shexp.weight", gauss(rng, dim), "F32")
+            w.add(p + "ffn_gate_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
+            w.add(p + "ffn_up_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
+            w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, shared_ffn), wtype)
+        else:
+            w.add(p + "ffn_gate.weight", gauss(rng, ffn, dim), wtype)
+            w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
+            w.add(p + "ffn_down.weight", gauss(rng, dim, ffn), wtype)
     w.close()
     return str(path)
 
@@ -360,7 +470,8 @@ def _add_dense(ss) -> None:
     p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
-    p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS))
+    p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],
+                   help="qwen35: hybrid gated delta-net / gated attention layers (see the --ssm-* options)")
     p.add_argument("--head-dim", type=int, default=None, help="per-head width (default: dim / heads)")
     p.add_argument("--window", type=int, default=512, help="gemma3: sliding window of the local layers (0: none)")
     p.add_argument("--swa-pattern", type=int, default=None,
@@ -371,11 +482,12 @@ def _add_dense(ss) -> None:
     p.add_argument("--softcap", type=float, default=0.0, help="gemma3: final_logit_softcapping (0: none)")
     p.add_argument("--rope-linear", type=float, default=0.0,
                    help="linear rope scaling factor (0: none; gemma3 4B-27B: 8, global layers only)")
+    _hybrid_options(p)
     p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
     p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
     p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
     p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head")
-    p.set_defaults(synth=lambda a: synth_dense(
+    p.set_defaults(synth=lambda a: _synth_hybrid_cli(a) if a.arch in HYBRID_ARCHS else synth_dense(
         a.out, arch=a.arch, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
         ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
         head_dim=a.head_dim, window=a.window, swa_pattern=a.swa_pattern, rope_base=a.rope_base,
@@ -497,7 +609,10 @@ def _add_moe(ss) -> None:
     p = ss.add_parser("moe", help="a Mixture-of-Experts qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss / glm4moe model",
                       description="Write a Mixture-of-Experts model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=256, heads=4, kv_heads=2)
-    p.add_argument("--arch", default="qwen3moe", choices=list(MOE_ARCHS))
+    p.add_argument("--arch", default="qwen3moe", choices=list(MOE_ARCHS) + ["qwen35moe", "qwen3next"],
+                   help="qwen35moe / qwen3next: hybrid gated delta-net / gated attention layers, routed experts "
+                        "and a gated shared expert (see the --ssm-* options)")
+    _hybrid_options(p)
     p.add_argument("--experts", type=int, default=8, help="experts per layer")
     p.add_argument("--top-k", type=int, default=2, help="experts used per token")
     p.add_argument("--shared-ffn", type=int, default=512, help="qwen2moe: the shared expert's width")
@@ -516,12 +631,13 @@ def _add_moe(ss) -> None:
     p.add_argument("--leading-dense", type=int, default=1, help="glm4moe: leading dense layers (1)")
     p.add_argument("--shared-experts", type=int, default=1, help="glm4moe: shared experts (1)")
     p.add_argument("--nextn", type=int, default=1, help="glm4moe: MTP layers after the others (1; not run)")
-    p.add_argument("--rope-dims", type=int, default=None, help="glm4moe: rotated dims per head (default: half)")
+    if not any("--rope-dims" in x.option_strings for x in p._actions):  # (the hybrid options may have it)
+        p.add_argument("--rope-dims", type=int, default=None, help="glm4moe: rotated dims per head (default: half)")
     p.add_argument("--qk-norm", action="store_true", help="glm4moe: per-head q/k norms (GLM-4.5 355B)")
     p.add_argument("--expert-scale", type=float, default=2.5, help="glm4moe: expert_weights_scale (2.5)")
     p.add_argument("--gating", default="sigmoid", choices=["sigmoid", "softmax"],
                    help="glm4moe: expert_gating_func (sigmoid: GLM-4.5's)")
-    p.set_defaults(synth=lambda a: synth_moe(
+    p.set_defaults(synth=lambda a: _synth_hybrid_cli(a) if a.arch in HYBRID_ARCHS else synth_moe(
         a.out, arch=a.arch, layers=a.layers, dim=a.dim, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
         experts=a.experts, top_k=a.top_k, expert_ffn=a.ffn, shared_ffn=a.shared_ffn, ctx=a.ctx, wtype=a.wtype,
         expert_type=a.expert_type or ("MXFP4" if a.arch == "gpt-oss" else "Q4_K"), down_type=a.down_type,
@@ -529,6 +645,39 @@ def _add_moe(ss) -> None:
         rope_base=a.rope_base, yarn_factor=a.yarn_factor, yarn_orig_ctx=a.yarn_orig_ctx, dense_ffn=a.dense_ffn,
         leading_dense=a.leading_dense, shared_experts=a.shared_experts, nextn=a.nextn, rope_dims=a.rope_dims,
         qk_norm=a.qk_norm, expert_scale=a.expert_scale, gating=a.gating, progress=_bar_on()))
+
+
+def _hybrid_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("hybrid models (qwen35, qwen35moe, qwen3next)")
+    if not any("--rope-dims" in x.option_strings for x in p._actions):  # (synth moe has it: glm4moe's)
+        g.add_argument("--rope-dims", type=int, default=None,
+                       help="rotated dims per attention head (hybrid: 32; glm4moe: half the head)")
+    g.add_argument("--sections", default="3,3,2,0", help="IMROPE sections, 4 comma-separated ints (3,3,2,0)")
+    g.add_argument("--interval", type=int, default=2,
+                   help="full_attention_interval: every N-th layer is attention (2: the default 2 layers are one of each)")
+    g.add_argument("--ssm-conv", type=int, default=4, help="delta-net conv1d kernel width (4)")
+    g.add_argument("--ssm-state", type=int, default=32, help="delta-net head width S (32)")
+    g.add_argument("--ssm-groups", type=int, default=2, help="delta-net q/k heads (2)")
+    g.add_argument("--ssm-heads", type=int, default=4, help="delta-net value heads (4)")
+    g.add_argument("--ssm-type", default="F32", help="format of ssm_alpha / ssm_beta (F32)")
+    g.add_argument("--mtp-layers", type=int, default=0, help="MTP (nextn) blocks after the trunk (0)")
+
+
+def _synth_hybrid_cli(a: argparse.Namespace) -> str:
+    try:
+        sections = tuple(int(v) for v in a.sections.split(","))
+    except ValueError:
+        raise SystemExit(f"lowbit synth: --sections {a.sections!r} is not comma-separated integers") from None
+    moe = a.arch != "qwen35"
+    kw = dict(experts=a.experts, top_k=a.top_k, expert_ffn=a.ffn, shared_ffn=a.shared_ffn,
+              expert_type=a.expert_type or "Q4_K", router_type=a.router_type) if moe else dict(ffn=a.ffn)
+    return synth_hybrid(a.out, arch=a.arch, layers=a.layers, dim=a.dim, heads=a.heads, kv_heads=a.kv_heads,
+                        head_dim=a.head_dim or 64, rope_dims=a.rope_dims or 32, sections=sections,
+                        full_attention_interval=a.interval, ssm_conv=a.ssm_conv, ssm_state=a.ssm_state,
+                        ssm_groups=a.ssm_groups, ssm_heads=a.ssm_heads, ctx=a.ctx, wtype=a.wtype,
+                        ssm_type=a.ssm_type, embd_type=a.embd_type, head_type=a.head_type, seed=a.seed,
+                        mtp_layers=a.mtp_layers,
+                        progress=_bar_on(), **kw)
 
 
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)

@@ -15,6 +15,7 @@ void register_iquants(KernelTable &t);
 void register_act(KernelTable &t);
 void register_glu(KernelTable &t);
 void register_attn(KernelTable &t);
+void register_delta(KernelTable &t);
 }  // namespace avx2
 
 void register_avx2(KernelTable &t) {
@@ -26,6 +27,7 @@ void register_avx2(KernelTable &t) {
     avx2::register_act(t);
     avx2::register_glu(t);
     avx2::register_attn(t);
+    avx2::register_delta(t);
     (void)t;
 }
 

@@ -15,6 +15,7 @@ void register_iquants(KernelTable &t);
 void register_act(KernelTable &t);
 void register_glu(KernelTable &t);
 void register_gemm(KernelTable &t);  // the GEMM tier's k-quants (gemm.cpp)
+void register_delta(KernelTable &t);
 }  // namespace avx512
 
 void register_avx512(KernelTable &t) {
@@ -26,6 +27,7 @@ void register_avx512(KernelTable &t) {
     avx512::register_act(t);
     avx512::register_glu(t);
     avx512::register_gemm(t);
+    avx512::register_delta(t);
     (void)t;
 }
 

@@ -287,7 +287,9 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
     def loader():
         try:
             model = load()
-            cache = PrefixCache(model, int(cache_mb * 2**20)) if cache_mb > 0 else None
+            # a hybrid model's prefix is more than its KV (recurrent state): no prefix cache
+            hybrid = getattr(model.engine, "hybrid", False)
+            cache = PrefixCache(model, int(cache_mb * 2**20)) if cache_mb > 0 and not hybrid else None
             loop = st.loop
 
             def deliver(evs):  # on the engine thread: one wake-up of the event loop per step

@@ -1,0 +1,207 @@
+// The gated delta-net linear-attention layer of the hybrid Qwen models (llama.cpp's qwen35,
+// qwen35moe, qwen3next: src/models/qwen35moe.cpp, delta-net-base.cpp, ggml's
+// GGML_OP_GATED_DELTA_NET). Shapes, with S = ssm_state (head width), H_k = ssm_groups (q / k
+// heads), H_v = ssm_heads (value heads), K = ssm_conv, conv_dim = 2 H_k S + H_v S:
+//
+//   1. projections of the normed input x[T][dim] (row kernels, one quantized copy of x):
+//      qkv[T][conv_dim] = attn_qkv . x (q [H_k][S], k [H_k][S], v [H_v][S]); z[T][H_v S] = attn_gate . x;
+//      beta_raw, alpha_raw [T][H_v] = ssm_beta . x, ssm_alpha . x (qwen3next: one ssm_ba matrix
+//      whose rows are, per q/k head g, [beta of its r value heads, alpha of them], r = H_v / H_k).
+//   2. per token, in order, per channel c: the causal depthwise conv1d over the last K inputs
+//      (K-1 from the conv state, oldest first, then this token's), sum in tap order, then silu;
+//      the state shifts by one input.
+//   3. q and k l2-normalised per head (ggml: rms_norm(x, eps / S) * 1/sqrt(S)).
+//   4. gates: g = softplus(alpha_raw + ssm_dt) * ssm_a (ssm_a = -exp(A_log)), beta = sigmoid(beta_raw).
+//   5. per value head h (its q / k head: h % H_k, or h / r with ssm_kv_interleave), per token in
+//      order, the delta rule on the state M[j][i] (row j = value index, i = key index; ggml's
+//      layout): M *= exp(g); d[j] = (v[j] - M[j] . k) * beta; M[j] += k * d[j];
+//      o[j] = (M[j] . q) / sqrt(S). Each row j is independent, so the kernel (delta_fn in
+//      kernels.h: scalar reference, avx2) does all four steps row by row while the row is in L1
+//      (the same values as ggml's four passes over the whole state, up to its dot order).
+//   6. the gated RMS norm per head: rmsnorm(o) * ssm_norm * silu(z); then ssm_out.
+//
+// Prefill runs the same token loop as decode (llama.cpp's CPU path, the fused GDN op, does too):
+// a token's arithmetic never depends on the window it arrived in, so logits and states are
+// bitwise the same for any chunking of a prompt (I8), which speculative rewinds rely on.
+// Threads split the work by (slot, channel range) and (slot, value head); neither changes any
+// value's operation order.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "engine.h"
+#include "kernels.h"
+#include "threadpool.h"
+
+namespace lowbit {
+
+size_t Engine::conv_state_floats() const {
+    const size_t cd = (2 * (size_t)c_.ssm_groups + c_.ssm_heads) * c_.ssm_state;
+    return cd * (size_t)(c_.ssm_conv - 1);
+}
+
+size_t Engine::ssm_state_floats() const { return (size_t)c_.ssm_heads * c_.ssm_state * c_.ssm_state; }
+
+void Engine::rstate_clear(int slot) {
+    const size_t cs = (size_t)n_rec_layers_ * conv_state_floats(), ss = (size_t)n_rec_layers_ * ssm_state_floats();
+    std::memset(conv_st_.data() + (size_t)slot * cs, 0, cs * sizeof(float));
+    std::memset(ssm_st_.data() + (size_t)slot * ss, 0, ss * sizeof(float));
+    rpos_[(size_t)slot] = 0;
+}
+
+size_t Engine::rstate_bytes() const {
+    return sizeof(int64_t) + (size_t)n_rec_layers_ * (conv_state_floats() + ssm_state_floats()) * sizeof(float);
+}
+
+void Engine::rstate_copy(int slot, uint8_t *buf, bool save) {
+    if (slot < 0 || slot >= c_.n_slots) throw std::invalid_argument("rstate_copy: no slot " + std::to_string(slot));
+    const size_t cs = (size_t)n_rec_layers_ * conv_state_floats() * sizeof(float);
+    const size_t ss = (size_t)n_rec_layers_ * ssm_state_floats() * sizeof(float);
+    uint8_t *conv = reinterpret_cast<uint8_t *>(conv_st_.data()) + (size_t)slot * cs;
+    uint8_t *ssm = reinterpret_cast<uint8_t *>(ssm_st_.data()) + (size_t)slot * ss;
+    if (save) {
+        const int64_t p = rpos_[(size_t)slot];
+        std::memcpy(buf, &p, sizeof p);
+        std::memcpy(buf + sizeof p, conv, cs);
+        std::memcpy(buf + sizeof p + cs, ssm, ss);
+    } else {
+        int64_t p;
+        std::memcpy(&p, buf, sizeof p);
+        if (p < 0 || p > c_.n_ctx) throw std::invalid_argument("rstate_copy: the buffer's position is out of range");
+        rpos_[(size_t)slot] = (int32_t)p;
+        std::memcpy(conv, buf + sizeof p, cs);
+        std::memcpy(ssm, buf + sizeof p + cs, ss);
+    }
+}
+
+static inline float silu(float x) { return x / (1.0f + std::exp(-x)); }  // ggml_silu_f32
+
+void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, float *out) {
+    const LayerWeights &L = layers_[(size_t)layer];
+    const int S = c_.ssm_state, Hk = c_.ssm_groups, Hv = c_.ssm_heads, K = c_.ssm_conv;
+    const int kdim = Hk * S, vd = Hv * S, cd = 2 * kdim + vd, r = Hv / Hk;
+    const int rl = rec_index_[(size_t)layer];
+    const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
+
+    // 1. projections (q/k/v, z, beta, alpha share one quantized copy of x where formats pair)
+    dq_.resize((size_t)T * cd);
+    dz_.resize((size_t)T * vd);
+    dg_.resize((size_t)T * Hv);
+    db_.resize((size_t)T * Hv);
+    matmul(L.wqkv, x, T, dq_.data());
+    matmul(L.wqkv_gate, x, T, dz_.data(), true);
+    if (L.ssm_ba.present()) {
+        dab_.resize((size_t)T * 2 * Hv);
+        matmul(L.ssm_ba, x, T, dab_.data(), true);
+        for (int t = 0; t < T; ++t)
+            for (int g = 0; g < Hk; ++g)
+                for (int j = 0; j < r; ++j) {
+                    const float *ba = dab_.data() + (size_t)t * 2 * Hv + (size_t)g * 2 * r;
+                    db_[(size_t)t * Hv + g * r + j] = ba[j];
+                    dg_[(size_t)t * Hv + g * r + j] = ba[r + j];
+                }
+    } else {
+        matmul(L.ssm_beta, x, T, db_.data(), true);
+        matmul(L.ssm_alpha, x, T, dg_.data(), true);
+    }
+    // 4. gates, per (token, value head): dg_ = g (log decay), db_ = beta
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < Hv; ++h) {
+            const float a = dg_[(size_t)t * Hv + h] + L.ssm_dt[h];
+            const float sp = a > 20.0f ? a : std::log(1.0f + std::exp(a));  // ggml's softplus
+            dg_[(size_t)t * Hv + h] = sp * L.ssm_a[h];
+            db_[(size_t)t * Hv + h] = 1.0f / (1.0f + std::exp(-db_[(size_t)t * Hv + h]));
+        }
+
+    // the batch's tokens per slot, in order (the forward pass checked they continue its state)
+    std::vector<int> run_slot, run_tok;     // run_tok: token indices grouped by slot
+    std::vector<int> run_off{0};
+    {
+        std::vector<uint8_t> seen((size_t)c_.n_slots, 0);
+        for (int t = 0; t < T; ++t) {
+            if (seen[(size_t)slots[t]]) continue;
+            seen[(size_t)slots[t]] = 1;
+            run_slot.push_back(slots[t]);
+            for (int u = t; u < T; ++u) if (slots[u] == slots[t]) run_tok.push_back(u);
+            run_off.push_back((int)run_tok.size());
+        }
+    }
+    const int n_runs = (int)run_slot.size();
+    const size_t csf = conv_state_floats(), ssf = ssm_state_floats();
+
+    // 2. conv1d + silu, in place on dq_, per (run, channel block); 3. then l2 norms of q and k
+    {
+        const int64_t CB = 64, nblk = (cd + CB - 1) / CB, items = (int64_t)n_runs * nblk;
+        const int parts = (int)std::min<int64_t>(items, threads > 1 ? (int64_t)threads * 4 : 1);
+        ThreadPool::instance().run(parts, [&](int i, int nth) {
+            int64_t b, e;
+            split_range(items, i, nth, &b, &e);
+            for (int64_t it = b; it < e; ++it) {
+                const int run = (int)(it / nblk), c0 = (int)(it % nblk * CB), c1 = std::min(cd, c0 + (int)CB);
+                float *st = conv_st_.data() + ((size_t)run_slot[(size_t)run] * n_rec_layers_ + rl) * csf;
+                for (int k = run_off[(size_t)run]; k < run_off[(size_t)run + 1]; ++k) {
+                    float *xt = dq_.data() + (size_t)run_tok[(size_t)k] * cd;
+                    for (int c = c0; c < c1; ++c) {
+                        float *sc = st + (size_t)c * (K - 1);
+                        const float *w = L.ssm_conv1d + (size_t)c * K;
+                        float sum = 0.0f;
+                        for (int j = 0; j < K - 1; ++j) sum += sc[j] * w[j];
+                        sum += xt[c] * w[K - 1];
+                        for (int j = 0; j + 1 < K - 1; ++j) sc[j] = sc[j + 1];
+                        if (K > 1) sc[K - 2] = xt[c];
+                        xt[c] = silu(sum);
+                    }
+                }
+            }
+        });
+    }
+    const float eps_s = c_.eps / (float)S, inv_sqrt_s = 1.0f / std::sqrt((float)S);
+    for (int t = 0; t < T; ++t)
+        for (int hh = 0; hh < 2 * Hk; ++hh) {  // q heads then k heads, contiguous
+            float *v = dq_.data() + (size_t)t * cd + (size_t)hh * S;
+            double ss = 0.0;
+            for (int i = 0; i < S; ++i) ss += (double)(v[i] * v[i]);
+            const float sc = 1.0f / std::sqrt((float)(ss / S) + eps_s);
+            for (int i = 0; i < S; ++i) v[i] = (v[i] * sc) * inv_sqrt_s;
+        }
+
+    // 5. the delta rule per (run, value head), tokens in order; o into dout_[T][H_v][S]
+    dout_.resize((size_t)T * vd);
+    {
+        const delta_fn delta = delta_kernel().fn;
+        const int64_t items = (int64_t)n_runs * Hv;
+        const int parts = (int)std::min<int64_t>(items, threads > 1 ? (int64_t)threads * 4 : 1);
+        ThreadPool::instance().run(parts, [&](int i, int nth) {
+            int64_t b, e;
+            split_range(items, i, nth, &b, &e);
+            for (int64_t it = b; it < e; ++it) {
+                const int run = (int)(it / Hv), h = (int)(it % Hv);
+                const int kh = c_.ssm_kv_interleave ? h / r : h % Hk;
+                float *M = ssm_st_.data() + ((size_t)run_slot[(size_t)run] * n_rec_layers_ + rl) * ssf + (size_t)h * S * S;
+                for (int k = run_off[(size_t)run]; k < run_off[(size_t)run + 1]; ++k) {
+                    const int t = run_tok[(size_t)k];
+                    const float *qt = dq_.data() + (size_t)t * cd + (size_t)kh * S;
+                    const float *kt = qt + kdim;
+                    const float *vt = dq_.data() + (size_t)t * cd + 2 * (size_t)kdim + (size_t)h * S;
+                    const float decay = std::exp(dg_[(size_t)t * Hv + h]), beta = db_[(size_t)t * Hv + h];
+                    delta(M, kt, qt, vt, decay, beta, inv_sqrt_s, dout_.data() + (size_t)t * vd + (size_t)h * S, S);
+                }
+            }
+        });
+    }
+
+    // 6. gated RMS norm per (token, head), then the output projection
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < Hv; ++h) {
+            float *o = dout_.data() + (size_t)t * vd + (size_t)h * S;
+            const float *z = dz_.data() + (size_t)t * vd + (size_t)h * S;
+            double ss = 0.0;
+            for (int j = 0; j < S; ++j) ss += (double)(o[j] * o[j]);
+            const float sc = 1.0f / std::sqrt((float)(ss / S) + c_.eps);
+            for (int j = 0; j < S; ++j) o[j] = ((o[j] * sc) * L.ssm_norm[j]) * silu(z[j]);
+        }
+    matmul(L.ssm_out, dout_.data(), T, out);
+}
+
+}  // namespace lowbit

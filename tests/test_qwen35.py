@@ -1,0 +1,379 @@
+"""The hybrid Qwen families (llama.cpp's qwen35moe, qwen35, qwen3next) on small synthetic files.
+
+Models come from lowbit.synth.synth_hybrid: gated delta-net layers (conv1d state, l2-normed q/k,
+decay and beta gates, the delta rule per value head, gated RMS norm) beside gated full-attention
+layers (q + gate, q/k norms, partial rope with IMROPE sections), routed experts plus a gated
+shared expert (qwen35moe, qwen3next) or a dense FFN (qwen35). The q/k heads (2) are fewer than the
+value heads (4), so the head mapping (tiled for qwen35*, interleaved for qwen3next) matters, and
+the rope sections (2, 2, 2, 2) leave pairs 6, 7, 14, 15 of the 16 rotated pairs in the 4th section
+(position 0 for text; with rope base 1e4 pair 6 turns by 1.5 rad over the test's positions), so the
+section rule matters too.
+
+Against llama.cpp (through lowbit.peer): teacher-forced over llama.cpp's own greedy
+continuation, top-1 agreement >= 99% where llama.cpp's top-2 margin is >= 0.1 (leaving out MoE
+routing near-ties), perplexity within 0.5%; each feature switched off breaks the match (the
+comparison can fail). Against float64 numpy: one delta-net layer's whole model in F32. Chunking,
+threads, batching and rewinds are bitwise.
+"""
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+import lowbit
+from llama_ref import llama_greedy
+from lowbit.synth import synth_hybrid
+
+PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
+GEN = 40
+ROUTE_TIE = 1e-3
+SMALL = dict(layers=4, dim=256, heads=4, kv_heads=2, head_dim=64, rope_dims=32, sections=(2, 2, 2, 2), rope_base=1e4,
+             full_attention_interval=2, ssm_conv=4, ssm_state=32, ssm_groups=2, ssm_heads=4, experts=8, top_k=2,
+             expert_ffn=256, shared_ffn=256, ffn=512, embd_type="F16", wtype="Q8_0", expert_type="Q4_K", seed=5)
+ARCHS = ("qwen35moe", "qwen35", "qwen3next")
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    d = tmp_path_factory.mktemp("q35")
+    return {a: synth_hybrid(d / f"{a}.gguf", arch=a, **SMALL) for a in ARCHS}
+
+
+_peers = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_peers():
+    yield
+    for llm in _peers.values():
+        llm.close()
+    _peers.clear()
+
+
+def peer_for(path):
+    from lowbit import peer
+    if path not in _peers:  # one llama.cpp thread: its barrier stalls on a busy machine
+        _peers[path] = peer.Llama(path, n_ctx=192, logits_all=True, verbose=False, n_threads=1)
+    return _peers[path]
+
+
+def test_config_reads_every_feature(paths):
+    c = lowbit.load(paths["qwen35moe"], n_ctx=64).config
+    assert c.hybrid and c.recurrent == (True, False, True, False) and c.attn_gate and c.qk_norm
+    assert (c.ssm_conv, c.ssm_state, c.ssm_groups, c.ssm_heads) == (4, 32, 2, 4) and not c.ssm_kv_interleave
+    assert c.rope_sections == (2, 2, 2, 2) and c.rope_dims == 32 and c.head_dim == 64 and c.rope_neox
+    assert (c.n_expert, c.n_expert_used, c.expert_ffn, c.shexp_ffn) == (8, 2, 256, 256) and c.expert_norm
+    assert c.ffn_norm == "post_attention_norm"
+    d = lowbit.load(paths["qwen35"], n_ctx=64).config
+    assert d.hybrid and d.n_expert == 0 and d.ffn == 512
+    n = lowbit.load(paths["qwen3next"], n_ctx=64).config
+    assert n.ssm_kv_interleave and n.rope_sections == () and n.shexp_ffn == 256
+
+
+def compare(m, llm):
+    ids, ref = llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), GEN)
+    m.reset()
+    ours = m.forward(ids, all_logits=True)
+    tie = np.zeros(len(ids), bool)
+    if m.config.n_expert:
+        for layer in range(m.config.n_layer):
+            tie |= np.array(m.engine.last_route_margins(layer)) < ROUTE_TIE
+    top2 = np.sort(ref, 1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0] >= 0.1) & ~tie
+    agree = int((ours.argmax(1) == ref.argmax(1))[clear].sum())
+    return ids, ours, ref, tie, int(clear.sum()), agree
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_matches_llama_cpp(paths, arch):
+    m = lowbit.load(paths[arch], n_ctx=192, threads=2)
+    ids, ours, ref, tie, counted, agree = compare(m, peer_for(paths[arch]))
+    assert tie.sum() <= 0.15 * len(ids), f"{int(tie.sum())} routing near-ties in {len(ids)} positions"
+    assert counted >= 25, f"only {counted} positions with a margin >= 0.1"
+    assert agree >= 0.99 * counted, f"{arch}: top-1 agrees at {agree}/{counted} positions with margin >= 0.1"
+    diff = np.abs(ours - ref)[~tie]
+    print(f"\n{arch}: top-1 {agree}/{counted}; max |logit diff| {diff.max():.4f}, mean {diff.mean():.5f}")
+    picked = ref[np.arange(len(ids)), ours.argmax(1)]
+    assert float((ref.max(1) - picked)[~tie].max()) <= 0.1
+
+
+@pytest.mark.parametrize("arch", ("qwen35moe", "qwen35"))
+def test_perplexity_matches_llama_cpp(paths, arch):
+    """llama.cpp's method (the second half of each 128-token chunk scored), lowbit.perplexity for
+    lowbit, the same arithmetic on llama.cpp's logits."""
+    from lowbit.perplexity import chunk_nll, perplexity
+    m = lowbit.load(paths[arch], n_ctx=128, threads=2)
+    llm = peer_for(paths[arch])
+    text = open(os.path.join(os.path.dirname(lowbit.__file__), "data", "passage.txt"), encoding="utf-8").read()
+    ctx = 128
+    ours, n = perplexity(m, text, ctx=ctx, progress=False)
+    toks = llm.tokenize(text.encode(), add_bos=False)
+    nll, count = 0.0, 0
+    for c in range(len(toks) // ctx):
+        chunk = toks[c * ctx:(c + 1) * ctx]
+        llm.reset()
+        llm.eval(chunk)
+        logits = np.array(llm.scores[:ctx])
+        nll += chunk_nll(logits[ctx // 2:ctx - 1], np.asarray(chunk[ctx // 2 + 1:])).sum()
+        count += ctx - 1 - ctx // 2
+    theirs = float(np.exp(nll / count))
+    assert count == n and n >= 100
+    print(f"\n{arch} perplexity lowbit {ours:.4f} llama.cpp {theirs:.4f} ({n} tokens)")
+    assert abs(ours - theirs) <= 0.005 * theirs
+
+
+@pytest.mark.parametrize("arch,what", [("qwen35moe", "interleave"), ("qwen35moe", "sections"),
+                                       ("qwen35moe", "no_shared"), ("qwen3next", "interleave")])
+def test_each_feature_matters(paths, arch, what, monkeypatch):
+    """The same file with one feature wrong in lowbit (the q/k head mapping of the value heads, the
+    rope sections, the shared expert) no longer matches llama.cpp."""
+    from lowbit.model import ModelConfig
+    real = ModelConfig.from_gguf
+    change = {"interleave": lambda c: dict(ssm_kv_interleave=not c.ssm_kv_interleave),
+              "sections": lambda c: dict(rope_sections=()),
+              "no_shared": lambda c: dict(shexp_ffn=0)}[what]
+    monkeypatch.setattr(ModelConfig, "from_gguf",
+                        classmethod(lambda cls, f: dataclasses.replace(real(f), **change(real(f)))))
+    m = lowbit.load(paths[arch], n_ctx=192, threads=2)
+    monkeypatch.setattr(ModelConfig, "from_gguf", real)
+    ids, ours, ref, tie, counted, agree = compare(m, peer_for(paths[arch]))
+    diff = float(np.abs(ours - ref)[~tie].max())
+    assert diff > 0.5, f"{arch} with {what} wrong: max |logit diff| only {diff:.3f}"
+
+
+# ---- float64 oracle of the delta-net layer -------------------------------------------------
+
+def _f32(f, name):
+    t = f.tensors[name]
+    assert t.format.name == "F32", name
+    return np.asarray(t.raw).view(np.float32).reshape(t.shape).astype(np.float64)
+
+
+def oracle_logits(path, ids):
+    """float64 forward of a one-layer qwen35 model (that layer a gated delta-net, a dense FFN),
+    written from llama.cpp's description with the recurrent state as S[i (key)][j (value)]:
+    S <- S exp(g) + k (beta (v - S^T k))^T, o = S^T q / sqrt(S)."""
+    f = lowbit.gguf.open(path)
+    md = f.metadata
+    S, Hk, Hv, K = (md["qwen35.ssm.state_size"], md["qwen35.ssm.group_count"], md["qwen35.ssm.time_step_rank"],
+                    md["qwen35.ssm.conv_kernel"])
+    eps = md["qwen35.attention.layer_norm_rms_epsilon"]
+    W = lambda n: _f32(f, n)  # noqa: E731
+
+    def rms(x, w):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+    def silu(x):
+        return x / (1 + np.exp(-x))
+    x = W("token_embd.weight")[ids]
+    T = len(ids)
+    h = rms(x, W("blk.0.attn_norm.weight"))
+    qkv = h @ W("blk.0.attn_qkv.weight").T
+    z = h @ W("blk.0.attn_gate.weight").T
+    beta = 1 / (1 + np.exp(-(h @ W("blk.0.ssm_beta.weight").T)))
+    g = np.log1p(np.exp(h @ W("blk.0.ssm_alpha.weight").T + W("blk.0.ssm_dt.bias"))) * W("blk.0.ssm_a")
+    cw = W("blk.0.ssm_conv1d.weight")                        # [channels, K]
+    xp = np.concatenate([np.zeros((K - 1, qkv.shape[1])), qkv])
+    conv = silu(np.stack([(xp[t:t + K] * cw.T).sum(0) for t in range(T)]))
+    kd = Hk * S
+    q = conv[:, :kd].reshape(T, Hk, S)
+    k = conv[:, kd:2 * kd].reshape(T, Hk, S)
+    v = conv[:, 2 * kd:].reshape(T, Hv, S)
+    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + eps)
+    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + eps)
+    state = np.zeros((Hv, S, S))                             # [head][key i][value j]
+    o = np.zeros((T, Hv, S))
+    for t in range(T):
+        for hv in range(Hv):
+            kh = hv % Hk                                     # qwen35: value head h reads q/k head h % H_k
+            st = state[hv] * np.exp(g[t, hv])
+            st = st + np.outer(k[t, kh], beta[t, hv] * (v[t, hv] - st.T @ k[t, kh]))
+            state[hv] = st
+            o[t, hv] = st.T @ q[t, kh] / np.sqrt(S)
+    o = rms(o, W("blk.0.ssm_norm.weight")) * silu(z.reshape(T, Hv, S))
+    x = x + o.reshape(T, Hv * S) @ W("blk.0.ssm_out.weight").T
+    h = rms(x, W("blk.0.post_attention_norm.weight"))
+    ffn = (silu(h @ W("blk.0.ffn_gate.weight").T) * (h @ W("blk.0.ffn_up.weight").T)) @ W("blk.0.ffn_down.weight").T
+    x = x + ffn
+    return rms(x, W("output_norm.weight")) @ W("output.weight").T
+
+
+def test_deltanet_against_float64_oracle(tmp_path):
+    p = synth_hybrid(tmp_path / "one.gguf", arch="qwen35", layers=1, dim=128, full_attention_interval=4, ffn=128,
+                     ssm_state=16, ssm_groups=2, ssm_heads=4, wtype="F32", embd_type="F32", seed=11)
+    m = lowbit.load(p, n_ctx=64, threads=2)
+    ids = m.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole")[:24]
+    ours = m.logits(ids, chunk=24)
+    ref = oracle_logits(p, ids)
+    err = np.abs(ours - ref).max(1) / np.abs(ref).max(1)
+    worst = int(err.argmax())
+    assert err.max() <= 1e-4, f"position {worst}: relative error {err[worst]:.2e}"
+    # the oracle can fail: the tiled head mapping read interleaved is far off
+    c = dataclasses.replace(lowbit.load(p, n_ctx=64).config, ssm_kv_interleave=True)
+    from unittest import mock
+    with mock.patch("lowbit.model.ModelConfig.from_gguf", classmethod(lambda cls, f: c)):
+        wrong = lowbit.load(p, n_ctx=64, threads=2).logits(ids, chunk=24)
+    assert (np.abs(wrong - ref).max(1) / np.abs(ref).max(1)).max() > 1e-2
+
+
+# ---- chunks, threads, batches, rewinds -----------------------------------------------------
+
+@pytest.mark.parametrize("arch", ("qwen35moe", "qwen3next"))
+def test_chunks_threads_and_batches_bitwise(paths, arch):
+    """A token's logits do not depend on how its prompt was chunked (1, 5, all), on the thread
+    count, or on another slot sharing its batch: the delta-net runs the same token loop."""
+    m2 = lowbit.load(paths[arch], n_ctx=64, threads=2, n_slots=2)
+    ids = m2.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole")[:24]
+    whole = m2.logits(ids, chunk=24)
+    assert np.array_equal(m2.logits(ids, chunk=5), whole)
+    assert np.array_equal(m2.logits(ids, chunk=1), whole)
+    m1 = lowbit.load(paths[arch], n_ctx=64, threads=1)
+    assert np.array_equal(m1.logits(ids, chunk=24), whole)
+    m2.reset()
+    other = ids[::-1]
+    a, b = m2.forward_batch([(0, ids[:12]), (1, other[:12])], all_logits=True)
+    assert np.array_equal(a, whole[:12])
+    a, b2 = m2.forward_batch([(0, ids[12:]), (1, other[12:])], all_logits=True)
+    assert np.array_equal(a, whole[12:])
+    m2.rewind(0, slot=1)
+    alone = m2.forward_batch([(1, other)], all_logits=True)[0]
+    assert np.array_equal(np.concatenate([b, b2]), alone)
+
+
+def state(m, slot=0):
+    buf = np.empty(m.engine.rstate_bytes(), np.uint8)
+    m.engine.rstate_copy(slot, buf, True)
+    return buf
+
+
+def test_rewind_restores_state_exactly(paths):
+    """Rewinding a hybrid slot (into its last multi-token call: the checkpoint; before it or after
+    single-token steps: a replay from the start) gives bitwise the state of never having gone
+    ahead, and the same logits after."""
+    m = lowbit.load(paths["qwen35moe"], n_ctx=64, threads=2, n_slots=2)
+    ids = m.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole, filled with the ends "
+                     "of worms and an oozy smell, nor yet a dry, bare, sandy hole")[:32]
+    assert len(ids) == 32
+
+    def fresh(n):  # slot 1 runs ids[:n] from nothing
+        m.rewind(0, slot=1)
+        m.forward_batch([(1, ids[:n])])
+        return state(m, 1)
+    m.forward(ids[:20])
+    m.forward(ids[20:30])
+    m.rewind(25)                                            # inside the last call: checkpoint + replay
+    assert m.engine.rstate_pos(0) == 25 and np.array_equal(state(m), fresh(25))
+    after = m.forward(ids[25:32], all_logits=True)
+    assert np.array_equal(after, m.forward_batch([(1, ids[25:32])], all_logits=True)[0])
+    m.rewind(10)                                            # before the checkpoint: replay from 0
+    assert np.array_equal(state(m), fresh(10))
+    for t in ids[10:14]:                                    # single-token steps, then back one
+        m.forward([t])
+    m.rewind(13)
+    assert np.array_equal(state(m), fresh(13))
+    m.rewind(0)
+    assert np.array_equal(m.forward(ids[:8], all_logits=True), m.logits(ids[:8]))
+
+
+def test_out_of_order_is_refused(paths):
+    m = lowbit.load(paths["qwen35"], n_ctx=64, threads=2)
+    m.forward([1, 2, 3, 4])
+    logits = np.empty((1, m.config.vocab), np.float32)
+    with pytest.raises(ValueError, match="recurrent state is at position 4, not 2"):
+        m.engine.forward(np.array([9], np.int32), 2, logits, False)
+    with pytest.raises(ValueError, match="recurrent layers keep state beyond the KV cache"):
+        m.engine.kv_copy(0, 0, 2, np.empty(m.engine.kv_bytes(2), np.uint8), True)
+    m.engine.forward(np.array([9], np.int32), 0, logits, False)  # restarting at 0 is fine
+
+
+def test_speculative_greedy_is_plain_greedy(paths):
+    """Prompt-lookup speculative decoding rewinds rejected drafts: with the recurrent state
+    restored exactly, its greedy text is token for token the plain greedy text."""
+    m = lowbit.load(paths["qwen35moe"], n_ctx=192, threads=2)
+    prompt = "the cat sat on the mat, the cat sat on the mat, the cat sat on the"
+    plain = list(m.generate(prompt, max_tokens=32))
+    rewinds = []
+    real = m.rewind
+    m.rewind = lambda pos, slot=0: (rewinds.append(m.slot_pos[slot] - pos), real(pos, slot))
+    spec = list(m.generate(prompt, max_tokens=32, draft="lookup", spec=4))
+    assert "".join(spec) == "".join(plain)
+    assert any(r > 0 for r in rewinds), "no draft was rejected: the test did not exercise a rewind"
+
+
+def test_synth_cli_writes_hybrid_models(tmp_path):
+    from lowbit.cli import main
+    out = tmp_path / "m.gguf"
+    assert main(["synth", "moe", str(out), "--arch", "qwen35moe", "--dim", "128", "--heads", "2", "--kv-heads", "1",
+                 "--experts", "4", "--top-k", "2", "--ffn", "256", "--ssm-state", "16", "--expert-type", "Q8_0"]) == 0
+    m = lowbit.load(str(out), n_ctx=32)
+    assert m.config.arch == "qwen35moe" and m.config.recurrent == (True, False) and m.config.ssm_state == 16
+    assert m.forward([1, 2, 3]).shape == (1, m.config.vocab)
+    out2 = tmp_path / "d.gguf"
+    assert main(["synth", "dense", str(out2), "--arch", "qwen35", "--dim", "128", "--heads", "2", "--kv-heads", "1",
+                 "--ffn", "128", "--layers", "4", "--interval", "4"]) == 0
+    d = lowbit.load(str(out2), n_ctx=32)
+    assert d.config.recurrent == (True, True, True, False) and d.config.n_expert == 0
+    assert d.forward([1, 2, 3]).shape == (1, d.config.vocab)
+
+
+# ---- the delta-rule kernel on every level ---------------------------------------------------
+
+from conftest import LEVELS  # noqa: E402
+
+
+def delta64(M, k, q, v, decay, beta, scale):
+    """float64: M[j] *= decay; d = (v - M k) beta; M += d k^T; o = M q scale (M[j][i]: value j, key i)."""
+    M = M.astype(np.float64) * decay
+    d = (v - M @ k) * beta
+    M = M + np.outer(d, k)
+    return M, (M @ q) * scale
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("S", [16, 32, 24, 128, 256])
+def test_delta_kernel_against_float64(level, S):
+    """One token's delta rule on one head, chained over 6 tokens (the state feeds the next step),
+    at every level against float64: relative error <= 1e-5 of the largest |state| / |output|;
+    S = 24 (not a multiple of 16): the SIMD kernels hand it to the reference. Extreme inputs: decay 1
+    and beta 1 (no forgetting, full write), tiny decay, large state values."""
+    from lowbit._native import lib
+    isa = list(lib.isa_names()).index(level)
+    rng = np.random.default_rng(S)
+    M = (rng.standard_normal((S, S)) * 3).astype(np.float32)
+    M64 = M.astype(np.float64)
+    for step, (decay, beta) in enumerate([(0.9, 0.5), (1.0, 1.0), (1e-3, 0.99), (0.5, 0.0), (0.999, 0.7), (0.2, 0.3)]):
+        k, q = (rng.standard_normal(S) for _ in range(2))
+        k, q = (x / np.linalg.norm(x) for x in (k, q))
+        v = rng.standard_normal(S) * 4
+        k, q, v = (x.astype(np.float32) for x in (k, q, v))
+        o, name = lib.delta_rule(M, k, q, v, decay, beta, 1 / np.sqrt(S), isa)
+        M64, o64 = delta64(M64, k.astype(np.float64), q.astype(np.float64), v.astype(np.float64), decay, beta,
+                           1 / np.sqrt(S))
+        es = np.abs(M - M64).max() / np.abs(M64).max()
+        eo = np.abs(o[0] - o64).max() / np.abs(o64).max()
+        worst = int(np.abs(o[0] - o64).argmax())
+        assert es <= 1e-5 and eo <= 1e-5, f"{name} step {step}: state {es:.2e}, output {eo:.2e} (row {worst})"
+
+
+def test_mtp_blocks_load_and_the_trunk_matches(tmp_path):
+    """A file with an MTP (nextn) block after the trunk (block_count 3, nextn_predict_layers 1):
+    lowbit runs the 2 trunk layers, as llama.cpp's main pass does, and matches it."""
+    from lowbit import peer
+    p = synth_hybrid(tmp_path / "mtp.gguf", arch="qwen35", layers=2, dim=128, heads=2, kv_heads=1, ffn=128,
+                     full_attention_interval=2, ssm_state=16, mtp_layers=1, seed=4)
+    assert lowbit.gguf.open(p).metadata["qwen35.block_count"] == 3
+    m = lowbit.load(p, n_ctx=64, threads=2)
+    assert m.config.n_layer == 2 and m.config.recurrent == (True, False)
+    llm = peer.Llama(p, n_ctx=64, logits_all=True, verbose=False, n_threads=1)
+    try:
+        ids = list(range(300, 324))
+        llm.reset()
+        llm.eval(ids)
+        ref = np.array(llm.scores[:len(ids)])
+    finally:
+        llm.close()
+    ours = m.logits(ids)
+    top2 = np.sort(ref, 1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] >= 0.1
+    assert (ours.argmax(1) == ref.argmax(1))[clear].all() and clear.sum() >= 15
