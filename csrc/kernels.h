@@ -23,6 +23,11 @@ struct RowArgs {
     size_t out_stride;
     int64_t n;
     float w_scale;
+    // Nonzero: names the activations of one matmul call (new_act_id, csrc/matmul.h): calls with
+    // the same id, pointer, stride, n and nt read the same bytes, so a GEMM may reuse the
+    // activation panel it built for the first of them (each thread builds it once per call,
+    // not once per row part or GLU tile). 0: no promise (row kernels ignore it).
+    uint64_t act_id = 0;
 };
 using rows_fn = void (*)(const RowArgs &a, int64_t r0, int64_t r1, int nt);
 

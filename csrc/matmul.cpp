@@ -1,6 +1,7 @@
 #include "matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -48,6 +49,7 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
     // The entry's GEMM, when it has one and the chunk is long enough, takes all nt tokens of a
     // tile in one call (same tiles, same per-token results: KernelEntry::gemm).
     const bool gemm = gemm_takes(e, nt);
+    const uint64_t id = gemm ? new_act_id() : 0;  // (the GEMM's panel: once per thread and call)
     if (gemm) count_call(f.id, 0, isa, rows);
     else check_and_count(f, e, isa, nt, rows);
     // (the GEMM tiles its rows itself and builds its activation panel once per call: one call
@@ -55,7 +57,7 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
     const int64_t tile = !gemm && windows > 1 ? (w_stride >= 32768 ? 1 : (int64_t)(32768 / w_stride)) : rows;
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
         if (gemm) {
-            e.gemm.fn(RowArgs{w, w_stride, act, act_stride, out, out_stride, n, w_scale}, r0 + tb, r0 + te, (int)nt);
+            e.gemm.fn(RowArgs{w, w_stride, act, act_stride, out, out_stride, n, w_scale, id}, r0 + tb, r0 + te, (int)nt);
             return;
         }
         for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
@@ -65,6 +67,11 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
             e.rows[ntc].fn(a, r0 + tb, r0 + te, ntc);
         }
     });
+}
+
+uint64_t new_act_id() {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool gemm_takes(const KernelEntry &e, int64_t nt) { return e.gemm.fn && e.gemm_min_nt > 0 && nt >= e.gemm_min_nt; }
@@ -83,7 +90,7 @@ int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
 void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
               const uint8_t *act_u, size_t act_u_stride, int64_t nt, int64_t n, glu_fn glu, int kind,
               int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride,
-              const float *bias_g, const float *bias_u) {
+              const float *bias_g, const float *bias_u, uint64_t act_id) {
     thread_local std::vector<float> scratch;  // [ntc][tr] gate values, then [ntc][tr] up values
     // The GEMM, when both matrices have one for nt tokens, takes the whole chunk per tile (one
     // "window" of nt tokens); otherwise windows of <= 8. Per token the same values either way
@@ -101,10 +108,10 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
             // the tile's rows seen as rows [0, tr) of a matrix starting at row tb (I3: a row's
             // result does not depend on where the range starts), token t's at G[t * tr + r]
             RowArgs a{gate.w + (size_t)tb * gate.stride, gate.stride, act_g + (size_t)t0 * act_g_stride,
-                      act_g_stride, G, (size_t)tr, n, gate.scale};
+                      act_g_stride, G, (size_t)tr, n, gate.scale, gemm ? act_id : 0};
             (gemm ? gate.e->gemm.fn : gate.e->rows[ntc].fn)(a, 0, tr, ntc);
             RowArgs b{up.w + (size_t)tb * up.stride, up.stride, act_u + (size_t)t0 * act_u_stride,
-                      act_u_stride, U, (size_t)tr, n, up.scale};
+                      act_u_stride, U, (size_t)tr, n, up.scale, gemm ? act_id : 0};
             (gemm ? up.e->gemm.fn : up.e->rows[ntc].fn)(b, 0, tr, ntc);
             if (gate.out_scale != 1.0f)
                 for (int64_t i = 0; i < tr * ntc; ++i) G[i] *= gate.out_scale;
@@ -139,8 +146,10 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
     }
     count_glu(kind, glu.isa, rows, rows * nt);
     const int64_t tile = glu_tile_rows(gate, up, nt);
+    const uint64_t id = new_act_id();
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
-        glu_rows(gate, act, act_stride, up, act, act_stride, nt, n, glu.fn, kind, tb, te, tile, out, out_stride);
+        glu_rows(gate, act, act_stride, up, act, act_stride, nt, n, glu.fn, kind, tb, te, tile, out, out_stride,
+                 nullptr, nullptr, id);
     });
 }
 

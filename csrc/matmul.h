@@ -48,8 +48,11 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
 void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
               const uint8_t *act_u, size_t act_u_stride, int64_t nt, int64_t n, glu_fn glu, int kind,
               int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride,
-              const float *bias_g = nullptr, const float *bias_u = nullptr);
+              const float *bias_g = nullptr, const float *bias_u = nullptr, uint64_t act_id = 0);
 
+// A fresh RowArgs::act_id (never 0): one per matmul call whose activations stay unchanged for
+// the call.
+uint64_t new_act_id();
 // Whether entry e's GEMM takes a chunk of nt tokens (it has one and its gate admits nt).
 bool gemm_takes(const KernelEntry &e, int64_t nt);
 // Rows per tile of glu_rows for a window count: about 32 KB of gate + up weight rows, so

@@ -269,6 +269,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     }
     std::vector<Item> items;
     make_items(items, ecount_, ef, threads);
+    const uint64_t gid = new_act_id();  // (xs_ / us_ stay unchanged for the phase)
     run_items(items, threads, [&](const Item &it) {
         const int64_t off = eoff_[(size_t)it.e], cnt = ecount_[(size_t)it.e];
         // expert it.e's gate and up rows; the experts' tensors carry no output scale
@@ -277,7 +278,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
         const float *bg = L.gate_exps_b ? L.gate_exps_b + (size_t)it.e * ef : nullptr;
         const float *bu = L.up_exps_b ? L.up_exps_b + (size_t)it.e * ef : nullptr;
         glu_rows(g, xg + (size_t)off * gb, gb, u, xu + (size_t)off * ub, ub, cnt, dim, epilogue, kind, it.r0, it.r1,
-                 glu_tile_rows(g, u, cnt), eg_.data() + (size_t)off * ef, (size_t)ef, bg, bu);
+                 glu_tile_rows(g, u, cnt), eg_.data() + (size_t)off * ef, (size_t)ef, bg, bu, gid);
     });
 
     if (collect_)
@@ -289,6 +290,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     quant_rows(ad, eg_.data(), S, ef, (size_t)ef, ys_.data(), db, threads);
     ed_.resize((size_t)S * dim);
     make_items(items, ecount_, dim, threads);
+    const uint64_t did = new_act_id();
     run_items(items, threads, [&](const Item &it) {
         const int64_t off = eoff_[(size_t)it.e], cnt = ecount_[(size_t)it.e];
         // the expert's tokens in windows of <= 8, or all of them in one GEMM call (I8)
@@ -297,7 +299,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
             const int ntc = (int)std::min<int64_t>(win, cnt - t0c);
             const size_t s0 = (size_t)(off + t0c);
             RowArgs a{D.w(it.e), D.m->stride, ys_.data() + s0 * db, db, ed_.data() + s0 * dim, (size_t)dim, ef,
-                      D.m->scale};
+                      D.m->scale, win > MAX_NT ? did : 0};
             (win > MAX_NT ? D.k->gemm.fn : D.k->rows[ntc].fn)(a, it.r0, it.r1, ntc);
             if (L.down_exps_b) {
                 const float *b = L.down_exps_b + (size_t)it.e * dim;

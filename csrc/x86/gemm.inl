@@ -421,13 +421,30 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
     }
 }
 
+// The activations a thread's panel holds (RowArgs::act_id): a call with the same id, pointer,
+// stride, n and nt reuses it (the row parts and GLU tiles of one matmul), anything else rebuilds.
+struct PanelKey {
+    uint64_t id = 0;
+    const uint8_t *act = nullptr;
+    size_t stride = 0;
+    int64_t n = 0;
+    int nt = 0;
+};
+inline bool panel_holds(PanelKey &k, const RowArgs &a, int nt) {
+    const bool hit = a.act_id != 0 && k.id == a.act_id && k.act == a.act && k.stride == a.act_stride && k.n == a.n &&
+                     k.nt == nt;
+    k = PanelKey{a.act_id, a.act, a.act_stride, a.n, nt};
+    return hit;
+}
+
 template <class D, size_t BYTES>
 void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
+    static thread_local PanelKey key;
     const int64_t nb = a.n / QK;
     const int ng = (nt + LANES - 1) / LANES;
     ActSB *panel = (ActSB *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActSB));
-    build_act_panel(a.act, a.act_stride, nt, nb, panel);
+    if (!panel_holds(key, a, nt)) build_act_panel(a.act, a.act_stride, nt, nb, panel);
     // rows per tile: their codes and metadata about 256 KB (L2), a multiple of 4, 4..64
     const size_t per_row = (size_t)nb * (QK + sizeof(RowSB));
     int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
@@ -634,10 +651,11 @@ __attribute__((noinline)) void decode_tile_legacy(const RowArgs &a, int64_t rb, 
 template <class D>
 void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
+    static thread_local PanelKey key;
     const int64_t nb = a.n / 32;
     const int ng = (nt + LANES - 1) / LANES;
     ActBlk *panel = (ActBlk *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActBlk));
-    build_act_panel_legacy<D::Q8_1>(a.act, a.act_stride, nt, nb, panel);
+    if (!panel_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1>(a.act, a.act_stride, nt, nb, panel);
     const size_t per_row = (size_t)nb * (32 + sizeof(RowBlk));
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
     const size_t tail = (size_t)9 * MAXR * MAXV * LANES * sizeof(float);  // 8 classes + the result
@@ -778,10 +796,11 @@ __attribute__((noinline)) void decode_tile_i2s(const RowArgs &a, int64_t rb, int
 
 void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
+    static thread_local PanelKey key;
     const int ng = (nt + LANES - 1) / LANES;
     const size_t act_gs = sizeof(ActI2s) + (size_t)(a.n / 4) * LANES * 4;
     uint8_t *panel = (uint8_t *)act_s.get((size_t)ng * act_gs);
-    build_act_panel_i2s(a.act, a.act_stride, nt, a.n, panel, act_gs);
+    if (!panel_holds(key, a, nt)) build_act_panel_i2s(a.act, a.act_stride, nt, a.n, panel, act_gs);
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / (size_t)a.n) & ~(int64_t)3, 4, 64);
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * (size_t)a.n + (size_t)RT * 4 + (size_t)MAXR * MAXV * LANES * 4 + 64);
     int32_t *neg = (int32_t *)(codes + (size_t)RT * (size_t)a.n);

@@ -269,8 +269,6 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
         w.meta(f"{a}.rope.scaling.original_context_length", int(yarn_orig_ctx))
     if arch == "qwen2moe":
         w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
-    if mtp_layers:
-        w.meta(f"{a}.nextn_predict_layers", int(mtp_layers))
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
     w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
     w.add("output_norm.weight", norm_weight(rng, dim))
