@@ -341,6 +341,10 @@ def _synth_glm4moe(path, rng, vocab, *, layers, dim, heads, kv_heads, head_dim, 
             w.add(p + "nextn.enorm.weight", norm_weight(rng, dim))
             w.add(p + "nextn.hnorm.weight", norm_weight(rng, dim))
             w.add(p + "nextn.shared_head_norm.weight", norm_weight(rng, dim))
+    w.close()
+    return str(path)
+
+
 HYBRID_ARCHS = ("qwen35moe", "qwen35", "qwen3next")
 
 
