@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import llama_greedy
+from llama_ref import llama_greedy, llama_perplexity
 from lowbit.synth import synth_hybrid
 
 PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
@@ -102,22 +102,13 @@ def test_matches_llama_cpp(paths, arch):
 def test_perplexity_matches_llama_cpp(paths, arch):
     """llama.cpp's method (the second half of each 128-token chunk scored), lowbit.perplexity for
     lowbit, the same arithmetic on llama.cpp's logits."""
-    from lowbit.perplexity import chunk_nll, perplexity
+    from lowbit.perplexity import perplexity
     m = lowbit.load(paths[arch], n_ctx=128, threads=2)
     llm = peer_for(paths[arch])
     text = open(os.path.join(os.path.dirname(lowbit.__file__), "data", "passage.txt"), encoding="utf-8").read()
     ctx = 128
     ours, n = perplexity(m, text, ctx=ctx, progress=False)
-    toks = llm.tokenize(text.encode(), add_bos=False)
-    nll, count = 0.0, 0
-    for c in range(len(toks) // ctx):
-        chunk = toks[c * ctx:(c + 1) * ctx]
-        llm.reset()
-        llm.eval(chunk)
-        logits = np.array(llm.scores[:ctx])
-        nll += chunk_nll(logits[ctx // 2:ctx - 1], np.asarray(chunk[ctx // 2 + 1:])).sum()
-        count += ctx - 1 - ctx // 2
-    theirs = float(np.exp(nll / count))
+    theirs, count = llama_perplexity(llm, text, ctx)
     assert count == n and n >= 100
     print(f"\n{arch} perplexity lowbit {ours:.4f} llama.cpp {theirs:.4f} ({n} tokens)")
     assert abs(ours - theirs) <= 0.005 * theirs

@@ -870,38 +870,6 @@ class Sequence:
     def reset(self) -> None:
         self.rewind(0)
 
-    REPLAY_CHUNK = 64
-
-    def _checkpoint(self, slot: int) -> None:
-        """Save the slot's recurrent state at its current position (hybrid models), if the engine's
-        state is at that position (after an interrupted call it may not be: then no checkpoint)."""
-        e = self.engine
-        if e.rstate_pos(slot) != self.slot_pos[slot] or self.slot_pos[slot] == 0:
-            self._ckpt[slot] = None
-            return
-        ck = self._ckpt[slot]
-        buf = ck[1] if ck is not None else np.empty(e.rstate_bytes(), np.uint8)
-        e.rstate_copy(slot, buf, True)
-        self._ckpt[slot] = (self.slot_pos[slot], buf)
-
-    def _restore_state(self, slot: int, pos: int) -> None:
-        """The slot's recurrent state back at position pos < its current one: load the checkpoint
-        if it is at or before pos (else start from nothing), then re-run the slot's tokens up to
-        pos without computing logits. The KV rows those tokens rewrite get the same bytes."""
-        e, ck = self.engine, self._ckpt[slot]
-        start = 0
-        if ck is not None and ck[0] <= pos:
-            e.rstate_copy(slot, ck[1], False)
-            start = ck[0]
-        elif ck is not None:
-            self._ckpt[slot] = None  # it belongs to tokens being forgotten
-        toks = self.slot_tokens[slot]
-        empty = np.empty((0, self.config.vocab), np.float32)
-        for i in range(start, pos, self.REPLAY_CHUNK):
-            j = min(pos, i + self.REPLAY_CHUNK)
-            e.forward_batch(np.asarray(toks[i:j], np.int32), np.full(j - i, slot, np.int32),
-                            np.arange(i, j, dtype=np.int32), np.empty(0, np.int32), empty)
-
     def close(self) -> None:
         """Release the slot; its cache stays for the next generation to reuse."""
         if self._open:
