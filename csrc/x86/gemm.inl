@@ -421,6 +421,17 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
     }
 }
 
+// A microkernel's R rows x V lane vectors (res[(r * MAXV + v) * LANES + lane], rows from rq,
+// tokens from lane vector g0) into out[t][r]; lanes past the chunk's nt tokens are dropped.
+inline void scatter_res(const RowArgs &a, const float *res, int64_t rq, int R, int g0, int V, int nt) {
+    for (int i = 0; i < R; ++i)
+        for (int v = 0; v < V; ++v)
+            for (int l = 0; l < LANES; ++l) {
+                const int t = (g0 + v) * LANES + l;
+                if (t < nt) a.out[(size_t)t * a.out_stride + (size_t)(rq + i)] = res[(i * MAXV + v) * LANES + l];
+            }
+}
+
 // The activations a thread's panel holds (RowArgs::act_id): a call with the same id, pointer,
 // stride, n and nt reuses it (the row parts and GLU tiles of one matmul), anything else rebuilds.
 struct PanelKey {
@@ -460,12 +471,7 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
                 const int R = (int)std::min<int64_t>(MAXR, re - rq);
                 kMk<D>[R][V](codes + (size_t)(rq - rb) * (size_t)nb * QK, meta + (size_t)(rq - rb) * (size_t)nb,
                              panel + (size_t)g0 * (size_t)nb, nb, res);
-                for (int i = 0; i < R; ++i)
-                    for (int v = 0; v < V; ++v)
-                        for (int l = 0; l < LANES; ++l) {
-                            const int t = (g0 + v) * LANES + l;
-                            if (t < nt) a.out[(size_t)t * a.out_stride + (size_t)(rq + i)] = res[(i * MAXV + v) * LANES + l];
-                        }
+                scatter_res(a, res, rq, R, g0, V, nt);
             }
         }
     }
@@ -672,12 +678,7 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
                 const int R = (int)std::min<int64_t>(MAXR, re - rq);
                 kMkLegacy<D>[R][V](codes + (size_t)(rq - rb) * (size_t)nb * 32, meta + (size_t)(rq - rb) * (size_t)nb,
                                    panel + (size_t)g0 * (size_t)nb, nb, cls, res);
-                for (int i = 0; i < R; ++i)
-                    for (int v = 0; v < V; ++v)
-                        for (int l = 0; l < LANES; ++l) {
-                            const int t = (g0 + v) * LANES + l;
-                            if (t < nt) a.out[(size_t)t * a.out_stride + (size_t)(rq + i)] = res[(i * MAXV + v) * LANES + l];
-                        }
+                scatter_res(a, res, rq, R, g0, V, nt);
             }
         }
     }
@@ -814,12 +815,7 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
                 const int R = (int)std::min<int64_t>(MAXR, re - rq);
                 kMkI2s[R][V](codes + (size_t)(rq - rb) * (size_t)a.n, neg + (rq - rb), panel + (size_t)g0 * act_gs, act_gs,
                              a.n, a.w_scale, res);
-                for (int i = 0; i < R; ++i)
-                    for (int v = 0; v < V; ++v)
-                        for (int l = 0; l < LANES; ++l) {
-                            const int t = (g0 + v) * LANES + l;
-                            if (t < nt) a.out[(size_t)t * a.out_stride + (size_t)(rq + i)] = res[(i * MAXV + v) * LANES + l];
-                        }
+                scatter_res(a, res, rq, R, g0, V, nt);
             }
         }
     }
