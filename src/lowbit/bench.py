@@ -370,6 +370,67 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     return res
 
 
+def bench_memory(model_path: str | None, threads: int, modes: list[str], gen_tokens: int, reps: int,
+                 out=sys.stdout) -> dict:
+    """Decode with the weights in each memory mode (gguf.open: "mmap", "copy", "hugepages"; the
+    file already in the page cache), the models loaded side by side in one process and timed
+    interleaved (mode A, mode B, ... per repetition), each decode's weight stream as a share of
+    `bench membw` measured in the same run. Returns {mode: {...}}."""
+    import time
+
+    from . import gguf
+    from .model import default_model_path, load
+    path = model_path or default_model_path()
+    work = model_work(path)
+    models, res = {}, {}
+    for mode in modes:
+        t0 = time.perf_counter()
+        models[mode] = load(path, n_ctx=gen_tokens + 16, threads=threads, memory=mode)
+        res[mode] = dict(load_s=time.perf_counter() - t0, huge_mb=gguf.huge_page_bytes(models[mode].file) / 2**20)
+    prompt = models[modes[0]].tokenize(E2E_PROMPT)[:8]
+
+    def decode(m) -> float:
+        m.reset()
+        tok = int(np.argmax(m.forward(prompt)[-1]))
+        t0 = time.perf_counter()
+        for _ in range(gen_tokens):
+            tok = int(np.argmax(m.forward([tok])[-1]))
+        return gen_tokens / (time.perf_counter() - t0)
+
+    for m in models.values():
+        decode(m)  # warm-up: the pages faulted in, the caches filled
+    runs = {mode: [] for mode in modes}
+    for _ in range(reps):
+        for mode in modes:
+            runs[mode].append(decode(models[mode]))
+    bw = bench_membw(1024.0, threads, 3, out=io.StringIO())
+    print(f"# {os.path.basename(path)}, {threads} threads, {gen_tokens} decode tokens, median of {reps} "
+          f"interleaved; {work['bytes'] / 1e6:.0f} MB of weights per token; read bandwidth {bw:.1f} GB/s "
+          f"(bench membw, same run); transparent huge pages: {_thp_mode()}", file=out)
+    print(f"{'memory':10} {'load s':>7} {'huge MB':>8} {'decode tok/s':>12} {'GB/s':>6} {'of membw':>8} {'vs mmap':>7}",
+          file=out)
+    base = None
+    for mode in modes:
+        r = res[mode]
+        r["decode_tps"] = sorted(runs[mode])[reps // 2]
+        r["gbs"] = work["bytes"] * r["decode_tps"] / 1e9
+        r["share"] = r["gbs"] / bw
+        base = base or (res["mmap"]["decode_tps"] if "mmap" in res and "decode_tps" in res["mmap"] else r["decode_tps"])
+        print(f"{mode:10} {r['load_s']:7.2f} {r['huge_mb']:8.0f} {r['decode_tps']:12.2f} {r['gbs']:6.1f} "
+              f"{100 * r['share']:7.0f}% {r['decode_tps'] / base:7.2f}", file=out)
+    res["membw_gbs"] = bw
+    return res
+
+
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            v = f.read()
+        return v[v.index("[") + 1:v.index("]")]
+    except (OSError, ValueError):
+        return "unknown"
+
+
 def _cold_child(path: str, threads: int, gen_tokens: int, lookahead: bool) -> dict:
     """One cold run (in a fresh process, after the parent evicted the file): load, a 4-token
     prompt, gen_tokens greedy decode steps. Times are wall seconds."""
@@ -507,12 +568,34 @@ def add_parser(sub) -> None:
     add_bench_parser(bs)
     from .server.bench import add_parser as add_serve
     add_serve(bs)
+    mm = bs.add_parser("memory", help="decode with the weights mapped, copied, or copied into huge pages (A/B)")
+    mm.add_argument("-m", "--model", default=None, help="GGUF file (default: the default model)")
+    mm.add_argument("-t", "--threads", type=int, default=2)
+    mm.add_argument("--modes", default="mmap,copy,hugepages", help="comma-separated: mmap, copy, hugepages")
+    mm.add_argument("--gen-tokens", type=int, default=32)
+    mm.add_argument("--reps", type=int, default=5)
+    mm.set_defaults(func=_run_memory)
     c = bs.add_parser("cold", help="MoE decode with the file evicted from the page cache: lookahead off vs on")
     c.add_argument("-m", "--model", required=True, help="GGUF file (an MoE model)")
     c.add_argument("-t", "--threads", type=int, default=2)
     c.add_argument("--gen-tokens", type=int, default=32)
     c.add_argument("--reps", type=int, default=3)
     c.set_defaults(func=lambda a: bench_cold(a.model, a.threads, a.gen_tokens, a.reps) and 0)
+
+
+def _run_memory(a) -> int:
+    from . import gguf
+    modes = [x.strip() for x in a.modes.split(",") if x.strip()]
+    bad = [x for x in modes if x not in gguf.MEMORY_MODES]
+    if bad or not modes or len(set(modes)) != len(modes):
+        print(f"lowbit bench memory: error: --modes takes distinct values of {', '.join(gguf.MEMORY_MODES)}, "
+              f"got {a.modes!r}", file=sys.stderr)
+        return 2
+    if a.threads < 1 or a.gen_tokens < 1 or a.reps < 1:
+        print("lowbit bench memory: error: --threads, --gen-tokens and --reps must be >= 1", file=sys.stderr)
+        return 2
+    bench_memory(a.model, a.threads, modes, a.gen_tokens, a.reps)
+    return 0
 
 
 def _run_act(a) -> int:

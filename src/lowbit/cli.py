@@ -77,6 +77,20 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="context size in tokens (default: min(the model's training context, 2048))")
     p.add_argument("--lookahead", choices=["on", "off"], default="off",
                    help="MoE: read the next layer's predicted experts ahead (for files not in the page cache)")
+    _memory_args(p)
+
+
+def _memory_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("weights in memory (default: a read-only map of the file)")
+    g.add_argument("--no-mmap", action="store_true", help="read the weights into memory up front")
+    g.add_argument("--hugepages", action="store_true",
+                   help="read them into memory backed by 2 MB transparent huge pages (implies --no-mmap)")
+    g.add_argument("--mlock", action="store_true", help="pin the weights in RAM")
+
+
+def _memory(a) -> dict:
+    mode = "hugepages" if getattr(a, "hugepages", False) else "copy" if getattr(a, "no_mmap", False) else "mmap"
+    return dict(memory=mode, mlock=bool(getattr(a, "mlock", False)))
 
 
 # llama.cpp's defaults (common/common.h: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat
@@ -103,7 +117,7 @@ def _sampling(a) -> dict:
 
 def _load(a):
     from .model import load
-    m = load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on")
+    m = load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on", progress=True, **_memory(a))
     if a.ctx and a.ctx > m.config.train_ctx:
         warn(f"-c {a.ctx} exceeds the model's training context ({m.config.train_ctx} tokens); "
              f"text beyond it is likely to degrade")

@@ -468,9 +468,12 @@ class Model:
     """A loaded model: config, tokenizer, the native engine and its KV cache."""
 
     def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
-                 n_slots: int = 1, lookahead: bool = False):
+                 n_slots: int = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
+                 progress: bool = False):
         self.path = os.fspath(path) if path is not None else default_model_path()
-        self.file = gguf.open(self.path)
+        # memory: "mmap" (default), "copy" (read up front, --no-mmap) or "hugepages" (a copy in
+        # 2 MB pages); mlock pins it (gguf.open)
+        self.file = gguf.open(self.path, memory=memory, mlock=mlock, progress=progress)
         self.config = c = ModelConfig.from_gguf(self.file)
         from .tokenizer import Tokenizer
         self.tokenizer = Tokenizer.from_gguf(self.file.metadata)
@@ -884,8 +887,13 @@ class Sequence:
 
 
 def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
-         n_slots: int = 1, lookahead: bool = False) -> Model:
+         n_slots: int = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
+         progress: bool = False) -> Model:
     """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1); n_slots KV
     slots of n_ctx positions each; lookahead: MoE router lookahead (read the next layer's
-    predicted experts ahead)."""
-    return Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots, lookahead=lookahead)
+    predicted experts ahead); memory: "mmap" (the default: weights stay in a map of the file),
+    "copy" (read into memory up front) or "hugepages" (a copy backed by 2 MB pages: fewer TLB
+    misses while decode streams the weights); mlock: pin the weights in RAM; progress: a bar
+    while a copy is read."""
+    return Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots, lookahead=lookahead,
+                 memory=memory, mlock=mlock, progress=progress)
