@@ -241,3 +241,19 @@ def test_bench_memory_rejects_bad_modes():
     r = subprocess.run([sys.executable, "-m", "lowbit.cli", "bench", "memory", "--modes", "mmap,mmap"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "distinct values" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_attention_bytes_match_gguf_py():
+    """run --stats splits a step's weight bytes by block: the attention matrices' bytes per layer,
+    checked against gguf-py's reader of the same file."""
+    from gguf import GGUFReader
+    from lowbit.generate import attention_bytes
+    from lowbit.model import default_model_path
+    path = default_model_path()
+    got = attention_bytes(gguf.open(path))
+    want: dict[int, int] = {}
+    for t in GGUFReader(path).tensors:
+        parts = t.name.split(".")
+        if parts[0] == "blk" and parts[2].startswith("attn_") and not parts[2].endswith("norm"):
+            want[int(parts[1])] = want.get(int(parts[1]), 0) + int(t.n_bytes)
+    assert got == [float(want[i]) for i in range(len(want))] and len(got) == 30

@@ -199,12 +199,15 @@ def cmd_run(a: argparse.Namespace) -> int:
               file=sys.stderr)
     print(stats.line(), file=sys.stderr)
     if a.stats:
-        from .generate import layer_table
+        from .generate import attention_bytes, layer_table
         print("per layer (MB of weights streamed and ms per token; the output head is not in a layer):",
               file=sys.stderr)
-        for title, layers in (("prefill", stats.prefill_layers), ("decode", stats.decode_layers)):
+        ab = attention_bytes(m.file)
+        new = stats.prompt_tokens - stats.cached
+        for title, layers, step in (("prefill", stats.prefill_layers, stats.prefill_s / max(new, 1)),
+                                    ("decode", stats.decode_layers, stats.decode_s / max(stats.generated, 1))):
             if layers:
-                print(layer_table(layers, title), file=sys.stderr)
+                print(layer_table(layers, title, step, ab), file=sys.stderr)
     if a.lookahead == "on":
         la = m.engine.lookahead_stats()
         print(f"lookahead: {la['hits']} of {la['routed']} routed experts were predicted "
