@@ -237,10 +237,19 @@ def test_memory_mode_is_checked():
         gguf.open(default_model_path(), memory="swap")
 
 
-def test_bench_memory_rejects_bad_modes():
-    r = subprocess.run([sys.executable, "-m", "lowbit.cli", "bench", "memory", "--modes", "mmap,mmap"],
+@pytest.mark.parametrize("cmd", ["memory", "ttft"])
+def test_bench_memory_and_ttft_reject_bad_modes(cmd):
+    r = subprocess.run([sys.executable, "-m", "lowbit.cli", "bench", cmd, "--modes", "mmap,mmap"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "distinct values" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ttft_child_loads_in_each_mode():
+    from lowbit.bench import _ttft_child
+    from lowbit.model import default_model_path
+    for mode in ("mmap", "copy"):
+        r = _ttft_child(default_model_path(), 1, mode)
+        assert 0 < r["load_s"] <= r["ttft_s"]
 
 
 def test_attention_bytes_match_gguf_py():

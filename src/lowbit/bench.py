@@ -497,6 +497,68 @@ def bench_cold(model_path: str, threads: int, gen_tokens: int, reps: int, out=sy
                 cold_ratio=ratio)
 
 
+def _ttft_child(path: str, threads: int, memory: str) -> dict:
+    """Time to first token from a cold page cache (in a fresh process, after the parent evicted
+    the file): load with the weights in `memory`, one forward of a 4-token prompt, the first
+    greedy token. Wall seconds."""
+    import time
+
+    from .model import load
+    t0 = time.perf_counter()
+    m = load(path, n_ctx=16, threads=threads, memory=memory)
+    t1 = time.perf_counter()
+    int(np.argmax(m.forward(m.tokenize(E2E_PROMPT)[:4])[-1]))
+    return dict(load_s=t1 - t0, ttft_s=time.perf_counter() - t0)
+
+
+def _read_seconds(path: str) -> float:
+    """Seconds to read the file sequentially from a cold page cache (64 MB reads): the disk's
+    time for these bytes, the floor of a cold start."""
+    import time
+    evict(path)
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while os.read(fd, 64 << 20):
+            pass
+    finally:
+        os.close(fd)
+    return time.perf_counter() - t0
+
+
+def bench_ttft(model_path: str, threads: int, modes: list[str], reps: int, out=sys.stdout) -> dict:
+    """Cold start: time to first token with the file evicted from the page cache, per memory
+    mode (one fresh process per run), against the file's sequential read time measured in the
+    same run (issue 19's goal: <= 1.3x)."""
+    import subprocess
+    code = ("import json, sys; from lowbit.bench import _ttft_child; "
+            "print(json.dumps(_ttft_child(*json.loads(sys.argv[1]))))")
+    runs: dict[str, list] = {m: [] for m in modes}
+    reads = []
+    for _ in range(reps):
+        reads.append(_read_seconds(model_path))
+        for mode in modes:
+            evict(model_path)
+            r = subprocess.run([sys.executable, "-c", code, json.dumps([model_path, threads, mode])],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"the cold-start run ({mode}) failed: {r.stderr.strip().splitlines()[-1:]}")
+            runs[mode].append(json.loads(r.stdout.strip().splitlines()[-1]))
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    read_s = med(reads)
+    size = os.path.getsize(model_path)
+    print(f"# {os.path.basename(model_path)} ({size / 1e6:.0f} MB), {threads} threads, cold page cache before "
+          f"every run, one process per run, median of {reps}; sequential read {read_s:.2f} s "
+          f"({size / read_s / 1e9:.2f} GB/s)", file=out)
+    print(f"{'memory':10} {'load s':>7} {'first token s':>13} {'vs read':>7}", file=out)
+    res = dict(read_s=read_s, bytes=size)
+    for mode in modes:
+        ttft, load_s = med([r["ttft_s"] for r in runs[mode]]), med([r["load_s"] for r in runs[mode]])
+        res[mode] = dict(ttft_s=ttft, load_s=load_s, ratio=ttft / read_s)
+        print(f"{mode:10} {load_s:7.2f} {ttft:13.2f} {ttft / read_s:7.2f}", file=out)
+    return res
+
+
 def _timing_args(p, formats: list[str], n: int, reps: int) -> None:
     """The options `bench kernels` and `bench act` share: formats, row length, repetitions,
     pinning, JSON."""
@@ -575,6 +637,12 @@ def add_parser(sub) -> None:
     mm.add_argument("--gen-tokens", type=int, default=32)
     mm.add_argument("--reps", type=int, default=5)
     mm.set_defaults(func=_run_memory)
+    tt = bs.add_parser("ttft", help="cold start: time to first token from a cold page cache vs the file's read time")
+    tt.add_argument("-m", "--model", default=None, help="GGUF file (default: the default model)")
+    tt.add_argument("-t", "--threads", type=int, default=2)
+    tt.add_argument("--modes", default="mmap,copy", help="comma-separated: mmap, copy, hugepages")
+    tt.add_argument("--reps", type=int, default=3)
+    tt.set_defaults(func=_run_ttft)
     c = bs.add_parser("cold", help="MoE decode with the file evicted from the page cache: lookahead off vs on")
     c.add_argument("-m", "--model", required=True, help="GGUF file (an MoE model)")
     c.add_argument("-t", "--threads", type=int, default=2)
@@ -583,18 +651,38 @@ def add_parser(sub) -> None:
     c.set_defaults(func=lambda a: bench_cold(a.model, a.threads, a.gen_tokens, a.reps) and 0)
 
 
-def _run_memory(a) -> int:
+def _modes(a, cmd: str) -> list[str] | None:
     from . import gguf
     modes = [x.strip() for x in a.modes.split(",") if x.strip()]
     bad = [x for x in modes if x not in gguf.MEMORY_MODES]
     if bad or not modes or len(set(modes)) != len(modes):
-        print(f"lowbit bench memory: error: --modes takes distinct values of {', '.join(gguf.MEMORY_MODES)}, "
+        print(f"lowbit bench {cmd}: error: --modes takes distinct values of {', '.join(gguf.MEMORY_MODES)}, "
               f"got {a.modes!r}", file=sys.stderr)
-        return 2
-    if a.threads < 1 or a.gen_tokens < 1 or a.reps < 1:
-        print("lowbit bench memory: error: --threads, --gen-tokens and --reps must be >= 1", file=sys.stderr)
+        return None
+    if a.threads < 1 or a.reps < 1 or getattr(a, "gen_tokens", 1) < 1:
+        print(f"lowbit bench {cmd}: error: --threads, --reps (and --gen-tokens) must be >= 1", file=sys.stderr)
+        return None
+    return modes
+
+
+def _run_memory(a) -> int:
+    modes = _modes(a, "memory")
+    if modes is None:
         return 2
     bench_memory(a.model, a.threads, modes, a.gen_tokens, a.reps)
+    return 0
+
+
+def _run_ttft(a) -> int:
+    from .model import default_model_path
+    modes = _modes(a, "ttft")
+    if modes is None:
+        return 2
+    path = a.model or default_model_path()
+    if not os.path.isfile(path):
+        print(f"lowbit bench ttft: error: no such model file: {path}", file=sys.stderr)
+        return 2
+    bench_ttft(path, a.threads, modes, a.reps)
     return 0
 
 
