@@ -1,6 +1,7 @@
 #include "matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -9,6 +10,19 @@
 #include "threadpool.h"
 
 namespace lowbit {
+
+// Bytes of weight rows per tile when a chunk runs as several windows of 8 tokens: each window
+// re-reads the tile's rows from cache (L2), and each window call has a fixed cost (the legacy
+// kernels re-lay out their activations per call). 512 KB, half a 1 MB L2: measured on Zen 5
+// (BENCHMARKS.md, 2026-12-02; 256 MB of rows, one thread, windows only), us per row and token
+// at 16 tokens for 32 / 128 / 256 / 512 / 1024 KB: Q8_0 0.0346 / 0.0234 / 0.0211 / 0.0157 /
+// 0.0158, Q4_1 0.0257 / 0.0216 / 0.0166 / 0.0158 / 0.0173, Q4_K 0.026 / 0.024 / 0.023 / 0.023 /
+// 0.028 (its windows have no per-call cost). LOWBIT_TILE_KB=N overrides (A/B runs).
+static const size_t kTileBytes = [] {
+    const char *e = std::getenv("LOWBIT_TILE_KB");
+    const long kb = e && *e ? std::atol(e) : 0;
+    return kb > 0 ? (size_t)kb * 1024 : (size_t)512 * 1024;
+}();
 
 // Each window's kernel must exist; count it once per call (per window, not per tile).
 static void check_and_count(const Format &f, const KernelEntry &e, int isa, int64_t nt, int64_t rows) {
@@ -54,7 +68,7 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
     else check_and_count(f, e, isa, nt, rows);
     // (the GEMM tiles its rows itself and builds its activation panel once per call: one call
     // per part)
-    const int64_t tile = !gemm && windows > 1 ? (w_stride >= 32768 ? 1 : (int64_t)(32768 / w_stride)) : rows;
+    const int64_t tile = !gemm && windows > 1 ? (w_stride >= kTileBytes ? 1 : (int64_t)(kTileBytes / w_stride)) : rows;
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
         if (gemm) {
             e.gemm.fn(RowArgs{w, w_stride, act, act_stride, out, out_stride, n, w_scale, id}, r0 + tb, r0 + te, (int)nt);
@@ -82,9 +96,10 @@ int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
     if (gemm_takes(*gate.e, nt) && gemm_takes(*up.e, nt)) return 256;
     // One window (decode, a short verify window): the weights are read once whatever the
     // tile; 128 rows keep the scratch (128 x nt x 2 floats) in L1 for the epilogue.
+    // Several windows: gate and up rows of kTileBytes, re-read from L2 by each window.
     if (nt <= MAX_NT) return 128;
     const size_t per_row = gate.stride + up.stride;
-    return per_row >= 32768 ? 1 : (int64_t)(32768 / per_row);
+    return per_row >= kTileBytes ? 1 : (int64_t)(kTileBytes / per_row);
 }
 
 void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "prefetch.h"
 
 #ifndef LOWBIT_ISA
 #error "define LOWBIT_ISA and LOWBIT_NS before including gemm_kquants.inl"
@@ -408,6 +409,26 @@ struct Scratch {
     ~Scratch() { std::free(p); }
 };
 
+// The next row tile's raw bytes pulled towards L2 while the current tile computes, in equal
+// slices before each microkernel call. For a matrix streamed from DRAM the tile's decode would
+// otherwise wait on memory, and the compute phases would leave the bus idle (Zen 5, Q8_0 rows
+// of n = 512 from DRAM: the GEMM at 16 tokens ran 2x slower than the windows without it).
+struct NextTile {
+    const char *p = nullptr;
+    size_t left = 0, slice = 0;
+    LB_GK_INLINE void start(const RowArgs &a, int64_t re, int64_t r1, int64_t rt, int64_t calls) {
+        const int64_t ne = std::min(re + rt, r1);
+        p = (const char *)(a.w + (size_t)re * a.w_stride);
+        left = ne > re ? (size_t)(ne - re) * a.w_stride : 0;
+        slice = ((left + (size_t)calls - 1) / (size_t)calls + 63) & ~(size_t)63;
+    }
+    LB_GK_INLINE void step() {
+        const size_t n = std::min(slice, left);
+        for (size_t l = 0; l < n; l += 64) _mm_prefetch(p + l, _MM_HINT_T1);
+        p += n, left -= n;
+    }
+};
+
 // Rows [rb, re) decoded into the tile's codes and metadata (not inlined: the decoders' small
 // scale arrays live on the stack, and this is once per row and call, not per token).
 template <class D, size_t BYTES>
@@ -417,7 +438,10 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
         const uint8_t *w = a.w + (size_t)r * a.w_stride;
         uint8_t *u = codes + (size_t)(r - rb) * (size_t)nb * QK;
         RowSB *m = meta + (size_t)(r - rb) * (size_t)nb;
-        for (int64_t b = 0; b < nb; ++b) D::decode(w + (size_t)b * BYTES, u + (size_t)b * QK, m[b]);
+        for (int64_t b = 0; b < nb; ++b) {
+            prefetch_ahead(w + (size_t)b * BYTES, BYTES);  // (the first tile of a call: not pulled by NextTile)
+            D::decode(w + (size_t)b * BYTES, u + (size_t)b * QK, m[b]);
+        }
     }
 }
 
@@ -462,13 +486,16 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * per_row + (size_t)MAXR * MAXV * LANES * sizeof(float));
     RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
     float *res = (float *)(meta + (size_t)RT * (size_t)nb);
+    NextTile next;
     for (int64_t rb = r0; rb < r1; rb += RT) {
         const int64_t re = std::min(rb + RT, r1);
         decode_tile<D, BYTES>(a, rb, re, nb, codes, meta);
+        next.start(a, re, r1, RT, (int64_t)((ng + MAXV - 1) / MAXV) * ((re - rb + MAXR - 1) / MAXR));
         for (int g0 = 0; g0 < ng; g0 += MAXV) {
             const int V = std::min(MAXV, ng - g0);
             for (int64_t rq = rb; rq < re; rq += MAXR) {
                 const int R = (int)std::min<int64_t>(MAXR, re - rq);
+                next.step();
                 kMk<D>[R][V](codes + (size_t)(rq - rb) * (size_t)nb * QK, meta + (size_t)(rq - rb) * (size_t)nb,
                              panel + (size_t)g0 * (size_t)nb, nb, res);
                 scatter_res(a, res, rq, R, g0, V, nt);
@@ -650,7 +677,10 @@ __attribute__((noinline)) void decode_tile_legacy(const RowArgs &a, int64_t rb, 
         const uint8_t *x = a.w + (size_t)r * a.w_stride;
         int8_t *w = codes + (size_t)(r - rb) * (size_t)nb * 32;
         RowBlk *m = meta + (size_t)(r - rb) * (size_t)nb;
-        for (int64_t b = 0; b < nb; ++b) D::decode(x + (size_t)b * D::BYTES, w + (size_t)b * 32, m[b]);
+        for (int64_t b = 0; b < nb; ++b) {
+            prefetch_ahead(x + (size_t)b * D::BYTES, D::BYTES);
+            D::decode(x + (size_t)b * D::BYTES, w + (size_t)b * 32, m[b]);
+        }
     }
 }
 
@@ -669,13 +699,16 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     RowBlk *meta = (RowBlk *)(codes + (size_t)RT * (size_t)nb * 32);
     float *cls = (float *)(((uintptr_t)(meta + (size_t)RT * (size_t)nb) + 63) & ~(uintptr_t)63);
     float *res = cls + (size_t)8 * MAXR * MAXV * LANES;
+    NextTile next;
     for (int64_t rb = r0; rb < r1; rb += RT) {
         const int64_t re = std::min(rb + RT, r1);
         decode_tile_legacy<D>(a, rb, re, nb, codes, meta);
+        next.start(a, re, r1, RT, (int64_t)((ng + MAXV - 1) / MAXV) * ((re - rb + MAXR - 1) / MAXR));
         for (int g0 = 0; g0 < ng; g0 += MAXV) {
             const int V = std::min(MAXV, ng - g0);
             for (int64_t rq = rb; rq < re; rq += MAXR) {
                 const int R = (int)std::min<int64_t>(MAXR, re - rq);
+                next.step();
                 kMkLegacy<D>[R][V](codes + (size_t)(rq - rb) * (size_t)nb * 32, meta + (size_t)(rq - rb) * (size_t)nb,
                                    panel + (size_t)g0 * (size_t)nb, nb, cls, res);
                 scatter_res(a, res, rq, R, g0, V, nt);
@@ -836,9 +869,12 @@ constexpr int kQ6kGemmMinNt = kKqGemmMinNt;
 #else
 constexpr int kQ6kGemmMinNt = 64;
 #endif
-// The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT): 1.7-2.4x at 16 tokens already,
-// 2.6-4.5x at 256 (the legacy windows re-lay out their activations per row tile).
-constexpr int kLegacyGemmMinNt = 16;
+// The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT). Measured on Zen 4 with 32 KB
+// window tiles: 1.7-2.4x at 16 tokens; on Zen 5 with the 512 KB tiles of csrc/matmul.cpp, whose
+// windows no longer re-lay out their activations every 20 rows: 0.74-1.73x at 16 tokens with
+// the rows in L3 (n = 4096), 0.67-0.79x with them in DRAM (n = 512..2048), and 1.0-1.7x at 32
+// in both; so 32, as for the k-quants (a server step of 16 decode tokens runs as two windows).
+constexpr int kLegacyGemmMinNt = 32;
 // The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
 constexpr int kI2sLanesGemmMinNt = 16;
 
