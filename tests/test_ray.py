@@ -1,0 +1,318 @@
+"""lowbit on Ray (issue 26): pipeline stages and `lowbit serve --ray` replicas, on Ray's local
+cluster (loopback only, started and stopped by the code under test).
+
+- A 2-stage pipeline (lowbit.load(stages=2): two Ray actors, each holding half the layers' bytes)
+  gives bitwise the logits of one process and the same greedy text, on the default model and on a
+  synthetic MoE; a batch of several slots (cut into micro-batches in flight together) too; the
+  KV bytes the prefix cache copies are the one-process layout, byte for byte.
+- Two replicas behind Ray Serve answer the openai client, streaming and not, with the text one
+  process gives; a replica's worker killed by PID: requests after it succeed within 30 s.
+- Shutdown (close(), SIGTERM to `lowbit serve --ray`) leaves none of the processes it started.
+- The health check's stuck-engine rule, the layer split and the usage errors, without Ray.
+Skipped only where Ray is not importable.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import lowbit
+from lowbit.distributed.pipeline import split_layers
+from lowbit.server.ray_serve import HealthWatch, Options, parse_autoscale
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'lowbit[ray]')")
+pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'lowbit[ray]')")
+
+PROMPT = "The capital of France is Paris, and the capital of Germany is"
+
+
+# -- process bookkeeping (/proc: no psutil needed) ---------------------------------------------------
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def descendants(pid: int) -> set[int]:
+    kids, out, todo = _children(), set(), [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_gone(pids, limit_s: float = 30.0) -> set[int]:
+    end = time.monotonic() + limit_s
+    left = {p for p in pids if alive(p)}
+    while left and time.monotonic() < end:
+        time.sleep(0.2)
+        left = {p for p in left if alive(p)}
+    return left
+
+
+# -- without Ray ---------------------------------------------------------------------------------
+def test_split_layers_contiguous_and_balanced():
+    sizes = [10] * 8
+    assert split_layers(sizes, 2) == [(0, 4), (4, 8)]
+    assert split_layers(sizes, 2, head=20) == [(0, 5), (5, 8)]  # the head streams in the last stage
+    assert split_layers([1, 1, 1, 9], 2) == [(0, 3), (3, 4)]
+    r = split_layers(list(range(1, 31)), 4)
+    assert r[0][0] == 0 and r[-1][1] == 30 and all(a[1] == b[0] and a[0] < a[1] for a, b in zip(r, r[1:]))
+    with pytest.raises(ValueError):
+        split_layers(sizes, 9)
+
+
+class _FakeSched:
+    def __init__(self):
+        self.steps, self.active, self.queued = 0, 0, 0
+        self._thread = threading.current_thread()
+
+    def status(self):
+        return {"steps": self.steps, "active": self.active, "queued": self.queued}
+
+
+class _FakeState:
+    def __init__(self, sched):
+        self.scheduler, self.load_error = sched, None
+
+
+def test_health_check_fails_a_stuck_engine():
+    now = [0.0]
+    w, s = HealthWatch(30.0, clock=lambda: now[0]), _FakeSched()
+    st = _FakeState(s)
+    assert w.check(st) is None
+    now[0] = 100.0
+    assert w.check(st) is None  # idle for long: healthy
+    s.active = 2
+    assert w.check(st) is None
+    now[0] = 120.0
+    s.steps = 5
+    assert w.check(st) is None  # progress
+    now[0] = 149.0
+    assert w.check(st) is None
+    now[0] = 151.0
+    assert "no step for 31 s" in w.check(st)  # busy, and no step for 31 s
+    s.steps = 6
+    assert w.check(st) is None
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    s._thread = dead
+    assert "engine thread has stopped" in w.check(st)
+    st.load_error = "GGUFError: bad file"
+    assert "failed to load" in w.check(st)
+
+
+def test_options_and_usage_errors():
+    assert parse_autoscale("1:4") == (1, 4)
+    with pytest.raises(ValueError):
+        parse_autoscale("4")
+    assert Options(autoscale=(3, 2)).check() and Options(parallel=0).check() and Options().check() is None
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for args, msg in ((["--replicas", "2"], "--replicas needs --ray"),
+                      (["--ray", "--autoscale", "3"], "MIN:MAX"),
+                      (["--ray", "--replicas", "0"], "--replicas must be >= 1"),
+                      (["--ray", "--replicas", "2", "--autoscale", "1:2"], "exclude each other"),
+                      (["--ray", "--port", "0"], "--port must be in")):
+        r = subprocess.run([sys.executable, "-m", "lowbit.cli", "serve", *args], capture_output=True, text=True,
+                           env=env, timeout=60)
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+# -- pipeline stages -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cluster():
+    """One local cluster for the pipeline tests (starting one takes ~10 s); the last of them
+    closes it and checks what is left."""
+    from lowbit.distributed import Cluster
+    c = Cluster()
+    yield c
+    c.close()
+
+
+def _same_as_one_process(path, prompt_ids, gen: int, n_ctx: int = 256):
+    one = lowbit.load(path, n_ctx=n_ctx, n_slots=3)
+    pipe = lowbit.load(path, n_ctx=n_ctx, n_slots=3, stages=2)
+    try:
+        eng = pipe.engine
+        assert len(eng.ranges) == 2 and eng.ranges[0][0] == 0 and eng.ranges[1][1] == one.config.n_layer
+        assert eng.ranges[0][1] == eng.ranges[1][0]
+        pids = [s["pid"] for s in eng.stage_info]
+        assert len(set(pids)) == 2 and os.getpid() not in pids  # two actor processes
+        # each stage binds only its own weights
+        assert all(0 < s["weight_bytes"] < sum(t.raw.nbytes for t in one.file.tensors.values())
+                   for s in eng.stage_info)
+        # teacher-forced logits of every position, in chunks of 16 (several stage round trips)
+        a, b = one.logits(prompt_ids, chunk=16), pipe.logits(prompt_ids, chunk=16)
+        assert a.shape == b.shape and np.array_equal(a, b)
+        # greedy decoding
+        ta = list(one.generate(prompt_ids, max_tokens=gen))
+        tb = list(pipe.generate(prompt_ids, max_tokens=gen))
+        assert ta == tb and len(ta) > 0
+        # three slots in one batch: micro-batches in flight through both stages at once
+        for m in (one, pipe):
+            for s in range(3):
+                m.rewind(0, slot=s)
+        runs = [(0, prompt_ids[:7]), (1, prompt_ids[:12]), (2, prompt_ids[3:9])]
+        oa, ob = one.forward_batch(runs, all_logits=True), pipe.forward_batch(runs, all_logits=True)
+        assert all(np.array_equal(x, y) for x, y in zip(oa, ob))
+        step = [(0, [prompt_ids[7]]), (1, [prompt_ids[12]]), (2, [prompt_ids[9]])]
+        oa, ob = one.forward_batch(step), pipe.forward_batch(step)
+        assert all(np.array_equal(x, y) for x, y in zip(oa, ob))
+        # the KV bytes the prefix cache copies: the one-process layout, byte for byte
+        if not one.config.hybrid:
+            n = 8
+            assert pipe.engine.kv_bytes(n) == one.engine.kv_bytes(n)
+            ka, kb = np.empty(one.engine.kv_bytes(n), np.uint8), np.empty(pipe.engine.kv_bytes(n), np.uint8)
+            one.engine.kv_copy(1, 0, n, ka, True)
+            pipe.engine.kv_copy(1, 0, n, kb, True)
+            assert np.array_equal(ka, kb)
+        return pids
+    finally:
+        pipe.close()
+
+
+def test_pipeline_default_model_bitwise(cluster):
+    m = lowbit.load(n_ctx=64)
+    ids = m.tokenize(PROMPT)
+    pids = _same_as_one_process(m.path, ids, gen=24)
+    assert not wait_gone(pids), "close() left stage actors running"
+    assert ray.is_initialized()  # the cluster it shared stays up for its other user
+
+
+def test_pipeline_synthetic_moe_bitwise(cluster, tmp_path):
+    from lowbit.cli import main
+    path = tmp_path / "moe.gguf"
+    assert main(["synth", "moe", str(path), "--arch", "qwen3moe", "--layers", "4", "--dim", "256",
+                 "--experts", "8", "--top-k", "2"]) == 0
+    m = lowbit.load(str(path), n_ctx=64)
+    ids = m.tokenize(PROMPT)
+    _same_as_one_process(str(path), ids, gen=16)
+
+
+def test_pipeline_cluster_close_leaves_no_process(cluster):
+    from lowbit.distributed import cluster as mod
+    session = cluster.session_dir
+    started = {p for p in descendants(os.getpid()) if "ray" in cmdline(p)}
+    assert session and started
+    cluster.close()
+    assert mod._LOCAL["users"] == 0 and not ray.is_initialized() and not os.path.exists(session)
+    left = wait_gone(started)
+    assert not left, [cmdline(p)[:80] for p in left]
+
+
+# -- replicas behind Ray Serve -------------------------------------------------------------------
+REPLICA = "ray::ServeReplica:lowbit:LowbitReplica"
+
+
+@pytest.fixture(scope="module")
+def served():
+    from serve_util import Server
+    srv = Server("--ray", "--replicas", "2", "--parallel", "2", "--ctx", "256", "--threads", "1")
+    try:
+        srv.wait_ready(240)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _replicas(srv) -> list[int]:
+    return sorted(p for p in descendants(srv.proc.pid) if cmdline(p).startswith(REPLICA) and alive(p))
+
+
+def test_two_replicas_answer_openai_like_one_process(served):
+    from openai import OpenAI
+    assert len(_replicas(served)) == 2
+    m = lowbit.load(n_ctx=256)
+    client = OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    want = m.create_completion(PROMPT, max_tokens=16, temperature=0)["choices"][0]["text"]
+    msgs = [{"role": "user", "content": "Name a color."}]
+    want_chat = m.create_chat_completion(msgs, max_tokens=16, temperature=0)["choices"][0]["message"]["content"]
+    results = {}
+
+    def one(i):
+        if i % 2:
+            r = client.completions.create(model="x", prompt=PROMPT, max_tokens=16, temperature=0)
+            results[i] = r.choices[0].text
+        else:
+            s = client.chat.completions.create(model="x", messages=msgs, max_tokens=16, temperature=0, stream=True)
+            results[i] = "".join(c.choices[0].delta.content or "" for c in s if c.choices)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]  # more than one replica's slots
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert len(results) == 6
+    for i, text in results.items():
+        assert text == (want if i % 2 else want_chat), (i, text)
+
+
+def test_killed_replica_is_replaced(served):
+    import httpx
+    before = _replicas(served)
+    assert len(before) == 2
+    os.kill(before[0], signal.SIGKILL)
+    t0 = time.monotonic()
+    ok_at = None
+    body = {"prompt": PROMPT, "max_tokens": 4, "temperature": 0}
+    while time.monotonic() - t0 < 30:
+        try:
+            r = httpx.post(served.url + "/v1/completions", json=body, timeout=10)
+            if r.status_code == 200:
+                ok_at = time.monotonic() - t0
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    assert ok_at is not None, "no request succeeded within 30 s of the kill"
+    # every request after that succeeds
+    for _ in range(6):
+        assert httpx.post(served.url + "/v1/completions", json=body, timeout=30).status_code == 200
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not (len(_replicas(served)) == 2 and before[0] not in _replicas(served)):
+        time.sleep(0.5)
+    after = _replicas(served)
+    assert len(after) == 2 and before[0] not in after and before[1] in after
+
+
+def test_shutdown_leaves_no_process(served):
+    started = descendants(served.proc.pid)
+    assert any(cmdline(p).startswith(REPLICA) for p in started)
+    served.proc.send_signal(signal.SIGTERM)
+    assert served.proc.wait(60) == 0, served.output()
+    assert "stopped" in served.output()
+    left = wait_gone(started)
+    assert not left, [cmdline(p)[:80] for p in left]
