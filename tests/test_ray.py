@@ -151,6 +151,39 @@ def test_options_and_usage_errors():
         assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
 
 
+def test_coalesced_stream_carries_the_same_text():
+    """--coalesce N: each SSE event carries up to N tokens' text; the text is the same."""
+    from starlette.testclient import TestClient
+    from lowbit.server.app import create_app
+    m = lowbit.load(n_ctx=128, n_slots=1)
+    body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "stream": True}
+
+    def events(coalesce):
+        app = create_app(lambda: m, model_id="m", parallel=1, access_log=None, coalesce=coalesce)
+        with TestClient(app) as c:
+            while c.get("/health").status_code != 200:
+                time.sleep(0.05)
+            lines = [ln for ln in c.post("/v1/completions", json=body).text.splitlines() if ln.startswith("data: {")]
+        import json
+        evs = [json.loads(ln[6:]) for ln in lines]
+        return [e["choices"][0]["text"] for e in evs if e["choices"][0]["text"]], evs[-1]["usage"]
+
+    one, u1 = events(1)
+    four, u4 = events(4)
+    assert "".join(one) == "".join(four) and u1 == u4 and u1["completion_tokens"] == 12
+    assert len(one) == 12 and len(four) == 3  # 12 tokens, 4 per event
+
+
+def test_serve_run_build_entry_point():
+    from lowbit.server import ray_serve
+    app = ray_serve.build({"parallel": "2", "replicas": "2", "stuck_after": "10", "autoscale": "1:3"})
+    assert type(app).__name__ == "Application"
+    with pytest.raises(ValueError, match="unknown option"):
+        ray_serve.build({"paralel": "2"})
+    with pytest.raises(ValueError, match="parallel"):
+        ray_serve.build({"parallel": "0"})
+
+
 # -- pipeline stages -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster():
@@ -222,6 +255,34 @@ def test_pipeline_synthetic_moe_bitwise(cluster, tmp_path):
     _same_as_one_process(str(path), ids, gen=16)
 
 
+def test_pipeline_hybrid_rewind_bitwise(cluster, tmp_path):
+    """qwen35 (gated delta-net layers): each stage keeps its layers' recurrent states; a rewind
+    restores every stage's (rstate_copy across stages) and the logits stay bitwise."""
+    from lowbit.synth import synth_hybrid
+    path = synth_hybrid(tmp_path / "q35.gguf", arch="qwen35", layers=4, dim=256, heads=4, kv_heads=2, head_dim=64,
+                        rope_dims=32, sections=(2, 2, 2, 2), full_attention_interval=2, ssm_conv=4, ssm_state=32,
+                        ssm_groups=2, ssm_heads=4, ffn=512, embd_type="F16", wtype="Q8_0", seed=5)
+    one, pipe = lowbit.load(path, n_ctx=64), lowbit.load(path, n_ctx=64, stages=2)
+    try:
+        ids = one.tokenize(PROMPT)
+        assert pipe.config.hybrid and len(ids) > 12
+        for m in (one, pipe):
+            m.reset()
+            m.forward(ids[:10])
+            m.forward(ids[10:])   # a checkpoint of every stage's state at 10
+            m.rewind(6)           # back before it: replayed from the start in every stage
+        a, b = one.forward(ids[6:], all_logits=True), pipe.forward(ids[6:], all_logits=True)
+        assert np.array_equal(a, b)
+        assert pipe.engine.rstate_pos(0) == one.engine.rstate_pos(0) == len(ids)
+        buf_a, buf_b = np.empty(one.engine.rstate_bytes(), np.uint8), np.empty(pipe.engine.rstate_bytes(), np.uint8)
+        one.engine.rstate_copy(0, buf_a, True)
+        pipe.engine.rstate_copy(0, buf_b, True)
+        assert len(buf_b) == len(buf_a) + 8  # each stage's own position word, then its layers' states
+        assert list(one.generate(ids, max_tokens=12)) == list(pipe.generate(ids, max_tokens=12))
+    finally:
+        pipe.close()
+
+
 def test_pipeline_cluster_close_leaves_no_process(cluster):
     from lowbit.distributed import cluster as mod
     session = cluster.session_dir
@@ -243,6 +304,10 @@ def served():
     srv = Server("--ray", "--replicas", "2", "--parallel", "2", "--ctx", "256", "--threads", "1")
     try:
         srv.wait_ready(240)
+        end = time.monotonic() + 120  # the banner: serve.run has returned (every replica is running)
+        while "lowbit serve --ray: http" not in srv.output() or len(_replicas(srv)) < 2:
+            assert time.monotonic() < end and srv.proc.poll() is None, srv.output()
+            time.sleep(0.2)
         yield srv
     finally:
         srv.stop()

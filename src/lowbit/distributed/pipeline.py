@@ -111,7 +111,7 @@ class Stage:
             out = np.empty(self.e.kv_bytes(n), np.uint8)
             self.e.kv_copy(slot, p0, n, out, True)
             return out
-        self.e.kv_copy(slot, p0, n, np.ascontiguousarray(buf), False)
+        self.e.kv_copy(slot, p0, n, np.array(buf, np.uint8), False)  # (a writable copy: Ray hands it over read-only)
         return None
 
     def rstate_bytes(self) -> int:
@@ -125,7 +125,7 @@ class Stage:
             out = np.empty(self.e.rstate_bytes(), np.uint8)
             self.e.rstate_copy(slot, out, True)
             return out
-        self.e.rstate_copy(slot, np.ascontiguousarray(buf), False)
+        self.e.rstate_copy(slot, np.array(buf, np.uint8), False)  # (a writable copy: Ray hands it over read-only)
         return None
 
 
