@@ -381,3 +381,34 @@ def test_shutdown_leaves_no_process(served):
     assert "stopped" in served.output()
     left = wait_gone(started)
     assert not left, [cmdline(p)[:80] for p in left]
+
+
+def test_serve_stages_pipeline_replica():
+    """lowbit serve --ray --stages 2: a replica whose model is a 2-stage pipeline answers with the
+    one-process text; SIGTERM leaves none of its processes (replica, stages, cluster)."""
+    import httpx
+    from serve_util import Server
+    srv = Server("--ray", "--stages", "2", "--parallel", "2", "--ctx", "256")
+    try:
+        srv.wait_ready(240)
+        m = lowbit.load(n_ctx=256)
+        want = m.create_completion(PROMPT, max_tokens=16, temperature=0)["choices"][0]["text"]
+        for stream in (False, True):
+            body = {"prompt": PROMPT, "max_tokens": 16, "temperature": 0, "stream": stream}
+            r = httpx.post(srv.url + "/v1/completions", json=body, timeout=120)
+            assert r.status_code == 200
+            if stream:
+                import json
+                text = "".join(json.loads(ln[6:])["choices"][0]["text"] for ln in r.text.splitlines()
+                               if ln.startswith("data: {"))
+            else:
+                text = r.json()["choices"][0]["text"]
+            assert text == want
+        started = descendants(srv.proc.pid)
+        assert sum(cmdline(p).startswith("ray::Stage") for p in started) == 2
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(60) == 0, srv.output()
+        left = wait_gone(started)
+        assert not left, [cmdline(p)[:80] for p in left]
+    finally:
+        srv.stop()
