@@ -20,9 +20,11 @@ import sys
 import time
 
 
-def _decode_one(m, ids, n):
+def _decode_one(m, ids, n, after_prompt=None):
     m.reset()
     m.forward(ids)
+    if after_prompt:
+        after_prompt()
     t = time.perf_counter()
     for i in range(n):
         m.forward([ids[i % len(ids)]])
@@ -51,11 +53,13 @@ def bench_pipeline(path: str | None, stages: int, slots: int, tokens: int, round
               f"threads {threads or 'all'}, {slots} slots batched; median of {rounds} rounds", file=out, flush=True)
         ga = "".join(one.generate(ids, max_tokens=tokens))
         gb = "".join(pipe.generate(ids, max_tokens=tokens))
-        res = {"same_greedy": ga == gb, "one": [], "pipe": [], "one_b": [], "pipe_b": []}
+        res = {"same_greedy": ga == gb, "one": [], "pipe": [], "one_b": [], "pipe_b": [], "compute": []}
         _decode_one(one, ids, 4), _decode_one(pipe, ids, 4)  # warm-up
         for _ in range(rounds):
             res["one"].append(_decode_one(one, ids, tokens))
-            res["pipe"].append(_decode_one(pipe, ids, tokens))
+            res["pipe"].append(_decode_one(pipe, ids, tokens, lambda: pipe.engine.timing(reset=True)))
+            busy = pipe.engine.timing(reset=True)
+            res["compute"].append(sum(b for b, _ in busy) / tokens)
             res["one_b"].append(_decode_batched(one, ids, slots, tokens // 2))
             res["pipe_b"].append(_decode_batched(pipe, ids, slots, tokens // 2))
         med = {k: statistics.median(v) * 1e3 for k, v in res.items() if isinstance(v, list)}
@@ -66,6 +70,8 @@ def bench_pipeline(path: str | None, stages: int, slots: int, tokens: int, round
               file=out)
         print(f"{f'{slots} sequences, ms/token':28} {med['one_b']:12.2f} {med['pipe_b']:12.2f} "
               f"{med['pipe_b'] / med['one_b']:7.2f}", file=out)
+        print(f"1 sequence: of the pipeline's {med['pipe']:.2f} ms/token, {med['compute']:.2f} ms computing in the "
+              f"stages (summed), {med['pipe'] - med['compute']:.2f} ms moving between them (Ray)", file=out)
         print(f"greedy text of {tokens} tokens identical: {'yes' if ga == gb else 'NO'}; "
               f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs", file=out)
         for s in pipe.engine.stage_info:

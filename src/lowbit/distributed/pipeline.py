@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -84,6 +85,7 @@ class Stage:
         self.e, c = self.m.engine, self.m.config
         self.dim, self.vocab = c.dim, c.vocab
         self.last = layers[1] == c.n_layer
+        self.busy, self.calls = 0.0, 0  # seconds in forward_layers, calls (bench pipeline)
 
     def info(self) -> dict:
         """Who and where: pid, layers, bytes of weights this stage binds, resident memory."""
@@ -94,13 +96,24 @@ class Stage:
 
     def run(self, msg: dict):
         tokens, slots, pos, rows = msg["tokens"], msg["slots"], msg["pos"], msg["rows"]
+        t0 = time.perf_counter()
         if self.last:
-            logits = np.empty((len(rows), self.vocab), np.float32)
-            self.e.forward_layers(tokens, slots, pos, msg.get("x"), None, rows, logits)
-            return logits
-        out = np.empty((len(tokens), self.dim), np.float32)
-        self.e.forward_layers(tokens, slots, pos, msg.get("x"), out, rows, None)
-        return {**msg, "x": out}
+            res = np.empty((len(rows), self.vocab), np.float32)
+            self.e.forward_layers(tokens, slots, pos, msg.get("x"), None, rows, res)
+        else:
+            out = np.empty((len(tokens), self.dim), np.float32)
+            self.e.forward_layers(tokens, slots, pos, msg.get("x"), out, rows, None)
+            res = {**msg, "x": out}
+        self.busy += time.perf_counter() - t0
+        self.calls += 1
+        return res
+
+    def timing(self, reset: bool = False) -> tuple[float, int]:
+        """(seconds in forward_layers, calls) since the last reset."""
+        r = (self.busy, self.calls)
+        if reset:
+            self.busy, self.calls = 0.0, 0
+        return r
 
     # the slot state this stage holds (the prefix cache, hybrid models' rewinds)
     def kv_bytes(self, n: int) -> int:
@@ -166,7 +179,10 @@ class PipelineEngine:
                 node = inp
                 for s in self.stages:
                     node = s.run.bind(node)
-            self._dag = node.experimental_compile()
+            # a stage may take long on a big prompt chunk (Ray's default waits: 10 s); micro-batches
+            # in flight: up to K per forward_batch
+            self._dag = node.experimental_compile(_submit_timeout=3600,
+                                                  _max_inflight_executions=max(10, 2 * self.n_stages))
         self._lock = threading.Lock()  # one forward at a time (as the native engine)
         self._closed = False
         self._finalizer = weakref.finalize(self, PipelineEngine._shutdown, self._dag, self.stages, self.pg,
@@ -260,6 +276,10 @@ class PipelineEngine:
                 buf[at[i]:at[i + 1]] = part
         else:
             self.ray.get([s.rstate_copy.remote(slot, buf[at[i]:at[i + 1]]) for i, s in enumerate(self.stages)])
+
+    def timing(self, reset: bool = False) -> list[tuple[float, int]]:
+        """Per stage: (seconds computing, forward calls) since the last reset."""
+        return self._each("timing", reset)
 
     def set_threads(self, t: int) -> None:
         raise NotImplementedError("a pipeline's threads are set when it is loaded (load(threads=N))")
