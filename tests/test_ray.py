@@ -218,10 +218,14 @@ def _same_as_one_process(path, prompt_ids, gen: int, n_ctx: int = 256):
         for m in (one, pipe):
             for s in range(3):
                 m.rewind(0, slot=s)
-        runs = [(0, prompt_ids[:7]), (1, prompt_ids[:12]), (2, prompt_ids[3:9])]
+        long = (prompt_ids * 4)[:40]
+        runs = [(0, long[:20]), (1, long[:24]), (2, long[3:21])]  # 62 tokens: 2 micro-batches
+        pipe.engine.timing(reset=True)
         oa, ob = one.forward_batch(runs, all_logits=True), pipe.forward_batch(runs, all_logits=True)
+        assert [c for _, c in pipe.engine.timing()] == [2, 2]  # each stage ran both micro-batches
         assert all(np.array_equal(x, y) for x, y in zip(oa, ob))
-        step = [(0, [prompt_ids[7]]), (1, [prompt_ids[12]]), (2, [prompt_ids[9]])]
+        prompt_ids = long
+        step = [(0, [prompt_ids[20]]), (1, [prompt_ids[24]]), (2, [prompt_ids[21]])]
         oa, ob = one.forward_batch(step), pipe.forward_batch(step)
         assert all(np.array_equal(x, y) for x, y in zip(oa, ob))
         # the KV bytes the prefix cache copies: the one-process layout, byte for byte

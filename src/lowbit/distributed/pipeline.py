@@ -14,8 +14,11 @@ PipelineEngine has the native engine's interface (forward, forward_batch, kv_byt
 rstate_*), so lowbit.Model, generate, the scheduler and the server run on it unchanged. The stages
 are chained as a Ray Compiled Graph (shared-memory channels, ~0.3-0.6 ms a hop instead of ~1.2 ms
 for an actor call; LOWBIT_RAY_COMPILED=0: plain actor calls). A forward_batch over several slots is
-cut into micro-batches (whole slots each, up to K of them), all submitted before any result is read:
-while stage 1 runs micro-batch 0, stage 0 runs micro-batch 1, so every stage works. A token's
+cut into micro-batches (whole slots each, up to K of them, of at least 16 tokens: prompt chunks), all
+submitted before any result is read: while stage 1 runs micro-batch 0, stage 0 runs micro-batch 1.
+(Decode steps go whole: a stage's cost there is reading its weights, once per call. Keeping every
+stage busy during decode needs K groups of requests stepping independently, a scheduler that keeps
+K steps in flight: not done.) A token's
 logits are bitwise what one process gives: the same code runs the same per-token arithmetic, the
 residual stream crosses as exact float32 bytes, and a token's result does not depend on what else is
 in its batch (DESIGN.md I2, I8).
@@ -142,6 +145,9 @@ class Stage:
         return None
 
 
+MICRO_BATCH_MIN_TOKENS = 16
+
+
 class PipelineEngine:
     """The native engine's interface over K stage actors (see the module doc). Starts a local Ray
     cluster when this process is not connected to one (and stops it on close())."""
@@ -222,7 +228,11 @@ class PipelineEngine:
         if not (len(tokens) == len(slots) == len(pos)) or logits.shape != (len(out_rows), self.config.vocab):
             raise ValueError("forward_batch: tokens, slots, pos and the logits buffer disagree in shape")
         order = list(dict.fromkeys(slots.tolist()))  # the batch's slots, first appearance first
-        m = max(1, min(self.n_stages, len(order)))
+        # Micro-batches pay off where a stage's time grows with the tokens (prompt chunks): stage 0
+        # runs micro-batch 1 while stage 1 runs micro-batch 0. A decode step (a token per slot) is
+        # bound by reading the weights, once per call: cut in M it would read them M times per
+        # stage. So: as many as the stages, of at least MICRO_BATCH_MIN_TOKENS tokens each.
+        m = max(1, min(self.n_stages, len(order), len(tokens) // MICRO_BATCH_MIN_TOKENS))
         group_of = {s: i * m // len(order) for i, s in enumerate(order)}  # contiguous runs of slots
         g = np.fromiter((group_of[s] for s in slots.tolist()), np.int64, len(slots))
         parts, refs = [], []

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field, fields
 
 APP_NAME = "lowbit"
+SHUTDOWN_WAIT_S = 15  # seconds serve.shutdown() gets before the cluster is stopped regardless
 
 
 @dataclass
@@ -199,6 +200,8 @@ def serve_ray(o: Options, host: str, port: int, address: str | None, ingress: st
     from ..distributed import Cluster
     if ingress == "haproxy":  # read by Serve's controller when it starts (the local cluster inherits it)
         os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "1"
+        # HAProxy's drain on shutdown (Ray's default: up to 120 s): a few seconds
+        os.environ.setdefault("RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S", "5")
     cluster = Cluster(address)
     try:
         from ray import serve
@@ -222,10 +225,21 @@ def serve_ray(o: Options, host: str, port: int, address: str | None, ingress: st
             for sig, h in handlers.items():
                 signal.signal(sig, h)
         print("lowbit serve --ray: shutting down", file=out, flush=True)
-        try:
-            serve.shutdown()
-        except Exception as e:  # noqa: BLE001 - the cluster goes next anyway
-            print(f"lowbit serve --ray: serve.shutdown: {e}", file=out)
+        # Serve's own shutdown, bounded: it can wait on a proxy's drain (HAProxy's hard stop); a
+        # local cluster's processes all end with it below anyway
+        errors = []
+
+        def down():  # (a joined cluster may serve other applications: remove only ours)
+            try:
+                serve.delete(APP_NAME) if address else serve.shutdown()
+            except Exception as e:  # noqa: BLE001 - reported, the cluster goes next anyway
+                errors.append(e)
+        t = threading.Thread(target=down, name="serve-shutdown", daemon=True)
+        t.start()
+        t.join(SHUTDOWN_WAIT_S)
+        if t.is_alive() or errors:
+            why = f"{type(errors[0]).__name__}: {errors[0]}" if errors else f"still waiting after {SHUTDOWN_WAIT_S} s"
+            print(f"lowbit serve --ray: Serve's shutdown: {why}", file=out, flush=True)
     finally:
         cluster.close()
     print("lowbit serve --ray: stopped", file=out, flush=True)
