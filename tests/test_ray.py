@@ -73,6 +73,19 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def mapped_resident(pid: int, path: str) -> int:
+    """Bytes of the file at `path` resident in process pid's mappings (/proc/PID/smaps Rss)."""
+    cur, rss = False, 0
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split(None, 1)[0]
+            if not head.endswith(":"):  # a mapping's first line: address range ... path
+                cur = line.rstrip().endswith(os.path.basename(path))
+            elif cur and head == "Rss:":
+                rss += int(line.split()[1]) * 1024
+    return rss
+
+
 def wait_gone(pids, limit_s: float = 30.0) -> set[int]:
     end = time.monotonic() + limit_s
     left = {p for p in pids if alive(p)}
@@ -214,6 +227,11 @@ def _same_as_one_process(path, prompt_ids, gen: int, n_ctx: int = 256):
         ta = list(one.generate(prompt_ids, max_tokens=gen))
         tb = list(pipe.generate(prompt_ids, max_tokens=gen))
         assert ta == tb and len(ta) > 0
+        # each stage has touched only its own part of the file (its layers; the embedding rows
+        # it read or the head), never all of it
+        size = os.path.getsize(path)
+        for s in eng.stage_info:
+            assert 0 < mapped_resident(s["pid"], path) < 0.75 * size, (s, mapped_resident(s["pid"], path), size)
         # three slots in one batch: micro-batches in flight through both stages at once
         for m in (one, pipe):
             for s in range(3):
