@@ -146,6 +146,7 @@ NB_MODULE(_lowbit, m) {
         d["glu"] = std::string(glu_kernel().name);
         d["delta"] = std::string(delta_kernel().name);
         d["prefetch"] = (long long)kPrefetchAhead;
+        d["iq_grid"] = std::string(iq_grid_by_loads() ? "loads" : "gather");  // the IQ3 kernels' grid fetch
 #if defined(__clang__)
         d["compiler"] = std::string("clang ") + __clang_version__;
 #elif defined(__GNUC__)

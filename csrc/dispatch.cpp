@@ -258,6 +258,22 @@ static void fill_table() {
 }
 
 static std::once_flag g_once;
+bool iq_grid_by_loads() {
+    static const bool v = [] {
+        if (const char *e = std::getenv("LOWBIT_IQ_GRID"); e && *e) return std::strcmp(e, "gather") != 0;
+#if defined(__x86_64__) || defined(__i386__)
+        unsigned a, b, c, d;
+        if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+        char vendor[13] = {0};
+        std::memcpy(vendor, &b, 4); std::memcpy(vendor + 4, &d, 4); std::memcpy(vendor + 8, &c, 4);
+        return std::strcmp(vendor, "AuthenticAMD") == 0 || std::strcmp(vendor, "HygonGenuine") == 0;
+#else
+        return true;
+#endif
+    }();
+    return v;
+}
+
 static void ensure_table() { std::call_once(g_once, fill_table); }
 
 const CpuInfo &cpu_info() { ensure_table(); return g_cpu; }

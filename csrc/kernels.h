@@ -85,6 +85,11 @@ struct KernelEntry {
 
 // The table, indexed by type id. Filled once (dispatch.cpp); read-only afterwards.
 const KernelEntry &kernel_entry(int type_id);
+// How the IQ3 kernels fetch their 8 grid rows per 32 weights: true = 8 scalar loads and
+// inserts (AMD: its ymm gather is microcode, IQ3_XXS nt = 1 0.16 vs 0.21 us per row of 2560 on
+// Zen 5), false = one vpgatherdd (Intel Xeon: 0.21 vs 0.26 for IQ3_S). LOWBIT_IQ_GRID=loads or
+// gather overrides it. Read once; safe to call while the kernel table is being filled.
+bool iq_grid_by_loads();
 
 // Each level's registration function overwrites the entries it implements.
 struct KernelTable;

@@ -67,8 +67,7 @@ def test_levels_with_a_gemm():
     for lv in LEVELS:
         for name in ALL:
             g = lib.gemm_kernel(F[name].id, ISA.index(lv))
-            # the VNNI levels (avx2vnni's is opt-in until run on an AVX-VNNI CPU: gemm.inl)
-            if lv == "avx512" or (lv == "avx2vnni" and os.environ.get("LOWBIT_AVX2VNNI_GEMM", "0") not in ("", "0")):
+            if lv in ("avx512", "avx2vnni"):  # the VNNI levels
                 want = f"gemm_{name.lower()}_{ACT[name].lower()}_{lv}"
                 assert g is not None and g[0] == want and g[1] == lv, g
             else:  # scalar, avx, avx2 (its microkernels spilled, I7): windows only

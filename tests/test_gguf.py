@@ -4,12 +4,14 @@ import os
 import struct
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 from gguf_bytes import ARR, F32, I32, STR, U32, build, sample
 
 import lowbit
+from lowbit import gguf
 from lowbit.gguf import GGUFError
 
 
@@ -179,3 +181,88 @@ def test_malformed_corpus(tmp_path):
     rejected = sum(v[0] == "rejected" for v in res.values())
     assert rejected > len(cases) // 2  # the damage is mostly in the header: most cases must be refused
     assert res["trunc_%05d" % (len(data) - 1)][0] == "rejected"
+
+
+# --- where the weights live (issue 19): a map of the file, a copy, a copy in huge pages ---
+
+def _thp() -> str:
+    try:
+        v = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+        return v[v.index("[") + 1:v.index("]")]
+    except (OSError, ValueError):
+        return "unknown"
+
+
+@pytest.mark.parametrize("memory", ["copy", "hugepages"])
+def test_memory_modes_give_the_same_bytes_and_logits(memory):
+    from lowbit.model import default_model_path, load
+    path = default_model_path()
+    a = gguf.open(path)
+    b = gguf.open(path, memory=memory)
+    assert b.memory == memory and a.memory == "mmap"
+    assert a.tensors.keys() == b.tensors.keys()
+    for name, t in a.tensors.items():
+        assert np.array_equal(t.raw, b.tensors[name].raw), name
+    ids = [1, 504, 3458, 282, 4235, 30, 198]
+    want = load(path, n_ctx=32).logits(ids)
+    got = load(path, n_ctx=32, memory=memory).logits(ids)
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
+
+
+@pytest.mark.skipif(_thp() not in ("madvise", "always"),
+                    reason="needs transparent huge pages in madvise or always mode "
+                           "(/sys/kernel/mm/transparent_hugepage/enabled)")
+def test_hugepages_are_huge():
+    from lowbit.model import default_model_path
+    path = default_model_path()
+    f = gguf.open(path, memory="hugepages")
+    size = os.path.getsize(path)
+    # every whole 2 MB page inside the buffer (the ends may be partial); the kernel may fall back
+    # to small pages when memory is fragmented, so ask for most, not all
+    assert gguf.huge_page_bytes(f) >= (size - (4 << 20)) // 2, (gguf.huge_page_bytes(f), size)
+    assert gguf.huge_page_bytes(gguf.open(path, memory="copy")) <= size // 2 or _thp() == "always"
+
+
+def test_mlock_pins_or_warns():
+    from lowbit.model import default_model_path
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        f = gguf.open(default_model_path(), mlock=True)
+    assert f.locked or any("mlock" in str(x.message) for x in w)
+
+
+def test_memory_mode_is_checked():
+    from lowbit.model import default_model_path
+    with pytest.raises(ValueError, match="memory must be one of"):
+        gguf.open(default_model_path(), memory="swap")
+
+
+@pytest.mark.parametrize("cmd", ["memory", "ttft"])
+def test_bench_memory_and_ttft_reject_bad_modes(cmd):
+    r = subprocess.run([sys.executable, "-m", "lowbit.cli", "bench", cmd, "--modes", "mmap,mmap"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "distinct values" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ttft_child_loads_in_each_mode():
+    from lowbit.bench import _ttft_child
+    from lowbit.model import default_model_path
+    for mode in ("mmap", "copy"):
+        r = _ttft_child(default_model_path(), 1, mode)
+        assert 0 < r["load_s"] <= r["ttft_s"]
+
+
+def test_attention_bytes_match_gguf_py():
+    """run --stats splits a step's weight bytes by block: the attention matrices' bytes per layer,
+    checked against gguf-py's reader of the same file."""
+    from gguf import GGUFReader
+    from lowbit.generate import attention_bytes
+    from lowbit.model import default_model_path
+    path = default_model_path()
+    got = attention_bytes(gguf.open(path))
+    want: dict[int, int] = {}
+    for t in GGUFReader(path).tensors:
+        parts = t.name.split(".")
+        if parts[0] == "blk" and parts[2].startswith("attn_") and not parts[2].endswith("norm"):
+            want[int(parts[1])] = want.get(int(parts[1]), 0) + int(t.n_bytes)
+    assert got == [float(want[i]) for i in range(len(want))] and len(got) == 30

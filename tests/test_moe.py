@@ -149,6 +149,7 @@ def test_run_stats_and_lookahead_cli(models, capsys):
                  "--stats", "--lookahead", "on"]) == 0
     err = capsys.readouterr().err
     assert "experts/window" in err and "decode: " in err and "lookahead:" in err, err
+    assert "outside the layers" in err and "FFN blocks" in err, err
 
 
 # ---- bad metadata: a tiny file, rejected by ModelConfig before anything else is read ----------

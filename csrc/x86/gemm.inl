@@ -829,6 +829,13 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // Measured on Zen 4 (BENCHMARKS.md, issue 18: bench kernels --nt 16,32,64,256 --n 4096,
 // windows / gemm): k-quants 0.99-1.32x at 16 tokens, 1.35-1.69x at 32, 2.1-2.5x at 256.
 constexpr int kKqGemmMinNt = 32;
+// Q6_K at avx2vnni (3 rows x 8 tokens per microkernel) wins only from 64 tokens (Zen 5, AVX-VNNI:
+// 0.66x at 16, 0.87x at 32, 1.08x at 64, 1.29x at 256); at avx512 it takes the k-quant gate.
+#if defined(__AVX512F__)
+constexpr int kQ6kGemmMinNt = kKqGemmMinNt;
+#else
+constexpr int kQ6kGemmMinNt = 64;
+#endif
 // The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT): 1.7-2.4x at 16 tokens already,
 // 2.6-4.5x at 256 (the legacy windows re-lay out their activations per row tile).
 constexpr int kLegacyGemmMinNt = 16;
@@ -838,33 +845,22 @@ constexpr int kI2sLanesGemmMinNt = 16;
 }  // namespace
 
 void register_gemm(KernelTable &t) {
-#if !defined(__AVX512F__)
-    // avx2vnni: built and spill-checked, but not yet run on a CPU with AVX-VNNI (the machines it
-    // was written on have AVX-512 without AVX-VNNI, and qemu 7.2 does not emulate it): opt-in
-    // with LOWBIT_AVX2VNNI_GEMM=1 until tests/test_gemm.py has passed on such a CPU.
-    const char *on = std::getenv("LOWBIT_AVX2VNNI_GEMM");
-    if (!on || !*on || std::strcmp(on, "0") == 0) return;
-#endif
     const char *g = std::getenv("LOWBIT_KQ_GEMM_MIN_NT");
     const int min_nt = g && *g ? std::atoi(g) : kKqGemmMinNt;
-    auto set = [&](int id, rows_fn fn, const char *name) {
+    auto set = [&](int id, rows_fn fn, const char *name, int gate) {
         auto &e = t.at(id);
         e.gemm = RowKernel{fn, name, LOWBIT_ISA};
-        e.gemm_min_nt = min_nt;
+        e.gemm_min_nt = gate;
     };
-    set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS));
-    set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS));
-    set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS));
+    set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
+    set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
+    set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS),
+        g && *g ? min_nt : kQ6kGemmMinNt);
     const char *gl = std::getenv("LOWBIT_LEGACY_GEMM_MIN_NT");
     const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
-    auto setl = [&](int id, rows_fn fn, const char *name) {
-        auto &e = t.at(id);
-        e.gemm = RowKernel{fn, name, LOWBIT_ISA};
-        e.gemm_min_nt = min_legacy;
-    };
-    setl(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS));
-    setl(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS));
-    setl(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS));
+    set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
+    set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS), min_legacy);
+    set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
 #if defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT

@@ -231,10 +231,19 @@ constexpr uint32_t w2(uint16_t x) { return 0x00010001u * x; }      // a word in 
 constexpr uint32_t fbits(float f) { return __builtin_bit_cast(uint32_t, f); }
 template <uint32_t Bits> LB_IQ_INLINE __m256 kps() { return _mm256_castsi256_ps(kd<Bits>()); }
 
-// 8 rows of a 32-bit grid (4 byte lanes each) by a gather: for 8 rows, measured faster here
-// than 8 scalar loads and inserts (IQ3_S nt = 1: 0.21 vs 0.26 us per row of 2560).
+// 8 rows of a 32-bit grid (4 byte lanes each) by a gather: for 8 rows, measured faster on an
+// Intel Xeon than 8 scalar loads and inserts (IQ3_S nt = 1: 0.21 vs 0.26 us per row of 2560);
+// slower on AMD Zen (grid8s; the choice: iq_grid_by_loads() in kernels.h).
 LB_IQ_INLINE VY grid8d(const uint32_t *tab, VY idx) {
     return _mm256_i32gather_epi32((const int *)tab, idx, 4);
+}
+// The same 8 grid rows by scalar loads and inserts (ggml's way): on AMD Zen a ymm gather is
+// microcoded and slower than 8 loads; idx(i) gives index i.
+template <class Idx>
+LB_IQ_INLINE VY grid8s(const uint32_t *tab, Idx idx) {
+    const VX lo = _mm_setr_epi32((int)tab[idx(0)], (int)tab[idx(1)], (int)tab[idx(2)], (int)tab[idx(3)]);
+    const VX hi = _mm_setr_epi32((int)tab[idx(4)], (int)tab[idx(5)], (int)tab[idx(6)], (int)tab[idx(7)]);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
 }
 
 // Compile-time loop: f(std::integral_constant<int, 0>{}) .. f(<N-1>), so that a group's index
@@ -397,6 +406,8 @@ struct Iq2xxs {
 };
 
 // ---- IQ3_XXS: per group 8 index bytes (4-lane grid rows); aux dwords after the indices -----
+// Loads: the grid rows by scalar loads (true) or a gather (false): iq_grid_by_loads().
+template <bool Loads>
 struct Iq3xxs {
     static constexpr int kBytes = sizeof(block_iq3_xxs);
     static constexpr Kind kKind = kGrid;
@@ -415,7 +426,12 @@ struct Iq3xxs {
     LB_IQ_INLINE VY k16() const { return _mm256_mullo_epi16(chunks_of_e32(e), kd<w2((uint16_t)-kC)>()); }
     template <int G>
     LB_IQ_INLINE void group(VY &u, VY &sb, VY &sc) const {
-        u = grid8d(iq::iq3xxs_grid, _mm256_cvtepu8_epi32(ld64x(q + 8 * G)));
+        if constexpr (Loads) {
+            const uint8_t *ix = q + 8 * G;
+            u = grid8s(iq::iq3xxs_grid, [ix](int i) { return ix[i]; });
+        } else {
+            u = grid8d(iq::iq3xxs_grid, _mm256_cvtepu8_epi32(ld64x(q + 8 * G)));
+        }
         sb = signs_from_ks<G>(ks);
         sc = scale_of<G>(e);
     }
@@ -476,6 +492,7 @@ struct Iq2s {
 };
 
 // ---- IQ3_S: 9-bit index per 4 weights (8 low bits + qh bit), explicit signs, 4-bit scales --
+template <bool Loads>  // as Iq3xxs
 struct Iq3s {
     static constexpr int kBytes = sizeof(block_iq3_s);
     static constexpr Kind kKind = kGrid;
@@ -494,11 +511,17 @@ struct Iq3s {
     LB_IQ_INLINE VY k16() const { return _mm256_mullo_epi16(chunks_of_e32(e), kd<w2((uint16_t)-kC)>()); }
     template <int G>
     LB_IQ_INLINE void group(VY &u, VY &sb, VY &sc) const {
-        // qh[G] bit k -> index bit 8 of the k-th 4-weight row (bytes above qh[G] shift out of 256)
-        static constexpr Y32 shifts = y_d(8, 7, 6, 5, 4, 3, 2, 1);
-        const VY h = _mm256_and_si256(_mm256_sllv_epi32(bcast32(ld_u32(b + offsetof(block_iq3_s, qh) + G)), ky(shifts)),
-                                      kd<256>());
-        u = grid8d(iq::iq3s_grid, _mm256_or_si256(_mm256_cvtepu8_epi32(ld64x(b + 2 + 8 * G)), h));
+        if constexpr (Loads) {
+            const uint8_t *ix = b + 2 + 8 * G;
+            const uint32_t qh = b[offsetof(block_iq3_s, qh) + G];
+            u = grid8s(iq::iq3s_grid, [ix, qh](int i) { return ix[i] | ((qh << (8 - i)) & 256); });
+        } else {
+            // qh[G] bit k -> index bit 8 of the k-th 4-weight row (bytes above qh[G] shift out of 256)
+            static constexpr Y32 shifts = y_d(8, 7, 6, 5, 4, 3, 2, 1);
+            const VY h = _mm256_and_si256(
+                _mm256_sllv_epi32(bcast32(ld_u32(b + offsetof(block_iq3_s, qh) + G)), ky(shifts)), kd<256>());
+            u = grid8d(iq::iq3s_grid, _mm256_or_si256(_mm256_cvtepu8_epi32(ld64x(b + 2 + 8 * G)), h));
+        }
         sb = sign_bytes4(ld_u32(b + offsetof(block_iq3_s, signs) + 4 * G));
         sc = scale_of<G>(e);
     }
@@ -1016,8 +1039,13 @@ void register_iquants(KernelTable &t) {
     reg<Iq4xs>(t, T_IQ4_XS, LB_KNAME("iq4_xs"), LB_KNAME1("iq4_xs"));
     reg<Iq2xxs>(t, T_IQ2_XXS, LB_KNAME("iq2_xxs"), LB_KNAME1("iq2_xxs"));
     reg<Iq2xs>(t, T_IQ2_XS, LB_KNAME("iq2_xs"), LB_KNAME1("iq2_xs"));
-    reg<Iq3xxs>(t, T_IQ3_XXS, LB_KNAME("iq3_xxs"), LB_KNAME1("iq3_xxs"));
-    reg<Iq3s>(t, T_IQ3_S, LB_KNAME("iq3_s"), LB_KNAME1("iq3_s"));
+    if (iq_grid_by_loads()) {
+        reg<Iq3xxs<true>>(t, T_IQ3_XXS, LB_KNAME("iq3_xxs"), LB_KNAME1("iq3_xxs"));
+        reg<Iq3s<true>>(t, T_IQ3_S, LB_KNAME("iq3_s"), LB_KNAME1("iq3_s"));
+    } else {
+        reg<Iq3xxs<false>>(t, T_IQ3_XXS, LB_KNAME("iq3_xxs"), LB_KNAME1("iq3_xxs"));
+        reg<Iq3s<false>>(t, T_IQ3_S, LB_KNAME("iq3_s"), LB_KNAME1("iq3_s"));
+    }
     reg<Iq2s>(t, T_IQ2_S, LB_KNAME("iq2_s"), LB_KNAME1("iq2_s"));
     reg<Iq1s>(t, T_IQ1_S, LB_KNAME("iq1_s"), LB_KNAME1("iq1_s"));
     reg<Iq1m>(t, T_IQ1_M, LB_KNAME("iq1_m"), LB_KNAME1("iq1_m"));

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "../kernels.h"
 #include "prefetch.h"
@@ -630,6 +631,23 @@ LB_TN_INLINE VY tq_step(VY acc, VY ca, const void *qa, VY cb, const void *qb) {
 struct Tq2 {
     using Block = block_tq2_0;
     static constexpr bool kLaunder = false;
+#if LB_TN_ISA == 3
+    // avx512, windows of 2..8 tokens (tq_rows' kZ path): bits 2l of all 64 bytes in one zmm,
+    // lanes [code of 32l + m | code of 128 + 32l + m], against the token's quants re-laid out
+    // in that order (tq_relayout): half the dpbusd of the ymm form. Zen 5: 1.87x -> see
+    // BENCHMARKS.md (issue 17).
+    static constexpr bool kZmm = true;
+    template <class Step>
+    static LB_TN_INLINE void run_z(const Block &x, Step &&step) {
+        const VZ raw = ldz(x.qs), m3 = _mm512_set1_epi8(3);
+        step(_mm512_and_si512(raw, m3), 0);
+        step(_mm512_and_si512(_mm512_srli_epi16(raw, 2), m3), 64);
+        step(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m3), 128);
+        step(_mm512_and_si512(_mm512_srli_epi16(raw, 6), m3), 192);
+    }
+#else
+    static constexpr bool kZmm = false;
+#endif
     template <bool L, bool CARRY, class Step>
     static LB_TN_INLINE void run(const Block &x, Step &&step) {
         for (int h = 0; h < 2; ++h) {
@@ -674,6 +692,7 @@ LB_TN_INLINE VY trit(VY xs, const Consts *k) {
 struct Tq1 {
     using Block = block_tq1_0;
     static constexpr bool kLaunder = true;
+    static constexpr bool kZmm = false;
     // CARRY (few tokens): one base-3 chain per source, kept in a register from phase to phase.
     // Otherwise (5..8 tokens on 16 ymm) each phase re-derives its bytes from memory, and the
     // heaviest decode runs first, while the token accumulators are still zero. Both give the
@@ -730,13 +749,43 @@ struct Tq1 {
     }
 };
 
+#if LB_TN_ISA == 3
+// The window's Q8_K blocks copied once per call (amortised over the call's rows) with each
+// block's 256 quants in the order of Tq2::run_z's lanes: plane l at bytes 64l..64l+63 =
+// [q[32l..32l+31] | q[128+32l..128+32l+31]]; d and bsums where they were. Returns the copy;
+// token t's blocks at t * nb * Q8K_BYTES.
+inline const uint8_t *tq_relayout(const RowArgs &a, int nt, int64_t nb) {
+    static thread_local std::vector<uint8_t> buf;
+    const size_t per = (size_t)nb * Q8K_BYTES;
+    if (buf.size() < (size_t)nt * per) buf.resize((size_t)nt * per);
+    for (int t = 0; t < nt; ++t)
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t *src = a.act + (size_t)t * a.act_stride + (size_t)b * Q8K_BYTES;
+            uint8_t *dst = buf.data() + (size_t)t * per + (size_t)b * Q8K_BYTES;
+            std::memcpy(dst, src, Q8K_BYTES);
+            for (int l = 0; l < 4; ++l) {
+                std::memcpy(dst + Q8K_QS + 64 * l, src + Q8K_QS + 32 * l, 32);
+                std::memcpy(dst + Q8K_QS + 64 * l + 32, src + Q8K_QS + 128 + 32 * l, 32);
+            }
+        }
+    return buf.data();
+}
+#endif
+
 template <int NT, class Dec>
 void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
     using Block = typename Dec::Block;
     const int64_t nb = a.n / QK_K;
-    const size_t st = a.act_stride;
-    const uint8_t *const alo = a.act;           // tokens 0..3: alo + t * st
-    const uint8_t *const ahi = a.act + 4 * st;  // tokens 4..7
+    // kZ: the zmm form (Tq2 at avx512, 2..8 tokens) reads the re-laid-out copy of the window's
+    // activations; the exact block integers are the same, so the results are too (I2).
+    constexpr bool kZ = Dec::kZmm && NT >= 2;
+    const uint8_t *act = a.act;
+    size_t st = a.act_stride;
+#if LB_TN_ISA == 3
+    if constexpr (kZ) act = tq_relayout(a, NT, nb), st = (size_t)nb * Q8K_BYTES;
+#endif
+    const uint8_t *const alo = act;           // tokens 0..3: alo + t * st
+    const uint8_t *const ahi = act + 4 * st;  // tokens 4..7
 #define LB_TA(t, off) (((t) < 4 ? alo : ahi) + ((t) & 3) * st + (off))
     for (int64_t r = r0; r < r1; ++r) {
         const Block *const x = reinterpret_cast<const Block *>(a.w + (size_t)r * a.w_stride);
@@ -775,12 +824,29 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
 #define LB_DECL(t) [[maybe_unused]] VY s##t = zy();
             LB_TN_EACH(LB_DECL)
 #undef LB_DECL
-            Dec::template run<Dec::kLaunder, (NT <= 4)>(x[i], [&](VY ca, size_t oa, VY cb, size_t ob) __attribute__((always_inline)) {
+            if constexpr (kZ) {
+#if LB_TN_ISA == 3
+#define LB_DECLZ(t) [[maybe_unused]] VZ z##t = zz();
+                LB_TN_EACH(LB_DECLZ)
+#undef LB_DECLZ
+                Dec::run_z(x[i], [&](VZ c, size_t o) __attribute__((always_inline)) {
+#define LB_STEPZ(t) if constexpr (NT > t) z##t = dpbz(z##t, c, ldz(LB_TA(t, yo + Q8K_QS + o)));
+                    LB_TN_EACH(LB_STEPZ)
+#undef LB_STEPZ
+                });
+#define LB_FOLDZ(t) \
+    if constexpr (NT > t) s##t = pin(_mm256_add_epi32(_mm512_castsi512_si256(z##t), _mm512_extracti64x4_epi64(z##t, 1)));
+                LB_TN_EACH(LB_FOLDZ)
+#undef LB_FOLDZ
+#endif
+            } else {
+                Dec::template run<Dec::kLaunder, (NT <= 4)>(x[i], [&](VY ca, size_t oa, VY cb, size_t ob) __attribute__((always_inline)) {
 #define LB_STEP(t) \
     if constexpr (NT > t) s##t = pin(tq_step(s##t, ca, LB_TA(t, yo + Q8K_QS + oa), cb, LB_TA(t, yo + Q8K_QS + ob)));
-                LB_TN_EACH(LB_STEP)
+                    LB_TN_EACH(LB_STEP)
 #undef LB_STEP
-            });
+                });
+            }
             // End of the block: f = f + (float)S * (d_act * d_w), lane t = token t (xmm for
             // NT <= 4, ymm for 5..8: the same IEEE op per lane either way).
             const float dw = _cvtsh_ss(x[i].d);

@@ -371,6 +371,67 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     return res
 
 
+def bench_memory(model_path: str | None, threads: int, modes: list[str], gen_tokens: int, reps: int,
+                 out=sys.stdout) -> dict:
+    """Decode with the weights in each memory mode (gguf.open: "mmap", "copy", "hugepages"; the
+    file already in the page cache), the models loaded side by side in one process and timed
+    interleaved (mode A, mode B, ... per repetition), each decode's weight stream as a share of
+    `bench membw` measured in the same run. Returns {mode: {...}}."""
+    import time
+
+    from . import gguf
+    from .model import default_model_path, load
+    path = model_path or default_model_path()
+    work = model_work(path)
+    models, res = {}, {}
+    for mode in modes:
+        t0 = time.perf_counter()
+        models[mode] = load(path, n_ctx=gen_tokens + 16, threads=threads, memory=mode)
+        res[mode] = dict(load_s=time.perf_counter() - t0, huge_mb=gguf.huge_page_bytes(models[mode].file) / 2**20)
+    prompt = models[modes[0]].tokenize(E2E_PROMPT)[:8]
+
+    def decode(m) -> float:
+        m.reset()
+        tok = int(np.argmax(m.forward(prompt)[-1]))
+        t0 = time.perf_counter()
+        for _ in range(gen_tokens):
+            tok = int(np.argmax(m.forward([tok])[-1]))
+        return gen_tokens / (time.perf_counter() - t0)
+
+    for m in models.values():
+        decode(m)  # warm-up: the pages faulted in, the caches filled
+    runs = {mode: [] for mode in modes}
+    for _ in range(reps):
+        for mode in modes:
+            runs[mode].append(decode(models[mode]))
+    bw = bench_membw(1024.0, threads, 3, out=io.StringIO())
+    print(f"# {os.path.basename(path)}, {threads} threads, {gen_tokens} decode tokens, median of {reps} "
+          f"interleaved; {work['bytes'] / 1e6:.0f} MB of weights per token; read bandwidth {bw:.1f} GB/s "
+          f"(bench membw, same run); transparent huge pages: {_thp_mode()}", file=out)
+    print(f"{'memory':10} {'load s':>7} {'huge MB':>8} {'decode tok/s':>12} {'GB/s':>6} {'of membw':>8} {'vs mmap':>7}",
+          file=out)
+    base = None
+    for mode in modes:
+        r = res[mode]
+        r["decode_tps"] = sorted(runs[mode])[reps // 2]
+        r["gbs"] = work["bytes"] * r["decode_tps"] / 1e9
+        r["share"] = r["gbs"] / bw
+        base = base or (res["mmap"]["decode_tps"] if "mmap" in res and "decode_tps" in res["mmap"] else r["decode_tps"])
+        print(f"{mode:10} {r['load_s']:7.2f} {r['huge_mb']:8.0f} {r['decode_tps']:12.2f} {r['gbs']:6.1f} "
+              f"{100 * r['share']:7.0f}% {r['decode_tps'] / base:7.2f}", file=out)
+    res["membw_gbs"] = bw
+    return res
+
+
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            v = f.read()
+        return v[v.index("[") + 1:v.index("]")]
+    except (OSError, ValueError):
+        return "unknown"
+
+
 def _cold_child(path: str, threads: int, gen_tokens: int, lookahead: bool) -> dict:
     """One cold run (in a fresh process, after the parent evicted the file): load, a 4-token
     prompt, gen_tokens greedy decode steps. Times are wall seconds."""
@@ -435,6 +496,68 @@ def bench_cold(model_path: str, threads: int, gen_tokens: int, reps: int, out=sy
     print(f"cold decode, lookahead on / off: {ratio:.2f}x", file=out)
     return dict(runs={f"{'on' if la else 'off'}-{'cold' if c else 'warm'}": v for (la, c), v in runs.items()},
                 cold_ratio=ratio)
+
+
+def _ttft_child(path: str, threads: int, memory: str) -> dict:
+    """Time to first token from a cold page cache (in a fresh process, after the parent evicted
+    the file): load with the weights in `memory`, one forward of a 4-token prompt, the first
+    greedy token. Wall seconds."""
+    import time
+
+    from .model import load
+    t0 = time.perf_counter()
+    m = load(path, n_ctx=16, threads=threads, memory=memory)
+    t1 = time.perf_counter()
+    int(np.argmax(m.forward(m.tokenize(E2E_PROMPT)[:4])[-1]))
+    return dict(load_s=t1 - t0, ttft_s=time.perf_counter() - t0)
+
+
+def _read_seconds(path: str) -> float:
+    """Seconds to read the file sequentially from a cold page cache (64 MB reads): the disk's
+    time for these bytes, the floor of a cold start."""
+    import time
+    evict(path)
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while os.read(fd, 64 << 20):
+            pass
+    finally:
+        os.close(fd)
+    return time.perf_counter() - t0
+
+
+def bench_ttft(model_path: str, threads: int, modes: list[str], reps: int, out=sys.stdout) -> dict:
+    """Cold start: time to first token with the file evicted from the page cache, per memory
+    mode (one fresh process per run), against the file's sequential read time measured in the
+    same run (issue 19's goal: <= 1.3x)."""
+    import subprocess
+    code = ("import json, sys; from lowbit.bench import _ttft_child; "
+            "print(json.dumps(_ttft_child(*json.loads(sys.argv[1]))))")
+    runs: dict[str, list] = {m: [] for m in modes}
+    reads = []
+    for _ in range(reps):
+        reads.append(_read_seconds(model_path))
+        for mode in modes:
+            evict(model_path)
+            r = subprocess.run([sys.executable, "-c", code, json.dumps([model_path, threads, mode])],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"the cold-start run ({mode}) failed: {r.stderr.strip().splitlines()[-1:]}")
+            runs[mode].append(json.loads(r.stdout.strip().splitlines()[-1]))
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    read_s = med(reads)
+    size = os.path.getsize(model_path)
+    print(f"# {os.path.basename(model_path)} ({size / 1e6:.0f} MB), {threads} threads, cold page cache before "
+          f"every run, one process per run, median of {reps}; sequential read {read_s:.2f} s "
+          f"({size / read_s / 1e9:.2f} GB/s)", file=out)
+    print(f"{'memory':10} {'load s':>7} {'first token s':>13} {'vs read':>7}", file=out)
+    res = dict(read_s=read_s, bytes=size)
+    for mode in modes:
+        ttft, load_s = med([r["ttft_s"] for r in runs[mode]]), med([r["load_s"] for r in runs[mode]])
+        res[mode] = dict(ttft_s=ttft, load_s=load_s, ratio=ttft / read_s)
+        print(f"{mode:10} {load_s:7.2f} {ttft:13.2f} {ttft / read_s:7.2f}", file=out)
+    return res
 
 
 def _timing_args(p, formats: list[str], n: int, reps: int) -> None:
@@ -510,12 +633,60 @@ def add_parser(sub) -> None:
     add_pipeline(bs)
     from .server.bench import add_parser as add_serve
     add_serve(bs)
+    mm = bs.add_parser("memory", help="decode with the weights mapped, copied, or copied into huge pages (A/B)")
+    mm.add_argument("-m", "--model", default=None, help="GGUF file (default: the default model)")
+    mm.add_argument("-t", "--threads", type=int, default=2)
+    mm.add_argument("--modes", default="mmap,copy,hugepages", help="comma-separated: mmap, copy, hugepages")
+    mm.add_argument("--gen-tokens", type=int, default=32)
+    mm.add_argument("--reps", type=int, default=5)
+    mm.set_defaults(func=_run_memory)
+    tt = bs.add_parser("ttft", help="cold start: time to first token from a cold page cache vs the file's read time")
+    tt.add_argument("-m", "--model", default=None, help="GGUF file (default: the default model)")
+    tt.add_argument("-t", "--threads", type=int, default=2)
+    tt.add_argument("--modes", default="mmap,copy", help="comma-separated: mmap, copy, hugepages")
+    tt.add_argument("--reps", type=int, default=3)
+    tt.set_defaults(func=_run_ttft)
     c = bs.add_parser("cold", help="MoE decode with the file evicted from the page cache: lookahead off vs on")
     c.add_argument("-m", "--model", required=True, help="GGUF file (an MoE model)")
     c.add_argument("-t", "--threads", type=int, default=2)
     c.add_argument("--gen-tokens", type=int, default=32)
     c.add_argument("--reps", type=int, default=3)
     c.set_defaults(func=lambda a: bench_cold(a.model, a.threads, a.gen_tokens, a.reps) and 0)
+
+
+def _modes(a, cmd: str) -> list[str] | None:
+    from . import gguf
+    modes = [x.strip() for x in a.modes.split(",") if x.strip()]
+    bad = [x for x in modes if x not in gguf.MEMORY_MODES]
+    if bad or not modes or len(set(modes)) != len(modes):
+        print(f"lowbit bench {cmd}: error: --modes takes distinct values of {', '.join(gguf.MEMORY_MODES)}, "
+              f"got {a.modes!r}", file=sys.stderr)
+        return None
+    if a.threads < 1 or a.reps < 1 or getattr(a, "gen_tokens", 1) < 1:
+        print(f"lowbit bench {cmd}: error: --threads, --reps (and --gen-tokens) must be >= 1", file=sys.stderr)
+        return None
+    return modes
+
+
+def _run_memory(a) -> int:
+    modes = _modes(a, "memory")
+    if modes is None:
+        return 2
+    bench_memory(a.model, a.threads, modes, a.gen_tokens, a.reps)
+    return 0
+
+
+def _run_ttft(a) -> int:
+    from .model import default_model_path
+    modes = _modes(a, "ttft")
+    if modes is None:
+        return 2
+    path = a.model or default_model_path()
+    if not os.path.isfile(path):
+        print(f"lowbit bench ttft: error: no such model file: {path}", file=sys.stderr)
+        return 2
+    bench_ttft(path, a.threads, modes, a.reps)
+    return 0
 
 
 def _run_act(a) -> int:

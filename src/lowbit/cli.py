@@ -42,6 +42,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"glu       {c['glu']} (the FFN's gate/up epilogue: silu(gate) * up, relu(gate)^2 * up)")
     print(f"delta     {c['delta']} (the delta-net state update of the hybrid Qwen models)")
     print(f"prefetch  weights {c['prefetch']} bytes ahead of the decode (0: off; CMake LOWBIT_PREFETCH_AHEAD)")
+    print(f"iq_grid   IQ3 grid rows by {c['iq_grid']} (LOWBIT_IQ_GRID=loads|gather; loads on AMD, gather on Intel)")
     if c["disabled"]:
         print(f"disabled  {' '.join(c['disabled'])}")
     print()
@@ -77,6 +78,20 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="context size in tokens (default: min(the model's training context, 2048))")
     p.add_argument("--lookahead", choices=["on", "off"], default="off",
                    help="MoE: read the next layer's predicted experts ahead (for files not in the page cache)")
+    _memory_args(p)
+
+
+def _memory_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("weights in memory (default: a read-only map of the file)")
+    g.add_argument("--no-mmap", action="store_true", help="read the weights into memory up front")
+    g.add_argument("--hugepages", action="store_true",
+                   help="read them into memory backed by 2 MB transparent huge pages (implies --no-mmap)")
+    g.add_argument("--mlock", action="store_true", help="pin the weights in RAM")
+
+
+def _memory(a) -> dict:
+    mode = "hugepages" if getattr(a, "hugepages", False) else "copy" if getattr(a, "no_mmap", False) else "mmap"
+    return dict(memory=mode, mlock=bool(getattr(a, "mlock", False)))
 
 
 # llama.cpp's defaults (common/common.h: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat
@@ -103,7 +118,7 @@ def _sampling(a) -> dict:
 
 def _load(a):
     from .model import load
-    m = load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on")
+    m = load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on", progress=True, **_memory(a))
     if a.ctx and a.ctx > m.config.train_ctx:
         warn(f"-c {a.ctx} exceeds the model's training context ({m.config.train_ctx} tokens); "
              f"text beyond it is likely to degrade")
@@ -184,12 +199,15 @@ def cmd_run(a: argparse.Namespace) -> int:
               file=sys.stderr)
     print(stats.line(), file=sys.stderr)
     if a.stats:
-        from .generate import layer_table
+        from .generate import attention_bytes, layer_table
         print("per layer (MB of weights streamed and ms per token; the output head is not in a layer):",
               file=sys.stderr)
-        for title, layers in (("prefill", stats.prefill_layers), ("decode", stats.decode_layers)):
+        ab = attention_bytes(m.file)
+        new = stats.prompt_tokens - stats.cached
+        for title, layers, step in (("prefill", stats.prefill_layers, stats.prefill_s / max(new, 1)),
+                                    ("decode", stats.decode_layers, stats.decode_s / max(stats.generated, 1))):
             if layers:
-                print(layer_table(layers, title), file=sys.stderr)
+                print(layer_table(layers, title, step, ab), file=sys.stderr)
     if a.lookahead == "on":
         la = m.engine.lookahead_stats()
         print(f"lookahead: {la['hits']} of {la['routed']} routed experts were predicted "

@@ -436,9 +436,14 @@ def _detokenize(model, tokens, max_tokens, stops, stats, rows, logprobs):
             model.engine.set_stats(False)
 
 
-def layer_table(layers: list[dict], title: str) -> str:
+def layer_table(layers: list[dict], title: str, step_s: float | None = None,
+                attn_bytes: list[float] | None = None) -> str:
     """engine.stats() as a table: per layer, distinct experts per window (forward call), MB of
-    weights streamed per token, and ms per token in attention / router / experts / dense FFN."""
+    weights streamed per token, and ms per token in attention / router / experts / dense FFN.
+    step_s: the wall time per token of the whole step (then a line splits it into the layers'
+    attention and FFN blocks, each with its GB/s of weights, and the time outside them: the
+    output head, the embedding, sampling, Python); attn_bytes: per layer, the bytes of its
+    attention matrices (attention_bytes()), to split the streamed bytes between the blocks."""
     rows = [f"{title}: {layers[0]['calls'] if layers else 0} windows, {layers[0]['tokens'] if layers else 0} tokens",
             f"{'layer':>5} {'experts/window':>14} {'MB/token':>9} {'attn ms':>8} {'(core)':>7} {'router ms':>9} "
             f"{'experts ms':>10} {'ffn ms':>7}"]
@@ -453,4 +458,29 @@ def layer_table(layers: list[dict], title: str) -> str:
     rows.append(f"{'all':>5} {'':>14} {tot['weight_bytes'] / 1e6:>9.2f} {tot['t_attn'] * 1e3:>8.3f} "
                 f"{tot['t_attn_core'] * 1e3:>7.3f} {tot['t_router'] * 1e3:>9.3f} {tot['t_experts'] * 1e3:>10.3f} "
                 f"{tot['t_ffn'] * 1e3:>7.3f}")
+    if step_s and layers:
+        t_at = tot["t_attn"]
+        t_ff = tot["t_router"] + tot["t_experts"] + tot["t_ffn"]
+        b_at = sum(attn_bytes) if attn_bytes else 0.0
+        b_ff = max(tot["weight_bytes"] - b_at, 0.0)
+        gbs = lambda b, t: f"{b / t / 1e9:.1f} GB/s" if t > 0 and b > 0 else "-"  # noqa: E731
+        rest = step_s - t_at - t_ff
+        rows.append(f"step {step_s * 1e3:.2f} ms per token: attention blocks {t_at * 1e3:.2f} ms "
+                    f"({b_at / 1e6:.0f} MB, {gbs(b_at, t_at - tot['t_attn_core'])} outside the attention core), "
+                    f"FFN blocks {t_ff * 1e3:.2f} ms ({b_ff / 1e6:.0f} MB, {gbs(b_ff, t_ff)}), "
+                    f"outside the layers {rest * 1e3:.2f} ms ({100 * rest / step_s:.0f}%: the output head, "
+                    f"embedding, sampling, Python)")
     return "\n".join(rows)
+
+
+def attention_bytes(f) -> list[float]:
+    """Per layer, the bytes of its attention (or linear-attention) matrices in the GGUF: what a
+    decode step streams for the layer's mixer block."""
+    import re
+    out: dict[int, float] = {}
+    for name, t in f.tensors.items():
+        m = re.match(r"blk\.(\d+)\.(attn_|ssm_)", name)
+        if m and len(t.ne) >= 2 and not name.endswith("_norm.weight"):
+            out[int(m.group(1))] = out.get(int(m.group(1)), 0.0) + t.nbytes
+    n = max(out) + 1 if out else 0
+    return [out.get(i, 0.0) for i in range(n)]

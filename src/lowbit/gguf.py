@@ -15,6 +15,7 @@ Any problem raises GGUFError("<file>: <where>: <problem>").
 """
 from __future__ import annotations
 
+import builtins
 import mmap
 import os
 import stat
@@ -103,6 +104,8 @@ class GGUFFile:
         self.data_offset = data_offset
         self.metadata_types: dict = {}  # key -> (value type, array element type or None)
         self._mm = mm
+        self.memory = "mmap"  # where the bytes live: gguf.open's memory argument
+        self.locked = False   # pinned by mlock
 
     def close(self) -> None:
         """Drop this file's references to the mapping (views handed out keep it alive)."""
@@ -192,9 +195,26 @@ class _Cursor:
         raise self.fail(f"unknown metadata value type {vtype}")
 
 
-def open(path: str | os.PathLike) -> GGUFFile:  # noqa: A001 - the natural name
-    """Open and validate a GGUF file; raises GGUFError on any problem."""
+MEMORY_MODES = ("mmap", "copy", "hugepages")
+
+
+def open(path: str | os.PathLike, memory: str = "mmap", mlock: bool = False,  # noqa: A001 - the natural name
+         progress: bool = False) -> GGUFFile:
+    """Open and validate a GGUF file; raises GGUFError on any problem.
+
+    memory: where the tensors' bytes live.
+      "mmap"       a read-only map of the file (the default): nothing is read before it is used,
+                   pages are shared with the page cache and with other processes.
+      "copy"       the file read into private anonymous memory up front (llama.cpp's --no-mmap).
+      "hugepages"  as "copy", the memory advised MADV_HUGEPAGE before it is touched, so the
+                   kernel backs it with 2 MB pages where it can (transparent huge pages in
+                   "madvise" or "always" mode): one TLB entry per 2 MB instead of per 4 KB
+                   while decode streams the weights.
+    mlock: pin the bytes in RAM (mlock(2)); a refusal (RLIMIT_MEMLOCK) is a warning, not an error.
+    progress: a bar on stderr while a copy is read (files of 256 MB and more)."""
     path = os.fspath(path)
+    if memory not in MEMORY_MODES:
+        raise ValueError(f"memory must be one of {', '.join(MEMORY_MODES)}, got {memory!r}")
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
@@ -208,19 +228,85 @@ def open(path: str | os.PathLike) -> GGUFFile:  # noqa: A001 - the natural name
         size = st.st_size
         if size == 0:
             raise GGUFError(f"{path}: header: empty file")
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        if memory == "mmap":
+            mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        else:
+            mm = _read_copy(fd, path, size, memory == "hugepages", progress)
     except OSError as e:
-        raise GGUFError(f"{path}: cannot map: {e.strerror}") from None
+        raise GGUFError(f"{path}: cannot {'map' if memory == 'mmap' else 'read'}: {e.strerror}") from None
     finally:
         os.close(fd)
     try:
-        return _parse(path, mm, size)
+        f = _parse(path, mm, size)
     except BaseException:
         try:
             mm.close()
         except BufferError:  # pragma: no cover - no views are made before validation ends
             pass
         raise
+    f.memory = memory
+    if mlock:
+        f.locked = _mlock(mm, size)
+    return f
+
+
+def _read_copy(fd: int, path: str, size: int, huge: bool, progress: bool) -> mmap.mmap:
+    """The whole file in private anonymous memory (MAP_PRIVATE: transparent huge pages apply to
+    private anonymous memory under /sys/kernel/mm/transparent_hugepage/enabled; shared anonymous
+    memory would be shmem, governed by another switch)."""
+    from .progress import bar
+    mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if huge and hasattr(mmap, "MADV_HUGEPAGE"):
+        mm.madvise(mmap.MADV_HUGEPAGE)  # before the first touch: faults then allocate 2 MB pages
+    view = memoryview(mm)
+    b = bar(size, f"reading {os.path.basename(path)}", enabled=progress and size >= 256 << 20)
+    try:
+        at, piece = 0, 64 << 20
+        while at < size:
+            got = os.readv(fd, [view[at:min(size, at + piece)]])
+            if got <= 0:
+                raise GGUFError(f"{path}: the file ended at byte {at} while reading {size} (changed under us?)")
+            at += got
+            b.update(got)
+    finally:
+        b.close()
+        view.release()
+    return mm
+
+
+def _mlock(mm: mmap.mmap, size: int) -> bool:
+    import ctypes
+    import warnings
+    libc = ctypes.CDLL(None, use_errno=True)
+    addr = np.frombuffer(mm, dtype=np.uint8, count=1).ctypes.data
+    if libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) == 0:
+        return True
+    err = ctypes.get_errno()
+    warnings.warn(f"mlock of {size >> 20} MB of weights refused ({os.strerror(err)}): running unlocked "
+                  f"(raise `ulimit -l`, or run without --mlock)", RuntimeWarning, stacklevel=3)
+    return False
+
+
+def huge_page_bytes(f: "GGUFFile") -> int:
+    """Bytes of the file's memory that the kernel backs with huge pages now (/proc/self/smaps:
+    AnonHugePages, plus FilePmdMapped for a map of the file); 0 where that cannot be read."""
+    if f._mm is None:
+        return 0
+    lo = np.frombuffer(f._mm, dtype=np.uint8, count=1).ctypes.data
+    hi = lo + len(f._mm)
+    total, inside = 0, False
+    try:
+        with builtins.open("/proc/self/smaps") as sm:
+            for line in sm:
+                head = line.split(" ", 1)[0]
+                if "-" in head and not head.endswith(":"):
+                    a, b = (int(x, 16) for x in head.split("-"))
+                    inside = a < hi and b > lo
+                elif inside and line.startswith(("AnonHugePages:", "FilePmdMapped:")):
+                    total += int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return total
 
 
 def _parse(path: str, mm: mmap.mmap, size: int) -> GGUFFile:

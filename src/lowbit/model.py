@@ -468,13 +468,17 @@ class Model:
     """A loaded model: config, tokenizer, the native engine and its KV cache."""
 
     def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
-                 n_slots: int = 1, lookahead: bool = False, stages: int | None = None,
-                 layers: tuple[int, int] | None = None):
+                 n_slots: int = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
+                 progress: bool = False, stages: int | None = None, layers: tuple[int, int] | None = None):
         """stages=K >= 2: the layers run as a pipeline of K Ray actors (lowbit.distributed), this
         object keeps the tokenizer and the slots' bookkeeping. layers=(l0, l1): hold only layers
         [l0, l1) (one pipeline stage; its engine runs forward_layers, not forward)."""
         self.path = os.fspath(path) if path is not None else default_model_path()
-        self.file = gguf.open(self.path)
+        # memory: "mmap" (default), "copy" (read up front, --no-mmap) or "hugepages" (a copy in
+        # 2 MB pages); mlock pins it (gguf.open)
+        if stages is not None and int(stages) != 1:  # the stages hold the weights: this process reads metadata
+            memory, mlock = "mmap", False
+        self.file = gguf.open(self.path, memory=memory, mlock=mlock, progress=progress)
         self.config = c = ModelConfig.from_gguf(self.file)
         from .tokenizer import Tokenizer
         self.tokenizer = Tokenizer.from_gguf(self.file.metadata)
@@ -916,9 +920,15 @@ class Sequence:
 
 
 def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
-         n_slots: int = 1, lookahead: bool = False, stages: int | None = None) -> Model:
+         n_slots: int = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
+         progress: bool = False, stages: int | None = None) -> Model:
     """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1); n_slots KV
     slots of n_ctx positions each; lookahead: MoE router lookahead (read the next layer's
-    predicted experts ahead); stages=K: a pipeline of K Ray actors, each holding a contiguous
-    range of layers (lowbit.distributed; the extra lowbit[ray]), same outputs bit for bit."""
-    return Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots, lookahead=lookahead, stages=stages)
+    predicted experts ahead); memory: "mmap" (the default: weights stay in a map of the file),
+    "copy" (read into memory up front) or "hugepages" (a copy backed by 2 MB pages: fewer TLB
+    misses while decode streams the weights); mlock: pin the weights in RAM; progress: a bar
+    while a copy is read; stages=K: a pipeline of K Ray actors, each holding a contiguous range
+    of layers (lowbit.distributed; the extra lowbit[ray]; each stage maps the file), same outputs
+    bit for bit."""
+    return Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots, lookahead=lookahead,
+                 memory=memory, mlock=mlock, progress=progress, stages=stages)
