@@ -3,6 +3,7 @@
 // around native work. The Python package (src/lowbit) gives the friendly API.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -462,7 +463,7 @@ NB_MODULE(_lowbit, m) {
                             // hybrid qwen35 / qwen35moe / qwen3next
                             std::vector<uint8_t> recurrent, int ssm_conv,
                             int ssm_state, int ssm_groups, int ssm_heads, bool ssm_kv_interleave, bool attn_gate,
-                            std::vector<int> rope_sections) {
+                            std::vector<int> rope_sections, int layer_begin, int layer_end) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
@@ -481,6 +482,7 @@ NB_MODULE(_lowbit, m) {
             c.attn_gate = attn_gate;
             if (rope_sections.size() > 4) throw std::invalid_argument("engine: at most 4 rope sections");
             for (size_t i = 0; i < rope_sections.size(); ++i) c.rope_sections[i] = rope_sections[i];
+            c.layer_begin = layer_begin; c.layer_end = layer_end;  // a pipeline stage's layers (0, 0: all)
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
@@ -495,7 +497,8 @@ NB_MODULE(_lowbit, m) {
            nb::arg("shexp_gated") = true,
            nb::arg("recurrent") = std::vector<uint8_t>(), nb::arg("ssm_conv") = 0, nb::arg("ssm_state") = 0,
            nb::arg("ssm_groups") = 0, nb::arg("ssm_heads") = 0, nb::arg("ssm_kv_interleave") = false,
-           nb::arg("attn_gate") = false, nb::arg("rope_sections") = std::vector<int>())
+           nb::arg("attn_gate") = false, nb::arg("rope_sections") = std::vector<int>(),
+           nb::arg("layer_begin") = 0, nb::arg("layer_end") = 0)
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;
@@ -586,6 +589,35 @@ NB_MODULE(_lowbit, m) {
             nb::gil_scoped_release nogil;
             e.forward_batch(tk, sl, ps, T, rw, n_out, lg);
         })
+        // A pipeline stage (csrc/engine.h forward_layers): x_in float32[T, dim] (None in the first
+        // stage); the last stage fills logits float32[n_out, vocab], an earlier one x_out [T, dim].
+        .def("forward_layers", [](Engine &e, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> tokens,
+                                  nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> slots,
+                                  nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> pos,
+                                  std::optional<F32In> x_in, std::optional<F32Out> x_out,
+                                  nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> out_rows,
+                                  std::optional<F32Out> logits) {
+            const EngineConfig &c = e.config();
+            const int T = (int)tokens.shape(0), n_out = (int)out_rows.shape(0);
+            const bool last = e.layer_end() == c.n_layer;
+            if (slots.shape(0) != tokens.shape(0) || pos.shape(0) != tokens.shape(0))
+                throw std::invalid_argument("forward_layers: tokens, slots and pos differ in length");
+            auto rows_of = [&](auto &a, int64_t rows, int64_t cols, const char *what) {
+                if ((int64_t)a.shape(0) != rows || (int64_t)a.shape(1) != cols)
+                    throw std::invalid_argument(std::string("forward_layers: ") + what + " has the wrong shape");
+            };
+            if (x_in) rows_of(*x_in, T, c.dim, "x_in");
+            if (x_out) rows_of(*x_out, T, c.dim, "x_out");
+            if (last && !logits) throw std::invalid_argument("forward_layers: the last stage needs a logits buffer");
+            if (last) rows_of(*logits, n_out, c.vocab, "logits");
+            const int32_t *tk = tokens.data(), *sl = slots.data(), *ps = pos.data(), *rw = out_rows.data();
+            const float *xi = x_in ? x_in->data() : nullptr;
+            float *xo = x_out ? x_out->data() : nullptr, *lg = last ? logits->data() : nullptr;
+            nb::gil_scoped_release nogil;
+            e.forward_layers(tk, sl, ps, T, xi, xo, rw, last ? n_out : 0, lg);
+        }, nb::arg("tokens"), nb::arg("slots"), nb::arg("pos"), nb::arg("x_in").none(), nb::arg("x_out").none(),
+           nb::arg("out_rows"), nb::arg("logits").none())
+        .def_prop_ro("layer_range", [](const Engine &e) { return nb::make_tuple(e.layer_begin(), e.layer_end()); })
         // The prefix cache: buf (uint8, kv_bytes(n) bytes) <-> KV positions [p0, p0 + n) of a slot.
         .def("kv_bytes", &Engine::kv_bytes)
         .def("kv_copy", [](Engine &e, int slot, int p0, int n,

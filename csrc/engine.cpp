@@ -20,6 +20,10 @@ int glu_kind(int ffn_act) {
 }
 
 Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
+    if (c_.layer_end == 0) c_.layer_end = c.n_layer;  // not a pipeline stage: every layer
+    if (c_.layer_begin < 0 || c_.layer_begin >= c_.layer_end || c_.layer_end > c.n_layer)
+        throw std::invalid_argument("engine: layer range [" + std::to_string(c.layer_begin) + ", " +
+                                    std::to_string(c.layer_end) + ") outside 0.." + std::to_string(c.n_layer));
     if (c.n_layer <= 0 || c.dim <= 0 || c.n_head <= 0 || c.n_kv <= 0 || c.head_dim <= 0 || c.head_dim > 512 || c.head_dim % 8 || c.ffn <= 0 ||
         c.vocab <= 0 || c.n_ctx <= 0 || c.n_head % c.n_kv != 0 || c.rope_dims <= 0 || c.rope_dims > c.head_dim ||
         c.rope_dims % 2 != 0)
@@ -51,6 +55,7 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     for (int l = 0; l < c.n_layer; ++l) {
         const bool rec = !c.recurrent.empty() && c.recurrent[(size_t)l];
         layers_[(size_t)l].recurrent = rec;
+        if (l < c_.layer_begin || l >= c_.layer_end) continue;  // another pipeline stage's layer: no state here
         if (rec) rec_index_[(size_t)l] = n_rec_layers_++;
         else kv_index_[(size_t)l] = n_kv_layers_++;
     }
@@ -225,10 +230,12 @@ std::string Engine::validate() const {
     };
     const int qd = c_.n_head * c_.head_dim, kd = c_.n_kv * c_.head_dim;
     std::string e;
-    if (!(e = shape(embd_, c_.vocab, c_.dim, "token_embd")).empty()) return e;
-    if (!(e = shape(output_, c_.vocab, c_.dim, "output")).empty()) return e;
-    if (!out_norm_) return "output_norm is missing";
-    for (int i = 0; i < c_.n_layer; ++i) {
+    if (c_.layer_begin == 0 && !(e = shape(embd_, c_.vocab, c_.dim, "token_embd")).empty()) return e;
+    if (c_.layer_end == c_.n_layer) {
+        if (!(e = shape(output_, c_.vocab, c_.dim, "output")).empty()) return e;
+        if (!out_norm_) return "output_norm is missing";
+    }
+    for (int i = c_.layer_begin; i < c_.layer_end; ++i) {
         const LayerWeights &l = layers_[(size_t)i];
         const std::string p = "blk." + std::to_string(i) + ".";
         if (!l.attn_norm || !l.ffn_norm) return p + "attn_norm/ffn_norm missing";
@@ -506,9 +513,22 @@ void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool 
 
 void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T,
                            const int32_t *out_rows, int n_out, float *logits) {
+    if (c_.layer_begin != 0 || c_.layer_end != c_.n_layer)
+        throw std::invalid_argument("forward: this engine is a pipeline stage (layers " + std::to_string(c_.layer_begin) +
+                                    ".." + std::to_string(c_.layer_end - 1) + "): use forward_layers");
+    forward_layers(tokens, slots, pos, T, nullptr, nullptr, out_rows, n_out, logits);
+}
+
+void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T, const float *x_in,
+                            float *x_out, const int32_t *out_rows, int n_out, float *logits) {
+    const bool first = c_.layer_begin == 0, last = c_.layer_end == c_.n_layer;
     if (T < 1) throw std::invalid_argument("forward: need at least one token");
+    if (first == (x_in != nullptr) || (!last && !x_out))
+        throw std::invalid_argument("forward_layers: the first stage takes tokens, a later one the residual stream "
+                                    "(x_in); a stage before the last returns it (x_out)");
+    if (!last) n_out = 0;  // (the head runs in the last stage only)
     for (int t = 0; t < T; ++t) {
-        if (tokens[t] < 0 || tokens[t] >= c_.vocab)
+        if (first && (tokens[t] < 0 || tokens[t] >= c_.vocab))
             throw std::invalid_argument("forward: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
         if (slots[t] < 0 || slots[t] >= c_.n_slots)
             throw std::invalid_argument("forward: slot " + std::to_string(slots[t]) + " outside 0.." +
@@ -551,13 +571,17 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
     k_.resize((size_t)T * kd); v_.resize((size_t)T * kd); att_.resize((size_t)T * qd);
     g_.resize((size_t)T * ffn);  // (u_: only the unfused dense_ffn fallback)
 
-    const dequant_fn deq = kernel_entry(embd_.type).dequant;
-    for (int t = 0; t < T; ++t) deq(embd_.w + (size_t)tokens[t] * embd_.stride, x_.data() + (size_t)t * dim, dim, embd_.scale);
-    if (c_.embd_scale > 0.0f)  // gemma: ggml_scale(inp, sqrtf(n_embd))
-        for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] *= c_.embd_scale;
+    if (first) {
+        const dequant_fn deq = kernel_entry(embd_.type).dequant;
+        for (int t = 0; t < T; ++t) deq(embd_.w + (size_t)tokens[t] * embd_.stride, x_.data() + (size_t)t * dim, dim, embd_.scale);
+        if (c_.embd_scale > 0.0f)  // gemma: ggml_scale(inp, sqrtf(n_embd))
+            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] *= c_.embd_scale;
+    } else {
+        std::memcpy(x_.data(), x_in, sizeof(float) * (size_t)T * dim);
+    }
 
     rope_angles(T, pos);
-    for (int l = 0; l < c_.n_layer; ++l) {
+    for (int l = c_.layer_begin; l < c_.layer_end; ++l) {
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
         rmsnorm(x_.data(), L.attn_norm, h_.data(), T, dim);
@@ -646,6 +670,7 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
     if (hybrid())
         for (int s = 0; s < c_.n_slots; ++s)
             if (next_pos[(size_t)s] >= 0) rpos_[(size_t)s] = next_pos[(size_t)s];
+    if (!last) { std::memcpy(x_out, x_.data(), sizeof(float) * (size_t)T * dim); return; }
     if (n_out == 0) return;
     for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
         rmsnorm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, h_.data() + (size_t)i * dim, 1, dim);
@@ -673,6 +698,7 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
     uint8_t *k = c_.kv_f16 ? reinterpret_cast<uint8_t *>(k16_.data()) : reinterpret_cast<uint8_t *>(k32_.data());
     uint8_t *v = c_.kv_f16 ? reinterpret_cast<uint8_t *>(v16_.data()) : reinterpret_cast<uint8_t *>(v32_.data());
     for (int l = 0; l < c_.n_layer; ++l) {
+        if (kv_index_[(size_t)l] < 0) continue;  // (another pipeline stage's layer)
         const size_t at = kv_offset(slot, l, p0) * el;
         uint8_t *bk = buf + (size_t)(2 * kv_index_[(size_t)l]) * run, *bv = bk + run;
         if (save) { std::memcpy(bk, k + at, run); std::memcpy(bv, v + at, run); }

@@ -151,6 +151,10 @@ struct EngineConfig {
     // i % sum(sections); text positions are (p, p, p, 0) per section, so the pairs the 4th
     // section owns rotate by angle 0. All zero: plain rope.
     int rope_sections[4] = {0, 0, 0, 0};
+    // A pipeline stage (src/lowbit/distributed/): this engine holds layers [layer_begin, layer_end)
+    // only (their weights, KV rows and recurrent states), the token embedding only if layer_begin
+    // is 0, the output norm and head only if layer_end is n_layer. layer_end 0: all layers.
+    int layer_begin = 0, layer_end = 0;
 };
 // FFN gate activation: FFN_SWIGLU_OAI is gpt-oss's clamped SwiGLU (GLU_SWIGLU_OAI in kernels.h).
 // FFN_GELU is gemma's GeGLU (GLU_GEGLU).
@@ -179,6 +183,15 @@ public:
     // same whatever else is in the batch (I2 and per-token norms, rope and attention).
     void forward_batch(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T,
                        const int32_t *out_rows, int n_out, float *logits);
+    // forward_batch over this engine's layers [layer_begin, layer_end) only (a pipeline stage),
+    // the same code: the first stage embeds tokens (x_in null), a later one starts from x_in, the
+    // residual stream [T][dim] float32 after layer layer_begin - 1; the last stage writes the
+    // logits of out_rows, an earlier one the residual stream after its last layer to x_out
+    // [T][dim] (out_rows / logits unused). Stages chained so give bitwise forward_batch's logits.
+    void forward_layers(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T, const float *x_in,
+                        float *x_out, const int32_t *out_rows, int n_out, float *logits);
+    int layer_begin() const { return c_.layer_begin; }
+    int layer_end() const { return c_.layer_end; }
     const EngineConfig &config() const { return c_; }
     // The server's prefix cache (src/lowbit/server/prefix.py): KV positions [p0, p0 + n) of a
     // slot, every layer, copied out to buf (save) or back in from it (load), laid out

@@ -217,7 +217,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
         la_.routed += routed;
         la_.hits += hits;
     }
-    if (lookahead_ && layer + 1 < c_.n_layer) lookahead(layer + 1, x, T);
+    if (lookahead_ && layer + 1 < c_.layer_end) lookahead(layer + 1, x, T);  // (a stage reads ahead only its own layers)
     const auto t1 = now();
 
     if (collect_)  // importance matrices: each expert's routed tokens (Engine::record_act)

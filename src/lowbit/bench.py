@@ -5,7 +5,8 @@
     lowbit bench membw [--mb MB] [--threads N]
     lowbit bench peak [--threads N]
     lowbit bench act [--formats Q8_0,Q8_1,Q8_K,I8_S] [--n N] [--rows R] [--reps N] [--cpu N] [--json]
-    lowbit bench serve [-m MODEL] [-t 2] [--clients 8] [--tokens 128]   (lowbit/server/bench.py)
+    lowbit bench serve [-m MODEL] [-t 2] [--clients 8] [--tokens 128]   (lowbit/server/bench.py; --ray: bench_ray.py)
+    lowbit bench pipeline [-m MODEL] [--stages 2] [--slots 4]   (lowbit/distributed/bench.py)
 
 For each format the weight matrix is `--mb` MB of rows of `--n` values (a few hundred
 distinct rows quantized by ggml's own quantizer, tiled to the working set), the activations
@@ -628,6 +629,8 @@ def add_parser(sub) -> None:
                                                                  a.reps, llama_model=a.llama_model)))
     from .bench_spec import add_bench_parser
     add_bench_parser(bs)
+    from .distributed.bench import add_parser as add_pipeline
+    add_pipeline(bs)
     from .server.bench import add_parser as add_serve
     add_serve(bs)
     mm = bs.add_parser("memory", help="decode with the weights mapped, copied, or copied into huge pages (A/B)")

@@ -469,10 +469,15 @@ class Model:
 
     def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
                  n_slots: int = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
-                 progress: bool = False):
+                 progress: bool = False, stages: int | None = None, layers: tuple[int, int] | None = None):
+        """stages=K >= 2: the layers run as a pipeline of K Ray actors (lowbit.distributed), this
+        object keeps the tokenizer and the slots' bookkeeping. layers=(l0, l1): hold only layers
+        [l0, l1) (one pipeline stage; its engine runs forward_layers, not forward)."""
         self.path = os.fspath(path) if path is not None else default_model_path()
         # memory: "mmap" (default), "copy" (read up front, --no-mmap) or "hugepages" (a copy in
         # 2 MB pages); mlock pins it (gguf.open)
+        if stages is not None and int(stages) != 1:  # the stages hold the weights: this process reads metadata
+            memory, mlock = "mmap", False
         self.file = gguf.open(self.path, memory=memory, mlock=mlock, progress=progress)
         self.config = c = ModelConfig.from_gguf(self.file)
         from .tokenizer import Tokenizer
@@ -487,6 +492,18 @@ class Model:
         if self.n_slots < 1:
             raise ValueError("n_slots must be >= 1")
         self._keep = []  # arrays the engine points into
+        if stages is not None and int(stages) != 1:
+            if layers is not None:
+                raise ValueError("stages and layers exclude each other")
+            from .distributed.pipeline import PipelineEngine
+            self.layers = (0, c.n_layer)
+            self.engine = PipelineEngine(self.path, c, self.n_ctx, self.n_slots, int(stages), threads=threads,
+                                         lookahead=bool(lookahead) and c.n_expert > 0)
+            self._init_slots()
+            return
+        self.layers = l0, l1 = tuple(layers) if layers is not None else (0, c.n_layer)
+        if not 0 <= l0 < l1 <= c.n_layer:
+            raise ValueError(f"layers must be a range within 0..{c.n_layer}, got {layers}")
         self.engine = lib.Engine(c.n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, self.n_ctx,
                                  c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, self.n_slots,
                                  qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
@@ -503,13 +520,17 @@ class Model:
                                  recurrent=[int(r) for r in c.recurrent],
                                  ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
                                  ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
-                                 attn_gate=c.attn_gate, rope_sections=list(c.rope_sections))
+                                 attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
+                                 layer_begin=l0, layer_end=l1)
         if threads:
             self.engine.set_threads(int(threads))
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
         # computes; pays off when the file is not in the page cache. Never changes results.
         self.engine.set_lookahead(bool(lookahead) and c.n_expert > 0)
         self._bind_weights()
+        self._init_slots()
+
+    def _init_slots(self) -> None:
         # per slot: the positions held in its KV cache, and the tokens at those positions
         self.slot_pos = [0] * self.n_slots
         self.slot_tokens: list[list[int]] = [[] for _ in range(self.n_slots)]
@@ -519,6 +540,13 @@ class Model:
         self._shared_warned = False
         # hybrid models: per slot, (position, recurrent state) saved before its last multi-token call
         self._ckpt: list[tuple[int, np.ndarray] | None] = [None] * self.n_slots
+
+    def close(self) -> None:
+        """Stop a pipeline's Ray actors (stages=K) and the local Ray cluster it started; a no-op
+        for a model in this process (its memory goes with the object)."""
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
 
     # slot 0 is the single-sequence API's cache
     @property
@@ -559,13 +587,18 @@ class Model:
         self.engine.set_vec(slot, layer, v)
 
     def _bind_weights(self) -> None:
+        """Bind the tensors of self.layers (a pipeline stage binds only its own: the embedding in
+        the first, the output norm and head in the last; it never reads the others' bytes)."""
         c = self.config
-        self._mat("token_embd", -1, "token_embd.weight")
-        self._mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
-        self._vec("output_norm", -1, "output_norm.weight")
+        l0, l1 = self.layers
+        if l0 == 0:
+            self._mat("token_embd", -1, "token_embd.weight")
+        if l1 == c.n_layer:
+            self._mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
+            self._vec("output_norm", -1, "output_norm.weight")
         if "rope_freqs.weight" in self.file.tensors:
             self._vec("rope_freqs", -1, "rope_freqs.weight")
-        for i in range(c.n_layer):
+        for i in range(l0, l1):
             p = f"blk.{i}."
             ffn = ("ffn_gate", "ffn_up", "ffn_down")
             if c.n_expert and i >= c.n_dense_lead:  # (glm4moe: its leading layers are dense)
@@ -888,12 +921,14 @@ class Sequence:
 
 def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
          n_slots: int = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
-         progress: bool = False) -> Model:
+         progress: bool = False, stages: int | None = None) -> Model:
     """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1); n_slots KV
     slots of n_ctx positions each; lookahead: MoE router lookahead (read the next layer's
     predicted experts ahead); memory: "mmap" (the default: weights stay in a map of the file),
     "copy" (read into memory up front) or "hugepages" (a copy backed by 2 MB pages: fewer TLB
     misses while decode streams the weights); mlock: pin the weights in RAM; progress: a bar
-    while a copy is read."""
+    while a copy is read; stages=K: a pipeline of K Ray actors, each holding a contiguous range
+    of layers (lowbit.distributed; the extra lowbit[ray]; each stage maps the file), same outputs
+    bit for bit."""
     return Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots, lookahead=lookahead,
-                 memory=memory, mlock=mlock, progress=progress)
+                 memory=memory, mlock=mlock, progress=progress, stages=stages)

@@ -41,7 +41,54 @@ def _listen(host: str, port: int):
     return None, f"cannot listen on {host}:{port}: {err.strerror if err else 'no address'}"
 
 
+def cmd_serve_ray(a: argparse.Namespace) -> int:
+    """lowbit serve --ray (ray_serve.py): replicas behind Ray Serve, optionally pipelines."""
+    def usage(msg: str) -> int:
+        print(f"lowbit serve: error: {msg}", file=sys.stderr)
+        return 2
+    try:
+        from . import ray_serve
+        from ..distributed import import_ray
+        import_ray()
+        import ray.serve  # noqa: F401
+    except ImportError as e:
+        print(f"lowbit serve --ray: {e.name or 'ray'} is missing: pip install 'lowbit[ray]'", file=sys.stderr)
+        return 1
+    if a.replicas is not None and a.autoscale is not None:
+        return usage("--replicas and --autoscale exclude each other")
+    try:
+        autoscale = ray_serve.parse_autoscale(a.autoscale) if a.autoscale is not None else None
+    except ValueError as e:
+        return usage(str(e))
+    if a.cache_mb < 0 or a.shutdown_grace < 0:
+        return usage("--cache-mb and --shutdown-grace must be >= 0")
+    path = a.model
+    if path is not None and not os.path.exists(path):
+        raise FileNotFoundError(f"no such model file: {path}")
+    o = ray_serve.Options(model=path, parallel=a.parallel, ctx=a.ctx, threads=a.threads, alias=a.alias,
+                          api_key=a.api_key, step_tokens=a.step_tokens, queue=a.queue, cache_mb=a.cache_mb,
+                          replicas=a.replicas if a.replicas is not None else 1, autoscale=autoscale, stages=a.stages, coalesce=a.coalesce,
+                          stuck_after=a.stuck_after, access_log=not a.no_access_log,
+                          cors=[o.strip() for o in a.cors.split(",") if o.strip()] if a.cors else None)
+    problem = o.check()
+    if problem:
+        return usage(problem)
+    sock, problem = _listen(a.host, a.port)  # a bad --host / --port: one line, before Ray starts
+    if problem:
+        return usage(problem)
+    sock.close()
+    return ray_serve.serve_ray(o, a.host, a.port, a.ray_address, a.ingress)
+
+
 def cmd_serve(a: argparse.Namespace) -> int:
+    if a.ray:
+        return cmd_serve_ray(a)
+    given = [f for f, v in (("--replicas", a.replicas), ("--autoscale", a.autoscale), ("--ray-address", a.ray_address),
+                            ("--ingress", a.ingress if a.ingress != "proxy" else None),
+                            ("--stages", a.stages if a.stages != 1 else None)) if v is not None]
+    if given:
+        print(f"lowbit serve: error: {given[0]} needs --ray", file=sys.stderr)
+        return 2
     try:
         import uvicorn
         from .app import _stderr, create_app
@@ -68,11 +115,14 @@ def cmd_serve(a: argparse.Namespace) -> int:
     if problem:
         return usage(problem)
     model_id = a.alias or os.path.splitext(os.path.basename(path))[0]
+    if a.coalesce < 1:
+        return usage(f"--coalesce must be >= 1, got {a.coalesce}")
     from ..cli import _memory
     app = create_app(lambda: load(path, n_ctx=a.ctx, threads=a.threads, n_slots=a.parallel, **_memory(a)),
                      model_id=model_id,
                      parallel=a.parallel, api_key=a.api_key, step_tokens=a.step_tokens, max_queue=a.queue,
-                     cache_mb=a.cache_mb, cors=cors, access_log=None if a.no_access_log else _stderr)
+                     cache_mb=a.cache_mb, cors=cors, access_log=None if a.no_access_log else _stderr,
+                     coalesce=a.coalesce)
     st = app.state.lowbit
 
     class Server(uvicorn.Server):
@@ -157,4 +207,21 @@ def add_parser(sub) -> None:
     from ..cli import _memory_args
     _memory_args(p)
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--coalesce", type=int, default=1, metavar="N",
+                   help="streamed tokens per SSE event at most (fewer events for a proxy to carry; default 1)")
+    r = p.add_argument_group("Ray (pip install 'lowbit[ray]')", "many replicas behind Ray Serve, or a model "
+                             "split into pipeline stages over Ray actors (lowbit/server/ray_serve.py)")
+    r.add_argument("--ray", action="store_true", help="serve through Ray Serve (a local cluster on 127.0.0.1 "
+                   "unless --ray-address)")
+    r.add_argument("--replicas", type=int, default=None, metavar="N", help="replicas, each its own model and "
+                   "--parallel slots (default 1)")
+    r.add_argument("--autoscale", default=None, metavar="MIN:MAX", help="scale replicas between MIN and MAX by load")
+    r.add_argument("--ray-address", default=None, metavar="ADDR", help="join this Ray cluster ('auto': the local "
+                   "one running), else start a local cluster and stop it on exit")
+    r.add_argument("--ingress", default="proxy", choices=["proxy", "haproxy"],
+                   help="Serve's proxy (default) or its HAProxy mode (less proxy CPU per token)")
+    r.add_argument("--stages", type=int, default=1, metavar="K", help="each replica is a pipeline of K Ray actors, "
+                   "each holding a contiguous range of layers (a model larger than one machine; default 1)")
+    r.add_argument("--stuck-after", type=float, default=30.0, metavar="S", help="Serve's health check fails when "
+                   "requests wait and the engine has finished no step for S seconds (default 30)")
     p.set_defaults(func=cmd_serve)

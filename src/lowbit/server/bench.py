@@ -79,8 +79,8 @@ class _Proc:
 
 
 def _stream(url: str, prompt: str, tokens: int, bias: dict, t0: float) -> tuple[int, float, float]:
-    """One streaming completion: (chunks with text, time to the first, time of the last), times
-    from t0 (seconds)."""
+    """One streaming completion: (tokens, time to the first text, time of the last), times from t0
+    (seconds); tokens from the last event's usage (else the events with text)."""
     import httpx
     body = {"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True, "logit_bias": bias}
     n, first, last = 0, float("nan"), float("nan")
@@ -90,7 +90,9 @@ def _stream(url: str, prompt: str, tokens: int, bias: dict, t0: float) -> tuple[
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             ev = json.loads(line[6:])
-            if ev.get("choices") and ev["choices"][0].get("text"):
+            if ev.get("usage"):  # tokens, not events (with --coalesce an event carries several)
+                n = ev["usage"]["completion_tokens"]
+            elif ev.get("choices") and ev["choices"][0].get("text"):
                 now = time.perf_counter() - t0
                 if n == 0:
                     first = now
@@ -238,12 +240,20 @@ def add_parser(bs) -> None:
     s.add_argument("--load", type=int, default=0, metavar="N",
                    help="instead: the load and fault test with N requests (server/loadtest.py)")
     s.add_argument("--load-clients", type=int, default=64)
+    s.add_argument("--ray", action="store_true", help="instead: lowbit serve --ray (Ray Serve replicas, proxy and "
+                   "haproxy ingress) vs one process (server/bench_ray.py; pip install 'lowbit[ray]')")
+    s.add_argument("--replicas", type=int, default=2, help="with --ray: the replicas of the multi-replica rows")
+    s.add_argument("--coalesce", type=int, default=1, help="with --ray: also a row with N tokens per SSE event")
     from .. import plot
     plot.option(s)
     s.set_defaults(func=_run)
 
 
 def _run(a) -> int:
+    if a.ray:
+        from .bench_ray import bench_serve_ray
+        bench_serve_ray(a.model, a.threads, a.clients, a.tokens, a.rounds, a.replicas, a.coalesce)
+        return 0
     if a.prefix or a.load:  # lowbit's prefix cache and load test (server/bench_ops.py)
         from ..model import default_model_path
         from .bench_ops import bench_ops
