@@ -114,6 +114,23 @@ struct AttnKernel {
 const AttnKernel &attn_kernel();  // what dispatch selected
 const AttnKernel &attn_kernel_at(int isa);  // what runs at level isa (tests); fn null if unavailable
 
+// DeepSeek MLA attention (csrc/mla.cpp) of one token's nh query heads against a slot's latent
+// cache, shared by all heads (MQA, llama.cpp's absorbed MLA):
+//   q[nh][dk] (float, rounded to half before its dots), cache rows j < len at C + j*kd (half):
+//   the key is a row's first dk values, the value its first dv (dv <= dk <= kd);
+//   out[h][dv] = sum_j softmax_j(scale * q_h.C_j[0..dk)) (rounded to half) * C_j[0..dv).
+//   sc: scratch of nh * len floats. Each head's result is what attn_f16_fn computes with hd = dk
+//   for the scores and dv for the values, bitwise the same whichever heads share the call (I3).
+using mla_f16_fn = void (*)(const float *q, int nh, const uint16_t *C, int len, int dk, int dv, size_t kd,
+                            float scale, float *sc, float *out);
+struct MlaKernel {
+    mla_f16_fn fn = nullptr;
+    const char *name = nullptr;
+    int isa = ISA_SCALAR;
+};
+const MlaKernel &mla_kernel();
+const MlaKernel &mla_kernel_at(int isa);
+
 // The gated-linear-unit epilogue of an FFN's gate/up pair (csrc/ref/glu.cpp is the spec):
 //   out[i] = act(g[i]) * u[i] for i < n, with act by kind:
 //     GLU_SILU:  silu(g) = g / (1 + exp(-g)), exp as ggml's vectorised ggml_v_expf (range
@@ -166,6 +183,7 @@ struct KernelTable {
     KernelEntry e[64];
     KernelEntry i8s;  // T_I8_S (id above 64)
     AttnKernel attn;  // the engine's attention over a half KV cache
+    MlaKernel mla;    // DeepSeek's latent attention over a half cache
     GluKernel glu;    // the FFN's gate/up epilogue
     DeltaKernel delta;  // the delta-net state update (hybrid Qwen models)
     KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }

@@ -14,7 +14,9 @@
 // of a 64-dim chunk stay in registers across all keys.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "../../kernels.h"
 
@@ -152,9 +154,124 @@ void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int l
     for (; d0 < hd; d0 += 8) pv_chunk<1>(sc, V, len, kd, d0, out);
 }
 
+// DeepSeek MLA (contract: mla_f16_fn in kernels.h): nh heads share the cache rows, so a row is
+// widened to float once and serves every head. Per head the arithmetic is attend_f16_avx2's
+// (keys grouped by 8 from key 0, the same reduce tree, exp8, half-rounded probabilities, each
+// output lane summed over keys in increasing order), so a head's result does not depend on the
+// other heads of the call. Values: keys in blocks of KB (their rows stay in L1 / L2 while all
+// heads and dims read them), HB heads x 16 dims of accumulators in registers per pass.
+constexpr int KB = 32;
+
+template <int HB, int DC>
+inline void mla_pv(const float *sc, int len, const uint16_t *C, size_t kd, int j0, int j1, int d0, float *out, int dv) {
+    __m256 acc[HB][DC];
+    for (int h = 0; h < HB; ++h)
+        for (int c = 0; c < DC; ++c) acc[h][c] = _mm256_loadu_ps(out + (size_t)h * dv + d0 + 8 * c);
+    for (int j = j0; j < j1; ++j) {
+        const uint16_t *v = C + (size_t)j * kd + d0;
+        __m256 vv[DC];
+        for (int c = 0; c < DC; ++c) vv[c] = load8(v + 8 * c);
+        for (int h = 0; h < HB; ++h) {
+            const __m256 p = _mm256_broadcast_ss(sc + (size_t)h * len + j);
+            for (int c = 0; c < DC; ++c) acc[h][c] = _mm256_fmadd_ps(p, vv[c], acc[h][c]);
+        }
+    }
+    for (int h = 0; h < HB; ++h)
+        for (int c = 0; c < DC; ++c) _mm256_storeu_ps(out + (size_t)h * dv + d0 + 8 * c, acc[h][c]);
+}
+
+template <int HB>
+inline void mla_pv_heads(const float *sc, int len, const uint16_t *C, size_t kd, int j0, int j1, float *out, int dv) {
+    int d0 = 0;
+    for (; d0 + 16 <= dv; d0 += 16) mla_pv<HB, 2>(sc, len, C, kd, j0, j1, d0, out, dv);
+    for (; d0 < dv; d0 += 8) mla_pv<HB, 1>(sc, len, C, kd, j0, j1, d0, out, dv);
+}
+
+void mla_f16_avx2(const float *q, int nh, const uint16_t *C, int len, int dk, int dv, size_t kd, float scale,
+                  float *sc, float *out) {
+    thread_local std::vector<float> qr, kf;
+    qr.resize((size_t)nh * dk);
+    kf.resize((size_t)8 * dk);
+    for (size_t i = 0; i < (size_t)nh * dk; i += 8) _mm256_storeu_ps(qr.data() + i, round_half8(_mm256_loadu_ps(q + i)));
+    const __m256 vscale = _mm256_set1_ps(scale);
+    float *k8 = kf.data();
+    // scores, 8 keys at a time (widened once for all heads), then the tail one key at a time
+    int j = 0;
+    for (; j + 8 <= len; j += 8) {
+        for (int r = 0; r < 8; ++r)
+            for (int d = 0; d < dk; d += 8) _mm256_storeu_ps(k8 + (size_t)r * dk + d, load8(C + (size_t)(j + r) * kd + d));
+        for (int h = 0; h < nh; ++h) {
+            const float *qh = qr.data() + (size_t)h * dk;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+            for (int d = 0; d < dk; d += 8) {
+                const __m256 qv = _mm256_loadu_ps(qh + d);
+                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k8 + d), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k8 + dk + d), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k8 + 2 * dk + d), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k8 + 3 * dk + d), a3);
+                a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k8 + 4 * dk + d), a4);
+                a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k8 + 5 * dk + d), a5);
+                a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k8 + 6 * dk + d), a6);
+                a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k8 + 7 * dk + d), a7);
+            }
+            _mm256_storeu_ps(sc + (size_t)h * len + j, _mm256_mul_ps(reduce8(a0, a1, a2, a3, a4, a5, a6, a7), vscale));
+        }
+    }
+    for (; j < len; ++j) {
+        for (int d = 0; d < dk; d += 8) _mm256_storeu_ps(k8 + d, load8(C + (size_t)j * kd + d));
+        for (int h = 0; h < nh; ++h) {
+            const float *qh = qr.data() + (size_t)h * dk;
+            __m256 a = _mm256_setzero_ps();
+            for (int d = 0; d < dk; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(k8 + d), a);
+            sc[(size_t)h * len + j] = reduce1(a) * scale;
+        }
+    }
+    // softmax per head, as attend_f16_avx2's (no sink)
+    const int full = len & ~7;
+    for (int h = 0; h < nh; ++h) {
+        float *s = sc + (size_t)h * len;
+        __m256 vmax = _mm256_set1_ps(-INFINITY);
+        for (j = 0; j < full; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, vmax);
+        float mx = -INFINITY;
+        for (int l = 0; l < 8; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
+        for (j = full; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
+        const __m256 vmx = _mm256_set1_ps(mx);
+        __m256 vsum = _mm256_setzero_ps();
+        for (j = 0; j < full; j += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmx));
+            _mm256_storeu_ps(s + j, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        float sum = reduce1(vsum);
+        if (full < len) {
+            alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (j = full; j < len; ++j) tail[j - full] = s[j] - mx;
+            _mm256_store_ps(tail, exp8(_mm256_load_ps(tail)));
+            for (j = full; j < len; ++j) { s[j] = tail[j - full]; sum += s[j]; }
+        }
+        const __m256 vinv = _mm256_set1_ps(1.0f / sum);
+        for (j = 0; j < full; j += 8) _mm256_storeu_ps(s + j, round_half8(_mm256_mul_ps(_mm256_loadu_ps(s + j), vinv)));
+        const float inv = 1.0f / sum;
+        for (j = full; j < len; ++j) s[j] = _cvtsh_ss(_cvtss_sh(s[j] * inv, _MM_FROUND_TO_NEAREST_INT));
+    }
+    // values: out[h] = sum_j p_hj C_j[0..dv), keys in blocks of KB, heads by 4
+    for (size_t i = 0; i < (size_t)nh * dv; ++i) out[i] = 0.0f;
+    for (int j0 = 0; j0 < len; j0 += KB) {
+        const int j1 = std::min(len, j0 + KB);
+        int h = 0;
+        for (; h + 4 <= nh; h += 4) mla_pv_heads<4>(sc + (size_t)h * len, len, C, kd, j0, j1, out + (size_t)h * dv, dv);
+        for (; h < nh; ++h) mla_pv_heads<1>(sc + (size_t)h * len, len, C, kd, j0, j1, out + (size_t)h * dv, dv);
+    }
+}
+
 }  // namespace
 
-void register_attn(KernelTable &t) { t.attn = AttnKernel{attend_f16_avx2, "attn_f16_avx2", ISA_AVX2}; }
+void register_attn(KernelTable &t) {
+    t.attn = AttnKernel{attend_f16_avx2, "attn_f16_avx2", ISA_AVX2};
+    t.mla = MlaKernel{mla_f16_avx2, "mla_f16_avx2", ISA_AVX2};
+}
 
 }  // namespace avx2
 }  // namespace lowbit
