@@ -161,18 +161,24 @@ def test_chunks_threads_rewind_bitwise(which, ds):
     assert np.array_equal(m2.forward(ids[15:], all_logits=True), whole[15:])
 
 
-def test_kv_copy_restores_a_prefix(ds):
-    """The server's prefix cache: a slot's latent rows saved, another slot loaded from them, the
-    continuation's logits bitwise those of computing the prefix again."""
-    m = load(ds("v2")[0], n_ctx=64, n_slots=2)
-    ids = m.tokenize("The quick brown fox jumps over the lazy dog and runs far away")[:16]
+def test_prefix_cache_restores_latent_rows(ds):
+    """The server's prefix cache (Engine.kv_copy of the latent rows): a prompt's blocks stored from
+    one slot and loaded into another give the continuation bitwise the logits of computing the whole
+    prompt; a block costs the compressed bytes."""
+    from lowbit.server.prefix import PrefixCache
+    m = load(ds("v2")[0], n_ctx=96, n_slots=2)
+    c = m.config
+    ids = m.tokenize("The quick brown fox jumps over the lazy dog and runs far away into the deep dark "
+                     "forest where the old trees stand tall and the river sings of the mountains far "
+                     "beyond the sea, and the children of the village listen to it every night")[:40]
+    assert len(ids) == 40
     want = m.forward_batch([(0, ids)], all_logits=True)[0]
-    buf = np.empty(m.engine.kv_bytes(10), np.uint8)
-    m.engine.kv_copy(0, 0, 10, buf, True)
-    m.engine.kv_copy(1, 0, 10, buf, False)
-    m.slot_pos[1], m.slot_tokens[1] = 10, list(ids[:10])
-    got = m.forward_batch([(1, ids[10:])], all_logits=True)[0]
-    assert np.array_equal(got, want[10:])
+    cache = PrefixCache(m, 1 << 20, block=8)
+    assert cache.block_bytes == c.n_layer * 8 * (c.mla_rank + c.rope_dims) * 2
+    assert cache.store(0) == 5
+    assert cache.load(ids, 1) == 32
+    got = m.forward_batch([(1, ids[32:])], all_logits=True)[0]
+    assert np.array_equal(got, want[32:])
 
 
 # ---- the MLA kernel --------------------------------------------------------------------------

@@ -43,6 +43,21 @@ biases; q/k norms when the file has them; rope over the first rope.dimension_cou
                                                    full_attention_interval-th layer (csrc/deltanet.cpp)
     qwen35        imrope    yes        -           dense; hybrid as qwen35moe
     qwen3next     neox      yes        -           as qwen35moe; fused ssm_ba, q/k heads repeated interleaved
+    deepseek2     adjacent  -          -           MLA (below); leading dense layers, then experts (softmax or
+                  (rope part)                      sigmoid + exp_probs_b, group-limited) + ungated shared experts
+
+DeepSeek V2 / V3 (llama.cpp's deepseek2, files with the MLA split attn_k_b / attn_v_b) as configuration:
+multi-head latent attention (csrc/mla.cpp): q from attn_q, or attn_q_b(RMSNorm(attn_q_a x)) with
+q_lora_rank; attn_kv_a_mqa gives the latent c_kv (kv_lora_rank, RMSNormed by attn_kv_a_norm) and one
+rope key k_pe shared by the heads; the cache keeps per position only [c_kv | k_pe]; the heads' q_nope
+are absorbed through attn_k_b, the output is the weighted sum of c_kv through attn_v_b per head, then
+attn_output. head_dim is key_length_mla (nope + rope; key_length is the cache row), rope over the last
+rope.dimension_count dims of a q head; YaRN with the attention factor and the softmax scale llama.cpp
+computes for deepseek2 (kq_scale = mscale^2 / sqrt(key_length_mla), the yarn_log_multiplier / 0.1
+convention); the first leading_dense_block_count layers a dense FFN, then routed experts by
+expert_gating_func (default softmax) with the exp_probs_b bias if present, expert_weights_norm,
+expert_weights_scale, expert_group_count / _used_count, plus expert_shared_count ungated shared experts.
+Legacy files with attn_kv_b are refused (reconvert).
 
 The hybrid families: a delta-net layer's slot state (conv inputs and the recurrent state per value
 head) lives in the engine beside the attention layers' KV. Model.rewind restores it exactly

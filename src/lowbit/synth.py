@@ -170,6 +170,20 @@ MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "
              "glm4moe": "glm4moe", "deepseek2": "deepseek2"}
 
 
+# llama-quant's tensor_type_fallback: the format a row length the target's 256-blocks do not divide gets
+FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0", "TQ1_0": "Q4_0",
+            "TQ2_0": "Q4_0", "IQ4_XS": "IQ4_NL"}
+
+
+def fit_type(fmt: str, n: int) -> str:
+    """fmt if a row of n values is whole blocks of it, else llama.cpp's fallback (F16 as its last resort)."""
+    from .formats import get as get_format
+    if n % get_format(fmt).block == 0:
+        return fmt
+    fb = FALLBACK.get(fmt.upper())
+    return fb if fb and n % get_format(fb).block == 0 else "F16"
+
+
 def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_lora_rank: int = 0,
                     kv_lora_rank: int = 64, qk_nope: int = 32, rope_dims: int = 16, v_head_dim: int = 32,
                     experts: int = 8, top_k: int = 2, expert_ffn: int = 256, dense_ffn: int = 512,
@@ -190,7 +204,8 @@ def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_
     (softmax or sigmoid gating; probs_bias: an exp_probs_b selection bias, default with sigmoid as
     V3), shared_experts shared experts of expert_ffn each, expert_weights_scale / _norm, optional
     group-limited routing; YaRN rope (yarn_factor 0: none) with yarn_log_multiplier (0.1 *
-    mscale_all_dim, as the converter writes it: V2-Lite's 0.0707)."""
+    mscale_all_dim, as the converter writes it: V2-Lite's 0.0707). A matrix whose rows its format's
+    blocks do not divide takes llama-quant's fallback (fit_type: Q4_K -> Q5_0, ...)."""
     if not 0 <= leading_dense <= layers:
         raise ValueError(f"synth moe: leading_dense {leading_dense} must be in 0..layers ({layers})")
     if not 1 <= top_k <= experts:
@@ -207,6 +222,7 @@ def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_
     nv = vocab_size(vocab)
     hd, R = qk_nope + rope_dims, kv_lora_rank
     mla_type = mla_type or wtype
+    add = lambda name, x, fmt: w.add(name, x, fit_type(fmt, x.shape[-1]) if fmt != "F32" else fmt)  # noqa: E731
     w = Writer(path, "deepseek2", progress=progress)
     a = w.arch
     write_header(w, vocab, layers=layers, dim=dim, ffn=dense_ffn, heads=heads, kv_heads=1, head_dim=R + rope_dims,
@@ -231,38 +247,38 @@ def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_
     bias = gating == "sigmoid" if probs_bias is None else probs_bias
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
     w.add("output_norm.weight", norm_weight(rng, dim))
-    w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    add("output.weight", gauss(rng, nv, dim), head_type or wtype)
     for i in range(layers):
         p = f"blk.{i}."
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
         if q_lora_rank > 0:
-            w.add(p + "attn_q_a.weight", gauss(rng, q_lora_rank, dim), wtype)
+            add(p + "attn_q_a.weight", gauss(rng, q_lora_rank, dim), wtype)
             w.add(p + "attn_q_a_norm.weight", norm_weight(rng, q_lora_rank))
-            w.add(p + "attn_q_b.weight", gauss(rng, heads * hd, q_lora_rank), wtype)
+            add(p + "attn_q_b.weight", gauss(rng, heads * hd, q_lora_rank), wtype)
         else:
-            w.add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
-        w.add(p + "attn_kv_a_mqa.weight", gauss(rng, R + rope_dims, dim), wtype)
+            add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
+        add(p + "attn_kv_a_mqa.weight", gauss(rng, R + rope_dims, dim), wtype)
         w.add(p + "attn_kv_a_norm.weight", norm_weight(rng, R))
         # k_b: kv_b's key rows transposed per head ([R, nope]); v_b: its value rows ([vd, R])
-        w.add(p + "attn_k_b.weight", gauss(rng, heads, R, qk_nope, scale=1.0 / np.sqrt(R)), mla_type)
-        w.add(p + "attn_v_b.weight", gauss(rng, heads, v_head_dim, R), mla_type)
-        w.add(p + "attn_output.weight", gauss(rng, dim, heads * v_head_dim), wtype)
+        add(p + "attn_k_b.weight", gauss(rng, heads, R, qk_nope, scale=1.0 / np.sqrt(R)), mla_type)
+        add(p + "attn_v_b.weight", gauss(rng, heads, v_head_dim, R), mla_type)
+        add(p + "attn_output.weight", gauss(rng, dim, heads * v_head_dim), wtype)
         w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
         if i < leading_dense:
-            w.add(p + "ffn_gate.weight", gauss(rng, dense_ffn, dim), wtype)
-            w.add(p + "ffn_up.weight", gauss(rng, dense_ffn, dim), wtype)
-            w.add(p + "ffn_down.weight", gauss(rng, dim, dense_ffn), wtype)
+            add(p + "ffn_gate.weight", gauss(rng, dense_ffn, dim), wtype)
+            add(p + "ffn_up.weight", gauss(rng, dense_ffn, dim), wtype)
+            add(p + "ffn_down.weight", gauss(rng, dim, dense_ffn), wtype)
             continue
-        w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+        add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
         if bias:
             w.add(p + "exp_probs_b.bias", 0.1 * rng.standard_normal(experts).astype(np.float32))
-        w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
-        w.add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
-        w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), down_type or expert_type)
+        add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+        add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+        add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), down_type or expert_type)
         sh = shared_experts * expert_ffn
-        w.add(p + "ffn_gate_shexp.weight", gauss(rng, sh, dim), wtype)
-        w.add(p + "ffn_up_shexp.weight", gauss(rng, sh, dim), wtype)
-        w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, sh), wtype)
+        add(p + "ffn_gate_shexp.weight", gauss(rng, sh, dim), wtype)
+        add(p + "ffn_up_shexp.weight", gauss(rng, sh, dim), wtype)
+        add(p + "ffn_down_shexp.weight", gauss(rng, dim, sh), wtype)
     w.close()
     return str(path)
 
