@@ -1,17 +1,13 @@
 """DeepSeek V2/V3 (llama.cpp's deepseek2: multi-head latent attention, csrc/mla.cpp) on small
-synthetic files, against llama.cpp.
+synthetic files (tests/deepseek2_models.py), against llama.cpp: configuration, perplexity, each
+feature's effect, the compressed cache's bytes and the server's prefix cache over it, synth and bad
+input. The level-dependent part (the MLA kernel at every level, top-1 agreement, chunk / thread /
+rewind invariance) is tests/test_deepseek2_levels.py, which CI repeats under each LOWBIT_MAX_ISA cap.
 
-Two models (lowbit.synth.synth_deepseek2), 3 layers each (layer 0 a dense SwiGLU FFN, 1-2 routed
-experts plus 2 shared experts), width 256, 4 heads, kv_lora_rank 64, qk_nope 32, rope 16, v_head 32,
-YaRN factor 40 with V2-Lite's yarn_log_multiplier (so the softmax scale carries DeepSeek's mscale^2):
-  "v2":  a plain attn_q (no q_lora, as V2-Lite), softmax gating over 8 experts, top-2;
-  "v3":  q_lora 64 (attn_q_a, attn_q_a_norm, attn_q_b), sigmoid gating with exp_probs_b, the top-K
-         renormalised and times 2.5, group-limited routing (4 groups of 4 experts, 2 used), top-4.
 Parity as tests/test_gemma_glm*.py: teacher-forced over llama.cpp's own greedy continuation,
 top-1 >= 99% where llama.cpp's top-2 margin is >= 0.1 (leaving out lowbit's routing near-ties),
 perplexity within 0.5%; each feature switched off or wrong in lowbit moves the logits by whole units
-(the comparison can fail). Then the compressed cache: its bytes, chunk / thread / rewind
-invariance (bitwise), the prefix cache's kv_copy; the MLA kernel at every level; synth; bad input.
+(the comparison can fail).
 """
 import dataclasses
 import os
@@ -20,38 +16,10 @@ import numpy as np
 import pytest
 
 import lowbit
-from conftest import LEVELS
-from gemma_glm_models import PROMPT, compare, peer
-from llama_ref import llama_greedy, llama_perplexity
-from lowbit._native import lib
+from deepseek2_models import BASE, MODELS, ds, load  # noqa: F401 (fixture)
+from gemma_glm_models import compare
+from llama_ref import llama_perplexity
 from lowbit.synth import synth_deepseek2
-
-ISA = {n: i for i, n in enumerate(lib.isa_names())}
-BASE = dict(layers=3, dim=256, heads=4, kv_lora_rank=64, qk_nope=32, rope_dims=16, v_head_dim=32, experts=8,
-            top_k=2, expert_ffn=256, dense_ffn=512, leading_dense=1, shared_experts=2, embd_type="F16",
-            wtype="Q8_0", expert_type="Q4_K")
-MODELS = {"v2": dict(BASE, seed=21),
-          "v3": dict(BASE, q_lora_rank=64, gating="sigmoid", expert_norm=True, expert_scale=2.5, experts=16,
-                     top_k=4, expert_groups=4, expert_groups_used=2, seed=22)}
-GEN = 40
-
-
-@pytest.fixture(scope="module")
-def ds(tmp_path_factory):
-    """Per variant: (path, llama.cpp peer, its greedy run of PROMPT), made once."""
-    out, d = {}, tmp_path_factory.mktemp("deepseek2")
-
-    def get(which):
-        if which not in out:
-            path = synth_deepseek2(d / f"{which}.gguf", **MODELS[which])
-            llm = peer(path)
-            out[which] = (path, llm, llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), GEN))
-        return out[which]
-    return get
-
-
-def load(path, **kw):
-    return lowbit.load(path, n_ctx=kw.pop("n_ctx", 128), threads=kw.pop("threads", 2), **kw)
 
 
 # ---- configuration ---------------------------------------------------------------------------
@@ -74,21 +42,6 @@ def test_config(ds):
 
 
 # ---- parity with llama.cpp -------------------------------------------------------------------
-
-@pytest.mark.parametrize("which", list(MODELS))
-def test_matches_llama_cpp(which, ds):
-    path, llm, run = ds(which)
-    m = load(path)
-    ids, ours, ref, tie, counted, agree = compare(m, run)
-    assert tie.sum() <= 0.15 * len(ids), f"{int(tie.sum())} routing near-ties in {len(ids)} positions"
-    assert counted >= 20, f"only {counted} positions with a margin >= 0.1"
-    assert agree >= 0.99 * counted, f"top-1 agrees at {agree}/{counted} positions with margin >= 0.1"
-    diff = np.abs(ours - ref)[~tie]
-    print(f"\ndeepseek2 {which}: top-1 {agree}/{counted}; max |logit diff| {diff.max():.4f}, "
-          f"mean {diff.mean():.5f}, spread {float((ref.max(1) - ref.min(1)).mean()):.2f}")
-    for layer in range(m.config.n_dense_lead, m.config.n_layer):  # routing is not degenerate
-        assert len(set(m.engine.last_routes(layer))) >= m.config.n_expert // 2, layer
-
 
 @pytest.mark.parametrize("which", list(MODELS))
 def test_perplexity_matches_llama_cpp(which, ds):
@@ -145,22 +98,6 @@ def test_cache_is_compressed(ds):
     assert per_pos * 4 <= expanded
 
 
-@pytest.mark.parametrize("which", list(MODELS))
-def test_chunks_threads_rewind_bitwise(which, ds):
-    """A token's logits do not depend on the chunking (1, 7, all at once), the threads (the MLA
-    kernel's head groups follow them) or a rewind."""
-    path = ds(which)[0]
-    m2 = load(path, n_ctx=64)
-    ids = m2.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole")[:24]
-    whole = m2.logits(ids, chunk=24)
-    assert np.array_equal(m2.logits(ids, chunk=1), whole)
-    assert np.array_equal(m2.logits(ids, chunk=7), whole)
-    m1 = load(path, n_ctx=64, threads=1)
-    assert np.array_equal(m1.logits(ids, chunk=24), whole)
-    m2.rewind(15)
-    assert np.array_equal(m2.forward(ids[15:], all_logits=True), whole[15:])
-
-
 def test_prefix_cache_restores_latent_rows(ds):
     """The server's prefix cache (Engine.kv_copy of the latent rows): a prompt's blocks stored from
     one slot and loaded into another give the continuation bitwise the logits of computing the whole
@@ -179,59 +116,6 @@ def test_prefix_cache_restores_latent_rows(ds):
     assert cache.load(ids, 1) == 32
     got = m.forward_batch([(1, ids[32:])], all_logits=True)[0]
     assert np.array_equal(got, want[32:])
-
-
-# ---- the MLA kernel --------------------------------------------------------------------------
-
-def _mla_inputs(rng, nh=16, dk=80, kd=88, n=300):
-    q = (rng.standard_normal((nh, dk)) * 0.5).astype(np.float32)
-    C = (rng.standard_normal((n, kd)) * 0.5).astype(np.float16).view(np.uint16)
-    return q, C
-
-
-@pytest.mark.parametrize("level", LEVELS)
-def test_mla_kernel_matches_reference(rng, level):
-    """Every level against the scalar reference (the spec) and float64 within the half rounding
-    of the probabilities (tests/test_attn.py's bound), for every key count 1..40 and a long one
-    (the tails of the key groups and blocks); head h's output does not depend on the other heads
-    of the call (I3: the engine groups heads by threads)."""
-    q, C = _mla_inputs(rng)
-    scale = 0.17
-    vmax = float(np.abs(C[:, :64].view(np.float16)).max())
-    for n in list(range(1, 41)) + [300]:
-        ref, name0 = lib.attend_mla(q, np.ascontiguousarray(C[:n]), 64, scale, ISA["scalar"])
-        ours, name = lib.attend_mla(q, np.ascontiguousarray(C[:n]), 64, scale, ISA[level])
-        assert np.abs(ours - ref).max() <= 2.0 ** -11 * vmax + 1e-6, (level, n, name)
-        Cf = C[:n].view(np.float16).astype(np.float64)
-        qh = q.astype(np.float16).astype(np.float64)
-        s = scale * qh @ Cf[:, :80].T
-        p = np.exp(s - s.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
-        exact = p @ Cf[:, :64]
-        assert np.abs(ours - exact).max() <= 2.0 ** -11 * vmax + 1e-6, (level, n)
-        for h0, h1 in ((0, 1), (3, 7), (5, 16)):
-            part, _ = lib.attend_mla(np.ascontiguousarray(q[h0:h1]), np.ascontiguousarray(C[:n]), 64, scale, ISA[level])
-            assert np.array_equal(part, ours[h0:h1]), (level, n, h0, h1)
-
-
-@pytest.mark.parametrize("level", LEVELS)
-def test_mla_kernel_is_the_attention_kernel_per_head(rng, level):
-    """With the value as wide as the key (dv = dk), each head's result is bitwise the engine's
-    attention kernel (attend_f16) on that head with K = V = the latent rows, at the same level:
-    the same rounding points and, per level, the same arithmetic."""
-    q, C = _mla_inputs(rng, nh=5, dk=80, kd=80, n=77)
-    out, _ = lib.attend_mla(q, C, 80, 0.3, ISA[level])
-    for h in range(5):
-        one, _ = lib.attend_f16(np.ascontiguousarray(q[h]), C, C, 0.3, ISA[level])
-        assert np.array_equal(one[0], out[h]), (level, h)
-
-
-def test_mla_kernel_refuses_bad_shapes():
-    q = np.zeros((2, 80), np.float32)
-    with pytest.raises(ValueError, match="attend_mla"):
-        lib.attend_mla(q, np.zeros((4, 72), np.uint16), 64, 1.0)   # row narrower than dk
-    with pytest.raises(ValueError, match="attend_mla"):
-        lib.attend_mla(q, np.zeros((4, 80), np.uint16), 96, 1.0)   # dv > dk
 
 
 # ---- synth and bad input ---------------------------------------------------------------------
