@@ -189,24 +189,30 @@ NB_MODULE(_lowbit, m) {
        "The engine's attention kernel on one query row: (out[1, head_dim], kernel name); sink: an attention sink logit.");
     m.def("attend_mla", [](nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> q,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> C, int dv,
-                           float scale, int isa) {
-        // q[nh][dk] against latent rows C[len][kd] (half bits): the MLA kernel (kernels.h mla_f16_fn).
+                           float scale, int isa, std::vector<int32_t> lens) {
+        // q[nq][dk] against latent rows C[len][kd] (half bits): the MLA kernel (kernels.h mla_f16_fn);
+        // lens: each row's key count (empty: all rows of C).
         const MlaKernel &k = isa < 0 ? mla_kernel() : mla_kernel_at(isa);
         if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
-        const int nh = (int)q.shape(0), dk = (int)q.shape(1);
+        const int nq = (int)q.shape(0), dk = (int)q.shape(1);
         const size_t len = C.shape(0), kd = C.shape(1);
-        if (nh < 1 || dk < 8 || dk % 8 || dv < 8 || dv % 8 || dv > dk || len < 1 || kd < (size_t)dk)
-            throw std::invalid_argument("attend_mla: need q[nh >= 1][dk], C[len >= 1][kd >= dk], dv <= dk, dk and dv multiples of 8");
-        std::vector<float> sc((size_t)nh * len);
+        if (nq < 1 || dk < 8 || dk % 8 || dv < 8 || dv % 8 || dv > dk || len < 1 || kd < (size_t)dk)
+            throw std::invalid_argument("attend_mla: need q[nq >= 1][dk], C[len >= 1][kd >= dk], dv <= dk, dk and dv multiples of 8");
+        if (lens.empty()) lens.assign((size_t)nq, (int32_t)len);
+        if (lens.size() != (size_t)nq) throw std::invalid_argument("attend_mla: one length per query row");
+        for (int32_t l : lens)
+            if (l < 1 || (size_t)l > len) throw std::invalid_argument("attend_mla: each length must be in 1..len");
+        std::vector<float> sc((size_t)nq * len);
         float *o;
-        auto out = new_array<float>((size_t)nh, (size_t)dv, &o);
+        auto out = new_array<float>((size_t)nq, (size_t)dv, &o);
         {
             nb::gil_scoped_release nogil;
-            k.fn(q.data(), nh, C.data(), (int)len, dk, dv, kd, scale, sc.data(), o);
+            k.fn(q.data(), nq, lens.data(), C.data(), dk, dv, kd, scale, sc.data(), o);
         }
         return nb::make_tuple(out, std::string(k.name));
     }, nb::arg("q"), nb::arg("C"), nb::arg("dv"), nb::arg("scale"), nb::arg("isa") = -1,
-       "The MLA attention kernel on one token's heads: (out[nh, dv], kernel name).");
+       nb::arg("lens") = std::vector<int32_t>(),
+       "The MLA attention kernel on query rows q: (out[nq, dv], kernel name); lens: each row's key count.");
     m.def("delta_rule", [](nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> M,
                            nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> k,
                            nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q,

@@ -114,14 +114,17 @@ struct AttnKernel {
 const AttnKernel &attn_kernel();  // what dispatch selected
 const AttnKernel &attn_kernel_at(int isa);  // what runs at level isa (tests); fn null if unavailable
 
-// DeepSeek MLA attention (csrc/mla.cpp) of one token's nh query heads against a slot's latent
-// cache, shared by all heads (MQA, llama.cpp's absorbed MLA):
-//   q[nh][dk] (float, rounded to half before its dots), cache rows j < len at C + j*kd (half):
-//   the key is a row's first dk values, the value its first dv (dv <= dk <= kd);
-//   out[h][dv] = sum_j softmax_j(scale * q_h.C_j[0..dk)) (rounded to half) * C_j[0..dv).
-//   sc: scratch of nh * len floats. Each head's result is what attn_f16_fn computes with hd = dk
-//   for the scores and dv for the values, bitwise the same whichever heads share the call (I3).
-using mla_f16_fn = void (*)(const float *q, int nh, const uint16_t *C, int len, int dk, int dv, size_t kd,
+// DeepSeek MLA attention (csrc/mla.cpp): nq query rows (the heads of one or several tokens of
+// one slot) against that slot's latent cache, whose rows every head shares (MQA, llama.cpp's
+// absorbed MLA):
+//   q[nq][dk] (float, rounded to half before its dots); row r sees cache rows j < lens[r] at
+//   C + j*kd (half): the key is a row's first dk values, the value its first dv (dv <= dk <= kd);
+//   out[r][dv] = sum_{j < lens[r]} softmax_j(scale * q_r.C_j[0..dk)) (rounded to half) * C_j[0..dv).
+//   sc: scratch of nq * max(lens) floats. Each row's result is what attn_f16_fn computes on it
+//   alone with hd = dk for the scores and dv for the values, bitwise, whichever rows share the
+//   call (I2, I3): a token's logits do not depend on its chunk or the threads. Several tokens'
+//   rows in one call read the cache once for all of them (prefill). Cache values must be finite.
+using mla_f16_fn = void (*)(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd,
                             float scale, float *sc, float *out);
 struct MlaKernel {
     mla_f16_fn fn = nullptr;

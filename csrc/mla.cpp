@@ -114,30 +114,53 @@ void Engine::mla_attention(int layer, const float *x, int T, const int32_t *slot
             std::memcpy(dst + R, mq_.data() + ((size_t)t * nh + h) * hd + nope, sizeof(float) * rope);
         }
     }
-    // 4. attention over the latent rows: items are (token, group of heads); a head's result does
-    // not depend on its group (the kernel computes each head on its own)
+    // 4. attention over the latent rows. An item is either a run of up to TB tokens of one slot at
+    // consecutive positions with all their heads (prefill: the cache rows read once for all of
+    // them), or, with fewer tokens than threads (decode), one token's group of heads. A row's
+    // result does not depend on its item (the kernel's contract), so neither do the logits.
     const auto ta = now();
     std::vector<float> &lat = mq_;  // (q is consumed: its buffer holds the latent outputs [T][nh][R])
     lat.resize((size_t)T * nh * R);
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
-    const int G = std::max(1, std::min(nh, (threads + T - 1) / T));
-    const int64_t items = (int64_t)T * G;
+    const int TB = std::max(1, std::min(8, T / threads));  // tokens per item: every thread gets some
+    struct Item { int t0, t1, h0, h1; };
+    std::vector<Item> items;
+    if (T >= threads) {
+        for (int t = 0; t < T;) {
+            int e = t + 1;
+            while (e < T && e - t < TB && slots[e] == slots[t] && pos[e] == pos[e - 1] + 1) ++e;
+            items.push_back({t, e, 0, nh});
+            t = e;
+        }
+    } else {
+        const int G = std::max(1, std::min(nh, (threads + T - 1) / T));
+        for (int t = 0; t < T; ++t)
+            for (int g = 0; g < G; ++g) items.push_back({t, t + 1, (int)((int64_t)g * nh / G), (int)((int64_t)(g + 1) * nh / G)});
+    }
     const mla_f16_fn kern = mla_kernel().fn;
-    const int64_t parts = threads > 1 ? std::min<int64_t>(items, (int64_t)threads * 4) : 1;
+    const int64_t n_items = (int64_t)items.size();
+    const int64_t parts = threads > 1 ? std::min<int64_t>(n_items, (int64_t)threads * 4) : 1;
     ThreadPool::instance().run((int)parts, [&](int i, int nth) {
         int64_t b, e;
-        split_range(items, i, nth, &b, &e);
+        split_range(n_items, i, nth, &b, &e);
         std::vector<float> sc;
+        std::vector<int32_t> lens;
         for (int64_t it = b; it < e; ++it) {
-            const int t = (int)(it / G), g = (int)(it % G);
-            const int h0 = (int)((int64_t)g * nh / G), h1 = (int)((int64_t)(g + 1) * nh / G);
-            const int len = pos[t] + 1;
-            sc.resize((size_t)(h1 - h0) * len);
-            const size_t off = kv_offset(slots[t], layer, 0);
-            const float *qv = mlat_.data() + ((size_t)t * nh + h0) * dk;
-            float *o = lat.data() + ((size_t)t * nh + h0) * R;
-            if (c_.kv_f16) kern(qv, h1 - h0, k16_.data() + off, len, dk, R, kv_row_, c_.mla_kq_scale, sc.data(), o);
-            else mla_f32(qv, h1 - h0, k32_.data() + off, len, dk, R, kv_row_, c_.mla_kq_scale, sc.data(), o);
+            const Item &I = items[(size_t)it];
+            const int nrow = (I.t1 - I.t0) * (I.h1 - I.h0);  // rows: token-major, then head
+            lens.resize((size_t)nrow);
+            for (int t = I.t0; t < I.t1; ++t)
+                for (int h = I.h0; h < I.h1; ++h) lens[(size_t)((t - I.t0) * (I.h1 - I.h0) + h - I.h0)] = pos[t] + 1;
+            const int maxlen = pos[I.t1 - 1] + 1;
+            sc.resize((size_t)nrow * maxlen);
+            const size_t off = kv_offset(slots[I.t0], layer, 0);
+            const float *qv = mlat_.data() + ((size_t)I.t0 * nh + I.h0) * dk;  // contiguous: all heads, or one token
+            float *o = lat.data() + ((size_t)I.t0 * nh + I.h0) * R;
+            if (c_.kv_f16) kern(qv, nrow, lens.data(), k16_.data() + off, dk, R, kv_row_, c_.mla_kq_scale, sc.data(), o);
+            else
+                for (int r = 0; r < nrow; ++r)
+                    mla_f32(qv + (size_t)r * dk, 1, k32_.data() + off, lens[(size_t)r], dk, R, kv_row_, c_.mla_kq_scale,
+                            sc.data(), o + (size_t)r * R);
         }
     });
     if (stats_on_) stats_[(size_t)layer].t_attn_core += seconds(ta, now());

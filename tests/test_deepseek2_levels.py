@@ -81,6 +81,18 @@ def test_mla_kernel_matches_reference(rng, level):
 
 
 @pytest.mark.parametrize("level", LEVELS)
+def test_mla_kernel_rows_of_several_tokens(rng, level):
+    """Rows of several tokens in one call (prefill: each row its own key count, 1..300, at and off
+    the multiples of 8) give each row bitwise what it gets alone."""
+    q, C = _mla_inputs(rng, nh=13)
+    lens = [300, 1, 7, 8, 9, 16, 17, 31, 32, 33, 150, 299, 64]
+    out, _ = lib.attend_mla(q, C, 64, 0.21, ISA[level], lens)
+    for r, n in enumerate(lens):
+        one, _ = lib.attend_mla(np.ascontiguousarray(q[r:r + 1]), np.ascontiguousarray(C[:n]), 64, 0.21, ISA[level])
+        assert np.array_equal(one[0], out[r]), (level, r, n)
+
+
+@pytest.mark.parametrize("level", LEVELS)
 def test_mla_kernel_is_the_attention_kernel_per_head(rng, level):
     """With the value as wide as the key (dv = dk), each head's result is bitwise the engine's
     attention kernel (attend_f16) on that head with K = V = the latent rows, at the same level:
@@ -98,5 +110,7 @@ def test_mla_kernel_refuses_bad_shapes():
         lib.attend_mla(q, np.zeros((4, 72), np.uint16), 64, 1.0)   # row narrower than dk
     with pytest.raises(ValueError, match="attend_mla"):
         lib.attend_mla(q, np.zeros((4, 80), np.uint16), 96, 1.0)   # dv > dk
+    with pytest.raises(ValueError, match="attend_mla"):
+        lib.attend_mla(q, np.zeros((4, 80), np.uint16), 64, 1.0, -1, [4, 5])   # a length beyond the rows
 
 

@@ -47,15 +47,16 @@ void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, i
     }
 }
 
-// MLA: per head the same arithmetic as attend_f16 with dk-wide scores and dv-wide values
-// read from the first dv of the same cache rows (no sink).
-void mla_f16(const float *q, int nh, const uint16_t *C, int len, int dk, int dv, size_t kd, float scale, float *sc,
-             float *out) {
+// MLA: per query row the same arithmetic as attend_f16 with dk-wide scores and dv-wide values
+// read from the first dv of the same cache rows (no sink), over its own lens[r] rows.
+void mla_f16(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd, float scale,
+             float *sc, float *out) {
     const float *ht = half_table();
     std::vector<float> qr((size_t)dk);
-    for (int h = 0; h < nh; ++h) {
+    for (int h = 0; h < nq; ++h) {
         const float *qh = q + (size_t)h * dk;
-        float *s = sc + (size_t)h * len, *o = out + (size_t)h * dv;
+        const int len = lens[h];
+        float *s = sc, *o = out + (size_t)h * dv;
         for (int d = 0; d < dk; ++d) qr[(size_t)d] = ht[f32_to_fp16(qh[d])];
         float mx = -INFINITY;
         for (int j = 0; j < len; ++j) {
