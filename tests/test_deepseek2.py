@@ -36,6 +36,10 @@ def test_config(ds):
     assert c.yarn_ext_factor == 1.0 and c.yarn_orig_ctx == 4096 and c.rope_scale == 1 / 40
     assert abs(c.yarn_attn_factor - 1 / (1 + 0.1 * np.log(40))) < 1e-6
     assert abs(c.mla_kq_scale - (1 + 0.0707 * np.log(40)) ** 2 / np.sqrt(48)) < 1e-5
+    f = lowbit.gguf.open(ds("v2")[0])  # MTP (nextn) blocks after the trunk: counted in block_count, not run
+    f.metadata["deepseek2.nextn_predict_layers"] = 1
+    from lowbit.model import ModelConfig
+    assert (ModelConfig.from_gguf(f).n_layer, ModelConfig.from_gguf(f).n_nextn) == (2, 1)
     c3 = load(ds("v3")[0]).config
     assert c3.q_lora_rank == 64 and c3.expert_gating == "sigmoid" and c3.exp_probs_b and c3.expert_norm
     assert (c3.expert_scale, c3.expert_groups, c3.expert_groups_used) == (2.5, 4, 2)

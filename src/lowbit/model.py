@@ -259,7 +259,7 @@ class ModelConfig:
             raise GGUFError(f"{f.path}: tensor 'token_embd.weight' is missing")
         # MTP (nextn) layers at the end of block_count (glm4moe, the hybrid Qwens): loaded by
         # llama.cpp for drafting, never run when generating; lowbit runs the layers before them
-        n_nextn = md.get(f"{arch}.nextn_predict_layers", 0) if arch == "glm4moe" or arch in HYBRID_ARCHS else 0
+        n_nextn = md.get(f"{arch}.nextn_predict_layers", 0) if arch in ("glm4moe", "deepseek2") or arch in HYBRID_ARCHS else 0
         if not isinstance(n_nextn, int) or isinstance(n_nextn, bool) or not 0 <= n_nextn < key("block_count"):
             raise GGUFError(f"{f.path}: metadata key {arch}.nextn_predict_layers = {n_nextn!r} must be an integer "
                             f"in 0..{arch}.block_count - 1")
