@@ -143,6 +143,7 @@ NB_MODULE(_lowbit, m) {
         d["threads"] = ThreadPool::instance().size();
         d["disabled"] = disabled_kernels();
         d["attention"] = std::string(attn_kernel().name);
+        d["attention_mla"] = std::string(mla_kernel().name);
         d["glu"] = std::string(glu_kernel().name);
         d["delta"] = std::string(delta_kernel().name);
         d["prefetch"] = (long long)kPrefetchAhead;
@@ -188,6 +189,32 @@ NB_MODULE(_lowbit, m) {
     }, nb::arg("q"), nb::arg("K"), nb::arg("V"), nb::arg("scale"), nb::arg("isa") = -1,
        nb::arg("sink") = -INFINITY,
        "The engine's attention kernel on one query row: (out[1, head_dim], kernel name); sink: an attention sink logit.");
+    m.def("attend_mla", [](nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> q,
+                           nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> C, int dv,
+                           float scale, int isa, std::vector<int32_t> lens) {
+        // q[nq][dk] against latent rows C[len][kd] (half bits): the MLA kernel (kernels.h mla_f16_fn);
+        // lens: each row's key count (empty: all rows of C).
+        const MlaKernel &k = isa < 0 ? mla_kernel() : mla_kernel_at(isa);
+        if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+        const int nq = (int)q.shape(0), dk = (int)q.shape(1);
+        const size_t len = C.shape(0), kd = C.shape(1);
+        if (nq < 1 || dk < 8 || dk % 8 || dv < 8 || dv % 8 || dv > dk || len < 1 || kd < (size_t)dk)
+            throw std::invalid_argument("attend_mla: need q[nq >= 1][dk], C[len >= 1][kd >= dk], dv <= dk, dk and dv multiples of 8");
+        if (lens.empty()) lens.assign((size_t)nq, (int32_t)len);
+        if (lens.size() != (size_t)nq) throw std::invalid_argument("attend_mla: one length per query row");
+        for (int32_t l : lens)
+            if (l < 1 || (size_t)l > len) throw std::invalid_argument("attend_mla: each length must be in 1..len");
+        std::vector<float> sc((size_t)nq * len);
+        float *o;
+        auto out = new_array<float>((size_t)nq, (size_t)dv, &o);
+        {
+            nb::gil_scoped_release nogil;
+            k.fn(q.data(), nq, lens.data(), C.data(), dk, dv, kd, scale, sc.data(), o);
+        }
+        return nb::make_tuple(out, std::string(k.name));
+    }, nb::arg("q"), nb::arg("C"), nb::arg("dv"), nb::arg("scale"), nb::arg("isa") = -1,
+       nb::arg("lens") = std::vector<int32_t>(),
+       "The MLA attention kernel on query rows q: (out[nq, dv], kernel name); lens: each row's key count.");
     m.def("delta_rule", [](nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> M,
                            nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> k,
                            nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q,
@@ -463,7 +490,10 @@ NB_MODULE(_lowbit, m) {
                             // hybrid qwen35 / qwen35moe / qwen3next
                             std::vector<uint8_t> recurrent, int ssm_conv,
                             int ssm_state, int ssm_groups, int ssm_heads, bool ssm_kv_interleave, bool attn_gate,
-                            std::vector<int> rope_sections, int layer_begin, int layer_end) {
+                            std::vector<int> rope_sections, int layer_begin, int layer_end,
+                            // DeepSeek MLA and group-limited routing
+                            int mla_rank, int mla_v_dim, int q_lora_rank, float mla_kq_scale, int expert_groups,
+                            int expert_groups_used) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
@@ -483,6 +513,8 @@ NB_MODULE(_lowbit, m) {
             if (rope_sections.size() > 4) throw std::invalid_argument("engine: at most 4 rope sections");
             for (size_t i = 0; i < rope_sections.size(); ++i) c.rope_sections[i] = rope_sections[i];
             c.layer_begin = layer_begin; c.layer_end = layer_end;  // a pipeline stage's layers (0, 0: all)
+            c.mla_rank = mla_rank; c.mla_v_dim = mla_v_dim; c.q_lora_rank = q_lora_rank;
+            c.mla_kq_scale = mla_kq_scale; c.expert_groups = expert_groups; c.expert_groups_used = expert_groups_used;
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
@@ -498,7 +530,9 @@ NB_MODULE(_lowbit, m) {
            nb::arg("recurrent") = std::vector<uint8_t>(), nb::arg("ssm_conv") = 0, nb::arg("ssm_state") = 0,
            nb::arg("ssm_groups") = 0, nb::arg("ssm_heads") = 0, nb::arg("ssm_kv_interleave") = false,
            nb::arg("attn_gate") = false, nb::arg("rope_sections") = std::vector<int>(),
-           nb::arg("layer_begin") = 0, nb::arg("layer_end") = 0)
+           nb::arg("layer_begin") = 0, nb::arg("layer_end") = 0,
+           nb::arg("mla_rank") = 0, nb::arg("mla_v_dim") = 0, nb::arg("q_lora_rank") = 0,
+           nb::arg("mla_kq_scale") = 0.0f, nb::arg("expert_groups") = 0, nb::arg("expert_groups_used") = 0)
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;

@@ -240,6 +240,7 @@ static void fill_table() {
         overlay(running.i8s, level.i8s);
         // LOWBIT_NO_ATTN_F16_<LEVEL>=1 / LOWBIT_NO_GLU_<LEVEL>=1: keep the level below's
         if (level.attn.fn && !turned_off(level.attn.name, level.attn.isa)) running.attn = level.attn;
+        if (level.mla.fn && !turned_off(level.mla.name, level.mla.isa)) running.mla = level.mla;
         if (level.glu.fn && !turned_off(level.glu.name, level.glu.isa)) running.glu = level.glu;
         if (level.delta.fn && !turned_off(level.delta.name, level.delta.isa)) running.delta = level.delta;
         // a level the ladder skips (not built) runs what the level below it runs
@@ -296,6 +297,11 @@ const AttnKernel &attn_kernel_at(int isa) {
     static const AttnKernel none{};
     return level_available(isa) ? g_levels[isa].attn : none;
 }
+const MlaKernel &mla_kernel() { ensure_table(); return g_levels[g_cpu.selected].mla; }
+const MlaKernel &mla_kernel_at(int isa) {
+    static const MlaKernel none{};
+    return level_available(isa) ? g_levels[isa].mla : none;
+}
 const GluKernel &glu_kernel() { ensure_table(); return g_levels[g_cpu.selected].glu; }
 const GluKernel &glu_kernel_at(int isa) {
     static const GluKernel none{};
@@ -312,6 +318,7 @@ bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT &
 
 void register_scalar(KernelTable &t) {
     t.attn = AttnKernel{ref::attend_f16, "attn_f16_scalar", ISA_SCALAR};
+    t.mla = MlaKernel{ref::mla_f16, "mla_f16_scalar", ISA_SCALAR};
     t.delta = DeltaKernel{ref::delta_rule, "delta_scalar", ISA_SCALAR};
     ref::register_float(t);
     ref::register_act(t);

@@ -43,6 +43,18 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         c.shexp_ffn < 0)
         throw std::invalid_argument("engine: inconsistent expert counts (n_expert " + std::to_string(c.n_expert) +
                                     ", n_expert_used " + std::to_string(c.n_expert_used) + ")");
+    if (c.mla_rank < 0 || c.q_lora_rank < 0 || (c.mla_rank > 0 && (c.n_kv != 1 || c.mla_v_dim <= 0 || c.rope_dims >= c.head_dim ||
+                                                                   c.mla_rank % 8 || c.rope_dims % 8 || !(c.mla_kq_scale > 0.0f))))
+        throw std::invalid_argument("engine: inconsistent MLA sizes (kv_lora_rank " + std::to_string(c.mla_rank) +
+                                    " and rope dims multiples of 8, one KV head, rope dims < head_dim, a value width, "
+                                    "a positive kq scale)");
+    if (c.mla_rank > 0 && !c.recurrent.empty())
+        throw std::invalid_argument("engine: MLA in a hybrid model is not supported");
+    if (c.expert_groups < 0 || (c.expert_groups > 1 && (c.n_expert % c.expert_groups || c.expert_groups_used < 1 ||
+                                                       c.expert_groups_used >= c.expert_groups)))
+        throw std::invalid_argument("engine: expert groups " + std::to_string(c.expert_groups) + " / used " +
+                                    std::to_string(c.expert_groups_used) + " do not fit " + std::to_string(c.n_expert) +
+                                    " experts");
     routes_.resize((size_t)c.n_layer);
     rgap_.resize((size_t)c.n_layer);
     predicted_.assign((size_t)c.n_layer, std::vector<uint8_t>((size_t)c.n_expert, 0));
@@ -68,9 +80,11 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         ssm_st_.assign((size_t)c.n_slots * n_rec_layers_ * ssm_state_floats(), 0.0f);
     }
     rpos_.assign((size_t)c.n_slots, 0);
-    const size_t kv = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx * c.n_kv * c.head_dim;
-    if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(kv, 0); }
-    else { k32_.assign(kv, 0.0f); v32_.assign(kv, 0.0f); }
+    kv_row_ = c.mla_rank > 0 ? (size_t)c.mla_rank + c.rope_dims : (size_t)c.n_kv * c.head_dim;
+    const size_t kv = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx * kv_row_;
+    const size_t vkv = c.mla_rank > 0 ? 0 : kv;  // MLA: the value is the latent part of the K row
+    if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(vkv, 0); }
+    else { k32_.assign(kv, 0.0f); v32_.assign(vkv, 0.0f); }
     inv_freq_.resize(c.rope_dims / 2);
     for (int i = 0; i < c.rope_dims / 2; ++i)
         inv_freq_[i] = (float)std::pow((double)c.rope_base, -2.0 * i / c.rope_dims);
@@ -136,6 +150,11 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
     if (n == "ssm_beta") return &l.ssm_beta;
     if (n == "ssm_ba") return &l.ssm_ba;
     if (n == "ssm_out") return &l.ssm_out;
+    if (n == "attn_q_a") return &l.wq_a;     // DeepSeek MLA (csrc/mla.cpp)
+    if (n == "attn_q_b") return &l.wq_b;
+    if (n == "attn_kv_a_mqa") return &l.wkv_a;
+    if (n == "attn_k_b") return &l.wk_b;
+    if (n == "attn_v_b") return &l.wv_b;
     return nullptr;
 }
 
@@ -185,6 +204,8 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "attn_output.bias") { need(c_.dim); l.bo = v; return; }
         if (name == "attn_post_norm") { need(c_.dim); l.attn_post_norm = v; return; }  // gemma3
         if (name == "ffn_post_norm") { need(c_.dim); l.ffn_post_norm = v; return; }
+        if (name == "attn_q_a_norm" && c_.q_lora_rank > 0) { need(c_.q_lora_rank); l.q_a_norm = v; return; }  // MLA
+        if (name == "attn_kv_a_norm" && c_.mla_rank > 0) { need(c_.mla_rank); l.kv_a_norm = v; return; }
         if (name == "exp_probs_b" && c_.n_expert > 0) { need(c_.n_expert); l.exp_probs_b = v; return; }  // glm4moe
         if (l.recurrent) {
             const int64_t S = c_.ssm_state, Hv = c_.ssm_heads, cd = (2 * (int64_t)c_.ssm_groups + Hv) * S;
@@ -253,6 +274,18 @@ std::string Engine::validate() const {
             }
             if (!(e = shape(l.ssm_out, c_.dim, vd, p + "ssm_out")).empty()) return e;
             if (!l.ssm_conv1d || !l.ssm_dt || !l.ssm_a || !l.ssm_norm) return p + "ssm_conv1d/ssm_dt/ssm_a/ssm_norm missing";
+        } else if (mla()) {
+            const int64_t R = c_.mla_rank, rope = c_.rope_dims, nope = c_.head_dim - rope, vd = c_.mla_v_dim;
+            if (c_.q_lora_rank > 0) {
+                if (!(e = shape(l.wq_a, c_.q_lora_rank, c_.dim, p + "attn_q_a")).empty()) return e;
+                if (!(e = shape(l.wq_b, qd, c_.q_lora_rank, p + "attn_q_b")).empty()) return e;
+                if (!l.q_a_norm) return p + "attn_q_a_norm is missing";
+            } else if (!(e = shape(l.wq, qd, c_.dim, p + "attn_q")).empty()) return e;
+            if (!(e = shape(l.wkv_a, R + rope, c_.dim, p + "attn_kv_a_mqa")).empty()) return e;
+            if (!l.kv_a_norm) return p + "attn_kv_a_norm is missing";
+            if (!(e = shape(l.wk_b, c_.n_head * R, nope, p + "attn_k_b")).empty()) return e;
+            if (!(e = shape(l.wv_b, c_.n_head * vd, R, p + "attn_v_b")).empty()) return e;
+            if (!(e = shape(l.wo, c_.dim, c_.n_head * vd, p + "attn_output")).empty()) return e;
         } else {
             if (!(e = shape(l.wq, c_.attn_gate ? 2 * qd : qd, c_.dim, p + "attn_q")).empty()) return e;
             if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
@@ -588,6 +621,9 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         if (L.recurrent) {  // hybrid models: a gated delta-net layer in place of attention
             deltanet(l, h_.data(), T, slots, h_.data());
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+        } else if (mla()) {  // DeepSeek's latent attention (csrc/mla.cpp)
+            mla_attention(l, h_.data(), T, slots, pos, h_.data());
+            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
         } else {  // attention (the block keeps the loop's indentation up to its closing brace)
         if (c_.attn_gate) {  // attn_q: [q_h, gate_h] per head, split into q_ and agate_
             qg_.resize((size_t)T * 2 * qd);
@@ -683,7 +719,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
 
 size_t Engine::kv_bytes(int n) const {
     const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    return (size_t)n_kv_layers_ * 2 * (size_t)n * c_.n_kv * c_.head_dim * el;
+    return (size_t)n_kv_layers_ * (mla() ? 1 : 2) * (size_t)n * kv_row_ * el;  // (MLA: the latent rows only)
 }
 
 void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
@@ -694,15 +730,16 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
         throw std::invalid_argument("kv_copy: this model's recurrent layers keep state beyond the KV cache; "
                                     "a prefix cannot be restored from KV alone");
     const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    const size_t run = (size_t)n * c_.n_kv * c_.head_dim * el;  // one layer's K (or V) rows, contiguous
+    const size_t run = (size_t)n * kv_row_ * el;  // one layer's K (or V) rows, contiguous
+    const int parts = mla() ? 1 : 2;              // MLA: [layer][latent rows]
     uint8_t *k = c_.kv_f16 ? reinterpret_cast<uint8_t *>(k16_.data()) : reinterpret_cast<uint8_t *>(k32_.data());
     uint8_t *v = c_.kv_f16 ? reinterpret_cast<uint8_t *>(v16_.data()) : reinterpret_cast<uint8_t *>(v32_.data());
     for (int l = 0; l < c_.n_layer; ++l) {
         if (kv_index_[(size_t)l] < 0) continue;  // (another pipeline stage's layer)
         const size_t at = kv_offset(slot, l, p0) * el;
-        uint8_t *bk = buf + (size_t)(2 * kv_index_[(size_t)l]) * run, *bv = bk + run;
-        if (save) { std::memcpy(bk, k + at, run); std::memcpy(bv, v + at, run); }
-        else { std::memcpy(k + at, bk, run); std::memcpy(v + at, bv, run); }
+        uint8_t *bk = buf + (size_t)(parts * kv_index_[(size_t)l]) * run, *bv = bk + run;
+        if (save) { std::memcpy(bk, k + at, run); if (parts == 2) std::memcpy(bv, v + at, run); }
+        else { std::memcpy(k + at, bk, run); if (parts == 2) std::memcpy(v + at, bv, run); }
     }
 }
 

@@ -77,6 +77,14 @@ struct LayerWeights {
     const float *ssm_a = nullptr;         // [H_v] -exp(A_log) as the converter stores it
     const float *ssm_norm = nullptr;      // [S] RMSNorm weight of each head's output
     bool recurrent = false;               // a delta-net layer (else attention)
+    // DeepSeek multi-head latent attention (EngineConfig::mla_rank > 0; csrc/mla.cpp), R = mla_rank,
+    // hd = head_dim = nope + rope (rope = rope_dims), vd = mla_v_dim, Rq = q_lora_rank:
+    Mat wq_a, wq_b;                       // attn_q_a [Rq, dim], attn_q_b [n_head * hd, Rq] (or wq, Rq = 0)
+    Mat wkv_a;                            // attn_kv_a_mqa [R + rope, dim]: the latent c_kv, then k_pe
+    Mat wk_b;                             // attn_k_b [n_head * R, nope]: head h's rows at h * R
+    Mat wv_b;                             // attn_v_b [n_head * vd, R]: head h's rows at h * vd
+    const float *q_a_norm = nullptr;      // [Rq]
+    const float *kv_a_norm = nullptr;     // [R]
 };
 
 // Per-layer counters of the forward passes since the last reset (lowbit run --stats).
@@ -155,6 +163,22 @@ struct EngineConfig {
     // only (their weights, KV rows and recurrent states), the token embedding only if layer_begin
     // is 0, the output norm and head only if layer_end is n_layer. layer_end 0: all layers.
     int layer_begin = 0, layer_end = 0;
+    // DeepSeek V2/V3 multi-head latent attention (llama.cpp's deepseek2 with MLA, csrc/mla.cpp):
+    // mla_rank (kv_lora_rank) > 0 makes every attention layer MLA. head_dim is the query / key
+    // head width nope + rope (rope = rope_dims, the trailing dims of a q head; the k rope part is
+    // one vector shared by all heads); n_kv must be 1. A slot's cache holds per layer and position
+    // only [RMSNorm(c_kv) (mla_rank), roped k_pe (rope_dims)], in half (kv_f16) or float32: the
+    // compressed cache. q_nope is absorbed into the latent space per head (attn_k_b), the scores
+    // are q_abs . c_kv + q_pe . k_pe (one 576-wide dot for V2's sizes, MQA over the latent rows),
+    // the output is the weighted sum of c_kv, then attn_v_b per head (width mla_v_dim) and wo.
+    int mla_rank = 0;
+    int mla_v_dim = 0;
+    int q_lora_rank = 0;         // 0: a plain attn_q; else attn_q_a, attn_q_a_norm, attn_q_b
+    float mla_kq_scale = 0.0f;   // the softmax scale (llama.cpp's kq_scale: mscale^2 / sqrt(head_dim))
+    // Group-limited routing (DeepSeek V3, llama.cpp's n_expert_groups / n_group_used): the experts
+    // split into expert_groups groups of consecutive ids; a group's score is the sum of its two best
+    // selection scores; top-K is taken within the expert_groups_used best groups. 0: off.
+    int expert_groups = 0, expert_groups_used = 0;
 };
 // FFN gate activation: FFN_SWIGLU_OAI is gpt-oss's clamped SwiGLU (GLU_SWIGLU_OAI in kernels.h).
 // FFN_GELU is gemma's GeGLU (GLU_GEGLU).
@@ -195,7 +219,8 @@ public:
     const EngineConfig &config() const { return c_; }
     // The server's prefix cache (src/lowbit/server/prefix.py): KV positions [p0, p0 + n) of a
     // slot, every layer, copied out to buf (save) or back in from it (load), laid out
-    // [layer][K, V][n][n_kv * head_dim] in the cache's element type (half or float32); the buffer
+    // [layer][K, V][n][n_kv * head_dim] (MLA: [layer][n][mla_rank + rope_dims], the latent rows) in
+    // the cache's element type (half or float32); the buffer
     // holds kv_bytes(n) bytes. Bytes are copied as they are, so a restored prefix gives the same
     // logits, bit for bit, as computing it again.
     size_t kv_bytes(int n) const;
@@ -249,8 +274,15 @@ private:
     void rope(float *v, int T, int heads, const std::vector<std::pair<float, float>> &rot) const;
     void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);
     size_t kv_offset(int slot, int layer, int pos) const {  // element offset of (slot, layer, pos) in the cache
-        return (((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * c_.n_ctx + pos) * ((size_t)c_.n_kv * c_.head_dim);
+        return (((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * c_.n_ctx + pos) * kv_row_;
     }
+    // Elements per cached position and layer: n_kv * head_dim in K and in V; MLA: mla_rank +
+    // rope_dims in K only (V is the first mla_rank of the same row; v16_ / v32_ stay empty).
+    size_t kv_row_ = 0;
+    bool mla() const { return c_.mla_rank > 0; }
+    // The MLA attention block (csrc/mla.cpp): out[T][dim] = wo(attention) from the normed x[T][dim].
+    void mla_attention(int layer, const float *x, int T, const int32_t *slots, const int32_t *pos, float *out);
+    std::vector<float> mq_, mkv_, mqa_, mqn_, mlat_, mo_h_;  // MLA scratch
     // The gated delta-net layer (csrc/deltanet.cpp): out[T][dim] from the normed input x[T][dim];
     // each slot's tokens in order continue its conv and recurrent state.
     void deltanet(int layer, const float *x, int T, const int32_t *slots, float *out);
@@ -260,7 +292,8 @@ private:
     // The MoE feed-forward (csrc/moe.cpp): out[T][dim] = sum over each token's top-K experts
     // (in rank order) of weight * expert(x), plus the shared expert if any.
     void moe_ffn(int layer, const float *x, int T, float *out);
-    void biased_topk(int layer, int T, bool sigmoid);  // sigmoid / softmax + exp_probs_b routing (moe.cpp)
+    void biased_topk(int layer, int T, bool sigmoid);
+    void group_mask(float *score) const;  // group-limited routing (moe.cpp)  // sigmoid / softmax + exp_probs_b routing (moe.cpp)
     void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
                    const float *sub_norm = nullptr);  // sub_norm: bitnet's ffn_sub_norm [gate.rows]
 

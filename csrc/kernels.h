@@ -119,6 +119,26 @@ struct AttnKernel {
 const AttnKernel &attn_kernel();  // what dispatch selected
 const AttnKernel &attn_kernel_at(int isa);  // what runs at level isa (tests); fn null if unavailable
 
+// DeepSeek MLA attention (csrc/mla.cpp): nq query rows (the heads of one or several tokens of
+// one slot) against that slot's latent cache, whose rows every head shares (MQA, llama.cpp's
+// absorbed MLA):
+//   q[nq][dk] (float, rounded to half before its dots); row r sees cache rows j < lens[r] at
+//   C + j*kd (half): the key is a row's first dk values, the value its first dv (dv <= dk <= kd);
+//   out[r][dv] = sum_{j < lens[r]} softmax_j(scale * q_r.C_j[0..dk)) (rounded to half) * C_j[0..dv).
+//   sc: scratch of nq * max(lens) floats. Each row's result is what attn_f16_fn computes on it
+//   alone with hd = dk for the scores and dv for the values, bitwise, whichever rows share the
+//   call (I2, I3): a token's logits do not depend on its chunk or the threads. Several tokens'
+//   rows in one call read the cache once for all of them (prefill). Cache values must be finite.
+using mla_f16_fn = void (*)(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd,
+                            float scale, float *sc, float *out);
+struct MlaKernel {
+    mla_f16_fn fn = nullptr;
+    const char *name = nullptr;
+    int isa = ISA_SCALAR;
+};
+const MlaKernel &mla_kernel();
+const MlaKernel &mla_kernel_at(int isa);
+
 // The gated-linear-unit epilogue of an FFN's gate/up pair (csrc/ref/glu.cpp is the spec):
 //   out[i] = act(g[i]) * u[i] for i < n, with act by kind:
 //     GLU_SILU:  silu(g) = g / (1 + exp(-g)), exp as ggml's vectorised ggml_v_expf (range
@@ -171,6 +191,7 @@ struct KernelTable {
     KernelEntry e[64];
     KernelEntry i8s;  // T_I8_S (id above 64)
     AttnKernel attn;  // the engine's attention over a half KV cache
+    MlaKernel mla;    // DeepSeek's latent attention over a half cache
     GluKernel glu;    // the FFN's gate/up epilogue
     DeltaKernel delta;  // the delta-net state update (hybrid Qwen models)
     KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }

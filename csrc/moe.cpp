@@ -156,7 +156,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
         for (int t = 0; t < T; ++t)
             for (int e = 0; e < E; ++e) rlog_[(size_t)t * E + e] += L.router_b[e];
     const bool topk_first = c_.expert_gating == EXPERT_SOFTMAX_TOPK;
-    if (c_.expert_gating == EXPERT_SIGMOID || (c_.expert_gating == EXPERT_SOFTMAX && L.exp_probs_b)) {
+    if (c_.expert_gating == EXPERT_SIGMOID || (c_.expert_gating == EXPERT_SOFTMAX && (L.exp_probs_b || c_.expert_groups > 1))) {
         biased_topk(layer, T, c_.expert_gating == EXPERT_SIGMOID);
     } else for (int t = 0; t < T; ++t) {
         float *p = rlog_.data() + (size_t)t * E;
@@ -359,6 +359,33 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
 // p + bias (the bias chooses, it does not weigh; equal scores: the lower index first), best
 // first, into sel_; their unbiased p into wsel_; the margin (the K-th chosen score minus the best
 // unchosen one) into rgap_. Normalisation and scale follow in moe_ffn.
+// Group-limited routing (llama.cpp's build_moe_ffn with n_expert_groups > 1): a group of
+// E / expert_groups consecutive experts scores the sum of its two best selection scores; the
+// expert_groups_used best groups (equal sums: the lower group first) stay, every other expert's
+// score becomes -inf (never chosen).
+void Engine::group_mask(float *score) const {
+    const int E = c_.n_expert, G = c_.expert_groups, per = E / G;
+    std::vector<float> gs((size_t)G);
+    for (int g = 0; g < G; ++g) {
+        float b0 = -INFINITY, b1 = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; ++e) {
+            const float v = score[e];
+            if (v > b0) { b1 = b0; b0 = v; } else if (v > b1) b1 = v;
+        }
+        gs[(size_t)g] = per > 1 ? b0 + b1 : b0;
+    }
+    std::vector<uint8_t> keep((size_t)G, 0);
+    for (int k = 0; k < c_.expert_groups_used; ++k) {
+        int best = -1;
+        for (int g = 0; g < G; ++g)
+            if (!keep[(size_t)g] && (best < 0 || gs[(size_t)g] > gs[(size_t)best])) best = g;
+        keep[(size_t)best] = 1;
+    }
+    for (int g = 0; g < G; ++g)
+        if (!keep[(size_t)g])
+            for (int e = g * per; e < (g + 1) * per; ++e) score[e] = -INFINITY;
+}
+
 void Engine::biased_topk(int layer, int T, bool sigmoid) {
     const LayerWeights &L = layers_[(size_t)layer];
     const int E = c_.n_expert, K = c_.n_expert_used;
@@ -371,6 +398,7 @@ void Engine::biased_topk(int layer, int T, bool sigmoid) {
             if (sigmoid) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
             score[(size_t)e] = L.exp_probs_b ? p[e] + L.exp_probs_b[e] : p[e];
         }
+        if (c_.expert_groups > 1) group_mask(score.data());
         int32_t *s = sel_.data() + (size_t)t * K;
         float *w = wsel_.data() + (size_t)t * K;
         std::fill(taken.begin(), taken.end(), 0);

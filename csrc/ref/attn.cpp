@@ -47,4 +47,35 @@ void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, i
     }
 }
 
+// MLA: per query row the same arithmetic as attend_f16 with dk-wide scores and dv-wide values
+// read from the first dv of the same cache rows (no sink), over its own lens[r] rows.
+void mla_f16(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd, float scale,
+             float *sc, float *out) {
+    const float *ht = half_table();
+    std::vector<float> qr((size_t)dk);
+    for (int h = 0; h < nq; ++h) {
+        const float *qh = q + (size_t)h * dk;
+        const int len = lens[h];
+        float *s = sc, *o = out + (size_t)h * dv;
+        for (int d = 0; d < dk; ++d) qr[(size_t)d] = ht[f32_to_fp16(qh[d])];
+        float mx = -INFINITY;
+        for (int j = 0; j < len; ++j) {
+            const uint16_t *k = C + (size_t)j * kd;
+            float a = 0.0f;
+            for (int d = 0; d < dk; ++d) a += qr[(size_t)d] * ht[k[d]];
+            s[j] = a * scale;
+            mx = s[j] > mx ? s[j] : mx;
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < len; ++j) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
+        const float inv = 1.0f / sum;
+        for (int d = 0; d < dv; ++d) o[d] = 0.0f;
+        for (int j = 0; j < len; ++j) {
+            const uint16_t *v = C + (size_t)j * kd;
+            const float p = ht[f32_to_fp16(s[j] * inv)];
+            for (int d = 0; d < dv; ++d) o[d] += p * ht[v[d]];
+        }
+    }
+}
+
 }  // namespace lowbit::ref

@@ -254,8 +254,19 @@ E2E_PROMPT = ("The history of computing is a story of machines that learned to d
               "then to remember more, then to talk to one another. ")
 
 
+def kv_cache_bytes(m, n: int) -> tuple[int, int]:
+    """(bytes lowbit's cache holds for n positions of one slot, bytes of expanded half K/V for them):
+    MLA (deepseek2) caches the latent rows; expanded is n_head * (key + value width) per layer."""
+    c = m.config
+    ours = int(m.engine.kv_bytes(n))
+    attn_layers = c.n_layer - sum(bool(r) for r in c.recurrent)
+    if c.mla_rank:
+        return ours, attn_layers * n * c.n_head * (c.head_dim + c.mla_v_dim) * 2
+    return ours, attn_layers * n * c.n_kv * c.head_dim * 2 * 2
+
+
 def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_tokens: int, reps: int,
-              out=sys.stdout, llama_model: str | None = None) -> dict:
+              out=sys.stdout, llama_model: str | None = None, warmup: bool = True) -> dict:
     """lowbit and llama.cpp (llama-cpp-python) on the same GGUF, prompt and thread count.
 
     llama_model: llama.cpp runs this file instead (the same model in a format llama.cpp reads,
@@ -263,7 +274,8 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
 
     Prefill: a prompt of `prompt_tokens` tokens from an empty cache. Decode: `gen_tokens`
     greedy tokens after it. llama.cpp's times are its own perf counters (no Python in them);
-    lowbit's are wall times of model.forward (Python included). Medians of `reps` runs.
+    lowbit's are wall times of model.forward (Python included). Medians of `reps` runs, after a
+    warm-up run of each (warmup False: none; long prompts).
     """
     import time
 
@@ -315,7 +327,8 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
             m.rewind(p0)
         return sorted(times)[steps // 2]
 
-    ours(); theirs()  # warm-up
+    if warmup:
+        ours(); theirs()  # warm-up
     # interleaved, so a burst of load on the shared machine hits both sides alike; each
     # metric's median on its own
     runs = [(ours(), theirs()) for _ in range(reps)]
@@ -335,6 +348,7 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"] if t else None
     res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"] if t else None
     res["window_cost"] = windows  # lowbit: time of a w-token verify window / a 1-token step
+    res["kv_bytes"], res["kv_bytes_expanded"] = kv_cache_bytes(m, len(toks) + gen_tokens)
     # the machine's limits in the same run: prefill's MAC rate against the int8 multiply-add
     # peak (bench peak), decode's weight stream against the read bandwidth (bench membw)
     work = model_work(path)
@@ -358,6 +372,10 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     for what in ("prefill", "decode"):
         print(f"{what:10} {res[f'lowbit_{what}_tps']:12.1f} {_cell(res[f'llama_{what}_tps'], 15, 1)} "
               f"{_cell(res[f'{what}_ratio'], 6, 2)}", file=out)
+    kvb, kve = res["kv_bytes"], res["kv_bytes_expanded"]
+    print(f"lowbit KV cache at {len(toks) + gen_tokens} positions: {kvb:,} bytes"
+          + (f" (MLA latent rows; expanded half K/V would be {kve:,} bytes: {kvb / kve:.3f} of it)"
+             if m.config.mla_rank else ""), file=out)
     print("lowbit verify window at the end of the cache, cost / one decode step: " +
           ", ".join(f"{w} tokens {r:.2f}x" for w, r in windows.items()), file=out)
     pk = res["int8_peak_gmacs"]
@@ -621,12 +639,15 @@ def add_parser(sub) -> None:
     e.add_argument("--prompt-tokens", type=int, default=512)
     e.add_argument("--gen-tokens", type=int, default=64)
     e.add_argument("--reps", type=int, default=3)
+    e.add_argument("--no-warmup", dest="warmup", action="store_false",
+                   help="no warm-up run before the measured ones (long prompts: it costs a whole prefill)")
     e.add_argument("--llama-model", default=None,
                    help="llama.cpp runs this GGUF instead of -m (the same model in a format it reads, e.g. "
                         "TQ2_0 for an I2_S file)")
     plot.option(e)
     e.set_defaults(func=lambda a: plot.after(a, "e2e", bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens,
-                                                                 a.reps, llama_model=a.llama_model)))
+                                                                 a.reps, llama_model=a.llama_model,
+                                                                 warmup=a.warmup)))
     from .bench_spec import add_bench_parser
     add_bench_parser(bs)
     from .distributed.bench import add_parser as add_pipeline

@@ -43,6 +43,21 @@ biases; q/k norms when the file has them; rope over the first rope.dimension_cou
                                                    full_attention_interval-th layer (csrc/deltanet.cpp)
     qwen35        imrope    yes        -           dense; hybrid as qwen35moe
     qwen3next     neox      yes        -           as qwen35moe; fused ssm_ba, q/k heads repeated interleaved
+    deepseek2     adjacent  -          -           MLA (below); leading dense layers, then experts (softmax or
+                  (rope part)                      sigmoid + exp_probs_b, group-limited) + ungated shared experts
+
+DeepSeek V2 / V3 (llama.cpp's deepseek2, files with the MLA split attn_k_b / attn_v_b) as configuration:
+multi-head latent attention (csrc/mla.cpp): q from attn_q, or attn_q_b(RMSNorm(attn_q_a x)) with
+q_lora_rank; attn_kv_a_mqa gives the latent c_kv (kv_lora_rank, RMSNormed by attn_kv_a_norm) and one
+rope key k_pe shared by the heads; the cache keeps per position only [c_kv | k_pe]; the heads' q_nope
+are absorbed through attn_k_b, the output is the weighted sum of c_kv through attn_v_b per head, then
+attn_output. head_dim is key_length_mla (nope + rope; key_length is the cache row), rope over the last
+rope.dimension_count dims of a q head; YaRN with the attention factor and the softmax scale llama.cpp
+computes for deepseek2 (kq_scale = mscale^2 / sqrt(key_length_mla), the yarn_log_multiplier / 0.1
+convention); the first leading_dense_block_count layers a dense FFN, then routed experts by
+expert_gating_func (default softmax) with the exp_probs_b bias if present, expert_weights_norm,
+expert_weights_scale, expert_group_count / _used_count, plus expert_shared_count ungated shared experts.
+Legacy files with attn_kv_b are refused (reconvert).
 
 The hybrid families: a delta-net layer's slot state (conv inputs and the recurrent state per value
 head) lives in the engine beside the attention layers' KV. Model.rewind restores it exactly
@@ -95,10 +110,10 @@ from .gguf import GGUFError
 
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
              "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
-             "qwen35moe": True, "qwen3next": True}
-MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next"}  # and llama with expert_count > 0 (mixtral)
+             "qwen35moe": True, "qwen3next": True, "deepseek2": False}
+MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
-               "glm4moe": False,                 # glm4moe: expert_weights_norm decides (llama.cpp's default false)
+               "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
                "qwen35moe": True, "qwen3next": True}
 # Hybrid families: gated delta-net layers (csrc/deltanet.cpp) and gated full attention every
 # full_attention_interval-th layer; value head h reads q/k head h % H_k (qwen35*) or h / (H_v/H_k)
@@ -203,6 +218,13 @@ class ModelConfig:
     ssm_kv_interleave: bool = False
     attn_gate: bool = False       # attn_q yields [q, gate] per head; output * sigmoid(gate)
     rope_sections: tuple = ()     # IMROPE sections (qwen35*); () plain rope
+    # deepseek2's multi-head latent attention (csrc/mla.cpp); head_dim is then nope + rope
+    mla_rank: int = 0             # kv_lora_rank (0: not MLA)
+    mla_v_dim: int = 0            # value_length_mla: v head width after attn_v_b
+    q_lora_rank: int = 0          # 0: a plain attn_q
+    mla_kq_scale: float = 0.0     # the softmax scale, llama.cpp's kq_scale
+    expert_groups: int = 0        # group-limited routing (expert_group_count; 0/1: off)
+    expert_groups_used: int = 0
 
     @property
     def hybrid(self) -> bool:
@@ -226,7 +248,8 @@ class ModelConfig:
 
         n_head = key("attention.head_count")
         dim = key("embedding_length")
-        head_dim = key("attention.key_length", dim // n_head)
+        # (deepseek2's key_length is its MLA cache row, kv_lora_rank + rope: the q/k head is key_length_mla)
+        head_dim = key("attention.key_length_mla" if arch == "deepseek2" else "attention.key_length", dim // n_head)
         scaling = md.get(f"{arch}.rope.scaling.type", "none")
         factor = float(md.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
         if scaling not in ("none", "linear", "yarn") and factor != 1.0:
@@ -236,7 +259,7 @@ class ModelConfig:
             raise GGUFError(f"{f.path}: tensor 'token_embd.weight' is missing")
         # MTP (nextn) layers at the end of block_count (glm4moe, the hybrid Qwens): loaded by
         # llama.cpp for drafting, never run when generating; lowbit runs the layers before them
-        n_nextn = md.get(f"{arch}.nextn_predict_layers", 0) if arch == "glm4moe" or arch in HYBRID_ARCHS else 0
+        n_nextn = md.get(f"{arch}.nextn_predict_layers", 0) if arch in ("glm4moe", "deepseek2") or arch in HYBRID_ARCHS else 0
         if not isinstance(n_nextn, int) or isinstance(n_nextn, bool) or not 0 <= n_nextn < key("block_count"):
             raise GGUFError(f"{f.path}: metadata key {arch}.nextn_predict_layers = {n_nextn!r} must be an integer "
                             f"in 0..{arch}.block_count - 1")
@@ -271,7 +294,43 @@ class ModelConfig:
             **cls._gemma3_fields(f, arch, n_layer, dim, n_head, head_dim),
             n_nextn=n_nextn,
             **cls._hybrid_fields(f, arch, key),
+            **cls._mla_fields(f, arch, key, head_dim, scaling, factor, n_layer),
         )
+
+    @staticmethod
+    def _mla_fields(f: gguf.GGUFFile, arch: str, key, head_dim: int, scaling: str, factor: float,
+                    n_layer: int) -> dict:
+        """deepseek2's MLA sizes and softmax scale as llama_model_deepseek2 reads and its graph
+        computes them ({} for other archs): kv_lora_rank, key/value_length_mla, q_lora_rank (0 or
+        absent: a plain attn_q), and kq_scale = mscale^2 / sqrt(key_length_mla) in float32 with
+        mscale = attn_factor (1 + 0.1 ln factor) (1 + 0.1 m ln factor), m = yarn_log_multiplier / 0.1
+        (TAG_DEEPSEEK2_YARN_LOG_MUL_FIX) and attn_factor llama.cpp's cparams value (_yarn_fields)."""
+        if arch != "deepseek2":
+            return {}
+        md = f.metadata
+        if f"{arch}.attention.key_length_mla" not in md or "blk.0.attn_kv_b.weight" in f.tensors:
+            raise GGUFError(f"{f.path}: a deepseek2 file without the MLA split (attn_k_b / attn_v_b, "
+                            f"{arch}.attention.key_length_mla) is not supported: convert it with a current llama.cpp")
+        rank, vd, rope = key("attention.kv_lora_rank"), key("attention.value_length_mla"), key("rope.dimension_count")
+        if not rope < head_dim:
+            raise GGUFError(f"{f.path}: {arch}.rope.dimension_count = {rope} must be below key_length_mla = {head_dim}")
+        q_lora = md.get(f"{arch}.attention.q_lora_rank", 0) or 0
+        if not isinstance(q_lora, int) or isinstance(q_lora, bool) or q_lora < 0:
+            raise GGUFError(f"{f.path}: metadata key {arch}.attention.q_lora_rank = {q_lora!r} is not an integer >= 0")
+        if "blk.0.attn_q.weight" in f.tensors:
+            q_lora = 0  # (llama.cpp: a file with attn_q runs it, the lite models have no q_lora)
+        f32 = np.float32
+        fs = f32(1.0) / f32(factor) if scaling == "yarn" and factor != 1.0 else f32(1.0)
+        attn = f32(ModelConfig._yarn_fields(f, arch, scaling, factor, key).get("yarn_attn_factor", 1.0))
+        log_mul = f32(md.get(f"{arch}.rope.scaling.yarn_log_multiplier", 0.0) or 0.0) / f32(0.1)
+        ln = f32(np.log(f32(1.0) / fs))
+        org = f32(attn * f32(f32(1.0) + f32(0.1) * ln))
+        mscale = f32(org * f32(f32(1.0) + f32(f32(0.1) * log_mul) * ln))
+        kq = f32(f32(f32(1.0) * mscale) * mscale) / f32(np.sqrt(f32(head_dim)))
+        groups = md.get(f"{arch}.expert_group_count", 0) or 0
+        used = md.get(f"{arch}.expert_group_used_count", 0) or 0
+        return dict(mla_rank=rank, mla_v_dim=vd, q_lora_rank=int(q_lora), mla_kq_scale=float(kq),
+                    expert_groups=int(groups), expert_groups_used=int(used))
 
     @staticmethod
     def _gemma3_fields(f: gguf.GGUFFile, arch: str, n_layer: int, dim: int, n_head: int, head_dim: int) -> dict:
@@ -382,7 +441,13 @@ class ModelConfig:
         def mscale(s, m):
             return f32(1.0) if s <= 1.0 else f32(f32(0.1) * f32(m) * f32(np.log(s)) + f32(1.0))
         log_mul = float(md.get(f"{arch}.rope.scaling.yarn_log_multiplier", 0.0) or 0.0)
-        attn = mscale(fac, 1.0) / mscale(fac, log_mul) if log_mul else mscale(fac, 1.0)
+        if arch == "deepseek2" and log_mul:
+            # llama.cpp divides deepseek2's multiplier by 0.1 and takes mscale = mscale_all_dims
+            # unless that is 1 (TAG_DEEPSEEK2_YARN_LOG_MUL_FIX): the ratio is then 1
+            m = f32(log_mul) / f32(0.1)
+            attn = mscale(fac, m if m != 1.0 else 1.0) / mscale(fac, m)
+        else:
+            attn = mscale(fac, 1.0) / mscale(fac, log_mul) if log_mul else mscale(fac, 1.0)
         attn = f32(attn) * (f32(1.0) / (f32(1.0) + f32(0.1) * f32(np.log(fac))))
         attn = f32(attn) * f32(md.get(f"{arch}.rope.scaling.attn_factor", 1.0) or 1.0)
         orig = md.get(f"{arch}.rope.scaling.original_context_length") or key("context_length", 2048)
@@ -401,7 +466,7 @@ class ModelConfig:
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_used_count = {used!r} must be an integer in "
                             f"1..{n_expert} ({ek})")
         qwen = ("qwen2moe", "qwen3moe", "qwen35moe", "qwen3next")
-        if arch in ("gpt-oss", "glm4moe"):
+        if arch in ("gpt-oss", "glm4moe", "deepseek2"):
             expert_ffn = key("expert_feed_forward_length")
         elif arch in qwen and f"{arch}.expert_feed_forward_length" in md:
             expert_ffn = key("expert_feed_forward_length")
@@ -412,7 +477,7 @@ class ModelConfig:
         shexp = 0
         if arch in SHARED_EXPERT_ARCHS:
             shexp = key("expert_shared_feed_forward_length", md.get(f"{arch}.feed_forward_length"))
-        glm = _glm4moe_fields(f, arch, key, n_layer, expert_ffn) if arch == "glm4moe" else {}
+        glm = _glm4moe_fields(f, arch, key, n_layer, expert_ffn) if arch in ("glm4moe", "deepseek2") else {}
         shexp = glm.pop("shexp_ffn", shexp)
         lead = glm.get("n_dense_lead", 0)
         scale = md.get(f"{arch}.expert_weights_scale", 0.0)
@@ -450,7 +515,7 @@ def _glm4moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int, expert_ffn: 
     lead = count("leading_dense_block_count", 0)
     if lead > n_layer:
         raise GGUFError(f"{f.path}: {arch}.leading_dense_block_count = {lead} exceeds the {n_layer} layers")
-    func = count("expert_gating_func", 0) or 2   # llama.cpp: none -> sigmoid
+    func = count("expert_gating_func", 0) or (2 if arch == "glm4moe" else 1)  # llama.cpp: none -> sigmoid (glm4moe), softmax (deepseek2)
     if func not in GATING_FUNC:
         raise GGUFError(f"{f.path}: {arch}.expert_gating_func = {func} is not supported (1 softmax, 2 sigmoid)")
     norm = md.get(f"{arch}.expert_weights_norm", False)
@@ -521,7 +586,10 @@ class Model:
                                  ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
                                  ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
                                  attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
-                                 layer_begin=l0, layer_end=l1)
+                                 layer_begin=l0, layer_end=l1,
+                                 mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
+                                 mla_kq_scale=c.mla_kq_scale, expert_groups=c.expert_groups,
+                                 expert_groups_used=c.expert_groups_used)
         if threads:
             self.engine.set_threads(int(threads))
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
@@ -609,6 +677,12 @@ class Model:
                     self._vec("exp_probs_b", i, p + "exp_probs_b.bias")
             rec = bool(c.recurrent) and c.recurrent[i]
             mixer = ("attn_q", "attn_k", "attn_v", "attn_output")
+            if c.mla_rank:  # deepseek2's latent attention (csrc/mla.cpp)
+                q = ("attn_q_a", "attn_q_b") if c.q_lora_rank else ("attn_q",)
+                mixer = q + ("attn_kv_a_mqa", "attn_k_b", "attn_v_b", "attn_output")
+                self._vec("attn_kv_a_norm", i, p + "attn_kv_a_norm.weight")
+                if c.q_lora_rank:
+                    self._vec("attn_q_a_norm", i, p + "attn_q_a_norm.weight")
             if rec:  # a gated delta-net layer (csrc/deltanet.cpp)
                 ba = ("ssm_ba",) if p + "ssm_ba.weight" in self.file.tensors else ("ssm_alpha", "ssm_beta")
                 mixer = ("attn_qkv", "attn_gate") + ba + ("ssm_out",)

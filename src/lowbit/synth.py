@@ -64,13 +64,14 @@ def norm_weight(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, heads: int, kv_heads: int,
                  head_dim: int, ctx: int, rope_base: float = 10000.0, eps: float = 1e-6,
-                 rope_dims: int | None = None) -> None:
+                 rope_dims: int | None = None, value_length: int | None = None) -> None:
     """The llama-style hyperparameters every family shares, then the vocabulary."""
     a = w.arch
     for key, val in [("block_count", layers), ("context_length", ctx), ("embedding_length", dim),
                      ("feed_forward_length", ffn), ("attention.head_count", heads),
                      ("attention.head_count_kv", kv_heads), ("attention.key_length", head_dim),
-                     ("attention.value_length", head_dim), ("rope.dimension_count", rope_dims or head_dim)]:
+                     ("attention.value_length", value_length or head_dim),
+                     ("rope.dimension_count", rope_dims or head_dim)]:
         w.meta(f"{a}.{key}", int(val))
     w.meta(f"{a}.rope.freq_base", float(rope_base))
     w.meta(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
@@ -166,7 +167,120 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
 
 
 MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama", "gpt-oss": "gpt-oss",
-             "glm4moe": "glm4moe"}
+             "glm4moe": "glm4moe", "deepseek2": "deepseek2"}
+
+
+# llama-quant's tensor_type_fallback: the format a row length the target's 256-blocks do not divide gets
+FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0", "TQ1_0": "Q4_0",
+            "TQ2_0": "Q4_0", "IQ4_XS": "IQ4_NL"}
+
+
+def fit_type(fmt: str, n: int) -> str:
+    """fmt if a row of n values is whole blocks of it, else llama.cpp's fallback (F16 as its last resort)."""
+    from .formats import get as get_format
+    if n % get_format(fmt).block == 0:
+        return fmt
+    fb = FALLBACK.get(fmt.upper())
+    return fb if fb and n % get_format(fb).block == 0 else "F16"
+
+
+def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_lora_rank: int = 0,
+                    kv_lora_rank: int = 64, qk_nope: int = 32, rope_dims: int = 16, v_head_dim: int = 32,
+                    experts: int = 8, top_k: int = 2, expert_ffn: int = 256, dense_ffn: int = 512,
+                    leading_dense: int = 1, shared_experts: int = 2, expert_scale: float = 1.0,
+                    gating: str = "softmax", expert_norm: bool = False, probs_bias: bool | None = None,
+                    expert_groups: int = 0, expert_groups_used: int = 0, yarn_factor: float = 40.0,
+                    yarn_orig_ctx: int = 4096, yarn_log_mul: float = 0.0707, rope_base: float = 10000.0,
+                    ctx: int = 1024, wtype: str = "Q8_0", mla_type: str | None = None, expert_type: str = "Q4_K",
+                    down_type: str | None = None, router_type: str = "F32", embd_type: str = "F32",
+                    head_type: str | None = None, seed: int = 0, vocab: dict | None = None,
+                    progress: bool = False) -> str:
+    """A DeepSeek V2/V3 model (llama.cpp's deepseek2 with the MLA split, as convert_hf_to_gguf writes
+    it) with random weights: multi-head latent attention (attn_q, or attn_q_a / attn_q_a_norm /
+    attn_q_b when q_lora_rank > 0; attn_kv_a_mqa [kv_lora_rank + rope_dims, dim], attn_kv_a_norm,
+    attn_k_b [heads, kv_lora_rank, qk_nope], attn_v_b [heads, v_head_dim, kv_lora_rank] in mla_type,
+    default wtype), head_count_kv 1, key_length kv_lora_rank + rope, key_length_mla qk_nope + rope;
+    the first leading_dense layers a dense SwiGLU FFN of dense_ffn, the others routed experts
+    (softmax or sigmoid gating; probs_bias: an exp_probs_b selection bias, default with sigmoid as
+    V3), shared_experts shared experts of expert_ffn each, expert_weights_scale / _norm, optional
+    group-limited routing; YaRN rope (yarn_factor 0: none) with yarn_log_multiplier (0.1 *
+    mscale_all_dim, as the converter writes it: V2-Lite's 0.0707). A matrix whose rows its format's
+    blocks do not divide takes llama-quant's fallback (fit_type: Q4_K -> Q5_0, ...)."""
+    if not 0 <= leading_dense <= layers:
+        raise ValueError(f"synth moe: leading_dense {leading_dense} must be in 0..layers ({layers})")
+    if not 1 <= top_k <= experts:
+        raise ValueError(f"synth moe: top_k {top_k} must be in 1..experts ({experts})")
+    if rope_dims <= 0 or rope_dims % 8 or kv_lora_rank <= 0 or kv_lora_rank % 8 or qk_nope <= 0 or v_head_dim <= 0:
+        raise ValueError("synth moe: deepseek2 needs kv_lora_rank and rope_dims positive multiples of 8, "
+                         "qk_nope and v_head_dim positive")
+    if gating not in ("softmax", "sigmoid"):
+        raise ValueError(f"synth moe: gating must be softmax or sigmoid, not {gating!r}")
+    if expert_groups > 1 and (experts % expert_groups or not 0 < expert_groups_used < expert_groups):
+        raise ValueError("synth moe: expert_groups must divide experts, 0 < expert_groups_used < expert_groups")
+    rng = np.random.default_rng(seed)
+    vocab = vocab or default_vocab()
+    nv = vocab_size(vocab)
+    hd, R = qk_nope + rope_dims, kv_lora_rank
+    mla_type = mla_type or wtype
+    add = lambda name, x, fmt: w.add(name, x, fit_type(fmt, x.shape[-1]) if fmt != "F32" else fmt)  # noqa: E731
+    w = Writer(path, "deepseek2", progress=progress)
+    a = w.arch
+    write_header(w, vocab, layers=layers, dim=dim, ffn=dense_ffn, heads=heads, kv_heads=1, head_dim=R + rope_dims,
+                 ctx=ctx, rope_base=rope_base, rope_dims=rope_dims, value_length=R)
+    for key, val in (("leading_dense_block_count", leading_dense), ("vocab_size", nv),
+                     ("attention.q_lora_rank", q_lora_rank), ("attention.kv_lora_rank", R),
+                     ("attention.key_length_mla", hd), ("attention.value_length_mla", v_head_dim),
+                     ("expert_feed_forward_length", expert_ffn), ("expert_count", experts),
+                     ("expert_used_count", top_k), ("expert_shared_count", shared_experts),
+                     ("expert_gating_func", 1 if gating == "softmax" else 2)):
+        w.meta(f"{a}.{key}", int(val))
+    w.meta(f"{a}.expert_weights_scale", float(expert_scale))
+    w.meta(f"{a}.expert_weights_norm", bool(expert_norm))
+    if expert_groups > 1:
+        w.meta(f"{a}.expert_group_count", int(expert_groups))
+        w.meta(f"{a}.expert_group_used_count", int(expert_groups_used))
+    if yarn_factor and yarn_factor != 1.0:
+        w.meta(f"{a}.rope.scaling.type", "yarn")
+        w.meta(f"{a}.rope.scaling.factor", float(yarn_factor))
+        w.meta(f"{a}.rope.scaling.original_context_length", int(yarn_orig_ctx))
+        w.meta(f"{a}.rope.scaling.yarn_log_multiplier", float(yarn_log_mul))
+    bias = gating == "sigmoid" if probs_bias is None else probs_bias
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
+    w.add("output_norm.weight", norm_weight(rng, dim))
+    add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        if q_lora_rank > 0:
+            add(p + "attn_q_a.weight", gauss(rng, q_lora_rank, dim), wtype)
+            w.add(p + "attn_q_a_norm.weight", norm_weight(rng, q_lora_rank))
+            add(p + "attn_q_b.weight", gauss(rng, heads * hd, q_lora_rank), wtype)
+        else:
+            add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
+        add(p + "attn_kv_a_mqa.weight", gauss(rng, R + rope_dims, dim), wtype)
+        w.add(p + "attn_kv_a_norm.weight", norm_weight(rng, R))
+        # k_b: kv_b's key rows transposed per head ([R, nope]); v_b: its value rows ([vd, R])
+        add(p + "attn_k_b.weight", gauss(rng, heads, R, qk_nope, scale=1.0 / np.sqrt(R)), mla_type)
+        add(p + "attn_v_b.weight", gauss(rng, heads, v_head_dim, R), mla_type)
+        add(p + "attn_output.weight", gauss(rng, dim, heads * v_head_dim), wtype)
+        w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+        if i < leading_dense:
+            add(p + "ffn_gate.weight", gauss(rng, dense_ffn, dim), wtype)
+            add(p + "ffn_up.weight", gauss(rng, dense_ffn, dim), wtype)
+            add(p + "ffn_down.weight", gauss(rng, dim, dense_ffn), wtype)
+            continue
+        add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+        if bias:
+            w.add(p + "exp_probs_b.bias", 0.1 * rng.standard_normal(experts).astype(np.float32))
+        add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+        add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+        add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), down_type or expert_type)
+        sh = shared_experts * expert_ffn
+        add(p + "ffn_gate_shexp.weight", gauss(rng, sh, dim), wtype)
+        add(p + "ffn_up_shexp.weight", gauss(rng, sh, dim), wtype)
+        add(p + "ffn_down_shexp.weight", gauss(rng, dim, sh), wtype)
+    w.close()
+    return str(path)
 
 
 def add_glm4moe_layer(w: Writer, rng: np.random.Generator, p: str, *, dense: bool, dim: int, heads: int,
@@ -637,16 +751,45 @@ def _add_moe(ss) -> None:
         p.add_argument("--rope-dims", type=int, default=None, help="glm4moe: rotated dims per head (default: half)")
     p.add_argument("--qk-norm", action="store_true", help="glm4moe: per-head q/k norms (GLM-4.5 355B)")
     p.add_argument("--expert-scale", type=float, default=2.5, help="glm4moe: expert_weights_scale (2.5)")
-    p.add_argument("--gating", default="sigmoid", choices=["sigmoid", "softmax"],
-                   help="glm4moe: expert_gating_func (sigmoid: GLM-4.5's)")
-    p.set_defaults(synth=lambda a: _synth_hybrid_cli(a) if a.arch in HYBRID_ARCHS else synth_moe(
+    p.add_argument("--gating", default=None, choices=["sigmoid", "softmax"],
+                   help="expert_gating_func (glm4moe default sigmoid: GLM-4.5's; deepseek2 default softmax: V2's)")
+    g = p.add_argument_group("deepseek2 (MLA; --ffn is the expert width, --dense-ffn the leading dense layers')")
+    g.add_argument("--kv-lora-rank", type=int, default=64, help="kv_lora_rank: the cached latent's width (64)")
+    g.add_argument("--q-lora-rank", type=int, default=0, help="q_lora_rank (0: a plain attn_q, as V2-Lite)")
+    g.add_argument("--qk-nope", type=int, default=32, help="qk_nope_head_dim (32)")
+    g.add_argument("--v-head-dim", type=int, default=32, help="v_head_dim (32)")
+    g.add_argument("--mla-type", default=None, help="format of attn_k_b / attn_v_b (default: --type)")
+    g.add_argument("--expert-norm", action="store_true", help="expert_weights_norm (renormalise the top-K)")
+    g.add_argument("--probs-bias", action="store_true", help="an exp_probs_b selection bias (default with sigmoid)")
+    g.add_argument("--expert-groups", type=int, default=0, help="expert_group_count (0: no group-limited routing)")
+    g.add_argument("--expert-groups-used", type=int, default=0, help="expert_group_used_count")
+    g.add_argument("--yarn-log-mul", type=float, default=0.0707, help="rope.scaling.yarn_log_multiplier (0.0707)")
+    p.set_defaults(synth=lambda a: _synth_hybrid_cli(a) if a.arch in HYBRID_ARCHS else _synth_deepseek2_cli(a)
+                   if a.arch == "deepseek2" else synth_moe(
         a.out, arch=a.arch, layers=a.layers, dim=a.dim, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
         experts=a.experts, top_k=a.top_k, expert_ffn=a.ffn, shared_ffn=a.shared_ffn, ctx=a.ctx, wtype=a.wtype,
         expert_type=a.expert_type or ("MXFP4" if a.arch == "gpt-oss" else "Q4_K"), down_type=a.down_type,
         router_type=a.router_type, embd_type=a.embd_type, head_type=a.head_type, seed=a.seed, window=a.window,
         rope_base=a.rope_base, yarn_factor=a.yarn_factor, yarn_orig_ctx=a.yarn_orig_ctx, dense_ffn=a.dense_ffn,
         leading_dense=a.leading_dense, shared_experts=a.shared_experts, nextn=a.nextn, rope_dims=a.rope_dims,
-        qk_norm=a.qk_norm, expert_scale=a.expert_scale, gating=a.gating, progress=_bar_on()))
+        qk_norm=a.qk_norm, expert_scale=a.expert_scale, gating=a.gating or "sigmoid", progress=_bar_on()))
+
+
+def _synth_deepseek2_cli(a: argparse.Namespace) -> str:
+    try:
+        return synth_deepseek2(
+            a.out, layers=a.layers, dim=a.dim, heads=a.heads, q_lora_rank=a.q_lora_rank,
+            kv_lora_rank=a.kv_lora_rank, qk_nope=a.qk_nope, rope_dims=a.rope_dims or 16, v_head_dim=a.v_head_dim,
+            experts=a.experts, top_k=a.top_k, expert_ffn=a.ffn, dense_ffn=a.dense_ffn, leading_dense=a.leading_dense,
+            shared_experts=a.shared_experts, expert_scale=a.expert_scale, gating=a.gating or "softmax",
+            expert_norm=a.expert_norm, probs_bias=True if a.probs_bias else None, expert_groups=a.expert_groups,
+            expert_groups_used=a.expert_groups_used, yarn_factor=a.yarn_factor, yarn_orig_ctx=a.yarn_orig_ctx,
+            yarn_log_mul=a.yarn_log_mul, ctx=a.ctx, wtype=a.wtype, mla_type=a.mla_type,
+            expert_type=a.expert_type or "Q4_K", down_type=a.down_type, router_type=a.router_type,
+            embd_type=a.embd_type, head_type=a.head_type, seed=a.seed, progress=_bar_on())
+    except ValueError as e:  # a bad size: a usage error (exit 2, one line)
+        from .cli import UsageError
+        raise UsageError(str(e)) from None
 
 
 def _hybrid_options(p: argparse.ArgumentParser) -> None:

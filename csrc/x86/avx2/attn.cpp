@@ -14,7 +14,9 @@
 // of a 64-dim chunk stay in registers across all keys.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "../../kernels.h"
 
@@ -152,9 +154,173 @@ void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int l
     for (; d0 < hd; d0 += 8) pv_chunk<1>(sc, V, len, kd, d0, out);
 }
 
+// DeepSeek MLA (contract: mla_f16_fn in kernels.h): the query rows (heads, and tokens in a prefill)
+// share the cache rows, so a row is widened to float once and serves every query row. Per row
+// the arithmetic is attend_f16_avx2's: each (row, key) score is one 8-lane FMA accumulator over d
+// reduced in reduce1's tree (reduce8 computes that tree for any 8 accumulators), the same exp8
+// softmax and half-rounded probabilities, each output lane summed over keys in increasing order.
+// A row that sees fewer keys than another of the call gets probability 0 for the keys beyond its
+// own (0 * v adds nothing to a sum for finite v): its result does not depend on the other rows.
+// Scores: 2 rows x 4 keys of accumulators (6 loads per 8 FMAs); values: keys in blocks of KB
+// (their rows stay in L1 / L2 while every row group and dim chunk reads them), 4 rows x 16 dims
+// of accumulators per pass.
+constexpr int KB = 32;
+
+template <int HB, int DC>
+inline void mla_pv(const float *sc, size_t ld, const uint16_t *C, size_t kd, int j0, int j1, int d0, float *out, int dv) {
+    __m256 acc[HB][DC];
+    for (int h = 0; h < HB; ++h)
+        for (int c = 0; c < DC; ++c) acc[h][c] = _mm256_loadu_ps(out + (size_t)h * dv + d0 + 8 * c);
+    for (int j = j0; j < j1; ++j) {
+        const uint16_t *v = C + (size_t)j * kd + d0;
+        __m256 vv[DC];
+        for (int c = 0; c < DC; ++c) vv[c] = load8(v + 8 * c);
+        for (int h = 0; h < HB; ++h) {
+            const __m256 p = _mm256_broadcast_ss(sc + (size_t)h * ld + j);
+            for (int c = 0; c < DC; ++c) acc[h][c] = _mm256_fmadd_ps(p, vv[c], acc[h][c]);
+        }
+    }
+    for (int h = 0; h < HB; ++h)
+        for (int c = 0; c < DC; ++c) _mm256_storeu_ps(out + (size_t)h * dv + d0 + 8 * c, acc[h][c]);
+}
+
+template <int HB>
+inline void mla_pv_rows(const float *sc, size_t ld, const uint16_t *C, size_t kd, int j0, int j1, float *out, int dv) {
+    int d0 = 0;
+    for (; d0 + 16 <= dv; d0 += 16) mla_pv<HB, 2>(sc, ld, C, kd, j0, j1, d0, out, dv);
+    for (; d0 < dv; d0 += 8) mla_pv<HB, 1>(sc, ld, C, kd, j0, j1, d0, out, dv);
+}
+
+// Scores of rows r0, r0+1 against keys k[0..3] (widened rows of dk floats): 8 accumulators,
+// reduced at once; lane order (r0 k0..k3, r1 k0..k3).
+inline __m256 scores_2x4(const float *q0, const float *q1, const float *k, int dk) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int d = 0; d < dk; d += 8) {
+        const __m256 x = _mm256_loadu_ps(q0 + d), y = _mm256_loadu_ps(q1 + d);
+        const __m256 k0 = _mm256_loadu_ps(k + d), k1 = _mm256_loadu_ps(k + dk + d);
+        const __m256 k2 = _mm256_loadu_ps(k + 2 * dk + d), k3 = _mm256_loadu_ps(k + 3 * dk + d);
+        a0 = _mm256_fmadd_ps(x, k0, a0); a1 = _mm256_fmadd_ps(x, k1, a1);
+        a2 = _mm256_fmadd_ps(x, k2, a2); a3 = _mm256_fmadd_ps(x, k3, a3);
+        b0 = _mm256_fmadd_ps(y, k0, b0); b1 = _mm256_fmadd_ps(y, k1, b1);
+        b2 = _mm256_fmadd_ps(y, k2, b2); b3 = _mm256_fmadd_ps(y, k3, b3);
+    }
+    return reduce8(a0, a1, a2, a3, b0, b1, b2, b3);
+}
+
+// One row against keys k[0..7]: lane i = key i.
+inline __m256 scores_1x8(const float *qh, const float *k, int dk) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int d = 0; d < dk; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(qh + d);
+        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + d), a0);
+        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + dk + d), a1);
+        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 2 * dk + d), a2);
+        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 3 * dk + d), a3);
+        a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 4 * dk + d), a4);
+        a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 5 * dk + d), a5);
+        a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 6 * dk + d), a6);
+        a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 7 * dk + d), a7);
+    }
+    return reduce8(a0, a1, a2, a3, a4, a5, a6, a7);
+}
+
+void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd,
+                  float scale, float *sc, float *out) {
+    thread_local std::vector<float> qr, kf;
+    thread_local std::vector<int32_t> live;
+    int maxlen = 0;
+    for (int r = 0; r < nq; ++r) maxlen = lens[r] > maxlen ? lens[r] : maxlen;
+    const size_t ld = (size_t)maxlen;  // sc row stride
+    qr.resize((size_t)nq * dk);
+    kf.resize((size_t)8 * dk);
+    for (size_t i = 0; i < (size_t)nq * dk; i += 8) _mm256_storeu_ps(qr.data() + i, round_half8(_mm256_loadu_ps(q + i)));
+    const __m256 vscale = _mm256_set1_ps(scale);
+    float *k8 = kf.data();
+    // scores, 8 keys at a time (widened once for all rows that see any of them), then the last
+    // keys one at a time; a row's lanes past its own length are computed and never used
+    int j = 0;
+    for (; j + 8 <= maxlen; j += 8) {
+        for (int r = 0; r < 8; ++r)
+            for (int d = 0; d < dk; d += 8) _mm256_storeu_ps(k8 + (size_t)r * dk + d, load8(C + (size_t)(j + r) * kd + d));
+        live.clear();
+        for (int r = 0; r < nq; ++r) if (lens[r] > j) live.push_back(r);
+        size_t i = 0;
+        for (; i + 2 <= live.size(); i += 2) {
+            const int r0 = live[i], r1 = live[i + 1];
+            const float *q0 = qr.data() + (size_t)r0 * dk, *q1 = qr.data() + (size_t)r1 * dk;
+            alignas(32) float lo[8], hi[8];
+            _mm256_store_ps(lo, _mm256_mul_ps(scores_2x4(q0, q1, k8, dk), vscale));
+            _mm256_store_ps(hi, _mm256_mul_ps(scores_2x4(q0, q1, k8 + 4 * (size_t)dk, dk), vscale));
+            float *s0 = sc + (size_t)r0 * ld + j, *s1 = sc + (size_t)r1 * ld + j;
+            for (int k = 0; k < 4; ++k) { s0[k] = lo[k]; s1[k] = lo[4 + k]; s0[4 + k] = hi[k]; s1[4 + k] = hi[4 + k]; }
+        }
+        for (; i < live.size(); ++i) {
+            const int r = live[i];
+            _mm256_storeu_ps(sc + (size_t)r * ld + j, _mm256_mul_ps(scores_1x8(qr.data() + (size_t)r * dk, k8, dk), vscale));
+        }
+    }
+    for (; j < maxlen; ++j) {
+        for (int d = 0; d < dk; d += 8) _mm256_storeu_ps(k8 + d, load8(C + (size_t)j * kd + d));
+        for (int r = 0; r < nq; ++r) {
+            if (lens[r] <= j) continue;
+            const float *qh = qr.data() + (size_t)r * dk;
+            __m256 a = _mm256_setzero_ps();
+            for (int d = 0; d < dk; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(k8 + d), a);
+            sc[(size_t)r * ld + j] = reduce1(a) * scale;
+        }
+    }
+    // softmax per row over its own keys, as attend_f16_avx2's (no sink); 0 past them
+    for (int r = 0; r < nq; ++r) {
+        const int len = lens[r], full = len & ~7;
+        float *s = sc + (size_t)r * ld;
+        __m256 vmax = _mm256_set1_ps(-INFINITY);
+        for (j = 0; j < full; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, vmax);
+        float mx = -INFINITY;
+        for (int l = 0; l < 8; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
+        for (j = full; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
+        const __m256 vmx = _mm256_set1_ps(mx);
+        __m256 vsum = _mm256_setzero_ps();
+        for (j = 0; j < full; j += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmx));
+            _mm256_storeu_ps(s + j, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        float sum = reduce1(vsum);
+        if (full < len) {
+            alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (j = full; j < len; ++j) tail[j - full] = s[j] - mx;
+            _mm256_store_ps(tail, exp8(_mm256_load_ps(tail)));
+            for (j = full; j < len; ++j) { s[j] = tail[j - full]; sum += s[j]; }
+        }
+        const __m256 vinv = _mm256_set1_ps(1.0f / sum);
+        for (j = 0; j < full; j += 8) _mm256_storeu_ps(s + j, round_half8(_mm256_mul_ps(_mm256_loadu_ps(s + j), vinv)));
+        const float inv = 1.0f / sum;
+        for (j = full; j < len; ++j) s[j] = _cvtsh_ss(_cvtss_sh(s[j] * inv, _MM_FROUND_TO_NEAREST_INT));
+        for (j = len; j < maxlen; ++j) s[j] = 0.0f;
+    }
+    // values: out[r] = sum_j p_rj C_j[0..dv), keys in blocks of KB, rows by 4 (each group up to
+    // its longest row)
+    for (size_t i = 0; i < (size_t)nq * dv; ++i) out[i] = 0.0f;
+    for (int j0 = 0; j0 < maxlen; j0 += KB) {
+        const int j1 = std::min(maxlen, j0 + KB);
+        int r = 0;
+        for (; r + 4 <= nq; r += 4) {
+            const int m = std::max(std::max(lens[r], lens[r + 1]), std::max(lens[r + 2], lens[r + 3]));
+            if (m > j0) mla_pv_rows<4>(sc + (size_t)r * ld, ld, C, kd, j0, std::min(j1, m), out + (size_t)r * dv, dv);
+        }
+        for (; r < nq; ++r)
+            if (lens[r] > j0) mla_pv_rows<1>(sc + (size_t)r * ld, ld, C, kd, j0, std::min(j1, lens[r]), out + (size_t)r * dv, dv);
+    }
+}
+
 }  // namespace
 
-void register_attn(KernelTable &t) { t.attn = AttnKernel{attend_f16_avx2, "attn_f16_avx2", ISA_AVX2}; }
+void register_attn(KernelTable &t) {
+    t.attn = AttnKernel{attend_f16_avx2, "attn_f16_avx2", ISA_AVX2};
+    t.mla = MlaKernel{mla_f16_avx2, "mla_f16_avx2", ISA_AVX2};
+}
 
 }  // namespace avx2
 }  // namespace lowbit
