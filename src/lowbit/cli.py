@@ -39,6 +39,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"threads   {c['threads']}")
     print(f"compiler  {c['compiler']}")
     print(f"attention {c['attention']} (the engine's, over a half KV cache)")
+    print(f"attention {c['attention_q']} (over a q8_0 / q4_0 KV cache: --kv)")
     print(f"glu       {c['glu']} (the FFN's gate/up epilogue: silu(gate) * up, relu(gate)^2 * up)")
     print(f"delta     {c['delta']} (the delta-net state update of the hybrid Qwen models)")
     print(f"prefetch  weights {c['prefetch']} bytes ahead of the decode (0: off; CMake LOWBIT_PREFETCH_AHEAD)")
