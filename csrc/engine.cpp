@@ -76,6 +76,11 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
             throw std::invalid_argument("engine: a quantized V cache needs a quantized K cache (kv_k q8_0 or q4_0)");
         auto row = [&](int t) { return t == T_F16 ? (size_t)c.n_kv * c.head_dim * 2 : row_bytes(format_by_id(t), (int64_t)c.n_kv * c.head_dim); };
         krow_ = row(c.kv_k);
+        if (c.head_dim % 64 == 0) {
+            rot_k_ = 64;
+            while (c.head_dim % (2 * rot_k_) == 0) rot_k_ *= 2;
+            rot_v_ = c.kv_v != T_F16 ? 64 : 0;
+        }
         vrow_ = row(c.kv_v);
         const size_t rows = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx;
         kq_.assign(rows * krow_, 0);
@@ -470,6 +475,25 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
     });
 }
 
+// x[rows][n] times the orthonormal Walsh-Hadamard matrix of order n (a power of 2), row by row,
+// as ggml-cpu's fwht computes llama.cpp's mul_mat with GGML_HINT_SRC0_IS_HADAMARD: each value
+// times 1 / sqrtf(n) first, then the butterflies (u + v, u - v) of spans 1, 2, 4 .. n / 2 in
+// order; exact sums and differences in float, the same bits as ggml's whatever its SIMD width.
+static void fwht_rows(float *x, size_t rows, int n) {
+    const float scale = 1.0f / std::sqrt((float)n);
+    for (size_t r = 0; r < rows; ++r) {
+        float *y = x + r * n;
+        for (int j = 0; j < n; ++j) y[j] = y[j] * scale;
+        for (int len = 1; len < n; len <<= 1)
+            for (int i = 0; i < n; i += 2 * len)
+                for (int j = 0; j < len; ++j) {
+                    const float u = y[i + j], v = y[i + len + j];
+                    y[i + j] = u + v;
+                    y[i + len + j] = u - v;
+                }
+    }
+}
+
 static void head_norm(float *v, const float *w, int T, int heads, int hd, float eps) {
     for (int t = 0; t < T; ++t)
         for (int h = 0; h < heads; ++h) {
@@ -623,6 +647,11 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
         rope(k_.data(), T, c_.n_kv, rot);
         if (c_.attn_scale > 0.0f)  // gemma3: ggml_scale(Qcur, f_attention_scale) after rope
             for (size_t i = 0; i < (size_t)T * qd; ++i) q_[i] *= c_.attn_scale;
+        if (rot_k_) {  // a quantized cache: llama.cpp's rotations (rot_k_ / rot_v_ in engine.h)
+            fwht_rows(q_.data(), (size_t)T * qd / rot_k_, rot_k_);
+            fwht_rows(k_.data(), (size_t)T * kd / rot_k_, rot_k_);
+        }
+        if (rot_v_) fwht_rows(v_.data(), (size_t)T * kd / rot_v_, rot_v_);
         for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
             const size_t at = kv_offset(slots[t], l, pos[t]), src = (size_t)t * kd;
             if (kv_quant()) {  // as llama.cpp's set_rows writes its cache: from_float of the whole row
@@ -639,6 +668,7 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
         const auto ta = now();
         attention(l, q_.data(), T, slots, pos, att_.data());
         if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
+        if (rot_v_) fwht_rows(att_.data(), (size_t)T * qd / rot_v_, rot_v_);  // undo v's rotation
         if (c_.attn_gate)  // ggml_sigmoid: 1 / (1 + exp(-x))
             for (size_t i = 0; i < (size_t)T * qd; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-agate_[i]));
         if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo

@@ -276,6 +276,12 @@ private:
     // n_kv heads' blocks (krow_ / vrow_ bytes; V in half if only K is quantized); k16_ ... empty.
     std::vector<uint8_t> kq_, vq_;
     size_t krow_ = 0, vrow_ = 0;
+    // llama.cpp's attention rotation of a quantized cache (llama-kv-cache.cpp attn_rot_k / _v):
+    // q and k times an orthonormal Walsh-Hadamard matrix of rot_k_ (the largest power of 2
+    // dividing head_dim) before k is stored, v times the 64-point one before it is stored and
+    // the attention output times it again after (H H = I). Exact arithmetic is unchanged; the
+    // quantization error is spread over the block. 0: off (an f16 side, or head_dim % 64 != 0).
+    int rot_k_ = 0, rot_v_ = 0;
     bool kv_quant() const { return c_.kv_f16 && (c_.kv_k != T_F16 || c_.kv_v != T_F16); }
     size_t kv_row_index(int slot, int layer, int pos) const {  // (slot, layer, pos)'s row in kq_ / vq_
         return ((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * c_.n_ctx + pos;

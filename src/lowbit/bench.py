@@ -254,7 +254,7 @@ E2E_PROMPT = ("The history of computing is a story of machines that learned to d
 
 
 def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_tokens: int, reps: int,
-              out=sys.stdout, llama_model: str | None = None) -> dict:
+              out=sys.stdout, llama_model: str | None = None, kv: dict | None = None) -> dict:
     """lowbit and llama.cpp (llama-cpp-python) on the same GGUF, prompt and thread count.
 
     llama_model: llama.cpp runs this file instead (the same model in a format llama.cpp reads,
@@ -269,13 +269,18 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     from . import peer
     from .model import default_model_path, load
     path = model_path or default_model_path()
-    m = load(path, n_ctx=prompt_tokens + gen_tokens + 8, threads=threads)
+    m = load(path, n_ctx=prompt_tokens + gen_tokens + 8, threads=threads, **(kv or {}))
     toks = m.tokenize(E2E_PROMPT * (prompt_tokens // 8 + 1))[:prompt_tokens]
+    # llama.cpp with the same KV cache formats; a quantized cache runs its flash attention (a
+    # quantized V needs it; lowbit's quantized attention computes as it does)
+    from .model import KV_TYPES
+    quant_kv = (m.kv_k, m.kv_v) != ("f16", "f16")
+    peer_kv = dict(type_k=KV_TYPES[m.kv_k], type_v=KV_TYPES[m.kv_v], flash_attn=True) if quant_kv else {}
     # llama.cpp runs in a child process (peer.Worker): if it crashes, lowbit's side still reports
     crashed = llm = None
     try:
         llm = peer.Worker(llama_model or path, n_ctx=prompt_tokens + gen_tokens + 8, n_batch=512, n_ubatch=512,
-                          n_threads=threads, n_threads_batch=threads)
+                          n_threads=threads, n_threads_batch=threads, **peer_kv)
     except peer.PeerCrashed as e:
         crashed = str(e)
 
@@ -331,6 +336,8 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
                peer_crashed=crashed,
                lowbit_prefill_tps=len(toks) / o[0], lowbit_decode_tps=gen_tokens / o[1],
                llama_prefill_tps=len(toks) / t[0] if t else None, llama_decode_tps=gen_tokens / t[1] if t else None)
+    res["kv"] = f"{m.kv_k}/{m.kv_v}"  # K / V cache formats, both sides (llama.cpp: flash attention if quantized)
+    res["kv_bytes_per_token"] = m.engine.kv_bytes(1)
     res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"] if t else None
     res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"] if t else None
     res["window_cost"] = windows  # lowbit: time of a w-token verify window / a 1-token step
@@ -350,6 +357,8 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     vs = f" (llama.cpp: {res['llama_model']})" if llama_model else ""
     print(f"# {res['model']}{vs}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
           f"median of {reps}", file=out)
+    fa = ", llama.cpp with flash attention" if quant_kv else ""
+    print(f"# KV cache K/V {res['kv']} ({res['kv_bytes_per_token']} bytes per token{fa})", file=out)
     print(f"# {res['peer']}", file=out)
     if crashed:
         print(f"# {crashed}: llama.cpp's columns are empty", file=out)
@@ -500,9 +509,12 @@ def add_parser(sub) -> None:
     e.add_argument("--llama-model", default=None,
                    help="llama.cpp runs this GGUF instead of -m (the same model in a format it reads, e.g. "
                         "TQ2_0 for an I2_S file)")
+    from .cli import kv_args, kv_kwargs
+    kv_args(e)
     plot.option(e)
     e.set_defaults(func=lambda a: plot.after(a, "e2e", bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens,
-                                                                 a.reps, llama_model=a.llama_model)))
+                                                                 a.reps, llama_model=a.llama_model,
+                                                                 kv=kv_kwargs(a))))
     from .bench_spec import add_bench_parser
     add_bench_parser(bs)
     from .server.bench import add_parser as add_serve

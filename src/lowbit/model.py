@@ -464,11 +464,32 @@ def _glm4moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int, expert_ffn: 
                 exp_probs_b=lead < n_layer and f"blk.{lead}.exp_probs_b.bias" in f.tensors)
 
 
+# KV cache formats (`kv=`, `--kv`): name -> GGUF / ggml type id. f16 is llama.cpp's default;
+# q8_0 / q4_0 store ggml's blocks of 32 along head_dim, as llama.cpp's type_k / type_v do.
+KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}
+
+
+def kv_types(kv: str | None = None, kv_k: str | None = None, kv_v: str | None = None) -> tuple[str, str]:
+    """(K type, V type) from kv (both; default f16) and kv_k / kv_v (each overrides kv for its
+    side); ValueError naming the choices for anything else, or a quantized V over an f16 K."""
+    for what, v in (("kv", kv), ("kv_k", kv_k), ("kv_v", kv_v)):
+        if v is not None and v not in KV_TYPES:
+            raise ValueError(f"{what} must be one of {', '.join(KV_TYPES)}, got {v!r}")
+    k = kv_k or kv or "f16"
+    v = kv_v or kv or "f16"
+    if k == "f16" and v != "f16":
+        raise ValueError(f"a {v} V cache needs a quantized K cache (kv_k q8_0 or q4_0), as lowbit's "
+                         f"quantized attention reads both")
+    return k, v
+
+
 class Model:
     """A loaded model: config, tokenizer, the native engine and its KV cache."""
 
     def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
-                 n_slots: int = 1, lookahead: bool = False):
+                 n_slots: int = 1, lookahead: bool = False, kv: str | None = None, kv_k: str | None = None,
+                 kv_v: str | None = None):
+        self.kv_k, self.kv_v = kv_types(kv, kv_k, kv_v)  # (before the file is read: a bad value fails fast)
         self.path = os.fspath(path) if path is not None else default_model_path()
         self.file = gguf.open(self.path)
         self.config = c = ModelConfig.from_gguf(self.file)
@@ -484,6 +505,9 @@ class Model:
         if self.n_slots < 1:
             raise ValueError("n_slots must be >= 1")
         self._keep = []  # arrays the engine points into
+        if (self.kv_k, self.kv_v) != ("f16", "f16") and c.head_dim % 32:
+            raise ValueError(f"a {self.kv_k}/{self.kv_v} KV cache needs head_dim a multiple of 32 "
+                             f"(this model's is {c.head_dim}); use kv='f16'")
         self.engine = lib.Engine(c.n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, self.n_ctx,
                                  c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, self.n_slots,
                                  qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
@@ -500,7 +524,8 @@ class Model:
                                  recurrent=[int(r) for r in c.recurrent],
                                  ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
                                  ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
-                                 attn_gate=c.attn_gate, rope_sections=list(c.rope_sections))
+                                 attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
+                                 kv_k=KV_TYPES[self.kv_k], kv_v=KV_TYPES[self.kv_v])
         if threads:
             self.engine.set_threads(int(threads))
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
@@ -884,8 +909,11 @@ class Sequence:
 
 
 def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
-         n_slots: int = 1, lookahead: bool = False) -> Model:
+         n_slots: int = 1, lookahead: bool = False, kv: str | None = None, kv_k: str | None = None,
+         kv_v: str | None = None) -> Model:
     """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1); n_slots KV
     slots of n_ctx positions each; lookahead: MoE router lookahead (read the next layer's
-    predicted experts ahead)."""
-    return Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots, lookahead=lookahead)
+    predicted experts ahead); kv: the KV cache's format, "f16" (default), "q8_0" or "q4_0"
+    (kv_k / kv_v: K's or V's alone)."""
+    return Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots, lookahead=lookahead, kv=kv, kv_k=kv_k,
+                 kv_v=kv_v)

@@ -68,7 +68,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
     if problem:
         return usage(problem)
     model_id = a.alias or os.path.splitext(os.path.basename(path))[0]
-    app = create_app(lambda: load(path, n_ctx=a.ctx, threads=a.threads, n_slots=a.parallel), model_id=model_id,
+    from ..cli import kv_kwargs
+    kv = kv_kwargs(a)
+    app = create_app(lambda: load(path, n_ctx=a.ctx, threads=a.threads, n_slots=a.parallel, **kv), model_id=model_id,
                      parallel=a.parallel, api_key=a.api_key, step_tokens=a.step_tokens, max_queue=a.queue,
                      cache_mb=a.cache_mb, cors=cors, access_log=None if a.no_access_log else _stderr)
     st = app.state.lowbit
@@ -152,5 +154,7 @@ def add_parser(sub) -> None:
     p.add_argument("--shutdown-grace", type=float, default=10.0, metavar="S",
                    help="on SIGTERM: seconds running requests get to finish before they are ended (default 10)")
     p.add_argument("--no-access-log", action="store_true", help="no per-request line on stderr")
+    from ..cli import kv_args
+    kv_args(p)
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=cmd_serve)
