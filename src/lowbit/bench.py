@@ -379,6 +379,82 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     return res
 
 
+def bench_kv(model_path: str | None, threads: int, context: int, gen_tokens: int, reps: int,
+             kinds: list[str], out=sys.stdout) -> dict:
+    """Decode speed at a long context per KV cache format, in one run: for each format a model
+    with `context` tokens prefilled once, then `gen_tokens` greedy steps from there (rewound after
+    each repetition), the formats interleaved per repetition so load bursts hit them alike; llama.cpp
+    (peer.Worker; flash attention for a quantized cache) on the same tokens, its decode time from
+    its own perf counters. Medians of `reps`; ratios against the first format (f16)."""
+    import time
+
+    from . import peer
+    from .generate import PREFILL_CHUNK
+    from .model import KV_TYPES, default_model_path, load
+    path = model_path or default_model_path()
+    n_ctx = context + gen_tokens + 8
+    models = {kv: load(path, n_ctx=n_ctx, threads=threads, kv=kv) for kv in kinds}
+    first = next(iter(models.values()))
+    toks = first.tokenize(E2E_PROMPT * (context // 8 + 1))[:context]
+    for m in models.values():
+        m.reset()
+        for i in range(0, len(toks), PREFILL_CHUNK):
+            logits = m.forward(toks[i:i + PREFILL_CHUNK])
+    start = int(np.argmax(logits[-1]))
+
+    def ours(m):
+        m.rewind(len(toks))
+        tok = start
+        t0 = time.perf_counter()
+        for _ in range(gen_tokens):
+            tok = int(np.argmax(m.forward([tok])[-1]))
+        return time.perf_counter() - t0
+
+    workers, crashed = {}, {}
+    for kv in kinds:
+        q = kv != "f16"
+        try:
+            workers[kv] = peer.Worker(path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
+                                      n_threads_batch=threads, **(dict(type_k=KV_TYPES[kv], type_v=KV_TYPES[kv],
+                                                                       flash_attn=True) if q else {}))
+        except (peer.PeerCrashed, RuntimeError) as e:
+            crashed[kv] = str(e)
+    lt = {kv: [] for kv in kinds}
+    pt = {kv: [] for kv in kinds}
+    for _ in range(reps):
+        for kv in kinds:
+            lt[kv].append(ours(models[kv]))
+            if kv in workers:
+                try:
+                    pt[kv].append(workers[kv].timed_greedy(toks, gen_tokens)[1])
+                except (peer.PeerCrashed, RuntimeError) as e:
+                    crashed[kv] = str(e)
+                    workers.pop(kv).close()
+    for w in workers.values():
+        w.close()
+    med = lambda v: sorted(v)[len(v) // 2] if v else None  # noqa: E731
+    res = dict(model=os.path.basename(path), threads=threads, context=len(toks), gen_tokens=gen_tokens, rows=[])
+    base_l = gen_tokens / med(lt[kinds[0]])
+    base_p = gen_tokens / med(pt[kinds[0]]) if pt[kinds[0]] else None
+    print(f"# {res['model']}, {threads} threads, decode {gen_tokens} tokens after {len(toks)} of context, "
+          f"median of {reps}; llama.cpp: flash attention for q8_0 / q4_0", file=out)
+    print(f"{'kv':6} {'KV MiB':>7} {'lowbit tok/s':>12} {'vs ' + kinds[0]:>7} {'llama.cpp tok/s':>15} "
+          f"{'vs ' + kinds[0]:>7} {'lowbit/llama':>12}", file=out)
+    for kv in kinds:
+        ltps = gen_tokens / med(lt[kv])
+        ptps = gen_tokens / med(pt[kv]) if pt[kv] else None
+        mib = models[kv].engine.kv_bytes(n_ctx) / 2**20
+        row = dict(kv=kv, kv_mib=mib, lowbit_tps=ltps, lowbit_vs_first=ltps / base_l, llama_tps=ptps,
+                   llama_vs_first=ptps / base_p if ptps and base_p else None,
+                   ratio=ltps / ptps if ptps else None, peer_crashed=crashed.get(kv))
+        res["rows"].append(row)
+        print(f"{kv:6} {mib:7.1f} {ltps:12.1f} {row['lowbit_vs_first']:7.2f} {_cell(ptps, 15, 1)} "
+              f"{_cell(row['llama_vs_first'], 7, 2)} {_cell(row['ratio'], 12, 2)}", file=out)
+        if kv in crashed:
+            print(f"# {kv}: {crashed[kv]}", file=out)
+    return res
+
+
 def _cold_child(path: str, threads: int, gen_tokens: int, lookahead: bool) -> dict:
     """One cold run (in a fresh process, after the parent evicted the file): load, a 4-token
     prompt, gen_tokens greedy decode steps. Times are wall seconds."""
@@ -515,6 +591,15 @@ def add_parser(sub) -> None:
     e.set_defaults(func=lambda a: plot.after(a, "e2e", bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens,
                                                                  a.reps, llama_model=a.llama_model,
                                                                  kv=kv_kwargs(a))))
+    kvp = bs.add_parser("kv", help="decode tok/s at a long context per KV cache format (f16, q8_0, q4_0) "
+                                   "and llama.cpp's, in one run")
+    kvp.add_argument("-m", "--model", default=None, help="GGUF file (default: the default model)")
+    kvp.add_argument("-t", "--threads", type=int, default=2)
+    kvp.add_argument("--context", type=int, default=4096, help="tokens prefilled before decoding (default 4096)")
+    kvp.add_argument("--gen-tokens", type=int, default=32)
+    kvp.add_argument("--reps", type=int, default=3)
+    kvp.add_argument("--kinds", default="f16,q8_0,q4_0", help="KV formats, the first the baseline")
+    kvp.set_defaults(func=_run_kv)
     from .bench_spec import add_bench_parser
     add_bench_parser(bs)
     from .server.bench import add_parser as add_serve
@@ -525,6 +610,18 @@ def add_parser(sub) -> None:
     c.add_argument("--gen-tokens", type=int, default=32)
     c.add_argument("--reps", type=int, default=3)
     c.set_defaults(func=lambda a: bench_cold(a.model, a.threads, a.gen_tokens, a.reps) and 0)
+
+
+def _run_kv(a) -> int:
+    from .model import KV_TYPES
+    kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KV_TYPES]
+    if not kinds or bad:
+        raise ValueError(f"--kinds must list KV formats of {', '.join(KV_TYPES)}, got {a.kinds!r}")
+    if a.context < 8:
+        raise ValueError("--context must be >= 8")
+    bench_kv(a.model, a.threads, a.context, a.gen_tokens, a.reps, kinds)
+    return 0
 
 
 def _run_act(a) -> int:

@@ -362,7 +362,7 @@ INT_RULES = {
     "reps": _at_least(1), "rounds": _at_least(1), "clients": _at_least(1), "tokens": _at_least(1),
     "gen_tokens": _at_least(1), "prompt_tokens": _at_least(1), "rows": _at_least(1), "rss_requests": _at_least(1),
     "layers": _at_least(1), "dim": _at_least(1), "ffn": _at_least(1), "heads": _at_least(1),
-    "kv_heads": _at_least(1), "experts": _at_least(1), "shared_ffn": _at_least(1),
+    "kv_heads": _at_least(1), "experts": _at_least(1), "shared_ffn": _at_least(1), "context": _at_least(8),
 }
 INT_RULES_BY_CMD = {
     "run": {"n": _at_least(-1), "seed": _at_least(-1)},
