@@ -289,3 +289,46 @@ def test_synthetic_moe_with_sinks_and_windows_matches_llama_cpp(oss_path, kv):
           f"({100 * (ppl - theirs) / theirs:+.2f}%)")
     assert agree >= lo1 * counted
     assert count == n and abs(ppl - theirs) <= ppl_bound * theirs
+
+
+# ---- every architecture's attention over a q8_0 cache, against llama.cpp's ------------------------
+
+def _arch_files(d):
+    from gemma_glm_models import GEMMA, GLM
+    from test_qwen35 import SMALL
+    from lowbit import synth
+    return {
+        "llama": lambda: synth.synth_dense(d / "llama.gguf", arch="llama", seed=3),
+        "qwen3moe": lambda: synth.synth_moe(d / "qwen3moe.gguf", arch="qwen3moe", seed=3),
+        "gemma3": lambda: synth.synth_dense(d / "gemma3.gguf", **GEMMA),          # windows, head_dim 128
+        "glm4moe": lambda: synth.synth_moe(d / "glm4moe.gguf", **GLM),
+        "qwen35moe": lambda: synth.synth_hybrid(d / "qwen35moe.gguf", arch="qwen35moe", **SMALL),  # hybrid
+        "bitnet": lambda: synth.synth_bitnet(d / "bitnet.gguf", arch="bitnet", wtype="TQ2_0", seed=3, layers=3,
+                                             dim=256, ffn=512, heads=4, kv_heads=2, ctx=256),
+    }
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3moe", "gemma3", "glm4moe", "qwen35moe", "bitnet"])
+def test_every_architecture_matches_llama_cpp_with_q8_0(arch, tmp_path):
+    """Each family's attention block (GQA, sliding windows and a 128-wide head (gemma3), partial rope
+    (glm4moe), gated attention beside delta-net layers (qwen35moe), sub-norms (bitnet)) with a q8_0
+    cache against llama.cpp's: teacher-forced over its greedy continuation, top-1 >= 95% where its
+    margin is >= 0.1 (routing near-ties left out; 40-odd positions, so 95% allows two flips)."""
+    from test_gpt_oss import PROMPT
+    path = str(_arch_files(tmp_path)[arch]())
+    llm = peer_llm(path, "q8_0", n_ctx=128, n_threads=1)
+    ids, ref = llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), 32)
+    m = lowbit.load(path, n_ctx=128, threads=2, kv="q8_0")
+    m.reset()
+    ours = m.forward(ids, all_logits=True)
+    tie = np.zeros(len(ids), bool)
+    if m.config.n_expert:
+        for layer in range(m.config.n_layer):
+            margins = m.engine.last_route_margins(layer)
+            if len(margins):
+                tie |= np.array(margins) < 1e-3
+    top2 = np.sort(ref, 1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0] >= 0.1) & ~tie
+    agree = int((ours.argmax(1) == ref.argmax(1))[clear].sum())
+    print(f"\n{arch} q8_0: top-1 {agree}/{int(clear.sum())}")
+    assert clear.sum() >= 15 and agree >= 0.95 * clear.sum()
