@@ -380,7 +380,7 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
 
 
 def bench_kv(model_path: str | None, threads: int, context: int, gen_tokens: int, reps: int,
-             kinds: list[str], out=sys.stdout) -> dict:
+             kinds: list[str], out=sys.stdout, with_peer: bool = True) -> dict:
     """Decode speed at a long context per KV cache format, in one run: for each format a model
     with `context` tokens prefilled once, then `gen_tokens` greedy steps from there (rewound after
     each repetition), the formats interleaved per repetition so load bursts hit them alike; llama.cpp
@@ -411,7 +411,7 @@ def bench_kv(model_path: str | None, threads: int, context: int, gen_tokens: int
         return time.perf_counter() - t0
 
     workers, crashed = {}, {}
-    for kv in kinds:
+    for kv in kinds if with_peer else []:
         q = kv != "f16"
         try:
             workers[kv] = peer.Worker(path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
@@ -437,7 +437,7 @@ def bench_kv(model_path: str | None, threads: int, context: int, gen_tokens: int
     base_l = gen_tokens / med(lt[kinds[0]])
     base_p = gen_tokens / med(pt[kinds[0]]) if pt[kinds[0]] else None
     print(f"# {res['model']}, {threads} threads, decode {gen_tokens} tokens after {len(toks)} of context, "
-          f"median of {reps}; llama.cpp: flash attention for q8_0 / q4_0", file=out)
+          f"median of {reps}" + ("; llama.cpp: flash attention for q8_0 / q4_0" if with_peer else ""), file=out)
     print(f"{'kv':6} {'KV MiB':>7} {'lowbit tok/s':>12} {'vs ' + kinds[0]:>7} {'llama.cpp tok/s':>15} "
           f"{'vs ' + kinds[0]:>7} {'lowbit/llama':>12}", file=out)
     for kv in kinds:
@@ -599,6 +599,8 @@ def add_parser(sub) -> None:
     kvp.add_argument("--gen-tokens", type=int, default=32)
     kvp.add_argument("--reps", type=int, default=3)
     kvp.add_argument("--kinds", default="f16,q8_0,q4_0", help="KV formats, the first the baseline")
+    kvp.add_argument("--no-peer", action="store_true",
+                     help="lowbit's formats only (llama.cpp's prefill of a long context is slow on a busy machine)")
     kvp.set_defaults(func=_run_kv)
     from .bench_spec import add_bench_parser
     add_bench_parser(bs)
@@ -620,7 +622,7 @@ def _run_kv(a) -> int:
         raise ValueError(f"--kinds must list KV formats of {', '.join(KV_TYPES)}, got {a.kinds!r}")
     if a.context < 8:
         raise ValueError("--context must be >= 8")
-    bench_kv(a.model, a.threads, a.context, a.gen_tokens, a.reps, kinds)
+    bench_kv(a.model, a.threads, a.context, a.gen_tokens, a.reps, kinds, with_peer=not a.no_peer)
     return 0
 
 
