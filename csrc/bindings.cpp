@@ -144,6 +144,7 @@ NB_MODULE(_lowbit, m) {
         d["disabled"] = disabled_kernels();
         d["attention"] = std::string(attn_kernel().name);
         d["attention_mla"] = std::string(mla_kernel().name);
+        d["attention_q"] = std::string(attn_q_kernel().name);
         d["glu"] = std::string(glu_kernel().name);
         d["delta"] = std::string(delta_kernel().name);
         d["prefetch"] = (long long)kPrefetchAhead;
@@ -166,6 +167,46 @@ NB_MODULE(_lowbit, m) {
         return nb::make_tuple(std::string(k.name), std::string(isa_name(k.isa)));
     }, nb::arg("id"), nb::arg("nt"), nb::arg("isa") = -1,
        "(kernel name, level) that runs for format id and window nt, or None.");
+    m.def("kv_store_row", [](int type, nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> x) {
+        // One KV cache row as the engine writes it (T_F16, T_Q8_0 or T_Q4_0): uint8[row bytes].
+        const int64_t n = (int64_t)x.shape(0);
+        if (type != T_F16 && type != T_Q8_0 && type != T_Q4_0) throw std::invalid_argument("kv_store_row: type must be F16, Q8_0 or Q4_0");
+        if (n < 1 || (type != T_F16 && n % QK)) throw std::invalid_argument("kv_store_row: n must be a positive multiple of 32");
+        const size_t rb = type == T_F16 ? (size_t)n * 2 : row_bytes(format_by_id(type), n);
+        uint8_t *p;
+        auto out = new_array<uint8_t>(1, rb, &p);
+        kv_store_row(type, x.data(), n, p);
+        return out;
+    }, nb::arg("type"), nb::arg("x"));
+    m.def("attend_q", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q, int k_type,
+                         nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> K, int v_type,
+                         nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> V, float scale,
+                         int isa, float sink) {
+        // One query row against cache rows K/V[len, row bytes] (head 0 of each row), q quantized
+        // to Q8_0 first (the level's quantizer: byte-identical at every level).
+        const AttnQKernel &k = isa < 0 ? attn_q_kernel() : attn_q_kernel_at(isa);
+        if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+        const int hd = (int)q.shape(0);
+        const size_t len = K.shape(0);
+        if (hd < 32 || hd % 32 || hd > 512) throw std::invalid_argument("attend_q: head_dim must be a multiple of 32 in 32..512");
+        if ((k_type != T_Q8_0 && k_type != T_Q4_0) || (v_type != T_F16 && v_type != T_Q8_0 && v_type != T_Q4_0))
+            throw std::invalid_argument("attend_q: K must be Q8_0 or Q4_0, V F16, Q8_0 or Q4_0");
+        auto rb = [&](int t) { return t == T_F16 ? (size_t)hd * 2 : row_bytes(format_by_id(t), hd); };
+        if (len < 1 || V.shape(0) != len || K.shape(1) < rb(k_type) || V.shape(1) < rb(v_type))
+            throw std::invalid_argument("attend_q: K and V must be [len >= 1, >= one head's row bytes]");
+        std::vector<float> sc(len);
+        std::vector<uint8_t> qq(row_bytes(format_by_id(T_Q8_0), hd));
+        float *o;
+        auto out = new_array<float>(1, (size_t)hd, &o);
+        {
+            nb::gil_scoped_release nogil;
+            kernel_entry_at(T_Q8_0, isa < 0 ? cpu_info().selected : isa).quant_act(q.data(), qq.data(), hd);
+            k.fn(qq.data(), k_type, K.data(), K.shape(1), v_type, V.data(), V.shape(1), (int)len, hd, scale, sink,
+                 sc.data(), o);
+        }
+        return nb::make_tuple(out, std::string(k.name));
+    }, nb::arg("q"), nb::arg("k_type"), nb::arg("K"), nb::arg("v_type"), nb::arg("V"), nb::arg("scale"),
+       nb::arg("isa") = -1, nb::arg("sink") = -INFINITY);
     m.def("attend_f16", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> K,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> V, float scale,
@@ -493,7 +534,7 @@ NB_MODULE(_lowbit, m) {
                             std::vector<int> rope_sections, int layer_begin, int layer_end,
                             // DeepSeek MLA and group-limited routing
                             int mla_rank, int mla_v_dim, int q_lora_rank, float mla_kq_scale, int expert_groups,
-                            int expert_groups_used) {
+                            int expert_groups_used, int kv_k, int kv_v) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
@@ -510,6 +551,7 @@ NB_MODULE(_lowbit, m) {
             c.recurrent = std::move(recurrent); c.ssm_conv = ssm_conv; c.ssm_state = ssm_state;
             c.ssm_groups = ssm_groups; c.ssm_heads = ssm_heads; c.ssm_kv_interleave = ssm_kv_interleave;
             c.attn_gate = attn_gate;
+            c.kv_k = kv_k; c.kv_v = kv_v;
             if (rope_sections.size() > 4) throw std::invalid_argument("engine: at most 4 rope sections");
             for (size_t i = 0; i < rope_sections.size(); ++i) c.rope_sections[i] = rope_sections[i];
             c.layer_begin = layer_begin; c.layer_end = layer_end;  // a pipeline stage's layers (0, 0: all)
@@ -532,7 +574,8 @@ NB_MODULE(_lowbit, m) {
            nb::arg("attn_gate") = false, nb::arg("rope_sections") = std::vector<int>(),
            nb::arg("layer_begin") = 0, nb::arg("layer_end") = 0,
            nb::arg("mla_rank") = 0, nb::arg("mla_v_dim") = 0, nb::arg("q_lora_rank") = 0,
-           nb::arg("mla_kq_scale") = 0.0f, nb::arg("expert_groups") = 0, nb::arg("expert_groups_used") = 0)
+           nb::arg("mla_kq_scale") = 0.0f, nb::arg("expert_groups") = 0, nb::arg("expert_groups_used") = 0,
+           nb::arg("kv_k") = (int)T_F16, nb::arg("kv_v") = (int)T_F16)
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;

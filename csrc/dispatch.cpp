@@ -241,6 +241,7 @@ static void fill_table() {
         // LOWBIT_NO_ATTN_F16_<LEVEL>=1 / LOWBIT_NO_GLU_<LEVEL>=1: keep the level below's
         if (level.attn.fn && !turned_off(level.attn.name, level.attn.isa)) running.attn = level.attn;
         if (level.mla.fn && !turned_off(level.mla.name, level.mla.isa)) running.mla = level.mla;
+        if (level.attnq.fn && !turned_off(level.attnq.name, level.attnq.isa)) running.attnq = level.attnq;
         if (level.glu.fn && !turned_off(level.glu.name, level.glu.isa)) running.glu = level.glu;
         if (level.delta.fn && !turned_off(level.delta.name, level.delta.isa)) running.delta = level.delta;
         // a level the ladder skips (not built) runs what the level below it runs
@@ -302,6 +303,11 @@ const MlaKernel &mla_kernel_at(int isa) {
     static const MlaKernel none{};
     return level_available(isa) ? g_levels[isa].mla : none;
 }
+const AttnQKernel &attn_q_kernel() { ensure_table(); return g_levels[g_cpu.selected].attnq; }
+const AttnQKernel &attn_q_kernel_at(int isa) {
+    static const AttnQKernel none{};
+    return level_available(isa) ? g_levels[isa].attnq : none;
+}
 const GluKernel &glu_kernel() { ensure_table(); return g_levels[g_cpu.selected].glu; }
 const GluKernel &glu_kernel_at(int isa) {
     static const GluKernel none{};
@@ -319,6 +325,7 @@ bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT &
 void register_scalar(KernelTable &t) {
     t.attn = AttnKernel{ref::attend_f16, "attn_f16_scalar", ISA_SCALAR};
     t.mla = MlaKernel{ref::mla_f16, "mla_f16_scalar", ISA_SCALAR};
+    t.attnq = AttnQKernel{ref::attend_q, "attn_q_scalar", ISA_SCALAR};
     t.delta = DeltaKernel{ref::delta_rule, "delta_scalar", ISA_SCALAR};
     ref::register_float(t);
     ref::register_act(t);

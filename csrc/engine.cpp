@@ -9,6 +9,7 @@
 #include "dispatch.h"
 #include "fp16.h"
 #include "matmul.h"
+#include "quant/common.h"
 #include "ref/ref.h"
 #include "threadpool.h"
 
@@ -83,7 +84,29 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     kv_row_ = c.mla_rank > 0 ? (size_t)c.mla_rank + c.rope_dims : (size_t)c.n_kv * c.head_dim;
     const size_t kv = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx * kv_row_;
     const size_t vkv = c.mla_rank > 0 ? 0 : kv;  // MLA: the value is the latent part of the K row
-    if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(vkv, 0); }
+    auto kv_type_ok = [](int t) { return t == T_F16 || t == T_Q8_0 || t == T_Q4_0; };
+    if (!kv_type_ok(c.kv_k) || !kv_type_ok(c.kv_v))
+        throw std::invalid_argument("engine: the KV cache types must be f16, q8_0 or q4_0");
+    if (kv_quant()) {
+        if (c.mla_rank > 0)
+            throw std::invalid_argument("engine: MLA's latent cache is f16 only (no q8_0 / q4_0 KV for deepseek2 yet)");
+        if (c.head_dim % QK)
+            throw std::invalid_argument("engine: a q8_0 / q4_0 KV cache needs head_dim a multiple of 32 (this model's is " +
+                                        std::to_string(c.head_dim) + ")");
+        if (c.kv_k == T_F16)
+            throw std::invalid_argument("engine: a quantized V cache needs a quantized K cache (kv_k q8_0 or q4_0)");
+        auto row = [&](int t) { return t == T_F16 ? (size_t)c.n_kv * c.head_dim * 2 : row_bytes(format_by_id(t), (int64_t)c.n_kv * c.head_dim); };
+        krow_ = row(c.kv_k);
+        if (c.head_dim % 64 == 0) {
+            rot_k_ = 64;
+            while (c.head_dim % (2 * rot_k_) == 0) rot_k_ *= 2;
+            rot_v_ = c.kv_v != T_F16 ? 64 : 0;
+        }
+        vrow_ = row(c.kv_v);
+        const size_t rows = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx;
+        kq_.assign(rows * krow_, 0);
+        vq_.assign(rows * vrow_, 0);
+    } else if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(vkv, 0); }
     else { k32_.assign(kv, 0.0f); v32_.assign(vkv, 0.0f); }
     inv_freq_.resize(c.rope_dims / 2);
     for (int i = 0; i < c.rope_dims / 2; ++i)
@@ -460,26 +483,57 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
     const int64_t items = (int64_t)T * nh;
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
     const attn_f16_fn attn16 = attn_kernel().fn;
+    const attn_q_fn attnq = attn_q_kernel().fn;
+    const bool quant = kv_quant();
+    const quant_act_fn q8 = kernel_entry(T_Q8_0).quant_act;  // q as Q8_0 (ggml's from_float)
+    const size_t khead = krow_ / c_.n_kv, vhead = vrow_ / c_.n_kv;  // bytes of one head in a cache row
     const int64_t parts = threads > 1 ? std::min<int64_t>(items, (int64_t)threads * 4) : 1;  // see run_rows
     ThreadPool::instance().run((int)parts, [&](int i, int nth) {
         int64_t b, e;
         split_range(items, i, nth, &b, &e);
         std::vector<float> sc((size_t)maxlen);
+        block_q8_0 qq[512 / QK];
         for (int64_t it = b; it < e; ++it) {
             const int t = (int)(it / nh), h = (int)(it % nh), kvh = h / group;
             const float *qv = q + ((size_t)t * nh + h) * hd;
             float *o = out + ((size_t)t * nh + h) * hd;
             // keys first..pos[t]: llama.cpp's standard sliding window masks key p0 when pos - p0 >= window
             const int first = L.window > 0 && pos[t] + 1 > L.window ? pos[t] + 1 - L.window : 0;
-            const size_t off = kv_offset(slots[t], layer, first) + (size_t)kvh * hd;
             const float sink = L.attn_sinks ? L.attn_sinks[h] : -INFINITY;
             const int len = pos[t] + 1 - first;
+            if (quant) {
+                const size_t r = kv_row_index(slots[t], layer, first);
+                q8(qv, reinterpret_cast<uint8_t *>(qq), hd);
+                attnq(reinterpret_cast<const uint8_t *>(qq), c_.kv_k, kq_.data() + r * krow_ + kvh * khead, krow_,
+                      c_.kv_v, vq_.data() + r * vrow_ + kvh * vhead, vrow_, len, hd, scale, sink, sc.data(), o);
+                continue;
+            }
+            const size_t off = kv_offset(slots[t], layer, first) + (size_t)kvh * hd;
             if (c_.kv_f16)
                 attn16(qv, k16_.data() + off, v16_.data() + off, len, hd, kd, scale, sink, sc.data(), o);
             else
                 attend_f32(qv, k32_.data() + off, v32_.data() + off, len, hd, kd, scale, sink, sc.data(), o);
         }
     });
+}
+
+// x[rows][n] times the orthonormal Walsh-Hadamard matrix of order n (a power of 2), row by row,
+// as ggml-cpu's fwht computes llama.cpp's mul_mat with GGML_HINT_SRC0_IS_HADAMARD: each value
+// times 1 / sqrtf(n) first, then the butterflies (u + v, u - v) of spans 1, 2, 4 .. n / 2 in
+// order; exact sums and differences in float, the same bits as ggml's whatever its SIMD width.
+static void fwht_rows(float *x, size_t rows, int n) {
+    const float scale = 1.0f / std::sqrt((float)n);
+    for (size_t r = 0; r < rows; ++r) {
+        float *y = x + r * n;
+        for (int j = 0; j < n; ++j) y[j] = y[j] * scale;
+        for (int len = 1; len < n; len <<= 1)
+            for (int i = 0; i < n; i += 2 * len)
+                for (int j = 0; j < len; ++j) {
+                    const float u = y[i + j], v = y[i + len + j];
+                    y[i + j] = u + v;
+                    y[i + len + j] = u - v;
+                }
+    }
 }
 
 static void head_norm(float *v, const float *w, int T, int heads, int hd, float eps) {
@@ -655,9 +709,18 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         rope(k_.data(), T, c_.n_kv, rot);
         if (c_.attn_scale > 0.0f)  // gemma3: ggml_scale(Qcur, f_attention_scale) after rope
             for (size_t i = 0; i < (size_t)T * qd; ++i) q_[i] *= c_.attn_scale;
+        if (rot_k_) {  // a quantized cache: llama.cpp's rotations (rot_k_ / rot_v_ in engine.h)
+            fwht_rows(q_.data(), (size_t)T * qd / rot_k_, rot_k_);
+            fwht_rows(k_.data(), (size_t)T * kd / rot_k_, rot_k_);
+        }
+        if (rot_v_) fwht_rows(v_.data(), (size_t)T * kd / rot_v_, rot_v_);
         for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
             const size_t at = kv_offset(slots[t], l, pos[t]), src = (size_t)t * kd;
-            if (c_.kv_f16) {
+            if (kv_quant()) {  // as llama.cpp's set_rows writes its cache: from_float of the whole row
+                const size_t r = kv_row_index(slots[t], l, pos[t]);
+                kv_store_row(c_.kv_k, k_.data() + src, kd, kq_.data() + r * krow_);
+                kv_store_row(c_.kv_v, v_.data() + src, kd, vq_.data() + r * vrow_);
+            } else if (c_.kv_f16) {
                 for (int i = 0; i < kd; ++i) { k16_[at + i] = f32_to_fp16(k_[src + i]); v16_[at + i] = f32_to_fp16(v_[src + i]); }
             } else {
                 std::memcpy(k32_.data() + at, k_.data() + src, sizeof(float) * kd);
@@ -667,6 +730,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         const auto ta = now();
         attention(l, q_.data(), T, slots, pos, att_.data());
         if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
+        if (rot_v_) fwht_rows(att_.data(), (size_t)T * qd / rot_v_, rot_v_);  // undo v's rotation
         if (c_.attn_gate)  // ggml_sigmoid: 1 / (1 + exp(-x))
             for (size_t i = 0; i < (size_t)T * qd; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-agate_[i]));
         if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
@@ -718,8 +782,22 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
 }
 
 size_t Engine::kv_bytes(int n) const {
+    if (kv_quant()) return (size_t)n_kv_layers_ * (size_t)n * (krow_ + vrow_);
     const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
     return (size_t)n_kv_layers_ * (mla() ? 1 : 2) * (size_t)n * kv_row_ * el;  // (MLA: the latent rows only)
+}
+
+// One position's K or V row (n_kv * head_dim floats) into the cache in `type`: Q8_0 by ggml's
+// from_float (the level's activation quantizer, byte-identical to it), Q4_0 by
+// quantize_row_q4_0_ref (ggml's CPU from_float for Q4_0), half by rounding to nearest even.
+void kv_store_row(int type, const float *x, int64_t n, uint8_t *dst) {
+    if (type == T_Q8_0) kernel_entry(T_Q8_0).quant_act(x, dst, n);
+    else if (type == T_Q4_0) quant::row_q4_0(x, dst, n, nullptr);
+    else
+        for (int64_t i = 0; i < n; ++i) {
+            const uint16_t h = f32_to_fp16(x[i]);
+            std::memcpy(dst + 2 * i, &h, 2);
+        }
 }
 
 void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
@@ -729,6 +807,17 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
     if (hybrid())  // the KV of a prefix is not all of its state: refuse rather than restore half of it
         throw std::invalid_argument("kv_copy: this model's recurrent layers keep state beyond the KV cache; "
                                     "a prefix cannot be restored from KV alone");
+    if (kv_quant()) {  // [layer][K rows, V rows][n][row bytes], the blocks as they are
+        const size_t rk = (size_t)n * krow_, rv = (size_t)n * vrow_;
+        for (int l = 0; l < c_.n_layer; ++l) {
+            if (kv_index_[(size_t)l] < 0) continue;
+            const size_t r = kv_row_index(slot, l, p0);
+            uint8_t *bk = buf + (size_t)kv_index_[(size_t)l] * (rk + rv), *bv = bk + rk;
+            if (save) { std::memcpy(bk, kq_.data() + r * krow_, rk); std::memcpy(bv, vq_.data() + r * vrow_, rv); }
+            else { std::memcpy(kq_.data() + r * krow_, bk, rk); std::memcpy(vq_.data() + r * vrow_, bv, rv); }
+        }
+        return;
+    }
     const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
     const size_t run = (size_t)n * kv_row_ * el;  // one layer's K (or V) rows, contiguous
     const int parts = mla() ? 1 : 2;              // MLA: [layer][latent rows]

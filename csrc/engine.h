@@ -104,6 +104,11 @@ struct EngineConfig {
     int rope_dims = 0;           // rotated dims per head (<= head_dim)
     bool rope_neox = false;      // false: adjacent pairs (x[2i], x[2i+1]); true: (x[i], x[i+d/2])
     bool kv_f16 = true;          // KV cache in IEEE half (as llama.cpp's default), else float32
+    // With kv_f16: the K and V caches' formats, each T_F16 (as llama.cpp's default), T_Q8_0 or
+    // T_Q4_0 (ggml's blocks of 32 along head_dim, quantized as llama.cpp writes its cache; a
+    // quantized cache runs attn_q_kernel(), llama.cpp's flash-attention arithmetic). A quantized
+    // V needs a quantized K (the kernel's pairs); either quantized needs head_dim % 32 == 0.
+    int kv_k = T_F16, kv_v = T_F16;
     // BitNet families (bitnet, bitnet-b1.58): attn_sub_norm / ffn_sub_norm are required.
     bool sub_norm = false;
     // FFN gate activation: FFN_SILU: silu(gate) * up (llama, qwen, llama.cpp's bitnet);
@@ -186,6 +191,9 @@ enum FfnAct : int { FFN_SILU = 0, FFN_RELU2 = 1, FFN_SWIGLU_OAI = 2, FFN_GELU = 
 // EXPERT_SIGMOID (glm4moe): p = sigmoid(logit) per expert, top-K of p + exp_probs_b, weights p.
 enum ExpertGating : int { EXPERT_SOFTMAX = 0, EXPERT_SOFTMAX_TOPK = 1, EXPERT_SIGMOID = 2 };
 int glu_kind(int ffn_act);  // the GluKind (kernels.h) of an FfnAct
+// x[n] (n % 32 == 0 unless T_F16) as one KV cache row of type T_F16 / T_Q8_0 / T_Q4_0 into dst
+// (row bytes of n values), as llama.cpp's ggml_set_rows writes its cache (engine.cpp).
+void kv_store_row(int type, const float *x, int64_t n, uint8_t *dst);
 
 class Engine {
 public:
@@ -220,8 +228,8 @@ public:
     // The server's prefix cache (src/lowbit/server/prefix.py): KV positions [p0, p0 + n) of a
     // slot, every layer, copied out to buf (save) or back in from it (load), laid out
     // [layer][K, V][n][n_kv * head_dim] (MLA: [layer][n][mla_rank + rope_dims], the latent rows) in
-    // the cache's element type (half or float32); the buffer
-    // holds kv_bytes(n) bytes. Bytes are copied as they are, so a restored prefix gives the same
+    // the cache's element type (half or float32; a quantized cache: its blocks, [n][row bytes]);
+    // the buffer holds kv_bytes(n) bytes. Bytes are copied as they are, so a restored prefix gives the same
     // logits, bit for bit, as computing it again.
     size_t kv_bytes(int n) const;
     void kv_copy(int slot, int p0, int n, uint8_t *buf, bool save);
@@ -310,6 +318,20 @@ private:
     std::vector<std::pair<float, float>> rot_swa_;  // and their rotations (as rot_)
     bool moe_layer(int l) const { return c_.n_expert > 0 && l >= c_.n_dense_lead; }
     // [slot][layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
+    // A quantized cache (kv_quant()): [slot][layer][n_ctx][row bytes], each position's row the
+    // n_kv heads' blocks (krow_ / vrow_ bytes; V in half if only K is quantized); k16_ ... empty.
+    std::vector<uint8_t> kq_, vq_;
+    size_t krow_ = 0, vrow_ = 0;
+    // llama.cpp's attention rotation of a quantized cache (llama-kv-cache.cpp attn_rot_k / _v):
+    // q and k times an orthonormal Walsh-Hadamard matrix of rot_k_ (the largest power of 2
+    // dividing head_dim) before k is stored, v times the 64-point one before it is stored and
+    // the attention output times it again after (H H = I). Exact arithmetic is unchanged; the
+    // quantization error is spread over the block. 0: off (an f16 side, or head_dim % 64 != 0).
+    int rot_k_ = 0, rot_v_ = 0;
+    bool kv_quant() const { return c_.kv_f16 && (c_.kv_k != T_F16 || c_.kv_v != T_F16); }
+    size_t kv_row_index(int slot, int layer, int pos) const {  // (slot, layer, pos)'s row in kq_ / vq_
+        return ((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * c_.n_ctx + pos;
+    }
     std::vector<uint16_t> k16_, v16_;
     std::vector<float> k32_, v32_;
     std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_;

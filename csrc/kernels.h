@@ -138,6 +138,37 @@ struct MlaKernel {
 };
 const MlaKernel &mla_kernel();
 const MlaKernel &mla_kernel_at(int isa);
+// Attention of one query row against a quantized KV cache (lowbit --kv q8_0 | q4_0; ggml's
+// block formats, 32 values per block along head_dim, so a head's row is hd / 32 whole blocks):
+//   qq: the query as hd / 32 Q8_0 blocks (ggml's from_float for Q8_0: llama.cpp's flash
+//       attention quantizes q to K's vec_dot_type, Q8_0 for both K formats);
+//   K rows j < len at K + j * ks bytes, type k_type (T_Q8_0 or T_Q4_0);
+//   V rows j < len at V + j * vs bytes, type v_type (T_F16, T_Q8_0 or T_Q4_0);
+//   sc: scratch of len floats; out[hd].
+// The arithmetic, the same on every level bit for bit (no FMA, fixed orders; the spec is
+// ref::attend_q in csrc/ref/attn.cpp):
+//   score_j: per block b in order, s += (float)isum_b * (dk_b * dq_b) (K Q8_0, ggml's
+//            vec_dot_q8_0_q8_0) or s += ((float)isum_b * dk_b) * dq_b (K Q4_0, vec_dot_q4_0_q8_0),
+//            isum_b the exact int32 dot of the codes (Q4_0: nibble - 8); score_j = s * scale.
+//   m = max(max_j score_j, sink); e_j = attn_exp(score_j - m) (ref::attn_exp: Cody-Waite and a
+//   degree-6 polynomial in plain mul / add, <= 2 ulp);
+//   sum: 8 partial sums, partial l over the keys j = l mod 8 below len & ~7 in order, joined
+//   ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)), then the tail keys in order, then the
+//   sink's attn_exp(sink - m) (a sink of -inf: none);
+//   acc[d] = sum over j in order of (v_j[d] * e_j), v_j[d] the exact dequantized value
+//   (code * d, or the half); out[d] = acc[d] * (1 / sum).
+// Unlike the half cache (llama.cpp's default non-flash path: q and p rounded to half), this
+// is llama.cpp's flash attention (which a quantized V cache needs): q in Q8_0, integer block
+// dots, float probabilities, V accumulated in float and divided by the sum at the end.
+using attn_q_fn = void (*)(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, int v_type, const uint8_t *V,
+                           size_t vs, int len, int hd, float scale, float sink, float *sc, float *out);
+struct AttnQKernel {
+    attn_q_fn fn = nullptr;
+    const char *name = nullptr;  // e.g. "attn_q_avx2" (LOWBIT_NO_ATTN_Q_AVX2=1 turns it off)
+    int isa = ISA_SCALAR;
+};
+const AttnQKernel &attn_q_kernel();            // what dispatch selected
+const AttnQKernel &attn_q_kernel_at(int isa);  // what runs at level isa (tests)
 
 // The gated-linear-unit epilogue of an FFN's gate/up pair (csrc/ref/glu.cpp is the spec):
 //   out[i] = act(g[i]) * u[i] for i < n, with act by kind:
@@ -192,6 +223,7 @@ struct KernelTable {
     KernelEntry i8s;  // T_I8_S (id above 64)
     AttnKernel attn;  // the engine's attention over a half KV cache
     MlaKernel mla;    // DeepSeek's latent attention over a half cache
+    AttnQKernel attnq;  // and over a quantized one
     GluKernel glu;    // the FFN's gate/up epilogue
     DeltaKernel delta;  // the delta-net state update (hybrid Qwen models)
     KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }

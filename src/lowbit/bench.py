@@ -266,7 +266,7 @@ def kv_cache_bytes(m, n: int) -> tuple[int, int]:
 
 
 def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_tokens: int, reps: int,
-              out=sys.stdout, llama_model: str | None = None, warmup: bool = True) -> dict:
+              out=sys.stdout, llama_model: str | None = None, warmup: bool = True, kv: dict | None = None) -> dict:
     """lowbit and llama.cpp (llama-cpp-python) on the same GGUF, prompt and thread count.
 
     llama_model: llama.cpp runs this file instead (the same model in a format llama.cpp reads,
@@ -282,13 +282,18 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     from . import peer
     from .model import default_model_path, load
     path = model_path or default_model_path()
-    m = load(path, n_ctx=prompt_tokens + gen_tokens + 8, threads=threads)
+    m = load(path, n_ctx=prompt_tokens + gen_tokens + 8, threads=threads, **(kv or {}))
     toks = m.tokenize(E2E_PROMPT * (prompt_tokens // 8 + 1))[:prompt_tokens]
+    # llama.cpp with the same KV cache formats; a quantized cache runs its flash attention (a
+    # quantized V needs it; lowbit's quantized attention computes as it does)
+    from .model import KV_TYPES
+    quant_kv = (m.kv_k, m.kv_v) != ("f16", "f16")
+    peer_kv = dict(type_k=KV_TYPES[m.kv_k], type_v=KV_TYPES[m.kv_v], flash_attn=True) if quant_kv else {}
     # llama.cpp runs in a child process (peer.Worker): if it crashes, lowbit's side still reports
     crashed = llm = None
     try:
         llm = peer.Worker(llama_model or path, n_ctx=prompt_tokens + gen_tokens + 8, n_batch=512, n_ubatch=512,
-                          n_threads=threads, n_threads_batch=threads)
+                          n_threads=threads, n_threads_batch=threads, **peer_kv)
     except peer.PeerCrashed as e:
         crashed = str(e)
 
@@ -345,6 +350,8 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
                peer_crashed=crashed,
                lowbit_prefill_tps=len(toks) / o[0], lowbit_decode_tps=gen_tokens / o[1],
                llama_prefill_tps=len(toks) / t[0] if t else None, llama_decode_tps=gen_tokens / t[1] if t else None)
+    res["kv"] = f"{m.kv_k}/{m.kv_v}"  # K / V cache formats, both sides (llama.cpp: flash attention if quantized)
+    res["kv_bytes_per_token"] = m.engine.kv_bytes(1)
     res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"] if t else None
     res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"] if t else None
     res["window_cost"] = windows  # lowbit: time of a w-token verify window / a 1-token step
@@ -365,6 +372,8 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     vs = f" (llama.cpp: {res['llama_model']})" if llama_model else ""
     print(f"# {res['model']}{vs}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
           f"median of {reps}", file=out)
+    fa = ", llama.cpp with flash attention" if quant_kv else ""
+    print(f"# KV cache K/V {res['kv']} ({res['kv_bytes_per_token']} bytes per token{fa})", file=out)
     print(f"# {res['peer']}", file=out)
     if crashed:
         print(f"# {crashed}: llama.cpp's columns are empty", file=out)
@@ -448,6 +457,82 @@ def _thp_mode() -> str:
         return v[v.index("[") + 1:v.index("]")]
     except (OSError, ValueError):
         return "unknown"
+
+
+def bench_kv(model_path: str | None, threads: int, context: int, gen_tokens: int, reps: int,
+             kinds: list[str], out=sys.stdout, with_peer: bool = True) -> dict:
+    """Decode speed at a long context per KV cache format, in one run: for each format a model
+    with `context` tokens prefilled once, then `gen_tokens` greedy steps from there (rewound after
+    each repetition), the formats interleaved per repetition so load bursts hit them alike; llama.cpp
+    (peer.Worker; flash attention for a quantized cache) on the same tokens, its decode time from
+    its own perf counters. Medians of `reps`; ratios against the first format (f16)."""
+    import time
+
+    from . import peer
+    from .generate import PREFILL_CHUNK
+    from .model import KV_TYPES, default_model_path, load
+    path = model_path or default_model_path()
+    n_ctx = context + gen_tokens + 8
+    models = {kv: load(path, n_ctx=n_ctx, threads=threads, kv=kv) for kv in kinds}
+    first = next(iter(models.values()))
+    toks = first.tokenize(E2E_PROMPT * (context // 8 + 1))[:context]
+    for m in models.values():
+        m.reset()
+        for i in range(0, len(toks), PREFILL_CHUNK):
+            logits = m.forward(toks[i:i + PREFILL_CHUNK])
+    start = int(np.argmax(logits[-1]))
+
+    def ours(m):
+        m.rewind(len(toks))
+        tok = start
+        t0 = time.perf_counter()
+        for _ in range(gen_tokens):
+            tok = int(np.argmax(m.forward([tok])[-1]))
+        return time.perf_counter() - t0
+
+    workers, crashed = {}, {}
+    for kv in kinds if with_peer else []:
+        q = kv != "f16"
+        try:
+            workers[kv] = peer.Worker(path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
+                                      n_threads_batch=threads, **(dict(type_k=KV_TYPES[kv], type_v=KV_TYPES[kv],
+                                                                       flash_attn=True) if q else {}))
+        except (peer.PeerCrashed, RuntimeError) as e:
+            crashed[kv] = str(e)
+    lt = {kv: [] for kv in kinds}
+    pt = {kv: [] for kv in kinds}
+    for _ in range(reps):
+        for kv in kinds:
+            lt[kv].append(ours(models[kv]))
+            if kv in workers:
+                try:
+                    pt[kv].append(workers[kv].timed_greedy(toks, gen_tokens)[1])
+                except (peer.PeerCrashed, RuntimeError) as e:
+                    crashed[kv] = str(e)
+                    workers.pop(kv).close()
+    for w in workers.values():
+        w.close()
+    med = lambda v: sorted(v)[len(v) // 2] if v else None  # noqa: E731
+    res = dict(model=os.path.basename(path), threads=threads, context=len(toks), gen_tokens=gen_tokens, rows=[])
+    base_l = gen_tokens / med(lt[kinds[0]])
+    base_p = gen_tokens / med(pt[kinds[0]]) if pt[kinds[0]] else None
+    print(f"# {res['model']}, {threads} threads, decode {gen_tokens} tokens after {len(toks)} of context, "
+          f"median of {reps}" + ("; llama.cpp: flash attention for q8_0 / q4_0" if with_peer else ""), file=out)
+    print(f"{'kv':6} {'KV MiB':>7} {'lowbit tok/s':>12} {'vs ' + kinds[0]:>7} {'llama.cpp tok/s':>15} "
+          f"{'vs ' + kinds[0]:>7} {'lowbit/llama':>12}", file=out)
+    for kv in kinds:
+        ltps = gen_tokens / med(lt[kv])
+        ptps = gen_tokens / med(pt[kv]) if pt[kv] else None
+        mib = models[kv].engine.kv_bytes(n_ctx) / 2**20
+        row = dict(kv=kv, kv_mib=mib, lowbit_tps=ltps, lowbit_vs_first=ltps / base_l, llama_tps=ptps,
+                   llama_vs_first=ptps / base_p if ptps and base_p else None,
+                   ratio=ltps / ptps if ptps else None, peer_crashed=crashed.get(kv))
+        res["rows"].append(row)
+        print(f"{kv:6} {mib:7.1f} {ltps:12.1f} {row['lowbit_vs_first']:7.2f} {_cell(ptps, 15, 1)} "
+              f"{_cell(row['llama_vs_first'], 7, 2)} {_cell(row['ratio'], 12, 2)}", file=out)
+        if kv in crashed:
+            print(f"# {kv}: {crashed[kv]}", file=out)
+    return res
 
 
 def _cold_child(path: str, threads: int, gen_tokens: int, lookahead: bool) -> dict:
@@ -644,10 +729,23 @@ def add_parser(sub) -> None:
     e.add_argument("--llama-model", default=None,
                    help="llama.cpp runs this GGUF instead of -m (the same model in a format it reads, e.g. "
                         "TQ2_0 for an I2_S file)")
+    from .cli import kv_args, kv_kwargs
+    kv_args(e)
     plot.option(e)
     e.set_defaults(func=lambda a: plot.after(a, "e2e", bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens,
                                                                  a.reps, llama_model=a.llama_model,
-                                                                 warmup=a.warmup)))
+                                                                 warmup=a.warmup, kv=kv_kwargs(a))))
+    kvp = bs.add_parser("kv", help="decode tok/s at a long context per KV cache format (f16, q8_0, q4_0) "
+                                   "and llama.cpp's, in one run")
+    kvp.add_argument("-m", "--model", default=None, help="GGUF file (default: the default model)")
+    kvp.add_argument("-t", "--threads", type=int, default=2)
+    kvp.add_argument("--context", type=int, default=4096, help="tokens prefilled before decoding (default 4096)")
+    kvp.add_argument("--gen-tokens", type=int, default=32)
+    kvp.add_argument("--reps", type=int, default=3)
+    kvp.add_argument("--kinds", default="f16,q8_0,q4_0", help="KV formats, the first the baseline")
+    kvp.add_argument("--no-peer", action="store_true",
+                     help="lowbit's formats only (llama.cpp's prefill of a long context is slow on a busy machine)")
+    kvp.set_defaults(func=_run_kv)
     from .bench_spec import add_bench_parser
     add_bench_parser(bs)
     from .distributed.bench import add_parser as add_pipeline
@@ -707,6 +805,18 @@ def _run_ttft(a) -> int:
         print(f"lowbit bench ttft: error: no such model file: {path}", file=sys.stderr)
         return 2
     bench_ttft(path, a.threads, modes, a.reps)
+    return 0
+
+
+def _run_kv(a) -> int:
+    from .model import KV_TYPES
+    kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KV_TYPES]
+    if not kinds or bad:
+        raise ValueError(f"--kinds must list KV formats of {', '.join(KV_TYPES)}, got {a.kinds!r}")
+    if a.context < 8:
+        raise ValueError("--context must be >= 8")
+    bench_kv(a.model, a.threads, a.context, a.gen_tokens, a.reps, kinds, with_peer=not a.no_peer)
     return 0
 
 

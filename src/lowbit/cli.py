@@ -40,6 +40,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"compiler  {c['compiler']}")
     print(f"attention {c['attention']} (the engine's, over a half KV cache)")
     print(f"attention {c['attention_mla']} (DeepSeek MLA, over the latent cache)")
+    print(f"attention {c['attention_q']} (over a q8_0 / q4_0 KV cache: --kv)")
     print(f"glu       {c['glu']} (the FFN's gate/up epilogue: silu(gate) * up, relu(gate)^2 * up)")
     print(f"delta     {c['delta']} (the delta-net state update of the hybrid Qwen models)")
     print(f"prefetch  weights {c['prefetch']} bytes ahead of the decode (0: off; CMake LOWBIT_PREFETCH_AHEAD)")
@@ -80,6 +81,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lookahead", choices=["on", "off"], default="off",
                    help="MoE: read the next layer's predicted experts ahead (for files not in the page cache)")
     _memory_args(p)
+    kv_args(p)
 
 
 def _memory_args(p: argparse.ArgumentParser) -> None:
@@ -93,6 +95,30 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 def _memory(a) -> dict:
     mode = "hugepages" if getattr(a, "hugepages", False) else "copy" if getattr(a, "no_mmap", False) else "mmap"
     return dict(memory=mode, mlock=bool(getattr(a, "mlock", False)))
+
+
+
+
+def kv_args(p: argparse.ArgumentParser) -> None:
+    """--kv / --kv-k / --kv-v: the KV cache's format (lowbit.model.KV_TYPES); a bad value is
+    argparse's one-line usage error (exit 2)."""
+    from .model import KV_TYPES
+    p.add_argument("--kv", choices=list(KV_TYPES), default=None,
+                   help="KV cache format, K and V: f16 (default, as llama.cpp), q8_0 or q4_0 (ggml's blocks: "
+                        "about 1/2 and 1/4 of f16's bytes)")
+    p.add_argument("--kv-k", choices=list(KV_TYPES), default=None, help="the K cache's format alone (overrides --kv)")
+    p.add_argument("--kv-v", choices=list(KV_TYPES), default=None,
+                   help="the V cache's format alone (overrides --kv; a quantized V needs a quantized K)")
+
+
+def kv_kwargs(a) -> dict:
+    """load()'s kv arguments from --kv / --kv-k / --kv-v, checked (UsageError: exit 2)."""
+    from .model import kv_types
+    try:
+        kv_types(a.kv, a.kv_k, a.kv_v)
+    except ValueError as e:
+        raise UsageError(str(e).replace("kv_k", "--kv-k").replace("kv='f16'", "--kv f16")) from None
+    return dict(kv=a.kv, kv_k=a.kv_k, kv_v=a.kv_v)
 
 
 # llama.cpp's defaults (common/common.h: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat
@@ -119,7 +145,8 @@ def _sampling(a) -> dict:
 
 def _load(a):
     from .model import load
-    m = load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on", progress=True, **_memory(a))
+    m = load(a.model, n_ctx=a.ctx, threads=a.threads, lookahead=a.lookahead == "on", progress=True, **_memory(a),
+             **kv_kwargs(a))
     if a.ctx and a.ctx > m.config.train_ctx:
         warn(f"-c {a.ctx} exceeds the model's training context ({m.config.train_ctx} tokens); "
              f"text beyond it is likely to degrade")
@@ -357,7 +384,7 @@ INT_RULES = {
     "reps": _at_least(1), "rounds": _at_least(1), "clients": _at_least(1), "tokens": _at_least(1),
     "gen_tokens": _at_least(1), "prompt_tokens": _at_least(1), "rows": _at_least(1), "rss_requests": _at_least(1),
     "layers": _at_least(1), "dim": _at_least(1), "ffn": _at_least(1), "heads": _at_least(1),
-    "kv_heads": _at_least(1), "experts": _at_least(1), "shared_ffn": _at_least(1),
+    "kv_heads": _at_least(1), "experts": _at_least(1), "shared_ffn": _at_least(1), "context": _at_least(8),
 }
 INT_RULES_BY_CMD = {
     "run": {"n": _at_least(-1), "seed": _at_least(-1)},
@@ -422,6 +449,8 @@ def validate(a: argparse.Namespace) -> None:
             raise UsageError(f"--heads {a.heads} must be a multiple of --kv-heads {a.kv_heads}")
         if getattr(a, "top_k", 1) > getattr(a, "experts", 1 << 30):
             raise UsageError(f"--top-k {a.top_k} must be at most --experts {a.experts}")
+    if hasattr(a, "kv_v"):  # --kv / --kv-k / --kv-v: a quantized V over an f16 K
+        kv_kwargs(a)
     threads = getattr(a, "threads", None)
     if isinstance(threads, int) and threads > usable_cpus():
         warn(f"{_option_name(parser, 'threads')} {threads} is more than the {usable_cpus()} CPUs this process may "

@@ -529,15 +529,36 @@ def _glm4moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int, expert_ffn: 
                 exp_probs_b=lead < n_layer and f"blk.{lead}.exp_probs_b.bias" in f.tensors)
 
 
+# KV cache formats (`kv=`, `--kv`): name -> GGUF / ggml type id. f16 is llama.cpp's default;
+# q8_0 / q4_0 store ggml's blocks of 32 along head_dim, as llama.cpp's type_k / type_v do.
+KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}
+
+
+def kv_types(kv: str | None = None, kv_k: str | None = None, kv_v: str | None = None) -> tuple[str, str]:
+    """(K type, V type) from kv (both; default f16) and kv_k / kv_v (each overrides kv for its
+    side); ValueError naming the choices for anything else, or a quantized V over an f16 K."""
+    for what, v in (("kv", kv), ("kv_k", kv_k), ("kv_v", kv_v)):
+        if v is not None and v not in KV_TYPES:
+            raise ValueError(f"{what} must be one of {', '.join(KV_TYPES)}, got {v!r}")
+    k = kv_k or kv or "f16"
+    v = kv_v or kv or "f16"
+    if k == "f16" and v != "f16":
+        raise ValueError(f"a {v} V cache needs a quantized K cache (kv_k q8_0 or q4_0), as lowbit's "
+                         f"quantized attention reads both")
+    return k, v
+
+
 class Model:
     """A loaded model: config, tokenizer, the native engine and its KV cache."""
 
     def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
                  n_slots: int = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
-                 progress: bool = False, stages: int | None = None, layers: tuple[int, int] | None = None):
+                 progress: bool = False, stages: int | None = None, layers: tuple[int, int] | None = None,
+                 kv: str | None = None, kv_k: str | None = None, kv_v: str | None = None):
         """stages=K >= 2: the layers run as a pipeline of K Ray actors (lowbit.distributed), this
         object keeps the tokenizer and the slots' bookkeeping. layers=(l0, l1): hold only layers
         [l0, l1) (one pipeline stage; its engine runs forward_layers, not forward)."""
+        self.kv_k, self.kv_v = kv_types(kv, kv_k, kv_v)  # (before the file is read: a bad value fails fast)
         self.path = os.fspath(path) if path is not None else default_model_path()
         # memory: "mmap" (default), "copy" (read up front, --no-mmap) or "hugepages" (a copy in
         # 2 MB pages); mlock pins it (gguf.open)
@@ -557,9 +578,14 @@ class Model:
         if self.n_slots < 1:
             raise ValueError("n_slots must be >= 1")
         self._keep = []  # arrays the engine points into
+        if (self.kv_k, self.kv_v) != ("f16", "f16") and c.head_dim % 32:
+            raise ValueError(f"a {self.kv_k}/{self.kv_v} KV cache needs head_dim a multiple of 32 "
+                             f"(this model's is {c.head_dim}); use kv='f16'")
         if stages is not None and int(stages) != 1:
             if layers is not None:
                 raise ValueError("stages and layers exclude each other")
+            if (self.kv_k, self.kv_v) != ("f16", "f16"):
+                raise ValueError("a pipeline (stages) keeps an f16 KV cache: kv='q8_0' / 'q4_0' is not supported there yet")
             from .distributed.pipeline import PipelineEngine
             self.layers = (0, c.n_layer)
             self.engine = PipelineEngine(self.path, c, self.n_ctx, self.n_slots, int(stages), threads=threads,
@@ -589,7 +615,8 @@ class Model:
                                  layer_begin=l0, layer_end=l1,
                                  mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
                                  mla_kq_scale=c.mla_kq_scale, expert_groups=c.expert_groups,
-                                 expert_groups_used=c.expert_groups_used)
+                                 expert_groups_used=c.expert_groups_used,
+                                 kv_k=KV_TYPES[self.kv_k], kv_v=KV_TYPES[self.kv_v])
         if threads:
             self.engine.set_threads(int(threads))
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
@@ -995,7 +1022,8 @@ class Sequence:
 
 def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
          n_slots: int = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
-         progress: bool = False, stages: int | None = None) -> Model:
+         progress: bool = False, stages: int | None = None, kv: str | None = None, kv_k: str | None = None,
+         kv_v: str | None = None) -> Model:
     """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1); n_slots KV
     slots of n_ctx positions each; lookahead: MoE router lookahead (read the next layer's
     predicted experts ahead); memory: "mmap" (the default: weights stay in a map of the file),
@@ -1003,6 +1031,7 @@ def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, thread
     misses while decode streams the weights); mlock: pin the weights in RAM; progress: a bar
     while a copy is read; stages=K: a pipeline of K Ray actors, each holding a contiguous range
     of layers (lowbit.distributed; the extra lowbit[ray]; each stage maps the file), same outputs
-    bit for bit."""
+    bit for bit; kv: the KV cache's format, "f16" (default), "q8_0" or "q4_0" (kv_k / kv_v: K's
+    or V's alone)."""
     return Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots, lookahead=lookahead,
-                 memory=memory, mlock=mlock, progress=progress, stages=stages)
+                 memory=memory, mlock=mlock, progress=progress, stages=stages, kv=kv, kv_k=kv_k, kv_v=kv_v)

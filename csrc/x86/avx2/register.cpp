@@ -16,6 +16,7 @@ void register_act(KernelTable &t);
 void register_glu(KernelTable &t);
 void register_attn(KernelTable &t);
 void register_delta(KernelTable &t);
+void register_attn_q(KernelTable &t);  // attn_q.cpp (csrc/x86/attn_q.inl)
 }  // namespace avx2
 
 void register_avx2(KernelTable &t) {
@@ -28,6 +29,7 @@ void register_avx2(KernelTable &t) {
     avx2::register_glu(t);
     avx2::register_attn(t);
     avx2::register_delta(t);
+    avx2::register_attn_q(t);
     (void)t;
 }
 

@@ -16,6 +16,7 @@ void register_act(KernelTable &t);
 void register_glu(KernelTable &t);
 void register_gemm(KernelTable &t);  // the GEMM tier's k-quants (gemm.cpp)
 void register_delta(KernelTable &t);
+void register_attn_q(KernelTable &t);  // attn_q.cpp (csrc/x86/attn_q.inl)
 }  // namespace avx512
 
 void register_avx512(KernelTable &t) {
@@ -28,6 +29,7 @@ void register_avx512(KernelTable &t) {
     avx512::register_glu(t);
     avx512::register_gemm(t);
     avx512::register_delta(t);
+    avx512::register_attn_q(t);
     (void)t;
 }
 

@@ -117,8 +117,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
     model_id = a.alias or os.path.splitext(os.path.basename(path))[0]
     if a.coalesce < 1:
         return usage(f"--coalesce must be >= 1, got {a.coalesce}")
-    from ..cli import _memory
-    app = create_app(lambda: load(path, n_ctx=a.ctx, threads=a.threads, n_slots=a.parallel, **_memory(a)),
+    from ..cli import _memory, kv_kwargs
+    kv = kv_kwargs(a)
+    app = create_app(lambda: load(path, n_ctx=a.ctx, threads=a.threads, n_slots=a.parallel, **_memory(a), **kv),
                      model_id=model_id,
                      parallel=a.parallel, api_key=a.api_key, step_tokens=a.step_tokens, max_queue=a.queue,
                      cache_mb=a.cache_mb, cors=cors, access_log=None if a.no_access_log else _stderr,
@@ -204,8 +205,9 @@ def add_parser(sub) -> None:
     p.add_argument("--shutdown-grace", type=float, default=10.0, metavar="S",
                    help="on SIGTERM: seconds running requests get to finish before they are ended (default 10)")
     p.add_argument("--no-access-log", action="store_true", help="no per-request line on stderr")
-    from ..cli import _memory_args
+    from ..cli import _memory_args, kv_args
     _memory_args(p)
+    kv_args(p)
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--coalesce", type=int, default=1, metavar="N",
                    help="streamed tokens per SSE event at most (fewer events for a proxy to carry; default 1)")
