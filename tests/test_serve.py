@@ -446,3 +446,19 @@ def test_failed_load_is_reported(tmp_path):
         assert "error" in s.output() and "bad.gguf" in s.output()
     finally:
         s.stop()
+
+
+def test_kv_cache_and_memory_options_reach_the_server(path):
+    """`lowbit serve --kv q8_0 --hugepages`: the options reach the model (/v1/status says so), and
+    concurrent requests each get the text of an in-process model loaded the same way, alone."""
+    ref_q8 = lowbit.load(path, n_ctx=CTX, threads=2, kv="q8_0", memory="hugepages")
+    prompts = ["Once upon a time", "The numbers are 1, 2, 3,"]
+    want = [alone(ref_q8, p, 12)[0] for p in prompts]
+    with running("-m", path, "--ctx", str(CTX), "--parallel", "2", "-t", "2", "--kv", "q8_0", "--hugepages") as s:
+        st = httpx.get(s.url + "/v1/status").json()
+        assert st["kv"] == {"k": "q8_0", "v": "q8_0"} and st["weights"]["memory"] == "hugepages", st
+        c = openai_client(s.url)
+        with cf.ThreadPoolExecutor(2) as ex:
+            got = list(ex.map(lambda p: c.completions.create(model="m", prompt=p, max_tokens=12,
+                                                            temperature=0).choices[0].text, prompts))
+    assert got == want

@@ -568,6 +568,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         s = st.scheduler.status()
         return JSONResponse({"model": st.model_id, "path": m.path, "arch": m.config.arch,
                              "n_ctx": m.n_ctx, "parallel": s.pop("parallel"),
+                             "kv": {"k": getattr(m, "kv_k", "f16"), "v": getattr(m, "kv_v", "f16")},
+                             "weights": {"memory": m.file.memory, "locked": m.file.locked},
                              "level": lib.cpu_info()["selected"], "kernels": kernels,
                              "tokens_per_second": s.pop("tokens_per_second"), "requests": s,
                              "prefix_cache": st.cache.stats() if st.cache is not None else None})
