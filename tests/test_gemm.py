@@ -261,6 +261,12 @@ def test_model_work_counts_the_layers_matmuls(tmp_path):
     experts = 2 * (3 * 128 * 256)  # top 2 of 4 experts: gate, up, down of 128 x 256
     router = 4 * 256
     assert w["macs"] == attn + experts + router, w
+    # tied embeddings: the head is token_embd, read whole every step
+    t = synth.synth_dense(tmp_path / "t.gguf", layers=2, dim=256, ffn=512, heads=4, kv_heads=2, wtype="Q8_0",
+                          embd_type="Q8_0", tied=True, seed=3)
+    from lowbit import gguf
+    assert "output.weight" not in gguf.open(str(t)).tensors
+    assert model_work(str(t))["bytes"] == (2 * per_layer + vocab * 256) * 34 // 32
 
 
 def lowbit_vocab(path):

@@ -230,7 +230,8 @@ def model_work(path: str) -> dict:
     """Per token, from the GGUF's matrices: the multiply-adds of the layers' matmuls
     (`macs`: attention's QK and PV products and the output head are not counted) and the
     weight bytes a decode step reads (`bytes`: every layer matrix and the head; an MoE's
-    expert tensors count top-k of their experts). token_embd is a lookup, not read whole."""
+    expert tensors count top-k of their experts). token_embd is a lookup, not read whole, unless
+    it is also the head (tied embeddings: no output.weight)."""
     from . import gguf
     g = gguf.open(path)
     arch = g.metadata.get("general.architecture", "")
@@ -247,6 +248,8 @@ def model_work(path: str) -> dict:
         nbytes += t.nbytes
         if not name.startswith("output"):
             macs += t.rows * t.n
+    if "output.weight" not in g.tensors and "token_embd.weight" in g.tensors:
+        nbytes += g.tensors["token_embd.weight"].nbytes  # a tied head: the embedding read whole per step
     return {"macs": macs, "bytes": nbytes}
 
 
