@@ -84,6 +84,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     kv_row_ = c.mla_rank > 0 ? (size_t)c.mla_rank + c.rope_dims : (size_t)c.n_kv * c.head_dim;
     const size_t kv = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx * kv_row_;
     const size_t vkv = c.mla_rank > 0 ? 0 : kv;  // MLA: the value is the latent part of the K row
+    if (c.mla_rank > 0 && !c.kv_f16)
+        throw std::invalid_argument("engine: MLA's latent cache is half only (kv_f16)");
     auto kv_type_ok = [](int t) { return t == T_F16 || t == T_Q8_0 || t == T_Q4_0; };
     if (!kv_type_ok(c.kv_k) || !kv_type_ok(c.kv_v))
         throw std::invalid_argument("engine: the KV cache types must be f16, q8_0 or q4_0");

@@ -44,32 +44,6 @@ static void rope_part(float *v, int T, int heads, int stride, int off, int rope_
         }
 }
 
-// A float32 cache (kv_f16 false): the reference arithmetic without the half roundings.
-static void mla_f32(const float *q, int nh, const float *C, int len, int dk, int dv, size_t kd, float scale,
-                    float *sc, float *out) {
-    for (int h = 0; h < nh; ++h) {
-        const float *qh = q + (size_t)h * dk;
-        float *s = sc + (size_t)h * len, *o = out + (size_t)h * dv;
-        float mx = -INFINITY;
-        for (int j = 0; j < len; ++j) {
-            const float *k = C + (size_t)j * kd;
-            float a = 0.0f;
-            for (int d = 0; d < dk; ++d) a += qh[d] * k[d];
-            s[j] = a * scale;
-            mx = s[j] > mx ? s[j] : mx;
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < len; ++j) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
-        const float inv = 1.0f / sum;
-        for (int d = 0; d < dv; ++d) o[d] = 0.0f;
-        for (int j = 0; j < len; ++j) {
-            const float *v = C + (size_t)j * kd;
-            const float p = s[j] * inv;
-            for (int d = 0; d < dv; ++d) o[d] += p * v[d];
-        }
-    }
-}
-
 void Engine::mla_attention(int layer, const float *x, int T, const int32_t *slots, const int32_t *pos, float *out) {
     const LayerWeights &L = layers_[(size_t)layer];
     const int nh = c_.n_head, hd = c_.head_dim, rope = c_.rope_dims, nope = hd - rope, R = c_.mla_rank,
@@ -94,8 +68,7 @@ void Engine::mla_attention(int layer, const float *x, int T, const int32_t *slot
     for (int t = 0; t < T; ++t) {
         const size_t at = kv_offset(slots[t], layer, pos[t]);
         const float *src = mkv_.data() + (size_t)t * dk;
-        if (c_.kv_f16) for (int i = 0; i < dk; ++i) k16_[at + i] = f32_to_fp16(src[i]);
-        else std::memcpy(k32_.data() + at, src, sizeof(float) * dk);
+        for (int i = 0; i < dk; ++i) k16_[at + i] = f32_to_fp16(src[i]);  // (a half cache: the constructor)
     }
     // 3. the absorbed queries [T][nh][q_abs (R) | q_pe (rope)]: head h's q_nope through wk_b[h]
     mlat_.resize((size_t)T * nh * dk);
@@ -156,11 +129,7 @@ void Engine::mla_attention(int layer, const float *x, int T, const int32_t *slot
             const size_t off = kv_offset(slots[I.t0], layer, 0);
             const float *qv = mlat_.data() + ((size_t)I.t0 * nh + I.h0) * dk;  // contiguous: all heads, or one token
             float *o = lat.data() + ((size_t)I.t0 * nh + I.h0) * R;
-            if (c_.kv_f16) kern(qv, nrow, lens.data(), k16_.data() + off, dk, R, kv_row_, c_.mla_kq_scale, sc.data(), o);
-            else
-                for (int r = 0; r < nrow; ++r)
-                    mla_f32(qv + (size_t)r * dk, 1, k32_.data() + off, lens[(size_t)r], dk, R, kv_row_, c_.mla_kq_scale,
-                            sc.data(), o + (size_t)r * R);
+            kern(qv, nrow, lens.data(), k16_.data() + off, dk, R, kv_row_, c_.mla_kq_scale, sc.data(), o);
         }
     });
     if (stats_on_) stats_[(size_t)layer].t_attn_core += seconds(ta, now());

@@ -163,3 +163,14 @@ def test_bad_input_is_refused(tmp_path, capsys):
     assert main(["synth", "moe", str(tmp_path / "y.gguf"), "--arch", "deepseek2", "--rope-dims", "12"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "rope_dims" in err and "Traceback" not in err
+
+
+def test_mla_needs_a_half_cache():
+    """MLA's latent cache is half only: a float32 cache (kv_f16 False) is refused with a clear
+    error rather than run by an untested path."""
+    from lowbit._native import lib
+    args = (2, 64, 4, 1, 48, 128, 100, 32, 1e-6, 10000.0, 1.0, 16, False)
+    with pytest.raises(ValueError, match="half only"):
+        lib.Engine(*args, False, 1, mla_rank=32, mla_v_dim=16, mla_kq_scale=0.1)
+    with pytest.raises(ValueError, match="f16 only"):
+        lib.Engine(*args, True, 1, mla_rank=32, mla_v_dim=16, mla_kq_scale=0.1, kv_k=8, kv_v=8)
