@@ -9,8 +9,8 @@
 // for r in [r0, r1) and every t < nt (any nt >= 1), BITWISE the row kernels' result at this
 // level (csrc/x86/kquants.inl, GROUPS; I2, I3, I8): per (row, token, super-block) the exact
 // integer sums
-//   I = sum_s sc[s] * sum_{k in s} u_k * q_k  - (OFF formats) sum_j corr[j] * bsums[j]
-//   M = sum_j corr[j] * bsums[j]                                  (MINS formats: Q4_K, Q5_K)
+//   I = sum_s sc[s] * sum_{k in s} w_k * q_k          (w: the codes, Q6_K's less its offset 32)
+//   M = sum_s mn[s] * sum_{k in s} q_k                 (MINS formats: Q4_K, Q5_K)
 // and then, in super-block order from acc = 0, the same two float steps
 //   acc = fma(d * d_a, (float)I, acc);   acc = fnmadd(dmin * d_a, (float)M, acc)
 // (d * d_a and dmin * d_a: one rounding each; float multiplication commutes, so d_a * d is
@@ -21,19 +21,22 @@
 // Layout: TOKENS IN LANES. Each 16-token group of the chunk is transposed once per call into
 // an activation panel (ActSB per super-block): dword lane l of q[dw] = token l's activation
 // bytes 4dw .. 4dw + 3, each plus 128 (so unsigned: vpdpbusd's first operand). Each weight
-// row is decoded once per call into unsigned codes u (one byte each, natural order, u <= 63:
-// valid as vpdpbusd's signed operand) and its super-blocks' metadata (RowSB). One vpdpbusd
-// then takes 4 codes of one row (a broadcast dword) times 4 activations of 16 tokens. The
-// +128 comes back per row and super-block, independent of the token:
-//   sum_k (q_k + 128) u_k = sum_k q_k u_k + 128 * U,    C = 128 * sum_s sc[s] * U_s.
-// Bounds (int32, exact): a sub-block's dot <= 32 * 255 * 63 = 514080; times |sc| <= 128 and
-// summed over 8 or 16 sub-blocks: < 2^27 (Q6_K 16 x 16 x 255 x 63 x 128 < 2^31 too).
+// row is decoded once per call into codes w (one byte each, natural order: Q4_K / Q5_K's
+// u in 0..31, Q6_K's signed q in -32..31, vpdpbusd's signed operand) and its super-blocks'
+// metadata (RowSB). One vpdpbusd then takes 4 codes of one row (a broadcast dword) times 4
+// activations of 16 tokens. The +128 comes back per row and super-block, independent of the
+// token:  sum_k (q_k + 128) w_k = sum_k q_k w_k + 128 * W,   C = 128 * sum_s sc[s] * W_s.
+// So Q6_K's offset of 32 needs no bsums term (it is in the signed codes, hence in C), and
+// only the MINS formats read the activations' block sums (4 vpdpwssd: pairs of 32-sums).
+// Bounds (int32, exact): a sub-block's |dot| <= 32 * 255 * 32 = 261120; times |sc| <= 128 and
+// summed over 8 or 16 sub-blocks: < 2^29.
 //
 // Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens; avx2vnni 3 x 1 of 8),
 // registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (18 of 32
 // zmm at R = 4, V = 2); the float accumulators stay in L1 (one load and store per
-// super-block), the mins/offset sums M are formed row by row after the sub-block loop. Per super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld +
-// vpaddd) + 8 vpdpwssd + 6 float ops.
+// super-block), the mins sums M are formed row by row after the sub-block loop. Per
+// super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld + vpaddd) + 4 vpdpwssd
+// (MINS formats only) + 6 float ops.
 //
 // Blocking: a call decodes its rows in tiles of <= 64 rows (their codes <= ~256 KB, L2), and
 // runs every 32-token pair of lane vectors over each 4-row group of the tile.
@@ -137,14 +140,15 @@ static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 // One 16-token group's activations of one super-block.
 struct alignas(64) ActSB {
     uint8_t q[64][LANES * 4];  // [dword dw][lane l * 4 + k]: token l's q[4 dw + k] + 128
-    int32_t bs[8][LANES];      // [pair p][lane]: int16 (bsums[2p], bsums[2p + 1]) of token l
+    int32_t bs[4][LANES];      // [pair p][lane]: int16 (s[2p], s[2p + 1]) of token l, s[j] the sum
+                               // of its 32 q of sub-block j (bsums[2j] + bsums[2j + 1], |s| <= 4096)
     float d[LANES];            // [lane]: token l's d_a (0 for lanes past the chunk)
 };
 // One row's super-block metadata (the codes are apart: 256 bytes per super-block).
 struct alignas(64) RowSB {
     int32_t sc[16];      // sub-block scales (8 of 32 codes: Q4_K, Q5_K; 16 of 16: Q6_K)
-    int32_t corr[8];     // int16 pairs (corr[2p], corr[2p + 1]) against the bsums pairs
-    int32_t C;           // 128 * sum_s sc[s] * U_s (the +128 of the activations)
+    int32_t mn[4];       // MINS: int16 pairs (mn[2p], mn[2p + 1]) against the activations' bs[p]
+    int32_t C;           // 128 * sum_s sc[s] * W_s (the +128 of the activations)
     float d, dmin;
 };
 
@@ -190,7 +194,7 @@ LB_GK_INLINE void scale_min_k4(const uint8_t *q, int *sc, int *mn) {
 
 // ---- decoders: one super-block of one row -> 256 codes u (natural order) + RowSB ----------
 // Q4_K (144 bytes: fp16 d, dmin; 12 bytes of scales/mins; qs[128]): byte qs[32c + l] holds
-// weight 64c + l (low nibble) and 64c + 32 + l (high nibble). MINS: corr[j] = mn[j / 2].
+// weight 64c + l (low nibble) and 64c + 32 + l (high nibble).
 struct GQ4K {
     static constexpr int NSUB = 8;
     static constexpr bool MINS = true;
@@ -206,7 +210,8 @@ struct GQ4K {
             _mm256_storeu_si256((__m256i *)(u + 64 * c + 32), hi);
             C += (int64_t)sc[2 * c] * usum32(lo) + (int64_t)sc[2 * c + 1] * usum32(hi);
         }
-        for (int s = 0; s < 8; ++s) m.sc[s] = sc[s], m.corr[s] = pair16(mn[s], mn[s]);
+        for (int s = 0; s < 8; ++s) m.sc[s] = sc[s];
+        for (int p = 0; p < 4; ++p) m.mn[p] = pair16(mn[2 * p], mn[2 * p + 1]);
         m.C = (int32_t)(128 * C);
         m.d = f16(x), m.dmin = f16(x + 2);
     }
@@ -233,7 +238,8 @@ struct GQ5K {
             _mm256_storeu_si256((__m256i *)(u + 64 * c + 32), hi);
             C += (int64_t)sc[2 * c] * usum32(lo) + (int64_t)sc[2 * c + 1] * usum32(hi);
         }
-        for (int s = 0; s < 8; ++s) m.sc[s] = sc[s], m.corr[s] = pair16(mn[s], mn[s]);
+        for (int s = 0; s < 8; ++s) m.sc[s] = sc[s];
+        for (int p = 0; p < 4; ++p) m.mn[p] = pair16(mn[2 * p], mn[2 * p + 1]);
         m.C = (int32_t)(128 * C);
         m.d = f16(x), m.dmin = f16(x + 2);
     }
@@ -241,13 +247,13 @@ struct GQ5K {
 // Q6_K (210 bytes: ql[128], qh[64], int8 scales[16], fp16 d): half h (128 weights; ql + 64h,
 // qh + 32h), l < 32: weight 128h + l = ql[l] & 15 | (qh[l] & 3) << 4, + 32: ql[32 + l] & 15 |
 // (qh[l] >> 2 & 3) << 4, + 64: ql[l] >> 4 | (qh[l] >> 4 & 3) << 4, + 96: ql[32 + l] >> 4 |
-// (qh[l] >> 6) << 4; u = q + 32 in 0..63. OFF: corr[j] = 32 * sc[j] (sub-block j = bsum j).
+// (qh[l] >> 6) << 4; u = q + 32 in 0..63, stored as the signed code q = u - 32.
 struct GQ6K {
     static constexpr int NSUB = 16;
     static constexpr bool MINS = false;
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         const int8_t *scv = (const int8_t *)(x + 192);
-        const __m256i k0F = _mm256_set1_epi8(0x0F), k30 = _mm256_set1_epi8(0x30);
+        const __m256i k0F = _mm256_set1_epi8(0x0F), k30 = _mm256_set1_epi8(0x30), k20 = _mm256_set1_epi8(0x20);
         int32_t U[16];
         for (int h = 0; h < 2; ++h) {
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x + 64 * h));
@@ -259,18 +265,17 @@ struct GQ6K {
             const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), k0F),
                                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), k30));
             uint8_t *o = u + 128 * h;
-            _mm256_storeu_si256((__m256i *)(o), v0);
-            _mm256_storeu_si256((__m256i *)(o + 32), v1);
-            _mm256_storeu_si256((__m256i *)(o + 64), v2);
-            _mm256_storeu_si256((__m256i *)(o + 96), v3);
+            _mm256_storeu_si256((__m256i *)(o), _mm256_sub_epi8(v0, k20));
+            _mm256_storeu_si256((__m256i *)(o + 32), _mm256_sub_epi8(v1, k20));
+            _mm256_storeu_si256((__m256i *)(o + 64), _mm256_sub_epi8(v2, k20));
+            _mm256_storeu_si256((__m256i *)(o + 96), _mm256_sub_epi8(v3, k20));
             usum16x2(v0, &U[8 * h + 0], &U[8 * h + 1]);
             usum16x2(v1, &U[8 * h + 2], &U[8 * h + 3]);
             usum16x2(v2, &U[8 * h + 4], &U[8 * h + 5]);
             usum16x2(v3, &U[8 * h + 6], &U[8 * h + 7]);
         }
         int64_t C = 0;
-        for (int j = 0; j < 16; ++j) m.sc[j] = scv[j], C += (int64_t)scv[j] * U[j];
-        for (int p = 0; p < 8; ++p) m.corr[p] = pair16(32 * scv[2 * p], 32 * scv[2 * p + 1]);
+        for (int j = 0; j < 16; ++j) m.sc[j] = scv[j], C += (int64_t)scv[j] * (U[j] - 16 * 32);  // W_j = U_j - 512
         m.C = (int32_t)(128 * C);
         m.d = f16(x + 208), m.dmin = 0.0f;
     }
@@ -326,25 +331,26 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                 for (int v = 0; v < V; ++v) I[r][v] = vadd(I[r][v], vmullo(dt[r][v], sc));
             }
         }
-        // Row by row (so that only V vectors of M are live besides I and acc): M (the bsums
+        // Row by row (so that only V vectors of M are live besides I and acc): M (the mins
         // term), the activations' +128 out of I, then the float steps (header):
         //   acc = fma(d * d_a, I, acc);   acc = fnmadd(dmin * d_a, M, acc)
         #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             VI M[V];
-            #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) M[v] = vset1(0);
-            #pragma GCC unroll 8
-            for (int p = 0; p < 8; ++p) {
-                const VI c = vset1(m(r)[b].corr[p]);
+            if constexpr (D::MINS) {
                 #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) M[v] = vdot16(M[v], vld((const void *)act(v)[b].bs[p]), c);
+                for (int v = 0; v < V; ++v) M[v] = vset1(0);
+                #pragma GCC unroll 4
+                for (int p = 0; p < 4; ++p) {
+                    const VI c = vset1(m(r)[b].mn[p]);
+                    #pragma GCC unroll 16
+                    for (int v = 0; v < V; ++v) M[v] = vdot16(M[v], vld((const void *)act(v)[b].bs[p]), c);
+                }
             }
             const VI C = vset1(m(r)[b].C);
             #pragma GCC unroll 16
             for (int v = 0; v < V; ++v) {
                 I[r][v] = vsub(I[r][v], C);
-                if constexpr (!D::MINS) I[r][v] = vsub(I[r][v], M[v]);
                 const VF da = fld(act(v)[b].d);
                 float *o = res + (size_t)(r * MAXV + v) * LANES;
                 VF acc = ffma(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v]), fldu(o));
@@ -373,7 +379,7 @@ __attribute__((noinline)) void build_act_panel(const uint8_t *act, size_t act_st
                 const int t = g * LANES + l;
                 if (t >= nt) {  // absent tokens: activations 0 (bytes 128), bsums 0, d 0
                     for (int dw = 0; dw < 64; ++dw) std::memset(P.q[dw] + 4 * l, 0x80, 4);
-                    for (int p = 0; p < 8; ++p) P.bs[p][l] = 0;
+                    for (int p = 0; p < 4; ++p) P.bs[p][l] = 0;
                     P.d[l] = 0.0f;
                     continue;
                 }
@@ -384,11 +390,10 @@ __attribute__((noinline)) void build_act_panel(const uint8_t *act, size_t act_st
                     v ^= 0x80808080u;  // q + 128 per byte
                     std::memcpy(P.q[dw] + 4 * l, &v, 4);
                 }
-                for (int p = 0; p < 8; ++p) {
-                    int32_t v;
-                    std::memcpy(&v, y + Q8K_BS + 4 * p, 4);  // int16 bsums[2p], [2p + 1] as they lie
-                    P.bs[p][l] = v;
-                }
+                int16_t bsum[16];  // of 16 q each
+                std::memcpy(bsum, y + Q8K_BS, sizeof bsum);
+                for (int p = 0; p < 4; ++p)
+                    P.bs[p][l] = pair16(bsum[4 * p] + bsum[4 * p + 1], bsum[4 * p + 2] + bsum[4 * p + 3]);
                 std::memcpy(&P.d[l], y + Q8K_D, 4);
             }
         }
