@@ -308,6 +308,35 @@ def test_synth_cli_writes_hybrid_models(tmp_path):
     assert d.forward([1, 2, 3]).shape == (1, d.config.vocab)
 
 
+def test_synth_shape_is_the_published_model(tmp_path, capsys):
+    """--shape qwen3.6-35b-a3b writes Qwen3.6-35B-A3B's sizes (its config.json, written out here
+    independently of synth's table) except the ones given; a shape of another arch is a usage error."""
+    import gguf
+    from lowbit.cli import main
+    out = tmp_path / "s.gguf"
+    # a 4-layer slice with few, narrow experts and a narrow model (small file); the rest is the model's
+    assert main(["synth", "moe", str(out), "--shape", "qwen3.6-35b-a3b", "--layers", "4",
+                 "--experts", "4", "--top-k", "2", "--dim", "256", "--ssm-type", "F16"]) == 0
+    kv = {f.name: f.contents() for f in gguf.GGUFReader(str(out)).fields.values() if f.name.startswith("qwen35moe.")}
+    want = {"block_count": 5, "nextn_predict_layers": 1, "embedding_length": 256, "expert_count": 4,
+            "expert_used_count": 2, "attention.head_count": 16, "attention.head_count_kv": 2,
+            "attention.key_length": 256, "attention.value_length": 256, "rope.dimension_count": 64,
+            "rope.dimension_sections": [11, 11, 10, 0], "full_attention_interval": 4, "ssm.conv_kernel": 4,
+            "ssm.state_size": 128, "ssm.group_count": 16, "ssm.time_step_rank": 32, "ssm.inner_size": 32 * 128,
+            "expert_feed_forward_length": 512, "expert_shared_feed_forward_length": 512, "context_length": 262144}
+    got = {k: kv.get("qwen35moe." + k) for k in want}
+    assert got == want
+    m = lowbit.load(str(out), n_ctx=32)
+    assert m.config.recurrent == (True, True, True, False) and m.forward([1, 2, 3]).shape == (1, m.config.vocab)
+    capsys.readouterr()
+    for bad in (["moe", "--arch", "qwen3moe"], ["dense"]):
+        assert main(["synth", bad[0], str(tmp_path / "x.gguf"), "--shape", "qwen3.6-35b-a3b", *bad[1:]]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "is a qwen35moe model: lowbit synth moe OUT --shape qwen3.6-35b-a3b" in err, err
+        assert "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "x.gguf").exists()
+
+
 # ---- the delta-rule kernel on every level ---------------------------------------------------
 
 from conftest import LEVELS  # noqa: E402

@@ -608,6 +608,7 @@ def _add_dense(ss) -> None:
         ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
         head_dim=a.head_dim, window=a.window, swa_pattern=a.swa_pattern, rope_base=a.rope_base,
         rope_base_swa=a.rope_base_swa, softcap=a.softcap, rope_linear=a.rope_linear, progress=_bar_on()))
+    _with_shapes(p)
 
 
 BITNET_ARCHS = ("bitnet", "bitnet-b1.58")
@@ -773,6 +774,7 @@ def _add_moe(ss) -> None:
         rope_base=a.rope_base, yarn_factor=a.yarn_factor, yarn_orig_ctx=a.yarn_orig_ctx, dense_ffn=a.dense_ffn,
         leading_dense=a.leading_dense, shared_experts=a.shared_experts, nextn=a.nextn, rope_dims=a.rope_dims,
         qk_norm=a.qk_norm, expert_scale=a.expert_scale, gating=a.gating or "sigmoid", progress=_bar_on()))
+    _with_shapes(p)
 
 
 def _synth_deepseek2_cli(a: argparse.Namespace) -> str:
@@ -792,8 +794,62 @@ def _synth_deepseek2_cli(a: argparse.Namespace) -> str:
         raise UsageError(str(e)) from None
 
 
+# Published shapes of the hybrid Qwens (each model's config.json): `--shape NAME` sets every size
+# below that the command line leaves at its default, so `--shape qwen3.6-35b-a3b --layers 8` is
+# an 8-layer slice of the real model (6 delta-net + 2 attention layers). The vocabulary stays
+# SmolLM2's 49152 (the real ones have ~150-250K: the head is a smaller share of a step here).
+HYBRID_SHAPES = {
+    # Qwen3.6-35B-A3B / Qwen3.5-35B-A3B: 40 layers (every 4th full attention), 256 experts top-8
+    # of 512 + a shared expert of 512, attention 16 q / 2 kv heads of 256 (rope on 64 dims,
+    # IMROPE 11/11/10), delta-net 16 q/k heads and 32 value heads of 128, conv 4, one MTP layer.
+    "qwen3.6-35b-a3b": dict(arch="qwen35moe", layers=40, dim=2048, heads=16, kv_heads=2, head_dim=256,
+                            rope_dims=64, sections="11,11,10,0", interval=4, ssm_conv=4, ssm_state=128,
+                            ssm_groups=16, ssm_heads=32, experts=256, top_k=8, ffn=512, shared_ffn=512,
+                            mtp_layers=1, ctx=262144),
+    # Qwen3-Next-80B-A3B: 48 layers, 512 experts top-10 of 512 + shared 512, the same attention
+    # and delta-net widths, plain neox rope on 64 dims.
+    "qwen3-next-80b-a3b": dict(arch="qwen3next", layers=48, dim=2048, heads=16, kv_heads=2, head_dim=256,
+                               rope_dims=64, interval=4, ssm_conv=4, ssm_state=128, ssm_groups=16,
+                               ssm_heads=32, experts=512, top_k=10, ffn=512, shared_ffn=512, mtp_layers=1,
+                               ctx=262144),
+}
+
+
+class _Given(argparse._StoreAction):
+    """A size option that records being given (`given` in the namespace), so --shape fills only the rest."""
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
+
+
+def _with_shapes(p: argparse.ArgumentParser) -> None:
+    """Lets p's --shape fill the size options (and --arch) not given: wraps p's `synth`."""
+    keys = {k for shape in HYBRID_SHAPES.values() for k in shape}
+    for x in p._actions:
+        if x.dest in keys and type(x) is argparse._StoreAction:
+            x.__class__ = _Given
+    archs = next(x.choices for x in p._actions if x.dest == "arch")
+    kind, synth = p.prog.split()[-1], p.get_default("synth")
+
+    def shaped(a: argparse.Namespace) -> str:
+        if a.shape:
+            from .cli import UsageError
+            shape, given = HYBRID_SHAPES[a.shape], getattr(a, "given", ())
+            if shape["arch"] not in archs or ("arch" in given and a.arch != shape["arch"]):
+                raise UsageError(f"--shape {a.shape} is a {shape['arch']} model: lowbit synth moe OUT "
+                                 f"--shape {a.shape} (not synth {kind}{' --arch ' + a.arch if 'arch' in given else ''})")
+            for k, v in shape.items():
+                if k not in given:
+                    setattr(a, k, v)
+        return synth(a)
+    p.set_defaults(synth=shaped)
+
+
 def _hybrid_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("hybrid models (qwen35, qwen35moe, qwen3next)")
+    g.add_argument("--shape", default=None, choices=list(HYBRID_SHAPES),
+                   help="a published model's sizes (and arch) for every option not given "
+                        "(e.g. --shape qwen3.6-35b-a3b --layers 8: an 8-layer slice)")
     if not any("--rope-dims" in x.option_strings for x in p._actions):  # (synth moe has it: glm4moe's)
         g.add_argument("--rope-dims", type=int, default=None,
                        help="rotated dims per attention head (hybrid: 32; glm4moe: half the head)")
