@@ -26,6 +26,7 @@ namespace {
 
 // 8 half cache values widened to float (exact).
 inline __m256 load8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
 
 inline __m256 round_half8(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
@@ -87,6 +88,25 @@ inline void pv_chunk(const float *p, const uint16_t *V, int len, size_t kd, int 
 
 // head_dim: a multiple of 8, at most 512 (the engine refuses other models). sc: len floats,
 // holds the scores, then the half-rounded probabilities.
+// One row against 8 keys k, k + kd, ..., k + 7 kd (f16 or float): lane i = key i, each key's
+// products summed in d order, 8 lanes per key, then reduce8's tree.
+template <class T>
+inline __m256 scores_1x8(const float *qh, const T *k, int hd, size_t kd) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(qh + d);
+        a0 = _mm256_fmadd_ps(qv, load8(k + d), a0);
+        a1 = _mm256_fmadd_ps(qv, load8(k + kd + d), a1);
+        a2 = _mm256_fmadd_ps(qv, load8(k + 2 * kd + d), a2);
+        a3 = _mm256_fmadd_ps(qv, load8(k + 3 * kd + d), a3);
+        a4 = _mm256_fmadd_ps(qv, load8(k + 4 * kd + d), a4);
+        a5 = _mm256_fmadd_ps(qv, load8(k + 5 * kd + d), a5);
+        a6 = _mm256_fmadd_ps(qv, load8(k + 6 * kd + d), a6);
+        a7 = _mm256_fmadd_ps(qv, load8(k + 7 * kd + d), a7);
+    }
+    return reduce8(a0, a1, a2, a3, a4, a5, a6, a7);
+}
+
 void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd,
                      float scale, float sink, float *sc, float *out) {
     alignas(32) float qr[512];
@@ -97,20 +117,7 @@ void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int l
     __m256 vmax = _mm256_set1_ps(-INFINITY);
     int j = 0;
     for (; j + 8 <= len; j += 8) {
-        const uint16_t *k = K + (size_t)j * kd;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-        for (int d = 0; d < hd; d += 8) {
-            const __m256 qv = _mm256_load_ps(qr + d);
-            a0 = _mm256_fmadd_ps(qv, load8(k + d), a0);
-            a1 = _mm256_fmadd_ps(qv, load8(k + kd + d), a1);
-            a2 = _mm256_fmadd_ps(qv, load8(k + 2 * kd + d), a2);
-            a3 = _mm256_fmadd_ps(qv, load8(k + 3 * kd + d), a3);
-            a4 = _mm256_fmadd_ps(qv, load8(k + 4 * kd + d), a4);
-            a5 = _mm256_fmadd_ps(qv, load8(k + 5 * kd + d), a5);
-            a6 = _mm256_fmadd_ps(qv, load8(k + 6 * kd + d), a6);
-            a7 = _mm256_fmadd_ps(qv, load8(k + 7 * kd + d), a7);
-        }
-        const __m256 s = _mm256_mul_ps(reduce8(a0, a1, a2, a3, a4, a5, a6, a7), vscale);
+        const __m256 s = _mm256_mul_ps(scores_1x8(qr, K + (size_t)j * kd, hd, kd), vscale);
         _mm256_storeu_ps(sc + j, s);
         vmax = _mm256_max_ps(vmax, s);
     }
@@ -207,23 +214,6 @@ inline __m256 scores_2x4(const float *q0, const float *q1, const float *k, int d
     return reduce8(a0, a1, a2, a3, b0, b1, b2, b3);
 }
 
-// One row against keys k[0..7]: lane i = key i.
-inline __m256 scores_1x8(const float *qh, const float *k, int dk) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    for (int d = 0; d < dk; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(qh + d);
-        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + d), a0);
-        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + dk + d), a1);
-        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 2 * dk + d), a2);
-        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 3 * dk + d), a3);
-        a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 4 * dk + d), a4);
-        a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 5 * dk + d), a5);
-        a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 6 * dk + d), a6);
-        a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 7 * dk + d), a7);
-    }
-    return reduce8(a0, a1, a2, a3, a4, a5, a6, a7);
-}
-
 void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd,
                   float scale, float *sc, float *out) {
     thread_local std::vector<float> qr, kf;
@@ -256,7 +246,7 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
         }
         for (; i < live.size(); ++i) {
             const int r = live[i];
-            _mm256_storeu_ps(sc + (size_t)r * ld + j, _mm256_mul_ps(scores_1x8(qr.data() + (size_t)r * dk, k8, dk), vscale));
+            _mm256_storeu_ps(sc + (size_t)r * ld + j, _mm256_mul_ps(scores_1x8(qr.data() + (size_t)r * dk, k8, dk, (size_t)dk), vscale));
         }
     }
     for (; j < maxlen; ++j) {
