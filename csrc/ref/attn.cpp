@@ -21,16 +21,18 @@ static const float *half_table() {
     return t.data();
 }
 
-void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd, float scale,
-                float sink, float *sc, float *out) {
+// One query row over len cache rows: q rounded to half into qr (dk floats), scores over the
+// first dk halves of K's rows, values from the first dv halves of V's rows (row stride kd),
+// the sink (-inf: none) in the max and the denominator.
+static void attend_row(const float *q, float *qr, const uint16_t *K, const uint16_t *V, int len, int dk, int dv,
+                       size_t kd, float scale, float sink, float *sc, float *out) {
     const float *ht = half_table();
-    float qr[512];  // head_dim <= 512 (the engine checks)
-    for (int d = 0; d < hd; ++d) qr[d] = ht[f32_to_fp16(q[d])];
+    for (int d = 0; d < dk; ++d) qr[d] = ht[f32_to_fp16(q[d])];
     float mx = -INFINITY;
     for (int j = 0; j < len; ++j) {
         const uint16_t *k = K + (size_t)j * kd;
         float s = 0.0f;
-        for (int d = 0; d < hd; ++d) s += qr[d] * ht[k[d]];
+        for (int d = 0; d < dk; ++d) s += qr[d] * ht[k[d]];
         sc[j] = s * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
@@ -39,43 +41,27 @@ void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, i
     for (int j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
     if (sink > -INFINITY) sum += std::exp(sink - mx);  // the sink's share of the denominator
     const float inv = 1.0f / sum;
-    for (int d = 0; d < hd; ++d) out[d] = 0.0f;
+    for (int d = 0; d < dv; ++d) out[d] = 0.0f;
     for (int j = 0; j < len; ++j) {
         const uint16_t *v = V + (size_t)j * kd;
         const float p = ht[f32_to_fp16(sc[j] * inv)];
-        for (int d = 0; d < hd; ++d) out[d] += p * ht[v[d]];
+        for (int d = 0; d < dv; ++d) out[d] += p * ht[v[d]];
     }
+}
+
+void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd, float scale,
+                float sink, float *sc, float *out) {
+    float qr[512];  // head_dim <= 512 (the engine checks)
+    attend_row(q, qr, K, V, len, hd, hd, kd, scale, sink, sc, out);
 }
 
 // MLA: per query row the same arithmetic as attend_f16 with dk-wide scores and dv-wide values
 // read from the first dv of the same cache rows (no sink), over its own lens[r] rows.
 void mla_f16(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd, float scale,
              float *sc, float *out) {
-    const float *ht = half_table();
     std::vector<float> qr((size_t)dk);
-    for (int h = 0; h < nq; ++h) {
-        const float *qh = q + (size_t)h * dk;
-        const int len = lens[h];
-        float *s = sc, *o = out + (size_t)h * dv;
-        for (int d = 0; d < dk; ++d) qr[(size_t)d] = ht[f32_to_fp16(qh[d])];
-        float mx = -INFINITY;
-        for (int j = 0; j < len; ++j) {
-            const uint16_t *k = C + (size_t)j * kd;
-            float a = 0.0f;
-            for (int d = 0; d < dk; ++d) a += qr[(size_t)d] * ht[k[d]];
-            s[j] = a * scale;
-            mx = s[j] > mx ? s[j] : mx;
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < len; ++j) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
-        const float inv = 1.0f / sum;
-        for (int d = 0; d < dv; ++d) o[d] = 0.0f;
-        for (int j = 0; j < len; ++j) {
-            const uint16_t *v = C + (size_t)j * kd;
-            const float p = ht[f32_to_fp16(s[j] * inv)];
-            for (int d = 0; d < dv; ++d) o[d] += p * ht[v[d]];
-        }
-    }
+    for (int h = 0; h < nq; ++h)
+        attend_row(q + (size_t)h * dk, qr.data(), C, C, lens[h], dk, dv, kd, scale, -INFINITY, sc, out + (size_t)h * dv);
 }
 
 }  // namespace lowbit::ref
