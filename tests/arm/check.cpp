@@ -74,7 +74,7 @@ bool reference_arithmetic(int isa) { return isa == ISA_AVX || isa == ISA_NEON ||
 // formats and IQ4_XS to the reference.
 bool covered(int isa, int id) {
     if (isa != ISA_AVX) return true;
-    return id != T_MXFP4 && id != T_IQ4_XS && id != T_TQ1_0 && id != T_TQ2_0 && id != T_I2_S;
+    return id != T_IQ4_XS && id != T_TQ1_0 && id != T_TQ2_0 && id != T_I2_S;
 }
 
 void put16(uint8_t *p, uint16_t v) { std::memcpy(p, &v, 2); }
