@@ -42,10 +42,6 @@ def make(ggml, rng, name, rows, nb, nt):
 @pytest.mark.parametrize("level", SIMD)
 @pytest.mark.parametrize("name", FORMATS)
 def test_every_level_has_its_own_kernel(name, level):
-    if name == "MXFP4" and level in REFERENCE_LEVELS:
-        # not ported to avx / aarch64 (issue 25): the scalar reference runs there, never a level above
-        assert all(lib.kernel(F[name].id, nt, ISA[level])[1] == "scalar" for nt in range(1, 9))
-        return
     for nt in range(1, 9):
         k = lib.kernel(F[name].id, nt, ISA[level])
         assert k is not None and k[1] == level, (name, level, nt, k)

@@ -25,7 +25,7 @@ REF_LEVELS = [lv for lv in LEVELS if lv in REFERENCE_LEVELS]
 needs_level = pytest.mark.skipif(not REF_LEVELS, reason="the CPU has no avx (AVX+SSSE3+SSE4.1) or the cap is below it")
 
 # what the avx level covers (csrc/x86/avx/register.cpp); the aarch64 levels cover more
-QUANT = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+QUANT = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 FLOAT = ["F32", "F16", "BF16"]
 ACTS = ["Q8_0", "Q8_1", "Q8_K", "I8_S"]
 

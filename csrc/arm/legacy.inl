@@ -1,4 +1,4 @@
-// Legacy-format row kernels at the aarch64 levels: Q4_0, Q5_0, Q8_0, IQ4_NL x Q8_0 and
+// Legacy-format row kernels at the aarch64 levels: Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 x Q8_0 and
 // Q4_1, Q5_1 x Q8_1. Shared body of csrc/arm/<level>/legacy.cpp (LOWBIT_ISA, LOWBIT_NS set).
 // Block layouts and the meaning of the codes: csrc/ref/legacy.cpp (and iquants.cpp, IQ4_NL).
 //
@@ -10,6 +10,10 @@
 // Float step, as csrc/ref:  _0: acc += (d_w * d_a) * (float)isum
 //                           _1: acc += (d_w * d_a) * (float)isum + m_w * s_a
 // IQ4_NL's reference computes d_a * d_w, and float multiplication commutes exactly.
+// MXFP4 (csrc/ref/mxfp4.cpp) is IQ4_NL with another code book and another scale: byte 0 is the
+// e8m0 exponent e, then the 16 bytes of nibbles; a nibble indexes the e2m1 values doubled
+// (integers in [-12, 12], one vqtbl1q_s8 per 16 codes, signed as SDOT / SMULL take them), and
+// d_w = 2^(e - 128) (ref::e8m0_half, bit for bit), so the float step is the _0 formats'.
 #include "simd.h"
 #include "../ref/iq_tables.h"
 
@@ -115,6 +119,29 @@ struct FIQ4_NL {
     }
 };
 
+// ref::kvalues_mxfp4 (e2m1 values doubled) and ref::e8m0_half(e) = 2^(e - 128) as float bits:
+// normal for e >= 2, the denormals 2^-128 / 2^-127 for e = 0, 1 (exact, no float arithmetic).
+alignas(16) constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+LB_ARM_INLINE float e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+struct FMXFP4 {
+    static constexpr int kQK = QK, kWB = 17, kAB = 34;
+    static constexpr bool kM = false;
+    using Dec = LegacyDec;
+    static LB_ARM_INLINE void decode(const uint8_t *b, Dec &d) {
+        const int8x16_t lut = vld1q_s8(kMxfp4Values);
+        uint8x16_t lo, hi;
+        nibbles(b + 1, lo, hi);
+        d.lo = vqtbl1q_s8(lut, lo);
+        d.hi = vqtbl1q_s8(lut, hi);
+        d.d = e8m0_half(b[0]);
+    }
+};
+
 // The float step of one block for a chunk of C tokens (F: one of the formats above).
 template <class F>
 struct Legacy : F {
@@ -154,6 +181,7 @@ void register_legacy(KernelTable &t) {
     set_rows<Legacy<FQ5_1>>(t, T_Q5_1, "rows_q5_1_q8_1_" LB_ARM_SUFFIX);
     set_rows<Legacy<FQ8_0>>(t, T_Q8_0, "rows_q8_0_q8_0_" LB_ARM_SUFFIX);
     set_rows<Legacy<FIQ4_NL>>(t, T_IQ4_NL, "rows_iq4_nl_q8_0_" LB_ARM_SUFFIX);
+    set_rows<Legacy<FMXFP4>>(t, T_MXFP4, "rows_mxfp4_q8_0_" LB_ARM_SUFFIX);
 }
 
 }  // namespace LOWBIT_NS

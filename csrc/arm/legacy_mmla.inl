@@ -1,4 +1,4 @@
-// Legacy-format row kernels with SMMLA (the i8mm level): Q4_0, Q5_0, Q8_0, IQ4_NL x Q8_0 and
+// Legacy-format row kernels with SMMLA (the i8mm level): Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 x Q8_0 and
 // Q4_1, Q5_1 x Q8_1. Body of csrc/arm/i8mm/legacy.cpp; the formats' decode and the reference's
 // float step are legacy.inl's.
 //
@@ -128,6 +128,7 @@ void register_legacy_mmla(KernelTable &t) {
     set_mmla<Legacy<FQ5_1>>(t, T_Q5_1, "rows_q5_1_q8_1_" LB_ARM_SUFFIX);
     set_mmla<Legacy<FQ8_0>>(t, T_Q8_0, "rows_q8_0_q8_0_" LB_ARM_SUFFIX);
     set_mmla<Legacy<FIQ4_NL>>(t, T_IQ4_NL, "rows_iq4_nl_q8_0_" LB_ARM_SUFFIX);
+    set_mmla<Legacy<FMXFP4>>(t, T_MXFP4, "rows_mxfp4_q8_0_" LB_ARM_SUFFIX);
 }
 
 }  // namespace LOWBIT_NS

@@ -16,7 +16,12 @@
 //   I3         a split row range gives the full range's output bitwise and leaves the rows
 //              outside untouched;
 //   GLU, attn  the level's GLU epilogue and attention over a half cache (aarch64) bitwise the
-//              reference's, edge values included.
+//              reference's, edge values included;
+//   attn_q     attention over a quantized KV cache (aarch64): every K (Q8_0, Q4_0) x V (F16, Q8_0,
+//              Q4_0) pairing, odd lengths around the kernels' groups of 4 and 8 keys, sinks,
+//              scales large enough to flush exps to 0, worst-case codes; bitwise the reference;
+//   MLA        DeepSeek's latent attention (aarch64): several query rows of unequal lengths per
+//              call, odd dk / dv, bitwise the reference, and each row bitwise its result alone.
 // Prints each failure with its worst (row, token) and ends with "N passed, M failed"; exit 1
 // on any failure. --expect-best LEVEL also checks that the probe found that level (qemu -cpu).
 #include <cmath>
@@ -49,12 +54,13 @@ std::mt19937_64 g_rng(20261202);
 float unif(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(g_rng); }
 float normal() { return std::normal_distribution<float>(0.f, 1.f)(g_rng); }
 
-// The formats under test and where their fp16 / float scales are (random bytes elsewhere).
-struct Fmt { int id; std::vector<int> f16_scales; };
+// The formats under test and where their fp16 / float scales are (random bytes elsewhere);
+// e8m0: where an e8m0 scale byte is (MXFP4's block start).
+struct Fmt { int id; std::vector<int> f16_scales; std::vector<int> e8m0 = {}; };
 const std::vector<Fmt> kFormats = {
     {T_Q4_0, {0}}, {T_Q4_1, {0, 2}}, {T_Q5_0, {0}}, {T_Q5_1, {0, 2}}, {T_Q8_0, {0}}, {T_IQ4_NL, {0}},
     {T_Q2_K, {80, 82}}, {T_Q3_K, {108}}, {T_Q4_K, {0, 2}}, {T_Q5_K, {0, 2}}, {T_Q6_K, {208}},
-    {T_IQ4_XS, {0}}, {T_TQ1_0, {52}}, {T_TQ2_0, {64}}, {T_I2_S, {}},
+    {T_IQ4_XS, {0}}, {T_TQ1_0, {52}}, {T_TQ2_0, {64}}, {T_I2_S, {}}, {T_MXFP4, {}, {0}},
     {T_F32, {}}, {T_F16, {}}, {T_BF16, {}},
 };
 const int kActs[] = {T_Q8_0, T_Q8_1, T_Q8_K, T_I8_S};
@@ -93,6 +99,12 @@ std::vector<uint8_t> make_weights(const Fmt &f, int rows, int64_t n, int pattern
     for (size_t b = 0; b < nblocks; ++b)
         for (int off : f.f16_scales)
             put16(&w[b * F->bytes + off], f32_to_fp16(pattern < 0 ? unif(-0.05f, 0.05f) : 1.0f));
+    // e8m0 bytes: 2^(e - 128) (ref::e8m0_half); random: mostly near 1, sometimes the denormal
+    // scales (e = 0, 1) and the smallest normal; worst case: e = 128, the scale 1
+    static const uint8_t kEdgeE[] = {0, 1, 2, 118, 138};
+    for (size_t b = 0; b < nblocks; ++b)
+        for (int off : f.e8m0)
+            w[b * F->bytes + off] = pattern >= 0 ? 128 : g_rng() % 8 == 0 ? kEdgeE[g_rng() % 5] : (uint8_t)(120 + g_rng() % 17);
     return w;
 }
 
@@ -311,6 +323,95 @@ void check_attn(int isa) {
         }
 }
 
+// Attention over a quantized KV cache: the level's against the reference's, bitwise (aarch64).
+void check_attn_q(int isa) {
+    const AttnQKernel &ref = attn_q_kernel_at(ISA_SCALAR), &k = attn_q_kernel_at(isa);
+    const quant_act_fn q8 = kernel_entry_at(T_Q8_0, ISA_SCALAR).quant_act;
+    auto row_bytes_of = [](int type, int hd) {
+        return type == T_F16 ? (size_t)2 * hd : (size_t)(hd / QK) * (type == T_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0));
+    };
+    // len rows of `type` at stride st: random codes (or all 0xFF / 0x77 bytes: codes at an
+    // extreme), block scales random (or 1), halves normal
+    auto cache = [&](int type, int hd, int len, size_t st, int worst) {
+        std::vector<uint8_t> c(st * len + 64);
+        for (auto &b : c) b = worst ? (uint8_t)worst : (uint8_t)g_rng();
+        for (int j = 0; j < len; ++j) {
+            uint8_t *row = &c[st * j];
+            if (type == T_F16) {
+                for (int d = 0; d < hd; ++d) put16(row + 2 * d, f32_to_fp16(worst ? 2.f : normal()));
+                continue;
+            }
+            const size_t bb = type == T_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+            for (int b = 0; b < hd / QK; ++b) put16(row + b * bb, f32_to_fp16(worst ? 1.f : unif(-0.1f, 0.1f)));
+        }
+        return c;
+    };
+    for (int kt : {(int)T_Q8_0, (int)T_Q4_0})
+        for (int vt : {(int)T_F16, (int)T_Q8_0, (int)T_Q4_0})
+            for (int hd : {32, 96, 128})
+                for (int len : {1, 3, 4, 7, 8, 9, 13, 37})
+                    for (int worst : {0, 0x77, 0xFF}) {
+                        if (worst && (hd != 96 || (len != 9 && len != 37))) continue;
+                        const size_t ks = row_bytes_of(kt, hd) + 6, vs = row_bytes_of(vt, hd) + 10;
+                        const std::vector<uint8_t> K = cache(kt, hd, len, ks, worst), V = cache(vt, hd, len, vs, worst);
+                        std::vector<float> q(hd);
+                        for (auto &v : q) v = worst ? 3.f : normal() * 2.f;
+                        std::vector<uint8_t> qq((size_t)(hd / QK) * sizeof(block_q8_0));
+                        q8(q.data(), qq.data(), hd);
+                        std::vector<float> sa(len), sb(len), a(hd), b(hd);
+                        for (float scale : {0.125f, 6.f})  // 6: most exps flush to 0 (score gaps > 87.3)
+                            for (float sink : {-INFINITY, 0.7f, 40.f}) {
+                                ref.fn(qq.data(), kt, K.data(), ks, vt, V.data(), vs, len, hd, scale, sink, sa.data(), a.data());
+                                k.fn(qq.data(), kt, K.data(), ks, vt, V.data(), vs, len, hd, scale, sink, sb.data(), b.data());
+                                int at = 0;
+                                while (at < hd && f32_to_bits(a[at]) == f32_to_bits(b[at])) ++at;
+                                char buf[128] = "";
+                                if (at < hd) std::snprintf(buf, sizeof buf, ": out[%d] %.9g vs reference %.9g", at, b[at], a[at]);
+                                check(at == hd, lv(isa) + " " + k.name + " K " + format_by_id(kt)->name + " V " +
+                                                    format_by_id(vt)->name + " hd=" + std::to_string(hd) + " len=" +
+                                                    std::to_string(len) + " scale=" + std::to_string(scale) + " sink=" +
+                                                    std::to_string(sink) + (worst ? " worst " + std::to_string(worst) : "") +
+                                                    " bitwise the reference" + buf);
+                            }
+                    }
+}
+
+// DeepSeek MLA over a half latent cache: the level's against the reference's, bitwise, and each
+// query row bitwise its result alone (aarch64).
+void check_mla(int isa) {
+    const MlaKernel &ref = mla_kernel_at(ISA_SCALAR), &k = mla_kernel_at(isa);
+    struct Shape { int dk, dv; };
+    for (Shape sh : {Shape{72, 64}, Shape{37, 30}, Shape{576, 512}})
+        for (int nq : {1, 2, 3, 5, 8})
+            for (int maxlen : {1, 4, 7, 70}) {
+                if (sh.dk == 576 && maxlen == 70 && nq > 3) continue;  // (time under qemu)
+                const size_t kd = (size_t)sh.dk + 8;
+                std::vector<uint16_t> C(kd * maxlen);
+                for (auto &h : C) h = f32_to_fp16(normal());
+                std::vector<int32_t> lens(nq);
+                for (int r = 0; r < nq; ++r) lens[r] = r == nq / 2 ? maxlen : 1 + (int)(g_rng() % maxlen);
+                std::vector<float> q((size_t)nq * sh.dk), sc((size_t)nq * maxlen), a((size_t)nq * sh.dv), b(a);
+                for (auto &v : q) v = normal() * 2.f;
+                const float scale = 0.1f;
+                ref.fn(q.data(), nq, lens.data(), C.data(), sh.dk, sh.dv, kd, scale, sc.data(), a.data());
+                k.fn(q.data(), nq, lens.data(), C.data(), sh.dk, sh.dv, kd, scale, sc.data(), b.data());
+                bool alone = true;
+                for (int r = 0; r < nq; ++r) {
+                    std::vector<float> o(sh.dv);
+                    k.fn(&q[(size_t)r * sh.dk], 1, &lens[r], C.data(), sh.dk, sh.dv, kd, scale, sc.data(), o.data());
+                    alone &= std::memcmp(o.data(), &b[(size_t)r * sh.dv], sh.dv * 4) == 0;
+                }
+                size_t at = 0;
+                while (at < a.size() && f32_to_bits(a[at]) == f32_to_bits(b[at])) ++at;
+                char buf[128] = "";
+                if (at < a.size()) std::snprintf(buf, sizeof buf, ": out[%zu] %.9g vs reference %.9g", at, b[at], a[at]);
+                const std::string tag = lv(isa) + " " + k.name + " dk=" + std::to_string(sh.dk) + " dv=" +
+                                        std::to_string(sh.dv) + " nq=" + std::to_string(nq) + " maxlen=" + std::to_string(maxlen);
+                check(at == a.size(), tag + " bitwise the reference" + buf);
+                check(alone, tag + ": each row bitwise its result alone");
+            }
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -336,6 +437,12 @@ int main(int argc, char **argv) {
         if (isa != ISA_AVX)  // (avx leaves attention to the reference)
             check(attn_kernel_at(isa).isa != ISA_SCALAR, lv(isa) + " has a SIMD attention kernel");
         if (attn_kernel_at(isa).isa != ISA_SCALAR) check_attn(isa);
+        if (isa != ISA_AVX) {  // (avx leaves the quantized-cache and MLA attention to the reference)
+            check(attn_q_kernel_at(isa).isa != ISA_SCALAR, lv(isa) + " has a SIMD quantized-cache attention kernel");
+            check(mla_kernel_at(isa).isa != ISA_SCALAR, lv(isa) + " has a SIMD MLA attention kernel");
+        }
+        if (attn_q_kernel_at(isa).isa != ISA_SCALAR) check_attn_q(isa);
+        if (mla_kernel_at(isa).isa != ISA_SCALAR) check_mla(isa);
         for (const Fmt &f : kFormats) {
             if (!covered(isa, f.id)) continue;
             const Format *F = format_by_id(f.id);
@@ -350,7 +457,10 @@ int main(int argc, char **argv) {
             else ns = {256, 768, 1280};
             for (int rows : {1, 5, 13})
                 for (int64_t n : ns) check_rows(isa, f, rows, n, -1, 0);
-            for (int wpat : {0xFF, 0x00})
+            // all codes at one extreme: 0xFF / 0x00 are every format's code extremes except
+            // MXFP4's (nibble 15 = -12, 7 = +12; 0 is the value 0)
+            const std::vector<int> worst = f.id == T_MXFP4 ? std::vector<int>{0xFF, 0x77} : std::vector<int>{0xFF, 0x00};
+            for (int wpat : worst)
                 for (int apat : {1, -1}) check_rows(isa, f, 3, ns.back(), wpat, apat);
         }
         std::printf("level %s: %d passed, %d failed\n", isa_name(isa), g_pass - p0, g_fail - f0);

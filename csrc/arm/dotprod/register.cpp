@@ -12,6 +12,7 @@ void register_kquants(KernelTable &t);
 void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
 void register_float(KernelTable &t);
+void register_attn_q(KernelTable &t);  // attn_q.cpp: SDOT for the quantized K dots
 }  // namespace dotprod
 
 void register_dotprod(KernelTable &t) {
@@ -21,6 +22,7 @@ void register_dotprod(KernelTable &t) {
     dotprod::register_ternary(t);
     dotprod::register_iquants(t);
     dotprod::register_float(t);
+    dotprod::register_attn_q(t);
 }
 
 }  // namespace lowbit

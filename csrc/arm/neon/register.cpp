@@ -13,7 +13,8 @@ void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
 void register_float(KernelTable &t);
 void register_glu(KernelTable &t);
-void register_attn(KernelTable &t);  // attn.cpp
+void register_attn(KernelTable &t);  // attn.cpp (the half cache and MLA)
+void register_attn_q(KernelTable &t);  // attn_q.cpp (the quantized cache)
 }  // namespace neon
 
 void register_neon(KernelTable &t) {
@@ -25,6 +26,7 @@ void register_neon(KernelTable &t) {
     neon::register_float(t);
     neon::register_glu(t);
     neon::register_attn(t);
+    neon::register_attn_q(t);
 }
 
 }  // namespace lowbit

@@ -1,11 +1,15 @@
-// Legacy-format row kernels at the avx level: Q4_0, Q5_0, Q8_0, IQ4_NL x Q8_0 and Q4_1, Q5_1 x
-// Q8_1. Layouts: csrc/ref/legacy.cpp; design and arithmetic: avx.h (bitwise the reference).
+// Legacy-format row kernels at the avx level: Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 x Q8_0 and Q4_1,
+// Q5_1 x Q8_1. Layouts: csrc/ref/legacy.cpp; design and arithmetic: avx.h (bitwise the reference).
 //
 // Decoded block: the 32 codes as two __m128i (lo = weights 0..15, hi = 16..31). The 4/5-bit
 // codes stay unsigned (0..15 / 0..31) for maddubs, whose other operand is the signed activation;
 // the _0 formats' offset comes back as off * sum(q_a), so per token
 //   isum = sum u * q_a - off * sum q_a                     (Q4_0: off 8, Q5_0: 16; exact int32)
 // Q8_0 and IQ4_NL codes span all of int8 and are widened to int16 instead (dot_s8s8).
+// MXFP4 (csrc/ref/mxfp4.cpp: byte 0 the e8m0 exponent e, then IQ4_NL's 16 bytes of nibbles) looks
+// its nibbles up (pshufb) in the e2m1 code book doubled and offset by 12 (values -12..12 as
+// unsigned 0..24), so it takes the maddubs path with off 12; d_w = 2^(e - 128), bit for bit
+// ref::e8m0_half, and the float step is the _0 formats'.
 // Float step: _0: acc += (d_w * d_a) * (float)isum;  _1: acc += (d_w * d_a) * (float)isum + m_w * s_a.
 #include "avx.h"
 #include "../../ref/iq_tables.h"
@@ -98,6 +102,28 @@ struct FIQ4_NL {
     }
 };
 
+// ref::kvalues_mxfp4 + 12 (e2m1 values doubled, offset to 0..24)
+constexpr C16 kMxfp4Lut = {{12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0}};
+// ref::e8m0_half(e) = 2^(e - 128) as float bits: normal for e >= 2, the denormals 2^-128 /
+// 2^-127 for e = 0, 1 (no float arithmetic: exact).
+LB_AVX_INLINE float e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+struct FMXFP4 {
+    static constexpr int kQK = QK, kWB = 17, kAB = 34, kOff = 12, kKind = 0;
+    static constexpr bool kM = false;
+    static LB_AVX_INLINE void decode(const uint8_t *b, Dec &d) {
+        const __m128i lut = K(kMxfp4Lut);
+        nibbles(b + 1, d.lo, d.hi);
+        d.lo = _mm_shuffle_epi8(lut, d.lo);
+        d.hi = _mm_shuffle_epi8(lut, d.hi);
+        d.d = e8m0_half(b[0]);
+    }
+};
+
 template <class F>
 struct Legacy {
     static constexpr int kQK = F::kQK, kWB = F::kWB, kAB = F::kAB;
@@ -109,6 +135,7 @@ struct Legacy {
             if constexpr (F::kKind == 1) return dot_s8s8(dot_s8s8(_mm_setzero_si128(), d.lo, a0), d.hi, a1);
             // int16 lanes: two maddubs pairs (u <= 31: |.| <= 2 * 2 * 31 * 128 = 15872), minus
             // off * the same pairs of q_a (|.| <= 2 * 2 * 16 * 128 = 8192): never saturates
+            // (MXFP4: u <= 24, off 12: 12288 and 6144)
             __m128i p = _mm_add_epi16(_mm_maddubs_epi16(d.lo, a0), _mm_maddubs_epi16(d.hi, a1));
             if constexpr (F::kOff != 0) {  // - off * sum(q_a)
                 static constexpr C16 kK = c8((uint8_t)F::kOff);
@@ -143,6 +170,7 @@ void register_legacy(KernelTable &t) {
     set_rows<Legacy<FQ5_1>>(t, T_Q5_1, "rows_q5_1_q8_1_avx");
     set_rows<Legacy<FQ8_0>>(t, T_Q8_0, "rows_q8_0_q8_0_avx");
     set_rows<Legacy<FIQ4_NL>>(t, T_IQ4_NL, "rows_iq4_nl_q8_0_avx");
+    set_rows<Legacy<FMXFP4>>(t, T_MXFP4, "rows_mxfp4_q8_0_avx");
 }
 
 }  // namespace avx

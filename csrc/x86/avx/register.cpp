@@ -8,7 +8,7 @@
 namespace lowbit {
 namespace avx {
 void register_act(KernelTable &t);      // Q8_0 Q8_1 Q8_K I8_S quantizers (act.cpp)
-void register_legacy(KernelTable &t);   // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL (legacy.cpp)
+void register_legacy(KernelTable &t);   // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL MXFP4 (legacy.cpp)
 void register_kquants(KernelTable &t);  // Q2_K .. Q6_K (kquants.cpp)
 void register_float(KernelTable &t);    // F32 F16 BF16 (floatrows.cpp)
 }  // namespace avx
