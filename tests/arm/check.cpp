@@ -2,7 +2,8 @@
 // dotprod, i8mm; x86 avx) against the scalar reference, bitwise, no Python.
 //
 // Built by CMake with -DLOWBIT_PYTHON=OFF (tools/test_arm.sh cross-compiles it for aarch64 and
-// runs it under qemu-aarch64 at each level; .ci/run also runs it natively for avx). For each
+// runs it under qemu-aarch64 at each level; natively, `LOWBIT_MAX_ISA=avx lowbit_check` checks
+// avx, which .ci/run covers through the Python kernel tests under that cap). For each
 // such level this CPU runs (LOWBIT_MAX_ISA caps it, as in the package) and each format of
 // kFormats the level covers:
 //   coverage   the level's table has a SIMD kernel (not the scalar one) for every window 1..8
