@@ -2,6 +2,7 @@
 
     lowbit bench serve [-m MODEL] [-t 2] [--clients 8] [--tokens 128] [--rounds 3]
                        [--rss-requests 200] [--no-llama]
+    lowbit bench serve --lookup | --draft MODEL [--spec K] [...]   speculative A/B (bench_spec)
 
 Both servers run as subprocesses on loopback, one after the other (never at the same time:
 they would share the cores). Each is measured with one streaming client, then with --clients
@@ -223,6 +224,45 @@ def bench_serve(model_path: str | None, threads: int, clients: int, tokens: int,
     return res
 
 
+def bench_spec(model_path: str | None, threads: int, clients: int, tokens: int, rounds: int, lookup: bool,
+               draft: str | None, k: int, out=sys.stdout) -> dict:
+    """lowbit serve without and with speculative decoding (--lookup or --draft MODEL, --spec k),
+    one server after the other, same prompts (greedy: the same tokens), 1 and `clients` streaming
+    clients: aggregate tokens/s of each and the ratios with / without, measured in this run; the
+    acceptance rate from /v1/status."""
+    import httpx
+    from ..model import default_model_path
+    from .. import gguf
+    from ..tokenizer import Tokenizer
+    path = model_path or default_model_path()
+    with gguf.open(path) as f:
+        eog = Tokenizer.from_gguf(f.metadata).eog_ids
+    bias = {str(t): -100 for t in sorted(eog)}
+    flag = ["--lookup"] if lookup else ["--draft", draft]
+    name = "lookup" if lookup else f"draft {os.path.basename(draft)}"
+    print(f"# {os.path.basename(path)}, {threads} threads, 1 and {clients} streaming clients x {tokens} tokens, "
+          f"loopback, greedy; plain vs speculative ({name}, k={k}); median of {rounds} rounds", file=out, flush=True)
+    res = {}
+    for label, extra in (("plain", []), ("spec", flag + ["--spec", str(k)])):
+        p = _Proc([sys.executable, "-m", "lowbit.cli", "serve", "-m", path, "-t", str(threads), "--parallel",
+                   str(clients), "--ctx", "1024", "--cache-mb", "0", *extra], "/health")
+        try:
+            res[label] = _measure(f"lowbit {label}", p.url, clients, tokens, rounds, bias, out)
+            res[label]["status"] = httpx.get(p.url + "/v1/status", timeout=30).json()
+        finally:
+            p.stop()
+    a, b = res["plain"], res["spec"]
+    sp = b["status"]["spec"] or {}
+    print(file=out)
+    print(f"{'':28} {'plain':>9} {'speculative':>12} {'ratio':>7}", file=out)
+    for label, key in (("1 client tok/s", "one"), (f"{clients} clients aggregate tok/s", "many")):
+        print(f"{label:28} {a[key]:>9.1f} {b[key]:>12.1f} {b[key] / a[key]:>7.2f}", file=out)
+    print(f"drafts: {sp.get('accepted')}/{sp.get('drafted')} accepted (rate {sp.get('acceptance_rate')}), "
+          f"{sp.get('windows')} windows with drafts", file=out)
+    res["ratio_one"], res["ratio_many"] = b["one"] / a["one"], b["many"] / a["many"]
+    return res
+
+
 def add_parser(bs) -> None:
     """`lowbit bench serve` (bs: the bench command's sub-parsers)."""
     s = bs.add_parser("serve", help="lowbit serve vs llama-cpp-python's server: concurrent clients, TTFT, RSS",
@@ -244,6 +284,10 @@ def add_parser(bs) -> None:
                    "haproxy ingress) vs one process (server/bench_ray.py; pip install 'lowbit[ray]')")
     s.add_argument("--replicas", type=int, default=2, help="with --ray: the replicas of the multi-replica rows")
     s.add_argument("--coalesce", type=int, default=1, help="with --ray: also a row with N tokens per SSE event")
+    x = s.add_mutually_exclusive_group()
+    x.add_argument("--lookup", action="store_true", help="instead: lowbit serve without vs with --lookup")
+    x.add_argument("--draft", default=None, metavar="MODEL", help="instead: lowbit serve without vs with --draft MODEL")
+    s.add_argument("--spec", type=int, default=4, metavar="K", help="with --lookup / --draft: drafts per window")
     from .. import plot
     plot.option(s)
     s.set_defaults(func=_run)
@@ -253,6 +297,14 @@ def _run(a) -> int:
     if a.ray:
         from .bench_ray import bench_serve_ray
         bench_serve_ray(a.model, a.threads, a.clients, a.tokens, a.rounds, a.replicas, a.coalesce)
+        return 0
+    if a.lookup or a.draft:
+        from ..cli import UsageError
+        if not 1 <= a.spec <= 64:
+            raise UsageError(f"--spec must be in 1..64, got {a.spec}")
+        if a.draft and not os.path.isfile(a.draft):
+            raise UsageError(f"--draft: no such model file: {a.draft}")
+        bench_spec(a.model, a.threads, a.clients, a.tokens, a.rounds, a.lookup, a.draft, a.spec)
         return 0
     if a.prefix or a.load:  # lowbit's prefix cache and load test (server/bench_ops.py)
         from ..model import default_model_path

@@ -31,6 +31,14 @@ earlier one is still computing a prefix they share (whole blocks beyond what is 
 clients sending one long system prompt at once) waits without computing until the leader has
 passed it, then copies those blocks from the cache: the prefix is computed once.
 
+With a Speculator (spec.py: --lookup, --draft), each decoding request's window is its pending
+token plus up to `spec_k` drafts, all windows verified in the step's one forward (every row's
+logits); generate.verify keeps the longest accepted prefix plus the target's own next token, and
+the slot is rewound past the rejected drafts. Greedy requests give the same tokens as without
+speculation (a token's logits are bitwise the same alone or in a window: invariant I2); sampled
+ones draw from the target's distribution (rejection sampling); structured-output requests do not
+draft (see spec.py).
+
 drain(grace) starts a graceful shutdown: new requests are refused (Draining), those accepted run
 on, and the ones still unfinished after `grace` seconds end with an error event.
 """
@@ -43,7 +51,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..generate import stop_prefix
+from ..generate import stop_prefix, verify
 from ..sampling import Sampler
 
 
@@ -79,21 +87,30 @@ class Request:
     sent: int = 0                # characters of text already emitted
     t_last: float = 0.0          # when the last token was sampled (0: none yet)
     follow: tuple | None = None  # (leader, positions): wait while the leader computes our shared prefix
+    drafts: list[int] = field(default_factory=list)  # this step's drafts after next_token (speculation)
+    q: list | None = None        # the rows of the draft distribution they were drawn from (None: one-hot)
 
 
 class Scheduler:
     def __init__(self, model, parallel: int | None = None, step_tokens: int = 64, max_queue: int = 256,
-                 cache=None, metrics=None, deliver: Callable[[list], None] | None = None):
+                 cache=None, metrics=None, deliver: Callable[[list], None] | None = None,
+                 spec=None, spec_k: int = 4):
         """cache: a PrefixCache over this model (or None); metrics: a Metrics to feed (or None);
-        deliver: takes each step's [(emit, event), ...] (None: emit is called here)."""
+        deliver: takes each step's [(emit, event), ...] (None: emit is called here); spec: a
+        Speculator (spec.py) proposing up to spec_k drafts per decoding request and step (None:
+        no speculation)."""
         self.model = model
         self.cache, self.metrics, self.deliver = cache, metrics, deliver
         self._pending: list[tuple[Callable, tuple]] = []  # this step's events, not yet handed over
         self.parallel = int(parallel or model.n_slots)
         if not 1 <= self.parallel <= model.n_slots:
             raise ValueError(f"parallel must be 1..{model.n_slots} (the model's KV slots)")
-        # a step holds every active sequence's decode token plus prompt chunks
-        self.step_tokens = max(int(step_tokens), self.parallel + 8)
+        self.spec, self.spec_k = spec, int(spec_k)
+        if spec is not None and not 1 <= self.spec_k <= 64:
+            raise ValueError(f"spec_k must be in 1..64, got {spec_k}")
+        # a step holds every active sequence's decode window (token + drafts) plus prompt chunks
+        window = 1 + (self.spec_k if spec is not None else 0)
+        self.step_tokens = max(int(step_tokens), self.parallel * window + 8)
         self.max_queue = int(max_queue)
         self.eog = set(model.tokenizer.eog_ids)
         self._cv = threading.Condition()
@@ -105,6 +122,7 @@ class Scheduler:
         # counters (read by status(); written on the engine thread under _cv)
         self.done = self.cancelled = self.failed = self.aborted = 0
         self.prompt_tokens = self.generated_tokens = self.steps = self.decode_steps = 0
+        self.spec_windows = self.drafted = self.accepted = 0  # windows with drafts, drafts, accepted
         # (time, tokens sampled) of recent steps, for tokens/s (bounded: no growth when nobody asks)
         self._recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
         self._obs: tuple[list, list, list] = ([], [], [])
@@ -163,12 +181,21 @@ class Scheduler:
                     "aborted": self.aborted,
                     "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
                     "steps": self.steps, "decode_steps": self.decode_steps,
-                    "tokens_per_second": round(rate, 2)}
+                    "tokens_per_second": round(rate, 2), "spec": self._spec_status()}
+
+    def _spec_status(self) -> dict | None:
+        if self.spec is None:
+            return None
+        return {"drafter": getattr(self.spec, "name", type(self.spec).__name__), "k": self.spec_k,
+                "windows": self.spec_windows, "drafted": self.drafted, "accepted": self.accepted,
+                "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else None}
 
     # -- the engine thread -----------------------------------------------------------------
     def _release(self, req: Request) -> None:
         self._active.remove(req)
         self._free.append(req.slot)
+        if self.spec is not None:
+            self.spec.release(req)
         req.slot = -1
 
     def _admit(self) -> bool:
@@ -199,6 +226,8 @@ class Scheduler:
                 r.decoder = self.model.tokenizer.stream()
                 if r.constraint is not None:  # the first mask, computed while the prompt runs
                     r.constraint.prefetch(self._masks())
+                if self._drafts(r):
+                    self.spec.admit(r)
                 self._active.append(r)
             if self._stopping:
                 return False
@@ -213,15 +242,21 @@ class Scheduler:
                 if not self._admit():
                     break
                 active = list(self._active)
-            # decode tokens first (one per decoding sequence), then prompt chunks, FIFO
+            # decode windows first (each decoding sequence's token, and its drafts), then prompt
+            # chunks, FIFO
             batch, who, want = [], [], []
             budget = self.step_tokens
+            try:
+                self._propose([r for r in active if r.next_token is not None])
+            except Exception as e:  # noqa: BLE001 - the drafter failed: these requests fail, not the server
+                self._fail([r for r in active if r.next_token is not None], e)
+                continue
             for r in active:
                 if r.next_token is not None:
-                    batch.append((r.slot, [r.next_token]))
+                    batch.append((r.slot, [r.next_token] + r.drafts))
                     who.append(r)
-                    want.append(True)
-                    budget -= 1
+                    want.append(1 + len(r.drafts) if r.drafts else True)
+                    budget -= 1 + len(r.drafts)
             for r in active:
                 if r.next_token is None and r.follow is not None and not self._caught_up(r):
                     continue  # its leader is computing their shared prefix: no work twice
@@ -256,7 +291,7 @@ class Scheduler:
                 sampled += 1
                 before = r.generated
                 try:
-                    if self._sample(r, lg[-1]):
+                    if self._verify(r, lg) if self._drafts(r) else self._sample(r, lg[-1]):
                         finished.append(r)
                 except Exception as e:  # noqa: BLE001 - one request's failure is its own
                     self._fail([r], e)
@@ -339,6 +374,49 @@ class Scheduler:
             except Exception:  # noqa: BLE001 - a gone client's queue must not stop the engine
                 r.cancelled = True
 
+    def _drafts(self, r: Request) -> bool:
+        """Does r speculate? With a Speculator, unless it has structured output (spec.py)."""
+        return self.spec is not None and r.constraint is None
+
+    def _propose(self, decoding: list[Request]) -> None:
+        """Each decoding request's drafts for this step (r.drafts, r.q), up to spec_k, as many as
+        its context and max_tokens leave room for (the window's last token is the target's own)."""
+        asks = []
+        for r in decoding:
+            r.drafts, r.q = [], None
+            if self._drafts(r) and not r.cancelled:
+                k = min(self.spec_k, self.model.n_ctx - self.model.slot_pos[r.slot] - 1,
+                        r.max_tokens - r.generated - 1)
+                if k > 0:
+                    asks.append((r, k))
+        if asks:
+            for (r, k), (drafts, q) in zip(asks, self.spec.propose(asks)):
+                r.drafts, r.q = [int(t) for t in drafts[:k]], q
+
+    def _verify(self, r: Request, rows) -> bool:
+        """A speculating request's window: rows[i] are the target's logits after its history and
+        drafts[:i]. Keep the accepted drafts and the target's next token (generate.verify), rewind
+        the slot past the rejected ones, take the new tokens in order; True when r has finished."""
+        if r.cancelled:
+            return False
+        if r.logit_bias:  # in place, every row: this step's own output
+            for t, b in r.logit_bias.items():
+                rows[:, t] += b
+        n_ok, nxt = verify(rows, r.drafts, r.q, r.history, r.sampler)
+        d = len(r.drafts)
+        if d:
+            self.model.rewind(self.model.slot_pos[r.slot] - (d - n_ok), slot=r.slot)
+            with self._cv:
+                self.spec_windows += 1
+                self.drafted += d
+                self.accepted += n_ok
+        new, r.drafts, r.q = r.drafts[:n_ok] + [nxt], [], None
+        for tok in new:
+            if self._take(r, tok):
+                return True
+        self.spec.commit(r)
+        return False
+
     def _sample(self, r: Request, logits) -> bool:
         """Sample r's next token and emit its text; True when r has finished."""
         if r.cancelled:
@@ -354,6 +432,12 @@ class Scheduler:
             c.accept(tok)
             if c.error:
                 raise RuntimeError(f"structured output: {c.error}")
+        return self._take(r, tok)
+
+    def _take(self, r: Request, tok: int) -> bool:
+        """r's next token is tok: emit its text, check the ends; True when r has finished (else
+        tok is r's pending token, fed by the next step)."""
+        c = r.constraint
         now = time.perf_counter()
         if r.t_last:
             self._obs[1].append(now - r.t_last)
@@ -369,7 +453,8 @@ class Scheduler:
             return self._finish(r, "stop", stopped=True)
         if c is not None and c.finished:  # the grammar's output is complete
             return self._finish(r, "stop")
-        if r.generated >= r.max_tokens or self.model.slot_pos[r.slot] >= self.model.n_ctx:
+        # the context is full when the cache cannot take tok (it holds every earlier token)
+        if r.generated >= r.max_tokens or len(r.history) > self.model.n_ctx:
             return self._finish(r, "length")
         r.next_token = tok
         if c is not None:  # the next mask, computed while the next forward runs
