@@ -299,11 +299,11 @@ def _run(a) -> int:
         bench_serve_ray(a.model, a.threads, a.clients, a.tokens, a.rounds, a.replicas, a.coalesce)
         return 0
     if a.lookup or a.draft:
-        from ..cli import UsageError
-        if not 1 <= a.spec <= 64:
-            raise UsageError(f"--spec must be in 1..64, got {a.spec}")
-        if a.draft and not os.path.isfile(a.draft):
-            raise UsageError(f"--draft: no such model file: {a.draft}")
+        problem = (f"--spec must be in 1..64, got {a.spec}" if not 1 <= a.spec <= 64 else
+                   f"--draft: no such model file: {a.draft}" if a.draft and not os.path.isfile(a.draft) else None)
+        if problem:
+            print(f"lowbit bench serve: error: {problem}", file=sys.stderr)
+            return 2
         bench_spec(a.model, a.threads, a.clients, a.tokens, a.rounds, a.lookup, a.draft, a.spec)
         return 0
     if a.prefix or a.load:  # lowbit's prefix cache and load test (server/bench_ops.py)
