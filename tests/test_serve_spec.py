@@ -98,10 +98,11 @@ def drain(q, limit=120):
             return text, ev
 
 
-def serve_all(model, jobs, speculator=None, k=4, cache=False, **sampling):
+def serve_all(model, jobs, speculator=None, k=4, cache=False, cost=0.0, **sampling):
     """Every job submitted at once (more jobs than slots): per job (tokens generated, text,
-    finish reason), and the scheduler's final status."""
-    sched = Scheduler(model, PARALLEL, spec=speculator, spec_k=k,
+    finish reason), and the scheduler's final status. cost: the drafting policy's (0: k drafts
+    whenever the drafter has them)."""
+    sched = Scheduler(model, PARALLEL, spec=speculator, spec_k=k, spec_cost=cost,
                       cache=PrefixCache(model, 8 << 20) if cache else None)
     try:
         reqs = [submit(sched, model.tokenize(p), n, o, **sampling) for p, n, o in jobs]
@@ -138,6 +139,16 @@ def test_greedy_tokens_identical_with_speculation(model, draft, plain_outputs, k
     assert st["free_slots"] == PARALLEL and st["active"] == 0 and st["done"] == len(JOBS)
     # accepted drafts saved steps (batched forwards) over the same requests
     assert st["steps"] < plain_status["steps"], (st, plain_status)
+
+
+def test_drafting_policy_drafts_less_when_drafts_do_not_pay(model, plain_outputs):
+    """The policy (spec_cost > 0): the same tokens; with three requests per step and lookup's
+    poor drafts on most of them, fewer drafts than always drafting k, the good ones still drafted."""
+    free, st0 = serve_all(model, JOBS, spec.lookup(), k=4, cost=0.0)
+    kept, st1 = serve_all(model, JOBS, spec.lookup(), k=4, cost=0.25)
+    assert [o[0] for o in kept] == [o[0] for o in plain_outputs]
+    assert 0 < st1["spec"]["drafted"] < st0["spec"]["drafted"], (st0["spec"], st1["spec"])
+    assert st1["spec"]["acceptance_rate"] > st0["spec"]["acceptance_rate"]
 
 
 def test_plain_server_matches_generate(model, plain_outputs):
@@ -272,6 +283,8 @@ def test_serve_speculative_matches_plain_scheduler(paths, plain_outputs, kind):
 @pytest.mark.parametrize("args, words", [
     (["--lookup", "--spec", "0"], "--spec must be in 1..64"),
     (["--spec", "3"], "--spec needs --draft MODEL or --lookup"),
+    (["--spec-cost", "0.5"], "--spec-cost needs --draft MODEL or --lookup"),
+    (["--lookup", "--spec-cost", "-1"], "--spec-cost must be in 0..100"),
     (["--draft", "missing.gguf"], "no such model file"),
     (["--draft", "OTHER"], "does not share the model's vocabulary"),
 ])

@@ -82,7 +82,7 @@ def cmd_serve_ray(a: argparse.Namespace) -> int:
 
 def cmd_serve(a: argparse.Namespace) -> int:
     if a.ray:
-        if a.draft or a.lookup or a.spec is not None:
+        if a.draft or a.lookup or a.spec is not None or a.spec_cost is not None:
             print("lowbit serve: error: --draft / --lookup / --spec are not supported with --ray", file=sys.stderr)
             return 2
         return cmd_serve_ray(a)
@@ -131,7 +131,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
                      model_id=model_id,
                      parallel=a.parallel, api_key=a.api_key, step_tokens=a.step_tokens, max_queue=a.queue,
                      cache_mb=a.cache_mb, cors=cors, access_log=None if a.no_access_log else _stderr,
-                     coalesce=a.coalesce, speculator=speculator, spec_k=spec_k)
+                     coalesce=a.coalesce, speculator=speculator, spec_k=spec_k, spec_cost=a.spec_cost)
     st = app.state.lowbit
 
     class Server(uvicorn.Server):
@@ -230,7 +230,11 @@ def add_parser(sub) -> None:
                         "and its drafting is batched across requests")
     x.add_argument("--lookup", action="store_true",
                    help="propose tokens by n-gram lookup in each request's prompt and output (no second model)")
-    g.add_argument("--spec", type=int, default=None, metavar="K", help="drafts per request and step (default 4)")
+    g.add_argument("--spec", type=int, default=None, metavar="K", help="drafts per request and step at most "
+                   "(default 4)")
+    g.add_argument("--spec-cost", type=float, default=None, metavar="C",
+                   help="the drafting policy: one more token in a step costs C one-token steps; drafts are taken "
+                        "while their expected tokens are worth it (default 0.25; 0: always K drafts)")
     r = p.add_argument_group("Ray (pip install 'lowbit[ray]')", "many replicas behind Ray Serve, or a model "
                              "split into pipeline stages over Ray actors (lowbit/server/ray_serve.py)")
     r.add_argument("--ray", action="store_true", help="serve through Ray Serve (a local cluster on 127.0.0.1 "

@@ -279,7 +279,8 @@ class State:
 def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_key: str | None = None,
                step_tokens: int = 64, max_queue: int = 256, cache_mb: float = 0.0, cors: list[str] | None = None,
                access_log: Callable[[str], None] | None = _stderr, coalesce: int = 1,
-               speculator: Callable[[object], object] | None = None, spec_k: int = 4) -> Starlette:
+               speculator: Callable[[object], object] | None = None, spec_k: int = 4,
+               spec_cost: float | None = None) -> Starlette:
     """The app. `load()` returns a lowbit Model with >= parallel KV slots; it runs on a thread at
     startup, /health answers 503 until it returns. max_queue: requests waiting beyond the running
     ones (more: 429); cache_mb: the prefix cache's budget (0: none); cors: allowed origins ("*":
@@ -287,7 +288,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
     per streamed SSE event at most, an event going out once it has that many or the stream ends (a
     proxy in front, as Ray Serve's, pays per event: fewer events, less of its CPU per token);
     speculator: speculator(model) -> a spec.py Speculator (prompt lookup, a draft model), made on
-    the loading thread after the model (None: no speculative decoding); spec_k: drafts per window."""
+    the loading thread after the model (None: no speculative decoding); spec_k: drafts per window;
+    spec_cost: the drafting policy's cost of a token (scheduler.SPEC_TOKEN_COST when None)."""
     st = State(model_id, api_key or None, parallel)
 
     def loader():
@@ -303,7 +305,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
 
             spec = speculator(model) if speculator is not None else None
             sched = Scheduler(model, parallel, step_tokens=step_tokens, max_queue=max_queue, cache=cache,
-                              metrics=st.metrics, deliver=deliver, spec=spec, spec_k=spec_k)
+                              metrics=st.metrics, deliver=deliver, spec=spec, spec_k=spec_k,
+                              **({} if spec_cost is None else {"spec_cost": spec_cost}))
             st.model, st.cache = model, cache
             st.scheduler = sched  # last: handlers take a set scheduler to mean "ready"
         except Exception as e:  # noqa: BLE001 - reported by /health and the CLI

@@ -54,6 +54,12 @@ from typing import Callable
 from ..generate import stop_prefix, verify
 from ..sampling import Sampler
 
+# The cost of one more token in a step, relative to a one-token step (speculation's drafting
+# policy). A verify window of w tokens costs ~1 + 0.2 (w - 1) one-token steps on one sequence
+# (BENCHMARKS.md, issue 7: w=5 1.79, F16 target), more once a step holds many sequences' tokens
+# (issue 23: ~0.3 per token at 4 tokens).
+SPEC_TOKEN_COST = 0.25
+
 
 class QueueFull(RuntimeError):
     """The queue holds max_queue requests: the client should retry later (HTTP 429)."""
@@ -89,23 +95,28 @@ class Request:
     follow: tuple | None = None  # (leader, positions): wait while the leader computes our shared prefix
     drafts: list[int] = field(default_factory=list)  # this step's drafts after next_token (speculation)
     q: list | None = None        # the rows of the draft distribution they were drawn from (None: one-hot)
+    spec_acc: int = 0            # this request's drafts accepted, and windows that rejected one
+    spec_rej: int = 0
 
 
 class Scheduler:
     def __init__(self, model, parallel: int | None = None, step_tokens: int = 64, max_queue: int = 256,
                  cache=None, metrics=None, deliver: Callable[[list], None] | None = None,
-                 spec=None, spec_k: int = 4):
+                 spec=None, spec_k: int = 4, spec_cost: float = SPEC_TOKEN_COST):
         """cache: a PrefixCache over this model (or None); metrics: a Metrics to feed (or None);
         deliver: takes each step's [(emit, event), ...] (None: emit is called here); spec: a
         Speculator (spec.py) proposing up to spec_k drafts per decoding request and step (None:
-        no speculation)."""
+        no speculation); spec_cost: one more token's cost in a step relative to a one-token step,
+        for the drafting policy (_plan; 0: always spec_k drafts)."""
         self.model = model
         self.cache, self.metrics, self.deliver = cache, metrics, deliver
         self._pending: list[tuple[Callable, tuple]] = []  # this step's events, not yet handed over
         self.parallel = int(parallel or model.n_slots)
         if not 1 <= self.parallel <= model.n_slots:
             raise ValueError(f"parallel must be 1..{model.n_slots} (the model's KV slots)")
-        self.spec, self.spec_k = spec, int(spec_k)
+        self.spec, self.spec_k, self.spec_cost = spec, int(spec_k), float(spec_cost)
+        if not 0.0 <= self.spec_cost <= 100.0:
+            raise ValueError(f"spec_cost must be in 0..100, got {spec_cost}")
         if spec is not None and not 1 <= self.spec_k <= 64:
             raise ValueError(f"spec_k must be in 1..64, got {spec_k}")
         # a step holds every active sequence's decode window (token + drafts) plus prompt chunks
@@ -123,6 +134,7 @@ class Scheduler:
         self.done = self.cancelled = self.failed = self.aborted = 0
         self.prompt_tokens = self.generated_tokens = self.steps = self.decode_steps = 0
         self.spec_windows = self.drafted = self.accepted = 0  # windows with drafts, drafts, accepted
+        self.spec_rejects = 0  # windows that rejected a draft
         # (time, tokens sampled) of recent steps, for tokens/s (bounded: no growth when nobody asks)
         self._recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
         self._obs: tuple[list, list, list] = ([], [], [])
@@ -187,6 +199,7 @@ class Scheduler:
         if self.spec is None:
             return None
         return {"drafter": getattr(self.spec, "name", type(self.spec).__name__), "k": self.spec_k,
+                "cost_per_token": self.spec_cost,
                 "windows": self.spec_windows, "drafted": self.drafted, "accepted": self.accepted,
                 "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else None}
 
@@ -247,7 +260,8 @@ class Scheduler:
             batch, who, want = [], [], []
             budget = self.step_tokens
             try:
-                self._propose([r for r in active if r.next_token is not None])
+                prefill = sum(len(r.prompt) - r.fed for r in active if r.next_token is None)
+                self._propose([r for r in active if r.next_token is not None], prefill)
             except Exception as e:  # noqa: BLE001 - the drafter failed: these requests fail, not the server
                 self._fail([r for r in active if r.next_token is not None], e)
                 continue
@@ -378,9 +392,10 @@ class Scheduler:
         """Does r speculate? With a Speculator, unless it has structured output (spec.py)."""
         return self.spec is not None and r.constraint is None
 
-    def _propose(self, decoding: list[Request]) -> None:
-        """Each decoding request's drafts for this step (r.drafts, r.q), up to spec_k, as many as
-        its context and max_tokens leave room for (the window's last token is the target's own)."""
+    def _propose(self, decoding: list[Request], prefill: int = 0) -> None:
+        """Each decoding request's drafts for this step (r.drafts, r.q): up to spec_k, as many as
+        its context and max_tokens leave room for (the window's last token is the target's own),
+        and as the drafting policy (_plan) finds worth their cost. prefill: prompt tokens waiting."""
         asks = []
         for r in decoding:
             r.drafts, r.q = [], None
@@ -389,9 +404,39 @@ class Scheduler:
                         r.max_tokens - r.generated - 1)
                 if k > 0:
                     asks.append((r, k))
+        if asks and self.spec_cost > 0:
+            tokens = len(decoding) + min(prefill, max(0, self.step_tokens - len(decoding)))
+            asks = self._plan(asks, len(decoding), tokens)
         if asks:
             for (r, k), (drafts, q) in zip(asks, self.spec.propose(asks)):
                 r.drafts, r.q = [int(t) for t in drafts[:k]], q
+
+    def _plan(self, asks: list[tuple], decoding: int, tokens: int) -> list[tuple]:
+        """The drafting policy: how many drafts each request gets this step. A step of T tokens
+        costs ~1 + c T one-token steps (c = spec_cost) and yields one token per decoding request;
+        request r's j-th draft adds a^j expected tokens (a: r's acceptance rate, estimated from
+        its own windows with the server's rate as a prior worth 4 drafts) for c more cost. Drafts
+        are taken best first while they raise the step's expected tokens per cost: a^j > c P / C
+        (P, C: the tokens and cost so far). One client and good drafts: up to spec_k; many
+        clients (a step already costly) or poor drafts: few or none."""
+        import heapq
+        c = self.spec_cost
+        prior = (self.accepted + 1) / (self.accepted + self.spec_rejects + 2)
+        heap = []
+        for i, (r, k) in enumerate(asks):
+            a = (r.spec_acc + 4 * prior) / (r.spec_acc + r.spec_rej + 4)
+            heapq.heappush(heap, (-a, i, 1, a))
+        got = [0] * len(asks)
+        P, C = float(decoding), 1.0 + c * tokens
+        while heap:
+            g, i, j, a = heapq.heappop(heap)
+            if -g <= c * P / C:
+                break
+            got[i] = j
+            P, C = P - g, C + c
+            if j < asks[i][1]:
+                heapq.heappush(heap, (g * a, i, j + 1, a))
+        return [(r, n) for (r, _), n in zip(asks, got) if n > 0]
 
     def _verify(self, r: Request, rows) -> bool:
         """A speculating request's window: rows[i] are the target's logits after its history and
@@ -406,10 +451,13 @@ class Scheduler:
         d = len(r.drafts)
         if d:
             self.model.rewind(self.model.slot_pos[r.slot] - (d - n_ok), slot=r.slot)
+            r.spec_acc += n_ok
+            r.spec_rej += n_ok < d
             with self._cv:
                 self.spec_windows += 1
                 self.drafted += d
                 self.accepted += n_ok
+                self.spec_rejects += n_ok < d
         new, r.drafts, r.q = r.drafts[:n_ok] + [nxt], [], None
         for tok in new:
             if self._take(r, tok):

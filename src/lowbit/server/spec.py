@@ -173,9 +173,12 @@ def speculator_args(a, target_path: str) -> tuple[Callable | None, int, str | No
     the target's vocabulary (read from both files' metadata; nothing is loaded)."""
     k = 4 if a.spec is None else a.spec
     if not (a.draft or a.lookup):
-        return None, k, "--spec needs --draft MODEL or --lookup" if a.spec is not None else None
+        given = "--spec" if a.spec is not None else "--spec-cost" if a.spec_cost is not None else None
+        return None, k, f"{given} needs --draft MODEL or --lookup" if given else None
     if not 1 <= k <= 64:
         return None, k, f"--spec must be in 1..64, got {k}"
+    if a.spec_cost is not None and not 0 <= a.spec_cost <= 100:
+        return None, k, f"--spec-cost must be in 0..100, got {a.spec_cost:g}"
     if a.lookup:
         return lambda model: lookup(), k, None
     path = a.draft
