@@ -59,6 +59,8 @@ from ..sampling import Sampler
 # (BENCHMARKS.md, issue 7: w=5 1.79, F16 target), more once a step holds many sequences' tokens
 # (issue 23: ~0.3 per token at 4 tokens).
 SPEC_TOKEN_COST = 0.25
+SPEC_PRIOR_FLOOR = 0.3  # the acceptance a request is credited with before its own windows say more
+SPEC_FORGET = 0.9       # per step without drafts, a request's record shrinks by this: it probes again
 
 
 class QueueFull(RuntimeError):
@@ -95,8 +97,8 @@ class Request:
     follow: tuple | None = None  # (leader, positions): wait while the leader computes our shared prefix
     drafts: list[int] = field(default_factory=list)  # this step's drafts after next_token (speculation)
     q: list | None = None        # the rows of the draft distribution they were drawn from (None: one-hot)
-    spec_acc: int = 0            # this request's drafts accepted, and windows that rejected one
-    spec_rej: int = 0
+    spec_acc: float = 0.0        # this request's drafts accepted, and windows that rejected one
+    spec_rej: float = 0.0        # (both fade while it does not draft: SPEC_FORGET)
 
 
 class Scheduler:
@@ -415,13 +417,15 @@ class Scheduler:
         """The drafting policy: how many drafts each request gets this step. A step of T tokens
         costs ~1 + c T one-token steps (c = spec_cost) and yields one token per decoding request;
         request r's j-th draft adds a^j expected tokens (a: r's acceptance rate, estimated from
-        its own windows with the server's rate as a prior worth 4 drafts) for c more cost. Drafts
-        are taken best first while they raise the step's expected tokens per cost: a^j > c P / C
-        (P, C: the tokens and cost so far). One client and good drafts: up to spec_k; many
-        clients (a step already costly) or poor drafts: few or none."""
+        its own windows with the server's rate, at least SPEC_PRIOR_FLOOR, as a prior worth 4
+        drafts) for c more cost. Drafts are taken best first while they raise the step's expected
+        tokens per cost: a^j > c P / C (P, C: the tokens and cost so far). One client and good
+        drafts: up to spec_k; many clients (a step already costly) or poor drafts: few or none. A
+        request left without drafts forgets its record slowly, so it probes again later (text
+        that starts to repeat itself is lookup's best case)."""
         import heapq
         c = self.spec_cost
-        prior = (self.accepted + 1) / (self.accepted + self.spec_rejects + 2)
+        prior = max(SPEC_PRIOR_FLOOR, (self.accepted + 1) / (self.accepted + self.spec_rejects + 2))
         heap = []
         for i, (r, k) in enumerate(asks):
             a = (r.spec_acc + 4 * prior) / (r.spec_acc + r.spec_rej + 4)
@@ -436,6 +440,10 @@ class Scheduler:
             P, C = P - g, C + c
             if j < asks[i][1]:
                 heapq.heappush(heap, (g * a, i, j + 1, a))
+        for (r, _), n in zip(asks, got):
+            if n == 0:
+                r.spec_acc *= SPEC_FORGET
+                r.spec_rej *= SPEC_FORGET
         return [(r, n) for (r, _), n in zip(asks, got) if n > 0]
 
     def _verify(self, r: Request, rows) -> bool:
