@@ -25,7 +25,11 @@ Two kinds:
                        gives the first draft's logits), then k - 1 forward_batch calls of one token
                        per request; never a loop of single-sequence forwards.
 
-Which requests draft (Scheduler.wants_drafts): greedy and sampled requests both do (sampled ones
+How many drafts a request gets in a step is the scheduler's policy (Scheduler._plan): drafts are
+made while their expected accepted tokens are worth the step's extra tokens (--spec-cost), so a
+step of many sequences, or a request whose drafts keep failing, drafts little or not at all.
+
+Which requests draft (Scheduler._drafts): greedy and sampled requests both do (sampled ones
 are verified by rejection sampling, generate.verify, so their tokens follow the target's
 distribution; they are not the non-speculative server's tokens, which come from another draw of
 the same rng); requests with structured output (an llguidance mask) do not: their windows would
