@@ -769,7 +769,8 @@ class Model:
         """Append each (slot, tokens) run at that slot's position, all runs in one pass (every
         weight row decoded once for the whole batch). A slot appears at most once. Returns, per
         run, its logits [len(tokens) or 1, vocab]: bitwise what forward would give that slot alone;
-        None for runs whose want[i] is False (their output rows are not computed)."""
+        None for runs whose want[i] is False (their output rows are not computed); want[i] an int
+        n: the run's last n rows (a speculative window: all of them, beside 1-row prompt ends)."""
         if want is not None and len(want) != len(seqs):
             raise ValueError("forward_batch: want must have one entry per sequence")
         if not seqs:
@@ -791,7 +792,10 @@ class Model:
             toks.extend(run)
             slots.extend([slot] * len(run))
             poss.extend(range(p, p + len(run)))
-            n = 0 if want is not None and not want[i] else len(run) if all_logits else 1
+            w = True if want is None else want[i]  # an int (not a bool): the run's last w rows
+            n = int(w) if not isinstance(w, (bool, np.bool_)) else (len(run) if all_logits else 1) if w else 0
+            if not 0 <= n <= len(run):
+                raise ValueError(f"slot {slot}: want {n} logits rows of a {len(run)}-token run")
             rows.extend(range(base + len(run) - n, base + len(run)))
             counts.append(n)
         logits = np.empty((len(rows), self.config.vocab), np.float32)

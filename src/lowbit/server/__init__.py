@@ -82,6 +82,9 @@ def cmd_serve_ray(a: argparse.Namespace) -> int:
 
 def cmd_serve(a: argparse.Namespace) -> int:
     if a.ray:
+        if a.draft or a.lookup or a.spec is not None or a.spec_cost is not None:
+            print("lowbit serve: error: --draft / --lookup / --spec are not supported with --ray", file=sys.stderr)
+            return 2
         return cmd_serve_ray(a)
     given = [f for f, v in (("--replicas", a.replicas), ("--autoscale", a.autoscale), ("--ray-address", a.ray_address),
                             ("--ingress", a.ingress if a.ingress != "proxy" else None),
@@ -117,13 +120,18 @@ def cmd_serve(a: argparse.Namespace) -> int:
     model_id = a.alias or os.path.splitext(os.path.basename(path))[0]
     if a.coalesce < 1:
         return usage(f"--coalesce must be >= 1, got {a.coalesce}")
+    from .spec import speculator_args
+    speculator, spec_k, problem = speculator_args(a, path)
+    if problem:
+        sock.close()
+        return usage(problem)
     from ..cli import _memory, kv_kwargs
     kv = kv_kwargs(a)
     app = create_app(lambda: load(path, n_ctx=a.ctx, threads=a.threads, n_slots=a.parallel, **_memory(a), **kv),
                      model_id=model_id,
                      parallel=a.parallel, api_key=a.api_key, step_tokens=a.step_tokens, max_queue=a.queue,
                      cache_mb=a.cache_mb, cors=cors, access_log=None if a.no_access_log else _stderr,
-                     coalesce=a.coalesce)
+                     coalesce=a.coalesce, speculator=speculator, spec_k=spec_k, spec_cost=a.spec_cost)
     st = app.state.lowbit
 
     class Server(uvicorn.Server):
@@ -163,7 +171,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
     shown = f"[{host}]" if ":" in host else host
     print(f"lowbit serve: {model_id} on http://{shown}:{port}/v1 ({a.parallel} parallel sequences, "
           f"api key {'required' if a.api_key else 'not required'}, prefix cache "
-          f"{f'{a.cache_mb:g} MB' if a.cache_mb else 'off'}, queue {a.queue})", file=sys.stderr, flush=True)
+          f"{f'{a.cache_mb:g} MB' if a.cache_mb else 'off'}, queue {a.queue}"
+          + (f", speculative: {'lookup' if a.lookup else 'draft ' + os.path.basename(a.draft)} k={spec_k}"
+             if speculator else "") + ")", file=sys.stderr, flush=True)
     try:
         server.run(sockets=[sock])
     finally:
@@ -211,6 +221,20 @@ def add_parser(sub) -> None:
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--coalesce", type=int, default=1, metavar="N",
                    help="streamed tokens per SSE event at most (fewer events for a proxy to carry; default 1)")
+    g = p.add_argument_group("speculative decoding (greedy output is identical; lowbit/server/spec.py)",
+                             "each step verifies every decoding request's token plus up to K drafts in "
+                             "the one batched forward; requests with response_format do not draft")
+    x = g.add_mutually_exclusive_group()
+    x.add_argument("--draft", default=None, metavar="MODEL",
+                   help="a smaller or lower-bit GGUF of the same vocabulary; its KV slots mirror the server's "
+                        "and its drafting is batched across requests")
+    x.add_argument("--lookup", action="store_true",
+                   help="propose tokens by n-gram lookup in each request's prompt and output (no second model)")
+    g.add_argument("--spec", type=int, default=None, metavar="K", help="drafts per request and step at most "
+                   "(default 4)")
+    g.add_argument("--spec-cost", type=float, default=None, metavar="C",
+                   help="the drafting policy: one more token in a step costs C one-token steps; drafts are taken "
+                        "while their expected tokens are worth it (default 0.25; 0: always K drafts)")
     r = p.add_argument_group("Ray (pip install 'lowbit[ray]')", "many replicas behind Ray Serve, or a model "
                              "split into pipeline stages over Ray actors (lowbit/server/ray_serve.py)")
     r.add_argument("--ray", action="store_true", help="serve through Ray Serve (a local cluster on 127.0.0.1 "

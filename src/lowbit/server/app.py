@@ -4,7 +4,8 @@
     POST /v1/completions        prompt: a string, [string], [token ids] or [[token ids]]
     GET  /v1/models             the one model
     GET  /v1/models/{id}        that model, or 404 (model_not_found)
-    GET  /v1/status             model, kernel per weight format, requests, tokens/s, prefix cache
+    GET  /v1/status             model, kernel per weight format, requests, tokens/s, prefix cache,
+                                speculative decoding (drafter, k, drafted, accepted, acceptance rate)
     GET  /health                503 while the model loads, 200 when ready (no API key needed)
     GET  /metrics               Prometheus text format (metrics.py; no API key needed, as /health)
 
@@ -277,13 +278,18 @@ class State:
 
 def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_key: str | None = None,
                step_tokens: int = 64, max_queue: int = 256, cache_mb: float = 0.0, cors: list[str] | None = None,
-               access_log: Callable[[str], None] | None = _stderr, coalesce: int = 1) -> Starlette:
+               access_log: Callable[[str], None] | None = _stderr, coalesce: int = 1,
+               speculator: Callable[[object], object] | None = None, spec_k: int = 4,
+               spec_cost: float | None = None) -> Starlette:
     """The app. `load()` returns a lowbit Model with >= parallel KV slots; it runs on a thread at
     startup, /health answers 503 until it returns. max_queue: requests waiting beyond the running
     ones (more: 429); cache_mb: the prefix cache's budget (0: none); cors: allowed origins ("*":
     any); access_log: where the per-request lines go (None: nowhere); coalesce: text pieces (tokens)
     per streamed SSE event at most, an event going out once it has that many or the stream ends (a
-    proxy in front, as Ray Serve's, pays per event: fewer events, less of its CPU per token)."""
+    proxy in front, as Ray Serve's, pays per event: fewer events, less of its CPU per token);
+    speculator: speculator(model) -> a spec.py Speculator (prompt lookup, a draft model), made on
+    the loading thread after the model (None: no speculative decoding); spec_k: drafts per window;
+    spec_cost: the drafting policy's cost of a token (scheduler.SPEC_TOKEN_COST when None)."""
     st = State(model_id, api_key or None, parallel)
 
     def loader():
@@ -297,8 +303,10 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             def deliver(evs):  # on the engine thread: one wake-up of the event loop per step
                 loop.call_soon_threadsafe(_run_emits, evs)
 
+            spec = speculator(model) if speculator is not None else None
             sched = Scheduler(model, parallel, step_tokens=step_tokens, max_queue=max_queue, cache=cache,
-                              metrics=st.metrics, deliver=deliver)
+                              metrics=st.metrics, deliver=deliver, spec=spec, spec_k=spec_k,
+                              **({} if spec_cost is None else {"spec_cost": spec_cost}))
             st.model, st.cache = model, cache
             st.scheduler = sched  # last: handlers take a set scheduler to mean "ready"
         except Exception as e:  # noqa: BLE001 - reported by /health and the CLI
@@ -552,7 +560,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                   "lowbit_slots_busy": ("KV slots running a request", s["active"]),
                   "lowbit_slots_total": ("KV slots (--parallel)", st.parallel),
                   "lowbit_model_ready": ("1 once the model has loaded", int(sched is not None))}
-        text = st.metrics.render(gauges, st.cache.stats() if st.cache is not None else None)
+        text = st.metrics.render(gauges, st.cache.stats() if st.cache is not None else None, s.get("spec"))
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def status(request: HTTPRequest) -> Response:
@@ -571,7 +579,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                              "kv": {"k": getattr(m, "kv_k", "f16"), "v": getattr(m, "kv_v", "f16")},
                              "weights": {"memory": m.file.memory, "locked": m.file.locked},
                              "level": lib.cpu_info()["selected"], "kernels": kernels,
-                             "tokens_per_second": s.pop("tokens_per_second"), "requests": s,
+                             "tokens_per_second": s.pop("tokens_per_second"), "spec": s.pop("spec"), "requests": s,
                              "prefix_cache": st.cache.stats() if st.cache is not None else None})
 
     async def health(request: HTTPRequest) -> Response:

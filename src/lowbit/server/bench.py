@@ -2,6 +2,7 @@
 
     lowbit bench serve [-m MODEL] [-t 2] [--clients 8] [--tokens 128] [--rounds 3]
                        [--rss-requests 200] [--no-llama]
+    lowbit bench serve --lookup | --draft MODEL [--spec K] [--copy] [...]   speculative A/B (bench_spec)
 
 Both servers run as subprocesses on loopback, one after the other (never at the same time:
 they would share the cores). Each is measured with one streaming client, then with --clients
@@ -101,11 +102,11 @@ def _stream(url: str, prompt: str, tokens: int, bias: dict, t0: float) -> tuple[
     return n, first, last
 
 
-def _round(url: str, clients: int, tokens: int, bias: dict) -> tuple[float, list[float], int]:
+def _round(url: str, clients: int, tokens: int, bias: dict, prompts: list[str] = PROMPTS) -> tuple[float, list[float], int]:
     """clients concurrent streams: (aggregate tokens/s, TTFTs, tokens)."""
     t0 = time.perf_counter()
     with cf.ThreadPoolExecutor(clients) as ex:
-        res = list(ex.map(lambda i: _stream(url, PROMPTS[i % len(PROMPTS)], tokens, bias, t0), range(clients)))
+        res = list(ex.map(lambda i: _stream(url, prompts[i % len(prompts)], tokens, bias, t0), range(clients)))
     total = sum(r[0] for r in res)
     wall = max(r[2] for r in res)
     return total / wall, [r[1] for r in res], total
@@ -116,12 +117,13 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, max(0, int(round(p / 100 * len(xs) + 0.5)) - 1))]
 
 
-def _measure(name: str, url: str, clients: int, tokens: int, rounds: int, bias: dict, out) -> dict:
-    _round(url, 1, 8, bias)  # warm-up
+def _measure(name: str, url: str, clients: int, tokens: int, rounds: int, bias: dict, out,
+             prompts: list[str] = PROMPTS) -> dict:
+    _round(url, 1, 8, bias, prompts)  # warm-up
     one, many, ttft, counts = [], [], [], []
     for _ in range(rounds):
-        r1, _, _ = _round(url, 1, tokens, bias)
-        rn, tt, total = _round(url, clients, tokens, bias)
+        r1, _, _ = _round(url, 1, tokens, bias, prompts)
+        rn, tt, total = _round(url, clients, tokens, bias, prompts)
         one.append(r1)
         many.append(rn)
         ttft += tt
@@ -223,6 +225,64 @@ def bench_serve(model_path: str | None, threads: int, clients: int, tokens: int,
     return res
 
 
+# --copy: a passage, then the request to repeat it (the output copies the prompt: lookup's case)
+PASSAGE = ("The printing press was invented in the fifteenth century. It used movable metal type, oil-based "
+           "ink and a wooden press adapted from those that made wine. Books became cheaper, more people learned "
+           "to read, and ideas travelled faster than ever before. Within fifty years, presses were at work in "
+           "more than two hundred cities across Europe, and millions of books had been printed.")
+
+
+def copy_prompts() -> list[str]:
+    """Eight copy tasks: the passage with its sentences rotated, then "again, word for word"."""
+    sents = [x.strip() + "." for x in PASSAGE.split(".") if x.strip()]
+    out = []
+    for i in range(8):
+        text = " ".join(sents[i % len(sents):] + sents[:i % len(sents)])
+        out.append(f"{text}\n\nThe same text again, word for word:\n")
+    return out
+
+
+def bench_spec(model_path: str | None, threads: int, clients: int, tokens: int, rounds: int, lookup: bool,
+               draft: str | None, k: int, copy: bool = False, out=sys.stdout) -> dict:
+    """lowbit serve without and with speculative decoding (--lookup or --draft MODEL, --spec k),
+    one server after the other, same prompts (greedy: the same tokens), 1 and `clients` streaming
+    clients: aggregate tokens/s of each and the ratios with / without, measured in this run; the
+    acceptance rate from /v1/status. copy: copy-task prompts (copy_prompts) instead of PROMPTS."""
+    import httpx
+    from ..model import default_model_path
+    from .. import gguf
+    from ..tokenizer import Tokenizer
+    path = model_path or default_model_path()
+    with gguf.open(path) as f:
+        eog = Tokenizer.from_gguf(f.metadata).eog_ids
+    bias = {str(t): -100 for t in sorted(eog)}
+    flag = ["--lookup"] if lookup else ["--draft", draft]
+    name = "lookup" if lookup else f"draft {os.path.basename(draft)}"
+    prompts = copy_prompts() if copy else PROMPTS
+    print(f"# {os.path.basename(path)}, {threads} threads, 1 and {clients} streaming clients x {tokens} tokens, "
+          f"loopback, greedy, {'copy-task' if copy else 'open-ended'} prompts; plain vs speculative ({name}, "
+          f"k={k}); median of {rounds} rounds", file=out, flush=True)
+    res = {}
+    for label, extra in (("plain", []), ("spec", flag + ["--spec", str(k)])):
+        p = _Proc([sys.executable, "-m", "lowbit.cli", "serve", "-m", path, "-t", str(threads), "--parallel",
+                   str(clients), "--ctx", "1024", "--cache-mb", "0", *extra], "/health")
+        try:
+            res[label] = _measure(f"lowbit {label}", p.url, clients, tokens, rounds, bias, out, prompts)
+            res[label]["status"] = httpx.get(p.url + "/v1/status", timeout=30).json()
+        finally:
+            p.stop()
+    a, b = res["plain"], res["spec"]
+    sp = b["status"]["spec"] or {}
+    print(file=out)
+    print(f"{'':28} {'plain':>9} {'speculative':>12} {'ratio':>7}", file=out)
+    for label, key in (("1 client tok/s", "one"), (f"{clients} clients aggregate tok/s", "many")):
+        print(f"{label:28} {a[key]:>9.1f} {b[key]:>12.1f} {b[key] / a[key]:>7.2f}", file=out)
+    print(f"drafts: {sp.get('accepted')}/{sp.get('drafted')} accepted (rate {sp.get('acceptance_rate')}), "
+          f"{sp.get('windows')} windows with drafts", file=out)
+    res["ratio_one"], res["ratio_many"] = b["one"] / a["one"], b["many"] / a["many"]
+    return res
+
+
 def add_parser(bs) -> None:
     """`lowbit bench serve` (bs: the bench command's sub-parsers)."""
     s = bs.add_parser("serve", help="lowbit serve vs llama-cpp-python's server: concurrent clients, TTFT, RSS",
@@ -244,6 +304,12 @@ def add_parser(bs) -> None:
                    "haproxy ingress) vs one process (server/bench_ray.py; pip install 'lowbit[ray]')")
     s.add_argument("--replicas", type=int, default=2, help="with --ray: the replicas of the multi-replica rows")
     s.add_argument("--coalesce", type=int, default=1, help="with --ray: also a row with N tokens per SSE event")
+    x = s.add_mutually_exclusive_group()
+    x.add_argument("--lookup", action="store_true", help="instead: lowbit serve without vs with --lookup")
+    x.add_argument("--draft", default=None, metavar="MODEL", help="instead: lowbit serve without vs with --draft MODEL")
+    s.add_argument("--spec", type=int, default=4, metavar="K", help="with --lookup / --draft: drafts per window")
+    s.add_argument("--copy", action="store_true", help="with --lookup / --draft: copy-task prompts (the reply "
+                   "repeats a passage of the prompt) instead of open-ended ones")
     from .. import plot
     plot.option(s)
     s.set_defaults(func=_run)
@@ -253,6 +319,14 @@ def _run(a) -> int:
     if a.ray:
         from .bench_ray import bench_serve_ray
         bench_serve_ray(a.model, a.threads, a.clients, a.tokens, a.rounds, a.replicas, a.coalesce)
+        return 0
+    if a.lookup or a.draft:
+        problem = (f"--spec must be in 1..64, got {a.spec}" if not 1 <= a.spec <= 64 else
+                   f"--draft: no such model file: {a.draft}" if a.draft and not os.path.isfile(a.draft) else None)
+        if problem:
+            print(f"lowbit bench serve: error: {problem}", file=sys.stderr)
+            return 2
+        bench_spec(a.model, a.threads, a.clients, a.tokens, a.rounds, a.lookup, a.draft, a.spec, a.copy)
         return 0
     if a.prefix or a.load:  # lowbit's prefix cache and load test (server/bench_ops.py)
         from ..model import default_model_path

@@ -12,6 +12,7 @@ is one small critical section under the registry's lock, and a scrape renders a 
     lowbit_request_duration_seconds              histogram: submit -> last event, per finished request
     lowbit_queue_depth / lowbit_slots_busy / lowbit_slots_total     gauges, read at scrape time
     lowbit_prefix_cache_*                        lookups, hits, tokens reused, bytes held, evictions
+    lowbit_spec_drafted_total / _accepted_total  speculative decoding: drafts verified, drafts accepted
 """
 from __future__ import annotations
 
@@ -85,9 +86,10 @@ class Metrics:
                 self.duration.observe(v)
 
     # -- the scrape -----------------------------------------------------------------------------
-    def render(self, gauges: dict[str, tuple[str, float]], cache: dict | None) -> str:
+    def render(self, gauges: dict[str, tuple[str, float]], cache: dict | None, spec: dict | None = None) -> str:
         """The exposition text. gauges: name -> (help, value), read by the caller at scrape time;
-        cache: the prefix cache's counters (PrefixCache.stats()) or None."""
+        cache: the prefix cache's counters (PrefixCache.stats()) or None; spec: the scheduler's
+        speculative decoding counters (Scheduler.status()["spec"]) or None."""
         out: list[str] = []
 
         def head(name: str, kind: str, help_: str) -> None:
@@ -125,4 +127,10 @@ class Metrics:
                 name = f"lowbit_prefix_cache_{key}" + ("_total" if kind == "counter" else "")
                 head(name, kind, help_)
                 out.append(f"{name} {cache[key]}")
+        if spec is not None:
+            for key, help_ in (("windows", "Verify windows that carried drafts"),
+                               ("drafted", "Draft tokens verified"), ("accepted", "Draft tokens accepted")):
+                name = f"lowbit_spec_{key}_total"
+                head(name, "counter", help_)
+                out.append(f"{name} {spec[key]}")
         return "\n".join(out) + "\n"

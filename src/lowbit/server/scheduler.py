@@ -31,6 +31,14 @@ earlier one is still computing a prefix they share (whole blocks beyond what is 
 clients sending one long system prompt at once) waits without computing until the leader has
 passed it, then copies those blocks from the cache: the prefix is computed once.
 
+With a Speculator (spec.py: --lookup, --draft), each decoding request's window is its pending
+token plus up to `spec_k` drafts, all windows verified in the step's one forward (every row's
+logits); generate.verify keeps the longest accepted prefix plus the target's own next token, and
+the slot is rewound past the rejected drafts. Greedy requests give the same tokens as without
+speculation (a token's logits are bitwise the same alone or in a window: invariant I2); sampled
+ones draw from the target's distribution (rejection sampling); structured-output requests do not
+draft (see spec.py).
+
 drain(grace) starts a graceful shutdown: new requests are refused (Draining), those accepted run
 on, and the ones still unfinished after `grace` seconds end with an error event.
 """
@@ -43,8 +51,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..generate import stop_prefix
+from ..generate import stop_prefix, verify
 from ..sampling import Sampler
+
+# The cost of one more token in a step, relative to a one-token step (speculation's drafting
+# policy). A verify window of w tokens costs ~1 + 0.2 (w - 1) one-token steps on one sequence
+# (BENCHMARKS.md, issue 7: w=5 1.79, F16 target), more once a step holds many sequences' tokens
+# (issue 23: ~0.3 per token at 4 tokens).
+SPEC_TOKEN_COST = 0.25
+SPEC_PRIOR_FLOOR = 0.3  # the acceptance a request is credited with before its own windows say more
+SPEC_FORGET = 0.9       # per step without drafts, a request's record shrinks by this: it probes again
 
 
 class QueueFull(RuntimeError):
@@ -79,21 +95,35 @@ class Request:
     sent: int = 0                # characters of text already emitted
     t_last: float = 0.0          # when the last token was sampled (0: none yet)
     follow: tuple | None = None  # (leader, positions): wait while the leader computes our shared prefix
+    drafts: list[int] = field(default_factory=list)  # this step's drafts after next_token (speculation)
+    q: list | None = None        # the rows of the draft distribution they were drawn from (None: one-hot)
+    spec_acc: float = 0.0        # this request's drafts accepted, and windows that rejected one
+    spec_rej: float = 0.0        # (both fade while it does not draft: SPEC_FORGET)
 
 
 class Scheduler:
     def __init__(self, model, parallel: int | None = None, step_tokens: int = 64, max_queue: int = 256,
-                 cache=None, metrics=None, deliver: Callable[[list], None] | None = None):
+                 cache=None, metrics=None, deliver: Callable[[list], None] | None = None,
+                 spec=None, spec_k: int = 4, spec_cost: float = SPEC_TOKEN_COST):
         """cache: a PrefixCache over this model (or None); metrics: a Metrics to feed (or None);
-        deliver: takes each step's [(emit, event), ...] (None: emit is called here)."""
+        deliver: takes each step's [(emit, event), ...] (None: emit is called here); spec: a
+        Speculator (spec.py) proposing up to spec_k drafts per decoding request and step (None:
+        no speculation); spec_cost: one more token's cost in a step relative to a one-token step,
+        for the drafting policy (_plan; 0: always spec_k drafts)."""
         self.model = model
         self.cache, self.metrics, self.deliver = cache, metrics, deliver
         self._pending: list[tuple[Callable, tuple]] = []  # this step's events, not yet handed over
         self.parallel = int(parallel or model.n_slots)
         if not 1 <= self.parallel <= model.n_slots:
             raise ValueError(f"parallel must be 1..{model.n_slots} (the model's KV slots)")
-        # a step holds every active sequence's decode token plus prompt chunks
-        self.step_tokens = max(int(step_tokens), self.parallel + 8)
+        self.spec, self.spec_k, self.spec_cost = spec, int(spec_k), float(spec_cost)
+        if not 0.0 <= self.spec_cost <= 100.0:
+            raise ValueError(f"spec_cost must be in 0..100, got {spec_cost}")
+        if spec is not None and not 1 <= self.spec_k <= 64:
+            raise ValueError(f"spec_k must be in 1..64, got {spec_k}")
+        # a step holds every active sequence's decode window (token + drafts) plus prompt chunks
+        window = 1 + (self.spec_k if spec is not None else 0)
+        self.step_tokens = max(int(step_tokens), self.parallel * window + 8)
         self.max_queue = int(max_queue)
         self.eog = set(model.tokenizer.eog_ids)
         self._cv = threading.Condition()
@@ -105,6 +135,8 @@ class Scheduler:
         # counters (read by status(); written on the engine thread under _cv)
         self.done = self.cancelled = self.failed = self.aborted = 0
         self.prompt_tokens = self.generated_tokens = self.steps = self.decode_steps = 0
+        self.spec_windows = self.drafted = self.accepted = 0  # windows with drafts, drafts, accepted
+        self.spec_rejects = 0  # windows that rejected a draft
         # (time, tokens sampled) of recent steps, for tokens/s (bounded: no growth when nobody asks)
         self._recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
         self._obs: tuple[list, list, list] = ([], [], [])
@@ -163,12 +195,22 @@ class Scheduler:
                     "aborted": self.aborted,
                     "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
                     "steps": self.steps, "decode_steps": self.decode_steps,
-                    "tokens_per_second": round(rate, 2)}
+                    "tokens_per_second": round(rate, 2), "spec": self._spec_status()}
+
+    def _spec_status(self) -> dict | None:
+        if self.spec is None:
+            return None
+        return {"drafter": getattr(self.spec, "name", type(self.spec).__name__), "k": self.spec_k,
+                "cost_per_token": self.spec_cost,
+                "windows": self.spec_windows, "drafted": self.drafted, "accepted": self.accepted,
+                "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else None}
 
     # -- the engine thread -----------------------------------------------------------------
     def _release(self, req: Request) -> None:
         self._active.remove(req)
         self._free.append(req.slot)
+        if self.spec is not None:
+            self.spec.release(req)
         req.slot = -1
 
     def _admit(self) -> bool:
@@ -199,6 +241,8 @@ class Scheduler:
                 r.decoder = self.model.tokenizer.stream()
                 if r.constraint is not None:  # the first mask, computed while the prompt runs
                     r.constraint.prefetch(self._masks())
+                if self._drafts(r):
+                    self.spec.admit(r)
                 self._active.append(r)
             if self._stopping:
                 return False
@@ -213,15 +257,22 @@ class Scheduler:
                 if not self._admit():
                     break
                 active = list(self._active)
-            # decode tokens first (one per decoding sequence), then prompt chunks, FIFO
+            # decode windows first (each decoding sequence's token, and its drafts), then prompt
+            # chunks, FIFO
             batch, who, want = [], [], []
             budget = self.step_tokens
+            try:
+                prefill = sum(len(r.prompt) - r.fed for r in active if r.next_token is None)
+                self._propose([r for r in active if r.next_token is not None], prefill)
+            except Exception as e:  # noqa: BLE001 - the drafter failed: these requests fail, not the server
+                self._fail([r for r in active if r.next_token is not None], e)
+                continue
             for r in active:
                 if r.next_token is not None:
-                    batch.append((r.slot, [r.next_token]))
+                    batch.append((r.slot, [r.next_token] + r.drafts))
                     who.append(r)
-                    want.append(True)
-                    budget -= 1
+                    want.append(1 + len(r.drafts) if r.drafts else True)
+                    budget -= 1 + len(r.drafts)
             for r in active:
                 if r.next_token is None and r.follow is not None and not self._caught_up(r):
                     continue  # its leader is computing their shared prefix: no work twice
@@ -256,7 +307,7 @@ class Scheduler:
                 sampled += 1
                 before = r.generated
                 try:
-                    if self._sample(r, lg[-1]):
+                    if self._verify(r, lg) if self._drafts(r) else self._sample(r, lg[-1]):
                         finished.append(r)
                 except Exception as e:  # noqa: BLE001 - one request's failure is its own
                     self._fail([r], e)
@@ -339,6 +390,89 @@ class Scheduler:
             except Exception:  # noqa: BLE001 - a gone client's queue must not stop the engine
                 r.cancelled = True
 
+    def _drafts(self, r: Request) -> bool:
+        """Does r speculate? With a Speculator, unless it has structured output (spec.py)."""
+        return self.spec is not None and r.constraint is None
+
+    def _propose(self, decoding: list[Request], prefill: int = 0) -> None:
+        """Each decoding request's drafts for this step (r.drafts, r.q): up to spec_k, as many as
+        its context and max_tokens leave room for (the window's last token is the target's own),
+        and as the drafting policy (_plan) finds worth their cost. prefill: prompt tokens waiting."""
+        asks = []
+        for r in decoding:
+            r.drafts, r.q = [], None
+            if self._drafts(r) and not r.cancelled:
+                k = min(self.spec_k, self.model.n_ctx - self.model.slot_pos[r.slot] - 1,
+                        r.max_tokens - r.generated - 1)
+                if k > 0:
+                    asks.append((r, k))
+        if asks and self.spec_cost > 0:
+            tokens = len(decoding) + min(prefill, max(0, self.step_tokens - len(decoding)))
+            asks = self._plan(asks, len(decoding), tokens)
+        if asks:
+            for (r, k), (drafts, q) in zip(asks, self.spec.propose(asks)):
+                r.drafts, r.q = [int(t) for t in drafts[:k]], q
+
+    def _plan(self, asks: list[tuple], decoding: int, tokens: int) -> list[tuple]:
+        """The drafting policy: how many drafts each request gets this step. A step of T tokens
+        costs ~1 + c T one-token steps (c = spec_cost) and yields one token per decoding request;
+        request r's j-th draft adds a^j expected tokens (a: r's acceptance rate, estimated from
+        its own windows with the server's rate, at least SPEC_PRIOR_FLOOR, as a prior worth 4
+        drafts) for c more cost. Drafts are taken best first while they raise the step's expected
+        tokens per cost: a^j > c P / C (P, C: the tokens and cost so far). One client and good
+        drafts: up to spec_k; many clients (a step already costly) or poor drafts: few or none. A
+        request left without drafts forgets its record slowly, so it probes again later (text
+        that starts to repeat itself is lookup's best case)."""
+        import heapq
+        c = self.spec_cost
+        prior = max(SPEC_PRIOR_FLOOR, (self.accepted + 1) / (self.accepted + self.spec_rejects + 2))
+        heap = []
+        for i, (r, k) in enumerate(asks):
+            a = (r.spec_acc + 4 * prior) / (r.spec_acc + r.spec_rej + 4)
+            heapq.heappush(heap, (-a, i, 1, a))
+        got = [0] * len(asks)
+        P, C = float(decoding), 1.0 + c * tokens
+        while heap:
+            g, i, j, a = heapq.heappop(heap)
+            if -g <= c * P / C:
+                break
+            got[i] = j
+            P, C = P - g, C + c
+            if j < asks[i][1]:
+                heapq.heappush(heap, (g * a, i, j + 1, a))
+        for (r, _), n in zip(asks, got):
+            if n == 0:
+                r.spec_acc *= SPEC_FORGET
+                r.spec_rej *= SPEC_FORGET
+        return [(r, n) for (r, _), n in zip(asks, got) if n > 0]
+
+    def _verify(self, r: Request, rows) -> bool:
+        """A speculating request's window: rows[i] are the target's logits after its history and
+        drafts[:i]. Keep the accepted drafts and the target's next token (generate.verify), rewind
+        the slot past the rejected ones, take the new tokens in order; True when r has finished."""
+        if r.cancelled:
+            return False
+        if r.logit_bias:  # in place, every row: this step's own output
+            for t, b in r.logit_bias.items():
+                rows[:, t] += b
+        n_ok, nxt = verify(rows, r.drafts, r.q, r.history, r.sampler)
+        d = len(r.drafts)
+        if d:
+            self.model.rewind(self.model.slot_pos[r.slot] - (d - n_ok), slot=r.slot)
+            r.spec_acc += n_ok
+            r.spec_rej += n_ok < d
+            with self._cv:
+                self.spec_windows += 1
+                self.drafted += d
+                self.accepted += n_ok
+                self.spec_rejects += n_ok < d
+        new, r.drafts, r.q = r.drafts[:n_ok] + [nxt], [], None
+        for tok in new:
+            if self._take(r, tok):
+                return True
+        self.spec.commit(r)
+        return False
+
     def _sample(self, r: Request, logits) -> bool:
         """Sample r's next token and emit its text; True when r has finished."""
         if r.cancelled:
@@ -354,6 +488,12 @@ class Scheduler:
             c.accept(tok)
             if c.error:
                 raise RuntimeError(f"structured output: {c.error}")
+        return self._take(r, tok)
+
+    def _take(self, r: Request, tok: int) -> bool:
+        """r's next token is tok: emit its text, check the ends; True when r has finished (else
+        tok is r's pending token, fed by the next step)."""
+        c = r.constraint
         now = time.perf_counter()
         if r.t_last:
             self._obs[1].append(now - r.t_last)
@@ -369,7 +509,8 @@ class Scheduler:
             return self._finish(r, "stop", stopped=True)
         if c is not None and c.finished:  # the grammar's output is complete
             return self._finish(r, "stop")
-        if r.generated >= r.max_tokens or self.model.slot_pos[r.slot] >= self.model.n_ctx:
+        # the context is full when the cache cannot take tok (it holds every earlier token)
+        if r.generated >= r.max_tokens or len(r.history) > self.model.n_ctx:
             return self._finish(r, "length")
         r.next_token = tok
         if c is not None:  # the next mask, computed while the next forward runs
