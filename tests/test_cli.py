@@ -86,6 +86,21 @@ def test_bad_environment_in_a_subprocess():
     one_line_error(cli("run", "-n", "1", env={"LOWBIT_THREADS": "abc"}), "LOWBIT_THREADS='abc' is not an integer")
 
 
+@pytest.mark.parametrize("content,extra,needle", [
+    (None, [], "cannot read it"),
+    ("{not json", [], "not JSON"),
+    ("[1, 2]", [], "a schema is a JSON object, not list"),
+    ('{"type": "no-such-type"}', [], "--json-schema"),
+    ('{"type": "object"}', ["--lookup"], "--json-schema needs plain decoding"),
+])
+def test_json_schema_errors_before_loading(tmp_path, content, extra, needle):
+    pytest.importorskip("llguidance", reason="structured output needs llguidance (lowbit[server])")
+    f = tmp_path / "s.json"
+    if content is not None:
+        f.write_text(content)
+    one_line_error(cli("run", "-n", "4", "--json-schema", f, *extra), needle)
+
+
 def test_paths_are_named_for_what_they_are(tmp_path):
     one_line_error(cli("run", "-m", tmp_path), f"{tmp_path} is a directory, not a GGUF file")
     one_line_error(cli("run", "-m", tmp_path / "missing.gguf", "-n", "1"), "No such file or directory", code=1)

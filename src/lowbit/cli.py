@@ -201,9 +201,34 @@ def _prompt(a) -> str:
     return text + ("" if not text or text[-1].isspace() else "\n") + a.prompt
 
 
+def _json_schema(a) -> dict | None:
+    """--json-schema FILE: the schema, checked before the model loads (usage errors, exit 2)."""
+    if a.json_schema is None:
+        return None
+    if a.draft or a.lookup:
+        raise UsageError("--json-schema needs plain decoding: drop --draft / --lookup")
+    import json
+    try:
+        with open(a.json_schema, encoding="utf-8") as f:
+            schema = json.load(f)
+    except OSError as e:
+        raise UsageError(f"--json-schema {a.json_schema}: cannot read it ({e.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UsageError(f"--json-schema {a.json_schema}: not JSON ({e})") from None
+    if not isinstance(schema, dict):
+        raise UsageError(f"--json-schema {a.json_schema}: a schema is a JSON object, not {type(schema).__name__}")
+    from .server.structured import FormatError, grammar
+    try:
+        grammar({"type": "json_schema", "json_schema": {"schema": schema}})
+    except FormatError as e:
+        raise UsageError(f"--json-schema {a.json_schema}: {str(e).split(': ', 1)[-1]}") from None
+    return schema
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     from .generate import Stats, timed_prefill
     prompt = _prompt(a)
+    schema = _json_schema(a)
     m = _load(a)
     draft = _drafter(a, m)
     stats = Stats(layers=a.stats)
@@ -217,7 +242,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         stats.prompt_tokens = len(ids)
         timed_prefill(m, ids, stats)
     else:
-        for piece in m.generate(prompt, max_tokens=a.n, stats=stats, draft=draft, spec=a.spec, **_sampling(a)):
+        for piece in m.generate(prompt, max_tokens=a.n, stats=stats, draft=draft, spec=a.spec, json_schema=schema,
+                                **_sampling(a)):
             sys.stdout.write(piece)
             sys.stdout.flush()
         sys.stdout.write("\n")
@@ -322,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "time in attention / router / experts (prefill and decode)")
     _sampling_args(r)
     _spec_args(r)
+    r.add_argument("--json-schema", default=None, metavar="FILE",
+                   help="a JSON schema file: the output is JSON that matches it (llguidance; plain decoding)")
     r.set_defaults(func=cmd_run)
 
     from .chat import HELP as CHAT_HELP

@@ -102,19 +102,31 @@ def decode_one(model, token: int) -> np.ndarray:
     return model.forward([token])[-1]
 
 
-def plain(model, ids: list[int], sampler: Sampler, stats: Stats, record=None, history: list[int] | None = None):
+def plain(model, ids: list[int], sampler: Sampler, stats: Stats, record=None, history: list[int] | None = None,
+          constraint=None):
     """Yield sampled token ids, one forward per token, until the context is full.
     ids: the tokens to prefill (the model's cache may already hold earlier ones: then history
     is the whole prompt, for the repetition penalty). record(logits_row): called with the
-    logits each yielded token was sampled from, before it is yielded."""
+    logits each yielded token was sampled from, before it is yielded. constraint: a
+    server.structured.Constraint (json_schema): the tokens its grammar rules out are masked before
+    each sampling; once the grammar is complete an end-of-generation token follows."""
     logits = timed_prefill(model, ids, stats)
     history = list(ids) if history is None else list(history)
     while True:
+        if constraint is not None:
+            constraint.mask(logits)
         tok = sampler.sample(logits, history)
+        if constraint is not None:
+            constraint.accept(tok)
+            if constraint.error:
+                raise RuntimeError(f"structured output: {constraint.error}")
         history.append(tok)
         if record is not None:
             record(logits)
         yield tok
+        if constraint is not None and constraint.finished:
+            yield min(model.tokenizer.eog_ids)  # the output is complete: end of generation
+            return
         if model.pos >= model.n_ctx:
             return
         logits = decode_one(model, tok)
@@ -313,15 +325,17 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 def generate(model, prompt, max_tokens: int | None = 128, stop: list[str] | str | None = None,
              stats: Stats | None = None, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              min_p: float = 0.0, repeat_penalty: float = 1.0, seed: int | None = None, draft=None,
-             spec: int = DEFAULT_SPEC, details: bool = False, logprobs: int | None = None):
+             spec: int = DEFAULT_SPEC, details: bool = False, logprobs: int | None = None,
+             json_schema: dict | None = None):
     """Yield text pieces as they decode (with details=True: Piece objects, the last one with the
     finish reason). Greedy unless temperature > 0.
 
     prompt: text or token ids; max_tokens: None or -1 = until the end of generation or a full
     context; stop: strings that end the text (not included); draft: None (plain decoding),
     "lookup" (prompt lookup) or a loaded draft Model; spec: drafts per round; logprobs: None, or
-    the number of top alternatives to report per token (0: only the chosen token's), in Pieces.
-    stats.stop tells why it ended ("eog", "stop", "max_tokens", "context").
+    the number of top alternatives to report per token (0: only the chosen token's), in Pieces;
+    json_schema: a JSON schema (dict) the output must match (llguidance masks every token the schema
+    rules out; plain decoding only). stats.stop tells why it ended ("eog", "stop", "max_tokens", "context").
     The generation claims a KV slot of `model` (Model.sequence) until it ends or is closed.
     """
     ids = model.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
@@ -336,11 +350,21 @@ def generate(model, prompt, max_tokens: int | None = 128, stop: list[str] | str 
     if logprobs is not None and not 0 <= int(logprobs) <= 20:
         raise ValueError(f"logprobs must be in 0..20, got {logprobs}")
     sampler = Sampler(temperature, top_k, top_p, min_p, repeat_penalty, seed=seed)
+    constraint = None
+    if json_schema is not None:
+        if draft is not None:
+            raise ValueError("json_schema needs plain decoding (no draft)")
+        from .server.structured import Constraint, FormatError, grammar
+        try:
+            g = grammar({"type": "json_schema", "json_schema": {"schema": json_schema}})
+            constraint = Constraint(model.tokenizer, model.config.vocab, g)
+        except FormatError as e:
+            raise ValueError(str(e).replace("'response_format'", "json_schema", 1)) from None
     drafter = None if draft is None else make_drafter(model, draft, sampler)
     stats = stats if stats is not None else Stats()
     stats.prompt_tokens = len(ids)
     pieces = _pieces(model, ids, max_tokens, [stop] if isinstance(stop, str) else stop, stats, sampler,
-                     drafter, spec, logprobs)
+                     drafter, spec, logprobs, constraint)
     try:
         if details:
             yield from pieces
@@ -352,7 +376,7 @@ def generate(model, prompt, max_tokens: int | None = 128, stop: list[str] | str 
         pieces.close()
 
 
-def _pieces(model, ids, max_tokens, stop, stats, sampler, drafter, spec, logprobs):
+def _pieces(model, ids, max_tokens, stop, stats, sampler, drafter, spec, logprobs, constraint=None):
     # a slot of our own; reuse what its cache holds of this prompt (at least the last token is
     # run again: its logits start the generation)
     if hasattr(model, "sequence"):
@@ -367,7 +391,7 @@ def _pieces(model, ids, max_tokens, stop, stats, sampler, drafter, spec, logprob
         seq.rewind(keep)
         stats.cached = keep
         if drafter is None:
-            tokens = plain(seq, ids[keep:], sampler, stats, record=record, history=ids)
+            tokens = plain(seq, ids[keep:], sampler, stats, record=record, history=ids, constraint=constraint)
         else:
             tokens = speculative(seq, ids[keep:], sampler, drafter, spec, stats, record=record, history=ids)
         yield from _detokenize(model, tokens, max_tokens, [s for s in (stop or []) if s], stats, rows, logprobs)
