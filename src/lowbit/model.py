@@ -63,8 +63,9 @@ The hybrid families: a delta-net layer's slot state (conv inputs and the recurre
 head) lives in the engine beside the attention layers' KV. Model.rewind restores it exactly
 (the checkpoint taken before the slot's last multi-token call, or a replay from the start), the
 engine refuses a forward that does not continue a slot's state in order, and the server keeps no
-prefix cache for them (a prefix is more than its KV). MTP (nextn) blocks are loaded by llama.cpp
-and skipped here.
+prefix cache for them (a prefix is more than its KV). MTP (nextn) blocks are not run by the
+forward pass: the MTP drafter (src/lowbit/mtp.py, `draft="mtp"`) runs the first one in an engine of
+its own, bound here by _bind_layer.
 
 gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE) as configuration: attention sinks (blk.N.attn_sinks.weight, one
 logit per head that joins each softmax), sliding-window attention on the layers the
@@ -548,6 +549,35 @@ def kv_types(kv: str | None = None, kv_k: str | None = None, kv_v: str | None = 
     return k, v
 
 
+def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k: str, kv_v: str,
+                n_layer: int | None = None):
+    """The native engine of config c holding layers [l0, l1) of n_layer (default c.n_layer; the MTP
+    drafter's engine has n_layer + 1 layers and holds only the last, an attention layer)."""
+    n_layer = c.n_layer if n_layer is None else n_layer
+    return lib.Engine(n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, n_ctx,
+                      c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, n_slots,
+                      qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
+                      expert_ffn=c.expert_ffn, shexp_ffn=c.shexp_ffn, expert_norm=c.expert_norm,
+                      expert_scale=c.expert_scale,
+                      sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act],
+                      expert_gating=EXPERT_GATING_ID[c.expert_gating],
+                      yarn_ext_factor=c.yarn_ext_factor, yarn_attn_factor=c.yarn_attn_factor,
+                      yarn_beta_fast=c.yarn_beta_fast, yarn_beta_slow=c.yarn_beta_slow,
+                      yarn_orig_ctx=c.yarn_orig_ctx,
+                      embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
+                      logit_softcap=c.logit_softcap, post_norms=c.post_norms,
+                      n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
+                      recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
+                      ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
+                      ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
+                      attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
+                      layer_begin=l0, layer_end=l1,
+                      mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
+                      mla_kq_scale=c.mla_kq_scale, expert_groups=c.expert_groups,
+                      expert_groups_used=c.expert_groups_used,
+                      kv_k=KV_TYPES[kv_k], kv_v=KV_TYPES[kv_v])
+
+
 class Model:
     """A loaded model: config, tokenizer, the native engine and its KV cache."""
 
@@ -595,28 +625,8 @@ class Model:
         self.layers = l0, l1 = tuple(layers) if layers is not None else (0, c.n_layer)
         if not 0 <= l0 < l1 <= c.n_layer:
             raise ValueError(f"layers must be a range within 0..{c.n_layer}, got {layers}")
-        self.engine = lib.Engine(c.n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, self.n_ctx,
-                                 c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, self.n_slots,
-                                 qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
-                                 expert_ffn=c.expert_ffn, shexp_ffn=c.shexp_ffn, expert_norm=c.expert_norm,
-                                 expert_scale=c.expert_scale,
-                                 sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act],
-                                 expert_gating=EXPERT_GATING_ID[c.expert_gating],
-                                 yarn_ext_factor=c.yarn_ext_factor, yarn_attn_factor=c.yarn_attn_factor,
-                                 yarn_beta_fast=c.yarn_beta_fast, yarn_beta_slow=c.yarn_beta_slow,
-                                 yarn_orig_ctx=c.yarn_orig_ctx,
-                                 embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
-                                 logit_softcap=c.logit_softcap, post_norms=c.post_norms,
-                                 n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
-                                 recurrent=[int(r) for r in c.recurrent],
-                                 ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
-                                 ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
-                                 attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
-                                 layer_begin=l0, layer_end=l1,
-                                 mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
-                                 mla_kq_scale=c.mla_kq_scale, expert_groups=c.expert_groups,
-                                 expert_groups_used=c.expert_groups_used,
-                                 kv_k=KV_TYPES[self.kv_k], kv_v=KV_TYPES[self.kv_v])
+        self.engine = make_engine(c, self.n_ctx, self.n_slots, l0, l1, self.kv_k, self.kv_v)
+        self.threads = int(threads) if threads else None
         if threads:
             self.engine.set_threads(int(threads))
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
@@ -635,6 +645,10 @@ class Model:
         self._shared_warned = False
         # hybrid models: per slot, (position, recurrent state) saved before its last multi-token call
         self._ckpt: list[tuple[int, np.ndarray] | None] = [None] * self.n_slots
+        # per slot: None, or fn(p0, row0, n) called after each forward that appended n tokens at
+        # positions p0.. (rows row0.. of the engine's call): the MTP drafter reads their hidden
+        # states there (engine.hidden) before another call overwrites them
+        self._sinks: list = [None] * self.n_slots
 
     def close(self) -> None:
         """Stop a pipeline's Ray actors (stages=K) and the local Ray cluster it started; a no-op
@@ -663,15 +677,15 @@ class Model:
             raise GGUFError(f"{self.path}: tensor {name!r} is missing")
         return t
 
-    def _mat(self, slot: str, layer: int, name: str) -> None:
+    def _mat(self, slot: str, layer: int, name: str, engine=None) -> None:
         t = self._tensor(name)
         if not lib.capabilities(t.format.id)["rows"]:
             raise GGUFError(f"{self.path}: tensor {name!r}: type {t.format.name} has no row kernel")
         m = t.matrix()
         self._keep.append(m)
-        self.engine.set_mat(slot, layer, t.format.id, m, t.n, t.w_scale)
+        (engine or self.engine).set_mat(slot, layer, t.format.id, m, t.n, t.w_scale)
 
-    def _vec(self, slot: str, layer: int, name: str) -> None:
+    def _vec(self, slot: str, layer: int, name: str, engine=None) -> None:
         t = self._tensor(name)
         if t.format.name != "F32":
             v = lib.dequantize(t.format.id, t.matrix(), t.n, t.w_scale, -1).reshape(-1)
@@ -679,7 +693,7 @@ class Model:
             v = t.raw.view(np.float32)
         v = np.ascontiguousarray(v, dtype=np.float32)
         self._keep.append(v)
-        self.engine.set_vec(slot, layer, v)
+        (engine or self.engine).set_vec(slot, layer, v)
 
     def _bind_weights(self) -> None:
         """Bind the tensors of self.layers (a pipeline stage binds only its own: the embedding in
@@ -694,58 +708,66 @@ class Model:
         if "rope_freqs.weight" in self.file.tensors:
             self._vec("rope_freqs", -1, "rope_freqs.weight")
         for i in range(l0, l1):
-            p = f"blk.{i}."
-            ffn = ("ffn_gate", "ffn_up", "ffn_down")
-            if c.n_expert and i >= c.n_dense_lead:  # (glm4moe: its leading layers are dense)
-                ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
-                if c.shexp_ffn:
-                    ffn += ("ffn_gate_inp_shexp",) * c.shexp_gated + ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
-                if c.exp_probs_b:
-                    self._vec("exp_probs_b", i, p + "exp_probs_b.bias")
-            rec = bool(c.recurrent) and c.recurrent[i]
-            mixer = ("attn_q", "attn_k", "attn_v", "attn_output")
-            if c.mla_rank:  # deepseek2's latent attention (csrc/mla.cpp)
-                q = ("attn_q_a", "attn_q_b") if c.q_lora_rank else ("attn_q",)
-                mixer = q + ("attn_kv_a_mqa", "attn_k_b", "attn_v_b", "attn_output")
-                self._vec("attn_kv_a_norm", i, p + "attn_kv_a_norm.weight")
-                if c.q_lora_rank:
-                    self._vec("attn_q_a_norm", i, p + "attn_q_a_norm.weight")
-            if rec:  # a gated delta-net layer (csrc/deltanet.cpp)
-                ba = ("ssm_ba",) if p + "ssm_ba.weight" in self.file.tensors else ("ssm_alpha", "ssm_beta")
-                mixer = ("attn_qkv", "attn_gate") + ba + ("ssm_out",)
-                for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),
-                                   ("ssm_a", "ssm_a"), ("ssm_norm", "ssm_norm.weight")):
-                    self._vec(slot, i, p + name)
-            for slot in mixer + ffn:
-                self._mat(slot, i, p + slot + ".weight")
-                if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
-                    self._vec(slot + ".scale", i, p + slot + ".scale")
-            self._vec("attn_norm", i, p + "attn_norm.weight")
-            self._vec("ffn_norm", i, p + c.ffn_norm + ".weight")
-            if c.attn_out_bias:
-                self._vec("attn_output.bias", i, p + "attn_output.bias")
-            if c.attn_sinks:
-                self._vec("attn_sinks", i, p + "attn_sinks.weight")
-            if c.post_norms:  # gemma3
-                self._vec("attn_post_norm", i, p + "post_attention_norm.weight")
-                self._vec("ffn_post_norm", i, p + "post_ffw_norm.weight")
-            if c.moe_bias:
-                for s in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
-                    self._vec(s + ".bias", i, p + s + ".bias")
-            if c.window[i]:
-                self.engine.set_window(i, c.window[i])
-            if c.qk_norm and not rec:
-                self._vec("attn_q_norm", i, p + "attn_q_norm.weight")
-                self._vec("attn_k_norm", i, p + "attn_k_norm.weight")
-            if c.sub_norm:
-                self._vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
-                self._vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")
-            if c.qkv_bias:
-                for s in ("attn_q", "attn_k", "attn_v"):
-                    self._vec(s + ".bias", i, p + s + ".bias")
+            self._bind_layer(i, self.engine)
         problem = self.engine.validate()
         if problem:
             raise GGUFError(f"{self.path}: {problem}")
+
+    def _bind_layer(self, i: int, engine) -> None:
+        """Bind block i's tensors to engine's layer i: a trunk layer, or (i >= n_layer) an MTP block's
+        attention and FFN, bound as a full-attention layer of the trunk's kind (src/lowbit/mtp.py)."""
+        c = self.config
+        _mat = lambda *a: self._mat(*a, engine=engine)  # noqa: E731
+        _vec = lambda *a: self._vec(*a, engine=engine)  # noqa: E731
+        p = f"blk.{i}."
+        ffn = ("ffn_gate", "ffn_up", "ffn_down")
+        if c.n_expert and i >= c.n_dense_lead:  # (glm4moe: its leading layers are dense)
+            ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+            if c.shexp_ffn:
+                ffn += ("ffn_gate_inp_shexp",) * c.shexp_gated + ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+            if c.exp_probs_b:
+                _vec("exp_probs_b", i, p + "exp_probs_b.bias")
+        rec = i < len(c.recurrent) and bool(c.recurrent[i])
+        mixer = ("attn_q", "attn_k", "attn_v", "attn_output")
+        if c.mla_rank:  # deepseek2's latent attention (csrc/mla.cpp)
+            q = ("attn_q_a", "attn_q_b") if c.q_lora_rank else ("attn_q",)
+            mixer = q + ("attn_kv_a_mqa", "attn_k_b", "attn_v_b", "attn_output")
+            _vec("attn_kv_a_norm", i, p + "attn_kv_a_norm.weight")
+            if c.q_lora_rank:
+                _vec("attn_q_a_norm", i, p + "attn_q_a_norm.weight")
+        if rec:  # a gated delta-net layer (csrc/deltanet.cpp)
+            ba = ("ssm_ba",) if p + "ssm_ba.weight" in self.file.tensors else ("ssm_alpha", "ssm_beta")
+            mixer = ("attn_qkv", "attn_gate") + ba + ("ssm_out",)
+            for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),
+                               ("ssm_a", "ssm_a"), ("ssm_norm", "ssm_norm.weight")):
+                _vec(slot, i, p + name)
+        for slot in mixer + ffn:
+            _mat(slot, i, p + slot + ".weight")
+            if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
+                _vec(slot + ".scale", i, p + slot + ".scale")
+        _vec("attn_norm", i, p + "attn_norm.weight")
+        _vec("ffn_norm", i, p + c.ffn_norm + ".weight")
+        if c.attn_out_bias:
+            _vec("attn_output.bias", i, p + "attn_output.bias")
+        if c.attn_sinks:
+            _vec("attn_sinks", i, p + "attn_sinks.weight")
+        if c.post_norms:  # gemma3
+            _vec("attn_post_norm", i, p + "post_attention_norm.weight")
+            _vec("ffn_post_norm", i, p + "post_ffw_norm.weight")
+        if c.moe_bias:
+            for s in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+                _vec(s + ".bias", i, p + s + ".bias")
+        if i < len(c.window) and c.window[i]:
+            engine.set_window(i, c.window[i])
+        if c.qk_norm and not rec:
+            _vec("attn_q_norm", i, p + "attn_q_norm.weight")
+            _vec("attn_k_norm", i, p + "attn_k_norm.weight")
+        if c.sub_norm:
+            _vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
+            _vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")
+        if c.qkv_bias:
+            for s in ("attn_q", "attn_k", "attn_v"):
+                _vec(s + ".bias", i, p + s + ".bias")
 
     # -- the forward pass ----------------------------------------------------------------
     def forward(self, tokens: list[int], all_logits: bool = False) -> np.ndarray:
@@ -760,9 +782,17 @@ class Model:
             self._checkpoint(0)
         self.engine.forward(toks, self.pos, logits, all_logits)
         self._writer[0] = None
+        if self._sinks[0] is not None:
+            self._sinks[0](self.pos, 0, len(tokens))
         self.tokens.extend(int(t) for t in tokens)
         self.pos += len(tokens)
         return logits
+
+    def set_hidden_sink(self, fn, slot: int = 0) -> None:
+        """fn(p0, row0, n) after every forward of the slot (None: off); see _init_slots."""
+        if not hasattr(self.engine, "hidden"):
+            raise ValueError("the MTP drafter needs the model in this process (not a pipeline of stages)")
+        self._sinks[slot] = fn
 
     def forward_batch(self, seqs: list[tuple[int, list[int]]], all_logits: bool = False,
                       want: list[bool] | None = None) -> list[np.ndarray | None]:
@@ -801,8 +831,11 @@ class Model:
                     self._checkpoint(slot)
         self.engine.forward_batch(np.asarray(toks, np.int32), np.asarray(slots, np.int32),
                                   np.asarray(poss, np.int32), np.asarray(rows, np.int32), logits)
-        out, at = [], 0
+        out, at, row0 = [], 0, 0
         for (slot, run), n in zip(seqs, counts):
+            if self._sinks[slot] is not None:
+                self._sinks[slot](self.slot_pos[slot], row0, len(run))
+            row0 += len(run)
             self._writer[slot] = None
             self.slot_tokens[slot].extend(int(t) for t in run)
             self.slot_pos[slot] += len(run)
@@ -1006,6 +1039,9 @@ class Sequence:
 
     def reset(self) -> None:
         self.rewind(0)
+
+    def set_hidden_sink(self, fn) -> None:
+        self.model.set_hidden_sink(fn, self.slot)
 
     def close(self) -> None:
         """Release the slot; its cache stays for the next generation to reuse."""
