@@ -34,12 +34,22 @@ PROMPT = "the cat sat on the mat, the cat sat on the mat, the cat sat on the"
 
 
 def edit(path, fn):
-    """fn({tensor name: its data as a writable numpy view}) on the file in place (F32 tensors)."""
+    """fn({tensor name: its data as a writable numpy view}) on the file in place (float tensors as
+    values; a quantized one as its raw bytes: set it with set_q8_0)."""
     r = GGUFReader(path, "r+")
     fn({t.name: t.data for t in r.tensors})
     r.data.flush()
     del r
     return path
+
+
+def set_matrix(d, W):
+    """A tensor's data to the matrix W: as it is (F32 / F16), or its Q8_0 bytes (lowbit's quantizer,
+    byte-identical to ggml's): what lowbit and llama.cpp read back is W to Q8_0's rounding."""
+    if d.dtype == np.uint8:
+        d[...] = lowbit.kernels.quantize("Q8_0", W).reshape(d.shape)
+    else:
+        d[...] = W
 
 
 def mtp_block_silent(T, L):
@@ -49,9 +59,10 @@ def mtp_block_silent(T, L):
         T[f"blk.{L}.{nm}"][...] = 0
 
 
-def eh(half):
-    m = np.zeros((DIM, 2 * DIM), np.float32)
-    (m[:, :DIM] if half == "e" else m[:, DIM:])[...] = np.eye(DIM)
+def eh(half, dim=DIM):
+    """eh_proj [dim, 2 dim] (numpy [rows, cols]) selecting the embedding ("e") or the hidden ("h") half."""
+    m = np.zeros((dim, 2 * dim), np.float32)
+    (m[:, :dim] if half == "e" else m[:, dim:])[...] = np.eye(dim)
     return m
 
 
@@ -63,7 +74,7 @@ def near_bigram(T, L, alpha=0.2):
         if n.startswith("blk.") and int(n.split(".")[1]) < L and n.endswith(("attn_norm.weight",
                                                                             "post_attention_norm.weight")):
             d[...] *= alpha
-    T[f"blk.{L}.nextn.eh_proj.weight"][...] = eh("e")
+    set_matrix(T[f"blk.{L}.nextn.eh_proj.weight"], eh("e", T["output_norm.weight"].shape[-1]))
     mtp_block_silent(T, L)
     T[f"blk.{L}.nextn.enorm.weight"][...] = 1
     T[f"blk.{L}.nextn.shared_head_norm.weight"][...] = T["output_norm.weight"]
