@@ -1,9 +1,10 @@
 """MTP (nextn) speculative decoding (lowbit.mtp) on small synthetic hybrid Qwens and glm4moe.
 
-llama.cpp 0.3.36 has the MTP graph (src/models/qwen35moe.cpp graph_mtp) but llama-cpp-python
-cannot drive it (an MTP context and llama_set_embeddings_nextn are C++-only, unexported by its
-Python API; a batch must carry a token and a hidden row together), so the block is checked against
-float64 numpy from the file's weights instead:
+llama.cpp 0.3.36 has the MTP graph (src/models/qwen35moe.cpp graph_mtp), but llama-cpp-python does
+not wrap what drives it: the trunk's t_h_nextn and the MTP context's hidden-row input go through
+llama-ext.h (llama_set_embeddings_nextn, llama_get_embeddings_nextn_ith: C++ symbols, not in its
+Python API; calling them by mangled name through ctypes was not attempted). So the block is checked
+against float64 numpy from the file's weights instead:
 
 - known functions: MTP weights edited so the block is eh_proj = [I | 0] (the embedding half) with
   the attention and FFN contributing exactly 0, or [0 | I] (the hidden half): the draft logits are
@@ -55,8 +56,9 @@ def set_matrix(d, W):
 def mtp_block_silent(T, L):
     """The MTP block L's attention and FFN add exactly 0: zero input norms (q, k, v, the FFN input
     are 0 or biases) and a zero attention output matrix."""
-    for nm in ("attn_norm.weight", "post_attention_norm.weight", "attn_output.weight"):
-        T[f"blk.{L}.{nm}"][...] = 0
+    for nm in ("attn_norm.weight", "post_attention_norm.weight", "ffn_norm.weight", "attn_output.weight"):
+        if f"blk.{L}.{nm}" in T:
+            T[f"blk.{L}.{nm}"][...] = 0
 
 
 def eh(half, dim=DIM):
@@ -71,7 +73,7 @@ def near_bigram(T, L, alpha=0.2):
     of the current token), MTP block = that bigram: eh_proj [I | 0], silent block, enorm 1,
     shared_head_norm = output_norm."""
     for n, d in T.items():
-        if n.startswith("blk.") and int(n.split(".")[1]) < L and n.endswith(("attn_norm.weight",
+        if n.startswith("blk.") and int(n.split(".")[1]) < L and n.endswith(("attn_norm.weight", "ffn_norm.weight",
                                                                             "post_attention_norm.weight")):
             d[...] *= alpha
     set_matrix(T[f"blk.{L}.nextn.eh_proj.weight"], eh("e", T["output_norm.weight"].shape[-1]))
@@ -268,6 +270,19 @@ def test_glm4moe_greedy_with_mtp(tmp_path):
                   expert_type="Q8_0", seed=7)
     m = lowbit.load(edit(p, lambda T: near_bigram(T, 2)), n_ctx=256, threads=2)
     assert m.config.n_nextn == 1
+    for k, st in check_greedy(m, ks=(2,)).items():
+        assert 0 < st.accepted < st.drafted, (st.accepted, st.drafted)
+
+
+def test_deepseek2_greedy_with_mtp(tmp_path):
+    """deepseek2's nextn block (MLA attention, routed + shared experts, the same glue) drafts; greedy
+    is exact."""
+    from lowbit.synth import synth_deepseek2
+    p = synth_deepseek2(tmp_path / "ds.gguf", layers=2, dim=DIM, heads=2, kv_lora_rank=32, qk_nope=32, rope_dims=16,
+                        v_head_dim=32, experts=4, top_k=2, expert_ffn=128, dense_ffn=256, leading_dense=1,
+                        shared_experts=1, wtype="F32", embd_type="F32", expert_type="Q8_0", nextn=1, seed=8)
+    m = lowbit.load(edit(p, lambda T: near_bigram(T, 2)), n_ctx=256, threads=2)
+    assert m.config.n_nextn == 1 and m.config.n_layer == 2
     for k, st in check_greedy(m, ks=(2,)).items():
         assert 0 < st.accepted < st.drafted, (st.accepted, st.drafted)
 

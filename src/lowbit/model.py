@@ -31,8 +31,8 @@ table, csrc/kernels.h GLU_GEGLU); the head tied to token_embd; final_logit_softc
 has it (cap * tanh(logit / cap)).
 
 GLM-4.5 (llama.cpp's glm4moe) as configuration: block_count includes nextn_predict_layers MTP
-layers at the end, which llama.cpp loads for drafting and never runs when generating: lowbit runs
-the first block_count - nextn_predict_layers layers and binds nothing of the rest; the first
+layers at the end, which the forward pass never runs: lowbit runs the first block_count -
+nextn_predict_layers layers, and the first MTP layer drafts for `draft="mtp"` (lowbit.mtp); the first
 leading_dense_block_count layers have a dense SwiGLU FFN of feed_forward_length, the others
 experts routed by sigmoid (expert_gating_func 2, the default) with the exp_probs_b selection bias,
 renormalised if expert_weights_norm, times expert_weights_scale, plus an ungated shared expert of
@@ -209,7 +209,7 @@ class ModelConfig:
     n_dense_lead: int = 0            # leading dense layers of an MoE model
     shexp_gated: bool = True         # the shared expert times sigmoid(ffn_gate_inp_shexp . x) (qwen2moe)
     exp_probs_b: bool = False        # blk.N.exp_probs_b.bias: the expert selection bias
-    n_nextn: int = 0                 # MTP layers after the n_layer run ones (loaded by llama.cpp, not run)
+    n_nextn: int = 0                 # MTP layers after the n_layer run ones (the first drafts: lowbit.mtp)
     # hybrid families (qwen35, qwen35moe, qwen3next): per layer True for a gated delta-net layer
     recurrent: tuple = ()
     ssm_conv: int = 0             # conv1d kernel width
@@ -677,22 +677,24 @@ class Model:
             raise GGUFError(f"{self.path}: tensor {name!r} is missing")
         return t
 
-    def _mat(self, slot: str, layer: int, name: str, engine=None) -> None:
+    def _mat(self, slot: str, layer: int, name: str, engine=None, keep: list | None = None) -> None:
+        """Bind tensor `name` to engine (default this model's) as matrix `slot`; keep: where the
+        arrays the engine points into are held (default self._keep, for the model's lifetime)."""
         t = self._tensor(name)
         if not lib.capabilities(t.format.id)["rows"]:
             raise GGUFError(f"{self.path}: tensor {name!r}: type {t.format.name} has no row kernel")
         m = t.matrix()
-        self._keep.append(m)
+        (self._keep if keep is None else keep).append(m)
         (engine or self.engine).set_mat(slot, layer, t.format.id, m, t.n, t.w_scale)
 
-    def _vec(self, slot: str, layer: int, name: str, engine=None) -> None:
+    def _vec(self, slot: str, layer: int, name: str, engine=None, keep: list | None = None) -> None:
         t = self._tensor(name)
         if t.format.name != "F32":
             v = lib.dequantize(t.format.id, t.matrix(), t.n, t.w_scale, -1).reshape(-1)
         else:
             v = t.raw.view(np.float32)
         v = np.ascontiguousarray(v, dtype=np.float32)
-        self._keep.append(v)
+        (self._keep if keep is None else keep).append(v)
         (engine or self.engine).set_vec(slot, layer, v)
 
     def _bind_weights(self) -> None:
@@ -713,12 +715,12 @@ class Model:
         if problem:
             raise GGUFError(f"{self.path}: {problem}")
 
-    def _bind_layer(self, i: int, engine) -> None:
+    def _bind_layer(self, i: int, engine, keep: list | None = None) -> None:
         """Bind block i's tensors to engine's layer i: a trunk layer, or (i >= n_layer) an MTP block's
         attention and FFN, bound as a full-attention layer of the trunk's kind (src/lowbit/mtp.py)."""
         c = self.config
-        _mat = lambda *a: self._mat(*a, engine=engine)  # noqa: E731
-        _vec = lambda *a: self._vec(*a, engine=engine)  # noqa: E731
+        _mat = lambda *a: self._mat(*a, engine=engine, keep=keep)  # noqa: E731
+        _vec = lambda *a: self._vec(*a, engine=engine, keep=keep)  # noqa: E731
         p = f"blk.{i}."
         ffn = ("ffn_gate", "ffn_up", "ffn_down")
         if c.n_expert and i >= c.n_dense_lead:  # (glm4moe: its leading layers are dense)

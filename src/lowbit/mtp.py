@@ -66,12 +66,13 @@ class MTPHead:
         if model.threads:
             self.engine.set_threads(model.threads)
         e = self.engine
-        model._bind_layer(L, e)
+        self._keep: list = []  # what e points into (besides the mmap): lives with this head, not the model
+        model._bind_layer(L, e, self._keep)
         head_norm = p + "shared_head_norm.weight" if p + "shared_head_norm.weight" in t else "output_norm.weight"
         head = (p + "shared_head_head.weight" if p + "shared_head_head.weight" in t
                 else "token_embd.weight" if c.tied_output else "output.weight")
-        model._vec("output_norm", -1, head_norm, engine=e)
-        model._mat("output", -1, head, engine=e)
+        model._vec("output_norm", -1, head_norm, engine=e, keep=self._keep)
+        model._mat("output", -1, head, engine=e, keep=self._keep)
         problem = e.validate()
         if problem:
             raise GGUFError(f"{model.path}: MTP block: {problem}")
