@@ -175,7 +175,8 @@ def mtp_block64(f, c, pairs):
     """float64 forward of MTP block 1 (qwen35: gated attention with attn_k = 0, so each query attends
     uniformly to the cached positions 0..q; a dense FFN) over (token, h) pairs at positions 0..n-1.
     Returns per position (logits, h')."""
-    W = lambda n: f64(f, n)  # noqa: E731
+    cache = {}
+    W = lambda n: cache[n] if n in cache else cache.setdefault(n, f64(f, n))  # noqa: E731
     p, eps, hd, H, Hkv = "blk.1.", c.eps, c.head_dim, c.n_head, c.n_kv
     silu = lambda x: x / (1 + np.exp(-x))  # noqa: E731
     vs, out = [], []
