@@ -113,6 +113,24 @@ def test_greedy_with_mtp_is_plain_greedy(bigram_models, arch):
         assert "drafts accepted" in st.line()
 
 
+def test_a_drafter_kept_across_turns_reuses_the_cache(bigram_models):
+    """A chat keeps one MTP drafter (lowbit chat --mtp): the next turn, whose prompt extends the last,
+    prefills only its new tokens (the slot's cache and the drafter's cells cover the rest), drafts,
+    and stays token for token plain greedy. A fresh drafter re-prefills (it has no cells)."""
+    m = lowbit.load(bigram_models["qwen35"], n_ctx=256, threads=2)
+    d = MTP(m)
+    first = ids_of(m.generate(PROMPT, max_tokens=12, draft=d, spec=2, details=True))
+    turn2 = m.tokenize(PROMPT) + first + m.tokenize(" and then the dog")
+    plain = ids_of(m.generate(turn2, max_tokens=20, details=True))
+    list(m.generate(PROMPT, max_tokens=12, draft=d, spec=2))  # (the plain run moved the slot on: turn 1 again)
+    st = Stats()
+    assert ids_of(m.generate(turn2, max_tokens=20, draft=d, spec=2, stats=st, details=True)) == plain
+    assert st.cached > len(m.tokenize(PROMPT)) and st.accepted > 0
+    st2 = Stats()
+    list(m.generate(turn2, max_tokens=4, draft=MTP(m), spec=2, stats=st2))
+    assert st2.cached == 0
+
+
 # ---- the glue against float64 ------------------------------------------------------------------
 def f64(f, name):
     t = f.tensors[name]

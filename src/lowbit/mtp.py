@@ -55,7 +55,7 @@ class MTPHead:
         if not hasattr(model.engine, "hidden"):
             raise ValueError("the MTP drafter needs the model in this process (not a pipeline of stages)")
         from .model import make_engine
-        self.model, self.config = model, c
+        self.model, self.config, self.n_ctx = model, c, model.n_ctx
         L = c.n_layer  # the first MTP block's index: blocks after the trunk
         p = f"blk.{L}.nextn."
         t = model.file.tensors
@@ -117,7 +117,10 @@ class MTPHead:
 class MTP:
     """Drafter (start / propose / commit, as Lookup and DraftModel) running the target's MTP block.
     attach(seq) before the target's prefill: the drafter then receives the trunk's hidden state of
-    every position the target runs (Model.set_hidden_sink). One drafter per generation."""
+    every position the target runs (Model.set_hidden_sink). One drafter per sequence at a time (a
+    chat keeps one across its turns: its cells then cover the reused prefix, see reusable). The
+    trunk's hidden rows of a prompt are held until the next propose catches up over them
+    (dim float32 per position)."""
 
     CATCHUP_CHUNK = 512
 
@@ -173,8 +176,9 @@ class MTP:
 
     def propose(self, history: list[int], k: int) -> tuple[list[int], None]:
         P = len(history) - 1  # the target holds history[:P]; history[P] is the token to verify
-        if k <= 0 or P < 0 or any(q not in self.h for q in range(max(P - 1, 0), P)):
-            return [], None  # (no hidden state of the position before: nothing to draft from)
+        k = min(k, self.head.n_ctx - P)  # draft i's cell is at P + i - 1
+        if k <= 0 or P < 0:
+            return [], None
         n = 0
         for a, b in zip(self.done, history):
             if a != b:
@@ -182,7 +186,7 @@ class MTP:
             n += 1
         n = min(n, P)
         if any(q not in self.h for q in range(max(n - 1, 0), P)):
-            return [], None
+            return [], None  # (a hidden state the catch-up needs never reached us: nothing to draft from)
         # catch up cells n..P (committed tokens, the trunk's hidden states), chunked; the last
         # chunk ends with position P, whose logits give draft 1
         for i in range(n, P + 1, self.CATCHUP_CHUNK):
