@@ -65,7 +65,7 @@ head) lives in the engine beside the attention layers' KV. Model.rewind restores
 engine refuses a forward that does not continue a slot's state in order, and the server keeps no
 prefix cache for them (a prefix is more than its KV). MTP (nextn) blocks are not run by the
 forward pass: the MTP drafter (src/lowbit/mtp.py, `draft="mtp"`) runs the first one in an engine of
-its own, bound here by _bind_layer.
+its own, bound here by _bind_weights.
 
 gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE) as configuration: attention sinks (blk.N.attn_sinks.weight, one
 logit per head that joins each softmax), sliding-window attention on the layers the
@@ -685,7 +685,7 @@ class Model:
             raise GGUFError(f"{self.path}: tensor {name!r}: type {t.format.name} has no row kernel")
         m = t.matrix()
         (self._keep if keep is None else keep).append(m)
-        (engine or self.engine).set_mat(slot, layer, t.format.id, m, t.n, t.w_scale)
+        (self.engine if engine is None else engine).set_mat(slot, layer, t.format.id, m, t.n, t.w_scale)
 
     def _vec(self, slot: str, layer: int, name: str, engine=None, keep: list | None = None) -> None:
         t = self._tensor(name)
@@ -695,81 +695,79 @@ class Model:
             v = t.raw.view(np.float32)
         v = np.ascontiguousarray(v, dtype=np.float32)
         (self._keep if keep is None else keep).append(v)
-        (engine or self.engine).set_vec(slot, layer, v)
+        (self.engine if engine is None else engine).set_vec(slot, layer, v)
 
-    def _bind_weights(self) -> None:
+    def _bind_weights(self, engine=None, layers: tuple[int, int] | None = None, keep: list | None = None) -> None:
         """Bind the tensors of self.layers (a pipeline stage binds only its own: the embedding in
-        the first, the output norm and head in the last; it never reads the others' bytes)."""
+        the first, the output norm and head in the last; it never reads the others' bytes).
+        engine, layers, keep: bind blocks [l0, l1) to another engine instead, holding what it points
+        into in keep (the MTP drafter's: lowbit.mtp; its head and norm are its caller's to bind)."""
         c = self.config
-        l0, l1 = self.layers
-        if l0 == 0:
-            self._mat("token_embd", -1, "token_embd.weight")
-        if l1 == c.n_layer:
-            self._mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
-            self._vec("output_norm", -1, "output_norm.weight")
-        if "rope_freqs.weight" in self.file.tensors:
-            self._vec("rope_freqs", -1, "rope_freqs.weight")
-        for i in range(l0, l1):
-            self._bind_layer(i, self.engine)
-        problem = self.engine.validate()
-        if problem:
-            raise GGUFError(f"{self.path}: {problem}")
-
-    def _bind_layer(self, i: int, engine, keep: list | None = None) -> None:
-        """Bind block i's tensors to engine's layer i: a trunk layer, or (i >= n_layer) an MTP block's
-        attention and FFN, bound as a full-attention layer of the trunk's kind (src/lowbit/mtp.py)."""
-        c = self.config
+        own = engine is None
+        l0, l1 = self.layers if layers is None else layers
+        engine = self.engine if own else engine
         _mat = lambda *a: self._mat(*a, engine=engine, keep=keep)  # noqa: E731
         _vec = lambda *a: self._vec(*a, engine=engine, keep=keep)  # noqa: E731
-        p = f"blk.{i}."
-        ffn = ("ffn_gate", "ffn_up", "ffn_down")
-        if c.n_expert and i >= c.n_dense_lead:  # (glm4moe: its leading layers are dense)
-            ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
-            if c.shexp_ffn:
-                ffn += ("ffn_gate_inp_shexp",) * c.shexp_gated + ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
-            if c.exp_probs_b:
-                _vec("exp_probs_b", i, p + "exp_probs_b.bias")
-        rec = i < len(c.recurrent) and bool(c.recurrent[i])
-        mixer = ("attn_q", "attn_k", "attn_v", "attn_output")
-        if c.mla_rank:  # deepseek2's latent attention (csrc/mla.cpp)
-            q = ("attn_q_a", "attn_q_b") if c.q_lora_rank else ("attn_q",)
-            mixer = q + ("attn_kv_a_mqa", "attn_k_b", "attn_v_b", "attn_output")
-            _vec("attn_kv_a_norm", i, p + "attn_kv_a_norm.weight")
-            if c.q_lora_rank:
-                _vec("attn_q_a_norm", i, p + "attn_q_a_norm.weight")
-        if rec:  # a gated delta-net layer (csrc/deltanet.cpp)
-            ba = ("ssm_ba",) if p + "ssm_ba.weight" in self.file.tensors else ("ssm_alpha", "ssm_beta")
-            mixer = ("attn_qkv", "attn_gate") + ba + ("ssm_out",)
-            for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),
-                               ("ssm_a", "ssm_a"), ("ssm_norm", "ssm_norm.weight")):
-                _vec(slot, i, p + name)
-        for slot in mixer + ffn:
-            _mat(slot, i, p + slot + ".weight")
-            if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
-                _vec(slot + ".scale", i, p + slot + ".scale")
-        _vec("attn_norm", i, p + "attn_norm.weight")
-        _vec("ffn_norm", i, p + c.ffn_norm + ".weight")
-        if c.attn_out_bias:
-            _vec("attn_output.bias", i, p + "attn_output.bias")
-        if c.attn_sinks:
-            _vec("attn_sinks", i, p + "attn_sinks.weight")
-        if c.post_norms:  # gemma3
-            _vec("attn_post_norm", i, p + "post_attention_norm.weight")
-            _vec("ffn_post_norm", i, p + "post_ffw_norm.weight")
-        if c.moe_bias:
-            for s in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
-                _vec(s + ".bias", i, p + s + ".bias")
-        if i < len(c.window) and c.window[i]:
-            engine.set_window(i, c.window[i])
-        if c.qk_norm and not rec:
-            _vec("attn_q_norm", i, p + "attn_q_norm.weight")
-            _vec("attn_k_norm", i, p + "attn_k_norm.weight")
-        if c.sub_norm:
-            _vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
-            _vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")
-        if c.qkv_bias:
-            for s in ("attn_q", "attn_k", "attn_v"):
-                _vec(s + ".bias", i, p + s + ".bias")
+        if own and l0 == 0:
+            _mat("token_embd", -1, "token_embd.weight")
+        if own and l1 == c.n_layer:
+            _mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
+            _vec("output_norm", -1, "output_norm.weight")
+        if "rope_freqs.weight" in self.file.tensors:
+            _vec("rope_freqs", -1, "rope_freqs.weight")
+        for i in range(l0, l1):
+            p = f"blk.{i}."
+            ffn = ("ffn_gate", "ffn_up", "ffn_down")
+            if c.n_expert and i >= c.n_dense_lead:  # (glm4moe: its leading layers are dense)
+                ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+                if c.shexp_ffn:
+                    ffn += ("ffn_gate_inp_shexp",) * c.shexp_gated + ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+                if c.exp_probs_b:
+                    _vec("exp_probs_b", i, p + "exp_probs_b.bias")
+            rec = i < len(c.recurrent) and bool(c.recurrent[i])  # (an MTP block: attention)
+            mixer = ("attn_q", "attn_k", "attn_v", "attn_output")
+            if c.mla_rank:  # deepseek2's latent attention (csrc/mla.cpp)
+                q = ("attn_q_a", "attn_q_b") if c.q_lora_rank else ("attn_q",)
+                mixer = q + ("attn_kv_a_mqa", "attn_k_b", "attn_v_b", "attn_output")
+                _vec("attn_kv_a_norm", i, p + "attn_kv_a_norm.weight")
+                if c.q_lora_rank:
+                    _vec("attn_q_a_norm", i, p + "attn_q_a_norm.weight")
+            if rec:  # a gated delta-net layer (csrc/deltanet.cpp)
+                ba = ("ssm_ba",) if p + "ssm_ba.weight" in self.file.tensors else ("ssm_alpha", "ssm_beta")
+                mixer = ("attn_qkv", "attn_gate") + ba + ("ssm_out",)
+                for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),
+                                   ("ssm_a", "ssm_a"), ("ssm_norm", "ssm_norm.weight")):
+                    _vec(slot, i, p + name)
+            for slot in mixer + ffn:
+                _mat(slot, i, p + slot + ".weight")
+                if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
+                    _vec(slot + ".scale", i, p + slot + ".scale")
+            _vec("attn_norm", i, p + "attn_norm.weight")
+            _vec("ffn_norm", i, p + c.ffn_norm + ".weight")
+            if c.attn_out_bias:
+                _vec("attn_output.bias", i, p + "attn_output.bias")
+            if c.attn_sinks:
+                _vec("attn_sinks", i, p + "attn_sinks.weight")
+            if c.post_norms:  # gemma3
+                _vec("attn_post_norm", i, p + "post_attention_norm.weight")
+                _vec("ffn_post_norm", i, p + "post_ffw_norm.weight")
+            if c.moe_bias:
+                for s in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+                    _vec(s + ".bias", i, p + s + ".bias")
+            if i < len(c.window) and c.window[i]:
+                engine.set_window(i, c.window[i])
+            if c.qk_norm and not rec:
+                _vec("attn_q_norm", i, p + "attn_q_norm.weight")
+                _vec("attn_k_norm", i, p + "attn_k_norm.weight")
+            if c.sub_norm:
+                _vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
+                _vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")
+            if c.qkv_bias:
+                for s in ("attn_q", "attn_k", "attn_v"):
+                    _vec(s + ".bias", i, p + s + ".bias")
+        problem = engine.validate() if own else ""
+        if problem:
+            raise GGUFError(f"{self.path}: {problem}")
 
     # -- the forward pass ----------------------------------------------------------------
     def forward(self, tokens: list[int], all_logits: bool = False) -> np.ndarray:

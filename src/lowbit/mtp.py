@@ -67,7 +67,7 @@ class MTPHead:
             self.engine.set_threads(model.threads)
         e = self.engine
         self._keep: list = []  # what e points into (besides the mmap): lives with this head, not the model
-        model._bind_layer(L, e, self._keep)
+        model._bind_weights(e, (L, L + 1), self._keep)
         head_norm = p + "shared_head_norm.weight" if p + "shared_head_norm.weight" in t else "output_norm.weight"
         head = (p + "shared_head_head.weight" if p + "shared_head_head.weight" in t
                 else "token_embd.weight" if c.tied_output else "output.weight")
