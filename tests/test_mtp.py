@@ -1,4 +1,4 @@
-"""MTP (nextn) speculative decoding (lowbit.mtp) on small synthetic hybrid Qwens and glm4moe.
+"""MTP (nextn) speculative decoding (lowbit.mtp) on small synthetic hybrid Qwens, glm4moe, deepseek2.
 
 llama.cpp 0.3.36 has the MTP graph (src/models/qwen35moe.cpp graph_mtp), but llama-cpp-python does
 not wrap what drives it: the trunk's t_h_nextn and the MTP context's hidden-row input go through
@@ -14,8 +14,10 @@ against float64 numpy from the file's weights instead:
   a float64 forward over several positions, through draft chains and a rejected window;
 - greedy decoding with draft="mtp" is token for token plain greedy, on models whose trunk is close
   to a bigram of the current token (its layers' input norms scaled down) and whose MTP block is that
-  bigram (eh_proj = [I | 0]): drafts are accepted often and rejected often (both counted);
+  bigram (eh_proj = [I | 0]): drafts are accepted often and rejected often (both counted); the
+  same for glm4moe and deepseek2 (MLA) nextn blocks;
 - after rejected windows the recurrent state is bitwise that of plain decoding;
+- a drafter kept across chat turns reuses the slot's cache (only the new tokens are prefilled);
 - bad input: --mtp 0, --mtp on a model without an MTP block, --mtp with --lookup.
 """
 import numpy as np
