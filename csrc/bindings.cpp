@@ -694,6 +694,17 @@ NB_MODULE(_lowbit, m) {
             e.forward_layers(tk, sl, ps, T, xi, xo, rw, last ? n_out : 0, lg);
         }, nb::arg("tokens"), nb::arg("slots"), nb::arg("pos"), nb::arg("x_in").none(), nb::arg("x_out").none(),
            nb::arg("out_rows"), nb::arg("logits").none())
+        // The MTP blocks' input (csrc/engine.h hidden): rows of the last forward call into out [n, dim].
+        .def("hidden", [](const Engine &e, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> rows,
+                          F32Out out) {
+            const int n = (int)rows.shape(0);
+            if ((int64_t)out.shape(0) != n || (int64_t)out.shape(1) != e.config().dim)
+                throw std::invalid_argument("hidden: out must be float32[len(rows), dim]");
+            const int32_t *r = rows.data();
+            float *o = out.data();
+            nb::gil_scoped_release nogil;
+            e.hidden(r, n, o);
+        }, nb::arg("rows"), nb::arg("out"))
         .def_prop_ro("layer_range", [](const Engine &e) { return nb::make_tuple(e.layer_begin(), e.layer_end()); })
         // The prefix cache: buf (uint8, kv_bytes(n) bytes) <-> KV positions [p0, p0 + n) of a slot.
         .def("kv_bytes", &Engine::kv_bytes)

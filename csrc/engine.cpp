@@ -783,6 +783,18 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     }
 }
 
+void Engine::hidden(const int32_t *rows, int n, float *out) const {
+    if (c_.layer_end != c_.n_layer || !out_norm_)
+        throw std::invalid_argument("hidden: only the last stage has the output norm");
+    const int64_t T = (int64_t)(x_.size() / (size_t)c_.dim);
+    for (int i = 0; i < n; ++i)
+        if (rows[i] < 0 || rows[i] >= T)
+            throw std::invalid_argument("hidden: row " + std::to_string(rows[i]) + " outside the last call's " +
+                                        std::to_string(T) + " tokens");
+    for (int i = 0; i < n; ++i)
+        rmsnorm(x_.data() + (size_t)rows[i] * c_.dim, out_norm_, out + (size_t)i * c_.dim, 1, c_.dim);
+}
+
 size_t Engine::kv_bytes(int n) const {
     if (kv_quant()) return (size_t)n_kv_layers_ * (size_t)n * (krow_ + vrow_);
     const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);

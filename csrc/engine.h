@@ -222,6 +222,13 @@ public:
     // [T][dim] (out_rows / logits unused). Stages chained so give bitwise forward_batch's logits.
     void forward_layers(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T, const float *x_in,
                         float *x_out, const int32_t *out_rows, int n_out, float *logits);
+    // The hidden state an MTP (nextn) block reads (llama.cpp's t_h_nextn): the residual stream
+    // after the last layer, RMS-normed with the output norm (the LM head's input), of rows
+    // rows[0..n) of the last forward call, into out[n][dim]. It reads what that call left in the
+    // scratch x_ (every token's row, logits asked or not), so a model without MTP pays nothing.
+    // Only the last stage of a pipeline has it; a call that replays tokens (Model.rewind of a
+    // hybrid model) is a forward call too.
+    void hidden(const int32_t *rows, int n, float *out) const;
     int layer_begin() const { return c_.layer_begin; }
     int layer_end() const { return c_.layer_end; }
     const EngineConfig &config() const { return c_; }

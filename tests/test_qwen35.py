@@ -141,10 +141,11 @@ def _f32(f, name):
     return np.asarray(t.raw).view(np.float32).reshape(t.shape).astype(np.float64)
 
 
-def oracle_logits(path, ids):
+def oracle_logits(path, ids, hidden=False):
     """float64 forward of a one-layer qwen35 model (that layer a gated delta-net, a dense FFN),
     written from llama.cpp's description with the recurrent state as S[i (key)][j (value)]:
-    S <- S exp(g) + k (beta (v - S^T k))^T, o = S^T q / sqrt(S)."""
+    S <- S exp(g) + k (beta (v - S^T k))^T, o = S^T q / sqrt(S). hidden: return the normed last
+    residual (llama.cpp's t_h_nextn, the MTP block's input; tests/test_mtp.py) instead of logits."""
     f = lowbit.gguf.open(path)
     md = f.metadata
     S, Hk, Hv, K = (md["qwen35.ssm.state_size"], md["qwen35.ssm.group_count"], md["qwen35.ssm.time_step_rank"],
@@ -187,7 +188,7 @@ def oracle_logits(path, ids):
     h = rms(x, W("blk.0.post_attention_norm.weight"))
     ffn = (silu(h @ W("blk.0.ffn_gate.weight").T) * (h @ W("blk.0.ffn_up.weight").T)) @ W("blk.0.ffn_down.weight").T
     x = x + ffn
-    return rms(x, W("output_norm.weight")) @ W("output.weight").T
+    return rms(x, W("output_norm.weight")) if hidden else rms(x, W("output_norm.weight")) @ W("output.weight").T
 
 
 def test_deltanet_against_float64_oracle(tmp_path):

@@ -1,6 +1,7 @@
 """`lowbit bench spec`: plain and speculative decoding of the same target, same prompts, one run.
 
     lowbit bench spec [-m TARGET] [--draft DRAFT] [--spec 2,4,6] [-n 128] [-t 2] [--reps 3]
+    lowbit bench spec -m TARGET --mtp [--spec 2,3] ...   the target's own MTP block as the draft
 
 Three measurements, all greedy, each speculative text checked identical to the plain one:
   window   the cost of verifying a window of w tokens (1 + w-1 drafts) relative to a one-token
@@ -8,6 +9,8 @@ Three measurements, all greedy, each speculative text checked identical to the p
   draft    a draft model (default: the default model, Q4_1) for the target (default: the default
            model rewritten in F16 into ~/.cache/lowbit once) on open-ended prompts
   lookup   prompt lookup on an input-grounded task: repeat a ~1,000-token passage
+  mtp      (--mtp, instead of draft and lookup) the target's MTP block (lowbit.mtp) on the draft
+           task's prompts
 Reported per row: plain and speculative decode tok/s (prefill excluded), their ratio, tokens
 per round and the share of drafts accepted.
 """
@@ -74,22 +77,24 @@ def run_one(model, prompt: str, n: int, draft, k: int) -> tuple[list[int], objec
 
 
 def bench_spec(target: str | None, draft_path: str | None, ks: list[int], n: int, threads: int, reps: int,
-               out=sys.stdout) -> list[dict]:
+               out=sys.stdout, mtp: bool = False) -> list[dict]:
     from .model import default_model_path, load
     tpath = target or default_target()
     dpath = draft_path or default_model_path()
     ctx = len(load(tpath, n_ctx=16).tokenize(lookup_prompt())) + n + 16
     m = load(tpath, n_ctx=ctx, threads=threads)
-    d = load(dpath, n_ctx=ctx, threads=threads)
-    print(f"# target {os.path.basename(tpath)}, draft {os.path.basename(dpath)}, {threads} threads, "
-          f"{n} tokens per prompt, greedy, median of {reps}", file=out)
+    if mtp and m.config.n_nextn < 1:
+        raise ValueError(f"--mtp: {tpath} has no MTP (nextn) block")
+    d = None if mtp else load(dpath, n_ctx=ctx, threads=threads)
+    print(f"# target {os.path.basename(tpath)}, draft {'its MTP block' if mtp else os.path.basename(dpath)}, "
+          f"{threads} threads, {n} tokens per prompt, greedy, median of {reps}", file=out)
     cost = window_cost(m, max(reps, 5))
     print("verify window cost (forward of w tokens / one-token step): "
           + "  ".join(f"w={w}: {c:.2f}" for w, c in enumerate(cost, 1)), file=out)
     print(f"{'task':<7} {'k':>2} {'plain tok/s':>11} {'spec tok/s':>10} {'speedup':>7} {'tok/round':>9} "
           f"{'accepted':>8} {'identical':>9}", file=out, flush=True)
     rows = []
-    tasks = [("draft", DRAFT_PROMPTS, d), ("lookup", [lookup_prompt()], "lookup")]
+    tasks = [("mtp", DRAFT_PROMPTS, "mtp")] if mtp else [("draft", DRAFT_PROMPTS, d), ("lookup", [lookup_prompt()], "lookup")]
     for task, prompts, drafter in tasks:
         base = []
         for p in prompts:  # plain decoding once per prompt (median of reps)
@@ -131,5 +136,7 @@ def add_bench_parser(bs) -> None:
     s.add_argument("-n", type=int, default=128, help="tokens generated per prompt")
     s.add_argument("-t", "--threads", type=int, default=2)
     s.add_argument("--reps", type=int, default=3, help="runs per configuration; medians are reported")
+    s.add_argument("--mtp", action="store_true", help="draft with the target's own MTP block (instead of "
+                                                      "--draft and prompt lookup)")
     s.set_defaults(func=lambda a: bench_spec(a.model, a.draft, [int(v) for v in a.spec.split(",")], a.n,
-                                             a.threads, a.reps) and 0)
+                                             a.threads, a.reps, mtp=a.mtp) and 0)

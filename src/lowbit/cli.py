@@ -2,7 +2,8 @@
 
     lowbit run  [-m MODEL] [-p PROMPT | -f FILE] [-n N] [-t THREADS] [--temp T] [--seed S] ...
                 [--draft MODEL | --lookup] [--spec K]   speculative decoding
-    lowbit chat [-m MODEL] [--system TEXT]  interactive, with the model's chat template (/help)
+                [--mtp N]                      ... drafted by the model's own MTP block
+    lowbit chat [-m MODEL] [--system TEXT] [--mtp N]  interactive, with the model's chat template (/help)
     lowbit perplexity -m MODEL -f TEXT [--ctx 512]
     lowbit info                            CPU, ISA level, the kernel each format runs
     lowbit parity [--formats ...]          every kernel vs the scalar reference and ggml
@@ -160,10 +161,25 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
                    help="a smaller or lower-bit GGUF of the same vocabulary that proposes tokens")
     x.add_argument("--lookup", action="store_true",
                    help="propose tokens by n-gram lookup in the prompt and the text so far (no second model)")
+    x.add_argument("--mtp", type=int, default=None, metavar="N",
+                   help="draft N tokens per verify window with the model's own MTP (nextn) block "
+                        "(qwen35moe, qwen35, qwen3next, glm4moe, deepseek2 files that have one)")
     g.add_argument("--spec", type=int, default=4, metavar="K", help="drafts per verify window")
 
 
+def _mtp(a, m):
+    """--mtp N: the model's MTP drafter (one per command: chat keeps it across turns), or None."""
+    if getattr(a, "mtp", None) is None:
+        return None
+    if m.config.n_nextn < 1:
+        raise UsageError(f"--mtp: {m.path} has no MTP (nextn) block ({m.config.arch}, nextn_predict_layers 0)")
+    from .mtp import MTP
+    return MTP(m)
+
+
 def _drafter(a, m):
+    if getattr(a, "mtp", None) is not None:
+        return _mtp(a, m)
     if a.lookup:
         return "lookup"
     if a.draft:
@@ -205,8 +221,8 @@ def _json_schema(a) -> dict | None:
     """--json-schema FILE: the schema, checked before the model loads (usage errors, exit 2)."""
     if a.json_schema is None:
         return None
-    if a.draft or a.lookup:
-        raise UsageError("--json-schema needs plain decoding: drop --draft / --lookup")
+    if a.draft or a.lookup or getattr(a, "mtp", None) is not None:
+        raise UsageError("--json-schema needs plain decoding: drop --draft / --lookup / --mtp")
     import json
     try:
         with open(a.json_schema, encoding="utf-8") as f:
@@ -242,7 +258,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         stats.prompt_tokens = len(ids)
         timed_prefill(m, ids, stats)
     else:
-        for piece in m.generate(prompt, max_tokens=a.n, stats=stats, draft=draft, spec=a.spec, json_schema=schema,
+        spec = a.mtp if a.mtp is not None else a.spec
+        for piece in m.generate(prompt, max_tokens=a.n, stats=stats, draft=draft, spec=spec, json_schema=schema,
                                 **_sampling(a)):
             sys.stdout.write(piece)
             sys.stdout.flush()
@@ -272,7 +289,10 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_chat(a: argparse.Namespace) -> int:
     from .chat import Chat
     m = _load(a)
-    return Chat(m, system=a.system, max_tokens=a.n, sampling=_sampling(a), verbose=a.verbose).repl()
+    opts = _sampling(a)
+    if a.mtp is not None:  # one drafter for the whole chat: it keeps the turns' MTP cache as the slot keeps KV
+        opts.update(draft=_mtp(a, m), spec=a.mtp)
+    return Chat(m, system=a.system, max_tokens=a.n, sampling=opts, verbose=a.verbose).repl()
 
 
 def cmd_perplexity(a: argparse.Namespace) -> int:
@@ -364,6 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens per reply at most; -1 = until the end of the reply (or a full context)")
     c.add_argument("-v", "--verbose", action="store_true",
                    help="after each reply, a line with the tokens prefilled, reused from the cache and decoded")
+    c.add_argument("--mtp", type=int, default=None, metavar="N",
+                   help="speculative decoding: draft N tokens per verify window with the model's MTP block")
     _sampling_args(c)
     c.set_defaults(func=cmd_chat)
 
@@ -406,7 +428,7 @@ def _between(lo, hi):
 
 # option dest -> (test, what it must be); per command where commands differ
 INT_RULES = {
-    "threads": _at_least(1), "ctx": _at_least(1), "n": _at_least(1), "spec": _between(1, 64),
+    "threads": _at_least(1), "ctx": _at_least(1), "n": _at_least(1), "spec": _between(1, 64), "mtp": _between(1, 64),
     "ppl_ctx": _at_least(2), "port": _between(0, 65535), "parallel": _at_least(1), "step_tokens": _at_least(1),
     "top_k": _at_least(0), "seed": _at_least(0), "cpu": _at_least(0),
     "reps": _at_least(1), "rounds": _at_least(1), "clients": _at_least(1), "tokens": _at_least(1),

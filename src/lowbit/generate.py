@@ -252,6 +252,17 @@ def speculative(model, ids: list[int], sampler: Sampler, drafter, k: int, stats:
     plain()."""
     if not 1 <= k <= 64:
         raise ValueError(f"spec must be in 1..64, got {k}")
+    if hasattr(drafter, "attach"):  # the MTP drafter reads the target's hidden states (lowbit.mtp)
+        drafter.attach(model)
+        try:
+            yield from _speculative(model, ids, sampler, drafter, k, stats, record, history)
+        finally:
+            drafter.detach()
+    else:
+        yield from _speculative(model, ids, sampler, drafter, k, stats, record, history)
+
+
+def _speculative(model, ids, sampler, drafter, k, stats, record, history):
     logits = timed_prefill(model, ids, stats)
     history = list(ids) if history is None else list(history)
     prompt = list(history)
@@ -292,10 +303,14 @@ def stop_prefix(text: str, stops: list[str]) -> int:
 
 
 def make_drafter(model, draft, sampler: Sampler):
-    """draft: "lookup", a loaded Model, or a Drafter (start/propose/commit) used as it is."""
+    """draft: "lookup", "mtp" (the model's own MTP block: lowbit.mtp), a loaded Model, or a
+    Drafter (start/propose/commit) used as it is."""
     if isinstance(draft, str):
+        if draft == "mtp":
+            from .mtp import MTP
+            return MTP(model)
         if draft != "lookup":
-            raise ValueError(f"draft must be 'lookup' or a loaded Model, not {draft!r}")
+            raise ValueError(f"draft must be 'lookup', 'mtp' or a loaded Model, not {draft!r}")
         return Lookup()
     if hasattr(draft, "propose"):
         return draft
@@ -332,10 +347,11 @@ def generate(model, prompt, max_tokens: int | None = 128, stop: list[str] | str 
 
     prompt: text or token ids; max_tokens: None or -1 = until the end of generation or a full
     context; stop: strings that end the text (not included); draft: None (plain decoding),
-    "lookup" (prompt lookup) or a loaded draft Model; spec: drafts per round; logprobs: None, or
-    the number of top alternatives to report per token (0: only the chosen token's), in Pieces;
-    json_schema: a JSON schema (dict) the output must match (llguidance masks every token the schema
-    rules out; plain decoding only). stats.stop tells why it ended ("eog", "stop", "max_tokens", "context").
+    "lookup" (prompt lookup), "mtp" (the model's own MTP block, lowbit.mtp) or a loaded draft
+    Model; spec: drafts per round; logprobs: None, or the number of top alternatives to report
+    per token (0: only the chosen token's), in Pieces; json_schema: a JSON schema (dict) the output
+    must match (llguidance masks every token the schema rules out; plain decoding only).
+    stats.stop tells why it ended ("eog", "stop", "max_tokens", "context").
     The generation claims a KV slot of `model` (Model.sequence) until it ends or is closed.
     """
     ids = model.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
@@ -388,6 +404,8 @@ def _pieces(model, ids, max_tokens, stop, stats, sampler, drafter, spec, logprob
     record = rows.append if logprobs is not None else None
     try:
         keep = min(_shared(seq.tokens, ids), len(ids) - 1)
+        if hasattr(drafter, "reusable"):  # MTP: the cached prefix it has hidden states and cells for
+            keep = drafter.reusable(ids, keep)
         seq.rewind(keep)
         stats.cached = keep
         if drafter is None:

@@ -31,8 +31,8 @@ table, csrc/kernels.h GLU_GEGLU); the head tied to token_embd; final_logit_softc
 has it (cap * tanh(logit / cap)).
 
 GLM-4.5 (llama.cpp's glm4moe) as configuration: block_count includes nextn_predict_layers MTP
-layers at the end, which llama.cpp loads for drafting and never runs when generating: lowbit runs
-the first block_count - nextn_predict_layers layers and binds nothing of the rest; the first
+layers at the end, which the forward pass never runs: lowbit runs the first block_count -
+nextn_predict_layers layers, and the first MTP layer drafts for `draft="mtp"` (lowbit.mtp); the first
 leading_dense_block_count layers have a dense SwiGLU FFN of feed_forward_length, the others
 experts routed by sigmoid (expert_gating_func 2, the default) with the exp_probs_b selection bias,
 renormalised if expert_weights_norm, times expert_weights_scale, plus an ungated shared expert of
@@ -63,8 +63,9 @@ The hybrid families: a delta-net layer's slot state (conv inputs and the recurre
 head) lives in the engine beside the attention layers' KV. Model.rewind restores it exactly
 (the checkpoint taken before the slot's last multi-token call, or a replay from the start), the
 engine refuses a forward that does not continue a slot's state in order, and the server keeps no
-prefix cache for them (a prefix is more than its KV). MTP (nextn) blocks are loaded by llama.cpp
-and skipped here.
+prefix cache for them (a prefix is more than its KV). MTP (nextn) blocks are not run by the
+forward pass: the MTP drafter (src/lowbit/mtp.py, `draft="mtp"`) runs the first one in an engine of
+its own, bound here by _bind_weights.
 
 gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE) as configuration: attention sinks (blk.N.attn_sinks.weight, one
 logit per head that joins each softmax), sliding-window attention on the layers the
@@ -208,7 +209,7 @@ class ModelConfig:
     n_dense_lead: int = 0            # leading dense layers of an MoE model
     shexp_gated: bool = True         # the shared expert times sigmoid(ffn_gate_inp_shexp . x) (qwen2moe)
     exp_probs_b: bool = False        # blk.N.exp_probs_b.bias: the expert selection bias
-    n_nextn: int = 0                 # MTP layers after the n_layer run ones (loaded by llama.cpp, not run)
+    n_nextn: int = 0                 # MTP layers after the n_layer run ones (the first drafts: lowbit.mtp)
     # hybrid families (qwen35, qwen35moe, qwen3next): per layer True for a gated delta-net layer
     recurrent: tuple = ()
     ssm_conv: int = 0             # conv1d kernel width
@@ -548,6 +549,35 @@ def kv_types(kv: str | None = None, kv_k: str | None = None, kv_v: str | None = 
     return k, v
 
 
+def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k: str, kv_v: str,
+                n_layer: int | None = None):
+    """The native engine of config c holding layers [l0, l1) of n_layer (default c.n_layer; the MTP
+    drafter's engine has n_layer + 1 layers and holds only the last, an attention layer)."""
+    n_layer = c.n_layer if n_layer is None else n_layer
+    return lib.Engine(n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, n_ctx,
+                      c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, n_slots,
+                      qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
+                      expert_ffn=c.expert_ffn, shexp_ffn=c.shexp_ffn, expert_norm=c.expert_norm,
+                      expert_scale=c.expert_scale,
+                      sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act],
+                      expert_gating=EXPERT_GATING_ID[c.expert_gating],
+                      yarn_ext_factor=c.yarn_ext_factor, yarn_attn_factor=c.yarn_attn_factor,
+                      yarn_beta_fast=c.yarn_beta_fast, yarn_beta_slow=c.yarn_beta_slow,
+                      yarn_orig_ctx=c.yarn_orig_ctx,
+                      embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
+                      logit_softcap=c.logit_softcap, post_norms=c.post_norms,
+                      n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
+                      recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
+                      ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
+                      ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
+                      attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
+                      layer_begin=l0, layer_end=l1,
+                      mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
+                      mla_kq_scale=c.mla_kq_scale, expert_groups=c.expert_groups,
+                      expert_groups_used=c.expert_groups_used,
+                      kv_k=KV_TYPES[kv_k], kv_v=KV_TYPES[kv_v])
+
+
 class Model:
     """A loaded model: config, tokenizer, the native engine and its KV cache."""
 
@@ -595,28 +625,8 @@ class Model:
         self.layers = l0, l1 = tuple(layers) if layers is not None else (0, c.n_layer)
         if not 0 <= l0 < l1 <= c.n_layer:
             raise ValueError(f"layers must be a range within 0..{c.n_layer}, got {layers}")
-        self.engine = lib.Engine(c.n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, self.n_ctx,
-                                 c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, self.n_slots,
-                                 qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
-                                 expert_ffn=c.expert_ffn, shexp_ffn=c.shexp_ffn, expert_norm=c.expert_norm,
-                                 expert_scale=c.expert_scale,
-                                 sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act],
-                                 expert_gating=EXPERT_GATING_ID[c.expert_gating],
-                                 yarn_ext_factor=c.yarn_ext_factor, yarn_attn_factor=c.yarn_attn_factor,
-                                 yarn_beta_fast=c.yarn_beta_fast, yarn_beta_slow=c.yarn_beta_slow,
-                                 yarn_orig_ctx=c.yarn_orig_ctx,
-                                 embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
-                                 logit_softcap=c.logit_softcap, post_norms=c.post_norms,
-                                 n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
-                                 recurrent=[int(r) for r in c.recurrent],
-                                 ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
-                                 ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
-                                 attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
-                                 layer_begin=l0, layer_end=l1,
-                                 mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
-                                 mla_kq_scale=c.mla_kq_scale, expert_groups=c.expert_groups,
-                                 expert_groups_used=c.expert_groups_used,
-                                 kv_k=KV_TYPES[self.kv_k], kv_v=KV_TYPES[self.kv_v])
+        self.engine = make_engine(c, self.n_ctx, self.n_slots, l0, l1, self.kv_k, self.kv_v)
+        self.threads = int(threads) if threads else None
         if threads:
             self.engine.set_threads(int(threads))
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
@@ -635,6 +645,10 @@ class Model:
         self._shared_warned = False
         # hybrid models: per slot, (position, recurrent state) saved before its last multi-token call
         self._ckpt: list[tuple[int, np.ndarray] | None] = [None] * self.n_slots
+        # per slot: None, or fn(p0, row0, n) called after each forward that appended n tokens at
+        # positions p0.. (rows row0.. of the engine's call): the MTP drafter reads their hidden
+        # states there (engine.hidden) before another call overwrites them
+        self._sinks: list = [None] * self.n_slots
 
     def close(self) -> None:
         """Stop a pipeline's Ray actors (stages=K) and the local Ray cluster it started; a no-op
@@ -663,36 +677,44 @@ class Model:
             raise GGUFError(f"{self.path}: tensor {name!r} is missing")
         return t
 
-    def _mat(self, slot: str, layer: int, name: str) -> None:
+    def _mat(self, slot: str, layer: int, name: str, engine=None, keep: list | None = None) -> None:
+        """Bind tensor `name` to engine (default this model's) as matrix `slot`; keep: where the
+        arrays the engine points into are held (default self._keep, for the model's lifetime)."""
         t = self._tensor(name)
         if not lib.capabilities(t.format.id)["rows"]:
             raise GGUFError(f"{self.path}: tensor {name!r}: type {t.format.name} has no row kernel")
         m = t.matrix()
-        self._keep.append(m)
-        self.engine.set_mat(slot, layer, t.format.id, m, t.n, t.w_scale)
+        (self._keep if keep is None else keep).append(m)
+        (self.engine if engine is None else engine).set_mat(slot, layer, t.format.id, m, t.n, t.w_scale)
 
-    def _vec(self, slot: str, layer: int, name: str) -> None:
+    def _vec(self, slot: str, layer: int, name: str, engine=None, keep: list | None = None) -> None:
         t = self._tensor(name)
         if t.format.name != "F32":
             v = lib.dequantize(t.format.id, t.matrix(), t.n, t.w_scale, -1).reshape(-1)
         else:
             v = t.raw.view(np.float32)
         v = np.ascontiguousarray(v, dtype=np.float32)
-        self._keep.append(v)
-        self.engine.set_vec(slot, layer, v)
+        (self._keep if keep is None else keep).append(v)
+        (self.engine if engine is None else engine).set_vec(slot, layer, v)
 
-    def _bind_weights(self) -> None:
+    def _bind_weights(self, engine=None, layers: tuple[int, int] | None = None, keep: list | None = None) -> None:
         """Bind the tensors of self.layers (a pipeline stage binds only its own: the embedding in
-        the first, the output norm and head in the last; it never reads the others' bytes)."""
+        the first, the output norm and head in the last; it never reads the others' bytes).
+        engine, layers, keep: bind blocks [l0, l1) to another engine instead, holding what it points
+        into in keep (the MTP drafter's: lowbit.mtp; its head and norm are its caller's to bind)."""
         c = self.config
-        l0, l1 = self.layers
-        if l0 == 0:
-            self._mat("token_embd", -1, "token_embd.weight")
-        if l1 == c.n_layer:
-            self._mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
-            self._vec("output_norm", -1, "output_norm.weight")
+        own = engine is None
+        l0, l1 = self.layers if layers is None else layers
+        engine = self.engine if own else engine
+        _mat = lambda *a: self._mat(*a, engine=engine, keep=keep)  # noqa: E731
+        _vec = lambda *a: self._vec(*a, engine=engine, keep=keep)  # noqa: E731
+        if own and l0 == 0:
+            _mat("token_embd", -1, "token_embd.weight")
+        if own and l1 == c.n_layer:
+            _mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
+            _vec("output_norm", -1, "output_norm.weight")
         if "rope_freqs.weight" in self.file.tensors:
-            self._vec("rope_freqs", -1, "rope_freqs.weight")
+            _vec("rope_freqs", -1, "rope_freqs.weight")
         for i in range(l0, l1):
             p = f"blk.{i}."
             ffn = ("ffn_gate", "ffn_up", "ffn_down")
@@ -701,49 +723,49 @@ class Model:
                 if c.shexp_ffn:
                     ffn += ("ffn_gate_inp_shexp",) * c.shexp_gated + ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
                 if c.exp_probs_b:
-                    self._vec("exp_probs_b", i, p + "exp_probs_b.bias")
-            rec = bool(c.recurrent) and c.recurrent[i]
+                    _vec("exp_probs_b", i, p + "exp_probs_b.bias")
+            rec = i < len(c.recurrent) and bool(c.recurrent[i])  # (an MTP block: attention)
             mixer = ("attn_q", "attn_k", "attn_v", "attn_output")
             if c.mla_rank:  # deepseek2's latent attention (csrc/mla.cpp)
                 q = ("attn_q_a", "attn_q_b") if c.q_lora_rank else ("attn_q",)
                 mixer = q + ("attn_kv_a_mqa", "attn_k_b", "attn_v_b", "attn_output")
-                self._vec("attn_kv_a_norm", i, p + "attn_kv_a_norm.weight")
+                _vec("attn_kv_a_norm", i, p + "attn_kv_a_norm.weight")
                 if c.q_lora_rank:
-                    self._vec("attn_q_a_norm", i, p + "attn_q_a_norm.weight")
+                    _vec("attn_q_a_norm", i, p + "attn_q_a_norm.weight")
             if rec:  # a gated delta-net layer (csrc/deltanet.cpp)
                 ba = ("ssm_ba",) if p + "ssm_ba.weight" in self.file.tensors else ("ssm_alpha", "ssm_beta")
                 mixer = ("attn_qkv", "attn_gate") + ba + ("ssm_out",)
                 for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),
                                    ("ssm_a", "ssm_a"), ("ssm_norm", "ssm_norm.weight")):
-                    self._vec(slot, i, p + name)
+                    _vec(slot, i, p + name)
             for slot in mixer + ffn:
-                self._mat(slot, i, p + slot + ".weight")
+                _mat(slot, i, p + slot + ".weight")
                 if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
-                    self._vec(slot + ".scale", i, p + slot + ".scale")
-            self._vec("attn_norm", i, p + "attn_norm.weight")
-            self._vec("ffn_norm", i, p + c.ffn_norm + ".weight")
+                    _vec(slot + ".scale", i, p + slot + ".scale")
+            _vec("attn_norm", i, p + "attn_norm.weight")
+            _vec("ffn_norm", i, p + c.ffn_norm + ".weight")
             if c.attn_out_bias:
-                self._vec("attn_output.bias", i, p + "attn_output.bias")
+                _vec("attn_output.bias", i, p + "attn_output.bias")
             if c.attn_sinks:
-                self._vec("attn_sinks", i, p + "attn_sinks.weight")
+                _vec("attn_sinks", i, p + "attn_sinks.weight")
             if c.post_norms:  # gemma3
-                self._vec("attn_post_norm", i, p + "post_attention_norm.weight")
-                self._vec("ffn_post_norm", i, p + "post_ffw_norm.weight")
+                _vec("attn_post_norm", i, p + "post_attention_norm.weight")
+                _vec("ffn_post_norm", i, p + "post_ffw_norm.weight")
             if c.moe_bias:
                 for s in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
-                    self._vec(s + ".bias", i, p + s + ".bias")
-            if c.window[i]:
-                self.engine.set_window(i, c.window[i])
+                    _vec(s + ".bias", i, p + s + ".bias")
+            if i < len(c.window) and c.window[i]:
+                engine.set_window(i, c.window[i])
             if c.qk_norm and not rec:
-                self._vec("attn_q_norm", i, p + "attn_q_norm.weight")
-                self._vec("attn_k_norm", i, p + "attn_k_norm.weight")
+                _vec("attn_q_norm", i, p + "attn_q_norm.weight")
+                _vec("attn_k_norm", i, p + "attn_k_norm.weight")
             if c.sub_norm:
-                self._vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
-                self._vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")
+                _vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
+                _vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")
             if c.qkv_bias:
                 for s in ("attn_q", "attn_k", "attn_v"):
-                    self._vec(s + ".bias", i, p + s + ".bias")
-        problem = self.engine.validate()
+                    _vec(s + ".bias", i, p + s + ".bias")
+        problem = engine.validate() if own else ""
         if problem:
             raise GGUFError(f"{self.path}: {problem}")
 
@@ -760,9 +782,17 @@ class Model:
             self._checkpoint(0)
         self.engine.forward(toks, self.pos, logits, all_logits)
         self._writer[0] = None
+        if self._sinks[0] is not None:
+            self._sinks[0](self.pos, 0, len(tokens))
         self.tokens.extend(int(t) for t in tokens)
         self.pos += len(tokens)
         return logits
+
+    def set_hidden_sink(self, fn, slot: int = 0) -> None:
+        """fn(p0, row0, n) after every forward of the slot (None: off); see _init_slots."""
+        if not hasattr(self.engine, "hidden"):
+            raise ValueError("the MTP drafter needs the model in this process (not a pipeline of stages)")
+        self._sinks[slot] = fn
 
     def forward_batch(self, seqs: list[tuple[int, list[int]]], all_logits: bool = False,
                       want: list[bool] | None = None) -> list[np.ndarray | None]:
@@ -805,8 +835,11 @@ class Model:
                     self._checkpoint(slot)
         self.engine.forward_batch(np.asarray(toks, np.int32), np.asarray(slots, np.int32),
                                   np.asarray(poss, np.int32), np.asarray(rows, np.int32), logits)
-        out, at = [], 0
+        out, at, row0 = [], 0, 0
         for (slot, run), n in zip(seqs, counts):
+            if self._sinks[slot] is not None:
+                self._sinks[slot](self.slot_pos[slot], row0, len(run))
+            row0 += len(run)
             self._writer[slot] = None
             self.slot_tokens[slot].extend(int(t) for t in run)
             self.slot_pos[slot] += len(run)
@@ -1010,6 +1043,9 @@ class Sequence:
 
     def reset(self) -> None:
         self.rewind(0)
+
+    def set_hidden_sink(self, fn) -> None:
+        self.model.set_hidden_sink(fn, self.slot)
 
     def close(self) -> None:
         """Release the slot; its cache stays for the next generation to reuse."""

@@ -194,7 +194,7 @@ def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_
                     ctx: int = 1024, wtype: str = "Q8_0", mla_type: str | None = None, expert_type: str = "Q4_K",
                     down_type: str | None = None, router_type: str = "F32", embd_type: str = "F32",
                     head_type: str | None = None, seed: int = 0, vocab: dict | None = None,
-                    progress: bool = False) -> str:
+                    nextn: int = 0, progress: bool = False) -> str:
     """A DeepSeek V2/V3 model (llama.cpp's deepseek2 with the MLA split, as convert_hf_to_gguf writes
     it) with random weights: multi-head latent attention (attn_q, or attn_q_a / attn_q_a_norm /
     attn_q_b when q_lora_rank > 0; attn_kv_a_mqa [kv_lora_rank + rope_dims, dim], attn_kv_a_norm,
@@ -205,7 +205,9 @@ def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_
     V3), shared_experts shared experts of expert_ffn each, expert_weights_scale / _norm, optional
     group-limited routing; YaRN rope (yarn_factor 0: none) with yarn_log_multiplier (0.1 *
     mscale_all_dim, as the converter writes it: V2-Lite's 0.0707). A matrix whose rows its format's
-    blocks do not divide takes llama-quant's fallback (fit_type: Q4_K -> Q5_0, ...)."""
+    blocks do not divide takes llama-quant's fallback (fit_type: Q4_K -> Q5_0, ...). nextn: MTP blocks
+    after the trunk (block_count = layers + nextn, nextn_predict_layers), each a routed-expert layer
+    plus nextn.eh_proj [dim, 2 dim], nextn.enorm, nextn.hnorm, nextn.shared_head_norm (V3's layout)."""
     if not 0 <= leading_dense <= layers:
         raise ValueError(f"synth moe: leading_dense {leading_dense} must be in 0..layers ({layers})")
     if not 1 <= top_k <= experts:
@@ -225,8 +227,10 @@ def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_
     add = lambda name, x, fmt: w.add(name, x, fit_type(fmt, x.shape[-1]) if fmt != "F32" else fmt)  # noqa: E731
     w = Writer(path, "deepseek2", progress=progress)
     a = w.arch
-    write_header(w, vocab, layers=layers, dim=dim, ffn=dense_ffn, heads=heads, kv_heads=1, head_dim=R + rope_dims,
-                 ctx=ctx, rope_base=rope_base, rope_dims=rope_dims, value_length=R)
+    write_header(w, vocab, layers=layers + nextn, dim=dim, ffn=dense_ffn, heads=heads, kv_heads=1,
+                 head_dim=R + rope_dims, ctx=ctx, rope_base=rope_base, rope_dims=rope_dims, value_length=R)
+    if nextn:
+        w.meta(f"{a}.nextn_predict_layers", int(nextn))
     for key, val in (("leading_dense_block_count", leading_dense), ("vocab_size", nv),
                      ("attention.q_lora_rank", q_lora_rank), ("attention.kv_lora_rank", R),
                      ("attention.key_length_mla", hd), ("attention.value_length_mla", v_head_dim),
@@ -248,8 +252,12 @@ def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
     w.add("output_norm.weight", norm_weight(rng, dim))
     add("output.weight", gauss(rng, nv, dim), head_type or wtype)
-    for i in range(layers):
+    for i in range(layers + nextn):
         p = f"blk.{i}."
+        if i >= layers:  # an MTP block: its own inputs, then a layer as the others
+            add(p + "nextn.eh_proj.weight", gauss(rng, dim, 2 * dim), wtype)
+            for nm in ("enorm", "hnorm", "shared_head_norm"):
+                w.add(p + f"nextn.{nm}.weight", norm_weight(rng, dim))
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
         if q_lora_rank > 0:
             add(p + "attn_q_a.weight", gauss(rng, q_lora_rank, dim), wtype)
