@@ -245,6 +245,21 @@ def test_hybrid_model_rewinds_recurrent_state(tmp_path):
     assert 0 < st["spec"]["accepted"] < st["spec"]["drafted"], st["spec"]
 
 
+def test_mtp_drafts_for_every_request(tmp_path):
+    """--mtp: each request's drafts come from the model's own MTP block, attached to its slot (a
+    near-bigram hybrid model whose MTP block is that bigram, tests/mtp_models.py): greedy tokens are
+    the plain scheduler's, with drafts both accepted and rejected."""
+    from lowbit.synth import synth_hybrid
+    from mtp_models import SMALL, edit, near_bigram
+    p = edit(synth_hybrid(tmp_path / "m.gguf", arch="qwen35moe", mtp_layers=1, **SMALL), lambda T: near_bigram(T, 4))
+    m = lowbit.load(p, n_ctx=N_CTX, threads=2, n_slots=PARALLEL)
+    want, _ = serve_all(m, JOBS)
+    got, st = serve_all(m, JOBS, spec.mtp(m), k=3)
+    assert [g[0] for g in got] == [w[0] for w in want]
+    assert 0 < st["spec"]["accepted"] < st["spec"]["drafted"], st["spec"]
+    assert st["spec"]["drafter"] == "mtp"
+
+
 # -- the command -----------------------------------------------------------------------------------
 def stream_completion(url, prompt, n, opts):
     body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True, **opts}
@@ -287,6 +302,10 @@ def test_serve_speculative_matches_plain_scheduler(paths, plain_outputs, kind):
     (["--lookup", "--spec-cost", "-1"], "--spec-cost must be in 0..100"),
     (["--draft", "missing.gguf"], "no such model file"),
     (["--draft", "OTHER"], "does not share the model's vocabulary"),
+    (["--mtp", "2"], "has no MTP (nextn) block"),
+    (["--mtp", "0"], "--mtp must be in 1..64"),
+    (["--mtp", "2", "--spec", "3"], "drop --spec"),
+    (["--mtp", "2", "--lookup"], "not allowed with argument"),
 ])
 def test_bad_spec_flags_are_one_line_usage_errors(paths, args, words):
     args = [paths["other"] if a == "OTHER" else a for a in args]

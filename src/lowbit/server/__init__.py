@@ -82,8 +82,8 @@ def cmd_serve_ray(a: argparse.Namespace) -> int:
 
 def cmd_serve(a: argparse.Namespace) -> int:
     if a.ray:
-        if a.draft or a.lookup or a.spec is not None or a.spec_cost is not None:
-            print("lowbit serve: error: --draft / --lookup / --spec are not supported with --ray", file=sys.stderr)
+        if a.draft or a.lookup or a.mtp is not None or a.spec is not None or a.spec_cost is not None:
+            print("lowbit serve: error: --draft / --lookup / --mtp / --spec are not supported with --ray", file=sys.stderr)
             return 2
         return cmd_serve_ray(a)
     given = [f for f, v in (("--replicas", a.replicas), ("--autoscale", a.autoscale), ("--ray-address", a.ray_address),
@@ -172,7 +172,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
     print(f"lowbit serve: {model_id} on http://{shown}:{port}/v1 ({a.parallel} parallel sequences, "
           f"api key {'required' if a.api_key else 'not required'}, prefix cache "
           f"{f'{a.cache_mb:g} MB' if a.cache_mb else 'off'}, queue {a.queue}"
-          + (f", speculative: {'lookup' if a.lookup else 'draft ' + os.path.basename(a.draft)} k={spec_k}"
+          + (f", speculative: {'lookup' if a.lookup else 'mtp' if a.mtp is not None else 'draft ' + os.path.basename(a.draft)}"
+             f" k={spec_k}"
              if speculator else "") + ")", file=sys.stderr, flush=True)
     try:
         server.run(sockets=[sock])
@@ -230,6 +231,8 @@ def add_parser(sub) -> None:
                         "and its drafting is batched across requests")
     x.add_argument("--lookup", action="store_true",
                    help="propose tokens by n-gram lookup in each request's prompt and output (no second model)")
+    x.add_argument("--mtp", type=int, default=None, metavar="N",
+                   help="up to N drafts per request and step from the model's own MTP (nextn) block")
     g.add_argument("--spec", type=int, default=None, metavar="K", help="drafts per request and step at most "
                    "(default 4)")
     g.add_argument("--spec-cost", type=float, default=None, metavar="C",

@@ -75,12 +75,43 @@ class PerRequest:
             d.commit(req.history)
 
     def release(self, req) -> None:
-        self._d.pop(req.id, None)
+        d = self._d.pop(req.id, None)
+        if d is not None and hasattr(d, "detach"):  # (MTP: stop taking the slot's hidden states)
+            d.detach()
 
 
 def lookup() -> PerRequest:
     """Prompt lookup (n-gram matches in the request's own prompt and output) for every request."""
     return PerRequest(lambda req: Lookup(), "lookup")
+
+
+class _SlotTarget:
+    """Slot s of a model as an MTP drafter's target (mtp.MTP.attach): the engine, and the slot's
+    hidden-state hook."""
+
+    def __init__(self, model, slot: int):
+        self.model, self.slot, self.engine = model, slot, model.engine
+
+    def set_hidden_sink(self, fn) -> None:
+        self.model.set_hidden_sink(fn, self.slot)
+
+
+def mtp(model) -> PerRequest:
+    """The model's own MTP block (lowbit.mtp) drafting for every request: one MTP head (a one-layer
+    engine and cache) per slot, kept across the slot's requests; the drafter is attached to the
+    request's slot before its prompt runs, so it sees every position's hidden state. A prompt
+    (part) taken from the prefix cache never ran here: such a request drafts nothing (its outputs
+    are unchanged)."""
+    from ..mtp import MTP, MTPHead
+    heads: dict[int, MTPHead] = {}
+
+    def factory(req):
+        if req.slot not in heads:
+            heads[req.slot] = MTPHead(model)
+        d = MTP(model, heads[req.slot])
+        d.attach(_SlotTarget(model, req.slot))
+        return d
+    return PerRequest(factory, "mtp")
 
 
 class DraftSlots:
@@ -175,6 +206,15 @@ def speculator_args(a, target_path: str) -> tuple[Callable | None, int, str | No
     """`lowbit serve`'s --draft / --lookup / --spec: (speculator(model) or None, k, a usage problem
     or None). The draft file is checked here, before the server starts: it must exist and share
     the target's vocabulary (read from both files' metadata; nothing is loaded)."""
+    if getattr(a, "mtp", None) is not None:
+        if a.spec is not None:
+            return None, a.mtp, "--mtp N sets the drafts per step: drop --spec"
+        if not 1 <= a.mtp <= 64:
+            return None, a.mtp, f"--mtp must be in 1..64, got {a.mtp}"
+        if a.spec_cost is not None and not 0 <= a.spec_cost <= 100:
+            return None, a.mtp, f"--spec-cost must be in 0..100, got {a.spec_cost:g}"
+        problem = _mtp_problem(target_path)
+        return (None if problem else mtp), a.mtp, problem
     k = 4 if a.spec is None else a.spec
     if not (a.draft or a.lookup):
         given = "--spec" if a.spec is not None else "--spec-cost" if a.spec_cost is not None else None
@@ -197,6 +237,18 @@ def speculator_args(a, target_path: str) -> tuple[Callable | None, int, str | No
         draft = load(path, n_ctx=model.n_ctx, threads=a.threads, n_slots=model.n_slots)
         return DraftSlots(draft, model)
     return make, k, None
+
+
+def _mtp_problem(path: str) -> str | None:
+    """Why --mtp cannot run this model (None: it has an MTP block), from the file's metadata."""
+    from .. import gguf
+    try:
+        with gguf.open(path) as f:
+            arch = f.metadata.get("general.architecture")
+            n = f.metadata.get(f"{arch}.nextn_predict_layers", 0)
+    except (ValueError, OSError) as e:
+        return f"--mtp: cannot read {path}: {e}"
+    return None if isinstance(n, int) and n > 0 else f"--mtp: {path} has no MTP (nextn) block ({arch})"
 
 
 def _vocab_problem(target_path: str, draft_path: str) -> str | None:
