@@ -37,6 +37,7 @@ import numpy as np
 from . import kernels
 from ._native import lib
 from .gguf import GGUFError
+from .model import common_prefix
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -160,11 +161,7 @@ class MTP:
         drafter: no more than the prefix its MTP cells were computed for (a new drafter: none, so
         the prompt is prefilled and every position's hidden state reaches it), and the trunk's
         hidden state before the first re-run position must be known."""
-        n = 0
-        for a, b in zip(self.done, ids):
-            if a != b:
-                break
-            n += 1
+        n = common_prefix(self.done, ids)
         k = min(keep, n)
         if k == n and k > 0 and (k - 1) not in self.h:
             k -= 1
@@ -179,12 +176,7 @@ class MTP:
         k = min(k, self.head.n_ctx - P)  # draft i's cell is at P + i - 1
         if k <= 0 or P < 0:
             return [], None
-        n = 0
-        for a, b in zip(self.done, history):
-            if a != b:
-                break
-            n += 1
-        n = min(n, P)
+        n = min(common_prefix(self.done, history), P)
         if any(q not in self.h for q in range(max(n - 1, 0), P)):
             return [], None  # (a hidden state the catch-up needs never reached us: nothing to draft from)
         # catch up cells n..P (committed tokens, the trunk's hidden states), chunked; the last
