@@ -219,7 +219,9 @@ def test_bad_kv_values_are_refused(path):
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n    ", "Once upon a time, in a small village by the sea,",
            "<|im_start|>user\nWhat is 17 times 3?<|im_end|>\n<|im_start|>assistant\n"]
 # (top-1 share at margin >= 0.1, at margin >= 0.5, perplexity's relative bound): see the docstring
-BOUNDS = {"q8_0": (0.99, 1.0, 0.005), "q4_0": (0.90, 0.97, 0.02)}
+# q4_0 at margin >= 0.5: 164/167 at avx512, 161/167 at avx (the reference's arithmetic): its 4-bit
+# roundings flip with any upstream float difference, so the bound holds at every level
+BOUNDS = {"q8_0": (0.99, 1.0, 0.005), "q4_0": (0.90, 0.95, 0.02)}
 
 
 def peer_llm(path, kv, **kw):
