@@ -232,7 +232,9 @@ NB_MODULE(_lowbit, m) {
        "The engine's attention kernel on one query row: (out[1, head_dim], kernel name); sink: an attention sink logit.");
     m.def("attend_mla", [](nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> q,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> C, int dv,
-                           float scale, int isa, std::vector<int32_t> lens) {
+                           float scale, int isa, std::vector<int32_t> lens,
+                           std::optional<nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>> V,
+                           std::vector<float> sinks) {
         // q[nq][dk] against latent rows C[len][kd] (half bits): the MLA kernel (kernels.h mla_f16_fn);
         // lens: each row's key count (empty: all rows of C).
         const MlaKernel &k = isa < 0 ? mla_kernel() : mla_kernel_at(isa);
@@ -241,6 +243,9 @@ NB_MODULE(_lowbit, m) {
         const size_t len = C.shape(0), kd = C.shape(1);
         if (nq < 1 || dk < 8 || dk % 8 || dv < 8 || dv % 8 || dv > dk || len < 1 || kd < (size_t)dk)
             throw std::invalid_argument("attend_mla: need q[nq >= 1][dk], C[len >= 1][kd >= dk], dv <= dk, dk and dv multiples of 8");
+        if (V && (V->shape(0) != len || V->shape(1) != kd))
+            throw std::invalid_argument("attend_mla: V must have C's shape");
+        if (!sinks.empty() && sinks.size() != (size_t)nq) throw std::invalid_argument("attend_mla: one sink per query row");
         if (lens.empty()) lens.assign((size_t)nq, (int32_t)len);
         if (lens.size() != (size_t)nq) throw std::invalid_argument("attend_mla: one length per query row");
         for (int32_t l : lens)
@@ -250,12 +255,14 @@ NB_MODULE(_lowbit, m) {
         auto out = new_array<float>((size_t)nq, (size_t)dv, &o);
         {
             nb::gil_scoped_release nogil;
-            k.fn(q.data(), nq, lens.data(), C.data(), dk, dv, kd, scale, sc.data(), o);
+            k.fn(q.data(), nq, lens.data(), C.data(), V ? V->data() : C.data(), dk, dv, kd, scale,
+                 sinks.empty() ? nullptr : sinks.data(), sc.data(), o);
         }
         return nb::make_tuple(out, std::string(k.name));
     }, nb::arg("q"), nb::arg("C"), nb::arg("dv"), nb::arg("scale"), nb::arg("isa") = -1,
-       nb::arg("lens") = std::vector<int32_t>(),
-       "The MLA attention kernel on query rows q: (out[nq, dv], kernel name); lens: each row's key count.");
+       nb::arg("lens") = std::vector<int32_t>(), nb::arg("V") = nb::none(), nb::arg("sinks") = std::vector<float>(),
+       "The shared-rows attention kernel (MLA, a GQA group) on query rows q: (out[nq, dv], kernel name); lens: "
+       "each row's key count; V: value rows apart from the keys' C (a GQA group); sinks: one per row.");
     m.def("delta_rule", [](nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> M,
                            nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> k,
                            nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q,

@@ -489,6 +489,30 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
     const bool quant = kv_quant();
     const quant_act_fn q8 = kernel_entry(T_Q8_0).quant_act;  // q as Q8_0 (ggml's from_float)
     const size_t khead = krow_ / c_.n_kv, vhead = vrow_ / c_.n_kv;  // bytes of one head in a cache row
+    if (!quant && c_.kv_f16 && group > 1 && hd % 8 == 0) {  // (the SIMD kernels take dims in 8s)
+        // A GQA group's heads share their key and value rows: one call of the shared-rows kernel
+        // (mla_f16_fn) per (token, kv head) reads each cache row once for the group, instead of
+        // once per head (at 32K positions the per-head reads were the decode step). Bitwise the
+        // per-head kernel (the contract of mla_f16_fn), so logits do not change.
+        const mla_f16_fn rows16 = mla_kernel().fn;
+        const int64_t gitems = (int64_t)T * c_.n_kv;
+        const int64_t gparts = threads > 1 ? std::min<int64_t>(gitems, (int64_t)threads * 4) : 1;
+        ThreadPool::instance().run((int)gparts, [&](int i, int nth) {
+            int64_t b, e;
+            split_range(gitems, i, nth, &b, &e);
+            std::vector<float> sc((size_t)group * maxlen);
+            std::vector<int32_t> lens((size_t)group);
+            for (int64_t it = b; it < e; ++it) {
+                const int t = (int)(it / c_.n_kv), kvh = (int)(it % c_.n_kv), h0 = kvh * group;
+                const int first = L.window > 0 && pos[t] + 1 > L.window ? pos[t] + 1 - L.window : 0;
+                std::fill(lens.begin(), lens.end(), pos[t] + 1 - first);
+                const size_t off = kv_offset(slots[t], layer, first) + (size_t)kvh * hd;
+                rows16(q + ((size_t)t * nh + h0) * hd, group, lens.data(), k16_.data() + off, v16_.data() + off, hd, hd, kd,
+                       scale, L.attn_sinks ? L.attn_sinks + h0 : nullptr, sc.data(), out + ((size_t)t * nh + h0) * hd);
+            }
+        });
+        return;
+    }
     const int64_t parts = threads > 1 ? std::min<int64_t>(items, (int64_t)threads * 4) : 1;  // see run_rows
     ThreadPool::instance().run((int)parts, [&](int i, int nth) {
         int64_t b, e;

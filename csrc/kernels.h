@@ -119,18 +119,19 @@ struct AttnKernel {
 const AttnKernel &attn_kernel();  // what dispatch selected
 const AttnKernel &attn_kernel_at(int isa);  // what runs at level isa (tests); fn null if unavailable
 
-// DeepSeek MLA attention (csrc/mla.cpp): nq query rows (the heads of one or several tokens of
-// one slot) against that slot's latent cache, whose rows every head shares (MQA, llama.cpp's
-// absorbed MLA):
-//   q[nq][dk] (float, rounded to half before its dots); row r sees cache rows j < lens[r] at
-//   C + j*kd (half): the key is a row's first dk values, the value its first dv (dv <= dk <= kd);
-//   out[r][dv] = sum_{j < lens[r]} softmax_j(scale * q_r.C_j[0..dk)) (rounded to half) * C_j[0..dv).
+// Attention of nq query rows that share one half cache's key and value rows: DeepSeek MLA
+// (csrc/mla.cpp: the heads of one or several tokens against the slot's latent rows, K = V, as
+// llama.cpp's absorbed MLA) and the heads of one GQA group (Engine::attention: K and V apart):
+//   q[nq][dk] (float, rounded to half before its dots); row r sees rows j < lens[r]: the key is
+//   the first dk halves at K + j*kd, the value the first dv at V + j*kd (dv <= kd, dk <= kd);
+//   out[r][dv] = sum_{j < lens[r]} softmax_j(scale * q_r.K_j[0..dk)) (rounded to half) * V_j[0..dv);
+//   sinks: null, or sinks[r] the attention sink of row r (as attn_f16_fn's sink).
 //   sc: scratch of nq * max(lens) floats. Each row's result is what attn_f16_fn computes on it
 //   alone with hd = dk for the scores and dv for the values, bitwise, whichever rows share the
-//   call (I2, I3): a token's logits do not depend on its chunk or the threads. Several tokens'
-//   rows in one call read the cache once for all of them (prefill). Cache values must be finite.
-using mla_f16_fn = void (*)(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd,
-                            float scale, float *sc, float *out);
+//   call (I2, I3): a token's logits do not depend on its chunk or the threads. The rows of one
+//   call read each cache row once for all of them. Cache values must be finite.
+using mla_f16_fn = void (*)(const float *q, int nq, const int32_t *lens, const uint16_t *K, const uint16_t *V, int dk,
+                            int dv, size_t kd, float scale, const float *sinks, float *sc, float *out);
 struct MlaKernel {
     mla_f16_fn fn = nullptr;
     const char *name = nullptr;

@@ -55,13 +55,14 @@ void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, i
     attend_row(q, qr, K, V, len, hd, hd, kd, scale, sink, sc, out);
 }
 
-// MLA: per query row the same arithmetic as attend_f16 with dk-wide scores and dv-wide values
-// read from the first dv of the same cache rows (no sink), over its own lens[r] rows.
-void mla_f16(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd, float scale,
-             float *sc, float *out) {
+// Rows sharing the cache (MLA, a GQA group): per query row the arithmetic of attend_f16 with
+// dk-wide scores and dv-wide values, over its own lens[r] rows, with its own sink.
+void mla_f16(const float *q, int nq, const int32_t *lens, const uint16_t *K, const uint16_t *V, int dk, int dv,
+             size_t kd, float scale, const float *sinks, float *sc, float *out) {
     std::vector<float> qr((size_t)dk);
     for (int h = 0; h < nq; ++h)
-        attend_row(q + (size_t)h * dk, qr.data(), C, C, lens[h], dk, dv, kd, scale, -INFINITY, sc, out + (size_t)h * dv);
+        attend_row(q + (size_t)h * dk, qr.data(), K, V, lens[h], dk, dv, kd, scale, sinks ? sinks[h] : -INFINITY, sc,
+                   out + (size_t)h * dv);
 }
 
 }  // namespace lowbit::ref

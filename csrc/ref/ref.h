@@ -35,8 +35,8 @@ inline int nearest_int(float fval) {
 }
 
 // DeepSeek MLA attention over a half latent cache (contract: mla_f16_fn in kernels.h).
-void mla_f16(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd, float scale,
-             float *sc, float *out);
+void mla_f16(const float *q, int nq, const int32_t *lens, const uint16_t *K, const uint16_t *V, int dk, int dv,
+             size_t kd, float scale, const float *sinks, float *sc, float *out);
 // The engine's attention over a half KV cache (contract: attn_f16_fn in kernels.h).
 void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd, float scale,
                 float sink, float *sc, float *out);

@@ -387,19 +387,27 @@ void check_mla(int isa) {
             for (int maxlen : {1, 4, 7, 70}) {
                 if (sh.dk == 576 && maxlen == 70 && nq > 3) continue;  // (time under qemu)
                 const size_t kd = (size_t)sh.dk + 8;
-                std::vector<uint16_t> C(kd * maxlen);
+                std::vector<uint16_t> C(kd * maxlen), Vs(kd * maxlen);
                 for (auto &h : C) h = f32_to_fp16(normal());
+                for (auto &h : Vs) h = f32_to_fp16(normal());
+                // MLA (values = the keys' rows, no sinks) and a GQA group (values apart, a sink per row)
+                const bool gqa = maxlen % 2 == 0;
+                const uint16_t *V = gqa ? Vs.data() : C.data();
+                std::vector<float> sinks(nq);
+                for (auto &v : sinks) v = normal() * 2.f;
+                const float *sk = gqa ? sinks.data() : nullptr;
                 std::vector<int32_t> lens(nq);
                 for (int r = 0; r < nq; ++r) lens[r] = r == nq / 2 ? maxlen : 1 + (int)(g_rng() % maxlen);
                 std::vector<float> q((size_t)nq * sh.dk), sc((size_t)nq * maxlen), a((size_t)nq * sh.dv), b(a);
                 for (auto &v : q) v = normal() * 2.f;
                 const float scale = 0.1f;
-                ref.fn(q.data(), nq, lens.data(), C.data(), sh.dk, sh.dv, kd, scale, sc.data(), a.data());
-                k.fn(q.data(), nq, lens.data(), C.data(), sh.dk, sh.dv, kd, scale, sc.data(), b.data());
+                ref.fn(q.data(), nq, lens.data(), C.data(), V, sh.dk, sh.dv, kd, scale, sk, sc.data(), a.data());
+                k.fn(q.data(), nq, lens.data(), C.data(), V, sh.dk, sh.dv, kd, scale, sk, sc.data(), b.data());
                 bool alone = true;
                 for (int r = 0; r < nq; ++r) {
                     std::vector<float> o(sh.dv);
-                    k.fn(&q[(size_t)r * sh.dk], 1, &lens[r], C.data(), sh.dk, sh.dv, kd, scale, sc.data(), o.data());
+                    k.fn(&q[(size_t)r * sh.dk], 1, &lens[r], C.data(), V, sh.dk, sh.dv, kd, scale, sk ? sk + r : nullptr,
+                         sc.data(), o.data());
                     alone &= std::memcmp(o.data(), &b[(size_t)r * sh.dv], sh.dv * 4) == 0;
                 }
                 size_t at = 0;
@@ -407,7 +415,7 @@ void check_mla(int isa) {
                 char buf[128] = "";
                 if (at < a.size()) std::snprintf(buf, sizeof buf, ": out[%zu] %.9g vs reference %.9g", at, b[at], a[at]);
                 const std::string tag = lv(isa) + " " + k.name + " dk=" + std::to_string(sh.dk) + " dv=" +
-                                        std::to_string(sh.dv) + " nq=" + std::to_string(nq) + " maxlen=" + std::to_string(maxlen);
+                                        std::to_string(sh.dv) + " nq=" + std::to_string(nq) + " maxlen=" + std::to_string(maxlen) + (gqa ? " (V, sinks)" : "");
                 check(at == a.size(), tag + " bitwise the reference" + buf);
                 check(alone, tag + ": each row bitwise its result alone");
             }

@@ -149,8 +149,8 @@ inline void mla_pv_rows(const float *sc, size_t ld, const uint16_t *C, size_t kd
         }
 }
 
-void mla_f16_neon(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd, float scale,
-                  float *sc, float *out) {
+void mla_f16_neon(const float *q, int nq, const int32_t *lens, const uint16_t *C, const uint16_t *V, int dk, int dv,
+                  size_t kd, float scale, const float *sinks, float *sc, float *out) {
     int maxlen = 0;
     for (int r = 0; r < nq; ++r) maxlen = std::max(maxlen, (int)lens[r]);
     const size_t ld = (size_t)maxlen;  // row r's scores / probabilities at sc + r * ld
@@ -195,8 +195,11 @@ void mla_f16_neon(const float *q, int nq, const int32_t *lens, const uint16_t *C
         const int len = lens[r];
         float mx = -INFINITY;
         for (j = 0; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
+        const float sink = sinks ? sinks[r] : -INFINITY;
+        mx = sink > mx ? sink : mx;
         float sum = 0.0f;
         for (j = 0; j < len; ++j) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
+        if (sink > -INFINITY) sum += std::exp(sink - mx);  // the sink's share of the denominator
         const float inv = 1.0f / sum;
         for (j = 0; j < len; ++j) s[j] = half1(f32_to_fp16(s[j] * inv));
         for (; j < maxlen; ++j) s[j] = 0.0f;
@@ -208,10 +211,10 @@ void mla_f16_neon(const float *q, int nq, const int32_t *lens, const uint16_t *C
         int r = 0;
         for (; r + 4 <= nq; r += 4) {
             const int m = std::max(std::max(lens[r], lens[r + 1]), std::max(lens[r + 2], lens[r + 3]));
-            if (m > j0) mla_pv_rows<4>(sc + (size_t)r * ld, ld, C, kd, j0, std::min(j1, m), out + (size_t)r * dv, dv);
+            if (m > j0) mla_pv_rows<4>(sc + (size_t)r * ld, ld, V, kd, j0, std::min(j1, m), out + (size_t)r * dv, dv);
         }
         for (; r < nq; ++r)
-            if (lens[r] > j0) mla_pv_rows<1>(sc + (size_t)r * ld, ld, C, kd, j0, std::min(j1, (int)lens[r]), out + (size_t)r * dv, dv);
+            if (lens[r] > j0) mla_pv_rows<1>(sc + (size_t)r * ld, ld, V, kd, j0, std::min(j1, (int)lens[r]), out + (size_t)r * dv, dv);
     }
 }
 

@@ -214,8 +214,8 @@ inline __m256 scores_2x4(const float *q0, const float *q1, const float *k, int d
     return reduce8(a0, a1, a2, a3, b0, b1, b2, b3);
 }
 
-void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C, int dk, int dv, size_t kd,
-                  float scale, float *sc, float *out) {
+void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C, const uint16_t *V, int dk, int dv,
+                  size_t kd, float scale, const float *sinks, float *sc, float *out) {
     thread_local std::vector<float> qr, kf;
     thread_local std::vector<int32_t> live;
     int maxlen = 0;
@@ -259,7 +259,7 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
             sc[(size_t)r * ld + j] = reduce1(a) * scale;
         }
     }
-    // softmax per row over its own keys, as attend_f16_avx2's (no sink); 0 past them
+    // softmax per row over its own keys (and its sink), as attend_f16_avx2's; 0 past them
     for (int r = 0; r < nq; ++r) {
         const int len = lens[r], full = len & ~7;
         float *s = sc + (size_t)r * ld;
@@ -270,6 +270,8 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
         float mx = -INFINITY;
         for (int l = 0; l < 8; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
         for (j = full; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
+        const float sink = sinks ? sinks[r] : -INFINITY;
+        mx = sink > mx ? sink : mx;  // an attention sink joins the max (none: -inf changes nothing)
         const __m256 vmx = _mm256_set1_ps(mx);
         __m256 vsum = _mm256_setzero_ps();
         for (j = 0; j < full; j += 8) {
@@ -284,13 +286,14 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
             _mm256_store_ps(tail, exp8(_mm256_load_ps(tail)));
             for (j = full; j < len; ++j) { s[j] = tail[j - full]; sum += s[j]; }
         }
+        if (sink > -INFINITY) sum += std::exp(sink - mx);  // and its exp the denominator, after the keys'
         const __m256 vinv = _mm256_set1_ps(1.0f / sum);
         for (j = 0; j < full; j += 8) _mm256_storeu_ps(s + j, round_half8(_mm256_mul_ps(_mm256_loadu_ps(s + j), vinv)));
         const float inv = 1.0f / sum;
         for (j = full; j < len; ++j) s[j] = _cvtsh_ss(_cvtss_sh(s[j] * inv, _MM_FROUND_TO_NEAREST_INT));
         for (j = len; j < maxlen; ++j) s[j] = 0.0f;
     }
-    // values: out[r] = sum_j p_rj C_j[0..dv), keys in blocks of KB, rows by 4 (each group up to
+    // values: out[r] = sum_j p_rj V_j[0..dv), keys in blocks of KB, rows by 4 (each group up to
     // its longest row)
     for (size_t i = 0; i < (size_t)nq * dv; ++i) out[i] = 0.0f;
     for (int j0 = 0; j0 < maxlen; j0 += KB) {
@@ -298,10 +301,10 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
         int r = 0;
         for (; r + 4 <= nq; r += 4) {
             const int m = std::max(std::max(lens[r], lens[r + 1]), std::max(lens[r + 2], lens[r + 3]));
-            if (m > j0) mla_pv_rows<4>(sc + (size_t)r * ld, ld, C, kd, j0, std::min(j1, m), out + (size_t)r * dv, dv);
+            if (m > j0) mla_pv_rows<4>(sc + (size_t)r * ld, ld, V, kd, j0, std::min(j1, m), out + (size_t)r * dv, dv);
         }
         for (; r < nq; ++r)
-            if (lens[r] > j0) mla_pv_rows<1>(sc + (size_t)r * ld, ld, C, kd, j0, std::min(j1, lens[r]), out + (size_t)r * dv, dv);
+            if (lens[r] > j0) mla_pv_rows<1>(sc + (size_t)r * ld, ld, V, kd, j0, std::min(j1, lens[r]), out + (size_t)r * dv, dv);
     }
 }
 
