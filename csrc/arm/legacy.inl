@@ -16,6 +16,7 @@
 // d_w = 2^(e - 128) (ref::e8m0_half, bit for bit), so the float step is the _0 formats'.
 #include "simd.h"
 #include "../ref/iq_tables.h"
+#include "../ref/ref.h"
 
 namespace lowbit {
 namespace LOWBIT_NS {
@@ -119,26 +120,17 @@ struct FIQ4_NL {
     }
 };
 
-// ref::kvalues_mxfp4 (e2m1 values doubled) and ref::e8m0_half(e) = 2^(e - 128) as float bits:
-// normal for e >= 2, the denormals 2^-128 / 2^-127 for e = 0, 1 (exact, no float arithmetic).
-alignas(16) constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-LB_ARM_INLINE float e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-}
 struct FMXFP4 {
     static constexpr int kQK = QK, kWB = 17, kAB = 34;
     static constexpr bool kM = false;
     using Dec = LegacyDec;
     static LB_ARM_INLINE void decode(const uint8_t *b, Dec &d) {
-        const int8x16_t lut = vld1q_s8(kMxfp4Values);
+        const int8x16_t lut = vld1q_s8(ref::kvalues_mxfp4);
         uint8x16_t lo, hi;
         nibbles(b + 1, lo, hi);
         d.lo = vqtbl1q_s8(lut, lo);
         d.hi = vqtbl1q_s8(lut, hi);
-        d.d = e8m0_half(b[0]);
+        d.d = ref::e8m0_half(b[0]);
     }
 };
 

@@ -18,13 +18,6 @@ namespace lowbit::ref {
 // (Public: the SIMD levels look the same table up, csrc/x86/mxfp4.inl.)
 const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-// Half the e8m0 scale, 2^(e - 128), as float bits: a normal float for e >= 2 (biased float
-// exponent e - 1), the denormals 2^-128 and 2^-127 for e = 0, 1. e = 255 (e8m0's NaN) gives
-// 2^127, as in ggml (which does not treat the NaN either).
-float e8m0_half(uint8_t e) {
-    return bits_to_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
-}
-
 namespace {
 
 void dequant_mxfp4(const uint8_t *src, float *y, int64_t n, float) {

@@ -54,9 +54,12 @@ void glu(const float *g, const float *u, float *out, int64_t n, int kind);
 // GLU_GEGLU's table: [65536] floats, entry h = fp16(gelu(half h)) (ggml's ggml_table_gelu_f16)
 const float *gelu_table();
 
-// MXFP4's code book (e2m1 values doubled) and its halved e8m0 scale 2^(e - 128) (mxfp4.cpp).
+// MXFP4's code book (e2m1 values doubled; mxfp4.cpp) and half its e8m0 scale, 2^(e - 128), as
+// float bits: a normal float for e >= 2 (biased float exponent e - 1), the denormals 2^-128 and
+// 2^-127 for e = 0, 1. e = 255 (e8m0's NaN) gives 2^127, as in ggml (which does not treat the NaN
+// either). Inline: the SIMD levels' per-block scale too (integer code, no ISA).
 extern const int8_t kvalues_mxfp4[16];
-float e8m0_half(uint8_t e);
+inline float e8m0_half(uint8_t e) { return bits_to_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23); }
 
 // Registration of each family into the table (scalar level).
 void register_legacy(KernelTable &t);    // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0

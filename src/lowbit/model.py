@@ -258,12 +258,7 @@ class ModelConfig:
         emb = f.tensors.get("token_embd.weight")
         if emb is None:
             raise GGUFError(f"{f.path}: tensor 'token_embd.weight' is missing")
-        # MTP (nextn) layers at the end of block_count (glm4moe, the hybrid Qwens): loaded by
-        # llama.cpp for drafting, never run when generating; lowbit runs the layers before them
-        n_nextn = md.get(f"{arch}.nextn_predict_layers", 0) if arch in ("glm4moe", "deepseek2") or arch in HYBRID_ARCHS else 0
-        if not isinstance(n_nextn, int) or isinstance(n_nextn, bool) or not 0 <= n_nextn < key("block_count"):
-            raise GGUFError(f"{f.path}: metadata key {arch}.nextn_predict_layers = {n_nextn!r} must be an integer "
-                            f"in 0..{arch}.block_count - 1")
+        n_nextn = ModelConfig.nextn_layers(f, arch, key)
         n_layer = key("block_count") - n_nextn
         moe = cls._moe_fields(f, arch, key, n_layer)
         gating = moe.pop("expert_gating", EXPERT_GATING.get(arch, "softmax"))
@@ -352,18 +347,18 @@ class ModelConfig:
                     rope_base_swa=float(base_swa), logit_softcap=float(cap), post_norms=True)
 
     @staticmethod
-    def _trunk_layers(f: gguf.GGUFFile, arch: str, key) -> int:
-        """The layers the forward pass runs: block_count less the MTP (nextn) layers a hybrid
-        Qwen file appends (llama.cpp loads them as extra blocks for its draft head; lowbit does not
-        run them yet)."""
-        n = key("block_count")
-        if arch not in HYBRID_ARCHS:
-            return n
+    def nextn_layers(f: gguf.GGUFFile, arch: str, key=None) -> int:
+        """The MTP (nextn) blocks at the end of block_count (glm4moe, deepseek2, the hybrid Qwens;
+        0 for other archs): llama.cpp loads them for its draft head; the trunk runs the layers
+        before them, lowbit.mtp the first of them. key: the caller's metadata reader (its errors)."""
+        if arch not in ("glm4moe", "deepseek2") and arch not in HYBRID_ARCHS:
+            return 0
+        n = key("block_count") if key else f.metadata.get(f"{arch}.block_count")
         nextn = f.metadata.get(f"{arch}.nextn_predict_layers", 0)
-        if not isinstance(nextn, int) or isinstance(nextn, bool) or not 0 <= nextn < n:
+        if not isinstance(n, int) or not isinstance(nextn, int) or isinstance(nextn, bool) or not 0 <= nextn < n:
             raise GGUFError(f"{f.path}: metadata key {arch}.nextn_predict_layers = {nextn!r} must be an integer in "
-                            f"0..{n - 1} ({arch}.block_count = {n})")
-        return n - nextn
+                            f"0..{arch}.block_count - 1 ({arch}.block_count = {n!r})")
+        return nextn
 
     @staticmethod
     def _hybrid_fields(f: gguf.GGUFFile, arch: str, key) -> dict:
@@ -374,7 +369,7 @@ class ModelConfig:
         if arch not in HYBRID_ARCHS:
             return {}
         md = f.metadata
-        n_layer = ModelConfig._trunk_layers(f, arch, key)
+        n_layer = key("block_count") - ModelConfig.nextn_layers(f, arch, key)
         conv, state, groups, heads = (key("ssm.conv_kernel"), key("ssm.state_size"), key("ssm.group_count"),
                                       key("ssm.time_step_rank"))
         inner = key("ssm.inner_size")

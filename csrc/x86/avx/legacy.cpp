@@ -13,6 +13,7 @@
 // Float step: _0: acc += (d_w * d_a) * (float)isum;  _1: acc += (d_w * d_a) * (float)isum + m_w * s_a.
 #include "avx.h"
 #include "../../ref/iq_tables.h"
+#include "../../ref/ref.h"
 
 namespace lowbit {
 namespace avx {
@@ -104,14 +105,6 @@ struct FIQ4_NL {
 
 // ref::kvalues_mxfp4 + 12 (e2m1 values doubled, offset to 0..24)
 constexpr C16 kMxfp4Lut = {{12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0}};
-// ref::e8m0_half(e) = 2^(e - 128) as float bits: normal for e >= 2, the denormals 2^-128 /
-// 2^-127 for e = 0, 1 (no float arithmetic: exact).
-LB_AVX_INLINE float e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-}
 struct FMXFP4 {
     static constexpr int kQK = QK, kWB = 17, kAB = 34, kOff = 12, kKind = 0;
     static constexpr bool kM = false;
@@ -120,7 +113,7 @@ struct FMXFP4 {
         nibbles(b + 1, d.lo, d.hi);
         d.lo = _mm_shuffle_epi8(lut, d.lo);
         d.hi = _mm_shuffle_epi8(lut, d.hi);
-        d.d = e8m0_half(b[0]);
+        d.d = ref::e8m0_half(b[0]);
     }
 };
 

@@ -242,13 +242,14 @@ def speculator_args(a, target_path: str) -> tuple[Callable | None, int, str | No
 def _mtp_problem(path: str) -> str | None:
     """Why --mtp cannot run this model (None: it has an MTP block), from the file's metadata."""
     from .. import gguf
+    from ..model import ModelConfig
     try:
         with gguf.open(path) as f:
             arch = f.metadata.get("general.architecture")
-            n = f.metadata.get(f"{arch}.nextn_predict_layers", 0)
-    except (ValueError, OSError) as e:
+            n = ModelConfig.nextn_layers(f, arch)
+    except (ValueError, OSError) as e:  # (GGUFError is a ValueError)
         return f"--mtp: cannot read {path}: {e}"
-    return None if isinstance(n, int) and n > 0 else f"--mtp: {path} has no MTP (nextn) block ({arch})"
+    return None if n > 0 else f"--mtp: {path} has no MTP (nextn) block ({arch})"
 
 
 def _vocab_problem(target_path: str, draft_path: str) -> str | None:
