@@ -75,9 +75,19 @@ def chat_prompt(model, messages) -> str:
     return model.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
 
 
-def synth_model(path) -> str:
-    from lowbit.synth import synth_dense
-    return synth_dense(path, layers=2, dim=128, ffn=256, heads=4, kv_heads=2, ctx=4096, wtype="Q8_0", seed=11)
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "templates")
+
+
+def synth_model(path, template: str | None = None) -> str:
+    """The small synthetic server model; template: a file in tests/data/templates whose chat
+    template replaces the default vocabulary's (SmolLM2's ChatML)."""
+    from lowbit.synth import default_vocab, synth_dense
+    vocab = None
+    if template is not None:
+        with open(os.path.join(TEMPLATES, template), encoding="utf-8") as f:
+            vocab = {**default_vocab(), "tokenizer.chat_template": f.read()}
+    return synth_dense(path, layers=2, dim=128, ffn=256, heads=4, kv_heads=2, ctx=4096, wtype="Q8_0", seed=11,
+                       vocab=vocab)
 
 
 __all__ = ["Server", "alone", "chat_prompt", "free_port", "synth_model", "lowbit"]

@@ -14,8 +14,11 @@ never a 500: malformed JSON, a body that is not an object, wrong types, out-of-r
 a prompt that does not fit the context, max_tokens <= 0, a missing or wrong API key, a message
 without content or with an unknown role. A full queue is a 429 and a server shutting down a 503,
 both with Retry-After. Every request gets one access-log line on stderr. Unknown fields are
-ignored, and so are presence_penalty / frequency_penalty / tools, which lowbit does not
-implement. response_format json_object / json_schema constrains the output with llguidance
+ignored, and so are presence_penalty / frequency_penalty, which lowbit does not implement.
+tools / tool_choice / parallel_tool_calls (tools.py): the tools go to the chat template, calls
+are parsed out of the output in the template's format (message.tool_calls, finish_reason
+"tool_calls"; streamed as delta.tool_calls once a call is complete) and tool_choice "required"
+or a named function constrains the output to calls with llguidance. response_format json_object / json_schema constrains the output with llguidance
 (structured.py): every output parses and matches the schema. logit_bias ({"token id": bias in
 -100..100}) is added to the logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
 """
@@ -46,6 +49,7 @@ from .metrics import Metrics
 from .prefix import PrefixCache
 from .scheduler import Draining, QueueFull, Request, Scheduler
 from .structured import Constraint, FormatError, grammar
+from .tools import ToolError, Tools, history, parse_request, validate_grammar
 
 MAX_BODY = 8 << 20   # bytes of request body accepted
 DRAIN_BODY = 64 << 20  # bytes of an oversized body read and dropped before the 413
@@ -175,7 +179,10 @@ def _chat_text(messages) -> list[dict]:
             content = "".join(parts)
         elif not isinstance(content, str):
             raise ApiError(400, f"'{p}.content' must be a string or a list of text parts", p + ".content")
-        out.append({"role": ROLES[role], "content": content})
+        try:
+            out.append({"role": ROLES[role], "content": content, **history(m, p)})
+        except ToolError as e:
+            raise ApiError(400, str(e), e.param) from None
     return out
 
 
@@ -390,7 +397,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             raise ApiError(400, f"the prompt has {len(ids)} tokens; this server's context holds {n_ctx} "
                            f"(prompt and completion)", param, code="context_length_exceeded")
 
-    async def run(request: HTTPRequest, ids: list[int], o: dict, chat: bool) -> Response:
+    async def run(request: HTTPRequest, ids: list[int], o: dict, chat: bool, tools: Tools | None = None) -> Response:
+        """Generate for a prompt; tools: the chat request's tools when offered (calls parsed out)."""
         sched = st.scheduler
         q: asyncio.Queue = asyncio.Queue()
         emit = q.put_nowait  # called on this loop's thread (the scheduler's deliver posts the events here)
@@ -401,7 +409,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                 constraint = await run_in_threadpool(Constraint, st.model.tokenizer, st.model.config.vocab,
                                                      o["grammar"])
             except FormatError as e:
-                raise ApiError(400, str(e), "response_format") from None
+                raise ApiError(400, str(e), "tools" if tools is not None else "response_format") from None
         req = Request(prompt=ids, max_tokens=max_tokens, sampler=o["sampler"], emit=emit, stop=o["stop"],
                       logit_bias=o["logit_bias"], constraint=constraint)
         try:
@@ -418,7 +426,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": created, "model": st.model_id}
         if o["stream"]:
-            return StreamingResponse(stream(req, q, head, chat, o["include_usage"]), media_type="text/event-stream",
+            return StreamingResponse(stream(req, q, head, chat, o["include_usage"], tools), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
         # not streaming: collect, and cancel if the client goes away meanwhile
@@ -445,16 +453,52 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             watcher.cancel()
         _, reason, usage = ev
         if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": "".join(text)},
-                      "logprobs": None, "finish_reason": reason}
+            message = {"role": "assistant", "content": "".join(text)}
+            if tools is not None:
+                message["content"], calls = tools.parse(message["content"])
+                if calls:
+                    message["tool_calls"], reason = calls, "tool_calls"
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": reason}
         return JSONResponse({**head, "object": "chat.completion" if chat else "text_completion",
                              "choices": [choice], "usage": usage})
 
-    async def stream(req: Request, q: asyncio.Queue, head: dict, chat: bool, include_usage: bool):
+    async def stream(req: Request, q: asyncio.Queue, head: dict, chat: bool, include_usage: bool,
+                     tools: Tools | None = None):
+        """SSE events of a generation. With tools, text that may be (the start of) a call is held
+        back (tools.Format.stream_from); at the end the held text is parsed and its calls go out as
+        delta.tool_calls, OpenAI's way: one chunk with index, id, type and name (arguments ""),
+        then one with the arguments."""
         def sse(obj) -> str:
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+        full, sent = "", 0  # with tools: all the text so far, and how much of it went out as content
+
+        def release(piece: str) -> str:
+            nonlocal full, sent
+            if tools is None:
+                return piece
+            full += piece
+            i = tools.format.stream_from(full)
+            end = len(full) if i is None else max(i, sent)
+            out, sent = full[sent:end], end
+            return out
+
+        def calls_chunks(reason: str) -> tuple[list[dict], str]:
+            """The chunks of the held text (content, then each call), and the finish reason."""
+            content, calls = tools.parse(full[sent:])
+            out = [chunk(content)] if content else []
+            for k, c in enumerate(calls):
+                f = c["function"]
+                out.append(tool_chunk({"index": k, "id": c["id"], "type": "function",
+                                       "function": {"name": f["name"], "arguments": ""}}))
+                out.append(tool_chunk({"index": k, "function": {"arguments": f["arguments"]}}))
+            return out, "tool_calls" if calls else reason
+
+        def tool_chunk(call: dict) -> dict:
+            return {**head, "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "logprobs": None,
+                                         "finish_reason": None}]}
 
         def chunk(piece: str | None, reason: str | None = None, role: bool = False) -> dict:
             if chat:
@@ -479,11 +523,17 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                             break
                         pieces.append(ev[1])
                         ev = None
-                    yield sse(chunk("".join(pieces)))
+                    piece = release("".join(pieces))
+                    if piece:
+                        yield sse(chunk(piece))
                     continue
                 finished = True
                 if ev[0] == "done":
                     _, reason, usage = ev
+                    if tools is not None:
+                        held, reason = calls_chunks(reason)
+                        for c in held:
+                            yield sse(c)
                     # usage rides on the last chunk; with stream_options.include_usage also in
                     # OpenAI's extra final chunk with no choices
                     yield sse({**chunk(None, reason), "usage": usage})
@@ -507,18 +557,44 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                 return e.response()
         return wrapped
 
+    def chat_tools(d: dict, o: dict) -> Tools | None:
+        """The request's tools (None: none); their grammar replaces o["grammar"] when they constrain."""
+        try:
+            t = parse_request(d, st.model.tokenizer.chat_template)
+        except ToolError as e:
+            raise ApiError(400, str(e), e.param) from None
+        if t is None:
+            return None
+        g = t.grammar()
+        if g is not None:
+            if o["grammar"] is not None:
+                raise ApiError(400, "'response_format' cannot be combined with tools the output must call "
+                               "(tool_choice \"required\", a named function, or a template with no tool syntax)",
+                               "response_format")
+            err = validate_grammar(g)
+            if err is not None:
+                raise ApiError(400, f"'tools': a tool's parameters cannot be followed: {err}", "tools")
+            o["grammar"] = g
+        return t
+
     async def chat_completions(request: HTTPRequest) -> Response:
         d = await body(request)
         o = common(d)
         messages = _chat_text(d.get("messages"))
+        tools = chat_tools(d, o)
         tok = st.model.tokenizer
+        extra = {}
+        if tools is not None:
+            messages, offered = tools.render(messages)
+            if offered is not None:
+                extra["tools"] = offered
         try:
-            prompt = tok.apply_chat_template(messages, add_generation_prompt=True)
+            prompt = tok.apply_chat_template(messages, add_generation_prompt=True, **extra)
         except Exception as e:  # noqa: BLE001 - the template's own complaint (roles, order) is the client's
             raise ApiError(400, f"chat template: {e}", "messages") from None
         ids = await tokenize(prompt, "messages")
         fits(ids, "messages")
-        return await run(request, ids, o, chat=True)
+        return await run(request, ids, o, chat=True, tools=tools if tools is not None and tools.offered else None)
 
     async def completions(request: HTTPRequest) -> Response:
         d = await body(request)

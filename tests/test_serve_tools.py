@@ -1,0 +1,243 @@
+"""tools / tool_choice (server/tools.py): the format parsers on hand-written model outputs of each
+format, the format detection on real templates (Qwen 2.5's and Llama 3.1's, tests/data/templates,
+as their authors publish them), and the openai client against `lowbit serve` on random-weight
+models with those templates and with SmolLM2's (no tool syntax: the generic format). Random
+weights never call a tool on their own, so "required" and a named function are what make the
+output a call: it must parse, name an offered tool, and its arguments must match the tool's
+schema (checked here by hand, not by llguidance). The 400s name their field."""
+import json
+import os
+
+import httpx
+import openai
+import pytest
+
+from lowbit.server import tools as T
+from serve_util import TEMPLATES, openai_client, running, synth_model
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city over some days.",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string", "maxLength": 12},
+                                  "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                   "required": ["city", "days"], "additionalProperties": False}}}
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "a + b",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                                                    "b": {"type": "boolean"}},
+                   "required": ["a", "b"], "additionalProperties": False}}}
+TOOLS = [WEATHER, ADD]
+NAMES = {"get_weather", "add"}
+
+
+def valid_args(name: str, arguments: str) -> bool:
+    """The tools' schemas, checked by hand."""
+    v = json.loads(arguments)
+    if name == "get_weather":
+        return (isinstance(v, dict) and set(v) == {"city", "days"} and isinstance(v["city"], str)
+                and len(v["city"]) <= 12 and type(v["days"]) is int and 1 <= v["days"] <= 7)
+    if name == "add":
+        return (isinstance(v, dict) and set(v) == {"a", "b"} and type(v["a"]) is int and 0 <= v["a"] <= 99
+                and isinstance(v["b"], bool))
+    return False
+
+
+# -- the formats, on hand-written outputs ---------------------------------------------------------
+def test_detect_on_real_templates():
+    def fmt(name):
+        with open(os.path.join(TEMPLATES, name), encoding="utf-8") as f:
+            return T.detect(f.read()).name
+    assert fmt("Qwen-Qwen2.5-7B-Instruct.jinja") == "hermes"
+    assert fmt("meta-llama-Llama-3.1-8B-Instruct.jinja") == "llama3"
+    assert T.detect("{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}").name == "generic"
+
+
+def test_hermes_parse():
+    h = T.by_name("hermes")
+    out = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}\n'
+           '</tool_call>\n<tool_call>\n{"name":"add","arguments":{"a":1,"b":true}}\n</tool_call>')
+    assert h.parse(out, NAMES) == ("Let me check.", [{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}},
+                                                     {"name": "add", "arguments": {"a": 1, "b": True}}])
+    assert h.parse("just text", NAMES) == ("just text", [])
+    bad = '<tool_call>\n{"name": "add", "arguments": {"a": 1,\n</tool_call>'  # malformed JSON: content
+    assert h.parse(bad, NAMES) == (bad, [])
+    unknown = '<tool_call>\n{"name": "rm", "arguments": {}}\n</tool_call>'  # not an offered tool: content
+    assert h.parse(unknown, NAMES) == (unknown, [])
+    # a good call and a truncated one: the call, the rest as content
+    c, calls = h.parse('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": false}}\n</tool_call>\n<tool_call>\n{"na',
+                       NAMES)
+    assert calls == [{"name": "add", "arguments": {"a": 2, "b": False}}] and c == '<tool_call>\n{"na'
+
+
+def test_llama3_parse():
+    l3 = T.by_name("llama3")
+    assert l3.parse('{"name": "add", "parameters": {"a": 3, "b": true}}', NAMES) == (
+        None, [{"name": "add", "arguments": {"a": 3, "b": True}}])
+    two = '<|python_tag|>{"name": "add", "parameters": {"a": 1, "b": true}}; {"name": "get_weather", "parameters": {}}'
+    assert [c["name"] for c in l3.parse(two, NAMES)[1]] == ["add", "get_weather"]
+    for text in ('Sure: {"name": "add", "parameters": {}}',    # text before: not a call in this format
+                 '{"name": "add", "parameters": {"a": 1}',      # malformed
+                 '{"name": "add", "parameters": {}} and more',  # trailing text
+                 "The answer is 4."):
+        assert l3.parse(text, NAMES) == (text, [])
+
+
+def test_generic_parse_and_render():
+    g = T.by_name("generic")
+    assert g.parse('{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": false}}, '
+                   '{"name": "get_weather", "arguments": {"city": "Rome", "days": 1}}]}', NAMES)[1] == [
+        {"name": "add", "arguments": {"a": 1, "b": False}}, {"name": "get_weather", "arguments": {"city": "Rome", "days": 1}}]
+    assert g.parse('{"response": "Hello there"}', NAMES) == ("Hello there", [])
+    for text in ('{"tool_calls": [{"name": "add"', '{"tool_calls": [{"name": "nope", "arguments": {}}]}', "plain"):
+        assert g.parse(text, NAMES) == (text, [])
+    msgs = [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": True}}}]},
+            {"role": "tool", "content": "2", "tool_call_id": "call_1"}]
+    out, tools = g.render(msgs, [t["function"] for t in TOOLS])
+    assert tools is None and out[0]["role"] == "system" and "get_weather" in out[0]["content"]
+    assert json.loads(out[2]["content"]) == {"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": True}, "id": "call_1"}]}
+    assert out[3] == {"role": "user", "content": '{"tool_response": {"tool_call_id": "call_1", "content": "2"}}'}
+
+
+def test_hermes_stream_holds_back_a_call():
+    s = T.by_name("hermes").stream_from
+    assert s("Hello") is None and s("Hello <tool") == 6 and s("Hi<tool_call>{") == 2 and s("a <toolbox") is None
+
+
+def test_request_errors():
+    def err(d):
+        with pytest.raises(T.ToolError) as e:
+            T.parse_request(d, "")
+        return e.value.param
+    assert err({"tools": {"a": 1}}) == "tools"
+    assert err({"tools": [{"type": "function", "function": {"description": "x"}}]}) == "tools[0].function.name"
+    assert err({"tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]}) == "tools[0].function.parameters"
+    assert err({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}) == "tool_choice"
+    assert err({"tool_choice": "required"}) == "tool_choice"
+    assert err({"tools": TOOLS, "tool_choice": "sometimes"}) == "tool_choice"
+    assert T.parse_request({"tools": TOOLS}, "").choice == "auto"
+    assert T.parse_request({}, "") is None
+
+
+# -- the server ----------------------------------------------------------------------------------
+MODELS = {"hermes": "Qwen-Qwen2.5-7B-Instruct.jinja", "llama3": "meta-llama-Llama-3.1-8B-Instruct.jinja", "generic": None}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def server(request, tmp_path_factory):
+    path = synth_model(tmp_path_factory.mktemp("tools") / "synth.gguf", MODELS[request.param])
+    with running("-m", path, "--ctx", "2048", "--parallel", "2", "-t", "2") as s:
+        s.format = request.param
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai_client(server.url, timeout=300)
+
+
+MSGS = [{"role": "user", "content": "What is the weather in Paris tomorrow?"}]
+
+
+def check_calls(calls, names=NAMES):
+    assert calls
+    for c in calls:
+        assert c.type == "function" and c.id.startswith("call_")
+        assert c.function.name in names
+        assert valid_args(c.function.name, c.function.arguments), c.function.arguments
+
+
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_forced_call(client, choice):
+    tc = "required" if choice == "required" else {"type": "function", "function": {"name": "add"}}
+    r = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, tool_choice=tc, max_tokens=120,
+                                       parallel_tool_calls=False, temperature=0)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls", ch
+    assert len(ch.message.tool_calls) == 1
+    check_calls(ch.message.tool_calls, NAMES if choice == "required" else {"add"})
+
+
+def test_forced_call_sampled_parallel(client):
+    """Sampled, several calls allowed: every call complete and valid (a truncated last one is content)."""
+    for seed in range(3):
+        r = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, tool_choice="required",
+                                           max_tokens=150, temperature=1.0, seed=seed)
+        check_calls(r.choices[0].message.tool_calls)
+
+
+def test_forced_call_streamed(client):
+    """The openai client's stream helper assembles delta.tool_calls into the final message."""
+    with client.chat.completions.stream(model="m", messages=MSGS, tools=TOOLS, max_tokens=120, temperature=0,
+                                        tool_choice={"type": "function", "function": {"name": "get_weather"}}) as s:
+        for _ in s:
+            pass
+        final = s.get_final_completion()
+    ch = final.choices[0]
+    assert ch.finish_reason == "tool_calls"
+    check_calls(ch.message.tool_calls, {"get_weather"})
+    # the same call as the non-streamed request (greedy)
+    r = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, max_tokens=120, temperature=0,
+                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert r.choices[0].message.tool_calls[0].function.arguments == ch.message.tool_calls[0].function.arguments
+
+
+def test_auto_without_a_call_is_content(client, server):
+    r = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, tool_choice="auto", max_tokens=16,
+                                       temperature=0)
+    ch = r.choices[0]
+    if server.format == "generic":  # constrained to {"tool_calls": ...} or {"response": ...}
+        assert ch.finish_reason in ("tool_calls", "stop", "length")
+        if ch.message.tool_calls:
+            check_calls(ch.message.tool_calls)
+        return
+    assert ch.message.tool_calls is None and ch.finish_reason == "length" and ch.message.content
+    # streamed: the same text as content deltas, no tool calls
+    chunks = list(client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, max_tokens=16,
+                                                 temperature=0, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ch.message.content
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+
+
+def test_none_is_plain_generation(client):
+    """tool_choice none: the prompt has no tools, the answer is the plain one."""
+    plain = client.chat.completions.create(model="m", messages=MSGS, max_tokens=12, temperature=0)
+    none = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, tool_choice="none", max_tokens=12,
+                                          temperature=0)
+    assert none.choices[0].message.content == plain.choices[0].message.content
+    assert none.choices[0].message.tool_calls is None
+    offered = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, max_tokens=1, temperature=0)
+    assert offered.usage.prompt_tokens > none.usage.prompt_tokens + 50  # the tools are in that prompt
+
+
+def test_second_turn_with_a_tool_result(client):
+    r = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, tool_choice="required", max_tokens=120,
+                                       parallel_tool_calls=False, temperature=0)
+    call = r.choices[0].message.tool_calls[0]
+    history = MSGS + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                      {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 21}'}]
+    r2 = client.chat.completions.create(model="m", messages=history, tools=TOOLS, max_tokens=8, temperature=0)
+    assert r2.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert r2.usage.prompt_tokens > r.usage.prompt_tokens  # the call and its result are in the prompt
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"tools": {"type": "function"}}, "tools"),
+    ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0].function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": [1]}}]}, "tools[0].function.parameters"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "delete_all"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+])
+def test_bad_tools_400(server, extra, param):
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": MSGS, "max_tokens": 4, **extra}, timeout=60)
+    assert r.status_code == 400, r.text
+    e = r.json()["error"]
+    assert e["param"] == param and "\n" not in e["message"] and e["type"] == "invalid_request_error"
+
+
+def test_openai_client_sees_the_400(client):
+    with pytest.raises(openai.BadRequestError, match="not in 'tools'"):
+        client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, max_tokens=4,
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
