@@ -842,9 +842,10 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
     if (slot < 0 || slot >= c_.n_slots || p0 < 0 || n < 0 || p0 + n > c_.n_ctx)
         throw std::invalid_argument("kv_copy: positions " + std::to_string(p0) + "+" + std::to_string(n) +
                                     " of slot " + std::to_string(slot) + " outside the cache");
-    if (hybrid())  // the KV of a prefix is not all of its state: refuse rather than restore half of it
-        throw std::invalid_argument("kv_copy: this model's recurrent layers keep state beyond the KV cache; "
-                                    "a prefix cannot be restored from KV alone");
+    // Hybrid models: the KV of a prefix is not all of its state. Loading it leaves the slot's
+    // recurrent state unknown (position -1): a forward is refused until rstate_copy loads the
+    // state that goes with it (or the slot restarts at 0), never silently half restored.
+    if (hybrid() && !save) rpos_[(size_t)slot] = -1;
     if (kv_quant()) {  // [layer][K rows, V rows][n][row bytes], the blocks as they are
         const size_t rk = (size_t)n * krow_, rv = (size_t)n * vrow_;
         for (int l = 0; l < c_.n_layer; ++l) {

@@ -237,7 +237,9 @@ public:
     // [layer][K, V][n][n_kv * head_dim] (MLA: [layer][n][mla_rank + rope_dims], the latent rows) in
     // the cache's element type (half or float32; a quantized cache: its blocks, [n][row bytes]);
     // the buffer holds kv_bytes(n) bytes. Bytes are copied as they are, so a restored prefix gives the same
-    // logits, bit for bit, as computing it again.
+    // logits, bit for bit, as computing it again. Hybrid models: the attention layers' KV only;
+    // a load leaves the recurrent state unknown until rstate_copy loads it (the prefix cache
+    // keeps both).
     size_t kv_bytes(int n) const;
     void kv_copy(int slot, int p0, int n, uint8_t *buf, bool save);
     // Hybrid models: the recurrent part of a slot (conv and delta-net states of every recurrent

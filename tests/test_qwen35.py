@@ -274,8 +274,15 @@ def test_out_of_order_is_refused(paths):
     logits = np.empty((1, m.config.vocab), np.float32)
     with pytest.raises(ValueError, match="recurrent state is at position 4, not 2"):
         m.engine.forward(np.array([9], np.int32), 2, logits, False)
-    with pytest.raises(ValueError, match="recurrent layers keep state beyond the KV cache"):
-        m.engine.kv_copy(0, 0, 2, np.empty(m.engine.kv_bytes(2), np.uint8), True)
+    # KV loaded without its recurrent state: the slot's state is unknown, a forward is refused
+    buf = np.empty(m.engine.kv_bytes(4), np.uint8)
+    m.engine.kv_copy(0, 0, 4, buf, True)
+    st = state(m)
+    m.engine.kv_copy(0, 0, 4, buf, False)
+    with pytest.raises(ValueError, match="recurrent state is at position -1, not 4"):
+        m.engine.forward(np.array([9], np.int32), 4, logits, False)
+    m.engine.rstate_copy(0, st, False)  # with the state loaded too, it continues
+    m.engine.forward(np.array([9], np.int32), 4, logits, False)
     m.engine.forward(np.array([9], np.int32), 0, logits, False)  # restarting at 0 is fine
 
 

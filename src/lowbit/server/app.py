@@ -18,7 +18,8 @@ ignored, and so are presence_penalty / frequency_penalty, which lowbit does not 
 tools / tool_choice / parallel_tool_calls (tools.py): the tools go to the chat template, calls
 are parsed out of the output in the template's format (message.tool_calls, finish_reason
 "tool_calls"; streamed as delta.tool_calls once a call is complete) and tool_choice "required"
-or a named function constrains the output to calls with llguidance. response_format json_object / json_schema constrains the output with llguidance
+or a named function constrains the output to calls with llguidance. response_format
+json_object / json_schema constrains the output with llguidance
 (structured.py): every output parses and matches the schema. logit_bias ({"token id": bias in
 -100..100}) is added to the logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
 """
@@ -302,9 +303,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
     def loader():
         try:
             model = load()
-            # a hybrid model's prefix is more than its KV (recurrent state): no prefix cache
-            hybrid = getattr(model.engine, "hybrid", False)
-            cache = PrefixCache(model, int(cache_mb * 2**20)) if cache_mb > 0 and not hybrid else None
+            # (a hybrid model's cache keeps recurrent-state snapshots beside the KV: prefix.py)
+            cache = PrefixCache(model, int(cache_mb * 2**20)) if cache_mb > 0 else None
             loop = st.loop
 
             def deliver(evs):  # on the engine thread: one wake-up of the event loop per step

@@ -50,7 +50,10 @@ def prefix_ttft(url: str, tokenize, n_tokens: int, rounds: int, bias: dict, out=
 
     shared = {"role": "system", "content": system()}
     n_sys = len(tokenize(shared["content"]))
-    _ttft(url, [shared, {"role": "user", "content": "Warm up."}], bias)  # warm-up; the shared prompt is cached
+    # warm-up: the shared prompt is cached; the second request, branching off the first after the
+    # system prompt, leaves a hybrid model's recurrent state there (prefix.py snapshot_points)
+    for q in ("Warm up.", "Warm up again."):
+        _ttft(url, [shared, {"role": "user", "content": q}], bias)
     cold, warm, hits = [], [], []
     for i in range(rounds):
         c, _ = _ttft(url, [{"role": "system", "content": system()}, {"role": "user", "content": f"Question {i}?"}],

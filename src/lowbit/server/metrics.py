@@ -122,7 +122,8 @@ class Metrics:
                     ("inserted_blocks", "counter", "Blocks of KV stored"),
                     ("evicted_blocks", "counter", "Blocks of KV evicted (least recently used first)"),
                     ("blocks", "gauge", "Blocks of KV held"),
-                    ("bytes", "gauge", "Bytes of KV held"),
+                    ("bytes", "gauge", "Bytes of KV (and recurrent-state snapshots) held"),
+                    ("snapshots", "gauge", "Blocks holding a hybrid model's recurrent state"),
                     ("capacity_bytes", "gauge", "The cache's budget in bytes (--cache-mb)")):
                 name = f"lowbit_prefix_cache_{key}" + ("_total" if kind == "counter" else "")
                 head(name, kind, help_)

@@ -15,6 +15,15 @@ so a prompt reuses at most (len - 1) // BLOCK blocks. Every use touches a chain 
 to the root, so a parent is never older than its children and eviction (oldest first) takes
 leaves; if an evicted block still had children (it cannot, but cheaply so), they go too.
 
+Hybrid models (recurrent layers: qwen35, qwen35moe, qwen3next): a slot's state at position p
+is its KV up to p and the conv + delta-net state after token p-1, which no KV block holds. A
+block may therefore carry a snapshot of that recurrent state at its end (Engine.rstate_copy,
+rstate_bytes each: far larger than a block's KV, so kept only where a later request can use it:
+snapshot_points), counted in the budget and evicted with its block. A hybrid lookup takes the
+longest cached chain that ends at a block with a snapshot and loads its KV and that state: the
+slot is then exactly as if it had computed the prefix (the state is bitwise the same however the
+tokens were chunked, as Model.rewind relies on), so outputs stay bitwise those without a cache.
+
 Only the engine thread calls load / store; stats() may be read from any thread.
 """
 from __future__ import annotations
@@ -35,6 +44,8 @@ class _Block:
     kv: np.ndarray                 # uint8[Engine.kv_bytes(BLOCK)]
     parent: tuple | None           # the parent block's key (None: a first block)
     children: set = field(default_factory=set)   # keys of child blocks
+    state: np.ndarray | None = None  # hybrid models: the recurrent state after the block's last
+    #                                  token (uint8[Engine.rstate_bytes()]), or None
 
 
 class PrefixCache:
@@ -44,18 +55,18 @@ class PrefixCache:
         self.model, self.block = model, int(block)
         self.capacity = int(capacity_bytes)
         self.block_bytes = int(model.engine.kv_bytes(self.block))
+        self.hybrid = bool(getattr(model.engine, "hybrid", False))
+        self.state_bytes = int(model.engine.rstate_bytes()) if self.hybrid else 0
+        self.bytes = 0  # the blocks' KV and snapshots held
+        self.snapshots = 0  # blocks holding a recurrent state
         self._blocks: collections.OrderedDict[tuple, _Block] = collections.OrderedDict()  # oldest first
         self._ids = itertools.count(1)  # 0: the root (the empty prefix)
         self.lookups = self.hits = self.hit_tokens = self.inserted = self.evicted = 0
 
-    @property
-    def bytes(self) -> int:
-        return len(self._blocks) * self.block_bytes
-
     def stats(self) -> dict:
         return {"lookups": self.lookups, "hits": self.hits, "hit_tokens": self.hit_tokens,
                 "inserted_blocks": self.inserted, "evicted_blocks": self.evicted, "blocks": len(self._blocks),
-                "bytes": self.bytes, "capacity_bytes": self.capacity}
+                "bytes": self.bytes, "capacity_bytes": self.capacity, "snapshots": self.snapshots}
 
     def _chain(self, tokens: list[int], n_blocks: int) -> list[_Block]:
         """The cached blocks of tokens' first n_blocks blocks, from the root, up to the first miss."""
@@ -83,10 +94,15 @@ class PrefixCache:
             raise ValueError(f"prefix cache: slot {slot} holds something other than a whole-block prefix")
         self.lookups += 1
         chain = self._chain(tokens, (len(tokens) - 1) // B) if self.capacity > 0 else []
+        if self.hybrid:  # up to the last block with the recurrent state at its end
+            while chain and chain[-1].state is None:
+                chain.pop()
         if len(chain) <= held // B:
             return 0
         for i in range(held // B, len(chain)):
             m.engine.kv_copy(slot, i * B, B, chain[i].kv, False)
+        if self.hybrid:
+            m.engine.rstate_copy(slot, chain[-1].state, False)
         n = len(chain) * B
         m.slot_pos[slot] = n  # the slot now holds these positions (Model's per-slot bookkeeping)
         m.slot_tokens[slot][held:] = tokens[held:n]
@@ -95,10 +111,25 @@ class PrefixCache:
         self.hit_tokens += n - held
         return n - held
 
-    def store(self, slot: int, upto: int | None = None) -> int:
+    def snapshot_points(self, tokens: list[int], loaded: int) -> list[int]:
+        """Hybrid models: the positions (block ends, > loaded) at which a prompt being computed
+        should leave its recurrent state (store(state=True) there), where a later request can
+        use it: the end of the cached KV chain it shares with an earlier prompt (where prompts
+        branch, as a shared system prompt's end) and its own last whole block before its last
+        token (the same prompt again, or the next chat turn). [] for other models."""
+        if not self.hybrid or self.capacity <= 0:
+            return []
+        B = self.block
+        whole = (len(tokens) - 1) // B
+        shared = len(self._chain(tokens, whole)) * B
+        return sorted({p for p in (shared, whole * B) if p > loaded})
+
+    def store(self, slot: int, upto: int | None = None, state: bool = False) -> int:
         """Keep the whole blocks of `slot`'s positions [0, upto) (default: all it holds) that
-        are not cached yet; returns the blocks added. Evicts the least recently used beyond the
-        budget (a chain longer than the budget keeps its first blocks)."""
+        are not cached yet; returns the blocks added. state (hybrid models): also keep the
+        slot's recurrent state in the block ending at its current position (which must be a
+        block end within upto, the engine's state being there). Evicts the least recently used
+        beyond the budget (a chain longer than the budget keeps its first blocks)."""
         if self.capacity < self.block_bytes:
             return 0
         m, B = self.model, self.block
@@ -116,10 +147,19 @@ class PrefixCache:
             if chain:
                 chain[-1].children.add(key)
             self._blocks[key] = b
+            self.bytes += self.block_bytes
             chain.append(b)
             parent = b.id
             added += 1
         self.inserted += added
+        at = m.slot_pos[slot]
+        if state and self.hybrid and 0 < at <= held and at % B == 0 and m.engine.rstate_pos(slot) == at:
+            b = chain[at // B - 1]
+            if b.state is None:
+                b.state = np.empty(self.state_bytes, np.uint8)
+                m.engine.rstate_copy(slot, b.state, True)
+                self.bytes += self.state_bytes
+                self.snapshots += 1
         self._touch(chain)
         while self._blocks and self.bytes > self.capacity:
             self._evict(next(iter(self._blocks)))
@@ -130,6 +170,10 @@ class PrefixCache:
         if b is None:
             return
         self.evicted += 1
+        self.bytes -= self.block_bytes
+        if b.state is not None:
+            self.bytes -= self.state_bytes
+            self.snapshots -= 1
         for c in list(b.children):
             self._evict(c)
         p = self._blocks.get(b.parent) if b.parent is not None else None
@@ -138,3 +182,4 @@ class PrefixCache:
 
     def clear(self) -> None:
         self._blocks.clear()
+        self.bytes = self.snapshots = 0

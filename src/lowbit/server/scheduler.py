@@ -29,7 +29,9 @@ the whole blocks of every slot are stored as its prompt is computed and when it 
 next chat turn, whose prompt holds this turn's reply, finds it). A request admitted while an
 earlier one is still computing a prefix they share (whole blocks beyond what is cached: several
 clients sending one long system prompt at once) waits without computing until the leader has
-passed it, then copies those blocks from the cache: the prefix is computed once.
+passed it, then copies those blocks from the cache: the prefix is computed once. On a hybrid
+model the cache also keeps recurrent-state snapshots at a prompt's Request.snaps (its chunks are
+cut to end there; a leader keeps one where its follower goes on), and a hit needs one.
 
 With a Speculator (spec.py: --lookup, --draft), each decoding request's window is its pending
 token plus up to `spec_k` drafts, all windows verified in the step's one forward (every row's
@@ -84,6 +86,8 @@ class Request:
     cancelled: bool = False
     t_submit: float = field(default_factory=time.perf_counter)
     cached: int = 0              # prompt positions whose KV came from the prefix cache
+    snaps: list = field(default_factory=list)  # hybrid models: positions (ascending) where the prompt's
+    #                                            chunks end and the cache keeps the recurrent state
     # engine-thread state
     slot: int = -1
     fed: int = 0                 # prompt tokens already in the KV cache
@@ -236,6 +240,7 @@ class Scheduler:
                 self.model.rewind(0, slot=r.slot)
                 if self.cache is not None:  # the longest cached prefix of the prompt, copied in
                     r.cached = r.fed = self.cache.load(r.prompt, r.slot)
+                    r.snaps = self.cache.snapshot_points(r.prompt, r.fed)
                     r.follow = self._leader(r)
                 r.history = list(r.prompt)
                 r.decoder = self.model.tokenizer.stream()
@@ -278,6 +283,10 @@ class Scheduler:
                     continue  # its leader is computing their shared prefix: no work twice
                 if r.next_token is None and budget > 0:
                     n = min(len(r.prompt) - r.fed, budget)
+                    for p in r.snaps:  # a chunk ends where the recurrent state is to be kept
+                        if r.fed < p < r.fed + n:
+                            n = p - r.fed
+                            break
                     batch.append((r.slot, r.prompt[r.fed:r.fed + n]))
                     who.append(r)
                     want.append(r.fed + n == len(r.prompt))  # logits only after the whole prompt
@@ -299,7 +308,7 @@ class Scheduler:
                     r.fed += len(run)
                     prompt += len(run)
                     if self.cache is not None:  # share the computed blocks with requests to come
-                        self.cache.store(slot, r.fed)
+                        self.cache.store(slot, r.fed, state=r.fed in r.snaps)
                     if lg is None:
                         continue
                 else:
@@ -345,6 +354,8 @@ class Scheduler:
             upto = same // B * B
             if upto > max(r.fed, p.fed) and (best is None or upto > best[1]):
                 best = (p, upto)
+        if best is not None and self.cache.hybrid and best[1] not in best[0].snaps:
+            best[0].snaps = sorted(best[0].snaps + [best[1]])  # the leader keeps the state where r goes on
         return best
 
     def _caught_up(self, r: Request) -> bool:
