@@ -105,6 +105,23 @@ def test_hermes_stream_holds_back_a_call():
     assert s("Hello") is None and s("Hello <tool") == 6 and s("Hi<tool_call>{") == 2 and s("a <toolbox") is None
 
 
+def test_call_stream_releases_text_and_holds_calls():
+    t = T.parse_request({"tools": TOOLS}, "<tool_call>")  # hermes, auto
+    s = T.CallStream(t)
+    out = [s.push(p) for p in ["Let", " me <to", "ol_call>\n{\"name\": \"add\", ", '"arguments": {"a": 5, "b": true}}',
+                               "\n</tool_call>"]]
+    assert out == ["Let", " me ", "", "", ""]
+    content, calls = s.finish()
+    assert content is None and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("add", {"a": 5, "b": True})]
+    s = T.CallStream(t)  # a tail that looked like a call but was not: released once it is clear
+    assert [s.push(p) for p in ["a <tool", "box b"]] == ["a ", "<toolbox b"] and s.finish() == ("", [])
+    s = T.CallStream(T.parse_request({"tools": TOOLS}, ""))  # generic: all of it is held, then parsed
+    assert s.push('{"response": "hi"}') == "" and s.finish() == ("hi", [])
+    s = T.CallStream(T.parse_request({"tools": TOOLS}, "<|start_header_id|>ipython<|end_header_id|>"))  # llama3
+    assert s.push("Hello") == "Hello" and s.push(' {"name"') == ' {"name"' and s.finish() == ("", [])
+
+
 def test_request_errors():
     def err(d):
         with pytest.raises(T.ToolError) as e:

@@ -50,7 +50,7 @@ from .metrics import Metrics
 from .prefix import PrefixCache
 from .scheduler import Draining, QueueFull, Request, Scheduler
 from .structured import Constraint, FormatError, grammar
-from .tools import ToolError, Tools, history, parse_request, validate_grammar
+from .tools import CallStream, ToolError, Tools, history, parse_request, validate_grammar
 
 MAX_BODY = 8 << 20   # bytes of request body accepted
 DRAIN_BODY = 64 << 20  # bytes of an oversized body read and dropped before the 413
@@ -473,21 +473,14 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         def sse(obj) -> str:
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
-        full, sent = "", 0  # with tools: all the text so far, and how much of it went out as content
+        calls_stream = CallStream(tools) if tools is not None else None
 
         def release(piece: str) -> str:
-            nonlocal full, sent
-            if tools is None:
-                return piece
-            full += piece
-            i = tools.format.stream_from(full)
-            end = len(full) if i is None else max(i, sent)
-            out, sent = full[sent:end], end
-            return out
+            return piece if calls_stream is None else calls_stream.push(piece)
 
         def calls_chunks(reason: str) -> tuple[list[dict], str]:
             """The chunks of the held text (content, then each call), and the finish reason."""
-            content, calls = tools.parse(full[sent:])
+            content, calls = calls_stream.finish()
             out = [chunk(content)] if content else []
             for k, c in enumerate(calls):
                 f = c["function"]

@@ -96,6 +96,25 @@ class Tools:
                          for c in calls]
 
 
+class CallStream:
+    """A streamed reply with tools offered: push() each text piece and get what may go out now as
+    content; text that may be (the start of) a call is held back (Format.stream_from) until
+    finish() parses it: (content after what went out, or None; calls as OpenAI's tool_calls)."""
+
+    def __init__(self, tools: Tools):
+        self.tools, self.text, self.sent = tools, "", 0
+
+    def push(self, piece: str) -> str:
+        self.text += piece
+        i = self.tools.format.stream_from(self.text)
+        end = len(self.text) if i is None else max(i, self.sent)
+        out, self.sent = self.text[self.sent:end], end
+        return out
+
+    def finish(self) -> tuple[str | None, list[dict]]:
+        return self.tools.parse(self.text[self.sent:])
+
+
 def parse_request(d: dict, template: str | None) -> Tools | None:
     """The tools of a chat request body (None: none given and no tool_choice). Raises ToolError."""
     raw, choice = d.get("tools"), d.get("tool_choice")
@@ -396,5 +415,5 @@ def validate_grammar(g: str) -> str | None:
     return (msgs[0] if msgs else "invalid grammar") if is_error else None
 
 
-__all__ = ["FORMATS", "Format", "ToolError", "Tools", "by_name", "detect", "history", "parse_request",
+__all__ = ["FORMATS", "CallStream", "Format", "ToolError", "Tools", "by_name", "detect", "history", "parse_request",
            "validate_grammar"]
