@@ -61,6 +61,8 @@ def test_hermes_parse():
     assert h.parse("just text", NAMES) == ("just text", [])
     bad = '<tool_call>\n{"name": "add", "arguments": {"a": 1,\n</tool_call>'  # malformed JSON: content
     assert h.parse(bad, NAMES) == (bad, [])
+    unclosed = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": true}}x'  # no </tool_call>: content
+    assert h.parse(unclosed, NAMES) == (unclosed, [])
     unknown = '<tool_call>\n{"name": "rm", "arguments": {}}\n</tool_call>'  # not an offered tool: content
     assert h.parse(unknown, NAMES) == (unknown, [])
     # a good call and a truncated one: the call, the rest as content

@@ -258,7 +258,7 @@ def _hermes_parse(text: str, names: set[str]) -> tuple[str | None, list[dict]]:
         obj, end = _raw_json(text, at + len(_HERMES_OPEN))
         call = _decode_call(obj, names, ("arguments", "parameters"))
         close = text.find(_HERMES_CLOSE, end) if call is not None else -1
-        if call is None or text[end:close].strip():  # malformed: the block stays text
+        if call is None or close < 0 or text[end:close].strip():  # malformed or unclosed: the block stays text
             nxt = text.find(_HERMES_OPEN, at + 1)
             rest.append(text[at:nxt if nxt >= 0 else len(text)])
             at = nxt
