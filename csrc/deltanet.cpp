@@ -89,11 +89,10 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
     dz_.resize((size_t)T * vd);
     dg_.resize((size_t)T * Hv);
     db_.resize((size_t)T * Hv);
-    matmul(L.wqkv, x, T, dq_.data());
-    matmul(L.wqkv_gate, x, T, dz_.data(), true);
+    if (L.ssm_ba.present()) dab_.resize((size_t)T * 2 * Hv);
+    matmuls({{&L.wqkv, dq_.data()}, {&L.wqkv_gate, dz_.data()}, {&L.ssm_ba, dab_.data()},
+             {&L.ssm_beta, db_.data()}, {&L.ssm_alpha, dg_.data()}}, x, T);  // (one dispatch; absent ones skipped)
     if (L.ssm_ba.present()) {
-        dab_.resize((size_t)T * 2 * Hv);
-        matmul(L.ssm_ba, x, T, dab_.data(), true);
         for (int t = 0; t < T; ++t)
             for (int g = 0; g < Hk; ++g)
                 for (int j = 0; j < r; ++j) {
@@ -101,9 +100,6 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
                     db_[(size_t)t * Hv + g * r + j] = ba[j];
                     dg_[(size_t)t * Hv + g * r + j] = ba[r + j];
                 }
-    } else {
-        matmul(L.ssm_beta, x, T, db_.data(), true);
-        matmul(L.ssm_alpha, x, T, dg_.data(), true);
     }
     // 4. gates, per (token, value head): dg_ = g (log decay), db_ = beta
     for (int t = 0; t < T; ++t)

@@ -392,6 +392,36 @@ void Engine::matmul(const Mat &m, const float *x, int T, float *out, bool reuse_
         for (size_t i = 0; i < (size_t)T * m.rows; ++i) out[i] *= m.out_scale;
 }
 
+void Engine::matmuls(std::initializer_list<MatOut> mats, const float *x, int T) {
+    std::vector<MatOut> todo;
+    for (const MatOut &mo : mats)
+        if (mo.m->present()) todo.push_back(mo);
+    const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
+    std::vector<RowJob> jobs;
+    while (!todo.empty()) {  // one dispatch per activation format (and width), in order of first use
+        const int act = format_by_id(todo[0].m->type)->act;
+        const int64_t n = todo[0].m->n;
+        std::vector<MatOut> group, rest;
+        for (const MatOut &mo : todo)
+            (format_by_id(mo.m->type)->act == act && mo.m->n == n ? group : rest).push_back(mo);
+        if (collect_ && T >= 16)
+            for (const MatOut &mo : group) record_act(*mo.m, x, T);  // (matmul's own hook)
+        size_t arb;
+        const uint8_t *a = quantize_input(*group[0].m, x, T, false, &arb);
+        jobs.clear();
+        for (const MatOut &mo : group) {
+            const Format &f = *format_by_id(mo.m->type);
+            jobs.push_back(RowJob{&f, &kernel_entry(f.id), mo.m->w, mo.m->stride, mo.m->scale, mo.out,
+                                  (size_t)mo.m->rows, 0, mo.m->rows});
+        }
+        run_rows_multi(jobs.data(), (int)jobs.size(), cpu_info().selected, a, arb, T, n, threads);
+        for (const MatOut &mo : group)
+            if (mo.m->out_scale != 1.0f)
+                for (size_t i = 0; i < (size_t)T * mo.m->rows; ++i) mo.out[i] *= mo.m->out_scale;
+        todo.swap(rest);
+    }
+}
+
 // out = x / sqrt(mean(x^2) + eps) * w, per token, rounded as ggml's rms_norm then mul: each
 // square in float, summed in double, the mean and 1/sqrt in float, then (x * scale) * w.
 // (Matching llama.cpp's rounding here keeps int8 activation roundings from flipping.)
@@ -708,18 +738,16 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         if (c_.attn_gate) {  // attn_q: [q_h, gate_h] per head, split into q_ and agate_
             qg_.resize((size_t)T * 2 * qd);
             agate_.resize((size_t)T * qd);
-            matmul(L.wq, h_.data(), T, qg_.data());
+            matmuls({{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
             for (int t = 0; t < T; ++t)
                 for (int hh = 0; hh < c_.n_head; ++hh) {
                     const float *src = qg_.data() + ((size_t)t * c_.n_head + hh) * 2 * hd;
                     std::memcpy(q_.data() + ((size_t)t * c_.n_head + hh) * hd, src, sizeof(float) * hd);
                     std::memcpy(agate_.data() + ((size_t)t * c_.n_head + hh) * hd, src + hd, sizeof(float) * hd);
                 }
-        } else {
-            matmul(L.wq, h_.data(), T, q_.data());    // q, k, v share one quantized copy of h
+        } else {  // q, k, v: one dispatch, one quantized copy of h
+            matmuls({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
         }
-        matmul(L.wk, h_.data(), T, k_.data(), true);
-        matmul(L.wv, h_.data(), T, v_.data(), true);
         add_bias(q_.data(), L.bq, T, qd);
         add_bias(k_.data(), L.bk, T, kd);
         add_bias(v_.data(), L.bv, T, kd);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels.h"
@@ -283,6 +284,12 @@ private:
     // reuse_act: x is the same input as the previous matmul's (q/k/v, gate/up): its
     // quantized copy is reused when the activation format is the same.
     void matmul(const Mat &m, const float *x, int T, float *out, bool reuse_act = false);
+    // Several matrices on the same input x[T][n] (q / k / v; the delta-net's input projections):
+    // out_i = x . W_i^T for each present W_i (absent ones skipped), the matrices that pair with
+    // one activation format in ONE pool dispatch (run_rows_multi), x quantized once per format.
+    // Bitwise the matmul calls one by one (I3): decode pays one barrier instead of one per matrix.
+    struct MatOut { const Mat *m; float *out; };
+    void matmuls(std::initializer_list<MatOut> mats, const float *x, int T);
     const uint8_t *quantize_input(const Mat &m, const float *x, int T, bool reuse_act, size_t *arb);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
     void rope_angles(int T, const int32_t *pos);  // fills rot_
