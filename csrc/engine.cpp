@@ -81,6 +81,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         ssm_st_.assign((size_t)c.n_slots * n_rec_layers_ * ssm_state_floats(), 0.0f);
     }
     rpos_.assign((size_t)c.n_slots, 0);
+    tlog_p0_.assign((size_t)c.n_slots, 0);
+    tlog_n_.assign((size_t)c.n_slots, 0);
     kv_row_ = c.mla_rank > 0 ? (size_t)c.mla_rank + c.rope_dims : (size_t)c.n_kv * c.head_dim;
     const size_t kv = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx * kv_row_;
     const size_t vkv = c.mla_rank > 0 ? 0 : kv;  // MLA: the value is the latent part of the K row
@@ -707,6 +709,13 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
                 int first = -1;
                 for (int t = 0; t < T && first < 0; ++t) if (slots[t] == s) first = pos[t];
                 if (first == 0) rstate_clear(s);
+                // the replay log: this call's tokens if 2..kReplayMax (deltanet fills it), else
+                // what the log held before the first position this call writes
+                // (a call that logs: none until it has finished, below)
+                const int n = next_pos[(size_t)s] - first;
+                int32_t &p0 = tlog_p0_[(size_t)s], &ln = tlog_n_[(size_t)s];
+                ln = n >= 2 && n <= kReplayMax ? 0 : std::max(0, std::min(ln, first - p0));
+                if (ln == 0) p0 = 0;
             }
     }
     const int dim = c_.dim, hd = c_.head_dim, qd = c_.n_head * hd, kd = c_.n_kv * hd, ffn = c_.ffn;
@@ -823,7 +832,11 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     }
     if (hybrid())
         for (int s = 0; s < c_.n_slots; ++s)
-            if (next_pos[(size_t)s] >= 0) rpos_[(size_t)s] = next_pos[(size_t)s];
+            if (next_pos[(size_t)s] >= 0) {
+                const int n = next_pos[(size_t)s] - rpos_[(size_t)s];  // (pos 0 restarts: rpos_ was cleared)
+                if (n >= 2 && n <= kReplayMax) tlog_p0_[(size_t)s] = rpos_[(size_t)s], tlog_n_[(size_t)s] = n;
+                rpos_[(size_t)s] = next_pos[(size_t)s];
+            }
     if (!last) { std::memcpy(x_out, x_.data(), sizeof(float) * (size_t)T * dim); return; }
     if (n_out == 0) return;
     for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
