@@ -738,7 +738,17 @@ NB_MODULE(_lowbit, m) {
             uint8_t *p = buf.data();
             nb::gil_scoped_release nogil;
             e.rstate_copy(slot, p, save);
-        }, nb::arg("slot"), nb::arg("buf"), nb::arg("save"));
+        }, nb::arg("slot"), nb::arg("buf"), nb::arg("save"))
+        // the replay log (engine.h): (first position, tokens) it holds; fold its first n in
+        .def("rstate_log", [](const Engine &e, int slot) {
+            if (slot < 0 || slot >= e.config().n_slots) throw std::invalid_argument("rstate_log: no such slot");
+            const auto [p0, n] = e.rstate_log(slot);
+            return nb::make_tuple(p0, n);
+        })
+        .def("rstate_replay", [](Engine &e, int slot, int n) {
+            nb::gil_scoped_release nogil;
+            e.rstate_replay(slot, n);
+        }, nb::arg("slot"), nb::arg("n"));
 
     // ---- lowbit's weight quantizers (csrc/quant/), byte-identical to ggml_quantize_chunk ----
     m.def("quantizer_info", [](int id) {

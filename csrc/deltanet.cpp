@@ -79,21 +79,19 @@ static inline float silu(float x) { return x / (1.0f + std::exp(-x)); }  // ggml
 
 void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, float *out) {
     const LayerWeights &L = layers_[(size_t)layer];
-    const int S = c_.ssm_state, Hk = c_.ssm_groups, Hv = c_.ssm_heads, K = c_.ssm_conv;
+    const int S = c_.ssm_state, Hk = c_.ssm_groups, Hv = c_.ssm_heads;
     const int kdim = Hk * S, vd = Hv * S, cd = 2 * kdim + vd, r = Hv / Hk;
     const int rl = rec_index_[(size_t)layer];
-    const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
 
     // 1. projections (q/k/v, z, beta, alpha share one quantized copy of x where formats pair)
     dq_.resize((size_t)T * cd);
     dz_.resize((size_t)T * vd);
     dg_.resize((size_t)T * Hv);
     db_.resize((size_t)T * Hv);
-    matmul(L.wqkv, x, T, dq_.data());
-    matmul(L.wqkv_gate, x, T, dz_.data(), true);
+    if (L.ssm_ba.present()) dab_.resize((size_t)T * 2 * Hv);
+    matmuls({{&L.wqkv, dq_.data()}, {&L.wqkv_gate, dz_.data()}, {&L.ssm_ba, dab_.data()},
+             {&L.ssm_beta, db_.data()}, {&L.ssm_alpha, dg_.data()}}, x, T);  // (one dispatch; absent ones skipped)
     if (L.ssm_ba.present()) {
-        dab_.resize((size_t)T * 2 * Hv);
-        matmul(L.ssm_ba, x, T, dab_.data(), true);
         for (int t = 0; t < T; ++t)
             for (int g = 0; g < Hk; ++g)
                 for (int j = 0; j < r; ++j) {
@@ -101,9 +99,6 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
                     db_[(size_t)t * Hv + g * r + j] = ba[j];
                     dg_[(size_t)t * Hv + g * r + j] = ba[r + j];
                 }
-    } else {
-        matmul(L.ssm_beta, x, T, db_.data(), true);
-        matmul(L.ssm_alpha, x, T, dg_.data(), true);
     }
     // 4. gates, per (token, value head): dg_ = g (log decay), db_ = beta
     for (int t = 0; t < T; ++t)
@@ -127,6 +122,70 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
             run_off.push_back((int)run_tok.size());
         }
     }
+    // the replay log (engine.h): a slot's 2..kReplayMax tokens, as the state update takes them
+    const size_t lrow = tlog_row();
+    for (size_t run = 0; run < run_slot.size(); ++run) {
+        const int n = run_off[run + 1] - run_off[run];
+        if (n < 2 || n > kReplayMax) continue;
+        if (tlog_.empty()) tlog_.resize((size_t)c_.n_slots * n_rec_layers_ * kReplayMax * lrow);
+        float *dst = tlog_.data() + ((size_t)run_slot[run] * n_rec_layers_ + rl) * kReplayMax * lrow;
+        for (int k = 0; k < n; ++k, dst += lrow) {
+            const size_t t = (size_t)run_tok[(size_t)run_off[run] + k];
+            std::memcpy(dst, dq_.data() + t * cd, sizeof(float) * cd);
+            std::memcpy(dst + cd, dg_.data() + t * Hv, sizeof(float) * Hv);
+            std::memcpy(dst + cd + Hv, db_.data() + t * Hv, sizeof(float) * Hv);
+        }
+    }
+    deltanet_state(layer, T, run_slot, run_tok, run_off);
+
+    // 6. gated RMS norm per (token, head), then the output projection
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < Hv; ++h) {
+            float *o = dout_.data() + (size_t)t * vd + (size_t)h * S;
+            const float *z = dz_.data() + (size_t)t * vd + (size_t)h * S;
+            double ss = 0.0;
+            for (int j = 0; j < S; ++j) ss += (double)(o[j] * o[j]);
+            const float sc = 1.0f / std::sqrt((float)(ss / S) + c_.eps);
+            for (int j = 0; j < S; ++j) o[j] = ((o[j] * sc) * L.ssm_norm[j]) * silu(z[j]);
+        }
+    matmul(L.ssm_out, dout_.data(), T, out);
+}
+
+void Engine::rstate_replay(int slot, int n) {
+    if (slot < 0 || slot >= c_.n_slots) throw std::invalid_argument("rstate_replay: no slot " + std::to_string(slot));
+    const int p0 = tlog_p0_[(size_t)slot], ln = tlog_n_[(size_t)slot];
+    if (n < 0 || n > ln || rpos_[(size_t)slot] != p0)
+        throw std::invalid_argument("rstate_replay: the log holds " + std::to_string(ln) + " tokens from position " +
+                                    std::to_string(p0) + ", the state is at " + std::to_string(rpos_[(size_t)slot]) +
+                                    ", asked for " + std::to_string(n));
+    if (n == 0) return;
+    const int S = c_.ssm_state, Hk = c_.ssm_groups, Hv = c_.ssm_heads, cd = (2 * Hk + Hv) * S;
+    const size_t lrow = tlog_row();
+    dq_.resize((size_t)n * cd);
+    dg_.resize((size_t)n * Hv);
+    db_.resize((size_t)n * Hv);
+    std::vector<int> run_slot{slot}, run_tok(n), run_off{0, n};
+    for (int k = 0; k < n; ++k) run_tok[(size_t)k] = k;
+    for (int l = c_.layer_begin; l < c_.layer_end; ++l) {
+        if (!layers_[(size_t)l].recurrent) continue;
+        const float *src = tlog_.data() + ((size_t)slot * n_rec_layers_ + rec_index_[(size_t)l]) * kReplayMax * lrow;
+        for (int k = 0; k < n; ++k, src += lrow) {
+            std::memcpy(dq_.data() + (size_t)k * cd, src, sizeof(float) * cd);
+            std::memcpy(dg_.data() + (size_t)k * Hv, src + cd, sizeof(float) * Hv);
+            std::memcpy(db_.data() + (size_t)k * Hv, src + cd + Hv, sizeof(float) * Hv);
+        }
+        deltanet_state(l, n, run_slot, run_tok, run_off);
+    }
+    rpos_[(size_t)slot] = p0 + n;
+}
+
+void Engine::deltanet_state(int layer, int T, const std::vector<int> &run_slot, const std::vector<int> &run_tok,
+                            const std::vector<int> &run_off) {
+    const LayerWeights &L = layers_[(size_t)layer];
+    const int S = c_.ssm_state, Hk = c_.ssm_groups, Hv = c_.ssm_heads, K = c_.ssm_conv;
+    const int kdim = Hk * S, vd = Hv * S, cd = 2 * kdim + vd, r = Hv / Hk;
+    const int rl = rec_index_[(size_t)layer];
+    const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
     const int n_runs = (int)run_slot.size();
     const size_t csf = conv_state_floats(), ssf = ssm_state_floats();
 
@@ -191,17 +250,6 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
         });
     }
 
-    // 6. gated RMS norm per (token, head), then the output projection
-    for (int t = 0; t < T; ++t)
-        for (int h = 0; h < Hv; ++h) {
-            float *o = dout_.data() + (size_t)t * vd + (size_t)h * S;
-            const float *z = dz_.data() + (size_t)t * vd + (size_t)h * S;
-            double ss = 0.0;
-            for (int j = 0; j < S; ++j) ss += (double)(o[j] * o[j]);
-            const float sc = 1.0f / std::sqrt((float)(ss / S) + c_.eps);
-            for (int j = 0; j < S; ++j) o[j] = ((o[j] * sc) * L.ssm_norm[j]) * silu(z[j]);
-        }
-    matmul(L.ssm_out, dout_.data(), T, out);
 }
 
 }  // namespace lowbit

@@ -81,6 +81,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         ssm_st_.assign((size_t)c.n_slots * n_rec_layers_ * ssm_state_floats(), 0.0f);
     }
     rpos_.assign((size_t)c.n_slots, 0);
+    tlog_p0_.assign((size_t)c.n_slots, 0);
+    tlog_n_.assign((size_t)c.n_slots, 0);
     kv_row_ = c.mla_rank > 0 ? (size_t)c.mla_rank + c.rope_dims : (size_t)c.n_kv * c.head_dim;
     const size_t kv = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx * kv_row_;
     const size_t vkv = c.mla_rank > 0 ? 0 : kv;  // MLA: the value is the latent part of the K row
@@ -392,6 +394,36 @@ void Engine::matmul(const Mat &m, const float *x, int T, float *out, bool reuse_
         for (size_t i = 0; i < (size_t)T * m.rows; ++i) out[i] *= m.out_scale;
 }
 
+void Engine::matmuls(std::initializer_list<MatOut> mats, const float *x, int T) {
+    std::vector<MatOut> todo;
+    for (const MatOut &mo : mats)
+        if (mo.m->present()) todo.push_back(mo);
+    const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
+    std::vector<RowJob> jobs;
+    while (!todo.empty()) {  // one dispatch per activation format (and width), in order of first use
+        const int act = format_by_id(todo[0].m->type)->act;
+        const int64_t n = todo[0].m->n;
+        std::vector<MatOut> group, rest;
+        for (const MatOut &mo : todo)
+            (format_by_id(mo.m->type)->act == act && mo.m->n == n ? group : rest).push_back(mo);
+        if (collect_ && T >= 16)
+            for (const MatOut &mo : group) record_act(*mo.m, x, T);  // (matmul's own hook)
+        size_t arb;
+        const uint8_t *a = quantize_input(*group[0].m, x, T, false, &arb);
+        jobs.clear();
+        for (const MatOut &mo : group) {
+            const Format &f = *format_by_id(mo.m->type);
+            jobs.push_back(RowJob{&f, &kernel_entry(f.id), mo.m->w, mo.m->stride, mo.m->scale, mo.out,
+                                  (size_t)mo.m->rows, 0, mo.m->rows});
+        }
+        run_rows_multi(jobs.data(), (int)jobs.size(), cpu_info().selected, a, arb, T, n, threads);
+        for (const MatOut &mo : group)
+            if (mo.m->out_scale != 1.0f)
+                for (size_t i = 0; i < (size_t)T * mo.m->rows; ++i) mo.out[i] *= mo.m->out_scale;
+        todo.swap(rest);
+    }
+}
+
 // out = x / sqrt(mean(x^2) + eps) * w, per token, rounded as ggml's rms_norm then mul: each
 // square in float, summed in double, the mean and 1/sqrt in float, then (x * scale) * w.
 // (Matching llama.cpp's rounding here keeps int8 activation roundings from flipping.)
@@ -677,6 +709,13 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
                 int first = -1;
                 for (int t = 0; t < T && first < 0; ++t) if (slots[t] == s) first = pos[t];
                 if (first == 0) rstate_clear(s);
+                // the replay log: this call's tokens if 2..kReplayMax (deltanet fills it), else
+                // what the log held before the first position this call writes
+                // (a call that logs: none until it has finished, below)
+                const int n = next_pos[(size_t)s] - first;
+                int32_t &p0 = tlog_p0_[(size_t)s], &ln = tlog_n_[(size_t)s];
+                ln = n >= 2 && n <= kReplayMax ? 0 : std::max(0, std::min(ln, first - p0));
+                if (ln == 0) p0 = 0;
             }
     }
     const int dim = c_.dim, hd = c_.head_dim, qd = c_.n_head * hd, kd = c_.n_kv * hd, ffn = c_.ffn;
@@ -708,18 +747,16 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         if (c_.attn_gate) {  // attn_q: [q_h, gate_h] per head, split into q_ and agate_
             qg_.resize((size_t)T * 2 * qd);
             agate_.resize((size_t)T * qd);
-            matmul(L.wq, h_.data(), T, qg_.data());
+            matmuls({{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
             for (int t = 0; t < T; ++t)
                 for (int hh = 0; hh < c_.n_head; ++hh) {
                     const float *src = qg_.data() + ((size_t)t * c_.n_head + hh) * 2 * hd;
                     std::memcpy(q_.data() + ((size_t)t * c_.n_head + hh) * hd, src, sizeof(float) * hd);
                     std::memcpy(agate_.data() + ((size_t)t * c_.n_head + hh) * hd, src + hd, sizeof(float) * hd);
                 }
-        } else {
-            matmul(L.wq, h_.data(), T, q_.data());    // q, k, v share one quantized copy of h
+        } else {  // q, k, v: one dispatch, one quantized copy of h
+            matmuls({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
         }
-        matmul(L.wk, h_.data(), T, k_.data(), true);
-        matmul(L.wv, h_.data(), T, v_.data(), true);
         add_bias(q_.data(), L.bq, T, qd);
         add_bias(k_.data(), L.bk, T, kd);
         add_bias(v_.data(), L.bv, T, kd);
@@ -795,7 +832,11 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     }
     if (hybrid())
         for (int s = 0; s < c_.n_slots; ++s)
-            if (next_pos[(size_t)s] >= 0) rpos_[(size_t)s] = next_pos[(size_t)s];
+            if (next_pos[(size_t)s] >= 0) {
+                const int n = next_pos[(size_t)s] - rpos_[(size_t)s];  // (pos 0 restarts: rpos_ was cleared)
+                if (n >= 2 && n <= kReplayMax) tlog_p0_[(size_t)s] = rpos_[(size_t)s], tlog_n_[(size_t)s] = n;
+                rpos_[(size_t)s] = next_pos[(size_t)s];
+            }
     if (!last) { std::memcpy(x_out, x_.data(), sizeof(float) * (size_t)T * dim); return; }
     if (n_out == 0) return;
     for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)

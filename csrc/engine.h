@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "kernels.h"
@@ -251,6 +253,17 @@ public:
     size_t rstate_bytes() const;
     void rstate_copy(int slot, uint8_t *buf, bool save);
     int rstate_pos(int slot) const { return rpos_.at((size_t)slot); }
+    // The replay log (speculative rewinds without a forward pass): a forward call that gives a
+    // slot 2..kReplayMax tokens keeps, per recurrent layer and token, what the state update
+    // consumed (the conv's input row, the decay and beta per value head). After loading a state
+    // saved at the call's first position (rstate_copy), rstate_replay(slot, n) folds that call's
+    // first n tokens into it: the conv, the norms and the delta rule only, no matmul, no KV
+    // write, bitwise the state the forward left after those tokens (the same code on the same
+    // values). rstate_log(slot): (first position, tokens) the log still holds for the slot's
+    // current tokens (a later call writing at a logged position cuts it there); (0, 0): none.
+    static constexpr int kReplayMax = 8;
+    std::pair<int, int> rstate_log(int slot) const { return {tlog_p0_.at((size_t)slot), tlog_n_.at((size_t)slot)}; }
+    void rstate_replay(int slot, int n);
     // Check every required weight is set and shaped right; returns "" or the problem.
     std::string validate() const;
     // Per-layer stats (n_layer entries); collected only while enabled.
@@ -285,6 +298,12 @@ private:
     // reuse_act: x is the same input as the previous matmul's (q/k/v, gate/up): its
     // quantized copy is reused when the activation format is the same.
     void matmul(const Mat &m, const float *x, int T, float *out, bool reuse_act = false);
+    // Several matrices on the same input x[T][n] (q / k / v; the delta-net's input projections):
+    // out_i = x . W_i^T for each present W_i (absent ones skipped), the matrices that pair with
+    // one activation format in ONE pool dispatch (run_rows_multi), x quantized once per format.
+    // Bitwise the matmul calls one by one (I3): decode pays one barrier instead of one per matrix.
+    struct MatOut { const Mat *m; float *out; };
+    void matmuls(std::initializer_list<MatOut> mats, const float *x, int T);
     const uint8_t *quantize_input(const Mat &m, const float *x, int T, bool reuse_act, size_t *arb);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
     void rope_angles(int T, const int32_t *pos);  // fills rot_
@@ -303,6 +322,10 @@ private:
     // The gated delta-net layer (csrc/deltanet.cpp): out[T][dim] from the normed input x[T][dim];
     // each slot's tokens in order continue its conv and recurrent state.
     void deltanet(int layer, const float *x, int T, const int32_t *slots, float *out);
+    // Its state update (steps 2, 3, 5) on dq_ (conv inputs, in place), dg_ and db_ (gates) of
+    // tokens run_tok[run_off[i] .. run_off[i + 1]) of slot run_slot[i], in order; o into dout_.
+    void deltanet_state(int layer, int T, const std::vector<int> &run_slot, const std::vector<int> &run_tok,
+                        const std::vector<int> &run_off);
     void rstate_clear(int slot);
     size_t conv_state_floats() const;   // per recurrent layer and slot
     size_t ssm_state_floats() const;
@@ -352,6 +375,11 @@ private:
     std::vector<float> ssm_st_;          // [slot][rec layer][H_v][S (value j)][S (key i)]
     std::vector<int32_t> rpos_;          // [slot] tokens folded into the slot's recurrent state
     std::vector<float> dq_, dz_, dab_, dg_, db_, dout_;  // delta-net scratch
+    // the replay log: [slot][rec layer][kReplayMax][conv_dim + 2 H_v] (conv input, decay, beta),
+    // allocated at the first call that logs; per slot its first position and token count
+    std::vector<float> tlog_;
+    std::vector<int32_t> tlog_p0_, tlog_n_;
+    size_t tlog_row() const { return (2 * (size_t)c_.ssm_groups + (size_t)c_.ssm_heads) * c_.ssm_state + 2 * (size_t)c_.ssm_heads; }
     std::vector<uint8_t> act_;
     int act_type_ = -1;  // format of what act_ holds (-1: nothing reusable)
     int threads_ = 0;

@@ -37,9 +37,23 @@ static void check_and_count(const Format &f, const KernelEntry &e, int isa, int6
 // row's result never depends on the split: I3) and calls body(tb, te) on each tile. Parts,
 // not threads: up to 4 per thread (of >= 16 rows), claimed dynamically by the pool, so a
 // thread descheduled by another process delays at most one small part.
+static const int64_t kPartsPerThread = [] {  // LOWBIT_PARTS=N overrides (A/B runs)
+    const char *e = std::getenv("LOWBIT_PARTS");
+    const long v = e && *e ? std::atol(e) : 0;
+    return v > 0 ? (int64_t)v : (int64_t)4;
+}();
+// Bytes of a part's first rows requested at its start (LOWBIT_PART_WARM=N; A/B runs): the
+// kernels prefetch kPrefetchAhead bytes ahead of what they decode, so a part's first bytes are
+// otherwise read cold.
+static const size_t kPartWarm = [] {
+    const char *e = std::getenv("LOWBIT_PART_WARM");
+    const long v = e && *e ? std::atol(e) : 0;
+    return v > 0 ? (size_t)v : (size_t)0;
+}();
+
 template <class Body>
 static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body) {
-    int64_t parts = threads > 1 ? std::min<int64_t>((int64_t)threads * 4, rows / 16) : 1;
+    int64_t parts = threads > 1 ? std::min<int64_t>((int64_t)threads * kPartsPerThread, rows / 16) : 1;
     if (parts < threads) parts = std::min<int64_t>(threads, rows);
     if (parts < 1) parts = 1;
     ThreadPool::instance().run((int)parts, [&](int i, int nthr) {
@@ -49,38 +63,81 @@ static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &b
     });
 }
 
-// One pool dispatch per call, whatever the window count: each thread takes its row range and,
-// tile by tile (~32 KB of weight rows, so they stay in L1/L2 while every window of tokens
-// reads them), runs each window's kernel over the tile. A (row, token) pair is computed by
-// the same kernel on the same bytes as with one dispatch per window (windows are cut the same
-// way: tokens t0..t0+7), so results are bitwise unchanged (I2, I3); a prompt chunk pays one
-// barrier instead of one per 8 tokens, and streams each weight row from memory once.
+// The rows of one matrix as a piece of a run_rows_multi dispatch: tile size and GEMM choice
+// are the matrix's own, exactly as a run_rows call on it alone would pick them.
+struct RowsPlan {
+    const RowJob *j;
+    bool gemm;
+    uint64_t id;   // the GEMM's activation panel (once per thread, call and matrix)
+    int64_t tile;  // rows per tile
+};
+
+// Rows [tb, te) of job p (relative to its r0), every window of tokens.
+static void rows_piece(const RowsPlan &p, const uint8_t *act, size_t act_stride, int64_t nt, int64_t n, int64_t tb,
+                       int64_t te) {
+    const RowJob &j = *p.j;
+    if (p.gemm) {
+        j.e->gemm.fn(RowArgs{j.w, j.w_stride, act, act_stride, j.out, j.out_stride, n, j.w_scale, p.id}, j.r0 + tb,
+                     j.r0 + te, (int)nt);
+        return;
+    }
+    for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
+        const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
+        RowArgs a{j.w, j.w_stride, act + (size_t)t0 * act_stride, act_stride, j.out + (size_t)t0 * j.out_stride,
+                  j.out_stride, n, j.w_scale};
+        j.e->rows[ntc].fn(a, j.r0 + tb, j.r0 + te, ntc);
+    }
+}
+
+// One pool dispatch per call, whatever the window count and the number of matrices: the
+// matrices' rows are laid end to end ([0, rows of the 1st), then the 2nd's, ...) and split
+// into parts as one range; a part runs, matrix by matrix, its share of each, tile by tile
+// (kTileBytes of weight rows, so they stay in L2 while every window of tokens reads them), each
+// window's kernel over the tile. A (row, token) pair is computed by the same kernel on the same
+// bytes as with one dispatch per matrix and window (windows are cut the same way: tokens
+// t0..t0+7), so results are bitwise unchanged (I2, I3); a prompt chunk pays one barrier instead
+// of one per 8 tokens, streams each weight row from memory once, and q, k and v of a decode step
+// (several small matrices on one input) pay one barrier instead of three.
+void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act, size_t act_stride, int64_t nt,
+                    int64_t n, int threads) {
+    const int64_t windows = (nt + MAX_NT - 1) / MAX_NT;
+    std::vector<RowsPlan> plan((size_t)n_jobs);
+    int64_t total = 0;
+    for (int k = 0; k < n_jobs; ++k) {
+        const RowJob &j = jobs[k];
+        const int64_t rows = j.r1 - j.r0;
+        // The entry's GEMM, when it has one and the chunk is long enough, takes all nt tokens of
+        // a tile in one call (same tiles, same per-token results: KernelEntry::gemm); it tiles its
+        // rows itself and builds its activation panel once per call: one call per part.
+        const bool gemm = gemm_takes(*j.e, nt);
+        if (gemm) count_call(j.f->id, 0, isa, rows);
+        else check_and_count(*j.f, *j.e, isa, nt, rows);
+        const int64_t tile = !gemm && windows > 1 ? (j.w_stride >= kTileBytes ? 1 : (int64_t)(kTileBytes / j.w_stride))
+                                                  : rows;
+        plan[(size_t)k] = RowsPlan{&j, gemm, gemm ? new_act_id() : 0, tile};
+        total += rows;
+    }
+    for_row_tiles(total, total, threads, [&](int64_t b, int64_t e) {
+        int64_t base = 0;  // where job k's rows start in the laid-out range
+        for (const RowsPlan &p : plan) {
+            const int64_t rows = p.j->r1 - p.j->r0, lo = std::max(b, base) - base, hi = std::min(e, base + rows) - base;
+            if (kPartWarm && lo < hi) {
+                const char *w0 = (const char *)p.j->w + (size_t)(p.j->r0 + lo) * p.j->w_stride;
+                const size_t span = std::min(kPartWarm, (size_t)(hi - lo) * p.j->w_stride);
+                for (size_t o = 0; o < span; o += 64) __builtin_prefetch(w0 + o, 0, 3);
+            }
+            for (int64_t tb = lo; tb < hi; tb += p.tile)
+                rows_piece(p, act, act_stride, nt, n, tb, tb + p.tile < hi ? tb + p.tile : hi);
+            base += rows;
+        }
+    });
+}
+
 void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, size_t w_stride,
               const uint8_t *act, size_t act_stride, int64_t nt, float *out, size_t out_stride,
               int64_t n, float w_scale, int64_t r0, int64_t r1, int threads) {
-    const int64_t rows = r1 - r0;
-    const int64_t windows = (nt + MAX_NT - 1) / MAX_NT;
-    // The entry's GEMM, when it has one and the chunk is long enough, takes all nt tokens of a
-    // tile in one call (same tiles, same per-token results: KernelEntry::gemm).
-    const bool gemm = gemm_takes(e, nt);
-    const uint64_t id = gemm ? new_act_id() : 0;  // (the GEMM's panel: once per thread and call)
-    if (gemm) count_call(f.id, 0, isa, rows);
-    else check_and_count(f, e, isa, nt, rows);
-    // (the GEMM tiles its rows itself and builds its activation panel once per call: one call
-    // per part)
-    const int64_t tile = !gemm && windows > 1 ? (w_stride >= kTileBytes ? 1 : (int64_t)(kTileBytes / w_stride)) : rows;
-    for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
-        if (gemm) {
-            e.gemm.fn(RowArgs{w, w_stride, act, act_stride, out, out_stride, n, w_scale, id}, r0 + tb, r0 + te, (int)nt);
-            return;
-        }
-        for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
-            const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
-            RowArgs a{w, w_stride, act + (size_t)t0 * act_stride, act_stride,
-                      out + (size_t)t0 * out_stride, out_stride, n, w_scale};
-            e.rows[ntc].fn(a, r0 + tb, r0 + te, ntc);
-        }
-    });
+    const RowJob j{&f, &e, w, w_stride, w_scale, out, out_stride, r0, r1};
+    run_rows_multi(&j, 1, isa, act, act_stride, nt, n, threads);
 }
 
 uint64_t new_act_id() {

@@ -16,6 +16,26 @@ void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, 
               const uint8_t *act, size_t act_stride, int64_t nt, float *out, size_t out_stride,
               int64_t n, float w_scale, int64_t r0, int64_t r1, int threads);
 
+// One matrix of a run_rows_multi call: rows [r0, r1) of W (format *f, kernels *e, row r at
+// w + r * w_stride) into out[t * out_stride + r].
+struct RowJob {
+    const Format *f = nullptr;
+    const KernelEntry *e = nullptr;
+    const uint8_t *w = nullptr;
+    size_t w_stride = 0;
+    float w_scale = 1.0f;  // per-tensor scale inside the row kernel (I2_S)
+    float *out = nullptr;
+    size_t out_stride = 0;
+    int64_t r0 = 0, r1 = 0;
+};
+
+// run_rows over several matrices that read the same activations (act: nt rows of act_stride
+// bytes, the one activation format all jobs pair with; n values each) in ONE pool dispatch:
+// their rows are split over the threads as one range. Each (matrix, row, token) result is
+// bitwise run_rows' on that matrix alone (same kernels, same windows, same tier; I2, I3, I8).
+void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act, size_t act_stride, int64_t nt,
+                    int64_t n, int threads);
+
 // One weight matrix as the fused GLU path sees it: row r at w + r * stride, raw bytes of
 // format *f, run through *e's row kernels; y = (W x) * out_scale (one float multiply per
 // output, as Engine::matmul applies Mat::out_scale; 1.0f: none).

@@ -53,13 +53,11 @@ void Engine::mla_attention(int layer, const float *x, int T, const int32_t *slot
     // 1. projections: q (directly or through the q_lora bottleneck) and the latent + k rope part
     if (Rq > 0) {
         mqa_.resize((size_t)T * Rq);
-        matmul(L.wq_a, x, T, mqa_.data());
-        matmul(L.wkv_a, x, T, mkv_.data(), true);  // (x's quantized copy, if the formats pair alike)
+        matmuls({{&L.wq_a, mqa_.data()}, {&L.wkv_a, mkv_.data()}}, x, T);  // (one dispatch where the formats pair)
         rmsnorm(mqa_.data(), L.q_a_norm, mqa_.data(), T, Rq);
         matmul(L.wq_b, mqa_.data(), T, mq_.data());
     } else {
-        matmul(L.wq, x, T, mq_.data());
-        matmul(L.wkv_a, x, T, mkv_.data(), true);
+        matmuls({{&L.wq, mq_.data()}, {&L.wkv_a, mkv_.data()}}, x, T);
     }
     rope_part(mkv_.data(), T, 1, dk, R, rope, c_.rope_neox, rot_);       // k_pe
     rope_part(mq_.data(), T, nh, hd, nope, rope, c_.rope_neox, rot_);   // q_pe of every head

@@ -230,6 +230,7 @@ def test_recurrent_state_after_rejections_is_plain(bigram_models):
     d.propose = propose
     list(m.generate(PROMPT, max_tokens=30, draft=d, spec=3, stats=st))
     assert seen["rounds"] >= 5 and seen["after_reject"] >= 3 and st.drafted > st.accepted > 0
+    assert m.log_replays > 0  # the rewinds of rejected drafts: the engine's replay log, no forward
 
 
 # ---- glm4moe ---------------------------------------------------------------------------------

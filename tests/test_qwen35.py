@@ -268,6 +268,63 @@ def test_rewind_restores_state_exactly(paths):
     assert np.array_equal(m.forward(ids[:8], all_logits=True), m.logits(ids[:8]))
 
 
+def test_rewind_from_the_replay_log_is_exact(paths):
+    """A call of 2..8 tokens per slot (a speculative window) leaves the engine's replay log: a
+    rewind into it folds the logged state inputs into the checkpoint (no forward pass) and gives
+    bitwise the state of never having gone ahead. A later call writing at a logged position cuts
+    the log there, so a stale entry is never replayed; a longer call leaves none (the forward
+    replay serves it)."""
+    m = lowbit.load(paths["qwen35moe"], n_ctx=64, threads=2, n_slots=3)
+    ids = m.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole, filled with the ends "
+                     "of worms and an oozy smell, nor yet a dry, bare, sandy hole")[:32]
+
+    def fresh(toks):  # slot 2 runs toks from nothing
+        m.rewind(0, slot=2)
+        m.forward_batch([(2, list(toks))])
+        return state(m, 2)
+    m.forward(ids[:20])
+    m.forward(ids[20:26])                                   # 6 tokens: logged
+    assert m.engine.rstate_log(0) == (20, 6)
+    used = m.log_replays
+    m.rewind(23)
+    assert m.log_replays == used + 1 and m.engine.rstate_pos(0) == 23
+    assert np.array_equal(state(m), fresh(ids[:23]))
+    after = m.forward(ids[23:27], all_logits=True)          # and the logits after it
+    assert np.array_equal(after, m.forward_batch([(2, ids[23:27])], all_logits=True)[0])
+    # that 4-token call replaced the log; a single token at 25 (another one) cuts it to 2
+    m.rewind(25)
+    assert m.engine.rstate_log(0) == (23, 4)
+    m.forward([ids[30]])
+    assert m.engine.rstate_log(0) == (23, 2)
+    m.rewind(24)                                            # inside what the log still holds
+    assert np.array_equal(state(m), fresh(ids[:24]))
+    m.forward([ids[31]])                                     # at 24: the log keeps (23, 1), too short
+    used = m.log_replays
+    m.rewind(24)
+    m.forward([ids[5]])
+    m.rewind(24)                                            # the checkpoint is at 23: log of 1 token
+    assert np.array_equal(state(m), fresh(ids[:24]))
+    # two slots in one batch, each its own log
+    m.rewind(0, slot=0)
+    m.rewind(0, slot=1)
+    m.forward_batch([(0, ids[:10]), (1, ids[10:20])])
+    m.forward_batch([(0, ids[10:13]), (1, ids[20:28])])
+    assert m.engine.rstate_log(0) == (10, 3) and m.engine.rstate_log(1) == (10, 8)
+    used = m.log_replays
+    m.rewind(11, slot=0)
+    m.rewind(17, slot=1)
+    assert m.log_replays == used + 2
+    assert np.array_equal(state(m, 0), fresh(ids[:11]))
+    assert np.array_equal(state(m, 1), fresh(ids[10:27]))  # (slot 1: ids[10:20] then ids[20:28])
+    # a call of more than 8 tokens logs nothing (the log keeps positions before it); a rewind
+    # into it starts from its checkpoint, which the log does not reach: the forward replay
+    m.forward_batch([(1, ids[17:27])])
+    assert m.engine.rstate_log(1) == (10, 7)
+    used = m.log_replays
+    m.rewind(20, slot=1)
+    assert m.log_replays == used and np.array_equal(state(m, 1), fresh(ids[10:27] + ids[17:20]))
+
+
 def test_out_of_order_is_refused(paths):
     m = lowbit.load(paths["qwen35"], n_ctx=64, threads=2)
     m.forward([1, 2, 3, 4])

@@ -640,6 +640,7 @@ class Model:
         self._shared_warned = False
         # hybrid models: per slot, (position, recurrent state) saved before its last multi-token call
         self._ckpt: list[tuple[int, np.ndarray] | None] = [None] * self.n_slots
+        self.log_replays = 0  # rewinds served by the engine's replay log (no forward pass)
         # per slot: None, or fn(p0, row0, n) called after each forward that appended n tokens at
         # positions p0.. (rows row0.. of the engine's call): the MTP drafter reads their hidden
         # states there (engine.hidden) before another call overwrites them
@@ -877,13 +878,21 @@ class Model:
 
     def _restore_state(self, slot: int, pos: int) -> None:
         """The slot's recurrent state back at position pos < its current one: load the checkpoint
-        if it is at or before pos (else start from nothing), then re-run the slot's tokens up to
-        pos without computing logits. The KV rows those tokens rewrite get the same bytes."""
+        if it is at or before pos (else start from nothing), then fold in the slot's tokens up to
+        pos: from the engine's replay log when it holds them (a speculative window: the
+        recurrence alone), else by re-running them without logits (the KV rows those tokens
+        rewrite get the same bytes)."""
         e, ck = self.engine, self._ckpt[slot]
         start = 0
         if ck is not None and ck[0] <= pos:
             e.rstate_copy(slot, ck[1], False)
             start = ck[0]
+            # the last multi-token call's state inputs (engine.h; a pipeline of stages has none)
+            p0, n = e.rstate_log(slot) if hasattr(e, "rstate_log") else (-1, 0)
+            if p0 == start and pos - start <= n:
+                e.rstate_replay(slot, pos - start)  # the recurrence alone, no forward pass
+                self.log_replays += 1
+                return
         elif ck is not None:
             self._ckpt[slot] = None  # it belongs to tokens being forgotten
         toks = self.slot_tokens[slot]
