@@ -886,7 +886,13 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
     // Hybrid models: the KV of a prefix is not all of its state. Loading it leaves the slot's
     // recurrent state unknown (position -1): a forward is refused until rstate_copy loads the
     // state that goes with it (or the slot restarts at 0), never silently half restored.
-    if (hybrid() && !save) rpos_[(size_t)slot] = -1;
+    if (hybrid() && !save) {
+        rpos_[(size_t)slot] = -1;
+        // the replay log keeps only what precedes the positions loaded (as a forward's writes)
+        int32_t &lp0 = tlog_p0_[(size_t)slot], &ln = tlog_n_[(size_t)slot];
+        ln = std::max(0, std::min(ln, p0 - lp0));
+        if (ln == 0) lp0 = 0;
+    }
     if (kv_quant()) {  // [layer][K rows, V rows][n][row bytes], the blocks as they are
         const size_t rk = (size_t)n * krow_, rv = (size_t)n * vrow_;
         for (int l = 0; l < c_.n_layer; ++l) {

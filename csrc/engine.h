@@ -260,7 +260,8 @@ public:
     // first n tokens into it: the conv, the norms and the delta rule only, no matmul, no KV
     // write, bitwise the state the forward left after those tokens (the same code on the same
     // values). rstate_log(slot): (first position, tokens) the log still holds for the slot's
-    // current tokens (a later call writing at a logged position cuts it there); (0, 0): none.
+    // current tokens (a later call writing at a logged position cuts it there, and so does a
+    // kv_copy load); (0, 0): none.
     static constexpr int kReplayMax = 8;
     std::pair<int, int> rstate_log(int slot) const { return {tlog_p0_.at((size_t)slot), tlog_n_.at((size_t)slot)}; }
     void rstate_replay(int slot, int n);

@@ -304,6 +304,13 @@ def test_rewind_from_the_replay_log_is_exact(paths):
     m.forward([ids[5]])
     m.rewind(24)                                            # the checkpoint is at 23: log of 1 token
     assert np.array_equal(state(m), fresh(ids[:24]))
+    # a KV load (the prefix cache's) at a logged position cuts the log there too
+    m.forward(ids[24:28])
+    assert m.engine.rstate_log(0) == (24, 4)
+    buf = np.empty(m.engine.kv_bytes(2), np.uint8)
+    m.engine.kv_copy(0, 26, 2, buf, True)
+    m.engine.kv_copy(0, 26, 2, buf, False)
+    assert m.engine.rstate_log(0) == (24, 2)
     # two slots in one batch, each its own log
     m.rewind(0, slot=0)
     m.rewind(0, slot=1)
