@@ -1,9 +1,10 @@
 // The GEMM tier: prompt chunks, MoE experts with many routed tokens, large server steps.
 // k-quants (Q4_K, Q5_K, Q6_K) x Q8_K, legacy Q4_0, Q8_0 x Q8_0 and Q4_1 x Q8_1, I2_S x I8_S.
-// Shared body of csrc/x86/{avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built with
-// its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
-// ymm with AVX-VNNI (avx2vnni). The avx2 level has none (see vdot). I2_S's GEMM is avx512's
-// only (avx2 / avx2vnni keep csrc/x86/ternary.inl's tile-decode GEMM, gated off).
+// Shared body of csrc/x86/{avx2,avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
+// with its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
+// ymm with AVX-VNNI (avx2vnni), 8 per ymm with vpmaddubsw + vpmaddwd + vpaddd (avx2: exact only
+// for codes |w| <= 64, see vdot; so no Q8_0 there). I2_S's GEMM is avx512's only (avx2 /
+// avx2vnni keep csrc/x86/ternary.inl's tile-decode GEMM, gated off).
 //
 // Contract (KernelEntry::gemm, csrc/kernels.h): out[t * out_stride + r] = dot(W[r], act[t])
 // for r in [r0, r1) and every t < nt (any nt >= 1), BITWISE the row kernels' result at this
@@ -31,9 +32,9 @@
 // Bounds (int32, exact): a sub-block's |dot| <= 32 * 255 * 32 = 261120; times |sc| <= 128 and
 // summed over 8 or 16 sub-blocks: < 2^29.
 //
-// Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens; avx2vnni 3 x 1 of 8),
-// registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (18 of 32
-// zmm at R = 4, V = 2); the float accumulators stay in L1 (one load and store per
+// Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens; avx2vnni 3 x 1 of 8, avx2
+// 4 x 1 of 8), registers: V activation vectors, R x V sub-block dots, R x V super-block sums I
+// (18 of 32 zmm at R = 4, V = 2; avx2: 8 + a, w, ones and a product of 16 ymm); the float accumulators stay in L1 (one load and store per
 // super-block), the mins sums M are formed row by row after the sub-block loop. Per
 // super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld + vpaddd) + 4 vpdpwssd
 // (MINS formats only) + 6 float ops.
@@ -71,9 +72,10 @@ constexpr int QK = 256;     // values per super-block
 
 // ---- the level's vectors: 16 tokens per zmm (avx512) or 8 per ymm (avx2vnni) ----------------
 // vdot(acc, a, w): acc + the sums of 4 products of unsigned bytes a and signed bytes w per
-// int32 lane (vpdpbusd); vdot16: acc + the int16 pair products (vpdpwssd). VNNI only: the avx2
-// level (vpmaddubsw + vpmaddwd + vpaddd for one vpdpbusd) has no GEMM: its microkernels spilled
-// (I7) at 2 and 3 rows; it runs the window kernels.
+// int32 lane (vpdpbusd); vdot16: acc + the int16 pair products (vpdpwssd). At avx2 (no VNNI)
+// vdot is vpmaddubsw + vpmaddwd (with ones) + vpaddd, which saturates the int16 sum of a pair
+// of products: exact (bitwise vpdpbusd) only while |2 * 255 * w| <= 32767, i.e. |w| <= 64
+// (W_MAX below, checked per format: each decoder states its codes' largest magnitude, WMAX).
 #if defined(__AVX512F__)
 constexpr int LANES = 16;   // tokens per vector
 constexpr int MAXR = 4;     // rows per microkernel
@@ -106,16 +108,40 @@ LB_GK_INLINE VF ffma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 LB_GK_INLINE VF ffnma(VF a, VF b, VF c) { return _mm512_fnmadd_ps(a, b, c); }
 #else
 constexpr int LANES = 8;
+#if defined(__AVXVNNI__)
 constexpr int MAXR = 3;     // 16 registers: R x V x 3 + V + the weight
-constexpr int MAXV = 1;
 #define LB_GK_TABLE(...) \
     {{nullptr, nullptr}, {nullptr, &__VA_ARGS__ 1, 1>}, {nullptr, &__VA_ARGS__ 2, 1>}, {nullptr, &__VA_ARGS__ 3, 1>}}
+#else
+constexpr int MAXR = 4;     // 16 registers: R x 2 sums + the activations, the weight, ones, a product
+#define LB_GK_TABLE(...)                                                                           \
+    {{nullptr, nullptr}, {nullptr, &__VA_ARGS__ 1, 1>}, {nullptr, &__VA_ARGS__ 2, 1>}, {nullptr, &__VA_ARGS__ 3, 1>}, \
+     {nullptr, &__VA_ARGS__ 4, 1>}}
+#endif
+constexpr int MAXV = 1;
 using VI = __m256i;
 using VF = __m256;
 LB_GK_INLINE VI vset1(int32_t x) { return _mm256_set1_epi32(x); }
 LB_GK_INLINE VI vld(const void *p) { return _mm256_load_si256((const __m256i *)p); }
+#if defined(__AVXVNNI__)
+constexpr int W_MAX = 128;  // vpdpbusd: any signed byte
 LB_GK_INLINE VI vdot(VI acc, VI a, VI w) { return _mm256_dpbusd_avx_epi32(acc, a, w); }
 LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
+#else
+// avx2: a (0..255) x w: a pair's sum |a0 w0 + a1 w1| <= 2 * 255 * 64 = 32640 <= 32767 for
+// |w| <= 64, so vpmaddubsw does not saturate and the sum is vpdpbusd's, exactly.
+constexpr int W_MAX = 64;
+// (The empty asm fences the sum: GCC would otherwise reassociate a sub-block's chain of vpaddd
+// into a tree, forming all its products first: 14 to 56 spilled ymm per microkernel, I7.)
+LB_GK_INLINE VI vdot(VI acc, VI a, VI w) {
+    VI s = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, w), _mm256_set1_epi16(1)));
+    __asm__("" : "+x"(s));
+    return s;
+}
+// vpmaddwd's pair sum wraps only at (-32768)^2 * 2, modulo 2^32 as vpdpwssd's: exact (here
+// |bs| <= 4096, |mn| <= 63)
+LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+#endif
 LB_GK_INLINE VI vadd(VI a, VI b) { return _mm256_add_epi32(a, b); }
 LB_GK_INLINE VI vsub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
 LB_GK_INLINE VI vmullo(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
@@ -131,8 +157,11 @@ LB_GK_INLINE VF fdiv(VF a, VF b) { return _mm256_div_ps(a, b); }
 LB_GK_INLINE VF ffma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 LB_GK_INLINE VF ffnma(VF a, VF b, VF c) { return _mm256_fnmadd_ps(a, b, c); }
 #endif
-#if !defined(__AVX512VNNI__) && !defined(__AVXVNNI__)
-#error "gemm.inl needs VNNI (the avx2vnni or avx512 level)"
+#if defined(__AVX512F__)
+#if !defined(__AVX512VNNI__)
+#error "gemm.inl at avx512 needs AVX512-VNNI"
+#endif
+constexpr int W_MAX = 128;  // vpdpbusd: any signed byte
 #endif
 constexpr size_t Q8K_D = 0, Q8K_QS = 4, Q8K_BS = 260;
 static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
@@ -198,6 +227,7 @@ LB_GK_INLINE void scale_min_k4(const uint8_t *q, int *sc, int *mn) {
 struct GQ4K {
     static constexpr int NSUB = 8;
     static constexpr bool MINS = true;
+    static constexpr int WMAX = 15;  // codes u: 0..15
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         int sc[8], mn[8];
         scale_min_k4(x + 4, sc, mn);
@@ -221,6 +251,7 @@ struct GQ4K {
 struct GQ5K {
     static constexpr int NSUB = 8;
     static constexpr bool MINS = true;
+    static constexpr int WMAX = 31;  // codes u: 0..31
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         int sc[8], mn[8];
         scale_min_k4(x + 4, sc, mn);
@@ -251,6 +282,7 @@ struct GQ5K {
 struct GQ6K {
     static constexpr int NSUB = 16;
     static constexpr bool MINS = false;
+    static constexpr int WMAX = 32;  // codes q: -32..31
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         const int8_t *scv = (const int8_t *)(x + 192);
         const __m256i k0F = _mm256_set1_epi8(0x0F), k30 = _mm256_set1_epi8(0x30), k20 = _mm256_set1_epi8(0x20);
@@ -291,6 +323,7 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
 #define u(r) (u0 + (size_t)(r) * us)
 #define m(r) (m0 + (size_t)(r) * ms)
 #define act(v) (act0 + (size_t)(v) * ms)
+    static_assert(D::WMAX <= W_MAX, "this level's vdot is not exact for the format's codes");
     constexpr int DW = 64 / D::NSUB;  // dwords per sub-block
     // The float accumulators live in res (L1), loaded and stored once per super-block and
     // (row, lane vector): the registers go to the integer sums (no spills under GCC or clang, I7).
@@ -535,6 +568,7 @@ struct RowBlk {
 struct GQ4_0 {
     static constexpr size_t BYTES = 18;
     static constexpr bool Q8_1 = false, M = false;
+    static constexpr int WMAX = 8;  // codes q - 8: -8..7
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
         const __m128i q = _mm_loadu_si128((const __m128i *)(x + 2));
         const __m128i k0F = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
@@ -549,6 +583,7 @@ struct GQ4_0 {
 struct GQ4_1 {
     static constexpr size_t BYTES = 20;
     static constexpr bool Q8_1 = true, M = true;
+    static constexpr int WMAX = 15;  // codes q: 0..15
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
         const __m128i q = _mm_loadu_si128((const __m128i *)(x + 4));
         const __m128i k0F = _mm_set1_epi8(0x0F);
@@ -562,6 +597,7 @@ struct GQ4_1 {
 struct GQ8_0 {
     static constexpr size_t BYTES = 34;
     static constexpr bool Q8_1 = false, M = false;
+    static constexpr int WMAX = 128;  // codes q: -128..127 (too wide for avx2's vdot)
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
         const __m128i lo = _mm_loadu_si128((const __m128i *)(x + 2)), hi = _mm_loadu_si128((const __m128i *)(x + 18));
         _mm_storeu_si128((__m128i *)w, lo);
@@ -574,6 +610,7 @@ struct GQ8_0 {
 template <class D, int R, int V>
 __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0, const ActBlk *act0, int64_t nb,
                                               float *cls, float *res) {
+    static_assert(D::WMAX <= W_MAX, "this level's vdot is not exact for the format's codes");
     const size_t ws = (size_t)nb * 32, ms = (size_t)nb;
 #define w(r) (w0 + (size_t)(r) * ws)
 #define m(r) (m0 + (size_t)(r) * ms)
@@ -901,7 +938,9 @@ void register_gemm(KernelTable &t) {
     const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS), min_legacy);
+#if defined(__AVX512F__) || defined(__AVXVNNI__)
     set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
+#endif  // avx2: Q8_0's codes reach 128 > W_MAX (vdot); its chunks take the window kernels
 #if defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
