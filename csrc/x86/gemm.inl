@@ -108,16 +108,11 @@ LB_GK_INLINE VF ffma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 LB_GK_INLINE VF ffnma(VF a, VF b, VF c) { return _mm512_fnmadd_ps(a, b, c); }
 #else
 constexpr int LANES = 8;
-#if defined(__AVXVNNI__)
-constexpr int MAXR = 3;     // 16 registers: R x V x 3 + V + the weight
+// 16 registers: R x V x 3 + V + the weight (avx2: R x 3 sums, int16 p, dt and I, + the
+// activations, the weight, ones and a product: 13; 4 rows spilled)
+constexpr int MAXR = 3;
 #define LB_GK_TABLE(...) \
     {{nullptr, nullptr}, {nullptr, &__VA_ARGS__ 1, 1>}, {nullptr, &__VA_ARGS__ 2, 1>}, {nullptr, &__VA_ARGS__ 3, 1>}}
-#else
-constexpr int MAXR = 4;     // 16 registers: R x 2 sums + the activations, the weight, ones, a product
-#define LB_GK_TABLE(...)                                                                           \
-    {{nullptr, nullptr}, {nullptr, &__VA_ARGS__ 1, 1>}, {nullptr, &__VA_ARGS__ 2, 1>}, {nullptr, &__VA_ARGS__ 3, 1>}, \
-     {nullptr, &__VA_ARGS__ 4, 1>}}
-#endif
 constexpr int MAXV = 1;
 using VI = __m256i;
 using VF = __m256;
@@ -135,12 +130,55 @@ constexpr int W_MAX = 64;
 // into a tree, forming all its products first: 14 to 56 spilled ymm per microkernel, I7.)
 LB_GK_INLINE VI vdot(VI acc, VI a, VI w) {
     VI s = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, w), _mm256_set1_epi16(1)));
-    __asm__("" : "+x"(s));
+    __asm__("" : "+v"(s));
     return s;
 }
 // vpmaddwd's pair sum wraps only at (-32768)^2 * 2, modulo 2^32 as vpdpwssd's: exact (here
 // |bs| <= 4096, |mn| <= 63)
 LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+// The microkernels' inner loop at avx2 (PRESUM16): the vpmaddubsw products of K consecutive
+// dwords summed in int16 lanes (vpaddw), then one vpmaddwd by a multiplier m16 into int32:
+// with ones, or with a k-quant's sub-block scale (that is sc[s] * dot, the scale folded in).
+// Exact while no int16 sum saturates or wraps: K * 2 * 255 * WMAX <= 32767, so
+// K = ksum16(WMAX): Q4_K / Q4_1 (15) 4, Q5_K (31) and Q6_K (32) 2, Q4_0 (8) 8 dwords.
+// Half the vpmaddwd of vdot (Zen 3 issues both on the same 2 pipes): Q4_K x 1.6 in theory.
+#define LB_GK_PRESUM16 1
+constexpr int ksum16(int wmax) { return 32767 / (2 * 255 * wmax); }
+// acc[r][v] += m16[r] * (sum over dwords g in [g0, g1) of act_at(v, g) x w_at(r, g)), g1 - g0 <= K
+template <int R, int V, class ActAt, class WAt>
+LB_GK_INLINE void vdots16(VI (&acc)[R][V], const VI (&m16)[R], int g0, int g1, ActAt act_at, WAt w_at) {
+    VI p[R][V];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) p[r][v] = _mm256_setzero_si256();
+    #pragma GCC unroll 16
+    for (int g = g0; g < g1; ++g) {
+        VI a[V];
+        #pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) {
+            VI x = act_at(v, g);
+            __asm__("" : "+v"(x));  // loaded here, not hoisted over the group (spills, I7)
+            a[v] = x;
+        }
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            const VI w = vset1(w_at(r, g));
+            #pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) {
+                const VI t = _mm256_maddubs_epi16(a[v], w);
+                VI x = _mm256_add_epi16(p[r][v], t);
+                __asm__("" : "+v"(x));  // in order (as vdot's fence; on a scalar: an array element
+                p[r][v] = x;            // in an asm keeps the array in memory)
+            }
+        }
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 16
+        for (int v = 0; v < V; ++v)
+            acc[r][v] = _mm256_add_epi32(acc[r][v], _mm256_madd_epi16(p[r][v], m16[r]));
+}
 #endif
 LB_GK_INLINE VI vadd(VI a, VI b) { return _mm256_add_epi32(a, b); }
 LB_GK_INLINE VI vsub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
@@ -342,6 +380,23 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
             for (int r = 0; r < R; ++r)
                 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = vset1(0);
+#if defined(LB_GK_PRESUM16)
+            if constexpr (ksum16(D::WMAX) >= 4) {  // Q4_K (Q5_K, Q6_K: 2, spills at 3 rows)
+                VI ones[R];  // (one register: the same value)
+                #pragma GCC unroll 16
+                for (int r = 0; r < R; ++r) ones[r] = _mm256_set1_epi16(1);
+                constexpr int K = ksum16(D::WMAX);
+                #pragma GCC unroll 16
+                for (int g0 = 0; g0 < DW; g0 += K)
+                    vdots16<R, V>(dt, ones, g0, std::min(g0 + K, DW),
+                                  [&](int v, int g) { return vld((const void *)act(v)[b].q[s * DW + g]); },
+                                  [&](int r, int g) {
+                                      int32_t wv;
+                                      std::memcpy(&wv, u(r) + (size_t)b * QK + 4 * (s * DW + g), 4);
+                                      return wv;
+                                  });
+            } else
+#endif
             #pragma GCC unroll 16
             for (int g = 0; g < DW; ++g) {
                 const int dw = s * DW + g;
@@ -629,6 +684,23 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = neg;
             }
+#if defined(LB_GK_PRESUM16)
+            if constexpr (true) {  // Q4_0 (K = 8: one vpmaddwd per block), Q4_1 (4)
+                VI ones[R];
+#pragma GCC unroll 16
+                for (int r = 0; r < R; ++r) ones[r] = _mm256_set1_epi16(1);
+                constexpr int K = ksum16(D::WMAX);
+#pragma GCC unroll 8
+                for (int g0 = 0; g0 < 8; g0 += K)
+                    vdots16<R, V>(dt, ones, g0, std::min(g0 + K, 8),
+                                  [&](int v, int g) { return vld((const void *)act(v)[b].q[g]); },
+                                  [&](int r, int g) {
+                                      int32_t wv;
+                                      std::memcpy(&wv, w(r) + (size_t)b * 32 + 4 * g, 4);
+                                      return wv;
+                                  });
+            } else
+#endif
 #pragma GCC unroll 8
             for (int g = 0; g < 8; ++g) {
                 VI a[V];
