@@ -45,8 +45,9 @@ NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GE
 # The formats with a GEMM per level (written here, not read from the library): avx2's vdot
 # (vpmaddubsw) is exact only for codes |w| <= 64, so Q8_0 keeps its window kernels there.
 GEMM_FORMATS = {"avx512": ALL, "avx2vnni": ALL, "avx2": KQ + ["Q4_0", "Q4_1"]}
-# The gates (gemm_min_nt) as measured per level (gemm.inl: kKqGemmMinNt ...): [k-quants, Q6_K, legacy]
-GATES = {"avx512": (32, 32, 32), "avx2vnni": (32, 64, 32), "avx2": (32, 64, 32)}
+# The gates (gemm_min_nt) as measured per level (gemm.inl: kKqGemmMinNt ...), per format
+GATES = {"avx512": dict.fromkeys(ALL, 32), "avx2vnni": {**dict.fromkeys(ALL, 32), "Q6_K": 64},
+         "avx2": {"Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64}}
 
 
 def gemm_cases(*names):
@@ -83,8 +84,7 @@ def test_levels_with_a_gemm():
             g = lib.gemm_kernel(F[name].id, ISA.index(lv))
             if name in GEMM_FORMATS.get(lv, ()):
                 want = f"gemm_{name.lower()}_{ACT[name].lower()}_{lv}"
-                gate = GATES[lv][0 if name in ("Q4_K", "Q5_K") else 1 if name == "Q6_K" else 2]
-                assert g is not None and tuple(g) == (want, lv, gate), g
+                assert g is not None and tuple(g) == (want, lv, GATES[lv][name]), g
             else:  # scalar, avx; avx2's Q8_0 (codes beyond its vdot's bound): windows only
                 assert g is None, (lv, name, g)
 
@@ -200,7 +200,7 @@ def test_gate_counters_and_switches(ggml, rng, tmp_path):
     if sel not in GEMM_LEVELS:
         pytest.skip(f"the dispatched level {sel} has no GEMM (CPU flags avx512_vnni or avx_vnni)")
     rows_name = lib.kernel(F["Q4_K"].id, 8)[0]
-    assert base["gemm"] == [f"gemm_q4_k_q8_k_{sel}", sel, GATES[sel][0]]
+    assert base["gemm"] == [f"gemm_q4_k_q8_k_{sel}", sel, GATES[sel]["Q4_K"]]
     assert base["stats"]["64"] == [[0, f"gemm_q4_k_q8_k_{sel}"]], base["stats"]
     assert base["stats"]["8"] == [[8, rows_name]], base["stats"]
     hi, b = child(tmp_path, {"LOWBIT_KQ_GEMM_MIN_NT": "65"}, raw, act, n, "hi")
@@ -233,7 +233,7 @@ print(json.dumps(out))
 
 
 @NEEDS
-@pytest.mark.parametrize("kind", ["dense", "moe", "default"])
+@pytest.mark.parametrize("kind", ["dense", "moe", "default", "q4_0"])
 def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
     from lowbit import synth
     if kind == "default":
@@ -244,14 +244,20 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
         path = synth.synth_dense(tmp_path / "d.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q4_K",
                                  head_type="Q6_K", seed=5)
         want = {"gemm_q4_k_q8_k_avx512", "gemm_q6_k_q8_k_avx512"}
+    elif kind == "q4_0":
+        path = synth.synth_dense(tmp_path / "q.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q4_0",
+                                 head_type="Q4_0", seed=7)
+        want = {"gemm_q4_0_q8_0_avx512"}
     else:  # 4 experts, top 2: ~50 of the 100 tokens per expert take the GEMM
         path = synth.synth_moe(tmp_path / "m.gguf", layers=2, dim=256, experts=4, top_k=2, expert_ffn=256,
                                wtype="Q4_K", expert_type="Q4_K", down_type="Q5_K", head_type="Q6_K", seed=6)
         want = {"gemm_q4_k_q8_k_avx512", "gemm_q5_k_q8_k_avx512", "gemm_q6_k_q8_k_avx512"}
     text = "In a hole in the ground there lived a hobbit, not a nasty dirty wet hole."
     runs = {}
-    for tag, extra in (("on", {}), ("off", {"LOWBIT_NO_GEMM": "1"})):
-        env = {k: v for k, v in os.environ.items() if not (k.startswith("LOWBIT_NO_") or k == "LOWBIT_KQ_GEMM_MIN_NT")}
+    # "on": every GEMM from 16 tokens (chunks of 40 and 100 take it whatever the level's measured gates)
+    on = {"LOWBIT_KQ_GEMM_MIN_NT": "16", "LOWBIT_LEGACY_GEMM_MIN_NT": "16"}
+    for tag, extra in (("on", on), ("off", {"LOWBIT_NO_GEMM": "1"})):
+        env = {k: v for k, v in os.environ.items() if not (k.startswith("LOWBIT_NO_") or k.endswith("_GEMM_MIN_NT"))}
         env.update(extra)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         p = subprocess.run([sys.executable, "-c", _ENGINE, str(path), text, str(tmp_path / tag)], env=env,

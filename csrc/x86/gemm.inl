@@ -978,17 +978,28 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 constexpr int kKqGemmMinNt = 32;
 // Q6_K at avx2vnni (3 rows x 8 tokens per microkernel) wins only from 64 tokens (Zen 5, AVX-VNNI:
 // 0.66x at 16, 0.87x at 32, 1.08x at 64, 1.29x at 256); at avx512 it takes the k-quant gate.
+// At avx2 (Zen 3, BENCHMARKS.md "avx2 GEMM tier (Zen 3)": bench kernels --n 4096 --mb 64 --clock
+// cpu --stat min, windows / gemm at 16, 32, 64, 256 tokens): Q4_K 1.03, 1.17, 1.33, 1.29 (its
+// int16 sums: 4 dwords per vpmaddwd); Q5_K 0.88, 1.02, 1.04, 1.32 and Q6_K 0.78, 0.95, 1.00,
+// 1.27 (2 dwords: vdot's vpmaddwd each): Q5_K from 64, Q6_K from 128 tokens.
 #if defined(__AVX512F__)
-constexpr int kQ6kGemmMinNt = kKqGemmMinNt;
+constexpr int kQ5kGemmMinNt = kKqGemmMinNt, kQ6kGemmMinNt = kKqGemmMinNt;
+#elif defined(__AVXVNNI__)
+constexpr int kQ5kGemmMinNt = kKqGemmMinNt, kQ6kGemmMinNt = 64;
 #else
-constexpr int kQ6kGemmMinNt = 64;
+constexpr int kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
 #endif
 // The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT). Measured on Zen 4 with 32 KB
 // window tiles: 1.7-2.4x at 16 tokens; on Zen 5 with the 512 KB tiles of csrc/matmul.cpp, whose
 // windows no longer re-lay out their activations every 20 rows: 0.74-1.73x at 16 tokens with
 // the rows in L3 (n = 4096), 0.67-0.79x with them in DRAM (n = 512..2048), and 1.0-1.7x at 32
 // in both; so 32, as for the k-quants (a server step of 16 decode tokens runs as two windows).
+// At avx2 (Zen 3, as above): Q4_0 0.83, 1.00, 1.14, 1.19; Q4_1 0.82, 0.96, 1.08, 1.01: from 64.
+#if defined(__AVX512F__) || defined(__AVXVNNI__)
 constexpr int kLegacyGemmMinNt = 32;
+#else
+constexpr int kLegacyGemmMinNt = 64;
+#endif
 // The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
 constexpr int kI2sLanesGemmMinNt = 16;
 
@@ -1003,7 +1014,8 @@ void register_gemm(KernelTable &t) {
         e.gemm_min_nt = gate;
     };
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
-    set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
+    set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS),
+        g && *g ? min_nt : kQ5kGemmMinNt);
     set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS),
         g && *g ? min_nt : kQ6kGemmMinNt);
     const char *gl = std::getenv("LOWBIT_LEGACY_GEMM_MIN_NT");
