@@ -17,9 +17,10 @@ reference and ggml within I5, and exactly on integer-exact inputs):
   - every token count 1..40 on 13 rows (microkernel and lane tails);
   - counters name the GEMM (nt = 0) for a 64-token matmul and the row kernel for 8 tokens;
     LOWBIT_KQ_GEMM_MIN_NT moves the gate, LOWBIT_NO_GEMM=1 removes it (a subprocess each);
-  - a dense Q4_K / Q6_K model, a qwen3moe with Q4_K / Q5_K experts and the default model (Q4_1,
-    Q8_0 embeddings) give bitwise the same logits for a prompt in chunks of 1, 8, 40 and 100
-    tokens, the GEMM on and off.
+  - a dense Q4_K / Q6_K model, a dense Q4_0 model, a qwen3moe with Q4_K / Q5_K experts and the
+    default model (Q4_1, Q8_0 embeddings) give bitwise the same logits for a prompt in chunks of
+    1, 8, 40 and 100 tokens, the GEMM on (from 16 tokens: every format's GEMM runs whatever the
+    level's gates) and off.
 matmul_act's `path`: 0 as dispatched, 1 row-kernel windows only, 2 the GEMM for any nt.
 """
 import json
