@@ -32,10 +32,9 @@
 // Bounds (int32, exact): a sub-block's |dot| <= 32 * 255 * 32 = 261120; times |sc| <= 128 and
 // summed over 8 or 16 sub-blocks: < 2^29.
 //
-// Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens; avx2vnni 3 x 1 of 8, avx2
-// 4 x 1 of 8), registers: V activation vectors, R x V sub-block dots, R x V super-block sums I
-// (18 of 32 zmm at R = 4, V = 2; avx2: 8 + a, w, ones and a product of 16 ymm); the float accumulators stay in L1 (one load and store per
-// super-block), the mins sums M are formed row by row after the sub-block loop. Per
+// Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens; avx2vnni and avx2 3 x 1 of
+// 8), registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (18 of 32
+// zmm at R = 4, V = 2); the float accumulators stay in L1 (one load and store per super-block), the mins sums M are formed row by row after the sub-block loop. Per
 // super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld + vpaddd) + 4 vpdpwssd
 // (MINS formats only) + 6 float ops.
 //
@@ -136,17 +135,20 @@ LB_GK_INLINE VI vdot(VI acc, VI a, VI w) {
 // vpmaddwd's pair sum wraps only at (-32768)^2 * 2, modulo 2^32 as vpdpwssd's: exact (here
 // |bs| <= 4096, |mn| <= 63)
 LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
-// The microkernels' inner loop at avx2 (PRESUM16): the vpmaddubsw products of K consecutive
-// dwords summed in int16 lanes (vpaddw), then one vpmaddwd by a multiplier m16 into int32:
-// with ones, or with a k-quant's sub-block scale (that is sc[s] * dot, the scale folded in).
-// Exact while no int16 sum saturates or wraps: K * 2 * 255 * WMAX <= 32767, so
-// K = ksum16(WMAX): Q4_K / Q4_1 (15) 4, Q5_K (31) and Q6_K (32) 2, Q4_0 (8) 8 dwords.
-// Half the vpmaddwd of vdot (Zen 3 issues both on the same 2 pipes): Q4_K x 1.6 in theory.
+// The microkernels' inner loop at avx2 for the narrow codes (LB_GK_PRESUM16): the vpmaddubsw
+// products of K consecutive dwords summed in int16 lanes (vpaddw), then one vpmaddwd with ones
+// into int32. Exact while no int16 sum saturates or wraps: K * 2 * 255 * WMAX <= 32767, so
+// K = ksum16(WMAX): Q4_0 (8) 8 dwords, Q4_K and Q4_1 (15) 4; Q5_K (31) and Q6_K (32) would
+// have 2, and take vdot (presum16: K >= 4; at 2 the 3-row microkernels spilled). A quarter to
+// an eighth of vdot's vpmaddwd, which Zen 3 issues on the same 2 pipes as vpmaddubsw (Q4_K's
+// windows / gemm at 64 tokens: 1.08 with vdot at 4 rows, 1.33 so).
 #define LB_GK_PRESUM16 1
 constexpr int ksum16(int wmax) { return 32767 / (2 * 255 * wmax); }
-// acc[r][v] += m16[r] * (sum over dwords g in [g0, g1) of act_at(v, g) x w_at(r, g)), g1 - g0 <= K
+constexpr bool presum16(int wmax) { return ksum16(wmax) >= 4; }
+// acc[r][v] += the sum over dwords g in [g0, g1) of act_at(v, g) x w_at(r, g), g1 - g0 <= K
 template <int R, int V, class ActAt, class WAt>
-LB_GK_INLINE void vdots16(VI (&acc)[R][V], const VI (&m16)[R], int g0, int g1, ActAt act_at, WAt w_at) {
+LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_at) {
+    const VI ones = _mm256_set1_epi16(1);
     VI p[R][V];
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
@@ -177,7 +179,7 @@ LB_GK_INLINE void vdots16(VI (&acc)[R][V], const VI (&m16)[R], int g0, int g1, A
     for (int r = 0; r < R; ++r)
         #pragma GCC unroll 16
         for (int v = 0; v < V; ++v)
-            acc[r][v] = _mm256_add_epi32(acc[r][v], _mm256_madd_epi16(p[r][v], m16[r]));
+            acc[r][v] = _mm256_add_epi32(acc[r][v], _mm256_madd_epi16(p[r][v], ones));
 }
 #endif
 LB_GK_INLINE VI vadd(VI a, VI b) { return _mm256_add_epi32(a, b); }
@@ -381,14 +383,11 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = vset1(0);
 #if defined(LB_GK_PRESUM16)
-            if constexpr (ksum16(D::WMAX) >= 4) {  // Q4_K (Q5_K, Q6_K: 2, spills at 3 rows)
-                VI ones[R];  // (one register: the same value)
-                #pragma GCC unroll 16
-                for (int r = 0; r < R; ++r) ones[r] = _mm256_set1_epi16(1);
+            if constexpr (presum16(D::WMAX)) {  // Q4_K
                 constexpr int K = ksum16(D::WMAX);
                 #pragma GCC unroll 16
                 for (int g0 = 0; g0 < DW; g0 += K)
-                    vdots16<R, V>(dt, ones, g0, std::min(g0 + K, DW),
+                    vdots16<R, V>(dt, g0, std::min(g0 + K, DW),
                                   [&](int v, int g) { return vld((const void *)act(v)[b].q[s * DW + g]); },
                                   [&](int r, int g) {
                                       int32_t wv;
@@ -685,14 +684,11 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
                 for (int v = 0; v < V; ++v) dt[r][v] = neg;
             }
 #if defined(LB_GK_PRESUM16)
-            if constexpr (true) {  // Q4_0 (K = 8: one vpmaddwd per block), Q4_1 (4)
-                VI ones[R];
-#pragma GCC unroll 16
-                for (int r = 0; r < R; ++r) ones[r] = _mm256_set1_epi16(1);
+            if constexpr (presum16(D::WMAX)) {  // Q4_0 (one vpmaddwd per block), Q4_1
                 constexpr int K = ksum16(D::WMAX);
 #pragma GCC unroll 8
                 for (int g0 = 0; g0 < 8; g0 += K)
-                    vdots16<R, V>(dt, ones, g0, std::min(g0 + K, 8),
+                    vdots16<R, V>(dt, g0, std::min(g0 + K, 8),
                                   [&](int v, int g) { return vld((const void *)act(v)[b].q[g]); },
                                   [&](int r, int g) {
                                       int32_t wv;
