@@ -1,5 +1,6 @@
-"""The GEMM tier (csrc/x86/gemm.inl, avx512: Q4_K, Q5_K, Q6_K x Q8_K; Q4_0, Q8_0 x Q8_0; Q4_1
-x Q8_1) against the row kernels, and the engine's prompt chunks through it (I8, tier invariance).
+"""The GEMM tier (csrc/x86/gemm.inl, avx512 / avx2vnni: Q4_K, Q5_K, Q6_K x Q8_K; Q4_0, Q8_0 x
+Q8_0; Q4_1 x Q8_1; avx2: the same but Q8_0, whose codes are too wide for its vpmaddubsw) against
+the row kernels, and the engine's prompt chunks through it (I8, tier invariance).
 
 The GEMM holds tokens in lanes and forms each (row, token, block)'s exact integer sums its own
 way, then takes the row kernels' float steps in their order (k-quants: GROUPS per super-block;
@@ -10,12 +11,16 @@ reference and ggml within I5, and exactly on integer-exact inputs):
     (legacy: 1, 9, 18 and 48 blocks: class tails), random weights with an outlier, one and two
     threads (I3);
   - adversarial bytes: every code and scale byte random (the largest codes and scales included),
-    fp16 scales of 1.0 and activations +127 / -128 / mixed: exact integer sums, bitwise again;
+    a row of all-ones bytes (the largest codes) and one of zero codes under the largest scales
+    (Q6_K's -32, Q4_0's -8), fp16 scales of 1.0 and activations +127 / -128 / mixed: exact
+    integer sums, bitwise again (at avx2: the int16 saturation bound of vpmaddubsw);
+  - every token count 1..40 on 13 rows (microkernel and lane tails);
   - counters name the GEMM (nt = 0) for a 64-token matmul and the row kernel for 8 tokens;
     LOWBIT_KQ_GEMM_MIN_NT moves the gate, LOWBIT_NO_GEMM=1 removes it (a subprocess each);
-  - a dense Q4_K / Q6_K model, a qwen3moe with Q4_K / Q5_K experts and the default model (Q4_1,
-    Q8_0 embeddings) give bitwise the same logits for a prompt in chunks of 1, 8, 40 and 100
-    tokens, the GEMM on and off.
+  - a dense Q4_K / Q6_K model, a dense Q4_0 model, a qwen3moe with Q4_K / Q5_K experts and the
+    default model (Q4_1, Q8_0 embeddings) give bitwise the same logits for a prompt in chunks of
+    1, 8, 40 and 100 tokens, the GEMM on (from 16 tokens: every format's GEMM runs whatever the
+    level's gates) and off.
 matmul_act's `path`: 0 as dispatched, 1 row-kernel windows only, 2 the GEMM for any nt.
 """
 import json
@@ -36,8 +41,19 @@ LEGACY = ["Q4_0", "Q4_1", "Q8_0"]
 ALL = KQ + LEGACY
 ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q8_0": "Q8_0"}
 GEMM_LEVELS = [lv for lv in LEVELS if lib.gemm_kernel(F["Q4_K"].id, ISA.index(lv)) is not None]
-NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs a VNNI level: CPU flags avx512f/bw/vl/dq/vnni or "
-                                                   "avx_vnni, under LOWBIT_MAX_ISA >= avx2vnni")
+NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GEMM: CPU flag avx2 "
+                                                   "under LOWBIT_MAX_ISA >= avx2")
+# The formats with a GEMM per level (written here, not read from the library): avx2's vdot
+# (vpmaddubsw) is exact only for codes |w| <= 64, so Q8_0 keeps its window kernels there.
+GEMM_FORMATS = {"avx512": ALL, "avx2vnni": ALL, "avx2": KQ + ["Q4_0", "Q4_1"]}
+# The gates (gemm_min_nt) as measured per level (gemm.inl: kKqGemmMinNt ...), per format
+GATES = {"avx512": dict.fromkeys(ALL, 32), "avx2vnni": {**dict.fromkeys(ALL, 32), "Q6_K": 64},
+         "avx2": {"Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64}}
+
+
+def gemm_cases(*names):
+    """(level, format) for every level under test with a GEMM and every format it has one for."""
+    return [(lv, n) for lv in GEMM_LEVELS for n in names if n in GEMM_FORMATS[lv]]
 NTS = [1, 9, 16, 17, 33, 64, 100]
 FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q4_0": [0], "Q4_1": [0, 2], "Q8_0": [0]}
 BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
@@ -67,16 +83,15 @@ def test_levels_with_a_gemm():
     for lv in LEVELS:
         for name in ALL:
             g = lib.gemm_kernel(F[name].id, ISA.index(lv))
-            if lv in ("avx512", "avx2vnni"):  # the VNNI levels
+            if name in GEMM_FORMATS.get(lv, ()):
                 want = f"gemm_{name.lower()}_{ACT[name].lower()}_{lv}"
-                assert g is not None and g[0] == want and g[1] == lv, g
-            else:  # scalar, avx, avx2 (its microkernels spilled, I7): windows only
+                assert g is not None and tuple(g) == (want, lv, GATES[lv][name]), g
+            else:  # scalar, avx; avx2's Q8_0 (codes beyond its vdot's bound): windows only
                 assert g is None, (lv, name, g)
 
 
 @NEEDS
-@pytest.mark.parametrize("level", GEMM_LEVELS)
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("level,name", gemm_cases(*ALL))
 @pytest.mark.parametrize("rows", [1, 7, 37])
 def test_gemm_bitwise_equals_windows(ggml, rng, name, rows, level):
     for nb in WIDTHS[BLOCK[name]]:
@@ -99,15 +114,22 @@ def adversarial(rng, name, rows, nb):
     blocks = raw.reshape(rows, nb, BYTES[name])
     for off in FP16_AT[name]:
         blocks[:, :, off:off + 2] = one
-    blocks[0, :, :] = 0xFF  # row 0: every code and scale bit set
+    blocks[0, :, :] = 0xFF  # row 0: every code and scale bit set (the largest codes)
+    blocks[1, :, :] = 0x00  # row 1: every code bit clear (Q6_K: -32, Q4_0: -8) under the largest scales
+    if name in SCALES_AT:
+        lo, hi = SCALES_AT[name]
+        blocks[1, :, lo:hi] = 0xFF if name != "Q6_K" else 0x80  # Q6_K: int8 scales of -128
     for off in FP16_AT[name]:
         blocks[0, :, off:off + 2] = one
+        blocks[1, :, off:off + 2] = one
     return raw
 
 
+SCALES_AT = {"Q4_K": (4, 16), "Q5_K": (4, 16), "Q6_K": (192, 208)}  # the scale (and min) bytes
+
+
 @NEEDS
-@pytest.mark.parametrize("level", GEMM_LEVELS)
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("level,name", gemm_cases(*ALL))
 @pytest.mark.parametrize("pattern", ["max", "min", "mixed"])
 def test_gemm_worst_case_bitwise(rng, name, pattern, level):
     rows, nb = 9, 5 if BLOCK[name] == 256 else 19
@@ -124,6 +146,18 @@ def test_gemm_worst_case_bitwise(rng, name, pattern, level):
     want = mm(name, raw, act, n, level, 1)
     assert np.all(np.isfinite(want))
     check_same(mm(name, raw, act, n, level, 2), want, pattern, name, n)
+
+
+@NEEDS
+@pytest.mark.parametrize("level,name", gemm_cases(*ALL))
+def test_gemm_every_token_count(ggml, rng, name, level):
+    """nt = 1..40 on 13 rows (not a multiple of the microkernel's 3 or 4 rows): every lane tail."""
+    rows, nb = 13, 2 if BLOCK[name] == 256 else 11
+    n = nb * BLOCK[name]
+    raw = ggml.quantize(name, rng.standard_normal((rows, n)).astype(np.float32))
+    act = q8k(rng.standard_normal((40, n)) * 3.0, level, ACT[name])
+    for nt in range(1, 41):
+        check_same(mm(name, raw, act[:nt], n, level, 2), mm(name, raw, act[:nt], n, level, 1), f"nt={nt}", name, n)
 
 
 _CHILD = r"""
@@ -167,7 +201,7 @@ def test_gate_counters_and_switches(ggml, rng, tmp_path):
     if sel not in GEMM_LEVELS:
         pytest.skip(f"the dispatched level {sel} has no GEMM (CPU flags avx512_vnni or avx_vnni)")
     rows_name = lib.kernel(F["Q4_K"].id, 8)[0]
-    assert base["gemm"] == [f"gemm_q4_k_q8_k_{sel}", sel, 32]
+    assert base["gemm"] == [f"gemm_q4_k_q8_k_{sel}", sel, GATES[sel]["Q4_K"]]
     assert base["stats"]["64"] == [[0, f"gemm_q4_k_q8_k_{sel}"]], base["stats"]
     assert base["stats"]["8"] == [[8, rows_name]], base["stats"]
     hi, b = child(tmp_path, {"LOWBIT_KQ_GEMM_MIN_NT": "65"}, raw, act, n, "hi")
@@ -200,7 +234,7 @@ print(json.dumps(out))
 
 
 @NEEDS
-@pytest.mark.parametrize("kind", ["dense", "moe", "default"])
+@pytest.mark.parametrize("kind", ["dense", "moe", "default", "q4_0"])
 def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
     from lowbit import synth
     if kind == "default":
@@ -211,14 +245,20 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
         path = synth.synth_dense(tmp_path / "d.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q4_K",
                                  head_type="Q6_K", seed=5)
         want = {"gemm_q4_k_q8_k_avx512", "gemm_q6_k_q8_k_avx512"}
+    elif kind == "q4_0":
+        path = synth.synth_dense(tmp_path / "q.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q4_0",
+                                 head_type="Q4_0", seed=7)
+        want = {"gemm_q4_0_q8_0_avx512"}
     else:  # 4 experts, top 2: ~50 of the 100 tokens per expert take the GEMM
         path = synth.synth_moe(tmp_path / "m.gguf", layers=2, dim=256, experts=4, top_k=2, expert_ffn=256,
                                wtype="Q4_K", expert_type="Q4_K", down_type="Q5_K", head_type="Q6_K", seed=6)
         want = {"gemm_q4_k_q8_k_avx512", "gemm_q5_k_q8_k_avx512", "gemm_q6_k_q8_k_avx512"}
     text = "In a hole in the ground there lived a hobbit, not a nasty dirty wet hole."
     runs = {}
-    for tag, extra in (("on", {}), ("off", {"LOWBIT_NO_GEMM": "1"})):
-        env = {k: v for k, v in os.environ.items() if not (k.startswith("LOWBIT_NO_") or k == "LOWBIT_KQ_GEMM_MIN_NT")}
+    # "on": every GEMM from 16 tokens (chunks of 40 and 100 take it whatever the level's measured gates)
+    on = {"LOWBIT_KQ_GEMM_MIN_NT": "16", "LOWBIT_LEGACY_GEMM_MIN_NT": "16"}
+    for tag, extra in (("on", on), ("off", {"LOWBIT_NO_GEMM": "1"})):
+        env = {k: v for k, v in os.environ.items() if not (k.startswith("LOWBIT_NO_") or k.endswith("_GEMM_MIN_NT"))}
         env.update(extra)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         p = subprocess.run([sys.executable, "-c", _ENGINE, str(path), text, str(tmp_path / tag)], env=env,
@@ -227,7 +267,8 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
         runs[tag] = json.loads(p.stdout.strip().splitlines()[-1])
     sel = lib.cpu_info()["selected"]
     if sel in GEMM_LEVELS:
-        want = {w.replace("_avx512", f"_{sel}") for w in want}
+        fmt = lambda kernel: "_".join(kernel.split("_")[1:3]).upper()  # gemm_q4_k_q8_k_avx512: Q4_K
+        want = {w.replace("_avx512", f"_{sel}") for w in want if fmt(w) in GEMM_FORMATS[sel]}
         assert set(runs["on"]["100"]) == want and set(runs["on"]["40"]) & want, runs["on"]
         assert runs["on"]["1"] == [] and runs["on"]["8"] == [], runs["on"]
     assert all(v == [] for v in runs["off"].values()), runs["off"]

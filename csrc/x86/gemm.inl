@@ -1,9 +1,10 @@
 // The GEMM tier: prompt chunks, MoE experts with many routed tokens, large server steps.
 // k-quants (Q4_K, Q5_K, Q6_K) x Q8_K, legacy Q4_0, Q8_0 x Q8_0 and Q4_1 x Q8_1, I2_S x I8_S.
-// Shared body of csrc/x86/{avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built with
-// its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
-// ymm with AVX-VNNI (avx2vnni). The avx2 level has none (see vdot). I2_S's GEMM is avx512's
-// only (avx2 / avx2vnni keep csrc/x86/ternary.inl's tile-decode GEMM, gated off).
+// Shared body of csrc/x86/{avx2,avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
+// with its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
+// ymm with AVX-VNNI (avx2vnni), 8 per ymm with vpmaddubsw + vpmaddwd + vpaddd (avx2: exact only
+// for codes |w| <= 64, see vdot; so no Q8_0 there). I2_S's GEMM is avx512's only (avx2 /
+// avx2vnni keep csrc/x86/ternary.inl's tile-decode GEMM, gated off).
 //
 // Contract (KernelEntry::gemm, csrc/kernels.h): out[t * out_stride + r] = dot(W[r], act[t])
 // for r in [r0, r1) and every t < nt (any nt >= 1), BITWISE the row kernels' result at this
@@ -31,10 +32,9 @@
 // Bounds (int32, exact): a sub-block's |dot| <= 32 * 255 * 32 = 261120; times |sc| <= 128 and
 // summed over 8 or 16 sub-blocks: < 2^29.
 //
-// Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens; avx2vnni 3 x 1 of 8),
-// registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (18 of 32
-// zmm at R = 4, V = 2); the float accumulators stay in L1 (one load and store per
-// super-block), the mins sums M are formed row by row after the sub-block loop. Per
+// Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens; avx2vnni and avx2 3 x 1 of
+// 8), registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (18 of 32
+// zmm at R = 4, V = 2); the float accumulators stay in L1 (one load and store per super-block), the mins sums M are formed row by row after the sub-block loop. Per
 // super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld + vpaddd) + 4 vpdpwssd
 // (MINS formats only) + 6 float ops.
 //
@@ -71,9 +71,10 @@ constexpr int QK = 256;     // values per super-block
 
 // ---- the level's vectors: 16 tokens per zmm (avx512) or 8 per ymm (avx2vnni) ----------------
 // vdot(acc, a, w): acc + the sums of 4 products of unsigned bytes a and signed bytes w per
-// int32 lane (vpdpbusd); vdot16: acc + the int16 pair products (vpdpwssd). VNNI only: the avx2
-// level (vpmaddubsw + vpmaddwd + vpaddd for one vpdpbusd) has no GEMM: its microkernels spilled
-// (I7) at 2 and 3 rows; it runs the window kernels.
+// int32 lane (vpdpbusd); vdot16: acc + the int16 pair products (vpdpwssd). At avx2 (no VNNI)
+// vdot is vpmaddubsw + vpmaddwd (with ones) + vpaddd, which saturates the int16 sum of a pair
+// of products: exact (bitwise vpdpbusd) only while |2 * 255 * w| <= 32767, i.e. |w| <= 64
+// (W_MAX below, checked per format: each decoder states its codes' largest magnitude, WMAX).
 #if defined(__AVX512F__)
 constexpr int LANES = 16;   // tokens per vector
 constexpr int MAXR = 4;     // rows per microkernel
@@ -106,16 +107,81 @@ LB_GK_INLINE VF ffma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 LB_GK_INLINE VF ffnma(VF a, VF b, VF c) { return _mm512_fnmadd_ps(a, b, c); }
 #else
 constexpr int LANES = 8;
-constexpr int MAXR = 3;     // 16 registers: R x V x 3 + V + the weight
-constexpr int MAXV = 1;
+// 16 registers: R x V x 3 + V + the weight (avx2: R x 3 sums, int16 p, dt and I, + the
+// activations, the weight, ones and a product: 13; 4 rows spilled)
+constexpr int MAXR = 3;
 #define LB_GK_TABLE(...) \
     {{nullptr, nullptr}, {nullptr, &__VA_ARGS__ 1, 1>}, {nullptr, &__VA_ARGS__ 2, 1>}, {nullptr, &__VA_ARGS__ 3, 1>}}
+constexpr int MAXV = 1;
 using VI = __m256i;
 using VF = __m256;
 LB_GK_INLINE VI vset1(int32_t x) { return _mm256_set1_epi32(x); }
 LB_GK_INLINE VI vld(const void *p) { return _mm256_load_si256((const __m256i *)p); }
+#if defined(__AVXVNNI__)
+constexpr int W_MAX = 128;  // vpdpbusd: any signed byte
 LB_GK_INLINE VI vdot(VI acc, VI a, VI w) { return _mm256_dpbusd_avx_epi32(acc, a, w); }
 LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
+#else
+// avx2: a (0..255) x w: a pair's sum |a0 w0 + a1 w1| <= 2 * 255 * 64 = 32640 <= 32767 for
+// |w| <= 64, so vpmaddubsw does not saturate and the sum is vpdpbusd's, exactly.
+constexpr int W_MAX = 64;
+// (The empty asm fences the sum: GCC would otherwise reassociate a sub-block's chain of vpaddd
+// into a tree, forming all its products first: 14 to 56 spilled ymm per microkernel, I7.)
+LB_GK_INLINE VI vdot(VI acc, VI a, VI w) {
+    VI s = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, w), _mm256_set1_epi16(1)));
+    __asm__("" : "+v"(s));
+    return s;
+}
+// vpmaddwd's pair sum wraps only at (-32768)^2 * 2, modulo 2^32 as vpdpwssd's: exact (here
+// |bs| <= 4096, |mn| <= 63)
+LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+// The microkernels' inner loop at avx2 for the narrow codes (LB_GK_PRESUM16): the vpmaddubsw
+// products of K consecutive dwords summed in int16 lanes (vpaddw), then one vpmaddwd with ones
+// into int32. Exact while no int16 sum saturates or wraps: K * 2 * 255 * WMAX <= 32767, so
+// K = ksum16(WMAX): Q4_0 (8) 8 dwords, Q4_K and Q4_1 (15) 4; Q5_K (31) and Q6_K (32) would
+// have 2, and take vdot (presum16: K >= 4; at 2 the 3-row microkernels spilled). A quarter to
+// an eighth of vdot's vpmaddwd, which Zen 3 issues on the same 2 pipes as vpmaddubsw (Q4_K's
+// windows / gemm at 64 tokens: 1.08 with vdot at 4 rows, 1.33 so).
+#define LB_GK_PRESUM16 1
+constexpr int ksum16(int wmax) { return 32767 / (2 * 255 * wmax); }
+constexpr bool presum16(int wmax) { return ksum16(wmax) >= 4; }
+// acc[r][v] += the sum over dwords g in [g0, g1) of act_at(v, g) x w_at(r, g), g1 - g0 <= K
+template <int R, int V, class ActAt, class WAt>
+LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_at) {
+    const VI ones = _mm256_set1_epi16(1);
+    VI p[R][V];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) p[r][v] = _mm256_setzero_si256();
+    #pragma GCC unroll 16
+    for (int g = g0; g < g1; ++g) {
+        VI a[V];
+        #pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) {
+            VI x = act_at(v, g);
+            __asm__("" : "+v"(x));  // loaded here, not hoisted over the group (spills, I7)
+            a[v] = x;
+        }
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            const VI w = vset1(w_at(r, g));
+            #pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) {
+                const VI t = _mm256_maddubs_epi16(a[v], w);
+                VI x = _mm256_add_epi16(p[r][v], t);
+                __asm__("" : "+v"(x));  // in order (as vdot's fence; on a scalar: an array element
+                p[r][v] = x;            // in an asm keeps the array in memory)
+            }
+        }
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+        #pragma GCC unroll 16
+        for (int v = 0; v < V; ++v)
+            acc[r][v] = _mm256_add_epi32(acc[r][v], _mm256_madd_epi16(p[r][v], ones));
+}
+#endif
 LB_GK_INLINE VI vadd(VI a, VI b) { return _mm256_add_epi32(a, b); }
 LB_GK_INLINE VI vsub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
 LB_GK_INLINE VI vmullo(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
@@ -131,8 +197,11 @@ LB_GK_INLINE VF fdiv(VF a, VF b) { return _mm256_div_ps(a, b); }
 LB_GK_INLINE VF ffma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 LB_GK_INLINE VF ffnma(VF a, VF b, VF c) { return _mm256_fnmadd_ps(a, b, c); }
 #endif
-#if !defined(__AVX512VNNI__) && !defined(__AVXVNNI__)
-#error "gemm.inl needs VNNI (the avx2vnni or avx512 level)"
+#if defined(__AVX512F__)
+#if !defined(__AVX512VNNI__)
+#error "gemm.inl at avx512 needs AVX512-VNNI"
+#endif
+constexpr int W_MAX = 128;  // vpdpbusd: any signed byte
 #endif
 constexpr size_t Q8K_D = 0, Q8K_QS = 4, Q8K_BS = 260;
 static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
@@ -198,6 +267,7 @@ LB_GK_INLINE void scale_min_k4(const uint8_t *q, int *sc, int *mn) {
 struct GQ4K {
     static constexpr int NSUB = 8;
     static constexpr bool MINS = true;
+    static constexpr int WMAX = 15;  // codes u: 0..15
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         int sc[8], mn[8];
         scale_min_k4(x + 4, sc, mn);
@@ -221,6 +291,7 @@ struct GQ4K {
 struct GQ5K {
     static constexpr int NSUB = 8;
     static constexpr bool MINS = true;
+    static constexpr int WMAX = 31;  // codes u: 0..31
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         int sc[8], mn[8];
         scale_min_k4(x + 4, sc, mn);
@@ -251,6 +322,7 @@ struct GQ5K {
 struct GQ6K {
     static constexpr int NSUB = 16;
     static constexpr bool MINS = false;
+    static constexpr int WMAX = 32;  // codes q: -32..31
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         const int8_t *scv = (const int8_t *)(x + 192);
         const __m256i k0F = _mm256_set1_epi8(0x0F), k30 = _mm256_set1_epi8(0x30), k20 = _mm256_set1_epi8(0x20);
@@ -291,6 +363,7 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
 #define u(r) (u0 + (size_t)(r) * us)
 #define m(r) (m0 + (size_t)(r) * ms)
 #define act(v) (act0 + (size_t)(v) * ms)
+    static_assert(D::WMAX <= W_MAX, "this level's vdot is not exact for the format's codes");
     constexpr int DW = 64 / D::NSUB;  // dwords per sub-block
     // The float accumulators live in res (L1), loaded and stored once per super-block and
     // (row, lane vector): the registers go to the integer sums (no spills under GCC or clang, I7).
@@ -309,6 +382,20 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
             for (int r = 0; r < R; ++r)
                 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = vset1(0);
+#if defined(LB_GK_PRESUM16)
+            if constexpr (presum16(D::WMAX)) {  // Q4_K
+                constexpr int K = ksum16(D::WMAX);
+                #pragma GCC unroll 16
+                for (int g0 = 0; g0 < DW; g0 += K)
+                    vdots16<R, V>(dt, g0, std::min(g0 + K, DW),
+                                  [&](int v, int g) { return vld((const void *)act(v)[b].q[s * DW + g]); },
+                                  [&](int r, int g) {
+                                      int32_t wv;
+                                      std::memcpy(&wv, u(r) + (size_t)b * QK + 4 * (s * DW + g), 4);
+                                      return wv;
+                                  });
+            } else
+#endif
             #pragma GCC unroll 16
             for (int g = 0; g < DW; ++g) {
                 const int dw = s * DW + g;
@@ -535,6 +622,7 @@ struct RowBlk {
 struct GQ4_0 {
     static constexpr size_t BYTES = 18;
     static constexpr bool Q8_1 = false, M = false;
+    static constexpr int WMAX = 8;  // codes q - 8: -8..7
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
         const __m128i q = _mm_loadu_si128((const __m128i *)(x + 2));
         const __m128i k0F = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
@@ -549,6 +637,7 @@ struct GQ4_0 {
 struct GQ4_1 {
     static constexpr size_t BYTES = 20;
     static constexpr bool Q8_1 = true, M = true;
+    static constexpr int WMAX = 15;  // codes q: 0..15
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
         const __m128i q = _mm_loadu_si128((const __m128i *)(x + 4));
         const __m128i k0F = _mm_set1_epi8(0x0F);
@@ -562,6 +651,7 @@ struct GQ4_1 {
 struct GQ8_0 {
     static constexpr size_t BYTES = 34;
     static constexpr bool Q8_1 = false, M = false;
+    static constexpr int WMAX = 128;  // codes q: -128..127 (too wide for avx2's vdot)
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
         const __m128i lo = _mm_loadu_si128((const __m128i *)(x + 2)), hi = _mm_loadu_si128((const __m128i *)(x + 18));
         _mm_storeu_si128((__m128i *)w, lo);
@@ -574,6 +664,7 @@ struct GQ8_0 {
 template <class D, int R, int V>
 __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0, const ActBlk *act0, int64_t nb,
                                               float *cls, float *res) {
+    static_assert(D::WMAX <= W_MAX, "this level's vdot is not exact for the format's codes");
     const size_t ws = (size_t)nb * 32, ms = (size_t)nb;
 #define w(r) (w0 + (size_t)(r) * ws)
 #define m(r) (m0 + (size_t)(r) * ms)
@@ -592,6 +683,20 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = neg;
             }
+#if defined(LB_GK_PRESUM16)
+            if constexpr (presum16(D::WMAX)) {  // Q4_0 (one vpmaddwd per block), Q4_1
+                constexpr int K = ksum16(D::WMAX);
+#pragma GCC unroll 8
+                for (int g0 = 0; g0 < 8; g0 += K)
+                    vdots16<R, V>(dt, g0, std::min(g0 + K, 8),
+                                  [&](int v, int g) { return vld((const void *)act(v)[b].q[g]); },
+                                  [&](int r, int g) {
+                                      int32_t wv;
+                                      std::memcpy(&wv, w(r) + (size_t)b * 32 + 4 * g, 4);
+                                      return wv;
+                                  });
+            } else
+#endif
 #pragma GCC unroll 8
             for (int g = 0; g < 8; ++g) {
                 VI a[V];
@@ -869,17 +974,28 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 constexpr int kKqGemmMinNt = 32;
 // Q6_K at avx2vnni (3 rows x 8 tokens per microkernel) wins only from 64 tokens (Zen 5, AVX-VNNI:
 // 0.66x at 16, 0.87x at 32, 1.08x at 64, 1.29x at 256); at avx512 it takes the k-quant gate.
+// At avx2 (Zen 3, BENCHMARKS.md "avx2 GEMM tier (Zen 3)": bench kernels --n 4096 --mb 64 --clock
+// cpu --stat min, windows / gemm at 16, 32, 64, 256 tokens): Q4_K 1.03, 1.17, 1.33, 1.29 (its
+// int16 sums: 4 dwords per vpmaddwd); Q5_K 0.88, 1.02, 1.04, 1.32 and Q6_K 0.78, 0.95, 1.00,
+// 1.27 (2 dwords: vdot's vpmaddwd each): Q5_K from 64, Q6_K from 128 tokens.
 #if defined(__AVX512F__)
-constexpr int kQ6kGemmMinNt = kKqGemmMinNt;
+constexpr int kQ5kGemmMinNt = kKqGemmMinNt, kQ6kGemmMinNt = kKqGemmMinNt;
+#elif defined(__AVXVNNI__)
+constexpr int kQ5kGemmMinNt = kKqGemmMinNt, kQ6kGemmMinNt = 64;
 #else
-constexpr int kQ6kGemmMinNt = 64;
+constexpr int kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
 #endif
 // The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT). Measured on Zen 4 with 32 KB
 // window tiles: 1.7-2.4x at 16 tokens; on Zen 5 with the 512 KB tiles of csrc/matmul.cpp, whose
 // windows no longer re-lay out their activations every 20 rows: 0.74-1.73x at 16 tokens with
 // the rows in L3 (n = 4096), 0.67-0.79x with them in DRAM (n = 512..2048), and 1.0-1.7x at 32
 // in both; so 32, as for the k-quants (a server step of 16 decode tokens runs as two windows).
+// At avx2 (Zen 3, as above): Q4_0 0.83, 1.00, 1.14, 1.19; Q4_1 0.82, 0.96, 1.08, 1.01: from 64.
+#if defined(__AVX512F__) || defined(__AVXVNNI__)
 constexpr int kLegacyGemmMinNt = 32;
+#else
+constexpr int kLegacyGemmMinNt = 64;
+#endif
 // The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
 constexpr int kI2sLanesGemmMinNt = 16;
 
@@ -894,14 +1010,17 @@ void register_gemm(KernelTable &t) {
         e.gemm_min_nt = gate;
     };
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
-    set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
+    set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS),
+        g && *g ? min_nt : kQ5kGemmMinNt);
     set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS),
         g && *g ? min_nt : kQ6kGemmMinNt);
     const char *gl = std::getenv("LOWBIT_LEGACY_GEMM_MIN_NT");
     const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS), min_legacy);
+#if defined(__AVX512F__) || defined(__AVXVNNI__)
     set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
+#endif  // avx2: Q8_0's codes reach 128 > W_MAX (vdot); its chunks take the window kernels
 #if defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT

@@ -23,8 +23,9 @@ input, same run; I8_S is lowbit's own format and has none). Reported in ns per v
 ggml/lowbit (> 1: lowbit is faster).
 
 nt > 8 times matmul's own path (row tiles, windows of 8 or the format's GEMM when its gate
-admits nt) and names what ran; for a format with a GEMM (I2_S) it also times both paths of the
-level, forced ("windows" / "gemm" columns, and their ratio: > 1 means the GEMM is faster).
+admits nt) and names what ran; for a format with a GEMM at the level (`lowbit info`: the k-quants
+and legacy formats from avx2, I2_S) it also times both paths of the level, forced ("windows" /
+"gemm" columns, and their ratio: > 1 means the GEMM is faster).
 """
 from __future__ import annotations
 

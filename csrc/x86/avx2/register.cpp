@@ -17,6 +17,7 @@ void register_glu(KernelTable &t);
 void register_attn(KernelTable &t);
 void register_delta(KernelTable &t);
 void register_attn_q(KernelTable &t);  // attn_q.cpp (csrc/x86/attn_q.inl)
+void register_gemm(KernelTable &t);    // the GEMM tier (gemm.cpp, csrc/x86/gemm.inl)
 }  // namespace avx2
 
 void register_avx2(KernelTable &t) {
@@ -30,6 +31,7 @@ void register_avx2(KernelTable &t) {
     avx2::register_attn(t);
     avx2::register_delta(t);
     avx2::register_attn_q(t);
+    avx2::register_gemm(t);
     (void)t;
 }
 
