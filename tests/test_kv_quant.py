@@ -221,7 +221,9 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):\n    ", "Once upon a t
 # (top-1 share at margin >= 0.1, at margin >= 0.5, perplexity's relative bound): see the docstring
 # q4_0 at margin >= 0.5: 164/167 at avx512, 161/167 at avx (the reference's arithmetic): its 4-bit
 # roundings flip with any upstream float difference, so the bound holds at every level
-BOUNDS = {"q8_0": (0.99, 1.0, 0.005), "q4_0": (0.90, 0.95, 0.02)}
+# q8_0 at margin >= 0.1: 185/187 against ggml's AVX2 path (Zen 3; its float sums differ from its
+# AVX-512 path's, where 0.99 held): two flips of near-ties, none at margin >= 0.5
+BOUNDS = {"q8_0": (0.98, 1.0, 0.005), "q4_0": (0.90, 0.95, 0.02)}
 
 
 def peer_llm(path, kv, **kw):
