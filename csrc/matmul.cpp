@@ -37,20 +37,15 @@ static void check_and_count(const Format &f, const KernelEntry &e, int isa, int6
 // row's result never depends on the split: I3) and calls body(tb, te) on each tile. Parts,
 // not threads: up to 4 per thread (of >= 16 rows), claimed dynamically by the pool, so a
 // thread descheduled by another process delays at most one small part.
-static const int64_t kPartsPerThread = [] {  // LOWBIT_PARTS=N overrides (A/B runs)
+// Parts per thread of a dispatch: 4 (a descheduled thread delays at most a quarter of its
+// share). One part per thread streams each thread's rows in one run; measured on a quiet Zen 3
+// (decode of the default model at 64 positions, BENCHMARKS.md 2026-12-02 evening) within noise
+// of 4 (5.8-6.3 against 6.0-6.3 ms per token). LOWBIT_PARTS=N overrides (A/B runs, tests of I3).
+static const int64_t kPartsPerThread = [] {
     const char *e = std::getenv("LOWBIT_PARTS");
     const long v = e && *e ? std::atol(e) : 0;
     return v > 0 ? (int64_t)v : (int64_t)4;
 }();
-// Bytes of a part's first rows requested at its start (LOWBIT_PART_WARM=N; A/B runs): the
-// kernels prefetch kPrefetchAhead bytes ahead of what they decode, so a part's first bytes are
-// otherwise read cold.
-static const size_t kPartWarm = [] {
-    const char *e = std::getenv("LOWBIT_PART_WARM");
-    const long v = e && *e ? std::atol(e) : 0;
-    return v > 0 ? (size_t)v : (size_t)0;
-}();
-
 template <class Body>
 static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body) {
     int64_t parts = threads > 1 ? std::min<int64_t>((int64_t)threads * kPartsPerThread, rows / 16) : 1;
@@ -121,11 +116,6 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         int64_t base = 0;  // where job k's rows start in the laid-out range
         for (const RowsPlan &p : plan) {
             const int64_t rows = p.j->r1 - p.j->r0, lo = std::max(b, base) - base, hi = std::min(e, base + rows) - base;
-            if (kPartWarm && lo < hi) {
-                const char *w0 = (const char *)p.j->w + (size_t)(p.j->r0 + lo) * p.j->w_stride;
-                const size_t span = std::min(kPartWarm, (size_t)(hi - lo) * p.j->w_stride);
-                for (size_t o = 0; o < span; o += 64) __builtin_prefetch(w0 + o, 0, 3);
-            }
             for (int64_t tb = lo; tb < hi; tb += p.tile)
                 rows_piece(p, act, act_stride, nt, n, tb, tb + p.tile < hi ? tb + p.tile : hi);
             base += rows;
