@@ -153,11 +153,19 @@ def test_options_and_usage_errors():
     with pytest.raises(ValueError):
         parse_autoscale("4")
     assert Options(autoscale=(3, 2)).check() and Options(parallel=0).check() and Options().check() is None
+    # the weights' memory and the KV cache reach every replica's and stage's load
+    from lowbit.server.ray_serve import _load_kwargs
+    kw = _load_kwargs(Options(memory="hugepages", mlock=True, kv="q8_0", kv_v="q4_0"))
+    assert (kw["memory"], kw["mlock"], kw["kv"], kw["kv_v"]) == ("hugepages", True, "q8_0", "q4_0")
+    assert "memory must be" in Options(memory="disk").check()
+    assert "V cache needs a quantized K cache" in Options(kv_v="q8_0").check()
+    assert "--stages keeps an f16 KV cache" in Options(stages=2, kv="q8_0").check()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for args, msg in ((["--replicas", "2"], "--replicas needs --ray"),
                       (["--ray", "--autoscale", "3"], "MIN:MAX"),
                       (["--ray", "--replicas", "0"], "--replicas must be >= 1"),
                       (["--ray", "--replicas", "2", "--autoscale", "1:2"], "exclude each other"),
+                      (["--ray", "--stages", "2", "--kv", "q8_0"], "--stages keeps an f16 KV cache"),
                       (["--ray", "--port", "0"], "--port must be in")):
         r = subprocess.run([sys.executable, "-m", "lowbit.cli", "serve", *args], capture_output=True, text=True,
                            env=env, timeout=60)
@@ -284,10 +292,13 @@ def test_pipeline_hybrid_rewind_bitwise(cluster, tmp_path):
     path = synth_hybrid(tmp_path / "q35.gguf", arch="qwen35", layers=4, dim=256, heads=4, kv_heads=2, head_dim=64,
                         rope_dims=32, sections=(2, 2, 2, 2), full_attention_interval=2, ssm_conv=4, ssm_state=32,
                         ssm_groups=2, ssm_heads=4, ffn=512, embd_type="F16", wtype="Q8_0", seed=5)
-    one, pipe = lowbit.load(path, n_ctx=64), lowbit.load(path, n_ctx=64, stages=2)
+    # (the stages read their weights into memory: load()'s memory option reaches them)
+    one, pipe = lowbit.load(path, n_ctx=64), lowbit.load(path, n_ctx=64, stages=2, memory="copy")
     try:
         ids = one.tokenize(PROMPT)
         assert pipe.config.hybrid and len(ids) > 12
+        assert [s["memory"] for s in pipe.engine.stage_info] == ["copy", "copy"]
+        assert all(mapped_resident(s["pid"], path) == 0 for s in pipe.engine.stage_info)  # no map of the file
         for m in (one, pipe):
             m.reset()
             m.forward(ids[:10])
@@ -323,7 +334,8 @@ REPLICA = "ray::ServeReplica:lowbit:LowbitReplica"
 @pytest.fixture(scope="module")
 def served():
     from serve_util import Server
-    srv = Server("--ray", "--replicas", "2", "--parallel", "2", "--ctx", "256", "--threads", "1")
+    # --no-mmap: the replicas read the weights into memory (checked: none maps the file)
+    srv = Server("--ray", "--replicas", "2", "--parallel", "2", "--ctx", "256", "--threads", "1", "--no-mmap")
     try:
         srv.wait_ready(240)
         end = time.monotonic() + 120  # the banner: serve.run has returned (every replica is running)
@@ -342,6 +354,8 @@ def _replicas(srv) -> list[int]:
 def test_two_replicas_answer_openai_like_one_process(served):
     from openai import OpenAI
     assert len(_replicas(served)) == 2
+    path = lowbit.model.default_model_path()
+    assert all(mapped_resident(p, path) == 0 for p in _replicas(served))  # --no-mmap reached them
     m = lowbit.load(n_ctx=256)
     client = OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     want = m.create_completion(PROMPT, max_tokens=16, temperature=0)["choices"][0]["text"]

@@ -587,6 +587,7 @@ class Model:
         self.path = os.fspath(path) if path is not None else default_model_path()
         # memory: "mmap" (default), "copy" (read up front, --no-mmap) or "hugepages" (a copy in
         # 2 MB pages); mlock pins it (gguf.open)
+        stage_memory = dict(memory=memory, mlock=mlock)  # (a pipeline's stages load the weights so)
         if stages is not None and int(stages) != 1:  # the stages hold the weights: this process reads metadata
             memory, mlock = "mmap", False
         self.file = gguf.open(self.path, memory=memory, mlock=mlock, progress=progress)
@@ -614,7 +615,7 @@ class Model:
             from .distributed.pipeline import PipelineEngine
             self.layers = (0, c.n_layer)
             self.engine = PipelineEngine(self.path, c, self.n_ctx, self.n_slots, int(stages), threads=threads,
-                                         lookahead=bool(lookahead) and c.n_expert > 0)
+                                         lookahead=bool(lookahead) and c.n_expert > 0, **stage_memory)
             self._init_slots()
             return
         self.layers = l0, l1 = tuple(layers) if layers is not None else (0, c.n_layer)

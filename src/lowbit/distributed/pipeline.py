@@ -81,10 +81,11 @@ class Stage:
     stage's (the residual stream in "x") or, in the last stage, the logits."""
 
     def __init__(self, path: str, n_ctx: int, n_slots: int, layers: tuple[int, int], threads: int | None,
-                 lookahead: bool):
+                 lookahead: bool, memory: str = "mmap", mlock: bool = False):
         from ..model import Model
         self.m = Model(path, n_ctx=n_ctx, threads=threads, n_slots=n_slots, layers=tuple(layers),
-                       lookahead=lookahead)
+                       lookahead=lookahead, memory=memory, mlock=mlock)
+        self.memory = memory
         self.e, c = self.m.engine, self.m.config
         self.dim, self.vocab = c.dim, c.vocab
         self.last = layers[1] == c.n_layer
@@ -93,7 +94,7 @@ class Stage:
     def info(self) -> dict:
         """Who and where: pid, layers, bytes of weights this stage binds, resident memory."""
         import resource
-        return {"pid": os.getpid(), "layers": list(self.m.layers),
+        return {"pid": os.getpid(), "layers": list(self.m.layers), "memory": self.memory,
                 "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                 "weight_bytes": int(sum(a.nbytes for a in self.m._keep))}
 
@@ -154,7 +155,7 @@ class PipelineEngine:
 
     def __init__(self, path: str, config, n_ctx: int, n_slots: int, stages: int, threads: int | None = None,
                  lookahead: bool = False, address: str | None = None, compiled: bool | None = None,
-                 placement: str = "SPREAD"):
+                 placement: str = "SPREAD", memory: str = "mmap", mlock: bool = False):
         from .. import gguf
         c = config
         self.config, self.n_ctx, self.n_slots, self.n_stages = c, n_ctx, n_slots, int(stages)
@@ -173,7 +174,8 @@ class PipelineEngine:
         ray.get(self.pg.ready(), timeout=120)
         actor = ray.remote(Stage)
         self.stages = [actor.options(num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
-            placement_group=self.pg, placement_group_bundle_index=i)).remote(path, n_ctx, n_slots, r, threads, lookahead)
+            placement_group=self.pg, placement_group_bundle_index=i)).remote(path, n_ctx, n_slots, r, threads, lookahead,
+                                                                  memory, mlock)
             for i, r in enumerate(self.ranges)]
         self.stage_info = ray.get([s.info.remote() for s in self.stages])  # (waits for every load; raises its error)
         if compiled is None:

@@ -65,11 +65,13 @@ def cmd_serve_ray(a: argparse.Namespace) -> int:
     path = a.model
     if path is not None and not os.path.exists(path):
         raise FileNotFoundError(f"no such model file: {path}")
+    from ..cli import _memory, kv_kwargs
     o = ray_serve.Options(model=path, parallel=a.parallel, ctx=a.ctx, threads=a.threads, alias=a.alias,
                           api_key=a.api_key, step_tokens=a.step_tokens, queue=a.queue, cache_mb=a.cache_mb,
                           replicas=a.replicas if a.replicas is not None else 1, autoscale=autoscale, stages=a.stages, coalesce=a.coalesce,
                           stuck_after=a.stuck_after, access_log=not a.no_access_log,
-                          cors=[o.strip() for o in a.cors.split(",") if o.strip()] if a.cors else None)
+                          cors=[o.strip() for o in a.cors.split(",") if o.strip()] if a.cors else None,
+                          **_memory(a), **kv_kwargs(a))
     problem = o.check()
     if problem:
         return usage(problem)

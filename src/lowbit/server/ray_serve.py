@@ -53,6 +53,13 @@ class Options:
     health_period: float = 5.0
     access_log: bool = False
     cors: list[str] | None = field(default=None)
+    # the weights in memory and the KV cache, as `lowbit serve` takes them (cli._memory, kv_kwargs):
+    # each replica (and each pipeline stage) loads its model with these
+    memory: str = "mmap"        # "mmap", "copy" (--no-mmap) or "hugepages"
+    mlock: bool = False
+    kv: str | None = None
+    kv_k: str | None = None
+    kv_v: str | None = None
 
     def check(self) -> str | None:
         """The first problem with these options, or None."""
@@ -65,6 +72,15 @@ class Options:
             return f"--ctx must be >= 2, got {self.ctx}"
         if self.threads is not None and self.threads < 1:
             return f"--threads must be >= 1, got {self.threads}"
+        if self.memory not in ("mmap", "copy", "hugepages"):
+            return f"memory must be mmap, copy or hugepages, got {self.memory!r}"
+        from ..model import kv_types
+        try:
+            quant_kv = kv_types(self.kv, self.kv_k, self.kv_v) != ("f16", "f16")
+        except ValueError as e:
+            return str(e).replace("kv_k", "--kv-k").replace("kv='f16'", "--kv f16")
+        if quant_kv and self.stages > 1:
+            return "--stages keeps an f16 KV cache: drop --kv / --kv-k / --kv-v"
         if self.autoscale is not None and not 1 <= self.autoscale[0] <= self.autoscale[1]:
             return f"--autoscale MIN:MAX needs 1 <= MIN <= MAX, got {self.autoscale[0]}:{self.autoscale[1]}"
         if self.stuck_after <= 0 or self.health_period <= 0 or self.cache_mb < 0:
@@ -114,7 +130,8 @@ class HealthWatch:
 def _load_kwargs(o: Options) -> dict:
     from ..model import default_model_path
     return dict(path=o.model or default_model_path(), n_ctx=o.ctx, threads=o.threads, n_slots=o.parallel,
-                stages=o.stages if o.stages > 1 else None)
+                stages=o.stages if o.stages > 1 else None, memory=o.memory, mlock=o.mlock, kv=o.kv, kv_k=o.kv_k,
+                kv_v=o.kv_v)
 
 
 class LowbitReplica:
