@@ -172,9 +172,11 @@ def test_silu_equals_ggml_swiglu(rng):
     ours = run_glu(g, u, "silu", "scalar")
     if "avx512f" in lib.cpu_info()["features"]:
         assert same_bits(ours, theirs), first_diff(ours, theirs, g)
-    else:  # an avx2 ggml build computes 2^n * (1 + p) differently: a rounding apart
+    else:  # an avx2 ggml build computes 2^n * (1 + p) differently: a few roundings apart. Each
+        # side is within 2.4 ulp of float64 here (ours: test_silu_against_float64 bounds it at
+        # 4); measured on Zen 3's ggml build: 10 of 128728 values 2.0-2.7 ulp apart, none more
         fin = np.isfinite(theirs) & (np.abs(theirs) > 1e-30)
-        assert np.all(np.abs(ours[fin] - theirs[fin]) <= 2 * ULP * np.abs(theirs[fin]))
+        assert np.all(np.abs(ours[fin] - theirs[fin]) <= 4 * ULP * np.abs(theirs[fin]))
 
 
 # ---- the fused matmul -----------------------------------------------------------------------
