@@ -713,9 +713,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
                 // what the log held before the first position this call writes
                 // (a call that logs: none until it has finished, below)
                 const int n = next_pos[(size_t)s] - first;
-                int32_t &p0 = tlog_p0_[(size_t)s], &ln = tlog_n_[(size_t)s];
-                ln = n >= 2 && n <= kReplayMax ? 0 : std::max(0, std::min(ln, first - p0));
-                if (ln == 0) p0 = 0;
+                tlog_cut(s, n >= 2 && n <= kReplayMax ? -1 : first);
             }
     }
     const int dim = c_.dim, hd = c_.head_dim, qd = c_.n_head * hd, kd = c_.n_kv * hd, ffn = c_.ffn;
@@ -888,10 +886,7 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
     // state that goes with it (or the slot restarts at 0), never silently half restored.
     if (hybrid() && !save) {
         rpos_[(size_t)slot] = -1;
-        // the replay log keeps only what precedes the positions loaded (as a forward's writes)
-        int32_t &lp0 = tlog_p0_[(size_t)slot], &ln = tlog_n_[(size_t)slot];
-        ln = std::max(0, std::min(ln, p0 - lp0));
-        if (ln == 0) lp0 = 0;
+        tlog_cut(slot, p0);  // the replay log keeps only what precedes the positions loaded
     }
     if (kv_quant()) {  // [layer][K rows, V rows][n][row bytes], the blocks as they are
         const size_t rk = (size_t)n * krow_, rv = (size_t)n * vrow_;

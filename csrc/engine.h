@@ -7,6 +7,7 @@
 // arithmetic is the same whether it runs alone or in a window (the row kernels keep I2;
 // attention computes each query row on its own), so greedy speculative decoding is exact.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -380,6 +381,12 @@ private:
     // allocated at the first call that logs; per slot its first position and token count
     std::vector<float> tlog_;
     std::vector<int32_t> tlog_p0_, tlog_n_;
+    // positions >= pos are being written: the log keeps only what precedes them (pos < 0: all goes)
+    void tlog_cut(int slot, int pos) {
+        int32_t &p0 = tlog_p0_[(size_t)slot], &n = tlog_n_[(size_t)slot];
+        n = pos < 0 ? 0 : std::max(0, std::min(n, pos - p0));
+        if (n == 0) p0 = 0;
+    }
     size_t tlog_row() const { return (2 * (size_t)c_.ssm_groups + (size_t)c_.ssm_heads) * c_.ssm_state + 2 * (size_t)c_.ssm_heads; }
     std::vector<uint8_t> act_;
     int act_type_ = -1;  // format of what act_ holds (-1: nothing reusable)
