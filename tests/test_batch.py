@@ -138,3 +138,22 @@ def test_bad_batches_are_value_errors(model):
 def test_n_slots_must_be_positive(path):
     with pytest.raises(ValueError, match="n_slots"):
         lowbit.load(path, n_ctx=16, n_slots=0)
+
+
+def test_prompt_attention_blocks_bitwise_equal_one_token_at_a_time(tmp_path):
+    """A prompt chunk's attention runs blocks of up to 16 tokens x a GQA group's heads as the query
+    rows of one shared-rows kernel call (Engine::attention), fewer tokens per block when the scores
+    would pass 1 MB (here 16 heads per KV head: 8 tokens per block past 1024 positions, 5 past
+    3277). A token's logits must be bitwise those of the token run alone, whatever block, chunk
+    or thread count it ran in (I2, I3, I8)."""
+    p = synth_dense(tmp_path / "g16.gguf", layers=2, dim=128, ffn=256, heads=16, kv_heads=1, ctx=4096,
+                    wtype="Q8_0", seed=5)
+    m = lowbit.load(p, n_ctx=3400, threads=2)
+    ids = [int(t) for t in np.random.default_rng(7).integers(0, 49152, size=3350)]
+    one = alone(m, ids)
+    for chunk in (256, 61):
+        got = alone(m, ids, chunk)
+        bad = np.flatnonzero((got != one).any(axis=1))
+        assert bad.size == 0, f"chunk {chunk}: positions {bad[:8]} differ from one token at a time"
+    m1 = lowbit.load(p, n_ctx=3400, threads=1)
+    assert np.array_equal(alone(m1, ids, 1000), one)

@@ -38,7 +38,11 @@ constexpr int LANES32 = 8;
 #elif defined(__AVXVNNI__)
 #define LB_PK_I8(c) a##c = _mm256_dpbusd_avx_epi32(a##c, x, y);
 #else
-#define LB_PK_I8(c) a##c = _mm256_add_epi32(a##c, _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), one));
+// (x is made opaque before every chain's product: the two multiplies do not depend on the
+// accumulator, so without it GCC computes them once, outside the loop, and times vpaddd alone)
+#define LB_PK_I8(c)                   \
+    __asm__("" : "+v"(x));            \
+    a##c = _mm256_add_epi32(a##c, _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), one));
 #endif
 
 uint64_t peak_int8(int64_t iters, uint64_t *sink) {
