@@ -157,6 +157,12 @@ constexpr bool presum16(int wmax) { return ksum16(wmax) >= 4; }
 // sequence, so the GEMM is bitwise theirs for every byte. (An activation code is -128 only
 // where the quantizer saw NaN or inf: cvt's INT32_MIN saturated, csrc/x86/act.inl.)
 #define LB_GK_SIGN 1
+// Its microkernel's rows (mk_gemm_legacy: 4 dt + 4 acc + the activation, ones, |w|, w and a
+// product: 13 ymm). Zen 3, bench kernels --mb 16, windows / gemm at 64 and 256 tokens: 3 rows
+// 1.05, 1.10; 4 rows 1.05-1.08, 1.13-1.14; 5 rows 1.07-1.09, 1.13-1.14; 6 rows 1.04-1.09, 1.10-1.11.
+// The chain vpsignb, vpmaddubsw, vpmaddwd, vpaddd bounds it: a register-only loop of 12 such
+// chains ran 66 GMAC/s on Zen 3, the GEMM 49 at 256 tokens, the windows 44.
+constexpr int MAXR_SIGN = 4;
 static_assert(2 * 128 * 127 <= 32767 && 2 * 128 * -128 >= -32768, "vpmaddubsw's pair of |w| <= 128 x a signed byte");
 LB_GK_INLINE VI vdot_sign(VI acc, VI a, VI wabs, VI w) {
     VI s = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a, w)), _mm256_set1_epi16(1)));
@@ -220,6 +226,9 @@ LB_GK_INLINE VF ffnma(VF a, VF b, VF c) { return _mm256_fnmadd_ps(a, b, c); }
 #error "gemm.inl at avx512 needs AVX512-VNNI"
 #endif
 constexpr int W_MAX = 128;  // vpdpbusd: any signed byte
+#endif
+#if !defined(LB_GK_SIGN)
+constexpr int MAXR_SIGN = MAXR;  // (no sign trick at this level)
 #endif
 constexpr size_t Q8K_D = 0, Q8K_QS = 4, Q8K_BS = 260;
 static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
@@ -636,6 +645,13 @@ struct alignas(64) ActBlk {
     float d[LANES];           // [lane] d_a (fp16 -> float); 0 for lanes past the chunk
     float s[LANES];           // [lane] s_a of Q8_1 (fp16 -> float); 0 for Q8_0
 };
+// Rows per microkernel: MAXR, or MAXR_SIGN for the sign trick (its chains hold no float state
+// beyond acc: R dt + R acc + the activation, ones, |w|, w and a product); MAXR_LEG sizes the
+// class and result buffers for either.
+template <class D>
+constexpr int kMr = D::SIGN ? MAXR_SIGN : MAXR;
+constexpr int MAXR_LEG = MAXR_SIGN > MAXR ? MAXR_SIGN : MAXR;
+
 struct RowBlk {
     int32_t neg;       // -128 * sum(w) (D::SIGN: 0, unread)
     float d, m;        // d_w, m_w (Q4_1; 0 otherwise)
@@ -785,14 +801,14 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) fst(cls + ((size_t)c * MAXR * MAXV + (size_t)(r * MAXV + v)) * LANES, acc[r][v]);
+            for (int v = 0; v < V; ++v) fst(cls + ((size_t)c * MAXR_LEG * MAXV + (size_t)(r * MAXV + v)) * LANES, acc[r][v]);
     }
     // the row kernels' final tree over the classes, lane by lane
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
         for (int v = 0; v < V; ++v) {
-            const size_t o = (size_t)(r * MAXV + v) * LANES, cs = (size_t)MAXR * MAXV * LANES;
+            const size_t o = (size_t)(r * MAXV + v) * LANES, cs = (size_t)MAXR_LEG * MAXV * LANES;
             VF e[8];
 #pragma GCC unroll 8
             for (int c = 0; c < 8; ++c) e[c] = fldu(cls + c * cs + o);
@@ -807,8 +823,16 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 
 template <class D>
 using MkLegacyFn = void (*)(const int8_t *, const RowBlk *, const ActBlk *, int64_t, float *, float *);
-template <class D>
-constexpr MkLegacyFn<D> kMkLegacy[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm_legacy<D,);
+// mk_gemm_legacy<D, R, V> for R in 1..MR, V in 1..VV (the tails of a tile and of the chunk)
+template <class D, int MR = kMr<D>, int VV = MAXV>
+LB_GK_INLINE void mk_legacy(int R, int V, const int8_t *w0, const RowBlk *m0, const ActBlk *act0, int64_t nb,
+                            float *cls, float *res) {
+    if constexpr (MR > 1)
+        if (R < MR) return mk_legacy<D, MR - 1, VV>(R, V, w0, m0, act0, nb, cls, res);
+    if constexpr (VV > 1)
+        if (V < VV) return mk_legacy<D, MR, VV - 1>(R, V, w0, m0, act0, nb, cls, res);
+    mk_gemm_legacy<D, MR, VV>(w0, m0, act0, nb, cls, res);
+}
 
 // nt tokens of Q8_0 (34-byte) or Q8_1 (36-byte) blocks -> ceil(nt / 16) groups of nb ActBlk;
 // BIAS: the codes + 128 (vdot's unsigned operand), else as they are (vdot_sign's signed one)
@@ -865,23 +889,24 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     if (!panel_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1, !D::SIGN>(a.act, a.act_stride, nt, nb, panel);
     const size_t per_row = (size_t)nb * (D::CODES + sizeof(RowBlk));
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
-    const size_t tail = (size_t)9 * MAXR * MAXV * LANES * sizeof(float);  // 8 classes + the result
+    constexpr int MR = kMr<D>;
+    const size_t tail = (size_t)9 * MAXR_LEG * MAXV * LANES * sizeof(float);  // 8 classes + the result
     int8_t *codes = (int8_t *)row_s.get((size_t)RT * per_row + tail + 64);
     RowBlk *meta = (RowBlk *)(codes + (size_t)RT * (size_t)nb * D::CODES);
     float *cls = (float *)(((uintptr_t)(meta + (size_t)RT * (size_t)nb) + 63) & ~(uintptr_t)63);
-    float *res = cls + (size_t)8 * MAXR * MAXV * LANES;
+    float *res = cls + (size_t)8 * MAXR_LEG * MAXV * LANES;
     NextTile next;
     for (int64_t rb = r0; rb < r1; rb += RT) {
         const int64_t re = std::min(rb + RT, r1);
         decode_tile_legacy<D>(a, rb, re, nb, codes, meta);
-        next.start(a, re, r1, RT, (int64_t)((ng + MAXV - 1) / MAXV) * ((re - rb + MAXR - 1) / MAXR));
+        next.start(a, re, r1, RT, (int64_t)((ng + MAXV - 1) / MAXV) * ((re - rb + MR - 1) / MR));
         for (int g0 = 0; g0 < ng; g0 += MAXV) {
             const int V = std::min(MAXV, ng - g0);
-            for (int64_t rq = rb; rq < re; rq += MAXR) {
-                const int R = (int)std::min<int64_t>(MAXR, re - rq);
+            for (int64_t rq = rb; rq < re; rq += MR) {
+                const int R = (int)std::min<int64_t>(MR, re - rq);
                 next.step();
-                kMkLegacy<D>[R][V](codes + (size_t)(rq - rb) * (size_t)nb * D::CODES, meta + (size_t)(rq - rb) * (size_t)nb,
-                                   panel + (size_t)g0 * (size_t)nb, nb, cls, res);
+                mk_legacy<D>(R, V, codes + (size_t)(rq - rb) * (size_t)nb * D::CODES, meta + (size_t)(rq - rb) * (size_t)nb,
+                             panel + (size_t)g0 * (size_t)nb, nb, cls, res);
                 scatter_res(a, res, rq, R, g0, V, nt);
             }
         }
