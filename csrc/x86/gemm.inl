@@ -3,8 +3,8 @@
 // Shared body of csrc/x86/{avx2,avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
 // with its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
 // ymm with AVX-VNNI (avx2vnni), 8 per ymm with vpmaddubsw + vpmaddwd + vpaddd (avx2: exact only
-// for codes |w| <= 64, see vdot; so no Q8_0 there). I2_S's GEMM is avx512's only (avx2 /
-// avx2vnni keep csrc/x86/ternary.inl's tile-decode GEMM, gated off).
+// for codes |w| <= 64, see vdot; Q8_0 there takes the sign trick, vdot_sign). I2_S's GEMM is
+// avx512's only (avx2 / avx2vnni keep csrc/x86/ternary.inl's tile-decode GEMM, gated off).
 //
 // Contract (KernelEntry::gemm, csrc/kernels.h): out[t * out_stride + r] = dot(W[r], act[t])
 // for r in [r0, r1) and every t < nt (any nt >= 1), BITWISE the row kernels' result at this
@@ -1076,17 +1076,13 @@ constexpr int kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
 // windows no longer re-lay out their activations every 20 rows: 0.74-1.73x at 16 tokens with
 // the rows in L3 (n = 4096), 0.67-0.79x with them in DRAM (n = 512..2048), and 1.0-1.7x at 32
 // in both; so 32, as for the k-quants (a server step of 16 decode tokens runs as two windows).
-// At avx2 (Zen 3, as above): Q4_0 0.83, 1.00, 1.14, 1.19; Q4_1 0.82, 0.96, 1.08, 1.01: from 64.
+// At avx2 (Zen 3, as above): Q4_0 0.83, 1.00, 1.14, 1.19; Q4_1 0.82, 0.96, 1.08, 1.01: from 64;
+// Q8_0 (the sign trick, BENCHMARKS.md "Q8_0 GEMM at avx2 (Zen 3)") 0.86-0.87, 0.99-1.00,
+// 1.02-1.06, 1.11-1.14 in two runs: from 64 too.
 #if defined(__AVX512F__) || defined(__AVXVNNI__)
 constexpr int kLegacyGemmMinNt = 32;
 #else
 constexpr int kLegacyGemmMinNt = 64;
-#endif
-// Q8_0 at avx2 (the sign trick, vdot_sign): TBD
-#if defined(LB_GK_SIGN)
-constexpr int kQ8_0GemmMinNt = 64;
-#else
-constexpr int kQ8_0GemmMinNt = kLegacyGemmMinNt;
 #endif
 // The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
 constexpr int kI2sLanesGemmMinNt = 16;
@@ -1110,7 +1106,7 @@ void register_gemm(KernelTable &t) {
     const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS), min_legacy);
-    set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ8_0GemmMinNt);
+    set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);  // avx2: vdot_sign
 #if defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
