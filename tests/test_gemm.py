@@ -429,3 +429,21 @@ def test_q8_0_avx2_activation_code_minus_128(ggml):
         assert bad.size == 0, (path, bad[0], got[tuple(bad[0])], want[tuple(bad[0])])
     if lib.cpu_info()["selected"] == "avx2":  # an AVX2 CPU without VNNI: ggml's vec_dot is its AVX2 path
         assert np.array_equal(ggml.vec_dot("Q8_0", raw, act, n).astype(np.float64), want)
+
+
+@AVX2_Q8
+def test_q8_0_avx2_gemm_tiles_and_tails(ggml, rng):
+    """150 rows (row tiles of 64, 64 and 22: the last five 4-row microkernels and a 2-row tail),
+    tokens 1..40 and 64 (lane tails), one and two threads (I3), ggml's bytes with some codes set
+    to -128 (ggml's quantizer never writes it; other GGUF writers may)."""
+    rows, nb = 150, 9
+    n = nb * 32
+    raw = ggml.quantize("Q8_0", rng.standard_normal((rows, n)).astype(np.float32)).copy()
+    codes = raw.reshape(rows, nb, 34)[:, :, 2:]
+    codes[rng.random(codes.shape) < 0.05] = 0x80
+    act = q8k(rng.standard_normal((64, n)) * 3.0, "avx2", "Q8_0")
+    for nt in list(range(1, 41)) + [64]:
+        want = mm("Q8_0", raw, act[:nt], n, "avx2", 1)
+        check_same(mm("Q8_0", raw, act[:nt], n, "avx2", 2), want, f"nt={nt}", "Q8_0", n)
+        if nt in (17, 64):
+            check_same(mm("Q8_0", raw, act[:nt], n, "avx2", 2, threads=2), want, f"nt={nt}, 2 threads", "Q8_0", n)

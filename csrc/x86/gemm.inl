@@ -638,16 +638,15 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // Q8_0 at avx2 (D::SIGN: its codes exceed vdot's W_MAX) takes the sign trick instead (vdot_sign):
 // the panel keeps the activations signed (no +128, so no correction: neg = 0) and the tile holds
 // 64 bytes per block, the 32 |w| then the 32 w; isum is the avx2 window kernels' integer, bitwise
-// (|isum| <= 32 * 128 * 128 = 2^17).
+// (|isum| <= 32 * 128 * 128 = 2^19).
 
 struct alignas(64) ActBlk {
     uint8_t q[8][LANES * 4];  // [dword][lane l * 4 + k]: token l's q[4 dword + k] + 128 (D::SIGN: q)
     float d[LANES];           // [lane] d_a (fp16 -> float); 0 for lanes past the chunk
     float s[LANES];           // [lane] s_a of Q8_1 (fp16 -> float); 0 for Q8_0
 };
-// Rows per microkernel: MAXR, or MAXR_SIGN for the sign trick (its chains hold no float state
-// beyond acc: R dt + R acc + the activation, ones, |w|, w and a product); MAXR_LEG sizes the
-// class and result buffers for either.
+// Rows per microkernel: MAXR, or MAXR_SIGN for the sign trick (measured, at vdot_sign);
+// MAXR_LEG sizes the class and result buffers for either.
 template <class D>
 constexpr int kMr = D::SIGN ? MAXR_SIGN : MAXR;
 constexpr int MAXR_LEG = MAXR_SIGN > MAXR ? MAXR_SIGN : MAXR;
@@ -738,7 +737,7 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
                 for (int v = 0; v < V; ++v) dt[r][v] = neg;
             }
 #if defined(LB_GK_SIGN)
-            if constexpr (D::SIGN) {  // Q8_0 at avx2: |w| at + 0, w at + 32 of the block's 64 bytes
+            if constexpr (D::SIGN) {  // Q8_0 at avx2: |w| at + 0, w at + 32 of the block's CODES = 64 bytes
 #pragma GCC unroll 8
                 for (int g = 0; g < 8; ++g) {
                     VI a[V];
@@ -747,8 +746,8 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 #pragma GCC unroll 16
                     for (int r = 0; r < R; ++r) {
                         int32_t wa, wv;
-                        std::memcpy(&wa, w(r) + (size_t)b * 64 + 4 * g, 4);
-                        std::memcpy(&wv, w(r) + (size_t)b * 64 + 32 + 4 * g, 4);
+                        std::memcpy(&wa, w(r) + (size_t)b * D::CODES + 4 * g, 4);
+                        std::memcpy(&wv, w(r) + (size_t)b * D::CODES + 32 + 4 * g, 4);
                         // (two broadcast loads: vpabsb on one broadcast w instead was 4-6%
                         // slower on Zen 3, an ALU op more per row and dword)
                         const VI wab = vset1(wa), wsg = vset1(wv);
