@@ -159,7 +159,7 @@ constexpr bool presum16(int wmax) { return ksum16(wmax) >= 4; }
 #define LB_GK_SIGN 1
 // Its microkernel's rows (mk_gemm_legacy: 4 dt + 4 acc + the activation, ones, |w|, w and a
 // product: 13 ymm). Zen 3, bench kernels --mb 16, windows / gemm at 64 and 256 tokens: 3 rows
-// 1.05, 1.10; 4 rows 1.05-1.08, 1.13-1.14; 5 rows 1.07-1.09, 1.13-1.14; 6 rows 1.04-1.09, 1.10-1.11.
+// 1.05, 1.09-1.10; 4 rows 1.05-1.08, 1.13-1.14; 5 rows 1.07-1.09, 1.13-1.14; 6 rows 1.04-1.09, 1.10-1.11.
 // The chain vpsignb, vpmaddubsw, vpmaddwd, vpaddd bounds it: a register-only loop of 12 such
 // chains ran 66 GMAC/s on Zen 3, the GEMM 49 at 256 tokens, the windows 44.
 constexpr int MAXR_SIGN = 4;
