@@ -1,6 +1,6 @@
-"""The GEMM tier (csrc/x86/gemm.inl, avx512 / avx2vnni: Q4_K, Q5_K, Q6_K x Q8_K; Q4_0, Q8_0 x
-Q8_0; Q4_1 x Q8_1; avx2: the same but Q8_0, whose codes are too wide for its vpmaddubsw) against
-the row kernels, and the engine's prompt chunks through it (I8, tier invariance).
+"""The GEMM tier (csrc/x86/gemm.inl, avx512 / avx2vnni / avx2: Q4_K, Q5_K, Q6_K x Q8_K; Q4_0, Q8_0 x
+Q8_0; Q4_1 x Q8_1; avx2's Q8_0 by the sign trick, its codes being too wide for vdot's vpmaddubsw)
+against the row kernels, and the engine's prompt chunks through it (I8, tier invariance).
 
 The GEMM holds tokens in lanes and forms each (row, token, block)'s exact integer sums its own
 way, then takes the row kernels' float steps in their order (k-quants: GROUPS per super-block;
@@ -17,7 +17,10 @@ reference and ggml within I5, and exactly on integer-exact inputs):
   - every token count 1..40 on 13 rows (microkernel and lane tails);
   - counters name the GEMM (nt = 0) for a 64-token matmul and the row kernel for 8 tokens;
     LOWBIT_KQ_GEMM_MIN_NT moves the gate, LOWBIT_NO_GEMM=1 removes it (a subprocess each);
-  - a dense Q4_K / Q6_K model, a dense Q4_0 model, a qwen3moe with Q4_K / Q5_K experts and the
+  - avx2's Q8_0 (the sign trick): codes -128 / 127 against activations -127 / 127 give the exact
+    int64 dot (GEMM, windows and the scalar reference), and activation codes of -128 (which the
+    quantizer makes of NaN) give the windows' and ggml's AVX2 sum, whose -(-128) wraps;
+  - a dense Q4_K / Q6_K model, a dense Q4_0 model, a dense Q8_0 model, a qwen3moe with Q4_K / Q5_K experts and the
     default model (Q4_1, Q8_0 embeddings) give bitwise the same logits for a prompt in chunks of
     1, 8, 40 and 100 tokens, the GEMM on (from 16 tokens: every format's GEMM runs whatever the
     level's gates) and off.
@@ -43,12 +46,12 @@ ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "
 GEMM_LEVELS = [lv for lv in LEVELS if lib.gemm_kernel(F["Q4_K"].id, ISA.index(lv)) is not None]
 NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GEMM: CPU flag avx2 "
                                                    "under LOWBIT_MAX_ISA >= avx2")
-# The formats with a GEMM per level (written here, not read from the library): avx2's vdot
-# (vpmaddubsw) is exact only for codes |w| <= 64, so Q8_0 keeps its window kernels there.
-GEMM_FORMATS = {"avx512": ALL, "avx2vnni": ALL, "avx2": KQ + ["Q4_0", "Q4_1"]}
+# The formats with a GEMM per level (written here, not read from the library): every one at
+# every level; avx2's Q8_0 by the sign trick (its codes are too wide for vdot's vpmaddubsw).
+GEMM_FORMATS = {"avx512": ALL, "avx2vnni": ALL, "avx2": ALL}
 # The gates (gemm_min_nt) as measured per level (gemm.inl: kKqGemmMinNt ...), per format
 GATES = {"avx512": dict.fromkeys(ALL, 32), "avx2vnni": {**dict.fromkeys(ALL, 32), "Q6_K": 64},
-         "avx2": {"Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64}}
+         "avx2": {"Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q8_0": 64}}
 
 
 def gemm_cases(*names):
@@ -167,7 +170,8 @@ from lowbit import kernels as K
 from lowbit._native import lib
 from lowbit.formats import BY_NAME as F
 raw = np.load(sys.argv[1]); act = np.load(sys.argv[2]); n = int(sys.argv[3])
-res = {"gemm": lib.gemm_kernel(F["Q4_K"].id), "disabled": lib.cpu_info()["disabled"], "stats": {}}
+res = {"gemm": lib.gemm_kernel(F["Q4_K"].id), "gemm_q8_0": lib.gemm_kernel(F["Q8_0"].id),
+       "disabled": lib.cpu_info()["disabled"], "stats": {}}
 for nt in (8, 64):
     K.reset_stats()
     out = np.zeros((nt, raw.shape[0]), np.float32)
@@ -202,12 +206,13 @@ def test_gate_counters_and_switches(ggml, rng, tmp_path):
         pytest.skip(f"the dispatched level {sel} has no GEMM (CPU flags avx512_vnni or avx_vnni)")
     rows_name = lib.kernel(F["Q4_K"].id, 8)[0]
     assert base["gemm"] == [f"gemm_q4_k_q8_k_{sel}", sel, GATES[sel]["Q4_K"]]
+    assert base["gemm_q8_0"] == [f"gemm_q8_0_q8_0_{sel}", sel, GATES[sel]["Q8_0"]]
     assert base["stats"]["64"] == [[0, f"gemm_q4_k_q8_k_{sel}"]], base["stats"]
     assert base["stats"]["8"] == [[8, rows_name]], base["stats"]
     hi, b = child(tmp_path, {"LOWBIT_KQ_GEMM_MIN_NT": "65"}, raw, act, n, "hi")
     assert hi["gemm"][2] == 65 and hi["stats"]["64"] == [[8, rows_name]], hi
     off, c = child(tmp_path, {"LOWBIT_NO_GEMM": "1"}, raw, act, n, "off")
-    assert off["gemm"] is None and "gemm" in off["disabled"], off
+    assert off["gemm"] is None and off["gemm_q8_0"] is None and "gemm" in off["disabled"], off
     assert off["stats"]["64"] == [[8, rows_name]], off
     for nt in (8, 64):
         check_same(b[nt], a[nt], f"gate 65, nt={nt}", "Q4_K", n)
@@ -234,7 +239,7 @@ print(json.dumps(out))
 
 
 @NEEDS
-@pytest.mark.parametrize("kind", ["dense", "moe", "default", "q4_0"])
+@pytest.mark.parametrize("kind", ["dense", "moe", "default", "q4_0", "q8_0"])
 def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
     from lowbit import synth
     if kind == "default":
@@ -249,6 +254,10 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
         path = synth.synth_dense(tmp_path / "q.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q4_0",
                                  head_type="Q4_0", seed=7)
         want = {"gemm_q4_0_q8_0_avx512"}
+    elif kind == "q8_0":  # avx2: the sign trick's GEMM (gemm.inl, vdot_sign)
+        path = synth.synth_dense(tmp_path / "q8.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q8_0",
+                                 head_type="Q8_0", seed=8)
+        want = {"gemm_q8_0_q8_0_avx512"}
     else:  # 4 experts, top 2: ~50 of the 100 tokens per expert take the GEMM
         path = synth.synth_moe(tmp_path / "m.gguf", layers=2, dim=256, experts=4, top_k=2, expert_ffn=256,
                                wtype="Q4_K", expert_type="Q4_K", down_type="Q5_K", head_type="Q6_K", seed=6)
@@ -327,3 +336,114 @@ def test_bench_peak_prints_a_rate_per_thread_count():
                                                                                         "f32", "GFMA/s"]
     t, i8, f32 = lines[2].split()
     assert t == "1" and float(i8) > 0 and float(f32) > 0
+
+
+# ---- Q8_0 at avx2: the sign trick (gemm.inl, vdot_sign) ----------------------------------------
+
+def q8_0_bytes(d, codes):
+    """Q8_0 rows (weights and activations share the block: fp16 d, 32 int8 codes) from d[rows, nb]
+    and codes[rows, nb * 32], written here byte by byte (not by the code under test)."""
+    rows, nb = d.shape
+    b = np.zeros((rows, nb, 34), np.uint8)
+    b[:, :, :2] = np.ascontiguousarray(d, np.float16).view(np.uint8).reshape(rows, nb, 2)
+    b[:, :, 2:] = np.ascontiguousarray(codes, np.int8).view(np.uint8).reshape(rows, nb, 32)
+    return b.reshape(rows, nb * 34)
+
+
+def q8_0_extreme_codes(rng, rows, nt, nb, act_min=-127):
+    """Weight codes at -128 / 127 (rows 0..3: all -128, all 127, alternating, -128 with 0) and
+    random in -128..127 below; activation codes +-127 (all 127, all -127, alternating, random
+    signs) and random in act_min..127 after."""
+    n = nb * 32
+    w = rng.integers(-128, 128, (rows, n))
+    w[0], w[1] = -128, 127
+    w[2] = np.where(np.arange(n) % 2, 127, -128)
+    w[3] = np.where(np.arange(n) % 3, -128, 0)
+    a = rng.integers(act_min, 128, (nt, n))
+    a[0], a[1] = 127, -127
+    a[2] = np.where(np.arange(n) % 2, -127, 127)
+    a[3] = np.where(rng.random(n) < 0.5, -127, 127)
+    return w, a
+
+
+AVX2_Q8 = pytest.mark.skipif("avx2" not in GEMM_LEVELS, reason="needs the avx2 level (CPU flags avx2 fma f16c)")
+
+
+@AVX2_Q8
+def test_q8_0_avx2_gemm_exact_at_the_extremes():
+    """Codes -128 / 127 against activations -127 / 127 (the sign trick's worst pairs: 2 * 128 * 127
+    = 32512, and -(-128) as |w|): with every scale 1.0 each output is an exact integer (|sum| <=
+    19 * 32 * 128 * 127 < 2^24), so the GEMM, the windows and the scalar reference must all equal
+    the int64 dot exactly."""
+    rng = np.random.default_rng(18)
+    rows, nt, nb = 13, 40, 19  # rows: 4 microkernels of 3 and a tail of 1; tokens: 5 lanes of 8
+    w, a = q8_0_extreme_codes(rng, rows, nt, nb)
+    raw, act = q8_0_bytes(np.ones((rows, nb)), w), q8_0_bytes(np.ones((nt, nb)), a)
+    want = (a.astype(np.int64) @ w.T.astype(np.int64)).astype(np.float64)
+    assert np.abs(want).max() < 2 ** 24 and np.abs(want).max() > 32 * 128 * 127  # exact in float32, and large
+    n = nb * 32
+    for level, path in (("avx2", 2), ("avx2", 1), ("scalar", 0)):
+        for ntt in (1, 7, 8, 9, 17, 40):
+            got = mm("Q8_0", raw, act[:ntt], n, level, path)
+            bad = np.argwhere(got.astype(np.float64) != want[:ntt])
+            assert bad.size == 0, (level, path, ntt, bad[0], got[tuple(bad[0])], want[tuple(bad[0])])
+
+
+def sign_trick_dot(w, a):
+    """What vpmaddubsw(|w|, vpsignb(a, w)) sums (written here in numpy, not read from the code):
+    |w| * (a with w's sign), the negation of -128 wrapping to -128 as a byte."""
+    w = w.astype(np.int64)[None, :, :]
+    a = a.astype(np.int64)[:, None, :]
+    s = np.where(w > 0, a, np.where(w < 0, -a, 0))
+    s = np.where(s == 128, -128, s)
+    return (np.abs(w) * s).sum(axis=2)
+
+
+@AVX2_Q8
+def test_q8_0_avx2_activation_code_minus_128(ggml):
+    """An activation code of -128 exists: the quantizer (ggml's AVX2 quantize_row_q8_0, byte for
+    byte) saturates a NaN's INT32_MIN to -128, and a NaN in a block's first 8 values leaves its
+    amax (hence d) finite. There the sign trick is not the product (-(-128) wraps): the avx2
+    windows and ggml's AVX2 vec_dot give |w| * -128 for w < 0, and the GEMM must give their bits."""
+    x = np.linspace(-3.0, 3.0, 64, dtype=np.float32)[None, :].repeat(2, axis=0)
+    x[0, 0] = x[1, 37] = np.nan
+    q = lib.quantize_act(F["Q8_0"].id, x, ISA.index("avx2"))
+    codes = q.reshape(2, 2, 34)[:, :, 2:].view(np.int8)
+    d = q.reshape(2, 2, 34)[:, :, :2].copy().view(np.float16)
+    assert codes[0, 0, 0] == -128 and np.isfinite(d[0, 0, 0]), (codes[0, 0, :4], d[0, 0])
+    assert np.array_equal(q, ggml.from_float("Q8_0", x))  # ggml's own bytes (I4)
+
+    rng = np.random.default_rng(128)
+    rows, nt, nb = 7, 17, 11
+    w, a = q8_0_extreme_codes(rng, rows, nt, nb, act_min=-128)
+    a[4] = -128
+    a[5] = np.where(np.arange(nb * 32) % 2, -128, 127)
+    raw, act = q8_0_bytes(np.ones((rows, nb)), w), q8_0_bytes(np.ones((nt, nb)), a)
+    want = sign_trick_dot(w, a).astype(np.float64)
+    exact = (a.astype(np.int64) @ w.T.astype(np.int64)).astype(np.float64)
+    assert (want != exact).sum() > rows  # the wrap happens (rows 0, 2, 3 against tokens 4, 5, ...)
+    n = nb * 32
+    for path in (2, 1):  # the GEMM, the windows
+        got = mm("Q8_0", raw, act, n, "avx2", path).astype(np.float64)
+        bad = np.argwhere(got != want)
+        assert bad.size == 0, (path, bad[0], got[tuple(bad[0])], want[tuple(bad[0])])
+    if lib.cpu_info()["selected"] == "avx2":  # an AVX2 CPU without VNNI: ggml's vec_dot is its AVX2 path
+        assert np.array_equal(ggml.vec_dot("Q8_0", raw, act, n).astype(np.float64), want)
+
+
+@AVX2_Q8
+def test_q8_0_avx2_gemm_tiles_and_tails(ggml, rng):
+    """150 rows (row tiles of 64, 64 and 22: the last five 4-row microkernels and a 2-row tail),
+    tokens 1..40 and 64 (lane tails), one and two threads (I3), ggml's bytes with some codes set
+    to -128 (ggml's quantizer never writes it; other GGUF writers may)."""
+    rows, nb = 150, 9
+    n = nb * 32
+    raw = ggml.quantize("Q8_0", rng.standard_normal((rows, n)).astype(np.float32)).copy()
+    codes = raw.reshape(rows, nb, 34)[:, :, 2:]
+    codes[rng.random(codes.shape) < 0.05] = 0x80
+    act = q8k(rng.standard_normal((64, n)) * 3.0, "avx2", "Q8_0")
+    for nt in list(range(1, 41)) + [64]:
+        want = mm("Q8_0", raw, act[:nt], n, "avx2", 1)
+        check_same(mm("Q8_0", raw, act[:nt], n, "avx2", 2), want, f"nt={nt}", "Q8_0", n)
+        if nt in (17, 64):
+            check_same(mm("Q8_0", raw, act[:nt], n, "avx2", 2, threads=2), want, f"nt={nt}, 2 threads", "Q8_0", n)

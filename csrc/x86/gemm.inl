@@ -3,8 +3,8 @@
 // Shared body of csrc/x86/{avx2,avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
 // with its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
 // ymm with AVX-VNNI (avx2vnni), 8 per ymm with vpmaddubsw + vpmaddwd + vpaddd (avx2: exact only
-// for codes |w| <= 64, see vdot; so no Q8_0 there). I2_S's GEMM is avx512's only (avx2 /
-// avx2vnni keep csrc/x86/ternary.inl's tile-decode GEMM, gated off).
+// for codes |w| <= 64, see vdot; Q8_0 there takes the sign trick, vdot_sign). I2_S's GEMM is
+// avx512's only (avx2 / avx2vnni keep csrc/x86/ternary.inl's tile-decode GEMM, gated off).
 //
 // Contract (KernelEntry::gemm, csrc/kernels.h): out[t * out_stride + r] = dot(W[r], act[t])
 // for r in [r0, r1) and every t < nt (any nt >= 1), BITWISE the row kernels' result at this
@@ -145,6 +145,30 @@ LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm256_add_epi32(acc, _mm256
 #define LB_GK_PRESUM16 1
 constexpr int ksum16(int wmax) { return 32767 / (2 * 255 * wmax); }
 constexpr bool presum16(int wmax) { return ksum16(wmax) >= 4; }
+// The sign trick for codes too wide for vdot (Q8_0's -128..127; LB_GK_SIGN, GQ8_0::SIGN): the
+// activations SIGNED in the panel (no +128), the weight as two broadcast dwords, its codes' |w|
+// (vpabsb: -128 gives the byte 0x80, i.e. 128 as vpmaddubsw's unsigned operand) and w itself;
+//   vdot_sign(acc, a, wabs, w) = acc + vpmaddwd(vpmaddubsw(wabs, vpsignb(a, w)), ones)
+// per int32 lane: sum_k |w_k| * sign(a_k, w_k) = sum_k w_k * a_k. A pair of products lies in
+// [2 * 128 * -128, 2 * 128 * 127] = [-32768, 32512] for ANY bytes (vpsignb's result is a byte,
+// |w| <= 128): vpmaddubsw never saturates, so the int32 sum is exact. It is not the true product
+// only where vpsignb wraps, a = -128 against w < 0 (-(-128) is -128 as a byte): the avx2 window
+// kernels (csrc/x86/legacy.inl, FQ8_0's kSign) and ggml's AVX2 vec_dot_q8_0_q8_0 use this very
+// sequence, so the GEMM is bitwise theirs for every byte. (An activation code is -128 only
+// where the quantizer saw NaN or inf: cvt's INT32_MIN saturated, csrc/x86/act.inl.)
+#define LB_GK_SIGN 1
+// Its microkernel's rows (mk_gemm_legacy: 4 dt + 4 acc + the activation, ones, |w|, w and a
+// product: 13 ymm). Zen 3, bench kernels --mb 16, windows / gemm at 64 and 256 tokens: 3 rows
+// 1.05, 1.09-1.10; 4 rows 1.05-1.08, 1.13-1.14; 5 rows 1.07-1.09, 1.13-1.14; 6 rows 1.04-1.09, 1.10-1.11.
+// The chain vpsignb, vpmaddubsw, vpmaddwd, vpaddd bounds it: a register-only loop of 12 such
+// chains ran 66 GMAC/s on Zen 3, the GEMM 49 at 256 tokens, the windows 44.
+constexpr int MAXR_SIGN = 4;
+static_assert(2 * 128 * 127 <= 32767 && 2 * 128 * -128 >= -32768, "vpmaddubsw's pair of |w| <= 128 x a signed byte");
+LB_GK_INLINE VI vdot_sign(VI acc, VI a, VI wabs, VI w) {
+    VI s = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a, w)), _mm256_set1_epi16(1)));
+    __asm__("" : "+v"(s));  // as vdot's fence
+    return s;
+}
 // acc[r][v] += the sum over dwords g in [g0, g1) of act_at(v, g) x w_at(r, g), g1 - g0 <= K
 template <int R, int V, class ActAt, class WAt>
 LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_at) {
@@ -202,6 +226,9 @@ LB_GK_INLINE VF ffnma(VF a, VF b, VF c) { return _mm256_fnmadd_ps(a, b, c); }
 #error "gemm.inl at avx512 needs AVX512-VNNI"
 #endif
 constexpr int W_MAX = 128;  // vpdpbusd: any signed byte
+#endif
+#if !defined(LB_GK_SIGN)
+constexpr int MAXR_SIGN = MAXR;  // (no sign trick at this level)
 #endif
 constexpr size_t Q8K_D = 0, Q8K_QS = 4, Q8K_BS = 260;
 static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
@@ -608,21 +635,32 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // Q8_0: q, Q4_1: q), the activations carry +128, and the +128 comes back as 128 * sum(w) per row
 // and block (the dots start from -128 * sum(w)). isum = sum w * q_a exactly: the row kernels'
 // integer. Bounds: |sum (q_a + 128) w| <= 32 * 255 * 128 < 2^21.
+// Q8_0 at avx2 (D::SIGN: its codes exceed vdot's W_MAX) takes the sign trick instead (vdot_sign):
+// the panel keeps the activations signed (no +128, so no correction: neg = 0) and the tile holds
+// 64 bytes per block, the 32 |w| then the 32 w; isum is the avx2 window kernels' integer, bitwise
+// (|isum| <= 32 * 128 * 128 = 2^19).
 
 struct alignas(64) ActBlk {
-    uint8_t q[8][LANES * 4];  // [dword][lane l * 4 + k]: token l's q[4 dword + k] + 128
+    uint8_t q[8][LANES * 4];  // [dword][lane l * 4 + k]: token l's q[4 dword + k] + 128 (D::SIGN: q)
     float d[LANES];           // [lane] d_a (fp16 -> float); 0 for lanes past the chunk
     float s[LANES];           // [lane] s_a of Q8_1 (fp16 -> float); 0 for Q8_0
 };
+// Rows per microkernel: MAXR, or MAXR_SIGN for the sign trick (measured, at vdot_sign);
+// MAXR_LEG sizes the class and result buffers for either.
+template <class D>
+constexpr int kMr = D::SIGN ? MAXR_SIGN : MAXR;
+constexpr int MAXR_LEG = MAXR_SIGN > MAXR ? MAXR_SIGN : MAXR;
+
 struct RowBlk {
-    int32_t neg;       // -128 * sum(w)
+    int32_t neg;       // -128 * sum(w) (D::SIGN: 0, unread)
     float d, m;        // d_w, m_w (Q4_1; 0 otherwise)
 };
 
 struct GQ4_0 {
     static constexpr size_t BYTES = 18;
-    static constexpr bool Q8_1 = false, M = false;
+    static constexpr bool Q8_1 = false, M = false, SIGN = false;
     static constexpr int WMAX = 8;  // codes q - 8: -8..7
+    static constexpr int CODES = 32;  // tile bytes per block
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
         const __m128i q = _mm_loadu_si128((const __m128i *)(x + 2));
         const __m128i k0F = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
@@ -636,8 +674,9 @@ struct GQ4_0 {
 };
 struct GQ4_1 {
     static constexpr size_t BYTES = 20;
-    static constexpr bool Q8_1 = true, M = true;
+    static constexpr bool Q8_1 = true, M = true, SIGN = false;
     static constexpr int WMAX = 15;  // codes q: 0..15
+    static constexpr int CODES = 32;
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
         const __m128i q = _mm_loadu_si128((const __m128i *)(x + 4));
         const __m128i k0F = _mm_set1_epi8(0x0F);
@@ -652,11 +691,25 @@ struct GQ8_0 {
     static constexpr size_t BYTES = 34;
     static constexpr bool Q8_1 = false, M = false;
     static constexpr int WMAX = 128;  // codes q: -128..127 (too wide for avx2's vdot)
+#if defined(LB_GK_SIGN)
+    static constexpr bool SIGN = true;  // avx2: the sign trick (vdot_sign): |w| and w per block
+#else
+    static constexpr bool SIGN = false;
+#endif
+    static constexpr int CODES = SIGN ? 64 : 32;
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
         const __m128i lo = _mm_loadu_si128((const __m128i *)(x + 2)), hi = _mm_loadu_si128((const __m128i *)(x + 18));
-        _mm_storeu_si128((__m128i *)w, lo);
-        _mm_storeu_si128((__m128i *)(w + 16), hi);
-        m.neg = -128 * wsum32(lo, hi);
+        if constexpr (SIGN) {  // |w| (vpabsb: -128 -> 0x80, 128 unsigned), then w
+            _mm_storeu_si128((__m128i *)w, _mm_abs_epi8(lo));
+            _mm_storeu_si128((__m128i *)(w + 16), _mm_abs_epi8(hi));
+            _mm_storeu_si128((__m128i *)(w + 32), lo);
+            _mm_storeu_si128((__m128i *)(w + 48), hi);
+            m.neg = 0;
+        } else {
+            _mm_storeu_si128((__m128i *)w, lo);
+            _mm_storeu_si128((__m128i *)(w + 16), hi);
+            m.neg = -128 * wsum32(lo, hi);
+        }
         m.d = f16(x), m.m = 0.0f;
     }
 };
@@ -664,8 +717,8 @@ struct GQ8_0 {
 template <class D, int R, int V>
 __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0, const ActBlk *act0, int64_t nb,
                                               float *cls, float *res) {
-    static_assert(D::WMAX <= W_MAX, "this level's vdot is not exact for the format's codes");
-    const size_t ws = (size_t)nb * 32, ms = (size_t)nb;
+    static_assert(D::SIGN || D::WMAX <= W_MAX, "this level's vdot is not exact for the format's codes");
+    const size_t ws = (size_t)nb * D::CODES, ms = (size_t)nb;
 #define w(r) (w0 + (size_t)(r) * ws)
 #define m(r) (m0 + (size_t)(r) * ms)
 #define act(v) (act0 + (size_t)(v) * ms)
@@ -679,10 +732,31 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
             VI dt[R][V];
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const VI neg = vset1(m(r)[b].neg);
+                const VI neg = D::SIGN ? vset1(0) : vset1(m(r)[b].neg);
 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = neg;
             }
+#if defined(LB_GK_SIGN)
+            if constexpr (D::SIGN) {  // Q8_0 at avx2: |w| at + 0, w at + 32 of the block's CODES = 64 bytes
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; ++g) {
+                    VI a[V];
+#pragma GCC unroll 16
+                    for (int v = 0; v < V; ++v) a[v] = vld((const void *)act(v)[b].q[g]);
+#pragma GCC unroll 16
+                    for (int r = 0; r < R; ++r) {
+                        int32_t wa, wv;
+                        std::memcpy(&wa, w(r) + (size_t)b * D::CODES + 4 * g, 4);
+                        std::memcpy(&wv, w(r) + (size_t)b * D::CODES + 32 + 4 * g, 4);
+                        // (two broadcast loads: vpabsb on one broadcast w instead was 4-6%
+                        // slower on Zen 3, an ALU op more per row and dword)
+                        const VI wab = vset1(wa), wsg = vset1(wv);
+#pragma GCC unroll 16
+                        for (int v = 0; v < V; ++v) dt[r][v] = vdot_sign(dt[r][v], a[v], wab, wsg);
+                    }
+                }
+            } else
+#endif
 #if defined(LB_GK_PRESUM16)
             if constexpr (presum16(D::WMAX)) {  // Q4_0 (one vpmaddwd per block), Q4_1
                 constexpr int K = ksum16(D::WMAX);
@@ -692,7 +766,7 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
                                   [&](int v, int g) { return vld((const void *)act(v)[b].q[g]); },
                                   [&](int r, int g) {
                                       int32_t wv;
-                                      std::memcpy(&wv, w(r) + (size_t)b * 32 + 4 * g, 4);
+                                      std::memcpy(&wv, w(r) + (size_t)b * D::CODES + 4 * g, 4);
                                       return wv;
                                   });
             } else
@@ -705,7 +779,7 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 #pragma GCC unroll 16
                 for (int r = 0; r < R; ++r) {
                     int32_t wv;
-                    std::memcpy(&wv, w(r) + (size_t)b * 32 + 4 * g, 4);
+                    std::memcpy(&wv, w(r) + (size_t)b * D::CODES + 4 * g, 4);
                     const VI wb = vset1(wv);
 #pragma GCC unroll 16
                     for (int v = 0; v < V; ++v) dt[r][v] = vdot(dt[r][v], a[v], wb);
@@ -726,14 +800,14 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) fst(cls + ((size_t)c * MAXR * MAXV + (size_t)(r * MAXV + v)) * LANES, acc[r][v]);
+            for (int v = 0; v < V; ++v) fst(cls + ((size_t)c * MAXR_LEG * MAXV + (size_t)(r * MAXV + v)) * LANES, acc[r][v]);
     }
     // the row kernels' final tree over the classes, lane by lane
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
         for (int v = 0; v < V; ++v) {
-            const size_t o = (size_t)(r * MAXV + v) * LANES, cs = (size_t)MAXR * MAXV * LANES;
+            const size_t o = (size_t)(r * MAXV + v) * LANES, cs = (size_t)MAXR_LEG * MAXV * LANES;
             VF e[8];
 #pragma GCC unroll 8
             for (int c = 0; c < 8; ++c) e[c] = fldu(cls + c * cs + o);
@@ -748,14 +822,24 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 
 template <class D>
 using MkLegacyFn = void (*)(const int8_t *, const RowBlk *, const ActBlk *, int64_t, float *, float *);
-template <class D>
-constexpr MkLegacyFn<D> kMkLegacy[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm_legacy<D,);
+// mk_gemm_legacy<D, R, V> for R in 1..MR, V in 1..VV (the tails of a tile and of the chunk)
+template <class D, int MR = kMr<D>, int VV = MAXV>
+LB_GK_INLINE void mk_legacy(int R, int V, const int8_t *w0, const RowBlk *m0, const ActBlk *act0, int64_t nb,
+                            float *cls, float *res) {
+    if constexpr (MR > 1)
+        if (R < MR) return mk_legacy<D, MR - 1, VV>(R, V, w0, m0, act0, nb, cls, res);
+    if constexpr (VV > 1)
+        if (V < VV) return mk_legacy<D, MR, VV - 1>(R, V, w0, m0, act0, nb, cls, res);
+    mk_gemm_legacy<D, MR, VV>(w0, m0, act0, nb, cls, res);
+}
 
-// nt tokens of Q8_0 (34-byte) or Q8_1 (36-byte) blocks -> ceil(nt / 16) groups of nb ActBlk
-template <bool Q8_1>
+// nt tokens of Q8_0 (34-byte) or Q8_1 (36-byte) blocks -> ceil(nt / 16) groups of nb ActBlk;
+// BIAS: the codes + 128 (vdot's unsigned operand), else as they are (vdot_sign's signed one)
+template <bool Q8_1, bool BIAS>
 __attribute__((noinline)) void build_act_panel_legacy(const uint8_t *act, size_t act_stride, int nt, int64_t nb,
                                                       ActBlk *panel) {
     constexpr size_t AB = Q8_1 ? 36 : 34, QS = Q8_1 ? 4 : 2;
+    constexpr uint32_t X = BIAS ? 0x80808080u : 0u;  // the bias, and the bytes of an absent token's 0
     const int ng = (nt + LANES - 1) / LANES;
     for (int g = 0; g < ng; ++g)
         for (int64_t b = 0; b < nb; ++b) {
@@ -763,7 +847,7 @@ __attribute__((noinline)) void build_act_panel_legacy(const uint8_t *act, size_t
             for (int l = 0; l < LANES; ++l) {
                 const int t = g * LANES + l;
                 if (t >= nt) {
-                    for (int dw = 0; dw < 8; ++dw) std::memset(P.q[dw] + 4 * l, 0x80, 4);
+                    for (int dw = 0; dw < 8; ++dw) std::memcpy(P.q[dw] + 4 * l, &X, 4);
                     P.d[l] = 0.0f, P.s[l] = 0.0f;
                     continue;
                 }
@@ -771,7 +855,7 @@ __attribute__((noinline)) void build_act_panel_legacy(const uint8_t *act, size_t
                 for (int dw = 0; dw < 8; ++dw) {
                     uint32_t v;
                     std::memcpy(&v, y + QS + 4 * dw, 4);
-                    v ^= 0x80808080u;
+                    v ^= X;
                     std::memcpy(P.q[dw] + 4 * l, &v, 4);
                 }
                 P.d[l] = f16(y);
@@ -785,11 +869,11 @@ __attribute__((noinline)) void decode_tile_legacy(const RowArgs &a, int64_t rb, 
                                                   RowBlk *meta) {
     for (int64_t r = rb; r < re; ++r) {
         const uint8_t *x = a.w + (size_t)r * a.w_stride;
-        int8_t *w = codes + (size_t)(r - rb) * (size_t)nb * 32;
+        int8_t *w = codes + (size_t)(r - rb) * (size_t)nb * D::CODES;
         RowBlk *m = meta + (size_t)(r - rb) * (size_t)nb;
         for (int64_t b = 0; b < nb; ++b) {
             prefetch_ahead(x + (size_t)b * D::BYTES, D::BYTES);
-            D::decode(x + (size_t)b * D::BYTES, w + (size_t)b * 32, m[b]);
+            D::decode(x + (size_t)b * D::BYTES, w + (size_t)b * D::CODES, m[b]);
         }
     }
 }
@@ -801,26 +885,27 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     const int64_t nb = a.n / 32;
     const int ng = (nt + LANES - 1) / LANES;
     ActBlk *panel = (ActBlk *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActBlk));
-    if (!panel_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1>(a.act, a.act_stride, nt, nb, panel);
-    const size_t per_row = (size_t)nb * (32 + sizeof(RowBlk));
+    if (!panel_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1, !D::SIGN>(a.act, a.act_stride, nt, nb, panel);
+    const size_t per_row = (size_t)nb * (D::CODES + sizeof(RowBlk));
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
-    const size_t tail = (size_t)9 * MAXR * MAXV * LANES * sizeof(float);  // 8 classes + the result
+    constexpr int MR = kMr<D>;
+    const size_t tail = (size_t)9 * MAXR_LEG * MAXV * LANES * sizeof(float);  // 8 classes + the result
     int8_t *codes = (int8_t *)row_s.get((size_t)RT * per_row + tail + 64);
-    RowBlk *meta = (RowBlk *)(codes + (size_t)RT * (size_t)nb * 32);
+    RowBlk *meta = (RowBlk *)(codes + (size_t)RT * (size_t)nb * D::CODES);
     float *cls = (float *)(((uintptr_t)(meta + (size_t)RT * (size_t)nb) + 63) & ~(uintptr_t)63);
-    float *res = cls + (size_t)8 * MAXR * MAXV * LANES;
+    float *res = cls + (size_t)8 * MAXR_LEG * MAXV * LANES;
     NextTile next;
     for (int64_t rb = r0; rb < r1; rb += RT) {
         const int64_t re = std::min(rb + RT, r1);
         decode_tile_legacy<D>(a, rb, re, nb, codes, meta);
-        next.start(a, re, r1, RT, (int64_t)((ng + MAXV - 1) / MAXV) * ((re - rb + MAXR - 1) / MAXR));
+        next.start(a, re, r1, RT, (int64_t)((ng + MAXV - 1) / MAXV) * ((re - rb + MR - 1) / MR));
         for (int g0 = 0; g0 < ng; g0 += MAXV) {
             const int V = std::min(MAXV, ng - g0);
-            for (int64_t rq = rb; rq < re; rq += MAXR) {
-                const int R = (int)std::min<int64_t>(MAXR, re - rq);
+            for (int64_t rq = rb; rq < re; rq += MR) {
+                const int R = (int)std::min<int64_t>(MR, re - rq);
                 next.step();
-                kMkLegacy<D>[R][V](codes + (size_t)(rq - rb) * (size_t)nb * 32, meta + (size_t)(rq - rb) * (size_t)nb,
-                                   panel + (size_t)g0 * (size_t)nb, nb, cls, res);
+                mk_legacy<D>(R, V, codes + (size_t)(rq - rb) * (size_t)nb * D::CODES, meta + (size_t)(rq - rb) * (size_t)nb,
+                             panel + (size_t)g0 * (size_t)nb, nb, cls, res);
                 scatter_res(a, res, rq, R, g0, V, nt);
             }
         }
@@ -990,7 +1075,9 @@ constexpr int kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
 // windows no longer re-lay out their activations every 20 rows: 0.74-1.73x at 16 tokens with
 // the rows in L3 (n = 4096), 0.67-0.79x with them in DRAM (n = 512..2048), and 1.0-1.7x at 32
 // in both; so 32, as for the k-quants (a server step of 16 decode tokens runs as two windows).
-// At avx2 (Zen 3, as above): Q4_0 0.83, 1.00, 1.14, 1.19; Q4_1 0.82, 0.96, 1.08, 1.01: from 64.
+// At avx2 (Zen 3, as above): Q4_0 0.83, 1.00, 1.14, 1.19; Q4_1 0.82, 0.96, 1.08, 1.01: from 64;
+// Q8_0 (the sign trick, BENCHMARKS.md "Q8_0 GEMM at avx2 (Zen 3)") 0.86-0.87, 0.99-1.00,
+// 1.02-1.06, 1.11-1.14 in two runs: from 64 too.
 #if defined(__AVX512F__) || defined(__AVXVNNI__)
 constexpr int kLegacyGemmMinNt = 32;
 #else
@@ -1018,9 +1105,7 @@ void register_gemm(KernelTable &t) {
     const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS), min_legacy);
-#if defined(__AVX512F__) || defined(__AVXVNNI__)
-    set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
-#endif  // avx2: Q8_0's codes reach 128 > W_MAX (vdot); its chunks take the window kernels
+    set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);  // avx2: vdot_sign
 #if defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
