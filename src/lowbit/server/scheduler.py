@@ -459,8 +459,11 @@ class Scheduler:
                     if q is not None:  # (drafts drawn from a distribution: a cut would bias the
                         r.drafts, r.q = [], None  # rejection sampling, whose residual needs them all)
                     else:
-                        n = c.valid_prefix(r.drafts)  # (the grammar has taken the pending token:
-                        with self._cv:                #  a token is accepted as it is sampled)
+                        # (the grammar has taken the pending token: a token is accepted as it is
+                        # sampled); an end of generation comes as the target's own token, masked
+                        eog = next((i for i, t in enumerate(r.drafts) if t in self.eog), len(r.drafts))
+                        n = c.valid_prefix(r.drafts[:eog])
+                        with self._cv:
                             self.grammar_cut += len(r.drafts) - n
                         del r.drafts[n:]
 

@@ -2,13 +2,15 @@
 
 A model calls a tool in the syntax its chat template taught it. As llama.cpp's server does with
 --jinja (common/chat.cpp: the format is detected from the template's text), each format here is
-one row of FORMATS with four parts:
+one row of FORMATS with these parts:
 
     detect(template source) -> bool   which templates use it (first match wins; generic last)
     render(messages, tools)           the prompt's messages and the template's `tools` variable
     grammar(tools, parallel, auto)    an llguidance Lark grammar whose output is a call (or, for
                                       generic with tool_choice auto, a call or a response)
     parse(text, names)                model output -> (content or None, [calls])
+    stream_from(text)                 where a call may begin in the text so far (streaming)
+    partial(text, names)              the calls in unfinished output so far (streaming)
 
 The formats:
 
