@@ -182,6 +182,7 @@ def test_call_stream_adds_up_to_the_parse(fmt, size):
         (x["function"]["name"], x["function"]["arguments"]) for x in calls]
     assert [json.loads(g["arguments"]) for g in got]  # JSON, the model's own text
     assert "<tool_call>" not in streamed + (c or "") and "python_tag" not in streamed
+    assert (streamed + (c or "")).strip() == (content or "")  # the content before a call streamed as content
     if size < 1000:
         assert early > 1, "the arguments came whole at the end"
 
