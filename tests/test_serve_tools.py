@@ -98,6 +98,7 @@ def test_generic_parse_and_render():
     assert g.parse('{"response": "Hello there"}', NAMES) == ("Hello there", [])
     for text in ('{"tool_calls": [{"name": "add"', '{"tool_calls": [{"name": "nope", "arguments": {}}]}', "plain"):
         assert g.parse(text, NAMES) == (text, [])
+    assert g.parse('{"response": "cut \\u00e9 sho', NAMES) == ("cut \u00e9 sho", [])  # max_tokens: as it streamed
     msgs = [{"role": "user", "content": "hi"},
             {"role": "assistant", "content": "", "tool_calls": [
                 {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": True}}}]},
@@ -126,8 +127,8 @@ def test_call_stream_releases_text_and_holds_calls():
     assert content is None and deltas == [] and called
     s = T.CallStream(t)  # a tail that looked like a call but was not: released once it is clear
     assert [s.push(p) for p in ["a <tool", "box b"]] == [("a ", []), ("<toolbox b", [])] and s.finish() == ("", [], False)
-    s = T.CallStream(T.parse_request({"tools": TOOLS}, ""))  # generic: a response is held, then parsed
-    assert s.push('{"response": "hi"}') == ("", []) and s.finish() == ("hi", [], False)
+    s = T.CallStream(T.parse_request({"tools": TOOLS}, ""))  # generic: a response's text streams as content
+    assert s.push('{"response": "h') == ("h", []) and s.push('i"}') == ("i", []) and s.finish() == ("", [], False)
     s = T.CallStream(T.parse_request({"tools": TOOLS}, "<|start_header_id|>ipython<|end_header_id|>"))  # llama3
     assert s.push("Hello") == ("Hello", []) and s.push(' {"name"') == (' {"name"', []) and s.finish() == ("", [], False)
 
@@ -185,6 +186,25 @@ def test_call_stream_adds_up_to_the_parse(fmt, size):
     assert (streamed + (c or "")).strip() == (content or "")  # the content before a call streamed as content
     if size < 1000:
         assert early > 1, "the arguments came whole at the end"
+
+
+def test_generic_response_streams_as_content():
+    """tool_choice auto with the generic format: {"response": "..."}'s text goes out as it is
+    written, escapes decoded (one cut off at a piece's end, a surrogate pair split, waits), and
+    adds up to the non-streamed content."""
+    t = T.parse_request({"tools": TOOLS}, "")
+    text = '{"response": "Tab\\there, \\"quoted\\" \\u00e9t\\u00e9 \\ud83d\\ude00 done\\n"}'
+    want = t.parse(text)[0]
+    assert want == 'Tab\there, "quoted" \u00e9t\u00e9 \U0001F600 done\n'
+    for size in (1, 2, 5):
+        s, out, grew = T.CallStream(t), "", 0
+        for i in range(0, len(text), size):
+            c, d = s.push(text[i:i + size])
+            assert d == []
+            out += c
+            grew += bool(c)
+        c, d, called = s.finish()
+        assert out + (c or "") == want and not called and grew > 5
 
 
 def test_call_stream_one_call_without_parallel():
@@ -325,6 +345,12 @@ def test_auto_without_a_call_is_content(client, server):
         assert ch.finish_reason in ("tool_calls", "stop", "length")
         if ch.message.tool_calls:
             check_calls(ch.message.tool_calls)
+            return
+        # a response: its text streams as content as it is written, the same text
+        chunks = list(client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, max_tokens=16,
+                                                     temperature=0, stream=True))
+        pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+        assert "".join(pieces) == ch.message.content and len(pieces) > 2, pieces
         return
     assert ch.message.tool_calls is None and ch.finish_reason == "length" and ch.message.content
     # streamed: the same text as content deltas, no tool calls

@@ -123,14 +123,18 @@ class CallStream:
     {"arguments": piece}} as the model writes them. finish() parses the held text as the
     non-streamed answer does: (its content, or None; the deltas still to send; whether there were
     calls). Accumulated, the deltas are the non-streamed calls: a call's arguments text only grows.
+    Content in the held text goes out as it is written where the format says what it is
+    (Format.partial_content: the generic format's {"response": "..."}).
 
-    Output the final parse rejects after its call went out (auto, free text: a name with no
-    arguments, broken JSON, llama3's call followed by text) cannot be taken back: that call keeps
-    what was sent. Constrained output (tool_choice required / a named function) never does that."""
+    Output the final parse rejects after its call went out cannot be taken back: that call keeps
+    what was sent, while the non-streamed answer has the text as content. That is a call cut off
+    by max_tokens, or free text (tool_choice auto) gone wrong: a name with no arguments, broken
+    JSON, llama3's call followed by text. Whole constrained output never does it."""
 
     def __init__(self, tools: Tools):
         self.tools, self.text, self.sent = tools, "", 0
         self.calls: list[list[str]] = []  # [id, arguments sent] of each call sent
+        self.held_content = ""  # content sent out of the held text (Format.partial_content)
 
     def push(self, piece: str) -> tuple[str, list[dict]]:
         self.text += piece
@@ -140,10 +144,15 @@ class CallStream:
             i = self.tools.format.stream_from(self.text)
             end = len(self.text) if i is None else max(i, self.sent)
             out, self.sent = self.text[self.sent:end], end
+            held = self.tools.format.partial_content(self.text[self.sent:])
+            if len(held) > len(self.held_content) and held.startswith(self.held_content):
+                out, self.held_content = out + held[len(self.held_content):], held
         return out, self._deltas(self.tools.partial(self.text[self.sent:]))
 
     def finish(self) -> tuple[str | None, list[dict], bool]:
         content, calls = self.tools.parse(self.text[self.sent:])
+        if self.held_content and content is not None and content.startswith(self.held_content):
+            content = content[len(self.held_content):]
         return content, self._deltas([(c["function"]["name"], c["function"]["arguments"]) for c in calls]), \
             bool(calls or self.calls)
 
@@ -547,7 +556,11 @@ def _generic_calls(text: str, names: set[str]) -> tuple[list[_Call], int | None]
 
 
 def _generic_parse(text: str, names: set[str]) -> tuple[str | None, list[dict]]:
+    """A response's text is the content; an unfinished one (max_tokens ended it) too, as far as
+    it goes (as it streamed); anything else that is not calls is the text itself."""
     obj, end = _decode_value(text, _skip(text, 0))
+    if end is None and _generic_response_at(text) is not None:
+        return _generic_partial_content(text), []
     if not isinstance(obj, dict) or text[end:].strip():
         return text, []
     if isinstance(obj.get("response"), str) and len(obj) == 1:
@@ -568,6 +581,44 @@ def _generic_partial(text: str, names: set[str]) -> list[tuple[str, str]]:
     return out
 
 
+def _partial_string(text: str, at: int) -> str:
+    """The JSON string at text[at] ('"') decoded as far as it is written: an escape cut off at
+    the end, or the first half of a surrogate pair, waits for the rest ("" when it cannot decode)."""
+    v, end = _decode_value(text, at)
+    if end is not None:
+        return v if isinstance(v, str) else ""
+    raw = text[at + 1:]
+    for cut in range(min(6, len(raw)) + 1):  # (the longest escape: \uXXXX)
+        try:
+            out = json.loads('"' + raw[:len(raw) - cut] + '"')
+        except ValueError:
+            continue
+        return out[:-1] if out and "\ud800" <= out[-1] <= "\udbff" else out
+    return ""
+
+
+def _generic_response_at(text: str) -> int | None:
+    """Where the string of text's {"response": "..."} starts, once it has (None: not such text)."""
+    i = _skip(text, 0)
+    if not text.startswith("{", i):
+        return None
+    key, j = _decode_value(text, _skip(text, i + 1))
+    if key != "response":
+        return None
+    j = _skip(text, j)
+    if not text.startswith(":", j):
+        return None
+    v = _skip(text, j + 1)
+    return v if text.startswith('"', v) else None
+
+
+def _generic_partial_content(text: str) -> str:
+    """{"response": "text"} streams its text as content as it is written (what the final parse
+    gives as content, the grammar of tool_choice auto allowing no other member)."""
+    v = _generic_response_at(text)
+    return "" if v is None else _partial_string(text, v)
+
+
 # -- the table ------------------------------------------------------------------------------------
 def _render_native(messages: list[dict], tools: list[dict] | None) -> tuple[list[dict], list[dict] | None]:
     """The template takes tools and the tool-call history itself (OpenAI's shapes)."""
@@ -586,6 +637,8 @@ class Format:
     partial: Callable[[str, set[str]], list[tuple[str, str]]]  # the calls in (held) text so far:
     #   [(name, arguments' JSON text so far)], each once its name is whole; for whole valid calls
     #   what parse gives (the same scanner), the last one maybe still being written
+    partial_content: Callable[[str], str] = lambda text: ""  # content in the held text so far
+    #   that parse will give (a prefix of it): generic's {"response": ...}; the others' comes at the end
 
 
 def _hermes_stream_from(text: str) -> int | None:
@@ -611,7 +664,7 @@ FORMATS = [
     Format("llama3", lambda src: "<|start_header_id|>ipython<|end_header_id|>" in src, _render_native,
            _llama3_grammar, _llama3_parse, False, _llama3_stream_from, _llama3_partial),
     Format("generic", lambda src: True, _generic_render, _generic_grammar, _generic_parse, True, lambda text: 0,
-           _generic_partial),
+           _generic_partial, _generic_partial_content),
 ]
 
 
