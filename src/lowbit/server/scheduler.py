@@ -443,9 +443,10 @@ class Scheduler:
             if self._drafts(r) and not r.cancelled:
                 pos = self.model.slot_pos[r.slot]
                 k = min(self.spec_k, self.model.n_ctx - pos - 1, r.max_tokens - r.generated - 1)
-                if self.cache is not None and self.cache.replies:  # the window ends at the next block
-                    k = min(k, -(-(pos + 1) // self.cache.block) * self.cache.block - pos - 1)  # end at most,
-                    #   so the slot stands there after some step (_reply_state)
+                if self.cache is not None and self.cache.replies:
+                    # the window ends at the next block end at most, so that the slot stands on
+                    # every block end after some step (_reply_state)
+                    k = min(k, -(-(pos + 1) // self.cache.block) * self.cache.block - pos - 1)
                 if k > 0:
                     asks.append((r, k))
         if asks and self.spec_cost > 0:
