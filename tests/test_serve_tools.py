@@ -71,7 +71,10 @@ def test_hermes_parse():
     assert h.parse(unclosed, NAMES) == (unclosed, [])
     unknown = '<tool_call>\n{"name": "rm", "arguments": {}}\n</tool_call>'  # not an offered tool: content
     assert h.parse(unknown, NAMES) == (unknown, [])
-    # a good call and a truncated one: the call, the rest as content
+    # a call cut off at the end (max_tokens), its name whole: a call with its arguments so far
+    assert h.parse('Hm <tool_call>\n{"name": "add", "arguments": {"a": 2, "b', NAMES) == (
+        "Hm", [{"name": "add", "arguments": '{"a": 2, "b'}])
+    # a good call and a truncated one whose name is not whole: the call, the rest as content
     c, calls = h.parse('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": false}}\n</tool_call>\n<tool_call>\n{"na',
                        NAMES)
     assert calls == [{"name": "add", "arguments": '{"a": 2, "b": false}'}] and c == '<tool_call>\n{"na'
@@ -84,10 +87,12 @@ def test_llama3_parse():
     two = '<|python_tag|>{"name": "add", "parameters": {"a": 1, "b": true}}; {"name": "get_weather", "parameters": {}}'
     assert [c["name"] for c in l3.parse(two, NAMES)[1]] == ["add", "get_weather"]
     for text in ('Sure: {"name": "add", "parameters": {}}',    # text before: not a call in this format
-                 '{"name": "add", "parameters": {"a": 1}',      # malformed
+                 '{"name": "add", "parameters": {"a": 1}} }',   # malformed
                  '{"name": "add", "parameters": {}} and more',  # trailing text
                  "The answer is 4."):
         assert l3.parse(text, NAMES) == (text, [])
+    # the output ends inside a call (max_tokens): a call with its arguments so far, as it streamed
+    assert l3.parse('{"name": "add", "parameters": {"a": 1', NAMES) == (None, [{"name": "add", "arguments": '{"a": 1'}])
 
 
 def test_generic_parse_and_render():
@@ -96,8 +101,15 @@ def test_generic_parse_and_render():
                            '{"name": "get_weather", "arguments": {"city": "Rome", "days": 1}}]}', NAMES))[1] == [
         {"name": "add", "arguments": {"a": 1, "b": False}}, {"name": "get_weather", "arguments": {"city": "Rome", "days": 1}}]
     assert g.parse('{"response": "Hello there"}', NAMES) == ("Hello there", [])
-    for text in ('{"tool_calls": [{"name": "add"', '{"tool_calls": [{"name": "nope", "arguments": {}}]}', "plain"):
+    for text in ('{"tool_calls": [{"na', '{"tool_calls": [{"name": "nope", "arguments": {}}]}', "plain",
+                 '{"tool_calls": [{"name": "add", "arguments": {}}, {"name": "nope", "arguments": {}}]}'):
         assert g.parse(text, NAMES) == (text, [])
+    # the output ends inside a call, its name whole (max_tokens): a call with its arguments so far
+    assert g.parse('{"tool_calls": [{"name": "add", "arguments": {"a": 1}}, {"name": "add", "arguments": {"a"',
+                   NAMES)[1] == [{"name": "add", "arguments": '{"a": 1}'}, {"name": "add", "arguments": '{"a"'}]
+    # ... or cut off before the next call's name is whole: the whole ones, as they streamed
+    assert g.parse('{"tool_calls": [{"name": "add", "arguments": {}}, {"name": "ad', NAMES) == (
+        None, [{"name": "add", "arguments": "{}"}])
     assert g.parse('{"response": "cut \\u00e9 sho', NAMES) == ("cut \u00e9 sho", [])  # max_tokens: as it streamed
     msgs = [{"role": "user", "content": "hi"},
             {"role": "assistant", "content": "", "tool_calls": [
@@ -207,6 +219,25 @@ def test_generic_response_streams_as_content():
         assert out + (c or "") == want and not called and grew > 5
 
 
+@pytest.mark.parametrize("fmt", list(OUTPUTS))
+def test_call_stream_cut_anywhere_adds_up_to_the_parse(fmt):
+    """The output cut off at every position (max_tokens): its stream (pieces of 3 characters)
+    assembles the calls the non-streamed answer has, a call cut off in its arguments included."""
+    marker, text, _ = OUTPUTS[fmt]
+    t = T.parse_request({"tools": TOOLS}, marker)
+    cut_calls = 0
+    for n in range(1, len(text) + 1):
+        cut = text[:n]
+        s, deltas = T.CallStream(t), []
+        for i in range(0, n, 3):
+            deltas += s.push(cut[i:i + 3])[1]
+        deltas += s.finish()[1]
+        want = [(c["function"]["name"], c["function"]["arguments"]) for c in t.parse(cut)[1]]
+        assert [(g["name"], g["arguments"]) for g in accumulate(deltas)] == want, cut
+        cut_calls += bool(want) and not want[-1][1].endswith("}")
+    assert cut_calls > 10  # (cuts inside the arguments were among them)
+
+
 def test_call_stream_one_call_without_parallel():
     t = T.parse_request({"tools": TOOLS, "parallel_tool_calls": False}, "<tool_call>")
     s = T.CallStream(t)
@@ -249,12 +280,17 @@ def client(server):
 MSGS = [{"role": "user", "content": "What is the weather in Paris tomorrow?"}]
 
 
-def check_calls(calls, names=NAMES):
+def check_calls(calls, names=NAMES, cut=False):
+    """Each call names an offered tool with arguments matching its schema; cut (finish_reason
+    "length"): the last one was cut off by max_tokens, its arguments the start of a JSON text."""
     assert calls
-    for c in calls:
+    for i, c in enumerate(calls):
         assert c.type == "function" and c.id.startswith("call_")
         assert c.function.name in names
-        assert valid_args(c.function.name, c.function.arguments), c.function.arguments
+        if cut and i == len(calls) - 1:
+            assert not c.function.arguments or c.function.arguments.startswith("{")
+        else:
+            assert valid_args(c.function.name, c.function.arguments), c.function.arguments
 
 
 @pytest.mark.parametrize("choice", ["required", "named"])
@@ -269,11 +305,12 @@ def test_forced_call(client, choice):
 
 
 def test_forced_call_sampled_parallel(client):
-    """Sampled, several calls allowed: every call complete and valid (a truncated last one is content)."""
+    """Sampled, several calls allowed: every call complete and valid (but a last one cut off by
+    max_tokens, finish_reason "length")."""
     for seed in range(3):
         r = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, tool_choice="required",
                                            max_tokens=150, temperature=1.0, seed=seed)
-        check_calls(r.choices[0].message.tool_calls)
+        check_calls(r.choices[0].message.tool_calls, cut=r.choices[0].finish_reason == "length")
 
 
 def test_forced_call_streamed(client):
@@ -297,21 +334,24 @@ def streamed_as_whole(client, kw) -> list[tuple[str, str]]:
     assembled by the openai client's stream helper and by hand from the raw chunks; the arguments
     arrive in several deltas after the call's header; no markup in the content. Returns the calls."""
     whole = client.chat.completions.create(**kw).choices[0]
-    with client.chat.completions.stream(**kw) as s:
-        for _ in s:
-            pass
-        final = s.get_final_completion().choices[0]
-    assert final.finish_reason == whole.finish_reason == "tool_calls"
+    assert whole.finish_reason in ("tool_calls", "length")
     pairs = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
-    assert [(c.function.name, c.function.arguments) for c in final.message.tool_calls] == pairs
-    check_calls(final.message.tool_calls)
+    check_calls(whole.message.tool_calls, cut=whole.finish_reason == "length")
+    if whole.finish_reason == "tool_calls":  # (the helper raises LengthFinishReasonError on "length")
+        with client.chat.completions.stream(**kw) as s:
+            for _ in s:
+                pass
+            final = s.get_final_completion().choices[0]
+        assert final.finish_reason == "tool_calls"
+        assert [(c.function.name, c.function.arguments) for c in final.message.tool_calls] == pairs
     chunks = [c.model_dump() for c in client.chat.completions.create(**kw, stream=True)]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == whole.finish_reason
     deltas = [d for c in chunks if c["choices"] for d in c["choices"][0]["delta"].get("tool_calls") or []]
     assert [(g["name"], g["arguments"]) for g in accumulate(deltas)] == pairs
     for k in range(len(pairs)):  # the header first, then the arguments piece by piece
         mine = [d for d in deltas if d["index"] == k]
         assert mine[0]["id"] and mine[0]["function"]["arguments"] == "" and all(d.get("id") is None for d in mine[1:])
-        assert len(mine) > 2, mine
+        assert len(mine) > 2 or whole.finish_reason == "length" and k == len(pairs) - 1, mine
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert "<tool_call>" not in text and "python_tag" not in text and "tool_calls" not in text
     return pairs
@@ -324,6 +364,22 @@ FORCED = dict(model="m", messages=MSGS, tools=TOOLS, tool_choice="required", max
 def test_streamed_calls_are_the_calls(client, seed):
     """stream=true, tool_choice required, greedy or sampled with a seed: the non-streamed calls."""
     streamed_as_whole(client, {**FORCED, **({"temperature": 0} if seed is None else {"temperature": 1.0, "seed": seed})})
+
+
+def test_call_cut_off_by_max_tokens_streams_as_it_is(client):
+    """max_tokens ends the output inside a call: both answers have it with its arguments so far,
+    finish_reason "length"."""
+    inside = 0
+    for n in range(12, 40, 3):
+        kw = {**FORCED, "max_tokens": n, "temperature": 0, "parallel_tool_calls": False}
+        ch = client.chat.completions.create(**kw).choices[0]
+        if ch.finish_reason != "length":
+            break  # (the call is whole by now)
+        if not ch.message.tool_calls:
+            continue  # (cut before the call's name is whole: content in both answers, test_call_stream_cut_anywhere...)
+        pairs = streamed_as_whole(client, kw)
+        inside += len(pairs) == 1 and len(pairs[0][1]) > 2 and not pairs[0][1].endswith("}")
+    assert inside >= 2  # cut in the arguments, more than once
 
 
 def test_parallel_calls_stream_too(client, server):

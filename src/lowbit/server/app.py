@@ -17,8 +17,8 @@ both with Retry-After. Every request gets one access-log line on stderr. Unknown
 ignored, and so are presence_penalty / frequency_penalty, which lowbit does not implement.
 tools / tool_choice / parallel_tool_calls (tools.py): the tools go to the chat template, calls
 are parsed out of the output in the template's format (message.tool_calls, finish_reason
-"tool_calls"; streamed as delta.tool_calls, the arguments piece by piece as the model writes
-them) and tool_choice "required" or a named function constrains the output to calls with
+"tool_calls", or "length" when max_tokens cut a call off; streamed as delta.tool_calls, the
+arguments piece by piece as the model writes them) and tool_choice "required" or a named function constrains the output to calls with
 llguidance. response_format json_object / json_schema constrains the output with llguidance
 (structured.py): every output parses and matches the schema. logit_bias ({"token id": bias in
 -100..100}) is added to the logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
@@ -456,8 +456,9 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             message = {"role": "assistant", "content": "".join(text)}
             if tools is not None:
                 message["content"], calls = tools.parse(message["content"])
-                if calls:
-                    message["tool_calls"], reason = calls, "tool_calls"
+                if calls:  # (a call cut off by max_tokens: "length" says so)
+                    message["tool_calls"] = calls
+                    reason = reason if reason == "length" else "tool_calls"
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": reason}
@@ -487,7 +488,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             """The chunks of the held text (content, then the calls' rest), and the finish reason."""
             content, deltas, called = calls_stream.finish()
             out = [chunk(content)] if content else []
-            return out + [tool_chunk(d) for d in deltas], "tool_calls" if called else reason
+            return out + [tool_chunk(d) for d in deltas], "tool_calls" if called and reason != "length" else reason
 
         def tool_chunk(call: dict) -> dict:
             return {**head, "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "logprobs": None,

@@ -35,7 +35,9 @@ stream=true it goes out piece by piece as the model writes it (CallStream), and 
 to the non-streamed string.
 
 Malformed output (a <tool_call> block whose JSON does not parse, an unknown tool name) is kept
-as text content, never an error: the client sees what the model said. Output with no call is the
+as text content, never an error: the client sees what the model said. A call the output ends in
+(max_tokens came first; its name whole) is a call with its arguments so far, as OpenAI's API
+returns one and as it streamed; the finish_reason then stays "length". Output with no call is the
 content unchanged (as streamed); around calls, the text is stripped.
 """
 from __future__ import annotations
@@ -127,9 +129,10 @@ class CallStream:
     (Format.partial_content: the generic format's {"response": "..."}).
 
     Output the final parse rejects after its call went out cannot be taken back: that call keeps
-    what was sent, while the non-streamed answer has the text as content. That is a call cut off
-    by max_tokens, or free text (tool_choice auto) gone wrong: a name with no arguments, broken
-    JSON, llama3's call followed by text. Whole constrained output never does it."""
+    what was sent, while the non-streamed answer has the text as content. That is free text
+    (tool_choice auto) gone wrong: a name with no arguments, broken JSON, text after a whole call
+    object in the same block, llama3's call followed by text. Constrained output never does it
+    (a call cut off by max_tokens is a call in both answers: _Call.cut_off)."""
 
     def __init__(self, tools: Tools):
         self.tools, self.text, self.sent = tools, "", 0
@@ -293,6 +296,11 @@ class _Call:
         """A complete call of an offered tool, with its arguments object."""
         return self.end is not None and self.name in names and self.args_end is not None
 
+    def cut_off(self, names: set[str]) -> bool:
+        """A call of an offered tool that the text ends inside (max_tokens, or an end of
+        generation, came first): kept as a call with its arguments so far, as it streamed."""
+        return self.end is None and self.name in names
+
     def arguments(self, text: str) -> str:
         """The arguments' JSON text so far ("" before they start)."""
         return "" if self.args is None else text[self.args:self.args_end if self.args_end is not None else len(text)]
@@ -417,13 +425,24 @@ def _hermes_blocks(text: str, names: set[str]):
         at = nxt
 
 
+def _hermes_cut_off(text: str, at: int, c: _Call | None, names: set[str]) -> bool:
+    """The output ends in the last block's call (in it, or before its </tool_call> is whole)."""
+    if c is None:
+        return False
+    if c.end is None:
+        return c.cut_off(names) and _HERMES_CLOSE not in text[at:]
+    return c.valid(names) and _HERMES_CLOSE.startswith(text[c.end:].strip())
+
+
 def _hermes_parse(text: str, names: set[str]) -> tuple[str | None, list[dict]]:
     start = text.find(_HERMES_OPEN)
     if start < 0:
         return text, []
     calls, rest = [], [text[:start]]
     for at, c, end, nxt in _hermes_blocks(text, names):
-        if end is None:  # malformed or unclosed: the block stays text
+        if end is None and nxt == len(text) and _hermes_cut_off(text, at, c, names):
+            calls.append({"name": c.name, "arguments": c.arguments(text)})
+        elif end is None:  # malformed or unclosed: the block stays text
             rest.append(text[at:nxt])
         else:
             calls.append({"name": c.name, "arguments": c.arguments(text)})
@@ -474,7 +493,11 @@ def _llama3_calls(text: str, names: set[str]) -> tuple[str, list[_Call], _Call |
 
 def _llama3_parse(text: str, names: set[str]) -> tuple[str | None, list[dict]]:
     """Anything but calls in the output makes all of it content."""
-    body, calls, _, at = _llama3_calls(text, names)
+    body, calls, last, at = _llama3_calls(text, names)
+    if last is not None and last.end is None and (calls or last.name is not None):
+        # the output ends in a call (max_tokens): kept with its arguments so far once its name
+        # is whole, as it streamed; a call not yet named after whole ones is dropped
+        calls, at = calls + ([last] if last.cut_off(names) else []), len(body)
     if not calls or body[at:].strip():
         return text, []
     return None, [{"name": c.name, "arguments": c.arguments(body)} for c in calls]
@@ -561,6 +584,12 @@ def _generic_parse(text: str, names: set[str]) -> tuple[str | None, list[dict]]:
     obj, end = _decode_value(text, _skip(text, 0))
     if end is None and _generic_response_at(text) is not None:
         return _generic_partial_content(text), []
+    if end is None:  # the output ends in a call or after one (max_tokens), the ones before it whole:
+        calls, _ = _generic_calls(text, names)  # kept as they streamed (one not yet named dropped)
+        if calls and (calls[-1].valid(names) or calls[-1].end is None) and all(c.valid(names) for c in calls[:-1]):
+            calls = [c for c in calls if c.name in names]
+            if calls:
+                return None, [{"name": c.name, "arguments": c.arguments(text)} for c in calls]
     if not isinstance(obj, dict) or text[end:].strip():
         return text, []
     if isinstance(obj.get("response"), str) and len(obj) == 1:
