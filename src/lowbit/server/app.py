@@ -18,8 +18,8 @@ ignored, and so are presence_penalty / frequency_penalty, which lowbit does not 
 tools / tool_choice / parallel_tool_calls (tools.py): the tools go to the chat template, calls
 are parsed out of the output in the template's format (message.tool_calls, finish_reason
 "tool_calls", or "length" when max_tokens cut a call off; streamed as delta.tool_calls, the
-arguments piece by piece as the model writes them) and tool_choice "required" or a named function constrains the output to calls with
-llguidance. response_format json_object / json_schema constrains the output with llguidance
+arguments piece by piece as the model writes them) and tool_choice "required" or a named
+function constrains the output to calls with llguidance. response_format json_object / json_schema constrains the output with llguidance
 (structured.py): every output parses and matches the schema. logit_bias ({"token id": bias in
 -100..100}) is added to the logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
 """
