@@ -36,8 +36,8 @@ to the non-streamed string.
 
 Malformed output (a <tool_call> block whose JSON does not parse, an unknown tool name) is kept
 as text content, never an error: the client sees what the model said. A call the output ends in
-(max_tokens came first; its name whole) is a call with its arguments so far, as OpenAI's API
-returns one and as it streamed; the finish_reason then stays "length". Output with no call is the
+(max_tokens came first; its name whole) is a call with its arguments so far, as it streamed
+(a stream cannot take a call back); the finish_reason then stays "length". Output with no call is the
 content unchanged (as streamed); around calls, the text is stripped.
 """
 from __future__ import annotations
