@@ -9,12 +9,15 @@ requests sharing a system prompt get the greedy text lowbit.generate gives them 
 cache hits.
 """
 import concurrent.futures as cf
+import itertools
 
 import httpx
 import numpy as np
 import pytest
 
 import lowbit
+from lowbit.generate import Stats, plain
+from lowbit.sampling import Sampler
 from lowbit.server.prefix import PrefixCache
 from lowbit.synth import synth_hybrid
 from serve_util import alone, chat_prompt, openai_client, running
@@ -98,6 +101,33 @@ def test_snapshots_count_in_the_budget_and_go_with_their_block(model):
     assert cache.load(b + [1], 1) == 96
 
 
+def test_a_replys_state_is_adopted_and_resumed_from(model):
+    """A reply's state taken at its last whole block while it decoded (the engine has moved on
+    since) goes with the reply's KV into the cache (store(snapshot=...)), counted in the budget;
+    the next turn resumes there, with bitwise the logits of computing everything."""
+    m = model
+    kv, st = m.engine.kv_bytes(B), m.engine.rstate_bytes()
+    cache = PrefixCache(m, 256 << 20, block=B)
+    prompt = tokens(70, 8)
+    compute(m, cache, 0, prompt, cache.snapshot_points(prompt, 0))  # its state at 64
+    reply, snap = tokens(45, 9), None
+    for t in reply:  # decoding, a token a step; the state copied out at each block end passed
+        m.forward_batch([(0, [t])])
+        if m.slot_pos[0] % B == 0:
+            snap = (m.slot_pos[0], np.empty(st, np.uint8))
+            m.engine.rstate_copy(0, snap[1], True)
+    assert snap[0] == 96 and m.slot_pos[0] == 115
+    cache.store(0, snapshot=snap)
+    s = cache.stats()
+    assert s["snapshots"] == 2 and s["blocks"] == 3 and s["bytes"] == 3 * kv + 2 * st
+    turn2 = prompt + reply + tokens(30, 10)
+    m.rewind(0, slot=1)
+    assert cache.load(turn2, 1) == 96 and m.engine.rstate_pos(1) == 96
+    lg = m.forward_batch([(1, turn2[96:])], all_logits=True)[0]
+    ref = m.logits(turn2)
+    assert (lg == ref[96:]).all(), np.abs(lg - ref[96:]).max()
+
+
 # -- through the server ---------------------------------------------------------------------------
 SYSTEM = "You are a careful assistant who answers briefly and checks every fact twice. " * 12  # ~200 tokens
 
@@ -145,3 +175,56 @@ def test_server_hybrid_concurrent_requests_share_a_prefix(server, ref):
     n_sys = len(ref.tokenize(chat_prompt(ref, [sys_msg])))
     cached = sorted(r.usage.prompt_tokens_details.cached_tokens for r in rs)
     assert cached[1] >= (n_sys // B - 1) * B > 0, cached
+
+
+def test_server_next_turn_resumes_after_the_reply(server, ref):
+    """Turn 2's prompt is turn 1's prompt, its reply and more (token ids, so that the reply is the
+    tokens generated): the cache holds the reply's KV and the state at its last whole block, so
+    turn 2 computes only what follows; its text is what it gets alone (no cache)."""
+    p1 = tokens(90, 11)
+    r1 = httpx.post(server.url + "/v1/completions", json={"prompt": p1, "max_tokens": 40, "temperature": 0},
+                    timeout=300).json()
+    assert r1["choices"][0]["text"] == alone(ref, p1, 40)[0] and r1["usage"]["completion_tokens"] == 40
+    ref.reset()
+    reply = list(itertools.islice(plain(ref, p1, Sampler(temperature=0.0), Stats()), 40))
+    p2 = p1 + reply + tokens(25, 12)
+    r2 = httpx.post(server.url + "/v1/completions", json={"prompt": p2, "max_tokens": 8, "temperature": 0},
+                    timeout=300).json()
+    assert r2["choices"][0]["text"] == alone(ref, p2, 8)[0]
+    # turn 1's slot held 90 + 39 positions (its last token was sampled, not fed): state at 128;
+    # without the reply's snapshot the hit ends at turn 1's prompt's last whole block, 64
+    assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == (90 + 39) // B * B == 128
+
+
+def test_speculating_reply_still_leaves_its_state(model):
+    """With lookup drafting every window (spec_cost 0), a window ends at the next block end at
+    most, so the slot still stands on the reply's last whole block: turn 2 resumes after the
+    reply, and both turns give the tokens of a scheduler with no cache and no speculation."""
+    import queue
+    from lowbit.server import spec
+    from lowbit.server.scheduler import Request, Scheduler
+
+    def run(sched, ids, n):
+        q = queue.Queue()
+        r = Request(prompt=list(ids), max_tokens=n, sampler=Sampler(temperature=0.0), emit=q.put,
+                    logit_bias={t: 4.0 for t in (17, 18, 19, 20)})  # a few tokens recur: lookup drafts
+        sched.submit(r)
+        while (ev := q.get(timeout=300))[0] == "text":
+            pass
+        assert ev[0] == "done", ev
+        return r.history, r.cached
+
+    p1 = tokens(80, 13)
+    outs = []
+    for sp, cache in ((None, None), (spec.lookup(), PrefixCache(model, 256 << 20, block=B))):
+        sched = Scheduler(model, 2, cache=cache, spec=sp, spec_k=4, spec_cost=0.0)
+        try:
+            h1, _ = run(sched, p1, 40)
+            h2, cached = run(sched, h1 + tokens(20, 14), 10)
+            outs.append((h1, h2, cached, sched.status()["spec"]))
+        finally:
+            sched.close()
+    (a1, a2, _, _), (b1, b2, cached, st) = outs
+    assert (a1, a2) == (b1, b2)
+    assert st["drafted"] > 0 and st["accepted"] > 0, st
+    assert len(b1) == 120 and cached == (80 + 39) // B * B == 96

@@ -9,7 +9,9 @@ the time, not always, so both accepted and rejected drafts occur and the counter
 - Sampled requests are verified by rejection sampling (generate.verify): with top_k=1 at
   temperature 0.9 the target's distribution is one-hot, so the speculative output must be the
   greedy one, drafts drawn from the draft's q rows included.
-- Structured output does not draft (its windows are one token) and matches the plain server.
+- Structured output drafts (drafts cut where the grammar rejects them, rows masked one by one as
+  the verification reaches them): the plain scheduler's greedy tokens, outputs that match the
+  schema; a draft model's sampled drafts are not used for it.
 - A hybrid model (recurrent layers) gets its state rolled back with the KV: same greedy tokens.
 - A request cancelled mid-speculation leaves no slot or drafter state behind.
 - Over HTTP: `lowbit serve --lookup` / `--draft` answer as the plain generation does, /v1/status
@@ -168,29 +170,70 @@ def test_sampled_verify_keeps_target_distribution(model, draft, plain_outputs):
         assert 0 < st["spec"]["accepted"] < st["spec"]["drafted"], st["spec"]  # rejections resampled
 
 
-def test_structured_output_does_not_draft(model):
+# a schema whose output repeats itself (lookup's case), and prompts that show such JSON
+ITEMS = {"type": "object", "properties": {"items": {
+    "type": "array", "minItems": 3, "maxItems": 8,
+    "items": {"type": "object", "properties": {"c": {"enum": ["red", "green", "blue"]},
+                                               "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["c", "n"], "additionalProperties": False}}},
+    "required": ["items"], "additionalProperties": False}
+STRUCTURED = ['JSON please: {"items":[{"c":"red","n":1},{"c":"blue","n":2},{"c":"red","n":3}]}',
+              'Colours: {"items":[{"c":"green","n":10},{"c":"green","n":11}]} again:',
+              "Describe three things.",
+              '{"items":[{"c":"blue","n":7}]}{"items":[{"c":"blue","n":7}]}']
+
+
+def items_ok(text: str) -> bool:
+    """ITEMS, checked by hand."""
+    v = json.loads(text)
+    return (set(v) == {"items"} and isinstance(v["items"], list) and 3 <= len(v["items"]) <= 8
+            and all(set(i) == {"c", "n"} and i["c"] in ("red", "green", "blue") and type(i["n"]) is int
+                    and 0 <= i["n"] <= 99 for i in v["items"]))
+
+
+def serve_structured(model, sp, **sampling):
+    """STRUCTURED's prompts at once (more than the slots), each constrained to ITEMS: per
+    request (tokens, text, finish reason), and the scheduler's status."""
     from lowbit.server.structured import Constraint, grammar
-    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999},
-                                                "b": {"type": "boolean"}},
-              "required": ["a", "b"], "additionalProperties": False}
-    g = grammar({"type": "json_schema", "json_schema": {"schema": schema, "strict": True}})
-    ids = model.tokenize("JSON please:")
-    texts = []
-    for sp in (None, spec.lookup()):
-        sched = Scheduler(model, PARALLEL, spec=sp, spec_k=4)
-        try:
-            r, q = submit(sched, ids, 100, {"constraint": Constraint(model.tokenizer, model.config.vocab, g)})
+    g = grammar({"type": "json_schema", "json_schema": {"schema": ITEMS, "strict": True}})
+    sched = Scheduler(model, PARALLEL, spec=sp, spec_k=4, spec_cost=0.0)
+    try:
+        reqs = [submit(sched, model.tokenize(p), 120, {"constraint": Constraint(model.tokenizer, model.config.vocab, g)},
+                       **sampling) for p in STRUCTURED]
+        outs = []
+        for r, q in reqs:
             text, ev = drain(q)
-            st = sched.status()
-        finally:
-            sched.close()
-        v = json.loads(text)
-        assert set(v) == {"a", "b"} and isinstance(v["a"], int) and isinstance(v["b"], bool), text
-        assert ev[1] == "stop"
-        texts.append(text)
-        if sp is not None:
-            assert st["spec"]["drafted"] == 0 and st["spec"]["windows"] == 0
-    assert texts[0] == texts[1]
+            outs.append((r.history[len(r.prompt):], text, ev[1]))
+        return outs, sched.status()
+    finally:
+        sched.close()
+
+
+def test_structured_output_speculates_with_the_same_tokens(model):
+    """Structured output with --lookup: drafts cut where the grammar rejects them, rows masked with
+    the grammar after the drafts before them, the matcher advanced over accepted tokens only: the
+    greedy tokens of the non-speculative scheduler, every output parses and matches the schema;
+    drafts were accepted, rejected and cut. Sampled with top_k=1 (one-hot: rejection sampling
+    must give the greedy tokens) too."""
+    want, _ = serve_structured(model, None)
+    for _, text, reason in want:
+        assert reason == "stop" and items_ok(text), text
+    got, st = serve_structured(model, spec.lookup())
+    assert got == want
+    s = st["spec"]
+    assert 0 < s["accepted"] < s["drafted"] and s["grammar_cut"] > 0, s
+    assert st["free_slots"] == PARALLEL and st["done"] == len(STRUCTURED)
+    got, st = serve_structured(model, spec.lookup(), temperature=0.9, top_k=1, seed=3)
+    assert [g[0] for g in got] == [w[0] for w in want] and st["spec"]["accepted"] > 0
+
+
+def test_structured_output_with_sampled_draft_model_drafts_nothing(model, draft):
+    """A draft model's sampled drafts (with q rows) cannot be cut without biasing the rejection
+    sampling: a constrained sampled request does not use them (and still matches the schema)."""
+    outs, st = serve_structured(model, spec.DraftSlots(draft, model), temperature=1.0, seed=5)
+    assert st["spec"]["drafted"] == 0
+    for _, text, reason in outs:
+        assert reason == "stop" and items_ok(text), text
 
 
 class Held(spec.DraftSlots):
@@ -296,6 +339,26 @@ def test_serve_speculative_matches_plain_scheduler(paths, plain_outputs, kind):
     assert st["requests"]["free_slots"] == PARALLEL
     assert f"lowbit_spec_drafted_total {sp['drafted']}" in metrics
     assert f"lowbit_spec_accepted_total {sp['accepted']}" in metrics
+
+
+def test_serve_lookup_structured_matches_plain_scheduler(paths, model):
+    """`lowbit serve --lookup --spec-cost 0` with response_format json_schema: the plain
+    scheduler's greedy texts, each matching the schema; the server drafted and cut drafts."""
+    want, _ = serve_structured(model, None)
+    fmt = {"type": "json_schema", "json_schema": {"name": "items", "strict": True, "schema": ITEMS}}
+    with running("-m", paths["target"], "--ctx", str(N_CTX), "--parallel", str(PARALLEL), "-t", "2",
+                 "--lookup", "--spec", "4", "--spec-cost", "0") as s:
+        def ask(prompt):
+            r = httpx.post(s.url + "/v1/completions", timeout=300, json={
+                "prompt": prompt, "max_tokens": 120, "temperature": 0, "response_format": fmt})
+            assert r.status_code == 200, r.text
+            return r.json()["choices"][0]["text"]
+        with cf.ThreadPoolExecutor(len(STRUCTURED)) as ex:
+            got = list(ex.map(ask, STRUCTURED))
+        sp = httpx.get(s.url + "/v1/status", timeout=30).json()["spec"]
+    assert got == [w[1] for w in want]
+    assert all(items_ok(t) for t in got)
+    assert 0 < sp["accepted"] < sp["drafted"] and sp["grammar_cut"] > 0, sp
 
 
 @pytest.mark.parametrize("args, words", [

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -219,11 +220,15 @@ def check_draft(target, draft) -> None:
 
 
 def verify(logits: np.ndarray, drafts: list[int], q: list[np.ndarray] | None, history: list[int],
-           sampler: Sampler) -> tuple[int, int]:
+           sampler: Sampler, reach: Callable[[int], None] | None = None) -> tuple[int, int]:
     """Decide a round. logits[i] is the target's after history + drafts[:i]. Returns (number of
-    drafts accepted, the token that follows them: the target's correction or its bonus)."""
+    drafts accepted, the token that follows them: the target's correction or its bonus).
+    reach(i): called before row i is read, which is once drafts[:i] are accepted (rows in order;
+    the server's structured output masks row i there, with the grammar after those drafts)."""
     h = list(history)
     for i, d in enumerate(drafts):
+        if reach is not None:
+            reach(i)
         if sampler.greedy:
             t = sampler.sample(logits[i], h)
             if t != d:
@@ -241,6 +246,8 @@ def verify(logits: np.ndarray, drafts: list[int], q: list[np.ndarray] | None, hi
                 r = r / s if s > 0 else p
                 return i, int(sampler.rng.choice(r.size, p=r))
         h.append(d)
+    if reach is not None:
+        reach(len(drafts))
     return len(drafts), sampler.sample(logits[len(drafts)], h)
 
 

@@ -226,7 +226,8 @@ def add_parser(sub) -> None:
                    help="streamed tokens per SSE event at most (fewer events for a proxy to carry; default 1)")
     g = p.add_argument_group("speculative decoding (greedy output is identical; lowbit/server/spec.py)",
                              "each step verifies every decoding request's token plus up to K drafts in "
-                             "the one batched forward; requests with response_format do not draft")
+                             "the one batched forward; structured output's drafts are cut where its grammar "
+                             "rejects them")
     x = g.add_mutually_exclusive_group()
     x.add_argument("--draft", default=None, metavar="MODEL",
                    help="a smaller or lower-bit GGUF of the same vocabulary; its KV slots mirror the server's "

@@ -17,9 +17,9 @@ both with Retry-After. Every request gets one access-log line on stderr. Unknown
 ignored, and so are presence_penalty / frequency_penalty, which lowbit does not implement.
 tools / tool_choice / parallel_tool_calls (tools.py): the tools go to the chat template, calls
 are parsed out of the output in the template's format (message.tool_calls, finish_reason
-"tool_calls"; streamed as delta.tool_calls once a call is complete) and tool_choice "required"
-or a named function constrains the output to calls with llguidance. response_format
-json_object / json_schema constrains the output with llguidance
+"tool_calls", or "length" when max_tokens cut a call off; streamed as delta.tool_calls, the
+arguments piece by piece as the model writes them) and tool_choice "required" or a named
+function constrains the output to calls with llguidance. response_format json_object / json_schema constrains the output with llguidance
 (structured.py): every output parses and matches the schema. logit_bias ({"token id": bias in
 -100..100}) is added to the logits before sampling, as OpenAI does. Extensions as llama.cpp's server names them: top_k, min_p, repeat_penalty.
 """
@@ -456,8 +456,9 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             message = {"role": "assistant", "content": "".join(text)}
             if tools is not None:
                 message["content"], calls = tools.parse(message["content"])
-                if calls:
-                    message["tool_calls"], reason = calls, "tool_calls"
+                if calls:  # (a call cut off by max_tokens: "length" says so)
+                    message["tool_calls"] = calls
+                    reason = reason if reason == "length" else "tool_calls"
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": reason}
@@ -466,28 +467,28 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
 
     async def stream(req: Request, q: asyncio.Queue, head: dict, chat: bool, include_usage: bool,
                      tools: Tools | None = None):
-        """SSE events of a generation. With tools, text that may be (the start of) a call is held
-        back (tools.Format.stream_from); at the end the held text is parsed and its calls go out as
-        delta.tool_calls, OpenAI's way: one chunk with index, id, type and name (arguments ""),
-        then one with the arguments."""
+        """SSE events of a generation. With tools (tools.CallStream), text that may be (the start
+        of) a call is held back, and calls go out as delta.tool_calls OpenAI's way: one chunk with
+        index, id, type and name (arguments "") once the name is whole, then chunks of the
+        arguments' text as the model writes it; at the end the held text's content, the rest of
+        the calls, and finish_reason "tool_calls"."""
         def sse(obj) -> str:
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
         calls_stream = CallStream(tools) if tools is not None else None
 
-        def release(piece: str) -> str:
-            return piece if calls_stream is None else calls_stream.push(piece)
+        def release(piece: str) -> list[dict]:
+            """The chunks of a text piece: content, and tool-call deltas."""
+            if calls_stream is None:
+                return [chunk(piece)] if piece else []
+            content, deltas = calls_stream.push(piece)
+            return ([chunk(content)] if content else []) + [tool_chunk(d) for d in deltas]
 
         def calls_chunks(reason: str) -> tuple[list[dict], str]:
-            """The chunks of the held text (content, then each call), and the finish reason."""
-            content, calls = calls_stream.finish()
+            """The chunks of the held text (content, then the calls' rest), and the finish reason."""
+            content, deltas, called = calls_stream.finish()
             out = [chunk(content)] if content else []
-            for k, c in enumerate(calls):
-                f = c["function"]
-                out.append(tool_chunk({"index": k, "id": c["id"], "type": "function",
-                                       "function": {"name": f["name"], "arguments": ""}}))
-                out.append(tool_chunk({"index": k, "function": {"arguments": f["arguments"]}}))
-            return out, "tool_calls" if calls else reason
+            return out + [tool_chunk(d) for d in deltas], "tool_calls" if called and reason != "length" else reason
 
         def tool_chunk(call: dict) -> dict:
             return {**head, "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "logprobs": None,
@@ -516,9 +517,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                             break
                         pieces.append(ev[1])
                         ev = None
-                    piece = release("".join(pieces))
-                    if piece:
-                        yield sse(chunk(piece))
+                    for c in release("".join(pieces)):
+                        yield sse(c)
                     continue
                 finished = True
                 if ev[0] == "done":

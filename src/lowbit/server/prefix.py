@@ -19,10 +19,13 @@ Hybrid models (recurrent layers: qwen35, qwen35moe, qwen3next): a slot's state a
 is its KV up to p and the conv + delta-net state after token p-1, which no KV block holds. A
 block may therefore carry a snapshot of that recurrent state at its end (Engine.rstate_copy,
 rstate_bytes each: far larger than a block's KV, so kept only where a later request can use it:
-snapshot_points), counted in the budget and evicted with its block. A hybrid lookup takes the
-longest cached chain that ends at a block with a snapshot and loads its KV and that state: the
-slot is then exactly as if it had computed the prefix (the state is bitwise the same however the
-tokens were chunked, as Model.rewind relies on), so outputs stay bitwise those without a cache.
+snapshot_points, and a finished reply's last whole block: the scheduler copies the state out
+as a reply passes each block end, and hands the last copy to store(snapshot=...) with the reply's
+KV, so the next chat turn resumes after the reply), counted in the budget and evicted with its
+block. A hybrid lookup takes the longest cached chain that ends at a block with a snapshot and
+loads its KV and that state: the slot is then exactly as if it had computed the prefix (the state
+is bitwise the same however the tokens were chunked, as Model.rewind relies on), so outputs stay
+bitwise those without a cache.
 
 Only the engine thread calls load / store; stats() may be read from any thread.
 """
@@ -49,13 +52,16 @@ class _Block:
 
 
 class PrefixCache:
-    def __init__(self, model, capacity_bytes: int, block: int = BLOCK):
+    def __init__(self, model, capacity_bytes: int, block: int = BLOCK, replies: bool = True):
+        """replies (hybrid models): keep a finished reply's state at its last whole block (the
+        scheduler reads it; False only to measure what it saves)."""
         if block < 1:
             raise ValueError("prefix cache: block must be >= 1")
         self.model, self.block = model, int(block)
         self.capacity = int(capacity_bytes)
         self.block_bytes = int(model.engine.kv_bytes(self.block))
         self.hybrid = bool(getattr(model.engine, "hybrid", False))
+        self.replies = self.hybrid and bool(replies)
         self.state_bytes = int(model.engine.rstate_bytes()) if self.hybrid else 0
         self.bytes = 0  # the blocks' KV and snapshots held
         self.snapshots = 0  # blocks holding a recurrent state
@@ -124,12 +130,17 @@ class PrefixCache:
         shared = len(self._chain(tokens, whole)) * B
         return sorted({p for p in (shared, whole * B) if p > loaded})
 
-    def store(self, slot: int, upto: int | None = None, state: bool = False) -> int:
+    def store(self, slot: int, upto: int | None = None, state: bool = False,
+              snapshot: tuple[int, np.ndarray] | None = None) -> int:
         """Keep the whole blocks of `slot`'s positions [0, upto) (default: all it holds) that
         are not cached yet; returns the blocks added. state (hybrid models): also keep the
         slot's recurrent state in the block ending at its current position (which must be a
-        block end within upto, the engine's state being there). Evicts the least recently used
-        beyond the budget (a chain longer than the budget keeps its first blocks)."""
+        block end within upto, the engine's state being there). snapshot (hybrid models): (pos,
+        state) the slot's recurrent state taken earlier at pos, a block end within upto whose
+        tokens the slot still holds (a reply's last whole block: the engine has moved on since);
+        the block ending there adopts the array (no copy) unless it has a state already. Evicts
+        the least recently used beyond the budget (a chain longer than the budget keeps its
+        first blocks)."""
         if self.capacity < self.block_bytes:
             return 0
         m, B = self.model, self.block
@@ -158,12 +169,20 @@ class PrefixCache:
             if b.state is None:
                 b.state = np.empty(self.state_bytes, np.uint8)
                 m.engine.rstate_copy(slot, b.state, True)
-                self.bytes += self.state_bytes
-                self.snapshots += 1
+                self._add_state(b, b.state)
+        if snapshot is not None and self.hybrid:
+            pos, st = snapshot
+            if 0 < pos <= held and pos % B == 0 and st.size == self.state_bytes and chain[pos // B - 1].state is None:
+                self._add_state(chain[pos // B - 1], st)
         self._touch(chain)
         while self._blocks and self.bytes > self.capacity:
             self._evict(next(iter(self._blocks)))
         return added
+
+    def _add_state(self, b: _Block, state: np.ndarray) -> None:
+        b.state = state
+        self.bytes += self.state_bytes
+        self.snapshots += 1
 
     def _evict(self, key: tuple) -> None:
         b = self._blocks.pop(key, None)

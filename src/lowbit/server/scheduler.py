@@ -31,15 +31,21 @@ earlier one is still computing a prefix they share (whole blocks beyond what is 
 clients sending one long system prompt at once) waits without computing until the leader has
 passed it, then copies those blocks from the cache: the prefix is computed once. On a hybrid
 model the cache also keeps recurrent-state snapshots at a prompt's Request.snaps (its chunks are
-cut to end there; a leader keeps one where its follower goes on), and a hit needs one.
+cut to end there; a leader keeps one where its follower goes on) and at a finished reply's last
+whole block (copied out as the reply passes each block end: _reply_state; a speculative window
+ends at the next block end so that the slot stands on each), and a hit needs one.
 
 With a Speculator (spec.py: --lookup, --draft), each decoding request's window is its pending
 token plus up to `spec_k` drafts, all windows verified in the step's one forward (every row's
 logits); generate.verify keeps the longest accepted prefix plus the target's own next token, and
 the slot is rewound past the rejected drafts. Greedy requests give the same tokens as without
 speculation (a token's logits are bitwise the same alone or in a window: invariant I2); sampled
-ones draw from the target's distribution (rejection sampling); structured-output requests do not
-draft (see spec.py).
+ones draw from the target's distribution (rejection sampling). Structured-output requests draft
+too: their drafts are cut at the first token the grammar rejects, each window row is masked with
+the grammar's state after the drafts before it as the verification reaches it, and the matcher
+takes only the accepted tokens (structured.py), so greedy ones give the non-speculative tokens;
+drafts drawn from a distribution (a draft model, sampled) are dropped for them (a cut would bias
+the rejection sampling).
 
 drain(grace) starts a graceful shutdown: new requests are refused (Draining), those accepted run
 on, and the ones still unfinished after `grace` seconds end with an error event.
@@ -52,6 +58,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+import numpy as np
 
 from ..generate import stop_prefix, verify
 from ..sampling import Sampler
@@ -103,6 +111,8 @@ class Request:
     q: list | None = None        # the rows of the draft distribution they were drawn from (None: one-hot)
     spec_acc: float = 0.0        # this request's drafts accepted, and windows that rejected one
     spec_rej: float = 0.0        # (both fade while it does not draft: SPEC_FORGET)
+    reply_state: tuple | None = None  # hybrid models with a prefix cache: (pos, the recurrent state
+    #                                   there), the last block end its reply reached (_reply_state)
 
 
 class Scheduler:
@@ -141,6 +151,7 @@ class Scheduler:
         self.prompt_tokens = self.generated_tokens = self.steps = self.decode_steps = 0
         self.spec_windows = self.drafted = self.accepted = 0  # windows with drafts, drafts, accepted
         self.spec_rejects = 0  # windows that rejected a draft
+        self.grammar_cut = 0  # drafts cut because a structured output's grammar rejects them
         # (time, tokens sampled) of recent steps, for tokens/s (bounded: no growth when nobody asks)
         self._recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=4096)
         self._obs: tuple[list, list, list] = ([], [], [])
@@ -207,6 +218,7 @@ class Scheduler:
         return {"drafter": getattr(self.spec, "name", type(self.spec).__name__), "k": self.spec_k,
                 "cost_per_token": self.spec_cost,
                 "windows": self.spec_windows, "drafted": self.drafted, "accepted": self.accepted,
+                "grammar_cut": self.grammar_cut,
                 "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else None}
 
     # -- the engine thread -----------------------------------------------------------------
@@ -318,13 +330,16 @@ class Scheduler:
                 try:
                     if self._verify(r, lg) if self._drafts(r) else self._sample(r, lg[-1]):
                         finished.append(r)
+                    if self.cache is not None and self.cache.replies and r.slot >= 0:
+                        self._reply_state(r)
                 except Exception as e:  # noqa: BLE001 - one request's failure is its own
                     self._fail([r], e)
                 generated += r.generated - before  # an end-of-generation token is sampled, not generated
             if self.cache is not None:
-                for r in finished:  # the reply too: the next chat turn's prompt holds it
-                    if r.slot >= 0:
-                        self.cache.store(r.slot)
+                for r in finished:  # the reply too: the next chat turn's prompt holds it (and, on a
+                    if r.slot >= 0:  # hybrid model, the state at its last whole block, to resume there)
+                        self.cache.store(r.slot, snapshot=r.reply_state)
+                        r.reply_state = None  # (the cache owns the array now)
             if self.metrics is not None:
                 self.metrics.tokens(prompt=prompt, generated=generated)
                 self.metrics.observe(*self._obs)
@@ -357,6 +372,19 @@ class Scheduler:
         if best is not None and self.cache.hybrid and best[1] not in best[0].snaps:
             best[0].snaps = sorted(best[0].snaps + [best[1]])  # the leader keeps the state where r goes on
         return best
+
+    def _reply_state(self, r: Request) -> None:
+        """Hybrid models: when r's slot stands at a block end past its prompt's own snapshots
+        (its reply's tokens reached it), copy the recurrent state out (into r's one array, reused):
+        the prefix cache keeps the last such copy with the reply's KV when r finishes. A copy per
+        BLOCK tokens of reply; the slot is never rewound below it (speculation rewinds only past
+        the verified tokens)."""
+        m, pos = self.model, self.model.slot_pos[r.slot]
+        if pos % self.cache.block or pos < len(r.prompt) or m.engine.rstate_pos(r.slot) != pos:
+            return
+        st = r.reply_state[1] if r.reply_state is not None else np.empty(self.cache.state_bytes, np.uint8)
+        m.engine.rstate_copy(r.slot, st, True)
+        r.reply_state = (pos, st)
 
     def _caught_up(self, r: Request) -> bool:
         """r's leader has computed their shared prefix (or is gone): copy what the cache holds
@@ -402,8 +430,8 @@ class Scheduler:
                 r.cancelled = True
 
     def _drafts(self, r: Request) -> bool:
-        """Does r speculate? With a Speculator, unless it has structured output (spec.py)."""
-        return self.spec is not None and r.constraint is None
+        """Does r speculate? With a Speculator (structured output too: _propose, _verify)."""
+        return self.spec is not None
 
     def _propose(self, decoding: list[Request], prefill: int = 0) -> None:
         """Each decoding request's drafts for this step (r.drafts, r.q): up to spec_k, as many as
@@ -413,8 +441,12 @@ class Scheduler:
         for r in decoding:
             r.drafts, r.q = [], None
             if self._drafts(r) and not r.cancelled:
-                k = min(self.spec_k, self.model.n_ctx - self.model.slot_pos[r.slot] - 1,
-                        r.max_tokens - r.generated - 1)
+                pos = self.model.slot_pos[r.slot]
+                k = min(self.spec_k, self.model.n_ctx - pos - 1, r.max_tokens - r.generated - 1)
+                if self.cache is not None and self.cache.replies:
+                    # the window ends at the next block end at most, so that the slot stands on
+                    # every block end after some step (_reply_state)
+                    k = min(k, -(-(pos + 1) // self.cache.block) * self.cache.block - pos - 1)
                 if k > 0:
                     asks.append((r, k))
         if asks and self.spec_cost > 0:
@@ -423,6 +455,18 @@ class Scheduler:
         if asks:
             for (r, k), (drafts, q) in zip(asks, self.spec.propose(asks)):
                 r.drafts, r.q = [int(t) for t in drafts[:k]], q
+                c = r.constraint
+                if c is not None and r.drafts:  # structured output: cut where the grammar rejects
+                    if q is not None:  # (drafts drawn from a distribution: a cut would bias the
+                        r.drafts, r.q = [], None  # rejection sampling, whose residual needs them all)
+                    else:
+                        # (the grammar has taken the pending token: a token is accepted as it is
+                        # sampled); an end of generation comes as the target's own token, masked
+                        eog = next((i for i, t in enumerate(r.drafts) if t in self.eog), len(r.drafts))
+                        n = c.valid_prefix(r.drafts[:eog])
+                        with self._cv:
+                            self.grammar_cut += len(r.drafts) - n
+                        del r.drafts[n:]
 
     def _plan(self, asks: list[tuple], decoding: int, tokens: int) -> list[tuple]:
         """The drafting policy: how many drafts each request gets this step. A step of T tokens
@@ -466,7 +510,19 @@ class Scheduler:
         if r.logit_bias:  # in place, every row: this step's own output
             for t, b in r.logit_bias.items():
                 rows[:, t] += b
-        n_ok, nxt = verify(rows, r.drafts, r.q, r.history, r.sampler)
+        c = r.constraint
+        reach = None
+        if c is not None:  # row i masked with the grammar after drafts[:i], as verify reaches it
+            def reach(i: int) -> None:
+                if i == 0:
+                    c.mask(rows[0])
+                else:
+                    c.advance(r.drafts[i - 1], rows[i])
+        n_ok, nxt = verify(rows, r.drafts, r.q, r.history, r.sampler, reach)
+        if c is not None:  # the grammar has taken drafts[:n_ok]; now the target's own token
+            c.accept(nxt)
+            if c.error:
+                raise RuntimeError(f"structured output: {c.error}")
         d = len(r.drafts)
         if d:
             self.model.rewind(self.model.slot_pos[r.slot] - (d - n_ok), slot=r.slot)
@@ -478,8 +534,8 @@ class Scheduler:
                 self.accepted += n_ok
                 self.spec_rejects += n_ok < d
         new, r.drafts, r.q = r.drafts[:n_ok] + [nxt], [], None
-        for tok in new:
-            if self._take(r, tok):
+        for j, tok in enumerate(new):
+            if self._take(r, tok, more=j + 1 < len(new)):
                 return True
         self.spec.commit(r)
         return False
@@ -501,9 +557,11 @@ class Scheduler:
                 raise RuntimeError(f"structured output: {c.error}")
         return self._take(r, tok)
 
-    def _take(self, r: Request, tok: int) -> bool:
+    def _take(self, r: Request, tok: int, more: bool = False) -> bool:
         """r's next token is tok: emit its text, check the ends; True when r has finished (else
-        tok is r's pending token, fed by the next step)."""
+        tok is r's pending token, fed by the next step). more: a verified window's tokens follow
+        (structured output: the grammar has already taken them, so its end and next mask wait
+        for the last; a grammar that ended here is followed only by an end-of-generation token)."""
         c = r.constraint
         now = time.perf_counter()
         if r.t_last:
@@ -518,13 +576,13 @@ class Scheduler:
         r.text += r.decoder.push(tok)
         if self._flush_text(r):
             return self._finish(r, "stop", stopped=True)
-        if c is not None and c.finished:  # the grammar's output is complete
+        if c is not None and c.finished and not more:  # the grammar's output is complete
             return self._finish(r, "stop")
         # the context is full when the cache cannot take tok (it holds every earlier token)
         if r.generated >= r.max_tokens or len(r.history) > self.model.n_ctx:
             return self._finish(r, "length")
         r.next_token = tok
-        if c is not None:  # the next mask, computed while the next forward runs
+        if c is not None and not more:  # the next mask, computed while the next forward runs
             c.prefetch(self._masks())
         return False
 

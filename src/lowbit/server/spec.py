@@ -32,8 +32,11 @@ step of many sequences, or a request whose drafts keep failing, drafts little or
 Which requests draft (Scheduler._drafts): greedy and sampled requests both do (sampled ones
 are verified by rejection sampling, generate.verify, so their tokens follow the target's
 distribution; they are not the non-speculative server's tokens, which come from another draw of
-the same rng); requests with structured output (an llguidance mask) do not: their windows would
-need the grammar advanced over every draft and rolled back, so they decode one token a step.
+the same rng), and so do requests with structured output (an llguidance mask): their drafts are
+cut at the first token the grammar rejects, each row is masked with the grammar after the drafts
+before it as generate.verify reaches it (its `reach` hook), and the matcher takes the accepted
+tokens only; a draft model's sampled drafts (with q rows) are dropped for them, as cutting those
+would bias the rejection sampling.
 """
 from __future__ import annotations
 

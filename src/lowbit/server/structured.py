@@ -12,6 +12,13 @@ The mask of a request's next token is computed off the critical path: as soon as
 accepted, prefetch() hands the matcher to a worker thread, which computes the allowed set while
 the engine runs the next forward (both release the GIL); mask() then only waits for it (done
 by then) and writes -inf over the logits the grammar rules out.
+
+With speculative decoding (the scheduler), a request's drafts are cut at the first token the
+grammar rejects (valid_prefix: nothing consumed), and the window's rows are masked one by one as
+the verification reaches them (advance: the accepted draft consumed, then the next row masked
+with the state after it), so the matcher only ever takes accepted tokens (no rollback) and every
+row is masked exactly as non-speculative decoding masks that position: greedy outputs are the
+same tokens.
 """
 from __future__ import annotations
 
@@ -117,6 +124,20 @@ class Constraint:
             logits[ids] = kept
         else:
             logits[ids] = -np.inf
+
+    def valid_prefix(self, tokens: list[int]) -> int:
+        """How many of tokens, in order, the grammar takes from here (nothing is consumed): a
+        speculative draft is cut there before it is verified."""
+        if self._next is not None:  # (the prefetch reads the matcher: let it finish first)
+            self._next.result()
+        return self.m.validate_tokens(tokens) if tokens else 0
+
+    def advance(self, token: int, logits: np.ndarray) -> None:
+        """A speculative window's next row: take the accepted draft `token` (the row before was
+        verified with it), then mask `logits`, the row after it. Computed here, on the engine
+        thread (no prefetch: whether the row is needed shows only as the window is verified)."""
+        self.accept(token)
+        self.mask(logits)
 
     def accept(self, token: int) -> None:
         if self._next is not None:  # (never while a prefetch runs: mask() came first)
