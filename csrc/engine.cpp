@@ -84,6 +84,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     tlog_p0_.assign((size_t)c.n_slots, 0);
     tlog_n_.assign((size_t)c.n_slots, 0);
     kv_row_ = c.mla_rank > 0 ? (size_t)c.mla_rank + c.rope_dims : (size_t)c.n_kv * c.head_dim;
+    kv_heads_ = c.mla_rank > 0 ? 1 : c.n_kv;
+    kv_hrow_ = c.mla_rank > 0 ? kv_row_ : (size_t)c.head_dim;
     const size_t kv = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx * kv_row_;
     const size_t vkv = c.mla_rank > 0 ? 0 : kv;  // MLA: the value is the latent part of the K row
     if (c.mla_rank > 0 && !c.kv_f16)
@@ -509,7 +511,7 @@ static void attend_f32(const float *qv, const float *K, const float *V, int len,
 // last `window` of them), with the layer's attention sink for its head if it has sinks.
 void Engine::attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out) {
     const LayerWeights &L = layers_[(size_t)layer];
-    const int hd = c_.head_dim, nh = c_.n_head, group = c_.n_head / c_.n_kv, kd = c_.n_kv * hd;
+    const int hd = c_.head_dim, nh = c_.n_head, group = c_.n_head / c_.n_kv;
     int maxlen = 0;
     for (int t = 0; t < T; ++t) maxlen = pos[t] + 1 > maxlen ? pos[t] + 1 : maxlen;
     // (gemma3: q was scaled by attn_scale already, and the softmax takes q.k as it is)
@@ -537,11 +539,13 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
         // pass 1 MB (an L2's worth)
         const int tb = (int)std::max<int64_t>(1, std::min<int64_t>(16, ((int64_t)1 << 18) / ((int64_t)group * maxlen)));
         std::vector<int> blk;  // blk[b]: the block's first token; blk.back() == T
+        int most = 1;          // tokens in the largest block
         for (int t = 0; t < T; ++t) {
             const int first = L.window > 0 && pos[t] + 1 > L.window ? pos[t] + 1 - L.window : 0;
             const bool joins = !blk.empty() && t - blk.back() < tb && slots[t] == slots[blk.back()] && first == 0 &&
                                !(L.window > 0 && pos[blk.back()] + 1 > L.window);
             if (!joins) blk.push_back(t);
+            most = std::max(most, t + 1 - blk.back());
         }
         const int64_t nblk = (int64_t)blk.size();
         blk.push_back(T);
@@ -550,9 +554,13 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
         ThreadPool::instance().run((int)gparts, [&](int i, int nth) {
             int64_t b, e;
             split_range(gitems, i, nth, &b, &e);
-            const size_t rows = (size_t)tb * group;
-            std::vector<float> sc(rows * maxlen), qb(rows * hd), ob(rows * hd), sk(rows);
-            std::vector<int32_t> lens(rows);
+            // (per thread, kept across calls: a decode step's rows x keys are not zeroed anew)
+            thread_local std::vector<float> sc, qb, ob, sk;
+            thread_local std::vector<int32_t> lens;
+            const size_t rows = (size_t)most * group;
+            if (sc.size() < rows * maxlen) sc.resize(rows * maxlen);
+            if (qb.size() < rows * hd) qb.resize(rows * hd), ob.resize(rows * hd);
+            if (sk.size() < rows) sk.resize(rows), lens.resize(rows);
             for (int64_t it = b; it < e; ++it) {
                 const int bi = (int)(it / c_.n_kv), kvh = (int)(it % c_.n_kv), h0 = kvh * group;
                 const int t0 = blk[(size_t)bi], nt = blk[(size_t)bi + 1] - t0;
@@ -565,8 +573,8 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
                         if (L.attn_sinks) sk[(size_t)u * group + g] = L.attn_sinks[h0 + g];
                     }
                 }
-                const size_t off = kv_offset(slots[t0], layer, first) + (size_t)kvh * hd;
-                rows16(qb.data(), nt * group, lens.data(), k16_.data() + off, v16_.data() + off, hd, hd, kd, scale,
+                const size_t off = kv_offset(slots[t0], layer, first, kvh);
+                rows16(qb.data(), nt * group, lens.data(), k16_.data() + off, v16_.data() + off, hd, hd, hd, scale,
                        L.attn_sinks ? sk.data() : nullptr, sc.data(), ob.data());
                 for (int u = 0; u < nt; ++u)
                     std::memcpy(out + ((size_t)(t0 + u) * nh + h0) * hd, ob.data() + (size_t)u * group * hd,
@@ -596,11 +604,11 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
                       c_.kv_v, vq_.data() + r * vrow_ + kvh * vhead, vrow_, len, hd, scale, sink, sc.data(), o);
                 continue;
             }
-            const size_t off = kv_offset(slots[t], layer, first) + (size_t)kvh * hd;
+            const size_t off = kv_offset(slots[t], layer, first, kvh);  // (rows hd apart: head-major)
             if (c_.kv_f16)
-                attn16(qv, k16_.data() + off, v16_.data() + off, len, hd, kd, scale, sink, sc.data(), o);
+                attn16(qv, k16_.data() + off, v16_.data() + off, len, hd, hd, scale, sink, sc.data(), o);
             else
-                attend_f32(qv, k32_.data() + off, v32_.data() + off, len, hd, kd, scale, sink, sc.data(), o);
+                attend_f32(qv, k32_.data() + off, v32_.data() + off, len, hd, hd, scale, sink, sc.data(), o);
         }
     });
 }
@@ -806,16 +814,21 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         }
         if (rot_v_) fwht_rows(v_.data(), (size_t)T * kd / rot_v_, rot_v_);
         for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
-            const size_t at = kv_offset(slots[t], l, pos[t]), src = (size_t)t * kd;
+            const size_t src = (size_t)t * kd;
             if (kv_quant()) {  // as llama.cpp's set_rows writes its cache: from_float of the whole row
                 const size_t r = kv_row_index(slots[t], l, pos[t]);
                 kv_store_row(c_.kv_k, k_.data() + src, kd, kq_.data() + r * krow_);
                 kv_store_row(c_.kv_v, v_.data() + src, kd, vq_.data() + r * vrow_);
-            } else if (c_.kv_f16) {
-                for (int i = 0; i < kd; ++i) { k16_[at + i] = f32_to_fp16(k_[src + i]); v16_[at + i] = f32_to_fp16(v_[src + i]); }
-            } else {
-                std::memcpy(k32_.data() + at, k_.data() + src, sizeof(float) * kd);
-                std::memcpy(v32_.data() + at, v_.data() + src, sizeof(float) * kd);
+                continue;
+            }
+            for (int h = 0; h < c_.n_kv; ++h) {  // (head-major: kv_offset)
+                const size_t at = kv_offset(slots[t], l, pos[t], h), s = src + (size_t)h * hd;
+                if (c_.kv_f16) {
+                    for (int i = 0; i < hd; ++i) { k16_[at + i] = f32_to_fp16(k_[s + i]); v16_[at + i] = f32_to_fp16(v_[s + i]); }
+                } else {
+                    std::memcpy(k32_.data() + at, k_.data() + s, sizeof(float) * hd);
+                    std::memcpy(v32_.data() + at, v_.data() + s, sizeof(float) * hd);
+                }
             }
         }
         const auto ta = now();
@@ -929,17 +942,20 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
         }
         return;
     }
+    // [layer][K: kv heads][V: kv heads][n][head row], each head's n rows one contiguous run
     const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    const size_t run = (size_t)n * kv_row_ * el;  // one layer's K (or V) rows, contiguous
+    const size_t hrun = (size_t)n * kv_hrow_ * el, run = hrun * kv_heads_;  // one head's, one layer's K (or V)
     const int parts = mla() ? 1 : 2;              // MLA: [layer][latent rows]
     uint8_t *k = c_.kv_f16 ? reinterpret_cast<uint8_t *>(k16_.data()) : reinterpret_cast<uint8_t *>(k32_.data());
     uint8_t *v = c_.kv_f16 ? reinterpret_cast<uint8_t *>(v16_.data()) : reinterpret_cast<uint8_t *>(v32_.data());
     for (int l = 0; l < c_.n_layer; ++l) {
         if (kv_index_[(size_t)l] < 0) continue;  // (another pipeline stage's layer)
-        const size_t at = kv_offset(slot, l, p0) * el;
-        uint8_t *bk = buf + (size_t)(parts * kv_index_[(size_t)l]) * run, *bv = bk + run;
-        if (save) { std::memcpy(bk, k + at, run); if (parts == 2) std::memcpy(bv, v + at, run); }
-        else { std::memcpy(k + at, bk, run); if (parts == 2) std::memcpy(v + at, bv, run); }
+        for (int h = 0; h < kv_heads_; ++h) {
+            const size_t at = kv_offset(slot, l, p0, h) * el;
+            uint8_t *bk = buf + (size_t)(parts * kv_index_[(size_t)l]) * run + (size_t)h * hrun, *bv = bk + run;
+            if (save) { std::memcpy(bk, k + at, hrun); if (parts == 2) std::memcpy(bv, v + at, hrun); }
+            else { std::memcpy(k + at, bk, hrun); if (parts == 2) std::memcpy(v + at, bv, hrun); }
+        }
     }
 }
 

@@ -311,12 +311,19 @@ private:
     void rope_angles(int T, const int32_t *pos);  // fills rot_
     void rope(float *v, int T, int heads, const std::vector<std::pair<float, float>> &rot) const;
     void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);
-    size_t kv_offset(int slot, int layer, int pos) const {  // element offset of (slot, layer, pos) in the cache
-        return (((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * c_.n_ctx + pos) * kv_row_;
+    // The half / float cache is head-major, [slot][layer][kv head][pos][head_dim] (MLA: one head of
+    // kv_row_ elements): one (slot, layer, kv head)'s keys, and its values, are each one contiguous
+    // stream of rows head_dim apart. Decode reads them from DRAM past a few thousand positions,
+    // and rows interleaved with the other heads' (n_kv * head_dim apart) streamed at half the
+    // rate (the avx2 kernel, 3000 positions: 210 us a call against 100 us, BENCHMARKS.md).
+    size_t kv_offset(int slot, int layer, int pos, int kvh = 0) const {  // element offset of (slot, layer, pos, kv head)
+        return ((((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * kv_heads_ + kvh) * c_.n_ctx + pos) * kv_hrow_;
     }
     // Elements per cached position and layer: n_kv * head_dim in K and in V; MLA: mla_rank +
     // rope_dims in K only (V is the first mla_rank of the same row; v16_ / v32_ stay empty).
     size_t kv_row_ = 0;
+    int kv_heads_ = 1;     // heads of the half / float cache: n_kv (MLA: 1)
+    size_t kv_hrow_ = 0;   // elements of one head's row: head_dim (MLA: kv_row_)
     bool mla() const { return c_.mla_rank > 0; }
     // The MLA attention block (csrc/mla.cpp): out[T][dim] = wo(attention) from the normed x[T][dim].
     void mla_attention(int layer, const float *x, int T, const int32_t *slots, const int32_t *pos, float *out);

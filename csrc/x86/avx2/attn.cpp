@@ -169,8 +169,8 @@ void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int l
 // A row that sees fewer keys than another of the call gets probability 0 for the keys beyond its
 // own (0 * v adds nothing to a sum for finite v): its result does not depend on the other rows.
 // Scores: 2 rows x 4 keys of accumulators (6 loads per 8 FMAs); values: keys in blocks of KB
-// (their rows stay in L1 / L2 while every row group and dim chunk reads them), 4 rows x 16 dims
-// of accumulators per pass.
+// (their rows stay in L1 / L2 while every row group and dim chunk reads them), 4 rows (the last
+// 1-3 together) x 16 dims of accumulators per pass.
 constexpr int KB = 32;
 
 template <int HB, int DC>
@@ -303,8 +303,17 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
             const int m = std::max(std::max(lens[r], lens[r + 1]), std::max(lens[r + 2], lens[r + 3]));
             if (m > j0) mla_pv_rows<4>(sc + (size_t)r * ld, ld, V, kd, j0, std::min(j1, m), out + (size_t)r * dv, dv);
         }
-        for (; r < nq; ++r)
-            if (lens[r] > j0) mla_pv_rows<1>(sc + (size_t)r * ld, ld, V, kd, j0, std::min(j1, lens[r]), out + (size_t)r * dv, dv);
+        // the last 1-3 rows together (a GQA group of 3 or 2 heads at decode: each value row
+        // widened once for them, not once per row; a row's sums are the same in any grouping)
+        const int rest = nq - r;
+        const int m = rest ? *std::max_element(lens + r, lens + nq) : 0;
+        if (rest && m > j0) {
+            const float *s = sc + (size_t)r * ld;
+            float *o = out + (size_t)r * dv;
+            if (rest == 3) mla_pv_rows<3>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
+            else if (rest == 2) mla_pv_rows<2>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
+            else mla_pv_rows<1>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
+        }
     }
 }
 
