@@ -523,6 +523,8 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
     const bool quant = kv_quant();
     const quant_act_fn q8 = kernel_entry(T_Q8_0).quant_act;  // q as Q8_0 (ggml's from_float)
     const size_t khead = krow_ / c_.n_kv, vhead = vrow_ / c_.n_kv;  // bytes of one head in a cache row
+    // token t's first key: llama.cpp's standard sliding window masks key p0 when pos - p0 >= window
+    auto first_key = [&](int t) { return L.window > 0 && pos[t] + 1 > L.window ? pos[t] + 1 - L.window : 0; };
     if (!quant && c_.kv_f16 && hd % 8 == 0 && (group > 1 || T > 1)) {
         // The shared-rows kernel (mla_f16_fn) per (block of tokens, kv head): a GQA group's heads
         // share their key and value rows, and so do the tokens of a prompt chunk in one slot, so
@@ -541,9 +543,8 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
         std::vector<int> blk;  // blk[b]: the block's first token; blk.back() == T
         int most = 1;          // tokens in the largest block
         for (int t = 0; t < T; ++t) {
-            const int first = L.window > 0 && pos[t] + 1 > L.window ? pos[t] + 1 - L.window : 0;
-            const bool joins = !blk.empty() && t - blk.back() < tb && slots[t] == slots[blk.back()] && first == 0 &&
-                               !(L.window > 0 && pos[blk.back()] + 1 > L.window);
+            const bool joins = !blk.empty() && t - blk.back() < tb && slots[t] == slots[blk.back()] &&
+                               first_key(t) == 0 && first_key(blk.back()) == 0;
             if (!joins) blk.push_back(t);
             most = std::max(most, t + 1 - blk.back());
         }
@@ -564,7 +565,7 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
             for (int64_t it = b; it < e; ++it) {
                 const int bi = (int)(it / c_.n_kv), kvh = (int)(it % c_.n_kv), h0 = kvh * group;
                 const int t0 = blk[(size_t)bi], nt = blk[(size_t)bi + 1] - t0;
-                const int first = L.window > 0 && pos[t0] + 1 > L.window ? pos[t0] + 1 - L.window : 0;
+                const int first = first_key(t0);
                 for (int u = 0; u < nt; ++u) {  // rows: token-major, then the group's heads
                     std::memcpy(qb.data() + (size_t)u * group * hd, q + ((size_t)(t0 + u) * nh + h0) * hd,
                                 sizeof(float) * group * hd);
@@ -593,8 +594,7 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
             const int t = (int)(it / nh), h = (int)(it % nh), kvh = h / group;
             const float *qv = q + ((size_t)t * nh + h) * hd;
             float *o = out + ((size_t)t * nh + h) * hd;
-            // keys first..pos[t]: llama.cpp's standard sliding window masks key p0 when pos - p0 >= window
-            const int first = L.window > 0 && pos[t] + 1 > L.window ? pos[t] + 1 - L.window : 0;
+            const int first = first_key(t);  // keys first..pos[t]
             const float sink = L.attn_sinks ? L.attn_sinks[h] : -INFINITY;
             const int len = pos[t] + 1 - first;
             if (quant) {
