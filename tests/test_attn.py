@@ -131,6 +131,30 @@ def test_no_sink_is_bitwise_no_sink(level):
 
 
 @pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 11, 48])
+@pytest.mark.parametrize("hd", [64, 256])
+def test_shared_rows_with_their_own_lengths_are_bitwise_the_rows_alone(level, rows, hd):
+    """Rows of one call that see different numbers of keys (a prompt block's tokens x a group's
+    heads): the rows are scored in threes, pairs and ones among those still live at each group of
+    8 keys, and valued in fours and the last 1-3; each row must be bitwise the one-row kernel on its
+    own keys, whatever rows share its call and however they drop out."""
+    rng = np.random.default_rng(rows * 7 + hd)
+    length = 203
+    lens = [int(x) for x in rng.integers(1, length + 1, rows)]
+    lens[0] = length  # (one row sees every key)
+    q = (rng.standard_normal((rows, hd)) * 2).astype(np.float32)
+    K = rng.standard_normal((length, hd)).astype(np.float16).view(np.uint16)
+    V = rng.standard_normal((length, hd)).astype(np.float16).view(np.uint16)
+    out, name = lib.attend_mla(q, K, hd, 0.125, ISA.index(level), lens=lens, V=V)
+    for r in range(rows):
+        n = lens[r]
+        one, one_name = lib.attend_f16(q[r], np.ascontiguousarray(K[:n]), np.ascontiguousarray(V[:n]), 0.125,
+                                       ISA.index(level))
+        assert np.array_equal(out[r].view(np.uint32), one[0].view(np.uint32)), (
+            f"{name} vs {one_name} row {r} of {rows} ({n} keys): lane {int(np.abs(out[r] - one[0]).argmax())}")
+
+
+@pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("length,hd,kd", [(1, 64, 64), (9, 64, 128), (70, 128, 256), (333, 256, 512), (17, 8, 24)])
 @pytest.mark.parametrize("sinks", [False, True])
 def test_gqa_group_is_bitwise_the_rows_alone(level, length, hd, kd, sinks):

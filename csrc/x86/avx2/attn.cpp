@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../../kernels.h"
+#include "../prefetch.h"
 
 namespace lowbit {
 namespace avx2 {
@@ -46,6 +47,12 @@ inline __m256 reduce8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m
     const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
     // u0 = [k0lo k1lo k2lo k3lo | k0hi k1hi k2hi k3hi], u1 likewise for keys 4..7
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Lane k of the result = reduce1(a_k), for 4 accumulators.
+inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
 }
 
 // e^x for the softmax's x = score - max <= 0 (NaN stays NaN). Not the GLU's exp8.inl (ggml's
@@ -173,13 +180,16 @@ void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int l
 // 1-3 together) x 16 dims of accumulators per pass.
 constexpr int KB = 32;
 
-template <int HB, int DC>
+// PF: also ask for the same dims of the row KB keys on (the next block's rows arrive while this
+// block computes; the first row group of a block asks, the others find the lines in cache).
+template <int HB, int DC, bool PF>
 inline void mla_pv(const float *sc, size_t ld, const uint16_t *C, size_t kd, int j0, int j1, int d0, float *out, int dv) {
     __m256 acc[HB][DC];
     for (int h = 0; h < HB; ++h)
         for (int c = 0; c < DC; ++c) acc[h][c] = _mm256_loadu_ps(out + (size_t)h * dv + d0 + 8 * c);
     for (int j = j0; j < j1; ++j) {
         const uint16_t *v = C + (size_t)j * kd + d0;
+        if constexpr (PF) _mm_prefetch((const char *)(v + (size_t)KB * kd), _MM_HINT_T0);
         __m256 vv[DC];
         for (int c = 0; c < DC; ++c) vv[c] = load8(v + 8 * c);
         for (int h = 0; h < HB; ++h) {
@@ -191,11 +201,11 @@ inline void mla_pv(const float *sc, size_t ld, const uint16_t *C, size_t kd, int
         for (int c = 0; c < DC; ++c) _mm256_storeu_ps(out + (size_t)h * dv + d0 + 8 * c, acc[h][c]);
 }
 
-template <int HB>
+template <int HB, bool PF = false>
 inline void mla_pv_rows(const float *sc, size_t ld, const uint16_t *C, size_t kd, int j0, int j1, float *out, int dv) {
     int d0 = 0;
-    for (; d0 + 16 <= dv; d0 += 16) mla_pv<HB, 2>(sc, ld, C, kd, j0, j1, d0, out, dv);
-    for (; d0 < dv; d0 += 8) mla_pv<HB, 1>(sc, ld, C, kd, j0, j1, d0, out, dv);
+    for (; d0 + 16 <= dv; d0 += 16) mla_pv<HB, 2, PF>(sc, ld, C, kd, j0, j1, d0, out, dv);
+    for (; d0 < dv; d0 += 8) mla_pv<HB, 1, PF>(sc, ld, C, kd, j0, j1, d0, out, dv);
 }
 
 // Scores of rows r0, r0+1 against keys k[0..3] (widened rows of dk floats): 8 accumulators,
@@ -214,6 +224,27 @@ inline __m256 scores_2x4(const float *q0, const float *q1, const float *k, int d
     return reduce8(a0, a1, a2, a3, b0, b1, b2, b3);
 }
 
+// Scores of rows r0..r2 against keys k[0..3]: 12 accumulators (7 loads per 12 FMAs; 8 would
+// leave the two FMA pipes' 4-cycle latency barely covered). ab: rows r0, r1 in scores_2x4's
+// lane order; c: row r2's 4 keys.
+inline void scores_3x4(const float *q0, const float *q1, const float *q2, const float *k, int dk, __m256 &ab, __m128 &c) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    __m256 c0 = a0, c1 = a0, c2 = a0, c3 = a0;
+    for (int d = 0; d < dk; d += 8) {
+        const __m256 x = _mm256_loadu_ps(q0 + d), y = _mm256_loadu_ps(q1 + d), z = _mm256_loadu_ps(q2 + d);
+        __m256 kk = _mm256_loadu_ps(k + d);
+        a0 = _mm256_fmadd_ps(x, kk, a0); b0 = _mm256_fmadd_ps(y, kk, b0); c0 = _mm256_fmadd_ps(z, kk, c0);
+        kk = _mm256_loadu_ps(k + dk + d);
+        a1 = _mm256_fmadd_ps(x, kk, a1); b1 = _mm256_fmadd_ps(y, kk, b1); c1 = _mm256_fmadd_ps(z, kk, c1);
+        kk = _mm256_loadu_ps(k + 2 * dk + d);
+        a2 = _mm256_fmadd_ps(x, kk, a2); b2 = _mm256_fmadd_ps(y, kk, b2); c2 = _mm256_fmadd_ps(z, kk, c2);
+        kk = _mm256_loadu_ps(k + 3 * dk + d);
+        a3 = _mm256_fmadd_ps(x, kk, a3); b3 = _mm256_fmadd_ps(y, kk, b3); c3 = _mm256_fmadd_ps(z, kk, c3);
+    }
+    ab = reduce8(a0, a1, a2, a3, b0, b1, b2, b3);
+    c = reduce4(c0, c1, c2, c3);
+}
+
 void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C, const uint16_t *V, int dk, int dv,
                   size_t kd, float scale, const float *sinks, float *sc, float *out) {
     thread_local std::vector<float> qr, kf;
@@ -229,12 +260,36 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
     // scores, 8 keys at a time (widened once for all rows that see any of them), then the last
     // keys one at a time; a row's lanes past its own length are computed and never used
     int j = 0;
+    // (the key rows `ahead` keys on are asked for while these are widened: about kPrefetchAhead
+    // bytes of a contiguous head's stream, at least the next group of 8)
+    const int ahead = std::max<int>(8, (int)(kPrefetchAhead / (2 * (size_t)kd)) & ~7);
     for (; j + 8 <= maxlen; j += 8) {
-        for (int r = 0; r < 8; ++r)
+        for (int r = 0; r < 8; ++r) {
+            if constexpr (kPrefetchAhead > 0)
+                for (int b = 0; b < 2 * dk; b += 64) _mm_prefetch((const char *)(C + (size_t)(j + ahead + r) * kd) + b, _MM_HINT_T0);
             for (int d = 0; d < dk; d += 8) _mm256_storeu_ps(k8 + (size_t)r * dk + d, load8(C + (size_t)(j + r) * kd + d));
+        }
         live.clear();
         for (int r = 0; r < nq; ++r) if (lens[r] > j) live.push_back(r);
         size_t i = 0;
+        for (; i + 3 <= live.size(); i += 3) {
+            const int r0 = live[i], r1 = live[i + 1], r2 = live[i + 2];
+            const float *q0 = qr.data() + (size_t)r0 * dk, *q1 = qr.data() + (size_t)r1 * dk, *q2 = qr.data() + (size_t)r2 * dk;
+            __m256 ab;
+            __m128 c;
+            alignas(32) float lo[8], hi[8], lo2[4], hi2[4];
+            scores_3x4(q0, q1, q2, k8, dk, ab, c);
+            _mm256_store_ps(lo, _mm256_mul_ps(ab, vscale));
+            _mm_store_ps(lo2, _mm_mul_ps(c, _mm256_castps256_ps128(vscale)));
+            scores_3x4(q0, q1, q2, k8 + 4 * (size_t)dk, dk, ab, c);
+            _mm256_store_ps(hi, _mm256_mul_ps(ab, vscale));
+            _mm_store_ps(hi2, _mm_mul_ps(c, _mm256_castps256_ps128(vscale)));
+            float *s0 = sc + (size_t)r0 * ld + j, *s1 = sc + (size_t)r1 * ld + j, *s2 = sc + (size_t)r2 * ld + j;
+            for (int k = 0; k < 4; ++k) {
+                s0[k] = lo[k]; s1[k] = lo[4 + k]; s0[4 + k] = hi[k]; s1[4 + k] = hi[4 + k];
+                s2[k] = lo2[k]; s2[4 + k] = hi2[k];
+            }
+        }
         for (; i + 2 <= live.size(); i += 2) {
             const int r0 = live[i], r1 = live[i + 1];
             const float *q0 = qr.data() + (size_t)r0 * dk, *q1 = qr.data() + (size_t)r1 * dk;
@@ -301,7 +356,9 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
         int r = 0;
         for (; r + 4 <= nq; r += 4) {
             const int m = std::max(std::max(lens[r], lens[r + 1]), std::max(lens[r + 2], lens[r + 3]));
-            if (m > j0) mla_pv_rows<4>(sc + (size_t)r * ld, ld, V, kd, j0, std::min(j1, m), out + (size_t)r * dv, dv);
+            if (m <= j0) continue;
+            if (r == 0) mla_pv_rows<4, kPrefetchAhead != 0>(sc, ld, V, kd, j0, std::min(j1, m), out, dv);
+            else mla_pv_rows<4>(sc + (size_t)r * ld, ld, V, kd, j0, std::min(j1, m), out + (size_t)r * dv, dv);
         }
         // the last 1-3 rows together (a GQA group of 3 or 2 heads at decode: each value row
         // widened once for them, not once per row; a row's sums are the same in any grouping)
@@ -310,9 +367,10 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
         if (rest && m > j0) {
             const float *s = sc + (size_t)r * ld;
             float *o = out + (size_t)r * dv;
-            if (rest == 3) mla_pv_rows<3>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
-            else if (rest == 2) mla_pv_rows<2>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
-            else mla_pv_rows<1>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
+            constexpr bool pf = kPrefetchAhead != 0;  // (when no group of 4 asked: r == 0)
+            if (rest == 3) r ? mla_pv_rows<3>(s, ld, V, kd, j0, std::min(j1, m), o, dv) : mla_pv_rows<3, pf>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
+            else if (rest == 2) r ? mla_pv_rows<2>(s, ld, V, kd, j0, std::min(j1, m), o, dv) : mla_pv_rows<2, pf>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
+            else r ? mla_pv_rows<1>(s, ld, V, kd, j0, std::min(j1, m), o, dv) : mla_pv_rows<1, pf>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
         }
     }
 }
