@@ -263,41 +263,38 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
     // (the key rows `ahead` keys on are asked for while these are widened: about kPrefetchAhead
     // bytes of a contiguous head's stream, at least the next group of 8)
     const int ahead = std::max<int>(8, (int)(kPrefetchAhead / (2 * (size_t)kd)) & ~7);
+    int drop = 0;  // the shortest live row's length
     for (; j + 8 <= maxlen; j += 8) {
         for (int r = 0; r < 8; ++r) {
             if constexpr (kPrefetchAhead > 0)
                 for (int b = 0; b < 2 * dk; b += 64) _mm_prefetch((const char *)(C + (size_t)(j + ahead + r) * kd) + b, _MM_HINT_T0);
             for (int d = 0; d < dk; d += 8) _mm256_storeu_ps(k8 + (size_t)r * dk + d, load8(C + (size_t)(j + r) * kd + d));
         }
-        live.clear();
-        for (int r = 0; r < nq; ++r) if (lens[r] > j) live.push_back(r);
+        if (j == 0 || j >= drop) {  // the rows that see keys j.. (anew only when one drops out)
+            live.clear();
+            drop = maxlen;
+            for (int r = 0; r < nq; ++r)
+                if (lens[r] > j) live.push_back(r), drop = std::min(drop, (int)lens[r]);
+        }
         size_t i = 0;
         for (; i + 3 <= live.size(); i += 3) {
             const int r0 = live[i], r1 = live[i + 1], r2 = live[i + 2];
             const float *q0 = qr.data() + (size_t)r0 * dk, *q1 = qr.data() + (size_t)r1 * dk, *q2 = qr.data() + (size_t)r2 * dk;
-            __m256 ab;
-            __m128 c;
-            alignas(32) float lo[8], hi[8], lo2[4], hi2[4];
-            scores_3x4(q0, q1, q2, k8, dk, ab, c);
-            _mm256_store_ps(lo, _mm256_mul_ps(ab, vscale));
-            _mm_store_ps(lo2, _mm_mul_ps(c, _mm256_castps256_ps128(vscale)));
-            scores_3x4(q0, q1, q2, k8 + 4 * (size_t)dk, dk, ab, c);
-            _mm256_store_ps(hi, _mm256_mul_ps(ab, vscale));
-            _mm_store_ps(hi2, _mm_mul_ps(c, _mm256_castps256_ps128(vscale)));
-            float *s0 = sc + (size_t)r0 * ld + j, *s1 = sc + (size_t)r1 * ld + j, *s2 = sc + (size_t)r2 * ld + j;
-            for (int k = 0; k < 4; ++k) {
-                s0[k] = lo[k]; s1[k] = lo[4 + k]; s0[4 + k] = hi[k]; s1[4 + k] = hi[4 + k];
-                s2[k] = lo2[k]; s2[4 + k] = hi2[k];
-            }
+            __m256 ab0, ab1;
+            __m128 c0, c1;
+            scores_3x4(q0, q1, q2, k8, dk, ab0, c0);
+            scores_3x4(q0, q1, q2, k8 + 4 * (size_t)dk, dk, ab1, c1);
+            // (lanes (r0 k0..3, r1 k0..3) of keys 0..3 and of keys 4..7 -> each row's 8 in order)
+            _mm256_storeu_ps(sc + (size_t)r0 * ld + j, _mm256_mul_ps(_mm256_permute2f128_ps(ab0, ab1, 0x20), vscale));
+            _mm256_storeu_ps(sc + (size_t)r1 * ld + j, _mm256_mul_ps(_mm256_permute2f128_ps(ab0, ab1, 0x31), vscale));
+            _mm256_storeu_ps(sc + (size_t)r2 * ld + j, _mm256_mul_ps(_mm256_set_m128(c1, c0), vscale));
         }
         for (; i + 2 <= live.size(); i += 2) {
             const int r0 = live[i], r1 = live[i + 1];
             const float *q0 = qr.data() + (size_t)r0 * dk, *q1 = qr.data() + (size_t)r1 * dk;
-            alignas(32) float lo[8], hi[8];
-            _mm256_store_ps(lo, _mm256_mul_ps(scores_2x4(q0, q1, k8, dk), vscale));
-            _mm256_store_ps(hi, _mm256_mul_ps(scores_2x4(q0, q1, k8 + 4 * (size_t)dk, dk), vscale));
-            float *s0 = sc + (size_t)r0 * ld + j, *s1 = sc + (size_t)r1 * ld + j;
-            for (int k = 0; k < 4; ++k) { s0[k] = lo[k]; s1[k] = lo[4 + k]; s0[4 + k] = hi[k]; s1[4 + k] = hi[4 + k]; }
+            const __m256 ab0 = scores_2x4(q0, q1, k8, dk), ab1 = scores_2x4(q0, q1, k8 + 4 * (size_t)dk, dk);
+            _mm256_storeu_ps(sc + (size_t)r0 * ld + j, _mm256_mul_ps(_mm256_permute2f128_ps(ab0, ab1, 0x20), vscale));
+            _mm256_storeu_ps(sc + (size_t)r1 * ld + j, _mm256_mul_ps(_mm256_permute2f128_ps(ab0, ab1, 0x31), vscale));
         }
         for (; i < live.size(); ++i) {
             const int r = live[i];
