@@ -109,8 +109,9 @@ struct EngineConfig {
     bool kv_f16 = true;          // KV cache in IEEE half (as llama.cpp's default), else float32
     // With kv_f16: the K and V caches' formats, each T_F16 (as llama.cpp's default), T_Q8_0 or
     // T_Q4_0 (ggml's blocks of 32 along head_dim, quantized as llama.cpp writes its cache; a
-    // quantized cache runs attn_q_kernel(), llama.cpp's flash-attention arithmetic). A quantized
-    // V needs a quantized K (the kernel's pairs); either quantized needs head_dim % 32 == 0.
+    // quantized cache runs attn_q_kernel() / attn_q_rows_kernel(), llama.cpp's flash-attention
+    // arithmetic). A quantized V needs a quantized K (the kernel's pairs); either quantized needs
+    // head_dim % 32 == 0.
     int kv_k = T_F16, kv_v = T_F16;
     // BitNet families (bitnet, bitnet-b1.58): attn_sub_norm / ffn_sub_norm are required.
     bool sub_norm = false;

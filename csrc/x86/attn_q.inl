@@ -298,9 +298,16 @@ inline __m256 score8_decoded(const Keys8 &d, const block_q8_0 *q, const int32_t 
     return s;
 }
 
-// values d0 .. d0 + 15 (d0 a multiple of 16) of a V row, exactly, as two vectors
+// values d0 .. d0 + 15 (d0 a multiple of 16) of a V row, exactly, as two vectors (VT_F32: a row
+// already widened to float)
+constexpr int VT_F32 = -1;
 template <int VT>
 inline void vload16(const uint8_t *row, int d0, __m256 &v0, __m256 &v1) {
+    if (VT == VT_F32) {
+        v0 = _mm256_loadu_ps(reinterpret_cast<const float *>(row) + d0);
+        v1 = _mm256_loadu_ps(reinterpret_cast<const float *>(row) + d0 + 8);
+        return;
+    }
     if (VT == T_F16) { v0 = vload8<VT>(row, d0); v1 = vload8<VT>(row, d0 + 8); return; }
     const uint8_t *b = row + (size_t)(d0 / QK) * (VT == T_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0));
     __m128i c;
@@ -318,9 +325,10 @@ inline void vload16(const uint8_t *row, int d0, __m256 &v0, __m256 &v1) {
 constexpr int KB = 32;  // keys per pass over the values (their rows stay in L1 for every row group)
 
 // out[h][d] += e[h][j] * v_j[d] (the reference's mul then add) for rows h < HB (e rows ld apart,
-// out rows hd apart), keys j0..j1 in order, all hd dims 16 at a time
+// out rows hd apart), keys j0..j1 in order, all hd dims 16 at a time; v_j at V + (j - jv) * vs
 template <int VT, int HB>
-inline void pv_rows(const float *e, size_t ld, const uint8_t *V, size_t vs, int j0, int j1, int hd, float *out) {
+inline void pv_rows(const float *e, size_t ld, const uint8_t *V, size_t vs, int jv, int j0, int j1, int hd,
+                    float *out) {
     for (int d0 = 0; d0 < hd; d0 += 16) {
         __m256 a0[HB], a1[HB];
         for (int h = 0; h < HB; ++h) {
@@ -329,7 +337,7 @@ inline void pv_rows(const float *e, size_t ld, const uint8_t *V, size_t vs, int 
         }
         for (int j = j0; j < j1; ++j) {
             __m256 v0, v1;
-            vload16<VT>(V + (size_t)j * vs, d0, v0, v1);
+            vload16<VT>(V + (size_t)(j - jv) * vs, d0, v0, v1);
             for (int h = 0; h < HB; ++h) {
                 const __m256 p = _mm256_broadcast_ss(e + (size_t)h * ld + j);
                 a0[h] = _mm256_add_ps(a0[h], _mm256_mul_ps(v0, p));
@@ -340,6 +348,25 @@ inline void pv_rows(const float *e, size_t ld, const uint8_t *V, size_t vs, int 
             _mm256_storeu_ps(out + (size_t)h * hd + d0, a0[h]);
             _mm256_storeu_ps(out + (size_t)h * hd + d0 + 8, a1[h]);
         }
+    }
+}
+
+// pv_rows over keys j0..j1 for every row group (by 4, the last 1-3 together), each up to its
+// longest row; v_j at V + (j - jv) * vs
+template <int VT>
+inline void pv_groups(const float *sc, size_t ld, const int32_t *lens, int nq, const uint8_t *V, size_t vs, int jv,
+                      int j0, int j1, int hd, float *out) {
+    for (int r = 0; r < nq; r += 4) {
+        const int hb = std::min(4, nq - r);
+        const int m = *std::max_element(lens + r, lens + r + hb);
+        if (m <= j0) continue;
+        const float *e = sc + (size_t)r * ld;
+        float *o = out + (size_t)r * hd;
+        const int je = std::min(j1, m);
+        if (hb == 4) pv_rows<VT, 4>(e, ld, V, vs, jv, j0, je, hd, o);
+        else if (hb == 3) pv_rows<VT, 3>(e, ld, V, vs, jv, j0, je, hd, o);
+        else if (hb == 2) pv_rows<VT, 2>(e, ld, V, vs, jv, j0, je, hd, o);
+        else pv_rows<VT, 1>(e, ld, V, vs, jv, j0, je, hd, o);
     }
 }
 
@@ -388,21 +415,26 @@ void attend_rows(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *
         inv[(size_t)r] = softmax_row(e, lens[r], sinks ? sinks[r] : -INFINITY);
         for (int j = lens[r]; j < maxlen; ++j) e[j] = 0.0f;
     }
-    // values: keys in blocks of KB, rows by 4 (the last 1-3 together), each group up to its longest row
+    // values: keys in blocks of KB, rows by 4 (the last 1-3 together), each group up to its longest
+    // row; past one group of rows, the block's values are widened to float once (exactly: the
+    // same values) for all the groups
+    thread_local std::vector<float> vf;
+    if (nq > 4) vf.resize((size_t)KB * hd);
     for (size_t i = 0; i < (size_t)nq * hd; ++i) out[i] = 0.0f;
     for (int j0 = 0; j0 < maxlen; j0 += KB) {
         const int j1 = std::min(maxlen, j0 + KB);
-        for (int r = 0; r < nq; r += 4) {
-            const int hb = std::min(4, nq - r);
-            const int m = *std::max_element(lens + r, lens + r + hb);
-            if (m <= j0) continue;
-            const float *e = sc + (size_t)r * ld;
-            float *o = out + (size_t)r * hd;
-            const int je = std::min(j1, m);
-            if (hb == 4) pv_rows<VT, 4>(e, ld, V, vs, j0, je, hd, o);
-            else if (hb == 3) pv_rows<VT, 3>(e, ld, V, vs, j0, je, hd, o);
-            else if (hb == 2) pv_rows<VT, 2>(e, ld, V, vs, j0, je, hd, o);
-            else pv_rows<VT, 1>(e, ld, V, vs, j0, je, hd, o);
+        if (nq > 4) {
+            for (int j = j0; j < j1; ++j)
+                for (int d0 = 0; d0 < hd; d0 += 16) {
+                    __m256 v0, v1;
+                    vload16<VT>(V + (size_t)j * vs, d0, v0, v1);
+                    _mm256_storeu_ps(vf.data() + (size_t)(j - j0) * hd + d0, v0);
+                    _mm256_storeu_ps(vf.data() + (size_t)(j - j0) * hd + d0 + 8, v1);
+                }
+            pv_groups<VT_F32>(sc, ld, lens, nq, reinterpret_cast<const uint8_t *>(vf.data()), (size_t)hd * sizeof(float),
+                              j0, j0, j1, hd, out);
+        } else {
+            pv_groups<VT>(sc, ld, lens, nq, V, vs, 0, j0, j1, hd, out);
         }
     }
     for (int r = 0; r < nq; ++r) {
