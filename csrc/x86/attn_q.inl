@@ -371,7 +371,7 @@ inline void pv_groups(const float *sc, size_t ld, const int32_t *lens, int nq, c
 }
 
 template <int KT, int VT>
-void attend_rows(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *K, size_t ks, const uint8_t *V,
+void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *K, size_t ks, const uint8_t *V,
                  size_t vs, int hd, float scale, const float *sinks, float *sc, float *out) {
     const auto *q = reinterpret_cast<const block_q8_0 *>(qq);
     const int nb = hd / QK;
@@ -390,8 +390,8 @@ void attend_rows(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *
         }
     }
     // scores: 8 keys decoded at a time, then every row that sees any of them (a row's lanes past
-    // its own length are computed and never read)
-    Keys8 d;
+    // its own length are computed and never read); the decoded keys per thread, off the stack
+    thread_local Keys8 d;
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int j = 0; j < maxlen; j += 8) {
         const int n = std::min(8, maxlen - j);
@@ -445,18 +445,18 @@ void attend_rows(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *
 }
 
 template <int KT>
-void attend_rows_k(const uint8_t *qq, int nq, const int32_t *lens, int v_type, const uint8_t *K, size_t ks,
+void attend_group_k(const uint8_t *qq, int nq, const int32_t *lens, int v_type, const uint8_t *K, size_t ks,
                    const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float *sc, float *out) {
-    if (v_type == T_Q8_0) attend_rows<KT, T_Q8_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
-    else if (v_type == T_Q4_0) attend_rows<KT, T_Q4_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
-    else attend_rows<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
+    if (v_type == T_Q8_0) attend_group<KT, T_Q8_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
+    else if (v_type == T_Q4_0) attend_group<KT, T_Q4_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
+    else attend_group<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
 }
 
-void attend_q_rows_simd(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
+void attend_q_group_simd(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
                         int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float *sc,
                         float *out) {
-    if (k_type == T_Q8_0) attend_rows_k<T_Q8_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, sc, out);
-    else attend_rows_k<T_Q4_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, sc, out);
+    if (k_type == T_Q8_0) attend_group_k<T_Q8_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, sc, out);
+    else attend_group_k<T_Q4_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, sc, out);
 }
 
 }  // namespace
@@ -464,10 +464,10 @@ void attend_q_rows_simd(const uint8_t *qq, int nq, const int32_t *lens, int k_ty
 void register_attn_q(KernelTable &t) {
 #if LB_AQ_VNNI
     t.attnq = AttnQKernel{attend_q_simd, "attn_q_avx512", ISA_AVX512};
-    t.attnq_rows = AttnQRowsKernel{attend_q_rows_simd, "attn_q_rows_avx512", ISA_AVX512};
+    t.attnq_rows = AttnQRowsKernel{attend_q_group_simd, "attn_q_rows_avx512", ISA_AVX512};
 #else
     t.attnq = AttnQKernel{attend_q_simd, "attn_q_avx2", LOWBIT_ISA};
-    t.attnq_rows = AttnQRowsKernel{attend_q_rows_simd, "attn_q_rows_avx2", LOWBIT_ISA};
+    t.attnq_rows = AttnQRowsKernel{attend_q_group_simd, "attn_q_rows_avx2", LOWBIT_ISA};
 #endif
 }
 
