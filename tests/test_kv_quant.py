@@ -152,7 +152,14 @@ def test_rows_kernel_names_and_inputs():
     if "avx2" in LEVELS:
         assert lib.attend_q_rows(np.zeros((2, 64), np.float32), Q8_0, np.zeros((4, 68), np.uint8), Q8_0,
                                  np.zeros((4, 68), np.uint8), 1.0, ISA.index("avx2"))[1] == "attn_q_rows_avx2"
-    assert lib.cpu_info()["attention_q_rows"].startswith("attn_q_rows_")
+    running = lib.cpu_info()["attention_q_rows"]
+    assert running.startswith("attn_q_rows_")
+    if running != "attn_q_rows_scalar":  # LOWBIT_NO_<NAME>=1 turns it off: the level below's runs
+        import subprocess
+        import sys
+        r = subprocess.run([sys.executable, "-c", "from lowbit._native import lib; print(lib.cpu_info()['attention_q_rows'])"],
+                           capture_output=True, text=True, env={**os.environ, "LOWBIT_NO_" + running.upper(): "1"})
+        assert r.returncode == 0 and r.stdout.strip() not in ("", running), r.stdout + r.stderr
     K = np.zeros((4, 68), np.uint8)
     with pytest.raises(ValueError, match="each length"):
         lib.attend_q_rows(np.zeros((2, 64), np.float32), Q8_0, K, Q8_0, K, 1.0, lens=[1, 5])
