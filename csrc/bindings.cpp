@@ -145,6 +145,7 @@ NB_MODULE(_lowbit, m) {
         d["attention"] = std::string(attn_kernel().name);
         d["attention_mla"] = std::string(mla_kernel().name);
         d["attention_q"] = std::string(attn_q_kernel().name);
+        d["attention_q_rows"] = std::string(attn_q_rows_kernel().name);
         d["glu"] = std::string(glu_kernel().name);
         d["delta"] = std::string(delta_kernel().name);
         d["prefetch"] = (long long)kPrefetchAhead;
@@ -207,6 +208,44 @@ NB_MODULE(_lowbit, m) {
         return nb::make_tuple(out, std::string(k.name));
     }, nb::arg("q"), nb::arg("k_type"), nb::arg("K"), nb::arg("v_type"), nb::arg("V"), nb::arg("scale"),
        nb::arg("isa") = -1, nb::arg("sink") = -INFINITY);
+    m.def("attend_q_rows", [](nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> q, int k_type,
+                              nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> K, int v_type,
+                              nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> V, float scale,
+                              int isa, std::vector<int32_t> lens, std::vector<float> sinks) {
+        // q[nq][hd] (each row quantized to Q8_0 by the level's quantizer) sharing cache rows K/V[len,
+        // row bytes] (head 0 of each row): the kernel attn_q_rows_fn; lens: each row's key count
+        // (empty: all of K's rows), sinks: one per row (empty: none).
+        const AttnQRowsKernel &k = isa < 0 ? attn_q_rows_kernel() : attn_q_rows_kernel_at(isa);
+        if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+        const int nq = (int)q.shape(0), hd = (int)q.shape(1);
+        const size_t len = K.shape(0);
+        if (nq < 1) throw std::invalid_argument("attend_q_rows: q needs at least one row");
+        if (hd < 32 || hd % 32 || hd > 512) throw std::invalid_argument("attend_q_rows: head_dim must be a multiple of 32 in 32..512");
+        if ((k_type != T_Q8_0 && k_type != T_Q4_0) || (v_type != T_F16 && v_type != T_Q8_0 && v_type != T_Q4_0))
+            throw std::invalid_argument("attend_q_rows: K must be Q8_0 or Q4_0, V F16, Q8_0 or Q4_0");
+        auto rb = [&](int t) { return t == T_F16 ? (size_t)hd * 2 : row_bytes(format_by_id(t), hd); };
+        if (len < 1 || V.shape(0) != len || K.shape(1) < rb(k_type) || V.shape(1) < rb(v_type))
+            throw std::invalid_argument("attend_q_rows: K and V must be [len >= 1, >= one head's row bytes]");
+        if (lens.empty()) lens.assign((size_t)nq, (int32_t)len);
+        if (lens.size() != (size_t)nq) throw std::invalid_argument("attend_q_rows: one length per query row");
+        for (int32_t l : lens)
+            if (l < 1 || (size_t)l > len) throw std::invalid_argument("attend_q_rows: each length must be in 1..len");
+        if (!sinks.empty() && sinks.size() != (size_t)nq) throw std::invalid_argument("attend_q_rows: one sink per query row");
+        std::vector<float> sc((size_t)nq * len);
+        const size_t qrow = row_bytes(format_by_id(T_Q8_0), hd);
+        std::vector<uint8_t> qq((size_t)nq * qrow);
+        float *o;
+        auto out = new_array<float>((size_t)nq, (size_t)hd, &o);
+        {
+            nb::gil_scoped_release nogil;
+            const quant_act_fn q8 = kernel_entry_at(T_Q8_0, isa < 0 ? cpu_info().selected : isa).quant_act;
+            for (int r = 0; r < nq; ++r) q8(q.data() + (size_t)r * hd, qq.data() + r * qrow, hd);
+            k.fn(qq.data(), nq, lens.data(), k_type, K.data(), K.shape(1), v_type, V.data(), V.shape(1), hd, scale,
+                 sinks.empty() ? nullptr : sinks.data(), sc.data(), o);
+        }
+        return nb::make_tuple(out, std::string(k.name));
+    }, nb::arg("q"), nb::arg("k_type"), nb::arg("K"), nb::arg("v_type"), nb::arg("V"), nb::arg("scale"),
+       nb::arg("isa") = -1, nb::arg("lens") = std::vector<int32_t>{}, nb::arg("sinks") = std::vector<float>{});
     m.def("attend_f16", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> K,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> V, float scale,

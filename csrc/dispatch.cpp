@@ -242,6 +242,8 @@ static void fill_table() {
         if (level.attn.fn && !turned_off(level.attn.name, level.attn.isa)) running.attn = level.attn;
         if (level.mla.fn && !turned_off(level.mla.name, level.mla.isa)) running.mla = level.mla;
         if (level.attnq.fn && !turned_off(level.attnq.name, level.attnq.isa)) running.attnq = level.attnq;
+        if (level.attnq_rows.fn && !turned_off(level.attnq_rows.name, level.attnq_rows.isa))
+            running.attnq_rows = level.attnq_rows;
         if (level.glu.fn && !turned_off(level.glu.name, level.glu.isa)) running.glu = level.glu;
         if (level.delta.fn && !turned_off(level.delta.name, level.delta.isa)) running.delta = level.delta;
         // a level the ladder skips (not built) runs what the level below it runs
@@ -308,6 +310,11 @@ const AttnQKernel &attn_q_kernel_at(int isa) {
     static const AttnQKernel none{};
     return level_available(isa) ? g_levels[isa].attnq : none;
 }
+const AttnQRowsKernel &attn_q_rows_kernel() { ensure_table(); return g_levels[g_cpu.selected].attnq_rows; }
+const AttnQRowsKernel &attn_q_rows_kernel_at(int isa) {
+    static const AttnQRowsKernel none{};
+    return level_available(isa) ? g_levels[isa].attnq_rows : none;
+}
 const GluKernel &glu_kernel() { ensure_table(); return g_levels[g_cpu.selected].glu; }
 const GluKernel &glu_kernel_at(int isa) {
     static const GluKernel none{};
@@ -326,6 +333,7 @@ void register_scalar(KernelTable &t) {
     t.attn = AttnKernel{ref::attend_f16, "attn_f16_scalar", ISA_SCALAR};
     t.mla = MlaKernel{ref::mla_f16, "mla_f16_scalar", ISA_SCALAR};
     t.attnq = AttnQKernel{ref::attend_q, "attn_q_scalar", ISA_SCALAR};
+    t.attnq_rows = AttnQRowsKernel{attn_q_rows_by_row<ref::attend_q>, "attn_q_rows_scalar", ISA_SCALAR};
     t.delta = DeltaKernel{ref::delta_rule, "delta_scalar", ISA_SCALAR};
     ref::register_float(t);
     ref::register_act(t);

@@ -101,17 +101,17 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
                                         std::to_string(c.head_dim) + ")");
         if (c.kv_k == T_F16)
             throw std::invalid_argument("engine: a quantized V cache needs a quantized K cache (kv_k q8_0 or q4_0)");
-        auto row = [&](int t) { return t == T_F16 ? (size_t)c.n_kv * c.head_dim * 2 : row_bytes(format_by_id(t), (int64_t)c.n_kv * c.head_dim); };
-        krow_ = row(c.kv_k);
+        auto row = [&](int t) { return t == T_F16 ? (size_t)c.head_dim * 2 : row_bytes(format_by_id(t), c.head_dim); };
+        khead_ = row(c.kv_k);
         if (c.head_dim % 64 == 0) {
             rot_k_ = 64;
             while (c.head_dim % (2 * rot_k_) == 0) rot_k_ *= 2;
             rot_v_ = c.kv_v != T_F16 ? 64 : 0;
         }
-        vrow_ = row(c.kv_v);
-        const size_t rows = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx;
-        kq_.assign(rows * krow_, 0);
-        vq_.assign(rows * vrow_, 0);
+        vhead_ = row(c.kv_v);
+        const size_t rows = (size_t)c.n_slots * n_kv_layers_ * c.n_kv * c.n_ctx;  // head rows
+        kq_.assign(rows * khead_, 0);
+        vq_.assign(rows * vhead_, 0);
     } else if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(vkv, 0); }
     else { k32_.assign(kv, 0.0f); v32_.assign(vkv, 0.0f); }
     inv_freq_.resize(c.rope_dims / 2);
@@ -507,6 +507,71 @@ static void attend_f32(const float *qv, const float *K, const float *V, int len,
     }
 }
 
+// The blocked attention of both caches (the shared-rows kernels: mla_f16_fn over the half cache,
+// attn_q_rows_fn over a quantized one), per (block of tokens, kv head): a GQA group's heads share
+// their key and value rows, and so do the tokens of a prompt chunk in one slot, so one kernel call
+// takes up to `tb` tokens x `group` heads as its query rows and reads each cache row once for all
+// of them (per head and token, the keys were the prefill's cost: 70% of a 4K-token prompt's time
+// on the default model). Bitwise the per-head kernel (the kernels' contract: a row's result does
+// not depend on the rows sharing its call), so logits do not change with the blocking, the chunk
+// or the threads (I2, I3, I8).
+// A block: consecutive tokens of one slot whose keys start at the same position (a sliding-window
+// layer's tokens past the window each start elsewhere: blocks of one).
+// kern(kvh, slot, first, qb, nrows, lens, sinks, sc, ob): the block's query rows qb[nrows][hd]
+// (token-major, then the group's heads), row r seeing keys first .. first + lens[r] - 1 of the
+// slot's kv head kvh, sinks[nrows] or null, scratch sc of nrows x maxlen floats; writes ob[nrows][hd].
+template <class FirstKey, class Kern>
+static void attention_blocks(const float *q, int T, const int32_t *slots, const int32_t *pos, float *out, int nh,
+                             int n_kv, int hd, int maxlen, const float *attn_sinks, int threads,
+                             const FirstKey &first_key, const Kern &kern) {
+    const int group = nh / n_kv;
+    // tokens per block: up to 16 (measured: 4 / 8 / 16 gave 1.34 / 1.37 / 1.37x the per-token
+    // calls' prefill, 2048 tokens, one thread), fewer when the scores (rows x keys floats) would
+    // pass 1 MB (an L2's worth)
+    const int tb = (int)std::max<int64_t>(1, std::min<int64_t>(16, ((int64_t)1 << 18) / ((int64_t)group * maxlen)));
+    std::vector<int> blk;  // blk[b]: the block's first token; blk.back() == T
+    int most = 1;          // tokens in the largest block
+    for (int t = 0; t < T; ++t) {
+        const bool joins = !blk.empty() && t - blk.back() < tb && slots[t] == slots[blk.back()] &&
+                           first_key(t) == 0 && first_key(blk.back()) == 0;
+        if (!joins) blk.push_back(t);
+        most = std::max(most, t + 1 - blk.back());
+    }
+    const int64_t nblk = (int64_t)blk.size();
+    blk.push_back(T);
+    const int64_t gitems = nblk * n_kv;
+    const int64_t gparts = threads > 1 ? std::min<int64_t>(gitems, (int64_t)threads * 4) : 1;
+    ThreadPool::instance().run((int)gparts, [&](int i, int nth) {
+        int64_t b, e;
+        split_range(gitems, i, nth, &b, &e);
+        // (per thread, kept across calls: a decode step's rows x keys are not zeroed anew)
+        thread_local std::vector<float> sc, qb, ob, sk;
+        thread_local std::vector<int32_t> lens;
+        const size_t rows = (size_t)most * group;
+        if (sc.size() < rows * maxlen) sc.resize(rows * maxlen);
+        if (qb.size() < rows * hd) qb.resize(rows * hd), ob.resize(rows * hd);
+        if (sk.size() < rows) sk.resize(rows), lens.resize(rows);
+        for (int64_t it = b; it < e; ++it) {
+            const int bi = (int)(it / n_kv), kvh = (int)(it % n_kv), h0 = kvh * group;
+            const int t0 = blk[(size_t)bi], nt = blk[(size_t)bi + 1] - t0;
+            const int first = first_key(t0);
+            for (int u = 0; u < nt; ++u) {  // rows: token-major, then the group's heads
+                std::memcpy(qb.data() + (size_t)u * group * hd, q + ((size_t)(t0 + u) * nh + h0) * hd,
+                            sizeof(float) * group * hd);
+                for (int g = 0; g < group; ++g) {
+                    lens[(size_t)u * group + g] = pos[t0 + u] + 1 - first;
+                    if (attn_sinks) sk[(size_t)u * group + g] = attn_sinks[h0 + g];
+                }
+            }
+            kern(kvh, (int)slots[t0], first, qb.data(), nt * group, lens.data(), attn_sinks ? sk.data() : nullptr,
+                 sc.data(), ob.data());
+            for (int u = 0; u < nt; ++u)
+                std::memcpy(out + ((size_t)(t0 + u) * nh + h0) * hd, ob.data() + (size_t)u * group * hd,
+                            sizeof(float) * group * hd);
+        }
+    });
+}
+
 // Token t attends to positions 0..pos[t] of its own slot slots[t] (a sliding-window layer: the
 // last `window` of them), with the layer's attention sink for its head if it has sinks.
 void Engine::attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out) {
@@ -522,65 +587,31 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
     const attn_q_fn attnq = attn_q_kernel().fn;
     const bool quant = kv_quant();
     const quant_act_fn q8 = kernel_entry(T_Q8_0).quant_act;  // q as Q8_0 (ggml's from_float)
-    const size_t khead = krow_ / c_.n_kv, vhead = vrow_ / c_.n_kv;  // bytes of one head in a cache row
     // token t's first key: llama.cpp's standard sliding window masks key p0 when pos - p0 >= window
     auto first_key = [&](int t) { return L.window > 0 && pos[t] + 1 > L.window ? pos[t] + 1 - L.window : 0; };
     if (!quant && c_.kv_f16 && hd % 8 == 0 && (group > 1 || T > 1)) {
-        // The shared-rows kernel (mla_f16_fn) per (block of tokens, kv head): a GQA group's heads
-        // share their key and value rows, and so do the tokens of a prompt chunk in one slot, so
-        // one call takes up to `tb` tokens x `group` heads as its query rows and widens each
-        // cache row once for all of them (per head and token, the keys were the prefill's cost:
-        // 70% of a 4K-token prompt's time on the default model). Bitwise the per-head kernel
-        // (mla_f16_fn's contract: a row's result does not depend on the rows sharing its call),
-        // so logits do not change with the blocking, the chunk or the threads (I2, I3, I8).
-        // A block: consecutive tokens of one slot whose keys start at the same position (a
-        // sliding-window layer's tokens past the window each start elsewhere: blocks of one).
         const mla_f16_fn rows16 = mla_kernel().fn;
-        // tokens per block: up to 16 (measured: 4 / 8 / 16 gave 1.34 / 1.37 / 1.37x the per-token
-        // calls' prefill, 2048 tokens, one thread), fewer when the scores (rows x keys floats) would
-        // pass 1 MB (an L2's worth)
-        const int tb = (int)std::max<int64_t>(1, std::min<int64_t>(16, ((int64_t)1 << 18) / ((int64_t)group * maxlen)));
-        std::vector<int> blk;  // blk[b]: the block's first token; blk.back() == T
-        int most = 1;          // tokens in the largest block
-        for (int t = 0; t < T; ++t) {
-            const bool joins = !blk.empty() && t - blk.back() < tb && slots[t] == slots[blk.back()] &&
-                               first_key(t) == 0 && first_key(blk.back()) == 0;
-            if (!joins) blk.push_back(t);
-            most = std::max(most, t + 1 - blk.back());
-        }
-        const int64_t nblk = (int64_t)blk.size();
-        blk.push_back(T);
-        const int64_t gitems = nblk * c_.n_kv;
-        const int64_t gparts = threads > 1 ? std::min<int64_t>(gitems, (int64_t)threads * 4) : 1;
-        ThreadPool::instance().run((int)gparts, [&](int i, int nth) {
-            int64_t b, e;
-            split_range(gitems, i, nth, &b, &e);
-            // (per thread, kept across calls: a decode step's rows x keys are not zeroed anew)
-            thread_local std::vector<float> sc, qb, ob, sk;
-            thread_local std::vector<int32_t> lens;
-            const size_t rows = (size_t)most * group;
-            if (sc.size() < rows * maxlen) sc.resize(rows * maxlen);
-            if (qb.size() < rows * hd) qb.resize(rows * hd), ob.resize(rows * hd);
-            if (sk.size() < rows) sk.resize(rows), lens.resize(rows);
-            for (int64_t it = b; it < e; ++it) {
-                const int bi = (int)(it / c_.n_kv), kvh = (int)(it % c_.n_kv), h0 = kvh * group;
-                const int t0 = blk[(size_t)bi], nt = blk[(size_t)bi + 1] - t0;
-                const int first = first_key(t0);
-                for (int u = 0; u < nt; ++u) {  // rows: token-major, then the group's heads
-                    std::memcpy(qb.data() + (size_t)u * group * hd, q + ((size_t)(t0 + u) * nh + h0) * hd,
-                                sizeof(float) * group * hd);
-                    for (int g = 0; g < group; ++g) {
-                        lens[(size_t)u * group + g] = pos[t0 + u] + 1 - first;
-                        if (L.attn_sinks) sk[(size_t)u * group + g] = L.attn_sinks[h0 + g];
-                    }
-                }
-                const size_t off = kv_offset(slots[t0], layer, first, kvh);
-                rows16(qb.data(), nt * group, lens.data(), k16_.data() + off, v16_.data() + off, hd, hd, hd, scale,
-                       L.attn_sinks ? sk.data() : nullptr, sc.data(), ob.data());
-                for (int u = 0; u < nt; ++u)
-                    std::memcpy(out + ((size_t)(t0 + u) * nh + h0) * hd, ob.data() + (size_t)u * group * hd,
-                                sizeof(float) * group * hd);
-            }
+        attention_blocks(q, T, slots, pos, out, nh, c_.n_kv, hd, maxlen, L.attn_sinks, threads, first_key,
+                         [&](int kvh, int slot, int first, const float *qb, int nrows, const int32_t *lens,
+                             const float *sinks, float *sc, float *ob) {
+            const size_t off = kv_offset(slot, layer, first, kvh);
+            rows16(qb, nrows, lens, k16_.data() + off, v16_.data() + off, hd, hd, hd, scale, sinks, sc, ob);
+        });
+        return;
+    }
+    if (quant && (group > 1 || T > 1)) {  // the same blocks over the quantized cache's head rows
+        const attn_q_rows_fn rowsq = attn_q_rows_kernel().fn;
+        attention_blocks(q, T, slots, pos, out, nh, c_.n_kv, hd, maxlen, L.attn_sinks, threads, first_key,
+                         [&](int kvh, int slot, int first, const float *qb, int nrows, const int32_t *lens,
+                             const float *sinks, float *sc, float *ob) {
+            thread_local std::vector<block_q8_0> qq;  // the rows as Q8_0, as attn_q_fn takes them
+            const int nb = hd / QK;
+            if (qq.size() < (size_t)nrows * nb) qq.resize((size_t)nrows * nb);
+            for (int r = 0; r < nrows; ++r)
+                q8(qb + (size_t)r * hd, reinterpret_cast<uint8_t *>(qq.data() + (size_t)r * nb), hd);
+            const size_t r0 = kv_head_row(slot, layer, first, kvh);
+            rowsq(reinterpret_cast<const uint8_t *>(qq.data()), nrows, lens, c_.kv_k, kq_.data() + r0 * khead_, khead_,
+                  c_.kv_v, vq_.data() + r0 * vhead_, vhead_, hd, scale, sinks, sc, ob);
         });
         return;
     }
@@ -597,11 +628,11 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
             const int first = first_key(t);  // keys first..pos[t]
             const float sink = L.attn_sinks ? L.attn_sinks[h] : -INFINITY;
             const int len = pos[t] + 1 - first;
-            if (quant) {
-                const size_t r = kv_row_index(slots[t], layer, first);
+            if (quant) {  // (head rows khead_ / vhead_ apart: head-major)
+                const size_t r = kv_head_row(slots[t], layer, first, kvh);
                 q8(qv, reinterpret_cast<uint8_t *>(qq), hd);
-                attnq(reinterpret_cast<const uint8_t *>(qq), c_.kv_k, kq_.data() + r * krow_ + kvh * khead, krow_,
-                      c_.kv_v, vq_.data() + r * vrow_ + kvh * vhead, vrow_, len, hd, scale, sink, sc.data(), o);
+                attnq(reinterpret_cast<const uint8_t *>(qq), c_.kv_k, kq_.data() + r * khead_, khead_, c_.kv_v,
+                      vq_.data() + r * vhead_, vhead_, len, hd, scale, sink, sc.data(), o);
                 continue;
             }
             const size_t off = kv_offset(slots[t], layer, first, kvh);  // (rows hd apart: head-major)
@@ -815,14 +846,15 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         if (rot_v_) fwht_rows(v_.data(), (size_t)T * kd / rot_v_, rot_v_);
         for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
             const size_t src = (size_t)t * kd;
-            if (kv_quant()) {  // as llama.cpp's set_rows writes its cache: from_float of the whole row
-                const size_t r = kv_row_index(slots[t], l, pos[t]);
-                kv_store_row(c_.kv_k, k_.data() + src, kd, kq_.data() + r * krow_);
-                kv_store_row(c_.kv_v, v_.data() + src, kd, vq_.data() + r * vrow_);
-                continue;
-            }
-            for (int h = 0; h < c_.n_kv; ++h) {  // (head-major: kv_offset)
-                const size_t at = kv_offset(slots[t], l, pos[t], h), s = src + (size_t)h * hd;
+            for (int h = 0; h < c_.n_kv; ++h) {  // (head-major: kv_head_row, kv_offset)
+                const size_t s = src + (size_t)h * hd;
+                if (kv_quant()) {  // as llama.cpp's set_rows writes its cache: from_float, block by block
+                    const size_t r = kv_head_row(slots[t], l, pos[t], h);
+                    kv_store_row(c_.kv_k, k_.data() + s, hd, kq_.data() + r * khead_);
+                    kv_store_row(c_.kv_v, v_.data() + s, hd, vq_.data() + r * vhead_);
+                    continue;
+                }
+                const size_t at = kv_offset(slots[t], l, pos[t], h);
                 if (c_.kv_f16) {
                     for (int i = 0; i < hd; ++i) { k16_[at + i] = f32_to_fp16(k_[s + i]); v16_[at + i] = f32_to_fp16(v_[s + i]); }
                 } else {
@@ -902,9 +934,9 @@ void Engine::hidden(const int32_t *rows, int n, float *out) const {
 }
 
 size_t Engine::kv_bytes(int n) const {
-    if (kv_quant()) return (size_t)n_kv_layers_ * (size_t)n * (krow_ + vrow_);
-    const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    return (size_t)n_kv_layers_ * (mla() ? 1 : 2) * (size_t)n * kv_row_ * el;  // (MLA: the latent rows only)
+    size_t kh, vh;
+    kv_head_bytes(&kh, &vh);
+    return (size_t)n_kv_layers_ * kv_heads_ * (size_t)n * (kh + vh);
 }
 
 // One position's K or V row (n_kv * head_dim floats) into the cache in `type`: Q8_0 by ggml's
@@ -931,30 +963,24 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
         rpos_[(size_t)slot] = -1;
         tlog_cut(slot, p0);  // the replay log keeps only what precedes the positions loaded
     }
-    if (kv_quant()) {  // [layer][K rows, V rows][n][row bytes], the blocks as they are
-        const size_t rk = (size_t)n * krow_, rv = (size_t)n * vrow_;
-        for (int l = 0; l < c_.n_layer; ++l) {
-            if (kv_index_[(size_t)l] < 0) continue;
-            const size_t r = kv_row_index(slot, l, p0);
-            uint8_t *bk = buf + (size_t)kv_index_[(size_t)l] * (rk + rv), *bv = bk + rk;
-            if (save) { std::memcpy(bk, kq_.data() + r * krow_, rk); std::memcpy(bv, vq_.data() + r * vrow_, rv); }
-            else { std::memcpy(kq_.data() + r * krow_, bk, rk); std::memcpy(vq_.data() + r * vrow_, bv, rv); }
-        }
-        return;
-    }
-    // [layer][K: kv heads][V: kv heads][n][head row], each head's n rows one contiguous run
-    const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    const size_t hrun = (size_t)n * kv_hrow_ * el, run = hrun * kv_heads_;  // one head's, one layer's K (or V)
-    const int parts = mla() ? 1 : 2;              // MLA: [layer][latent rows]
-    uint8_t *k = c_.kv_f16 ? reinterpret_cast<uint8_t *>(k16_.data()) : reinterpret_cast<uint8_t *>(k32_.data());
-    uint8_t *v = c_.kv_f16 ? reinterpret_cast<uint8_t *>(v16_.data()) : reinterpret_cast<uint8_t *>(v32_.data());
+    // [layer][K: kv heads][V: kv heads][n][head row], each head's n rows one contiguous run, as
+    // they lie in the cache (a quantized one's blocks as they are)
+    size_t kh, vh;
+    kv_head_bytes(&kh, &vh);
+    const size_t krun = (size_t)n * kh, vrun = (size_t)n * vh;  // one head's K (V) rows
+    const size_t lrun = (krun + vrun) * kv_heads_;             // one layer's
+    uint8_t *k, *v;
+    if (kv_quant()) k = kq_.data(), v = vq_.data();
+    else if (c_.kv_f16) k = reinterpret_cast<uint8_t *>(k16_.data()), v = reinterpret_cast<uint8_t *>(v16_.data());
+    else k = reinterpret_cast<uint8_t *>(k32_.data()), v = reinterpret_cast<uint8_t *>(v32_.data());
     for (int l = 0; l < c_.n_layer; ++l) {
         if (kv_index_[(size_t)l] < 0) continue;  // (another pipeline stage's layer)
+        uint8_t *bl = buf + (size_t)kv_index_[(size_t)l] * lrun;
         for (int h = 0; h < kv_heads_; ++h) {
-            const size_t at = kv_offset(slot, l, p0, h) * el;
-            uint8_t *bk = buf + (size_t)(parts * kv_index_[(size_t)l]) * run + (size_t)h * hrun, *bv = bk + run;
-            if (save) { std::memcpy(bk, k + at, hrun); if (parts == 2) std::memcpy(bv, v + at, hrun); }
-            else { std::memcpy(k + at, bk, hrun); if (parts == 2) std::memcpy(v + at, bv, hrun); }
+            const size_t r = kv_head_row(slot, l, p0, h);
+            uint8_t *bk = bl + (size_t)h * krun, *bv = bl + (size_t)kv_heads_ * krun + (size_t)h * vrun;
+            if (save) { std::memcpy(bk, k + r * kh, krun); if (vh) std::memcpy(bv, v + r * vh, vrun); }
+            else { std::memcpy(k + r * kh, bk, krun); if (vh) std::memcpy(v + r * vh, bv, vrun); }
         }
     }
 }

@@ -109,8 +109,9 @@ struct EngineConfig {
     bool kv_f16 = true;          // KV cache in IEEE half (as llama.cpp's default), else float32
     // With kv_f16: the K and V caches' formats, each T_F16 (as llama.cpp's default), T_Q8_0 or
     // T_Q4_0 (ggml's blocks of 32 along head_dim, quantized as llama.cpp writes its cache; a
-    // quantized cache runs attn_q_kernel(), llama.cpp's flash-attention arithmetic). A quantized
-    // V needs a quantized K (the kernel's pairs); either quantized needs head_dim % 32 == 0.
+    // quantized cache runs attn_q_kernel() / attn_q_rows_kernel(), llama.cpp's flash-attention
+    // arithmetic). A quantized V needs a quantized K (the kernel's pairs); either quantized needs
+    // head_dim % 32 == 0.
     int kv_k = T_F16, kv_v = T_F16;
     // BitNet families (bitnet, bitnet-b1.58): attn_sub_norm / ffn_sub_norm are required.
     bool sub_norm = false;
@@ -236,10 +237,10 @@ public:
     int layer_end() const { return c_.layer_end; }
     const EngineConfig &config() const { return c_; }
     // The server's prefix cache (src/lowbit/server/prefix.py): KV positions [p0, p0 + n) of a
-    // slot, every layer, copied out to buf (save) or back in from it (load), laid out
-    // [layer][K, V][n][n_kv * head_dim] (MLA: [layer][n][mla_rank + rope_dims], the latent rows) in
-    // the cache's element type (half or float32; a quantized cache: its blocks, [n][row bytes]);
-    // the buffer holds kv_bytes(n) bytes. Bytes are copied as they are, so a restored prefix gives the same
+    // slot, every layer, copied out to buf (save) or back in from it (load), laid out as the cache
+    // is, [layer][K: kv heads][V: kv heads][n][head row] (MLA: [layer][n][mla_rank + rope_dims], the
+    // latent rows), a head row in the cache's element type (half or float32; a quantized cache: its
+    // head_dim / 32 blocks); the buffer holds kv_bytes(n) bytes. Bytes are copied as they are, so a restored prefix gives the same
     // logits, bit for bit, as computing it again. Hybrid models: the attention layers' KV only;
     // a load leaves the recurrent state unknown until rstate_copy loads it (the prefix cache
     // keeps both).
@@ -316,8 +317,12 @@ private:
     // stream of rows head_dim apart. Decode reads them from DRAM past a few thousand positions,
     // and rows interleaved with the other heads' (n_kv * head_dim apart) streamed at half the
     // rate (the avx2 kernel, 3000 positions: 210 us a call against 100 us, BENCHMARKS.md).
+    // The quantized cache has the same order (kq_ / vq_: head rows of khead_ / vhead_ bytes).
+    size_t kv_head_row(int slot, int layer, int pos, int kvh) const {  // (slot, layer, kv head, pos)'s head row
+        return (((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * kv_heads_ + kvh) * c_.n_ctx + pos;
+    }
     size_t kv_offset(int slot, int layer, int pos, int kvh = 0) const {  // element offset of (slot, layer, pos, kv head)
-        return ((((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * kv_heads_ + kvh) * c_.n_ctx + pos) * kv_hrow_;
+        return kv_head_row(slot, layer, pos, kvh) * kv_hrow_;
     }
     // Elements per cached position and layer: n_kv * head_dim in K and in V; MLA: mla_rank +
     // rope_dims in K only (V is the first mla_rank of the same row; v16_ / v32_ stay empty).
@@ -359,20 +364,25 @@ private:
     std::vector<std::pair<float, float>> rot_swa_;  // and their rotations (as rot_)
     bool moe_layer(int l) const { return c_.n_expert > 0 && l >= c_.n_dense_lead; }
     // [slot][layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
-    // A quantized cache (kv_quant()): [slot][layer][n_ctx][row bytes], each position's row the
-    // n_kv heads' blocks (krow_ / vrow_ bytes; V in half if only K is quantized); k16_ ... empty.
+    // A quantized cache (kv_quant()): head-major as the half one, [slot][layer][kv head][n_ctx][head
+    // bytes] (kv_head_row), one head's row its head_dim / 32 blocks (khead_ / vhead_ bytes; V in
+    // half if only K is quantized): a head's keys, and its values, are each one contiguous stream,
+    // read once per GQA group by attn_q_rows_kernel(). k16_ ... empty.
     std::vector<uint8_t> kq_, vq_;
-    size_t krow_ = 0, vrow_ = 0;
+    size_t khead_ = 0, vhead_ = 0;
     // llama.cpp's attention rotation of a quantized cache (llama-kv-cache.cpp attn_rot_k / _v):
     // q and k times an orthonormal Walsh-Hadamard matrix of rot_k_ (the largest power of 2
     // dividing head_dim) before k is stored, v times the 64-point one before it is stored and
     // the attention output times it again after (H H = I). Exact arithmetic is unchanged; the
     // quantization error is spread over the block. 0: off (an f16 side, or head_dim % 64 != 0).
     int rot_k_ = 0, rot_v_ = 0;
-    bool kv_quant() const { return c_.kv_f16 && (c_.kv_k != T_F16 || c_.kv_v != T_F16); }
-    size_t kv_row_index(int slot, int layer, int pos) const {  // (slot, layer, pos)'s row in kq_ / vq_
-        return ((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * c_.n_ctx + pos;
+    // bytes of one head row of the K and of the V cache (MLA: V 0, its values are K's rows)
+    void kv_head_bytes(size_t *k, size_t *v) const {
+        const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
+        *k = kv_quant() ? khead_ : kv_hrow_ * el;
+        *v = kv_quant() ? vhead_ : mla() ? 0 : kv_hrow_ * el;
     }
+    bool kv_quant() const { return c_.kv_f16 && (c_.kv_k != T_F16 || c_.kv_v != T_F16); }
     std::vector<uint16_t> k16_, v16_;
     std::vector<float> k32_, v32_;
     std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_;

@@ -1,5 +1,6 @@
 // The kernel API every ISA level implements, and the kernel table filled once at import.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -171,6 +172,40 @@ struct AttnQKernel {
 const AttnQKernel &attn_q_kernel();            // what dispatch selected
 const AttnQKernel &attn_q_kernel_at(int isa);  // what runs at level isa (tests)
 
+// Attention of nq query rows that share one head's quantized K and V rows (a GQA group's heads,
+// and the tokens of one slot's prompt block: Engine::attention), as mla_f16_fn is for the half cache:
+//   qq: nq rows of hd / 32 Q8_0 blocks each, row r at qq + r * (hd / 32) * sizeof(block_q8_0);
+//   row r sees keys j < lens[r] (1 <= lens[r]); K, ks, V, vs, k_type, v_type, hd, scale as attn_q_fn;
+//   sinks: null, or sinks[r] the attention sink of row r (attn_q_fn's sink; null: -inf for all);
+//   sc: scratch of nq * max(lens) floats; out[nq][hd].
+// Row r's out is bitwise what attn_q_fn computes on (qq row r, lens[r], sinks[r]) alone, whichever
+// rows share the call and in whatever order (I2, I3): a token's logits do not depend on its chunk,
+// its block or the threads. The point of the call: each K block and V row is decoded once for all
+// the rows that see it, not once per row. Cache values must be finite (a row's keys past its own
+// length may be weighted by 0).
+using attn_q_rows_fn = void (*)(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K,
+                                size_t ks, int v_type, const uint8_t *V, size_t vs, int hd, float scale,
+                                const float *sinks, float *sc, float *out);
+struct AttnQRowsKernel {
+    attn_q_rows_fn fn = nullptr;
+    const char *name = nullptr;  // e.g. "attn_q_rows_avx2" (LOWBIT_NO_ATTN_Q_ROWS_AVX2=1 turns it off)
+    int isa = ISA_SCALAR;
+};
+const AttnQRowsKernel &attn_q_rows_kernel();            // what dispatch selected
+const AttnQRowsKernel &attn_q_rows_kernel_at(int isa);  // what runs at level isa (tests)
+// The rows one by one through a level's attn_q_fn F: the scalar level's attn_q_rows_fn (over
+// ref::attend_q) and the levels without a shared kernel of their own (aarch64). Bitwise the
+// contract by construction; no cache row is shared.
+template <attn_q_fn F>
+void attn_q_rows_by_row(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
+                        int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float *sc,
+                        float *out) {
+    const size_t qrow = (size_t)(hd / QK) * sizeof(block_q8_0);
+    for (int r = 0; r < nq; ++r)
+        F(qq + (size_t)r * qrow, k_type, K, ks, v_type, V, vs, lens[r], hd, scale, sinks ? sinks[r] : -INFINITY, sc,
+          out + (size_t)r * hd);
+}
+
 // The gated-linear-unit epilogue of an FFN's gate/up pair (csrc/ref/glu.cpp is the spec):
 //   out[i] = act(g[i]) * u[i] for i < n, with act by kind:
 //     GLU_SILU:  silu(g) = g / (1 + exp(-g)), exp as ggml's vectorised ggml_v_expf (range
@@ -225,6 +260,7 @@ struct KernelTable {
     AttnKernel attn;  // the engine's attention over a half KV cache
     MlaKernel mla;    // DeepSeek's latent attention over a half cache
     AttnQKernel attnq;  // and over a quantized one
+    AttnQRowsKernel attnq_rows;  // its rows sharing one head's cache rows (a GQA group, a prompt block)
     GluKernel glu;    // the FFN's gate/up epilogue
     DeltaKernel delta;  // the delta-net state update (hybrid Qwen models)
     KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }

@@ -112,6 +112,63 @@ def test_one_dominant_key_returns_its_value_row():
         np.testing.assert_array_equal(out[0], dequant(Q4_0, V, hd)[13].astype(np.float32), err_msg=name)
 
 
+# ---- the shared-rows kernel (attn_q_rows_fn: a GQA group's heads x a prompt block's tokens) ----
+
+GROUPS = [1, 2, 3, 4, 7, 8]
+
+
+@pytest.mark.parametrize("sinks", [False, True])
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("kt,vt", PAIRS)
+def test_rows_kernel_is_each_row_alone_bitwise(kt, vt, group, sinks):
+    """attn_q_rows_fn at every level: each query row's output is bitwise the scalar spec
+    ref::attend_q (lib.attend_q at scalar) on that row alone with its own length and sink, for the
+    rows of a GQA group x tokens of a prompt block (lens consecutive, as the engine gives them) and
+    for rows of unrelated lengths (1, tails of 1..7 after groups of 8, the longest last or first)."""
+    rng = np.random.default_rng(1000 * group + 10 * kt + vt + sinks)
+    length, scale = 77, 0.125
+    for hd, lens in ((64, [length - 2 + u for u in range(3) for _ in range(group)]),   # 3 tokens x group
+                     (128, list(rng.permutation([1, 8, 9, 15, 16, 17, 31, 33, length] * group)[:2 * group + 1])),
+                     (32, [1] * group)):
+        q = rng.standard_normal((len(lens), hd)).astype(np.float32)
+        K, V = rows(rng, kt, length, hd), rows(rng, vt, length, hd)
+        sk = list(rng.uniform(-1, 4, len(lens)).astype(np.float32)) if sinks else []
+        want = np.stack([lib.attend_q(q[r], kt, K[:n], vt, V[:n], scale, ISA.index("scalar"),
+                                      sink=sk[r] if sinks else -np.inf)[0][0] for r, n in enumerate(lens)])
+        for level in LEVELS:
+            out, name = lib.attend_q_rows(q, kt, K, vt, V, scale, ISA.index(level), lens=[int(n) for n in lens],
+                                          sinks=[float(s) for s in sk])
+            diff = (out.view(np.uint32) != want.view(np.uint32)).any(1)
+            if diff.any():
+                worst = int(np.abs(out - want).max(1).argmax())
+                pytest.fail(f"{name} hd {hd}: rows {np.flatnonzero(diff).tolist()} of {len(lens)} differ; worst row "
+                            f"{worst} (len {lens[worst]}): max |diff| {np.abs(out[worst] - want[worst]).max():.3g}")
+
+
+def test_rows_kernel_names_and_inputs():
+    """The kernel that runs is named per level (lowbit info shows it); bad shapes are refused."""
+    assert lib.attend_q_rows(np.zeros((2, 64), np.float32), Q8_0, np.zeros((4, 68), np.uint8), Q8_0,
+                             np.zeros((4, 68), np.uint8), 1.0, ISA.index("scalar"))[1] == "attn_q_rows_scalar"
+    if "avx2" in LEVELS:
+        assert lib.attend_q_rows(np.zeros((2, 64), np.float32), Q8_0, np.zeros((4, 68), np.uint8), Q8_0,
+                                 np.zeros((4, 68), np.uint8), 1.0, ISA.index("avx2"))[1] == "attn_q_rows_avx2"
+    running = lib.cpu_info()["attention_q_rows"]
+    assert running.startswith("attn_q_rows_")
+    if running != "attn_q_rows_scalar":  # LOWBIT_NO_<NAME>=1 turns it off: the level below's runs
+        import subprocess
+        import sys
+        r = subprocess.run([sys.executable, "-c", "from lowbit._native import lib; print(lib.cpu_info()['attention_q_rows'])"],
+                           capture_output=True, text=True, env={**os.environ, "LOWBIT_NO_" + running.upper(): "1"})
+        assert r.returncode == 0 and r.stdout.strip() not in ("", running), r.stdout + r.stderr
+    K = np.zeros((4, 68), np.uint8)
+    with pytest.raises(ValueError, match="each length"):
+        lib.attend_q_rows(np.zeros((2, 64), np.float32), Q8_0, K, Q8_0, K, 1.0, lens=[1, 5])
+    with pytest.raises(ValueError, match="one sink per"):
+        lib.attend_q_rows(np.zeros((2, 64), np.float32), Q8_0, K, Q8_0, K, 1.0, sinks=[0.0])
+    with pytest.raises(ValueError, match="multiple of 32"):
+        lib.attend_q_rows(np.zeros((2, 48), np.float32), Q8_0, K, Q8_0, K, 1.0)
+
+
 def test_bad_kernel_inputs_are_refused():
     K = np.zeros((4, 34 * 2), np.uint8)
     with pytest.raises(ValueError, match="multiple of 32"):
@@ -194,6 +251,35 @@ def test_window_chunks_and_prefix_restore_are_bitwise(qmodel):
     m.pos, m.tokens[:] = 12, list(ids[:12])
     rest = m.forward(ids[12:], all_logits=True)
     assert np.array_equal(rest.view(np.uint32), whole[12:].view(np.uint32))
+
+
+def test_prompt_chunks_and_rewind_are_bitwise_token_at_a_time(qmodel):
+    """The blocked attention (blocks of up to 16 tokens x the group's 3 heads per kernel call) over
+    a quantized cache: prompts chunked 1 / 7 / 64 give the logits of one token at a time bit for
+    bit, and so does continuing after a rewind (a speculative rollback) into positions written before."""
+    m = qmodel
+    text = open(os.path.join(os.path.dirname(lowbit.__file__), "data", "passage.txt"), encoding="utf-8").read()
+    ids = m.tokenize(text)[:150]
+    one = m.logits(ids, chunk=1)
+    for chunk in (7, 64):
+        assert np.array_equal(m.logits(ids, chunk=chunk).view(np.uint32), one.view(np.uint32)), f"chunk {chunk}"
+    m.reset()
+    m.forward(ids[:90])
+    m.forward([ids[5]] * 20)        # other keys at positions 90..109, then rolled back
+    m.rewind(90)
+    rest = m.forward(ids[90:], all_logits=True)
+    assert np.array_equal(rest.view(np.uint32), one[90:].view(np.uint32))
+
+
+def test_batch_of_slots_is_each_slot_alone(path, qmodel):
+    """Two slots' runs in one forward (blocks never mix slots) equal each run alone, bit for bit."""
+    m = lowbit.load(path, n_ctx=128, threads=2, kv=qmodel.kv_k, n_slots=2)
+    ids = m.tokenize("Each slot owns its rows of the cache, head by head, and a block of tokens never mixes them.")
+    a, b = ids[:30], ids[3:21]
+    both = m.forward_batch([(0, a), (1, b)], all_logits=True)
+    for run, got in ((a, both[0]), (b, both[1])):
+        m.rewind(0, slot=0)
+        assert np.array_equal(m.forward(run, all_logits=True).view(np.uint32), got.view(np.uint32))
 
 
 def test_quantized_cache_changes_the_logits_a_little(path, qmodel):

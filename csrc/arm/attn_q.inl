@@ -209,7 +209,12 @@ void attend_q_arm(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, in
 
 }  // namespace
 
-void register_attn_q(KernelTable &t) { t.attnq = AttnQKernel{attend_q_arm, "attn_q_" LB_ARM_SUFFIX, LOWBIT_ISA}; }
+// The rows sharing a head's cache rows (attn_q_rows_fn): no shared kernel at these levels yet,
+// the rows one by one through this level's kernel (bitwise the contract; each row reads the cache).
+void register_attn_q(KernelTable &t) {
+    t.attnq = AttnQKernel{attend_q_arm, "attn_q_" LB_ARM_SUFFIX, LOWBIT_ISA};
+    t.attnq_rows = AttnQRowsKernel{attn_q_rows_by_row<attend_q_arm>, "attn_q_rows_by_row_" LB_ARM_SUFFIX, LOWBIT_ISA};
+}
 
 }  // namespace LOWBIT_NS
 }  // namespace lowbit

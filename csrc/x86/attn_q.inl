@@ -11,8 +11,10 @@
 // into registers next to the 8 output accumulators of a 64-dim chunk.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "../formats.h"
 #include "../kernels.h"
@@ -37,16 +39,19 @@ inline float h2f(const uint8_t *p) {
     return _cvtsh_ss(h);  // exact
 }
 
-// sum_i x_i * y_i over 32 int8 pairs, as 8 int32 partial sums (exact; |x| * sign(y, x) keeps
-// the unsigned x operand of maddubs / dpbusd non-negative; pairs <= 2 * 128 * 127 fit int16)
-inline __m256i dot32(__m256i x, __m256i y) {
-    const __m256i ax = _mm256_sign_epi8(x, x), sy = _mm256_sign_epi8(y, x);
+// sum_i u_i * y_i over 32 pairs of an unsigned u and a signed y, as 8 int32 partial sums (exact
+// while each pair u_2i y_2i + u_2i+1 y_2i+1 fits int16, as maddubs needs: |u| <= 128, |y| <= 127)
+inline __m256i dotu32(__m256i u, __m256i y) {
 #if LB_AQ_VNNI
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy);
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
 #else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
 #endif
 }
+
+// sum_i x_i * y_i over 32 int8 pairs, as 8 int32 partial sums (exact; |x| * sign(y, x) keeps
+// the unsigned x operand of maddubs / dpbusd non-negative; pairs <= 2 * 128 * 127 fit int16)
+inline __m256i dot32(__m256i x, __m256i y) { return dotu32(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
 
 // lane k = the sum of a_k's 8 lanes (integers: any order is exact)
 inline __m256i hsum8_i(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i a4, __m256i a5, __m256i a6,
@@ -165,27 +170,18 @@ inline void pv_chunk(const float *e, const uint8_t *V, size_t vs, int len, int d
     for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + d0 + 8 * c, _mm256_mul_ps(acc[c], vinv));
 }
 
-template <int KT, int VT>
-void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, size_t vs, int len, int hd, float scale,
-            float sink, float *sc, float *out) {
-    const auto *q = reinterpret_cast<const block_q8_0 *>(qq);
-    const int nb = hd / QK;
-    const __m256 vscale = _mm256_set1_ps(scale);
-    __m256 vmax = _mm256_set1_ps(-INFINITY);
+// One row's softmax over its scaled scores sc[0..len), in place: sc[j] = e_j = attn_exp(sc[j] - m),
+// m = max(max_j sc[j], sink); returns 1 / sum, the sum in the reference's order (8 striped
+// partial sums over the keys below len & ~7, joined in its tree, the tail keys, the sink's share).
+inline float softmax_row(float *sc, int len, float sink) {
     const int full = len & ~7;
-    for (int j = 0; j < full; j += 8) {
-        const __m256 s = _mm256_mul_ps(score8<KT>(K + (size_t)j * ks, ks, q, nb), vscale);
-        _mm256_storeu_ps(sc + j, s);
-        vmax = _mm256_max_ps(vmax, s);
-    }
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < full; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sc + j));
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, vmax);
     float mx = -INFINITY;
     for (int l = 0; l < 8; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
-    for (int j = full; j < len; ++j) {
-        sc[j] = score1<KT>(K + (size_t)j * ks, q, nb) * scale;
-        mx = sc[j] > mx ? sc[j] : mx;
-    }
+    for (int j = full; j < len; ++j) mx = sc[j] > mx ? sc[j] : mx;
     mx = sink > mx ? sink : mx;
 
     const __m256 vmx = _mm256_set1_ps(mx);
@@ -206,7 +202,19 @@ void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, si
         for (int j = full; j < len; ++j) { sc[j] = tail[j - full]; sum = sum + sc[j]; }
         if (sink > -INFINITY) sum = sum + tail[7];
     }
-    const float inv = 1.0f / sum;
+    return 1.0f / sum;
+}
+
+template <int KT, int VT>
+void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, size_t vs, int len, int hd, float scale,
+            float sink, float *sc, float *out) {
+    const auto *q = reinterpret_cast<const block_q8_0 *>(qq);
+    const int nb = hd / QK;
+    const __m256 vscale = _mm256_set1_ps(scale);
+    const int full = len & ~7;
+    for (int j = 0; j < full; j += 8) _mm256_storeu_ps(sc + j, _mm256_mul_ps(score8<KT>(K + (size_t)j * ks, ks, q, nb), vscale));
+    for (int j = full; j < len; ++j) sc[j] = score1<KT>(K + (size_t)j * ks, q, nb) * scale;
+    const float inv = softmax_row(sc, len, sink);
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) pv_chunk<VT, 8>(sc, V, vs, len, d0, inv, out);
     for (; d0 < hd; d0 += 32) pv_chunk<VT, 4>(sc, V, vs, len, d0, inv, out);
@@ -227,13 +235,239 @@ void attend_q_simd(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, i
     else attend_k<T_Q4_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, sc, out);
 }
 
+// ---- rows sharing one head's cache rows (attn_q_rows_fn: a GQA group's heads, a prompt block) ----
+// Per row the arithmetic above, bit for bit: the same exact int32 block sums, the same float
+// steps (kterm, * scale) per (row, key), softmax_row, and each output lane summed over the keys
+// in order then times the row's 1 / sum. What is shared: a group of 8 keys' blocks are decoded
+// once (their codes unpacked, their 8 scales widened) for every row that sees any of them, and a
+// value row is widened once per 16 dims for up to 4 rows (mla_f16_avx2's scheme: keys in blocks
+// of KB while the row groups and dim chunks read them, each row's 16 dims in registers).
+
+// 8 keys' blocks, decoded: u the unsigned operand of dotu32 (K Q8_0: |k|; K Q4_0: the nibbles
+// 0..15, with dot(u - 8, q) = dot(u, q) - 8 sum(q) exact in int32, so no sign step per row),
+// s (K Q8_0) the codes whose signs move onto q; dk the 8 keys' scales of each block (lane = key).
+struct Keys8 {
+    alignas(32) uint8_t u[512 / QK][8][32];
+    alignas(32) int8_t s[512 / QK][8][32];
+    alignas(32) float dk[512 / QK][8];
+};
+
+// keys 0..n-1 (n <= 8) of rows k, k + ks, ...; keys n..7 as zero codes of scale 0 (their lanes unused)
+template <int KT>
+inline void decode8(const uint8_t *k, size_t ks, int n, int nb, Keys8 &d) {
+    const __m128i m = _mm_set1_epi8(0x0F);
+    for (int b = 0; b < nb; ++b) {
+        const size_t o = (size_t)b * kbytes<KT>();
+        alignas(16) uint16_t dh[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int i = 0; i < 8; ++i) {
+            __m256i u = _mm256_setzero_si256(), c = u;
+            if (i < n) {
+                const uint8_t *blk = k + (size_t)i * ks + o;
+                std::memcpy(dh + i, blk, 2);
+                if (KT == T_Q8_0) {
+                    c = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 2));
+                    u = _mm256_sign_epi8(c, c);
+                } else {
+                    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2));
+                    u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
+                }
+            }
+            _mm256_store_si256(reinterpret_cast<__m256i *>(d.u[b][i]), u);
+            if (KT == T_Q8_0) _mm256_store_si256(reinterpret_cast<__m256i *>(d.s[b][i]), c);
+        }
+        _mm256_store_ps(d.dk[b], _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i *>(dh))));
+    }
+}
+
+// one row's unscaled scores against the 8 decoded keys (lane = key), score8's float steps;
+// q8s[b]: 8 * the sum of the row's block-b codes (K Q4_0)
+template <int KT>
+inline __m256 score8_decoded(const Keys8 &d, const block_q8_0 *q, const int32_t *q8s, int nb) {
+    __m256 s = _mm256_setzero_ps();
+    for (int b = 0; b < nb; ++b) {
+        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q[b].qs));
+        auto dot = [&](int i) {
+            const __m256i u = _mm256_load_si256(reinterpret_cast<const __m256i *>(d.u[b][i]));
+            if (KT == T_Q4_0) return dotu32(u, y);
+            return dotu32(u, _mm256_sign_epi8(y, _mm256_load_si256(reinterpret_cast<const __m256i *>(d.s[b][i]))));
+        };
+        __m256i isum = hsum8_i(dot(0), dot(1), dot(2), dot(3), dot(4), dot(5), dot(6), dot(7));
+        if (KT == T_Q4_0) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(q8s[b]));
+        s = _mm256_add_ps(s, kterm<KT>(isum, _mm256_load_ps(d.dk[b]), _mm256_set1_ps(_cvtsh_ss(q[b].d))));
+    }
+    return s;
+}
+
+// values d0 .. d0 + 15 (d0 a multiple of 16) of a V row, exactly, as two vectors (VT_F32: a row
+// already widened to float)
+constexpr int VT_F32 = -1;
+template <int VT>
+inline void vload16(const uint8_t *row, int d0, __m256 &v0, __m256 &v1) {
+    if (VT == VT_F32) {
+        v0 = _mm256_loadu_ps(reinterpret_cast<const float *>(row) + d0);
+        v1 = _mm256_loadu_ps(reinterpret_cast<const float *>(row) + d0 + 8);
+        return;
+    }
+    if (VT == T_F16) { v0 = vload8<VT>(row, d0); v1 = vload8<VT>(row, d0 + 8); return; }
+    const uint8_t *b = row + (size_t)(d0 / QK) * (VT == T_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0));
+    __m128i c;
+    if (VT == T_Q8_0) c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2 + d0 % QK));
+    else {  // values 0..15: the low nibbles of bytes 0..15, values 16..31 their high nibbles
+        c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2));
+        if (d0 % QK) c = _mm_srli_epi16(c, 4);
+        c = _mm_sub_epi8(_mm_and_si128(c, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+    }
+    const __m256 dv = _mm256_set1_ps(h2f(b));
+    v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)), dv);
+    v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c, 8))), dv);
+}
+
+constexpr int KB = 32;  // keys per pass over the values (their rows stay in L1 for every row group)
+
+// out[h][d] += e[h][j] * v_j[d] (the reference's mul then add) for rows h < HB (e rows ld apart,
+// out rows hd apart), keys j0..j1 in order, all hd dims 16 at a time; v_j at V + (j - jv) * vs
+template <int VT, int HB>
+inline void pv_rows(const float *e, size_t ld, const uint8_t *V, size_t vs, int jv, int j0, int j1, int hd,
+                    float *out) {
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        __m256 a0[HB], a1[HB];
+        for (int h = 0; h < HB; ++h) {
+            a0[h] = _mm256_loadu_ps(out + (size_t)h * hd + d0);
+            a1[h] = _mm256_loadu_ps(out + (size_t)h * hd + d0 + 8);
+        }
+        for (int j = j0; j < j1; ++j) {
+            __m256 v0, v1;
+            vload16<VT>(V + (size_t)(j - jv) * vs, d0, v0, v1);
+            for (int h = 0; h < HB; ++h) {
+                const __m256 p = _mm256_broadcast_ss(e + (size_t)h * ld + j);
+                a0[h] = _mm256_add_ps(a0[h], _mm256_mul_ps(v0, p));
+                a1[h] = _mm256_add_ps(a1[h], _mm256_mul_ps(v1, p));
+            }
+        }
+        for (int h = 0; h < HB; ++h) {
+            _mm256_storeu_ps(out + (size_t)h * hd + d0, a0[h]);
+            _mm256_storeu_ps(out + (size_t)h * hd + d0 + 8, a1[h]);
+        }
+    }
+}
+
+// pv_rows over keys j0..j1 for every row group (by 4, the last 1-3 together), each up to its
+// longest row; v_j at V + (j - jv) * vs
+template <int VT>
+inline void pv_groups(const float *sc, size_t ld, const int32_t *lens, int nq, const uint8_t *V, size_t vs, int jv,
+                      int j0, int j1, int hd, float *out) {
+    for (int r = 0; r < nq; r += 4) {
+        const int hb = std::min(4, nq - r);
+        const int m = *std::max_element(lens + r, lens + r + hb);
+        if (m <= j0) continue;
+        const float *e = sc + (size_t)r * ld;
+        float *o = out + (size_t)r * hd;
+        const int je = std::min(j1, m);
+        if (hb == 4) pv_rows<VT, 4>(e, ld, V, vs, jv, j0, je, hd, o);
+        else if (hb == 3) pv_rows<VT, 3>(e, ld, V, vs, jv, j0, je, hd, o);
+        else if (hb == 2) pv_rows<VT, 2>(e, ld, V, vs, jv, j0, je, hd, o);
+        else pv_rows<VT, 1>(e, ld, V, vs, jv, j0, je, hd, o);
+    }
+}
+
+template <int KT, int VT>
+void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *K, size_t ks, const uint8_t *V,
+                 size_t vs, int hd, float scale, const float *sinks, float *sc, float *out) {
+    const auto *q = reinterpret_cast<const block_q8_0 *>(qq);
+    const int nb = hd / QK;
+    int maxlen = 0;
+    for (int r = 0; r < nq; ++r) maxlen = lens[r] > maxlen ? lens[r] : maxlen;
+    const size_t ld = (size_t)maxlen;  // sc's row stride
+    thread_local std::vector<int32_t> q8s;
+    thread_local std::vector<float> inv;
+    inv.resize((size_t)nq);
+    if (KT == T_Q4_0) {
+        q8s.resize((size_t)nq * nb);
+        for (size_t i = 0; i < (size_t)nq * nb; ++i) {
+            int32_t t = 0;
+            for (int k = 0; k < QK; ++k) t += q[i].qs[k];
+            q8s[i] = 8 * t;
+        }
+    }
+    // scores: 8 keys decoded at a time, then every row that sees any of them (a row's lanes past
+    // its own length are computed and never read); the decoded keys per thread, off the stack
+    thread_local Keys8 d;
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int j = 0; j < maxlen; j += 8) {
+        const int n = std::min(8, maxlen - j);
+        decode8<KT>(K + (size_t)j * ks, ks, n, nb, d);
+        for (int r = 0; r < nq; ++r) {
+            if (lens[r] <= j) continue;
+            const __m256 s = _mm256_mul_ps(score8_decoded<KT>(d, q + (size_t)r * nb, q8s.data() + (size_t)r * nb, nb), vscale);
+            float *o = sc + (size_t)r * ld + j;
+            if (n == 8) _mm256_storeu_ps(o, s);
+            else {
+                alignas(32) float lanes[8];
+                _mm256_store_ps(lanes, s);
+                for (int i = 0; i < n; ++i) o[i] = lanes[i];
+            }
+        }
+    }
+    // each row's softmax over its own keys and sink; its weights past them 0 (0 * v adds nothing
+    // to a sum that is never -0, for finite v: the row's sums are those of its own keys)
+    for (int r = 0; r < nq; ++r) {
+        float *e = sc + (size_t)r * ld;
+        inv[(size_t)r] = softmax_row(e, lens[r], sinks ? sinks[r] : -INFINITY);
+        for (int j = lens[r]; j < maxlen; ++j) e[j] = 0.0f;
+    }
+    // values: keys in blocks of KB, rows by 4 (the last 1-3 together), each group up to its longest
+    // row; past one group of rows, the block's values are widened to float once (exactly: the
+    // same values) for all the groups
+    thread_local std::vector<float> vf;
+    if (nq > 4) vf.resize((size_t)KB * hd);
+    for (size_t i = 0; i < (size_t)nq * hd; ++i) out[i] = 0.0f;
+    for (int j0 = 0; j0 < maxlen; j0 += KB) {
+        const int j1 = std::min(maxlen, j0 + KB);
+        if (nq > 4) {
+            for (int j = j0; j < j1; ++j)
+                for (int d0 = 0; d0 < hd; d0 += 16) {
+                    __m256 v0, v1;
+                    vload16<VT>(V + (size_t)j * vs, d0, v0, v1);
+                    _mm256_storeu_ps(vf.data() + (size_t)(j - j0) * hd + d0, v0);
+                    _mm256_storeu_ps(vf.data() + (size_t)(j - j0) * hd + d0 + 8, v1);
+                }
+            pv_groups<VT_F32>(sc, ld, lens, nq, reinterpret_cast<const uint8_t *>(vf.data()), (size_t)hd * sizeof(float),
+                              j0, j0, j1, hd, out);
+        } else {
+            pv_groups<VT>(sc, ld, lens, nq, V, vs, 0, j0, j1, hd, out);
+        }
+    }
+    for (int r = 0; r < nq; ++r) {
+        const __m256 vinv = _mm256_set1_ps(inv[(size_t)r]);
+        float *o = out + (size_t)r * hd;
+        for (int d0 = 0; d0 < hd; d0 += 8) _mm256_storeu_ps(o + d0, _mm256_mul_ps(_mm256_loadu_ps(o + d0), vinv));
+    }
+}
+
+template <int KT>
+void attend_group_k(const uint8_t *qq, int nq, const int32_t *lens, int v_type, const uint8_t *K, size_t ks,
+                   const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float *sc, float *out) {
+    if (v_type == T_Q8_0) attend_group<KT, T_Q8_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
+    else if (v_type == T_Q4_0) attend_group<KT, T_Q4_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
+    else attend_group<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
+}
+
+void attend_q_group_simd(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
+                        int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float *sc,
+                        float *out) {
+    if (k_type == T_Q8_0) attend_group_k<T_Q8_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, sc, out);
+    else attend_group_k<T_Q4_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, sc, out);
+}
+
 }  // namespace
 
 void register_attn_q(KernelTable &t) {
 #if LB_AQ_VNNI
     t.attnq = AttnQKernel{attend_q_simd, "attn_q_avx512", ISA_AVX512};
+    t.attnq_rows = AttnQRowsKernel{attend_q_group_simd, "attn_q_rows_avx512", ISA_AVX512};
 #else
     t.attnq = AttnQKernel{attend_q_simd, "attn_q_avx2", LOWBIT_ISA};
+    t.attnq_rows = AttnQRowsKernel{attend_q_group_simd, "attn_q_rows_avx2", LOWBIT_ISA};
 #endif
 }
 

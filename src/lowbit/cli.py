@@ -42,6 +42,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"attention {c['attention']} (the engine's, over a half KV cache)")
     print(f"attention {c['attention_mla']} (DeepSeek MLA, over the latent cache)")
     print(f"attention {c['attention_q']} (over a q8_0 / q4_0 KV cache: --kv)")
+    print(f"attention {c['attention_q_rows']} (--kv q8_0 / q4_0: a GQA group's heads, a prompt block's tokens)")
     print(f"glu       {c['glu']} (the FFN's gate/up epilogue: silu(gate) * up, relu(gate)^2 * up)")
     print(f"delta     {c['delta']} (the delta-net state update of the hybrid Qwen models)")
     print(f"prefetch  weights {c['prefetch']} bytes ahead of the decode (0: off; CMake LOWBIT_PREFETCH_AHEAD)")
