@@ -303,12 +303,21 @@ constexpr bool share_u() { return LB_LG_LEVEL == 3 || (LB_LG_LEVEL == 2 && !(F::
 // clang otherwise spills the vector (I7), GCC happened to fit it.
 template <class F, int NT>
 constexpr bool per_unit_scales() { return LB_LG_LEVEL != 3 && F::kBits == 5 && !share_u<F>() && plan(NT).tt == 2 && plan(NT).bt == 0; }
+// avx2 TT chunks by the hadd transpose (tt_hadd) rather than by broadcast codes (tt_int): per
+// unit and chunk 8 maddubs + 4 adds + 4 madds + 3 hadds, against tt_int's 8 pshufd + 8 maddubs
+// + 8 int16/int32 adds + 2 madds (+ 8 psignb with the sign trick); the decoded pair is the
+// maddubs operand itself, so both chunks share it with no extra live register. Needs unsigned
+// codes whose two maddubs results sum in int16 (u <= 64: 4 * 64 * 127 < 32767): MXFP4's.
+template <class F>
+constexpr bool hadd_tt() { return LB_LG_LEVEL == 1 && std::is_same_v<F, FMXFP4>; }
 
 // ---- the per-call activation records ----------------------------------------------------------
 // Per group of 8 blocks: tt * (8 / W) TT records, then bt BT records (W = unit_width).
 // TT record (chunk c, unit u of W blocks): A[k], k = 0..7, of W * 16 bytes, lane (h, i) = dword k
 //   of token 4c+i's activations for block u*W + h; then d_a, -off * sum(q_a) (if off), s_a (if
-//   Q8_1), W * 16 bytes each, lane (h, i) as float / int32.
+//   Q8_1), W * 16 bytes each, lane (h, i) as float / int32. With hadd_tt the same 8 * V = 256
+//   bytes of A hold, per token i, [q_a[0:16] of u*W | of u*W+1] at 32 i and [q_a[16:32] ...] at
+//   128 + 32 i (a BT record's layout, cut to the unit's pair and the chunk's 4 tokens).
 // BT record (token, group): q_a[0:16] of blocks 0..7 (128 B), q_a[16:32] of blocks 0..7 (128 B),
 //   then d_a, -off * sum(q_a), s_a: 8 lanes in class order L (32 B each), padded to 64 B.
 template <class F, int NT>
@@ -356,7 +365,13 @@ __attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int64_t nb) {
             if (j < 0) {
                 rec = rg + Y::tt_rec(c, bi / Y::W);
                 lane = (size_t)((bi % Y::W) * 4 + i);
-                for (int k = 0; k < 8; ++k) std::memcpy(rec + Y::V * k + 4 * lane, q + 4 * k, 4);
+                if constexpr (hadd_tt<F>()) {
+                    static_assert(Y::W == 2, "");
+                    std::memcpy(rec + 32 * i + 16 * (bi % 2), q, 16);
+                    std::memcpy(rec + 128 + 32 * i + 16 * (bi % 2), q + 16, 16);
+                } else {
+                    for (int k = 0; k < 8; ++k) std::memcpy(rec + Y::V * k + 4 * lane, q + 4 * k, 4);
+                }
                 da_off = Y::kDA, corr_off = Y::kCORR, sa_off = Y::kSA;
             } else {
                 rec = rg + Y::bt_rec(j);
@@ -492,6 +507,12 @@ LB_LG_INLINE void tt_int(typename TV<W>::I lo, typename TV<W>::I hi, const uint8
     tt_step<F, W, 7, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
 }
 
+// Unsigned codes (kK16 >= 2), one token, one pair (Alo at ra, Ahi at ra + 128): int16 lanes
+// [b: 8 partial sums of 4 products | b+1: 8].
+LB_LG_INLINE __m256i pair16(__m256i lo, __m256i hi, const uint8_t *ra) {
+    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, lda(ra)), _mm256_maddubs_epi16(hi, lda(ra + 128)));
+}
+
 // BT: one token, one pair (Alo at ra, Ahi at ra + 128): lanes [b: 4 partial sums | b+1: 4].
 template <class F>
 LB_LG_INLINE __m256i bt_int(__m256i lo, __m256i hi, const uint8_t *ra) {
@@ -503,8 +524,31 @@ LB_LG_INLINE __m256i bt_int(__m256i lo, __m256i hi, const uint8_t *ra) {
         return _mm256_add_epi32(x, y);
     } else {
         static_assert(F::kK16 >= 2, "");
-        return widen16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, lda(ra)), _mm256_maddubs_epi16(hi, lda(ra + 128))));
+        return widen16(pair16(lo, hi, ra));
     }
+}
+
+// TT chunk by the hadd transpose (hadd_tt): token i's pair16 over the unit's pair (record r,
+// layout at Lay) is X_i = [b: 8 int16 partial sums | b+1: 8]; hadd16(X0, X1) = [b: X0's 4
+// pairwise sums, X1's 4 | b+1: ...] (int16: 8 products, <= 8 * 24 * 127 = 24384 < 32767),
+// widened by madd to [b: X0 X0 X1 X1 | ...], and hadd32 of that with tokens 2, 3's is
+// [b: X0 X1 X2 X3 | b+1: the same], i.e. lane (h, i) = isum[4c + i][uW + h], TT's lane order:
+// the offset term, the float step and the accumulators are TT's. N tokens in the chunk; the
+// lanes of tokens past them repeat the last one's sums (no zero register to hold; their d_a is
+// 0 and they are never stored). Exact int32: |isum| <= 32 * 24 * 127 + 12 * 32 * 127 < 2^17.
+template <class F, int N>
+LB_LG_INLINE __m256i tt_hadd(__m256i lo, __m256i hi, const uint8_t *r, int corr_off) {
+    static_assert(F::kOff != 0 && !F::kSign && 8 * (F::kOff * 2) * 127 <= 32767, "hadd_tt: unsigned codes, int16 bound");
+    const __m256i x0 = pair16(lo, hi, r);
+    const __m256i x1 = N > 1 ? pair16(lo, hi, r + 32) : x0;
+    const __m256i x01 = widen16(_mm256_hadd_epi16(x0, x1));
+    __m256i x23 = x01;
+    if constexpr (N > 2) {
+        const __m256i x2 = pair16(lo, hi, r + 64);
+        const __m256i x3 = N > 3 ? pair16(lo, hi, r + 96) : x2;
+        x23 = widen16(_mm256_hadd_epi16(x2, x3));
+    }
+    return _mm256_add_epi32(_mm256_hadd_epi32(x01, x23), lda(r + corr_off));
 }
 
 // ---- one group of 8 blocks --------------------------------------------------------------------
@@ -532,6 +576,13 @@ struct TailOffsets {  // byte offsets of the tail's blocks, in class order L
 template <class F, bool TAIL>
 LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &mw) {
     constexpr int B = F::kBytes;
+#if LB_LG_LEVEL == 1
+    if constexpr (kE8M0Scale<F> && !TAIL) {  // avx2: scalar loads, not the gather (mxfp4.inl)
+        dw = e8m0_half_ps(e8m0_group<B>(wg));
+        mw = _mm256_setzero_ps();
+        return;
+    }
+#endif
     const __m256i idx = _mm256_setr_epi32(0, 2 * B, 4 * B, 6 * B, 1 * B, 3 * B, 5 * B, 7 * B);
     __m256i g;
     if constexpr (!TAIL) {
@@ -640,7 +691,11 @@ LB_LG_INLINE void unit(const uint8_t *wg, const uint8_t *rg, int nrem, __m256 dw
         if (nu > 0) {
             const uint8_t *r0 = rg + Y::tt_rec(0, U), *r1 = rg + Y::tt_rec(Y::P.tt > 1 ? 1 : 0, U);
             typename T::I i0, i1;
-            if constexpr (share_u<F>() || Y::P.tt == 1) {
+            if constexpr (hadd_tt<F>()) {
+                constexpr int n0 = NT - Y::P.bt < 4 ? NT - Y::P.bt : 4, n1 = NT - Y::P.bt - n0;  // tokens per chunk
+                i0 = tt_hadd<F, n0>(lo, hi, r0, Y::kCORR);
+                if constexpr (Y::P.tt > 1) i1 = tt_hadd<F, n1>(lo, hi, r1, Y::kCORR);
+            } else if constexpr (share_u<F>() || Y::P.tt == 1) {
                 tt_int<F, W, Y::P.tt>(lo, hi, r0, r1, i0, i1, Y::kCORR);
             } else {
                 typename T::I unused, lo1 = lo, hi1 = hi;
