@@ -297,19 +297,30 @@ constexpr int unit_width(int nt) { return (LB_LG_LEVEL == 3 && plan(nt).tt > 0) 
 // always.) Checked by tools/check_spills.py (I7).
 template <class F>
 constexpr bool share_u() { return LB_LG_LEVEL == 3 || (LB_LG_LEVEL == 2 && !(F::kM && F::kBits == 5)) || (LB_LG_LEVEL == 1 && F::kSign); }
+// avx2 TT chunks by the hadd transpose (tt_hadd) rather than by broadcast codes (tt_int): the
+// decoded pair is itself the maddubs operand of each token's activations (no per-k pshufd), and
+// three hadds per unit and chunk put the tokens' sums into TT's lanes. Per unit and chunk:
+//   unsigned codes (MXFP4): 8 maddubs + 4 add16 + 2 hadd16 + 2 madd + 1 hadd32, against tt_int's
+//     8 pshufd + 8 maddubs + 6 add16 + 2 madd + 2 add32 (int16 bound: tt_hadd);
+//   sign trick (IQ4_NL, Q8_0): 8 psignb + 8 maddubs + 8 madd + 4 add32 + 3 hadd32 (+ 2 psignb of
+//     the codes, per unit), against 8 pshufd + 8 psignb + 8 maddubs + 8 madd + 8 add32 (+ 8
+//     psignb of the codes). Their |codes| and signs make 4 code vectors live, so only one chunk
+//     and no BT token fit 16 ymm: nt 3, 4 (tools/check_spills.py; at nt 5..8 GCC spills).
+template <class F, int NT>
+constexpr bool hadd_tt() {
+    return LB_LG_LEVEL == 1 && (std::is_same_v<F, FMXFP4> || (F::kSign && plan(NT).tt == 1 && plan(NT).bt == 0));
+}
+
 // Where even that is one register short (the Q5 formats' decode, two TT chunks, codes not
 // shared, 16 ymm), the group's scale vector is not held across its 4 units: each unit reads
 // its 2 blocks' fp16 d (and m) itself (unit_scales). The same values, so the same result;
-// clang otherwise spills the vector (I7), GCC happened to fit it.
+// clang otherwise spills the vector (I7), GCC happened to fit it. So too for the sign-trick
+// formats' hadd transpose (4 code vectors live).
 template <class F, int NT>
-constexpr bool per_unit_scales() { return LB_LG_LEVEL != 3 && F::kBits == 5 && !share_u<F>() && plan(NT).tt == 2 && plan(NT).bt == 0; }
-// avx2 TT chunks by the hadd transpose (tt_hadd) rather than by broadcast codes (tt_int): per
-// unit and chunk 8 maddubs + 4 adds + 4 madds + 3 hadds, against tt_int's 8 pshufd + 8 maddubs
-// + 8 int16/int32 adds + 2 madds (+ 8 psignb with the sign trick); the decoded pair is the
-// maddubs operand itself, so both chunks share it with no extra live register. Needs unsigned
-// codes whose two maddubs results sum in int16 (u <= 64: 4 * 64 * 127 < 32767): MXFP4's.
-template <class F>
-constexpr bool hadd_tt() { return LB_LG_LEVEL == 1 && std::is_same_v<F, FMXFP4>; }
+constexpr bool per_unit_scales() {
+    return (LB_LG_LEVEL != 3 && F::kBits == 5 && !share_u<F>() && plan(NT).tt == 2 && plan(NT).bt == 0) ||
+           (hadd_tt<F, NT>() && F::kSign);
+}
 
 // ---- the per-call activation records ----------------------------------------------------------
 // Per group of 8 blocks: tt * (8 / W) TT records, then bt BT records (W = unit_width).
@@ -365,7 +376,7 @@ __attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int64_t nb) {
             if (j < 0) {
                 rec = rg + Y::tt_rec(c, bi / Y::W);
                 lane = (size_t)((bi % Y::W) * 4 + i);
-                if constexpr (hadd_tt<F>()) {
+                if constexpr (hadd_tt<F, NT>()) {
                     static_assert(Y::W == 2, "");
                     std::memcpy(rec + 32 * i + 16 * (bi % 2), q, 16);
                     std::memcpy(rec + 128 + 32 * i + 16 * (bi % 2), q + 16, 16);
@@ -528,27 +539,44 @@ LB_LG_INLINE __m256i bt_int(__m256i lo, __m256i hi, const uint8_t *ra) {
     }
 }
 
-// TT chunk by the hadd transpose (hadd_tt): token i's pair16 over the unit's pair (record r,
-// layout at Lay) is X_i = [b: 8 int16 partial sums | b+1: 8]; hadd16(X0, X1) = [b: X0's 4
-// pairwise sums, X1's 4 | b+1: ...] (int16: 8 products, <= 8 * 24 * 127 = 24384 < 32767),
-// widened by madd to [b: X0 X0 X1 X1 | ...], and hadd32 of that with tokens 2, 3's is
-// [b: X0 X1 X2 X3 | b+1: the same], i.e. lane (h, i) = isum[4c + i][uW + h], TT's lane order:
-// the offset term, the float step and the accumulators are TT's. N tokens in the chunk; the
-// lanes of tokens past them repeat the last one's sums (no zero register to hold; their d_a is
-// 0 and they are never stored). Exact int32: |isum| <= 32 * 24 * 127 + 12 * 32 * 127 < 2^17.
+// TT chunk by the hadd transpose (hadd_tt), token i's activations for the unit's pair at
+// r + 32 i (layout at Lay). The result is [b: X0 X1 X2 X3 | b+1: the same], X_i = token 4c+i's
+// isum, i.e. lane (h, i) = isum[4c + i][uW + h], TT's lane order: the offset term, the float
+// step and the accumulators are TT's, so the result is bitwise tt_int's.
+//   Unsigned codes: pair16 gives X_i as [b: 8 int16 partial sums | b+1: 8]; hadd16(X0, X1) =
+//     [b: X0's 4 pairwise sums, X1's 4 | b+1: ...] (int16: 8 products, <= 8 * 24 * 127 = 24384
+//     < 32767 for MXFP4), madd widens it to [b: X0 X0 X1 X1 | ...], one hadd32 with tokens 2,
+//     3's finishes. Exact int32: |isum| <= 32 * 24 * 127 + 12 * 32 * 127 < 2^17.
+//   Sign trick: bt_int gives X_i as [b: 4 int32 partial sums | b+1: 4] (its bounds); hadd32 of
+//     tokens (0, 1) and (2, 3), then of those two.
+// N tokens in the chunk; the lanes of tokens past them repeat the last one's sums (no zero
+// register to hold; their d_a is 0 and they are never stored).
 template <class F, int N>
 LB_LG_INLINE __m256i tt_hadd(__m256i lo, __m256i hi, const uint8_t *r, int corr_off) {
-    static_assert(F::kOff != 0 && !F::kSign && 8 * (F::kOff * 2) * 127 <= 32767, "hadd_tt: unsigned codes, int16 bound");
-    const __m256i x0 = pair16(lo, hi, r);
-    const __m256i x1 = N > 1 ? pair16(lo, hi, r + 32) : x0;
-    const __m256i x01 = widen16(_mm256_hadd_epi16(x0, x1));
-    __m256i x23 = x01;
-    if constexpr (N > 2) {
-        const __m256i x2 = pair16(lo, hi, r + 64);
-        const __m256i x3 = N > 3 ? pair16(lo, hi, r + 96) : x2;
-        x23 = widen16(_mm256_hadd_epi16(x2, x3));
+    if constexpr (F::kSign) {  // int32 lanes per token (bt_int), three hadd32
+        const __m256i p0 = bt_int<F>(lo, hi, r);
+        const __m256i p1 = N > 1 ? bt_int<F>(lo, hi, r + 32) : p0;
+        const __m256i x01 = _mm256_hadd_epi32(p0, p1);
+        __m256i x23 = x01;
+        if constexpr (N > 2) {
+            const __m256i p2 = bt_int<F>(lo, hi, r + 64);
+            const __m256i p3 = N > 3 ? bt_int<F>(lo, hi, r + 96) : p2;
+            x23 = _mm256_hadd_epi32(p2, p3);
+        }
+        return _mm256_hadd_epi32(x01, x23);
+    } else {
+        static_assert(F::kOff != 0 && 8 * (F::kOff * 2) * 127 <= 32767, "hadd_tt: unsigned codes, int16 bound");
+        const __m256i x0 = pair16(lo, hi, r);
+        const __m256i x1 = N > 1 ? pair16(lo, hi, r + 32) : x0;
+        const __m256i x01 = widen16(_mm256_hadd_epi16(x0, x1));
+        __m256i x23 = x01;
+        if constexpr (N > 2) {
+            const __m256i x2 = pair16(lo, hi, r + 64);
+            const __m256i x3 = N > 3 ? pair16(lo, hi, r + 96) : x2;
+            x23 = widen16(_mm256_hadd_epi16(x2, x3));
+        }
+        return _mm256_add_epi32(_mm256_hadd_epi32(x01, x23), lda(r + corr_off));
     }
-    return _mm256_add_epi32(_mm256_hadd_epi32(x01, x23), lda(r + corr_off));
 }
 
 // ---- one group of 8 blocks --------------------------------------------------------------------
@@ -626,7 +654,7 @@ constexpr C32 halves_idx(int i) {  // vpermps index: dword i in lanes 0..3, dwor
 constexpr C32 kIdxD = halves_idx(0), kIdxM = halves_idx(1);
 template <class F, bool TAIL>
 LB_LG_INLINE void unit_scales(const uint8_t *b, bool two, __m256 &dw, __m256 &mw) {
-    static_assert(!kE8M0Scale<F>, "per_unit_scales is for the Q5 formats' fp16 d (and m)");
+    static_assert(!kE8M0Scale<F>, "per_unit_scales is for an fp16 d (and m)");
     // halves [d_b m_b d_b+1 m_b+1] -> floats, lanes 0..3
     uint32_t h1;
     if constexpr (TAIL) {
@@ -691,7 +719,7 @@ LB_LG_INLINE void unit(const uint8_t *wg, const uint8_t *rg, int nrem, __m256 dw
         if (nu > 0) {
             const uint8_t *r0 = rg + Y::tt_rec(0, U), *r1 = rg + Y::tt_rec(Y::P.tt > 1 ? 1 : 0, U);
             typename T::I i0, i1;
-            if constexpr (hadd_tt<F>()) {
+            if constexpr (hadd_tt<F, NT>()) {
                 constexpr int n0 = NT - Y::P.bt < 4 ? NT - Y::P.bt : 4, n1 = NT - Y::P.bt - n0;  // tokens per chunk
                 i0 = tt_hadd<F, n0>(lo, hi, r0, Y::kCORR);
                 if constexpr (Y::P.tt > 1) i1 = tt_hadd<F, n1>(lo, hi, r1, Y::kCORR);
@@ -709,7 +737,7 @@ LB_LG_INLINE void unit(const uint8_t *wg, const uint8_t *rg, int nrem, __m256 dw
                 __m256 du, mu;
                 unit_scales<F, TAIL>(wg + U * W * F::kBytes, nu > 1, du, mu);
                 tt_float<F, NT, 0, U, true>(i0, r0, du, mu, acc);
-                tt_float<F, NT, 1, U, true>(i1, r1, du, mu, acc);
+                if constexpr (Y::P.tt > 1) tt_float<F, NT, 1, U, true>(i1, r1, du, mu, acc);
             } else {
                 tt_float<F, NT, 0, U, false>(i0, r0, dw, mw, acc);
                 if constexpr (Y::P.tt > 1) tt_float<F, NT, 1, U, false>(i1, r1, dw, mw, acc);
