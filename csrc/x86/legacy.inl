@@ -673,15 +673,22 @@ LB_LG_INLINE void unit_scales(const uint8_t *b, bool two, __m256 &dw, __m256 &mw
     else mw = _mm256_setzero_ps();
 }
 
-// BT tokens, one pair P (codes lo / hi; `have` false: the pair is past the row's end).
+// BT tokens, one pair P (codes lo / hi; `have` false: the pair is past the row's end). Pairs
+// (0, 1) and (2, 3) are summed pairwise by hadd32 of bt_int's int32 lanes; with the hadd
+// transpose's formats (MXFP4, unsigned codes), by hadd16 of pair16's int16 lanes then one madd
+// (two madds fewer per group and token; int16 bound at tt_hadd): the same lanes either way.
 template <class F, int NT, int P, int J>
 LB_LG_INLINE void bt_pair(__m256i lo, __m256i hi, const uint8_t *rg, bool have, Bst &B) {
     using Y = Lay<F, NT>;
     if constexpr (J < Y::P.bt) {
-        const __m256i v = have ? bt_int<F>(lo, hi, rg + Y::bt_rec(J) + 32 * P) : _mm256_setzero_si256();
+        constexpr bool i16 = hadd_tt<F, NT>() && !F::kSign;
+        const uint8_t *ra = rg + Y::bt_rec(J) + 32 * P;
+        const __m256i v = !have ? _mm256_setzero_si256() : i16 ? pair16(lo, hi, ra) : bt_int<F>(lo, hi, ra);
+        __m256i s;  // pairs P-1, P summed: [b: 2 | b+1: 2 ...] as after one hadd32
+        if constexpr (P % 2 == 1) s = i16 ? widen16(_mm256_hadd_epi16(bv<J>(B), v)) : _mm256_hadd_epi32(bv<J>(B), v);
         if constexpr (P == 0 || P == 2) bv<J>(B) = v;
-        else if constexpr (P == 1) bh<J>(B) = _mm256_hadd_epi32(bv<J>(B), v);
-        else bh<J>(B) = _mm256_hadd_epi32(bh<J>(B), _mm256_hadd_epi32(bv<J>(B), v));  // lanes: class order L
+        else if constexpr (P == 1) bh<J>(B) = s;
+        else bh<J>(B) = _mm256_hadd_epi32(bh<J>(B), s);  // lanes: class order L
         bt_pair<F, NT, P, J + 1>(lo, hi, rg, have, B);
     }
 }
