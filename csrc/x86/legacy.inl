@@ -675,13 +675,14 @@ LB_LG_INLINE void unit_scales(const uint8_t *b, bool two, __m256 &dw, __m256 &mw
 
 // BT tokens, one pair P (codes lo / hi; `have` false: the pair is past the row's end). Pairs
 // (0, 1) and (2, 3) are summed pairwise by hadd32 of bt_int's int32 lanes; with the hadd
-// transpose's formats (MXFP4, unsigned codes), by hadd16 of pair16's int16 lanes then one madd
-// (two madds fewer per group and token; int16 bound at tt_hadd): the same lanes either way.
+// transpose's formats (MXFP4, unsigned codes) and no TT chunk (nt 1, 2), by hadd16 of pair16's
+// int16 lanes then one madd (two madds fewer per group and token; int16 bound at tt_hadd): the
+// same lanes either way. (Next to a TT chunk, nt 5, clang spills the scales with it: I7.)
 template <class F, int NT, int P, int J>
 LB_LG_INLINE void bt_pair(__m256i lo, __m256i hi, const uint8_t *rg, bool have, Bst &B) {
     using Y = Lay<F, NT>;
     if constexpr (J < Y::P.bt) {
-        constexpr bool i16 = hadd_tt<F, NT>() && !F::kSign;
+        constexpr bool i16 = hadd_tt<F, NT>() && !F::kSign && Y::P.tt == 0;
         const uint8_t *ra = rg + Y::bt_rec(J) + 32 * P;
         const __m256i v = !have ? _mm256_setzero_si256() : i16 ? pair16(lo, hi, ra) : bt_int<F>(lo, hi, ra);
         __m256i s;  // pairs P-1, P summed: [b: 2 | b+1: 2 ...] as after one hadd32
