@@ -35,6 +35,10 @@
 //     isum[t][b]: no reduction, and one cvt + mul + fma serves 4 W (token, block) pairs. The
 //     unit is a pair (W = 2, ymm) or, on avx512, a quad (W = 4, zmm: lo / hi hold 4 blocks'
 //     halves). Accumulators acc[chunk][unit u of the group]: lane (h, i) = class u W + h, token i.
+//     avx2's MXFP4 (and IQ4_NL / Q8_0 at nt 3, 4) reach the same lanes by the hadd transpose
+//     instead (tt_hadd, hadd_tt): the unit's codes are the maddubs operand of each token's own
+//     activations (BT's record layout per token) and three hadds per chunk put the 4 tokens'
+//     sums in lane (h, i): no per-k broadcast; the same integers, the same float step.
 //   BT, block-transposed (1 token per ymm): per token, dpbusd over the pair gives lanes
 //     [b: 4 partial sums | b+1: 4]; three hadds per group of 8 blocks leave the 8 block sums in
 //     lanes in class order L = [0 2 4 6 | 1 3 5 7], then one cvt + fma for 8 blocks.
@@ -52,6 +56,7 @@
 // dpbusd: int32 lanes, |sum| <= 32 * 255 * 127 + 128 * 32 * 127 < 2^21: exact, and exact as float.
 // maddubs (avx2): int16 lane = 2 products; K16 of them are summed in int16 before madd widens:
 //   Q4_*: u <= 15: 8 * 2 * 15 * 127 = 30480;  Q5_*: u <= 31: 4 * 2 * 31 * 127 = 31496;
+//   MXFP4: u <= 24: 4 * 2 * 24 * 127 = 24384 (the hadd transpose's int16 sums: 8 products too);
 //   sign trick: |w| <= 128: 1 * 2 * 128 * 127 = 32512  (all < 32767: never saturates).
 // Activation codes are ggml's Q8_0/Q8_1 codes, in [-127, 127].
 #include <immintrin.h>
