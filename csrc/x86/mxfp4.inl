@@ -9,12 +9,14 @@
 // -12 * sum(q_a) per (token, block), like Q4_0's 8), at every level. avx2's TT chunks take the
 // hadd transpose (legacy.inl, tt_hadd): the decoded pair is itself the maddubs operand, no
 // per-k broadcast and no int16 partials across k. Bounds (I1): dpbusd lanes are far from 2^31;
-// avx2's maddubs pairs are <= 2 * 24 * 127 = 6096, and two summed in int16 (the pair's codes
-// 0..15 and 16..31, or kK16 = 4 on the int16-partial path) are <= 24384 < 32767.
+// avx2's maddubs pairs are <= 2 * 24 * 127 = 6096, and no int16 lane sums more than 8 products
+// (pair16 + hadd16 in tt_hadd and BT, or kK16 = 4 maddubs on the int16-partial path):
+// <= 8 * 24 * 127 = 24384 < 32767.
 //
 // The block's scale enters where an fp16 d would: group_scales gathers the dword at each block's
-// start (its low byte is e) and e8m0_half_ps turns e into the float 2^(e - 128), bit for bit
-// the reference's e8m0_half (normal for e >= 2, the denormals 2^-128 / 2^-127 for e = 0, 1).
+// start (its low byte is e; avx2's full groups: 8 byte loads, e8m0_group) and e8m0_half_ps
+// turns e into the float 2^(e - 128), bit for bit the reference's e8m0_half (normal for e >= 2,
+// the denormals 2^-128 / 2^-127 for e = 0, 1).
 // The float step is then the legacy one: S = d_w * d_a, acc = fma((float)isum, S, acc).
 
 // value + 12, in both halves
