@@ -286,7 +286,8 @@ struct Plan { int tt, bt; };  // TT chunks of 4 tokens, then BT tokens
 // Measured (bench: in-cache rows, this file's kernels per nt): TT's cost is flat in its 4 token
 // lanes, BT's grows per token, so 3 and 4 tokens go by one TT chunk and 6..8 by two (phantom
 // lanes are cheaper than BT tokens there), 5 by a chunk + one BT token. With 16 ymm a BT token
-// besides a TT chunk is all that fits without spills; avx512 keeps 3 tokens on BT.
+// besides a TT chunk is all that fits without spills; avx512 keeps 3 tokens on BT. (A hadd_tt
+// chunk is not flat: it skips the maddubs of absent tokens; the plan is kept, not re-measured.)
 constexpr Plan plan(int nt) {
 #if LB_LG_LEVEL == 3
     return nt <= 3 ? Plan{0, nt} : nt == 4 ? Plan{1, 0} : nt == 5 ? Plan{1, 1} : Plan{2, 0};
