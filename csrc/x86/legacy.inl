@@ -23,10 +23,10 @@
 // Blocks go in pairs (b, b+1): the 16-byte halves of both blocks' 32 codes sit in one ymm,
 //   lo = [codes 0..15 of b | codes 0..15 of b+1],  hi = [codes 16..31 of b | of b+1],
 // decoded once per pair per row (never per token). Codes are unsigned bytes u = q_w + off
-// (off = 8 Q4_0, 16 Q5_0, 0 Q4_1/Q5_1, 128 Q8_0/IQ4_NL and 12 MXFP4 on vnni) so dpbusd /
+// (off = 8 Q4_0, 16 Q5_0, 0 Q4_1/Q5_1, 12 MXFP4, 128 Q8_0/IQ4_NL on vnni) so dpbusd /
 // maddubs take them as their unsigned operand; the offset comes back out exactly as the integer
-// -off * sum(q_a), computed once per call per (token, block). (avx2 Q8_0 / IQ4_NL / MXFP4 keep
-// signed codes and use the sign trick: 255 * 127 pairs would saturate maddubs.) MXFP4's scale is
+// -off * sum(q_a), computed once per call per (token, block). (avx2 Q8_0 / IQ4_NL keep signed
+// codes and use the sign trick: 255 * 127 pairs would saturate maddubs.) MXFP4's scale is
 // an e8m0 byte, not an fp16 d: group_scales turns it into d_w (mxfp4.inl); the rest is the same.
 //   TT, token-transposed (4 tokens per 128-bit lane): the activations are re-laid out once per
 //     call so that dword lane (h, i) of vector k holds dword k of token i's activations for the
