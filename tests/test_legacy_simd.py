@@ -126,11 +126,12 @@ def test_integer_sums_worst_case_full_groups(ggml, rng, name, pattern):
     n = 32 * nb
     for q in (np.full(n, 127.0), np.full(n, -127.0), np.where(np.arange(n) % 2, 127.0, -127.0),
               np.where(np.arange(n) % 32 == 0, 127.0, rng.integers(-127, 128, n))):  # d_a = 1 in every block
-        x = np.stack([q, -q, q[::-1]]).astype(np.float32)
+        x = np.stack([q, -q, q[::-1], -q[::-1]]).astype(np.float32)
         act = lib.quantize_act(F[f.act].id, x, 0)
+        act = np.concatenate([act, act[::-1]])  # 8 tokens: every window strategy (BT, TT chunks)
         ref = ggml.vec_dot(name, raw, act, n).astype(np.float64)
         for level in SIMD:
-            for nt in (1, 3):
+            for nt in (1, 3, 4, 5, 8):
                 ours = run(name, raw, act[:nt], n, level)
                 np.testing.assert_array_equal(ours, ref[:nt].astype(np.float32),
                                               err_msg=f"{name}/{level}/{pattern}/nt={nt}")

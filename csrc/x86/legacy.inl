@@ -23,10 +23,10 @@
 // Blocks go in pairs (b, b+1): the 16-byte halves of both blocks' 32 codes sit in one ymm,
 //   lo = [codes 0..15 of b | codes 0..15 of b+1],  hi = [codes 16..31 of b | of b+1],
 // decoded once per pair per row (never per token). Codes are unsigned bytes u = q_w + off
-// (off = 8 Q4_0, 16 Q5_0, 0 Q4_1/Q5_1, 128 Q8_0/IQ4_NL and 12 MXFP4 on vnni) so dpbusd /
+// (off = 8 Q4_0, 16 Q5_0, 0 Q4_1/Q5_1, 12 MXFP4, 128 Q8_0/IQ4_NL on vnni) so dpbusd /
 // maddubs take them as their unsigned operand; the offset comes back out exactly as the integer
-// -off * sum(q_a), computed once per call per (token, block). (avx2 Q8_0 / IQ4_NL / MXFP4 keep
-// signed codes and use the sign trick: 255 * 127 pairs would saturate maddubs.) MXFP4's scale is
+// -off * sum(q_a), computed once per call per (token, block). (avx2 Q8_0 / IQ4_NL keep signed
+// codes and use the sign trick: 255 * 127 pairs would saturate maddubs.) MXFP4's scale is
 // an e8m0 byte, not an fp16 d: group_scales turns it into d_w (mxfp4.inl); the rest is the same.
 //   TT, token-transposed (4 tokens per 128-bit lane): the activations are re-laid out once per
 //     call so that dword lane (h, i) of vector k holds dword k of token i's activations for the
@@ -35,6 +35,10 @@
 //     isum[t][b]: no reduction, and one cvt + mul + fma serves 4 W (token, block) pairs. The
 //     unit is a pair (W = 2, ymm) or, on avx512, a quad (W = 4, zmm: lo / hi hold 4 blocks'
 //     halves). Accumulators acc[chunk][unit u of the group]: lane (h, i) = class u W + h, token i.
+//     avx2's MXFP4 (and IQ4_NL / Q8_0 at nt 3, 4) reach the same lanes by the hadd transpose
+//     instead (tt_hadd, hadd_tt): the unit's codes are the maddubs operand of each token's own
+//     activations (BT's record layout per token) and three hadds per chunk put the 4 tokens'
+//     sums in lane (h, i): no per-k broadcast; the same integers, the same float step.
 //   BT, block-transposed (1 token per ymm): per token, dpbusd over the pair gives lanes
 //     [b: 4 partial sums | b+1: 4]; three hadds per group of 8 blocks leave the 8 block sums in
 //     lanes in class order L = [0 2 4 6 | 1 3 5 7], then one cvt + fma for 8 blocks.
@@ -52,6 +56,7 @@
 // dpbusd: int32 lanes, |sum| <= 32 * 255 * 127 + 128 * 32 * 127 < 2^21: exact, and exact as float.
 // maddubs (avx2): int16 lane = 2 products; K16 of them are summed in int16 before madd widens:
 //   Q4_*: u <= 15: 8 * 2 * 15 * 127 = 30480;  Q5_*: u <= 31: 4 * 2 * 31 * 127 = 31496;
+//   MXFP4: u <= 24: 4 * 2 * 24 * 127 = 24384 (the hadd transpose's int16 sums: 8 products too);
 //   sign trick: |w| <= 128: 1 * 2 * 128 * 127 = 32512  (all < 32767: never saturates).
 // Activation codes are ggml's Q8_0/Q8_1 codes, in [-127, 127].
 #include <immintrin.h>
@@ -281,7 +286,8 @@ struct Plan { int tt, bt; };  // TT chunks of 4 tokens, then BT tokens
 // Measured (bench: in-cache rows, this file's kernels per nt): TT's cost is flat in its 4 token
 // lanes, BT's grows per token, so 3 and 4 tokens go by one TT chunk and 6..8 by two (phantom
 // lanes are cheaper than BT tokens there), 5 by a chunk + one BT token. With 16 ymm a BT token
-// besides a TT chunk is all that fits without spills; avx512 keeps 3 tokens on BT.
+// besides a TT chunk is all that fits without spills; avx512 keeps 3 tokens on BT. (A hadd_tt
+// chunk is not flat: it skips the maddubs of absent tokens; the plan is kept, not re-measured.)
 constexpr Plan plan(int nt) {
 #if LB_LG_LEVEL == 3
     return nt <= 3 ? Plan{0, nt} : nt == 4 ? Plan{1, 0} : nt == 5 ? Plan{1, 1} : Plan{2, 0};
@@ -297,18 +303,38 @@ constexpr int unit_width(int nt) { return (LB_LG_LEVEL == 3 && plan(nt).tt > 0) 
 // always.) Checked by tools/check_spills.py (I7).
 template <class F>
 constexpr bool share_u() { return LB_LG_LEVEL == 3 || (LB_LG_LEVEL == 2 && !(F::kM && F::kBits == 5)) || (LB_LG_LEVEL == 1 && F::kSign); }
+// avx2 TT chunks by the hadd transpose (tt_hadd) rather than by broadcast codes (tt_int): the
+// decoded pair is itself the maddubs operand of each token's activations (no per-k pshufd), and
+// three hadds per unit and chunk put the tokens' sums into TT's lanes. Per unit and chunk:
+//   unsigned codes (MXFP4): 8 maddubs + 4 add16 + 2 hadd16 + 2 madd + 1 hadd32, against tt_int's
+//     8 pshufd + 8 maddubs + 6 add16 + 2 madd + 2 add32 (int16 bound: tt_hadd);
+//   sign trick (IQ4_NL, Q8_0): 8 psignb + 8 maddubs + 8 madd + 4 add32 + 3 hadd32 (+ 2 psignb of
+//     the codes, per unit), against 8 pshufd + 8 psignb + 8 maddubs + 8 madd + 8 add32 (+ 8
+//     psignb of the codes). Their |codes| and signs make 4 code vectors live, so only one chunk
+//     and no BT token fit 16 ymm: nt 3, 4 (tools/check_spills.py; at nt 5..8 GCC spills).
+template <class F, int NT>
+constexpr bool hadd_tt() {
+    return LB_LG_LEVEL == 1 && (std::is_same_v<F, FMXFP4> || (F::kSign && plan(NT).tt == 1 && plan(NT).bt == 0));
+}
+
 // Where even that is one register short (the Q5 formats' decode, two TT chunks, codes not
 // shared, 16 ymm), the group's scale vector is not held across its 4 units: each unit reads
 // its 2 blocks' fp16 d (and m) itself (unit_scales). The same values, so the same result;
-// clang otherwise spills the vector (I7), GCC happened to fit it.
+// clang otherwise spills the vector (I7), GCC happened to fit it. So too for the sign-trick
+// formats' hadd transpose (4 code vectors live).
 template <class F, int NT>
-constexpr bool per_unit_scales() { return LB_LG_LEVEL != 3 && F::kBits == 5 && !share_u<F>() && plan(NT).tt == 2 && plan(NT).bt == 0; }
+constexpr bool per_unit_scales() {
+    return (LB_LG_LEVEL != 3 && F::kBits == 5 && !share_u<F>() && plan(NT).tt == 2 && plan(NT).bt == 0) ||
+           (hadd_tt<F, NT>() && F::kSign);
+}
 
 // ---- the per-call activation records ----------------------------------------------------------
 // Per group of 8 blocks: tt * (8 / W) TT records, then bt BT records (W = unit_width).
 // TT record (chunk c, unit u of W blocks): A[k], k = 0..7, of W * 16 bytes, lane (h, i) = dword k
 //   of token 4c+i's activations for block u*W + h; then d_a, -off * sum(q_a) (if off), s_a (if
-//   Q8_1), W * 16 bytes each, lane (h, i) as float / int32.
+//   Q8_1), W * 16 bytes each, lane (h, i) as float / int32. With hadd_tt the same 8 * V = 256
+//   bytes of A hold, per token i, [q_a[0:16] of u*W | of u*W+1] at 32 i and [q_a[16:32] ...] at
+//   128 + 32 i (a BT record's layout, cut to the unit's pair and the chunk's 4 tokens).
 // BT record (token, group): q_a[0:16] of blocks 0..7 (128 B), q_a[16:32] of blocks 0..7 (128 B),
 //   then d_a, -off * sum(q_a), s_a: 8 lanes in class order L (32 B each), padded to 64 B.
 template <class F, int NT>
@@ -356,7 +382,13 @@ __attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int64_t nb) {
             if (j < 0) {
                 rec = rg + Y::tt_rec(c, bi / Y::W);
                 lane = (size_t)((bi % Y::W) * 4 + i);
-                for (int k = 0; k < 8; ++k) std::memcpy(rec + Y::V * k + 4 * lane, q + 4 * k, 4);
+                if constexpr (hadd_tt<F, NT>()) {
+                    static_assert(Y::W == 2, "");
+                    std::memcpy(rec + 32 * i + 16 * (bi % 2), q, 16);
+                    std::memcpy(rec + 128 + 32 * i + 16 * (bi % 2), q + 16, 16);
+                } else {
+                    for (int k = 0; k < 8; ++k) std::memcpy(rec + Y::V * k + 4 * lane, q + 4 * k, 4);
+                }
                 da_off = Y::kDA, corr_off = Y::kCORR, sa_off = Y::kSA;
             } else {
                 rec = rg + Y::bt_rec(j);
@@ -492,6 +524,12 @@ LB_LG_INLINE void tt_int(typename TV<W>::I lo, typename TV<W>::I hi, const uint8
     tt_step<F, W, 7, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
 }
 
+// Unsigned codes (kK16 >= 2), one token, one pair (Alo at ra, Ahi at ra + 128): int16 lanes
+// [b: 8 partial sums of 4 products | b+1: 8].
+LB_LG_INLINE __m256i pair16(__m256i lo, __m256i hi, const uint8_t *ra) {
+    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, lda(ra)), _mm256_maddubs_epi16(hi, lda(ra + 128)));
+}
+
 // BT: one token, one pair (Alo at ra, Ahi at ra + 128): lanes [b: 4 partial sums | b+1: 4].
 template <class F>
 LB_LG_INLINE __m256i bt_int(__m256i lo, __m256i hi, const uint8_t *ra) {
@@ -503,7 +541,47 @@ LB_LG_INLINE __m256i bt_int(__m256i lo, __m256i hi, const uint8_t *ra) {
         return _mm256_add_epi32(x, y);
     } else {
         static_assert(F::kK16 >= 2, "");
-        return widen16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, lda(ra)), _mm256_maddubs_epi16(hi, lda(ra + 128))));
+        return widen16(pair16(lo, hi, ra));
+    }
+}
+
+// TT chunk by the hadd transpose (hadd_tt), token i's activations for the unit's pair at
+// r + 32 i (layout at Lay). The result is [b: X0 X1 X2 X3 | b+1: the same], X_i = token 4c+i's
+// isum, i.e. lane (h, i) = isum[4c + i][uW + h], TT's lane order: the offset term, the float
+// step and the accumulators are TT's, so the result is bitwise tt_int's.
+//   Unsigned codes: pair16 gives X_i as [b: 8 int16 partial sums | b+1: 8]; hadd16(X0, X1) =
+//     [b: X0's 4 pairwise sums, X1's 4 | b+1: ...] (int16: 8 products, <= 8 * 24 * 127 = 24384
+//     < 32767 for MXFP4), madd widens it to [b: X0 X0 X1 X1 | ...], one hadd32 with tokens 2,
+//     3's finishes. Exact int32: |isum| <= 32 * 24 * 127 + 12 * 32 * 127 < 2^17.
+//   Sign trick: bt_int gives X_i as [b: 4 int32 partial sums | b+1: 4] (its bounds); hadd32 of
+//     tokens (0, 1) and (2, 3), then of those two.
+// N tokens in the chunk; the lanes of tokens past them repeat the last one's sums (no zero
+// register to hold; their d_a is 0 and they are never stored).
+template <class F, int N>
+LB_LG_INLINE __m256i tt_hadd(__m256i lo, __m256i hi, const uint8_t *r, int corr_off) {
+    if constexpr (F::kSign) {  // int32 lanes per token (bt_int), three hadd32
+        const __m256i p0 = bt_int<F>(lo, hi, r);
+        const __m256i p1 = N > 1 ? bt_int<F>(lo, hi, r + 32) : p0;
+        const __m256i x01 = _mm256_hadd_epi32(p0, p1);
+        __m256i x23 = x01;
+        if constexpr (N > 2) {
+            const __m256i p2 = bt_int<F>(lo, hi, r + 64);
+            const __m256i p3 = N > 3 ? bt_int<F>(lo, hi, r + 96) : p2;
+            x23 = _mm256_hadd_epi32(p2, p3);
+        }
+        return _mm256_hadd_epi32(x01, x23);
+    } else {
+        static_assert(F::kOff != 0 && 8 * (F::kOff * 2) * 127 <= 32767, "hadd_tt: unsigned codes, int16 bound");
+        const __m256i x0 = pair16(lo, hi, r);
+        const __m256i x1 = N > 1 ? pair16(lo, hi, r + 32) : x0;
+        const __m256i x01 = widen16(_mm256_hadd_epi16(x0, x1));
+        __m256i x23 = x01;
+        if constexpr (N > 2) {
+            const __m256i x2 = pair16(lo, hi, r + 64);
+            const __m256i x3 = N > 3 ? pair16(lo, hi, r + 96) : x2;
+            x23 = widen16(_mm256_hadd_epi16(x2, x3));
+        }
+        return _mm256_add_epi32(_mm256_hadd_epi32(x01, x23), lda(r + corr_off));
     }
 }
 
@@ -532,6 +610,13 @@ struct TailOffsets {  // byte offsets of the tail's blocks, in class order L
 template <class F, bool TAIL>
 LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &mw) {
     constexpr int B = F::kBytes;
+#if LB_LG_LEVEL == 1
+    if constexpr (kE8M0Scale<F> && !TAIL) {  // avx2: scalar loads, not the gather (mxfp4.inl)
+        dw = e8m0_half_ps(e8m0_group<B>(wg));
+        mw = _mm256_setzero_ps();
+        return;
+    }
+#endif
     const __m256i idx = _mm256_setr_epi32(0, 2 * B, 4 * B, 6 * B, 1 * B, 3 * B, 5 * B, 7 * B);
     __m256i g;
     if constexpr (!TAIL) {
@@ -575,7 +660,7 @@ constexpr C32 halves_idx(int i) {  // vpermps index: dword i in lanes 0..3, dwor
 constexpr C32 kIdxD = halves_idx(0), kIdxM = halves_idx(1);
 template <class F, bool TAIL>
 LB_LG_INLINE void unit_scales(const uint8_t *b, bool two, __m256 &dw, __m256 &mw) {
-    static_assert(!kE8M0Scale<F>, "per_unit_scales is for the Q5 formats' fp16 d (and m)");
+    static_assert(!kE8M0Scale<F>, "per_unit_scales is for an fp16 d (and m)");
     // halves [d_b m_b d_b+1 m_b+1] -> floats, lanes 0..3
     uint32_t h1;
     if constexpr (TAIL) {
@@ -594,15 +679,23 @@ LB_LG_INLINE void unit_scales(const uint8_t *b, bool two, __m256 &dw, __m256 &mw
     else mw = _mm256_setzero_ps();
 }
 
-// BT tokens, one pair P (codes lo / hi; `have` false: the pair is past the row's end).
+// BT tokens, one pair P (codes lo / hi; `have` false: the pair is past the row's end). Pairs
+// (0, 1) and (2, 3) are summed pairwise by hadd32 of bt_int's int32 lanes; with the hadd
+// transpose's formats (MXFP4, unsigned codes) and no TT chunk (nt 1, 2), by hadd16 of pair16's
+// int16 lanes then one madd (two madds fewer per group and token; int16 bound at tt_hadd): the
+// same lanes either way. (Next to a TT chunk, nt 5, clang spills the scales with it: I7.)
 template <class F, int NT, int P, int J>
 LB_LG_INLINE void bt_pair(__m256i lo, __m256i hi, const uint8_t *rg, bool have, Bst &B) {
     using Y = Lay<F, NT>;
     if constexpr (J < Y::P.bt) {
-        const __m256i v = have ? bt_int<F>(lo, hi, rg + Y::bt_rec(J) + 32 * P) : _mm256_setzero_si256();
+        constexpr bool i16 = hadd_tt<F, NT>() && !F::kSign && Y::P.tt == 0;
+        const uint8_t *ra = rg + Y::bt_rec(J) + 32 * P;
+        const __m256i v = !have ? _mm256_setzero_si256() : i16 ? pair16(lo, hi, ra) : bt_int<F>(lo, hi, ra);
+        __m256i s;  // pairs P-1, P summed: [b: 2 | b+1: 2 ...] as after one hadd32
+        if constexpr (P % 2 == 1) s = i16 ? widen16(_mm256_hadd_epi16(bv<J>(B), v)) : _mm256_hadd_epi32(bv<J>(B), v);
         if constexpr (P == 0 || P == 2) bv<J>(B) = v;
-        else if constexpr (P == 1) bh<J>(B) = _mm256_hadd_epi32(bv<J>(B), v);
-        else bh<J>(B) = _mm256_hadd_epi32(bh<J>(B), _mm256_hadd_epi32(bv<J>(B), v));  // lanes: class order L
+        else if constexpr (P == 1) bh<J>(B) = s;
+        else bh<J>(B) = _mm256_hadd_epi32(bh<J>(B), s);  // lanes: class order L
         bt_pair<F, NT, P, J + 1>(lo, hi, rg, have, B);
     }
 }
@@ -640,7 +733,11 @@ LB_LG_INLINE void unit(const uint8_t *wg, const uint8_t *rg, int nrem, __m256 dw
         if (nu > 0) {
             const uint8_t *r0 = rg + Y::tt_rec(0, U), *r1 = rg + Y::tt_rec(Y::P.tt > 1 ? 1 : 0, U);
             typename T::I i0, i1;
-            if constexpr (share_u<F>() || Y::P.tt == 1) {
+            if constexpr (hadd_tt<F, NT>()) {
+                constexpr int n0 = NT - Y::P.bt < 4 ? NT - Y::P.bt : 4, n1 = NT - Y::P.bt - n0;  // tokens per chunk
+                i0 = tt_hadd<F, n0>(lo, hi, r0, Y::kCORR);
+                if constexpr (Y::P.tt > 1) i1 = tt_hadd<F, n1>(lo, hi, r1, Y::kCORR);
+            } else if constexpr (share_u<F>() || Y::P.tt == 1) {
                 tt_int<F, W, Y::P.tt>(lo, hi, r0, r1, i0, i1, Y::kCORR);
             } else {
                 typename T::I unused, lo1 = lo, hi1 = hi;
@@ -654,7 +751,7 @@ LB_LG_INLINE void unit(const uint8_t *wg, const uint8_t *rg, int nrem, __m256 dw
                 __m256 du, mu;
                 unit_scales<F, TAIL>(wg + U * W * F::kBytes, nu > 1, du, mu);
                 tt_float<F, NT, 0, U, true>(i0, r0, du, mu, acc);
-                tt_float<F, NT, 1, U, true>(i1, r1, du, mu, acc);
+                if constexpr (Y::P.tt > 1) tt_float<F, NT, 1, U, true>(i1, r1, du, mu, acc);
             } else {
                 tt_float<F, NT, 0, U, false>(i0, r0, dw, mw, acc);
                 if constexpr (Y::P.tt > 1) tt_float<F, NT, 1, U, false>(i1, r1, dw, mw, acc);

@@ -5,29 +5,32 @@
 // A block is IQ4_NL's with another code book and another scale: one byte e (e8m0) at offset 0,
 // then the 16 bytes of nibbles (low nibble of qs[j] = weight j, high = weight j + 16), 17 bytes
 // in all. A nibble indexes kvalues_mxfp4 (e2m1 doubled, integers in [-12, 12]): one pshufb per 32
-// codes looks it up. The vnni levels look up value + 12, an unsigned code u in [0, 24] (offset
-// 12, taken back out exactly as -12 * sum(q_a) per (token, block), like Q4_0's 8); avx2 looks up
-// the signed values and uses the sign trick, as IQ4_NL does (with an offset and int16 partials
-// instead, clang 14 spills three of its 16-ymm kernels: tools/check_spills.py). Bounds (I1):
-// dpbusd lanes are far from 2^31; avx2's maddubs pairs are <= 2 * 12 * 127 = 3048.
+// codes looks up value + 12, an unsigned code u in [0, 24] (offset 12, taken back out exactly as
+// -12 * sum(q_a) per (token, block), like Q4_0's 8), at every level. avx2's TT chunks take the
+// hadd transpose (legacy.inl, tt_hadd): the decoded pair is itself the maddubs operand, no
+// per-k broadcast and no int16 partials across k. Bounds (I1): dpbusd lanes are far from 2^31;
+// avx2's maddubs pairs are <= 2 * 24 * 127 = 6096, and no int16 lane sums more than 8 products
+// (pair16 + hadd16 in tt_hadd and BT, or kK16 = 4 maddubs on the int16-partial path):
+// <= 8 * 24 * 127 = 24384 < 32767.
 //
 // The block's scale enters where an fp16 d would: group_scales gathers the dword at each block's
-// start (its low byte is e) and e8m0_half_ps turns e into the float 2^(e - 128), bit for bit
-// the reference's e8m0_half (normal for e >= 2, the denormals 2^-128 / 2^-127 for e = 0, 1).
+// start (its low byte is e; avx2's full groups: 8 byte loads, e8m0_group) and e8m0_half_ps
+// turns e into the float 2^(e - 128), bit for bit the reference's e8m0_half (normal for e >= 2,
+// the denormals 2^-128 / 2^-127 for e = 0, 1).
 // The float step is then the legacy one: S = d_w * d_a, acc = fma((float)isum, S, acc).
 
-// value (+ 12 on vnni levels), in both halves
+// value + 12, in both halves
 constexpr C32 mxfp4_table() {
     constexpr int8_t kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};  // = ref::kvalues_mxfp4
     C32 c{};
-    for (int i = 0; i < 32; ++i) c.b[i] = (uint8_t)(kv[i % 16] + (kVnni ? 12 : 0));
+    for (int i = 0; i < 32; ++i) c.b[i] = (uint8_t)(kv[i % 16] + 12);
     return c;
 }
 constexpr C32 kMxfp4Table = mxfp4_table();
 
 struct FMXFP4 {
-    static constexpr int kBytes = 17, kQs = 1, kQh = -1, kBits = 4, kOff = kVnni ? 12 : 0, kK16 = 1;
-    static constexpr bool kLut = true, kQ8_1 = false, kSign = !kVnni, kM = false;
+    static constexpr int kBytes = 17, kQs = 1, kQh = -1, kBits = 4, kOff = 12, kK16 = 4;
+    static constexpr bool kLut = true, kQ8_1 = false, kSign = false, kM = false;
 };
 
 // The 16-entry code book a kLut format's nibbles index (in both 128-bit halves).
@@ -50,4 +53,15 @@ LB_LG_INLINE __m256 e8m0_half_ps(__m256i g) {
     const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, K(kOne32)), 23);
     const __m256i den = _mm256_sllv_epi32(K(kE8M0Den), e);
     return _mm256_castsi256_ps(_mm256_blendv_epi8(den, normal, _mm256_cmpgt_epi32(e, K(kOne32))));
+}
+
+// avx2: the e bytes of a full group's blocks (B bytes apart), in class order L, as dword lanes,
+// by 8 scalar byte loads packed in a GPR (the integer ports idle in these kernels) instead of
+// group_scales' ymm gather (many vector uops on Zen 3). The row's tail group keeps the gather.
+template <int B>
+LB_LG_INLINE __m256i e8m0_group(const uint8_t *wg) {
+    constexpr int L[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    uint64_t e = 0;
+    for (int i = 0; i < 8; ++i) e |= (uint64_t)wg[L[i] * B] << (8 * i);
+    return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)e));
 }
