@@ -363,7 +363,7 @@ private:
     std::vector<float> inv_freq_swa_;    // rope_base_swa > 0: the sliding layers' inverse frequencies
     std::vector<std::pair<float, float>> rot_swa_;  // and their rotations (as rot_)
     bool moe_layer(int l) const { return c_.n_expert > 0 && l >= c_.n_dense_lead; }
-    // [slot][layer][n_ctx][n_kv*head_dim], in half (kv_f16) or float32; one of each pair is empty
+    // head-major, [slot][layer][kv head][n_ctx][head_dim] (kv_offset), in half (kv_f16) or float32; one of each pair is empty
     // A quantized cache (kv_quant()): head-major as the half one, [slot][layer][kv head][n_ctx][head
     // bytes] (kv_head_row), one head's row its head_dim / 32 blocks (khead_ / vhead_ bytes; V in
     // half if only K is quantized): a head's keys, and its values, are each one contiguous stream,

@@ -208,6 +208,14 @@ inline void mla_pv_rows(const float *sc, size_t ld, const uint16_t *C, size_t kd
     for (; d0 < dv; d0 += 8) mla_pv<HB, 1, PF>(sc, ld, C, kd, j0, j1, d0, out, dv);
 }
 
+// the last 1-3 rows of a call together (mla_pv_rows with HB = rest)
+template <bool PF>
+inline void mla_pv_rest(int rest, const float *sc, size_t ld, const uint16_t *C, size_t kd, int j0, int j1, float *out, int dv) {
+    if (rest == 3) mla_pv_rows<3, PF>(sc, ld, C, kd, j0, j1, out, dv);
+    else if (rest == 2) mla_pv_rows<2, PF>(sc, ld, C, kd, j0, j1, out, dv);
+    else mla_pv_rows<1, PF>(sc, ld, C, kd, j0, j1, out, dv);
+}
+
 // Scores of rows r0, r0+1 against keys k[0..3] (widened rows of dk floats): 8 accumulators,
 // reduced at once; lane order (r0 k0..k3, r1 k0..k3).
 inline __m256 scores_2x4(const float *q0, const float *q1, const float *k, int dk) {
@@ -364,10 +372,8 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
         if (rest && m > j0) {
             const float *s = sc + (size_t)r * ld;
             float *o = out + (size_t)r * dv;
-            constexpr bool pf = kPrefetchAhead != 0;  // (when no group of 4 asked: r == 0)
-            if (rest == 3) r ? mla_pv_rows<3>(s, ld, V, kd, j0, std::min(j1, m), o, dv) : mla_pv_rows<3, pf>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
-            else if (rest == 2) r ? mla_pv_rows<2>(s, ld, V, kd, j0, std::min(j1, m), o, dv) : mla_pv_rows<2, pf>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
-            else r ? mla_pv_rows<1>(s, ld, V, kd, j0, std::min(j1, m), o, dv) : mla_pv_rows<1, pf>(s, ld, V, kd, j0, std::min(j1, m), o, dv);
+            if (r) mla_pv_rest<false>(rest, s, ld, V, kd, j0, std::min(j1, m), o, dv);
+            else mla_pv_rest<kPrefetchAhead != 0>(rest, s, ld, V, kd, j0, std::min(j1, m), o, dv);  // (no group of 4 asked)
         }
     }
 }
