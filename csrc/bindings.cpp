@@ -109,7 +109,7 @@ static std::vector<nb::tuple> op_stat_tuples(const std::vector<OpStat> &stats) {
 static const GluKernel &glu_at(int isa) {
     if (isa >= 0 && !level_available(isa))
         throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
-    return isa < 0 ? glu_kernel() : glu_kernel_at(isa);
+    return kernel_table(isa).glu;
 }
 
 static int threads_or_default(int threads) {
@@ -142,12 +142,12 @@ NB_MODULE(_lowbit, m) {
         d["selected"] = std::string(isa_name(c.selected));
         d["threads"] = ThreadPool::instance().size();
         d["disabled"] = disabled_kernels();
-        d["attention"] = std::string(attn_kernel().name);
-        d["attention_mla"] = std::string(mla_kernel().name);
-        d["attention_q"] = std::string(attn_q_kernel().name);
-        d["attention_q_rows"] = std::string(attn_q_rows_kernel().name);
-        d["glu"] = std::string(glu_kernel().name);
-        d["delta"] = std::string(delta_kernel().name);
+        d["attention"] = std::string(kernel_table().attn.name);
+        d["attention_mla"] = std::string(kernel_table().mla.name);
+        d["attention_q"] = std::string(kernel_table().attnq.name);
+        d["attention_q_rows"] = std::string(kernel_table().attnq_rows.name);
+        d["glu"] = std::string(kernel_table().glu.name);
+        d["delta"] = std::string(kernel_table().delta.name);
         d["prefetch"] = (long long)kPrefetchAhead;
         d["iq_grid"] = std::string(iq_grid_by_loads() ? "loads" : "gather");  // the IQ3 kernels' grid fetch
 #if defined(__clang__)
@@ -185,7 +185,7 @@ NB_MODULE(_lowbit, m) {
                          int isa, float sink) {
         // One query row against cache rows K/V[len, row bytes] (head 0 of each row), q quantized
         // to Q8_0 first (the level's quantizer: byte-identical at every level).
-        const AttnQKernel &k = isa < 0 ? attn_q_kernel() : attn_q_kernel_at(isa);
+        const AttnQKernel &k = kernel_table(isa).attnq;
         if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
         const int hd = (int)q.shape(0);
         const size_t len = K.shape(0);
@@ -201,7 +201,7 @@ NB_MODULE(_lowbit, m) {
         auto out = new_array<float>(1, (size_t)hd, &o);
         {
             nb::gil_scoped_release nogil;
-            kernel_entry_at(T_Q8_0, isa < 0 ? cpu_info().selected : isa).quant_act(q.data(), qq.data(), hd);
+            kernel_table(isa).at(T_Q8_0).quant_act.fn(q.data(), qq.data(), hd);
             k.fn(qq.data(), k_type, K.data(), K.shape(1), v_type, V.data(), V.shape(1), (int)len, hd, scale, sink,
                  sc.data(), o);
         }
@@ -215,7 +215,7 @@ NB_MODULE(_lowbit, m) {
         // q[nq][hd] (each row quantized to Q8_0 by the level's quantizer) sharing cache rows K/V[len,
         // row bytes] (head 0 of each row): the kernel attn_q_rows_fn; lens: each row's key count
         // (empty: all of K's rows), sinks: one per row (empty: none).
-        const AttnQRowsKernel &k = isa < 0 ? attn_q_rows_kernel() : attn_q_rows_kernel_at(isa);
+        const AttnQRowsKernel &k = kernel_table(isa).attnq_rows;
         if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
         const int nq = (int)q.shape(0), hd = (int)q.shape(1);
         const size_t len = K.shape(0);
@@ -238,7 +238,7 @@ NB_MODULE(_lowbit, m) {
         auto out = new_array<float>((size_t)nq, (size_t)hd, &o);
         {
             nb::gil_scoped_release nogil;
-            const quant_act_fn q8 = kernel_entry_at(T_Q8_0, isa < 0 ? cpu_info().selected : isa).quant_act;
+            const quant_act_fn q8 = kernel_table(isa).at(T_Q8_0).quant_act.fn;
             for (int r = 0; r < nq; ++r) q8(q.data() + (size_t)r * hd, qq.data() + r * qrow, hd);
             k.fn(qq.data(), nq, lens.data(), k_type, K.data(), K.shape(1), v_type, V.data(), V.shape(1), hd, scale,
                  sinks.empty() ? nullptr : sinks.data(), sc.data(), o);
@@ -251,7 +251,7 @@ NB_MODULE(_lowbit, m) {
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> V, float scale,
                            int isa, float sink) {
         // One query row against cache rows K/V[len, kd] (half bits), head 0 of each row.
-        const AttnKernel &k = isa < 0 ? attn_kernel() : attn_kernel_at(isa);
+        const AttnKernel &k = kernel_table(isa).attn;
         if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
         const int hd = (int)q.shape(0);
         const size_t len = K.shape(0), kd = K.shape(1);
@@ -276,7 +276,7 @@ NB_MODULE(_lowbit, m) {
                            std::vector<float> sinks) {
         // q[nq][dk] against latent rows C[len][kd] (half bits): the MLA kernel (kernels.h mla_f16_fn);
         // lens: each row's key count (empty: all rows of C).
-        const MlaKernel &k = isa < 0 ? mla_kernel() : mla_kernel_at(isa);
+        const MlaKernel &k = kernel_table(isa).mla;
         if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
         const int nq = (int)q.shape(0), dk = (int)q.shape(1);
         const size_t len = C.shape(0), kd = C.shape(1);
@@ -308,7 +308,7 @@ NB_MODULE(_lowbit, m) {
                            nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> v,
                            float decay, float beta, float scale, int isa) {
         // One token's gated delta rule on one head's state M[S, S] (updated in place).
-        const DeltaKernel &dk = isa < 0 ? delta_kernel() : delta_kernel_at(isa);
+        const DeltaKernel &dk = kernel_table(isa).delta;
         if (!dk.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
         const size_t S = M.shape(0);
         if (S < 1 || M.shape(1) != S || k.shape(0) != S || q.shape(0) != S || v.shape(0) != S)
@@ -323,9 +323,9 @@ NB_MODULE(_lowbit, m) {
         const Format &f = fmt(id);
         if (!f.activation) throw std::invalid_argument(std::string(f.name) + " is not an activation format");
         const KernelEntry &e = entry(id, isa);
-        if (!e.quant_act) return nb::none();
-        return nb::make_tuple(std::string(e.quant_act_name ? e.quant_act_name : "?"),
-                              std::string(isa_name(e.quant_act_isa)));
+        if (!e.quant_act.fn) return nb::none();
+        return nb::make_tuple(std::string(e.quant_act.name ? e.quant_act.name : "?"),
+                              std::string(isa_name(e.quant_act.isa)));
     }, nb::arg("id"), nb::arg("isa") = -1,
        "(quantizer name, level) that quantizes activations into format id, or None.");
     m.def("levels", [] {
@@ -345,7 +345,7 @@ NB_MODULE(_lowbit, m) {
         nb::dict d;
         d["rows"] = e.rows[1].fn != nullptr;
         d["dequantize"] = e.dequant != nullptr;
-        d["quantize_act"] = e.quant_act != nullptr;
+        d["quantize_act"] = e.quant_act.fn != nullptr;
         d["quantize"] = e.quant_w != nullptr;
         return d;
     });
@@ -376,16 +376,16 @@ NB_MODULE(_lowbit, m) {
         const int64_t n = (int64_t)x.shape(1);
         check_n(f, n);
         const KernelEntry &e = entry(id, isa);
-        if (!e.quant_act) throw std::invalid_argument(std::string("no activation quantizer for ") + f.name);
+        if (!e.quant_act.fn) throw std::invalid_argument(std::string("no activation quantizer for ") + f.name);
         const size_t rows = x.shape(0), rb = row_bytes(&f, n);
         uint8_t *o;
         auto out = new_array<uint8_t>(rows, rb, &o);
         const float *src = x.data();
         {
             nb::gil_scoped_release nogil;
-            for (size_t r = 0; r < rows; ++r) e.quant_act(src + r * (size_t)n, o + r * rb, n);
+            for (size_t r = 0; r < rows; ++r) e.quant_act.fn(src + r * (size_t)n, o + r * rb, n);
         }
-        count_quant(id, e.quant_act_isa, (int64_t)rows, (int64_t)rows * n);
+        count_quant(id, e.quant_act.isa, (int64_t)rows, (int64_t)rows * n);
         return out;
     }, nb::arg("id"), nb::arg("x"), nb::arg("isa") = -1);
 
@@ -528,11 +528,11 @@ NB_MODULE(_lowbit, m) {
         const int64_t n = (int64_t)x.shape(1), rows = (int64_t)x.shape(0);
         check_n(f, n);
         const KernelEntry &e = entry(id, isa);
-        if (!e.quant_act) throw std::invalid_argument(std::string("no activation quantizer for ") + f.name);
+        if (!e.quant_act.fn) throw std::invalid_argument(std::string("no activation quantizer for ") + f.name);
         const size_t rb = row_bytes(&f, n);
         std::vector<uint8_t> out((size_t)rows * rb);
         nb::gil_scoped_release nogil;
-        return bench_quant_act(e.quant_act, x.data(), out.data(), rows, n, rb, reps);
+        return bench_quant_act(e.quant_act.fn, x.data(), out.data(), rows, n, rb, reps);
     }, nb::arg("id"), nb::arg("x"), nb::arg("reps"), nb::arg("isa") = -1);
     m.def("bench_from_float", [](uintptr_t fn, F32In x, size_t row_bytes, int reps) {
         const int64_t n = (int64_t)x.shape(1), rows = (int64_t)x.shape(0);

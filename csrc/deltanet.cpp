@@ -228,7 +228,7 @@ void Engine::deltanet_state(int layer, int T, const std::vector<int> &run_slot, 
     // 5. the delta rule per (run, value head), tokens in order; o into dout_[T][H_v][S]
     dout_.resize((size_t)T * vd);
     {
-        const delta_fn delta = delta_kernel().fn;
+        const delta_fn delta = kernel_table().delta.fn;
         const int64_t items = (int64_t)n_runs * Hv;
         const int parts = (int)std::min<int64_t>(items, threads > 1 ? (int64_t)threads * 4 : 1);
         ThreadPool::instance().run(parts, [&](int i, int nth) {

@@ -187,6 +187,12 @@ static bool turned_off(const char *name, int isa) {
     return true;
 }
 
+// A level's kernel in a slot replaces the level below's, unless LOWBIT_NO_<NAME>=1 turns it off.
+template <class Fn>
+static void take(KernelSlot<Fn> &running, const KernelSlot<Fn> &level) {
+    if (level.fn && !turned_off(level.name, level.isa)) running = level;
+}
+
 // Overwrite `dst` with what `src` (one level's registrations) provides, kernel by kernel.
 static void overlay(KernelEntry &dst, const KernelEntry &src) {
     for (int nt = 1; nt <= MAX_NT; ++nt) {
@@ -203,11 +209,7 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
         dst.gemm_min_nt = off ? 0 : src.gemm_min_nt;
     }
     if (src.dequant) dst.dequant = src.dequant;
-    if (src.quant_act && !turned_off(src.quant_act_name, src.quant_act_isa)) {
-        dst.quant_act = src.quant_act;
-        dst.quant_act_name = src.quant_act_name;
-        dst.quant_act_isa = src.quant_act_isa;
-    }
+    take(dst.quant_act, src.quant_act);
     if (src.quant_w) dst.quant_w = src.quant_w;
 }
 
@@ -239,13 +241,12 @@ static void fill_table() {
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
         overlay(running.i8s, level.i8s);
         // LOWBIT_NO_ATTN_F16_<LEVEL>=1 / LOWBIT_NO_GLU_<LEVEL>=1: keep the level below's
-        if (level.attn.fn && !turned_off(level.attn.name, level.attn.isa)) running.attn = level.attn;
-        if (level.mla.fn && !turned_off(level.mla.name, level.mla.isa)) running.mla = level.mla;
-        if (level.attnq.fn && !turned_off(level.attnq.name, level.attnq.isa)) running.attnq = level.attnq;
-        if (level.attnq_rows.fn && !turned_off(level.attnq_rows.name, level.attnq_rows.isa))
-            running.attnq_rows = level.attnq_rows;
-        if (level.glu.fn && !turned_off(level.glu.name, level.glu.isa)) running.glu = level.glu;
-        if (level.delta.fn && !turned_off(level.delta.name, level.delta.isa)) running.delta = level.delta;
+        take(running.attn, level.attn);
+        take(running.mla, level.mla);
+        take(running.attnq, level.attnq);
+        take(running.attnq_rows, level.attnq_rows);
+        take(running.glu, level.glu);
+        take(running.delta, level.delta);
         // a level the ladder skips (not built) runs what the level below it runs
         for (int i = rk; i < kOrderLen; ++i) {
             g_levels[kOrder[i]] = running;
@@ -295,36 +296,11 @@ const KernelEntry &kernel_entry_at(int type_id, int isa) {
 }
 
 bool level_available(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_ready[isa]; }
-const AttnKernel &attn_kernel() { ensure_table(); return g_levels[g_cpu.selected].attn; }
-const AttnKernel &attn_kernel_at(int isa) {
-    static const AttnKernel none{};
-    return level_available(isa) ? g_levels[isa].attn : none;
-}
-const MlaKernel &mla_kernel() { ensure_table(); return g_levels[g_cpu.selected].mla; }
-const MlaKernel &mla_kernel_at(int isa) {
-    static const MlaKernel none{};
-    return level_available(isa) ? g_levels[isa].mla : none;
-}
-const AttnQKernel &attn_q_kernel() { ensure_table(); return g_levels[g_cpu.selected].attnq; }
-const AttnQKernel &attn_q_kernel_at(int isa) {
-    static const AttnQKernel none{};
-    return level_available(isa) ? g_levels[isa].attnq : none;
-}
-const AttnQRowsKernel &attn_q_rows_kernel() { ensure_table(); return g_levels[g_cpu.selected].attnq_rows; }
-const AttnQRowsKernel &attn_q_rows_kernel_at(int isa) {
-    static const AttnQRowsKernel none{};
-    return level_available(isa) ? g_levels[isa].attnq_rows : none;
-}
-const GluKernel &glu_kernel() { ensure_table(); return g_levels[g_cpu.selected].glu; }
-const GluKernel &glu_kernel_at(int isa) {
-    static const GluKernel none{};
-    return level_available(isa) ? g_levels[isa].glu : none;
-}
-
-const DeltaKernel &delta_kernel() { ensure_table(); return g_levels[g_cpu.selected].delta; }
-const DeltaKernel &delta_kernel_at(int isa) {
-    static const DeltaKernel none{};
-    return level_available(isa) ? g_levels[isa].delta : none;
+const KernelTable &kernel_table(int isa) {
+    ensure_table();
+    static const KernelTable none{};  // every fn null
+    if (isa < 0) return g_levels[g_cpu.selected];
+    return level_available(isa) ? g_levels[isa] : none;
 }
 
 bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_built[isa]; }
@@ -402,11 +378,11 @@ static std::vector<OpStat> op_stats(const Counter (&ctr)[N][ISA_COUNT], KeyName 
     return out;
 }
 std::vector<OpStat> glu_stats() {
-    return op_stats(g_glu_ctr, [](int k, int l) { return std::pair<int, const char *>{k, glu_kernel_at(l).name}; });
+    return op_stats(g_glu_ctr, [](int k, int l) { return std::pair<int, const char *>{k, kernel_table(l).glu.name}; });
 }
 std::vector<OpStat> quant_stats() {
     return op_stats(g_quant_ctr, [](int s, int l) {
-        return std::pair<int, const char *>{id_of(s), kernel_entry_at(id_of(s), l).quant_act_name};
+        return std::pair<int, const char *>{id_of(s), kernel_entry_at(id_of(s), l).quant_act.name};
     });
 }
 

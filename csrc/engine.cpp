@@ -359,8 +359,8 @@ const uint8_t *Engine::quantize_input(const Mat &m, const float *x, int T, bool 
     if (!(reuse_act && act_type_ == af.id)) {
         if (act_.size() < *arb * T) act_.resize(*arb * T);
         const KernelEntry &qe = kernel_entry(af.id);
-        for (int t = 0; t < T; ++t) qe.quant_act(x + (size_t)t * m.n, act_.data() + (size_t)t * *arb, m.n);
-        count_quant(af.id, qe.quant_act_isa, T, (int64_t)T * m.n);
+        for (int t = 0; t < T; ++t) qe.quant_act.fn(x + (size_t)t * m.n, act_.data() + (size_t)t * *arb, m.n);
+        count_quant(af.id, qe.quant_act.isa, T, (int64_t)T * m.n);
         act_type_ = af.id;
     }
     return act_.data();
@@ -583,14 +583,14 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
     const float scale = c_.attn_scale > 0.0f ? 1.0f : 1.0f / std::sqrt((float)hd);
     const int64_t items = (int64_t)T * nh;
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
-    const attn_f16_fn attn16 = attn_kernel().fn;
-    const attn_q_fn attnq = attn_q_kernel().fn;
+    const attn_f16_fn attn16 = kernel_table().attn.fn;
+    const attn_q_fn attnq = kernel_table().attnq.fn;
     const bool quant = kv_quant();
-    const quant_act_fn q8 = kernel_entry(T_Q8_0).quant_act;  // q as Q8_0 (ggml's from_float)
+    const quant_act_fn q8 = kernel_entry(T_Q8_0).quant_act.fn;  // q as Q8_0 (ggml's from_float)
     // token t's first key: llama.cpp's standard sliding window masks key p0 when pos - p0 >= window
     auto first_key = [&](int t) { return L.window > 0 && pos[t] + 1 > L.window ? pos[t] + 1 - L.window : 0; };
     if (!quant && c_.kv_f16 && hd % 8 == 0 && (group > 1 || T > 1)) {
-        const mla_f16_fn rows16 = mla_kernel().fn;
+        const mla_f16_fn rows16 = kernel_table().mla.fn;
         attention_blocks(q, T, slots, pos, out, nh, c_.n_kv, hd, maxlen, L.attn_sinks, threads, first_key,
                          [&](int kvh, int slot, int first, const float *qb, int nrows, const int32_t *lens,
                              const float *sinks, float *sc, float *ob) {
@@ -600,7 +600,7 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
         return;
     }
     if (quant && (group > 1 || T > 1)) {  // the same blocks over the quantized cache's head rows
-        const attn_q_rows_fn rowsq = attn_q_rows_kernel().fn;
+        const attn_q_rows_fn rowsq = kernel_table().attnq_rows.fn;
         attention_blocks(q, T, slots, pos, out, nh, c_.n_kv, hd, maxlen, L.attn_sinks, threads, first_key,
                          [&](int kvh, int slot, int first, const float *qb, int nrows, const int32_t *lens,
                              const float *sinks, float *sc, float *ob) {
@@ -689,7 +689,7 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
     const size_t n = (size_t)T * gate.rows;
     if (g_.size() < n) g_.resize(n);
     const Format &fg = *format_by_id(gate.type), &fu = *format_by_id(up.type);
-    const GluKernel &glu = glu_kernel();
+    const GluKernel &glu = kernel_table().glu;
     const int kind = glu_kind(c_.ffn_act);
     const glu_fn epilogue = kind == GLU_SWIGLU_OAI ? ref::glu : glu.fn;  // (OAI: the reference only)
     const int isa = cpu_info().selected;
@@ -943,7 +943,7 @@ size_t Engine::kv_bytes(int n) const {
 // from_float (the level's activation quantizer, byte-identical to it), Q4_0 by
 // quantize_row_q4_0_ref (ggml's CPU from_float for Q4_0), half by rounding to nearest even.
 void kv_store_row(int type, const float *x, int64_t n, uint8_t *dst) {
-    if (type == T_Q8_0) kernel_entry(T_Q8_0).quant_act(x, dst, n);
+    if (type == T_Q8_0) kernel_entry(T_Q8_0).quant_act.fn(x, dst, n);
     else if (type == T_Q4_0) quant::row_q4_0(x, dst, n, nullptr);
     else
         for (int64_t i = 0; i < n; ++i) {

@@ -109,7 +109,7 @@ struct EngineConfig {
     bool kv_f16 = true;          // KV cache in IEEE half (as llama.cpp's default), else float32
     // With kv_f16: the K and V caches' formats, each T_F16 (as llama.cpp's default), T_Q8_0 or
     // T_Q4_0 (ggml's blocks of 32 along head_dim, quantized as llama.cpp writes its cache; a
-    // quantized cache runs attn_q_kernel() / attn_q_rows_kernel(), llama.cpp's flash-attention
+    // quantized cache runs kernel_table().attnq / kernel_table().attnq_rows, llama.cpp's flash-attention
     // arithmetic). A quantized V needs a quantized K (the kernel's pairs); either quantized needs
     // head_dim % 32 == 0.
     int kv_k = T_F16, kv_v = T_F16;
@@ -367,7 +367,7 @@ private:
     // A quantized cache (kv_quant()): head-major as the half one, [slot][layer][kv head][n_ctx][head
     // bytes] (kv_head_row), one head's row its head_dim / 32 blocks (khead_ / vhead_ bytes; V in
     // half if only K is quantized): a head's keys, and its values, are each one contiguous stream,
-    // read once per GQA group by attn_q_rows_kernel(). k16_ ... empty.
+    // read once per GQA group by kernel_table().attnq_rows. k16_ ... empty.
     std::vector<uint8_t> kq_, vq_;
     size_t khead_ = 0, vhead_ = 0;
     // llama.cpp's attention rotation of a quantized cache (llama-kv-cache.cpp attn_rot_k / _v):

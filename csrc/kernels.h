@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "formats.h"
 
@@ -63,11 +64,17 @@ int isa_rank(int isa);
 constexpr int MAX_NT = 8;
 constexpr int MAX_TYPE_ID = 1024 + 8;
 
-struct RowKernel {
-    rows_fn fn = nullptr;
-    const char *name = nullptr;  // e.g. "rows_q4_0_q8_0_scalar"
+// One slot of the kernel table: the function a level registered, its name (what `lowbit info`
+// and the counters print, and what LOWBIT_NO_<NAME>=1 turns off) and the level it belongs to.
+// Every kind of kernel (row kernels, GEMMs, attention, GLU, delta-net) is a KernelSlot of its
+// function type.
+template <class Fn>
+struct KernelSlot {
+    Fn fn = nullptr;
+    const char *name = nullptr;  // e.g. "rows_q4_0_q8_0_scalar", "attn_f16_avx2"
     int isa = ISA_SCALAR;
 };
+using RowKernel = KernelSlot<rows_fn>;
 
 struct KernelEntry {
     RowKernel rows[MAX_NT + 1];       // indexed by nt (1..8)
@@ -78,11 +85,22 @@ struct KernelEntry {
     RowKernel gemm;
     int gemm_min_nt = 0;
     dequant_fn dequant = nullptr;
-    quant_act_fn quant_act = nullptr; // for activation formats
-    const char *quant_act_name = nullptr;  // e.g. "quant_act_q8_0_avx2" (LOWBIT_NO_<NAME>, lowbit info)
-    int quant_act_isa = ISA_SCALAR;
+    KernelSlot<quant_act_fn> quant_act;  // activation formats: e.g. "quant_act_q8_0_avx2"
     quant_w_fn quant_w = nullptr;
 };
+
+// A level's row kernel templated on its window: rows[nt] = make(std::integral_constant<int, nt>)
+// for nt = 1..MAX_NT, all under one name, e.g.
+//   set_rows_each_nt(t.at(T_Q4_0), "rows_q4_0_q8_0_avx", ISA_AVX,
+//                    [](auto nt) { return &rows_nt<FQ4_0, decltype(nt)::value>; });
+template <class Make, int... I>
+void set_rows_each_nt(KernelEntry &e, const char *name, int isa, Make make, std::integer_sequence<int, I...>) {
+    ((e.rows[I + 1] = RowKernel{make(std::integral_constant<int, I + 1>{}), name, isa}), ...);
+}
+template <class Make>
+void set_rows_each_nt(KernelEntry &e, const char *name, int isa, Make make) {
+    set_rows_each_nt(e, name, isa, make, std::make_integer_sequence<int, MAX_NT>{});
+}
 
 // The table, indexed by type id. Filled once (dispatch.cpp); read-only afterwards.
 const KernelEntry &kernel_entry(int type_id);
@@ -112,13 +130,7 @@ void register_i8mm(KernelTable &t);      // csrc/arm/i8mm/register.cpp (+ SMMLA)
 // A query row's result never depends on the other rows of its window (I2).
 using attn_f16_fn = void (*)(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd,
                              float scale, float sink, float *sc, float *out);
-struct AttnKernel {
-    attn_f16_fn fn = nullptr;
-    const char *name = nullptr;
-    int isa = ISA_SCALAR;
-};
-const AttnKernel &attn_kernel();  // what dispatch selected
-const AttnKernel &attn_kernel_at(int isa);  // what runs at level isa (tests); fn null if unavailable
+using AttnKernel = KernelSlot<attn_f16_fn>;
 
 // Attention of nq query rows that share one half cache's key and value rows: DeepSeek MLA
 // (csrc/mla.cpp: the heads of one or several tokens against the slot's latent rows, K = V, as
@@ -133,13 +145,7 @@ const AttnKernel &attn_kernel_at(int isa);  // what runs at level isa (tests); f
 //   call read each cache row once for all of them. Cache values must be finite.
 using mla_f16_fn = void (*)(const float *q, int nq, const int32_t *lens, const uint16_t *K, const uint16_t *V, int dk,
                             int dv, size_t kd, float scale, const float *sinks, float *sc, float *out);
-struct MlaKernel {
-    mla_f16_fn fn = nullptr;
-    const char *name = nullptr;
-    int isa = ISA_SCALAR;
-};
-const MlaKernel &mla_kernel();
-const MlaKernel &mla_kernel_at(int isa);
+using MlaKernel = KernelSlot<mla_f16_fn>;
 // Attention of one query row against a quantized KV cache (lowbit --kv q8_0 | q4_0; ggml's
 // block formats, 32 values per block along head_dim, so a head's row is hd / 32 whole blocks):
 //   qq: the query as hd / 32 Q8_0 blocks (ggml's from_float for Q8_0: llama.cpp's flash
@@ -164,13 +170,7 @@ const MlaKernel &mla_kernel_at(int isa);
 // dots, float probabilities, V accumulated in float and divided by the sum at the end.
 using attn_q_fn = void (*)(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, int v_type, const uint8_t *V,
                            size_t vs, int len, int hd, float scale, float sink, float *sc, float *out);
-struct AttnQKernel {
-    attn_q_fn fn = nullptr;
-    const char *name = nullptr;  // e.g. "attn_q_avx2" (LOWBIT_NO_ATTN_Q_AVX2=1 turns it off)
-    int isa = ISA_SCALAR;
-};
-const AttnQKernel &attn_q_kernel();            // what dispatch selected
-const AttnQKernel &attn_q_kernel_at(int isa);  // what runs at level isa (tests)
+using AttnQKernel = KernelSlot<attn_q_fn>;  // e.g. "attn_q_avx2" (LOWBIT_NO_ATTN_Q_AVX2=1 turns it off)
 
 // Attention of nq query rows that share one head's quantized K and V rows (a GQA group's heads,
 // and the tokens of one slot's prompt block: Engine::attention), as mla_f16_fn is for the half cache:
@@ -186,13 +186,7 @@ const AttnQKernel &attn_q_kernel_at(int isa);  // what runs at level isa (tests)
 using attn_q_rows_fn = void (*)(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K,
                                 size_t ks, int v_type, const uint8_t *V, size_t vs, int hd, float scale,
                                 const float *sinks, float *sc, float *out);
-struct AttnQRowsKernel {
-    attn_q_rows_fn fn = nullptr;
-    const char *name = nullptr;  // e.g. "attn_q_rows_avx2" (LOWBIT_NO_ATTN_Q_ROWS_AVX2=1 turns it off)
-    int isa = ISA_SCALAR;
-};
-const AttnQRowsKernel &attn_q_rows_kernel();            // what dispatch selected
-const AttnQRowsKernel &attn_q_rows_kernel_at(int isa);  // what runs at level isa (tests)
+using AttnQRowsKernel = KernelSlot<attn_q_rows_fn>;  // e.g. "attn_q_rows_avx2" (LOWBIT_NO_ATTN_Q_ROWS_AVX2=1 turns it off)
 // The rows one by one through a level's attn_q_fn F: the scalar level's attn_q_rows_fn (over
 // ref::attend_q) and the levels without a shared kernel of their own (aarch64). Bitwise the
 // contract by construction; no cache row is shared.
@@ -227,13 +221,7 @@ void attn_q_rows_by_row(const uint8_t *qq, int nq, const int32_t *lens, int k_ty
 enum GluKind : int { GLU_SILU = 0, GLU_RELU2 = 1, GLU_SWIGLU_OAI = 2, GLU_GEGLU = 3 };
 constexpr float kSwigluOaiAlpha = 1.702f, kSwigluOaiLimit = 7.0f;
 using glu_fn = void (*)(const float *g, const float *u, float *out, int64_t n, int kind);
-struct GluKernel {
-    glu_fn fn = nullptr;
-    const char *name = nullptr;  // e.g. "glu_avx512"
-    int isa = ISA_SCALAR;
-};
-const GluKernel &glu_kernel();            // what dispatch selected
-const GluKernel &glu_kernel_at(int isa);  // what runs at level isa (tests compare levels)
+using GluKernel = KernelSlot<glu_fn>;  // e.g. "glu_avx512"
 // Counters of epilogue calls per (kind, level of the table used): values = elements.
 void count_glu(int kind, int isa, int64_t rows, int64_t values);
 
@@ -246,13 +234,7 @@ void count_glu(int kind, int isa, int64_t rows, int64_t values);
 // the token's slot or the thread), so chunked prefill and decode give the same bits (I8).
 using delta_fn = void (*)(float *M, const float *k, const float *q, const float *v, float decay, float beta,
                           float scale, float *o, int S);
-struct DeltaKernel {
-    delta_fn fn = nullptr;
-    const char *name = nullptr;
-    int isa = ISA_SCALAR;
-};
-const DeltaKernel &delta_kernel();            // what dispatch selected
-const DeltaKernel &delta_kernel_at(int isa);  // what runs at level isa (tests)
+using DeltaKernel = KernelSlot<delta_fn>;
 
 struct KernelTable {
     KernelEntry e[64];
@@ -264,15 +246,17 @@ struct KernelTable {
     GluKernel glu;    // the FFN's gate/up epilogue
     DeltaKernel delta;  // the delta-net state update (hybrid Qwen models)
     KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }
+    const KernelEntry &at(int id) const { return id == T_I8_S ? i8s : e[id]; }
     void set_rows_all(int id, rows_fn f, const char *name, int isa) {
         for (int nt = 1; nt <= MAX_NT; ++nt) at(id).rows[nt] = RowKernel{f, name, isa};
     }
-    void set_quant_act(int id, quant_act_fn f, const char *name, int isa) {
-        at(id).quant_act = f;
-        at(id).quant_act_name = name;
-        at(id).quant_act_isa = isa;
-    }
+    void set_quant_act(int id, quant_act_fn f, const char *name, int isa) { at(id).quant_act = {f, name, isa}; }
 };
+
+// The kernel table dispatch selected (isa < 0: the highest level this CPU runs, below any
+// LOWBIT_MAX_ISA cap), or what runs at level isa (tests compare levels; an empty table, every fn
+// null, if isa is not available here). Filled once (dispatch.cpp); read-only afterwards.
+const KernelTable &kernel_table(int isa = -1);
 
 // Call counters per (type id, nt, level of the table used): which path really ran
 // (lowbit.kernels.stats()). nt = 0 counts the entry's GEMM (one call per matmul).

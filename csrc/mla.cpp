@@ -108,7 +108,7 @@ void Engine::mla_attention(int layer, const float *x, int T, const int32_t *slot
         for (int t = 0; t < T; ++t)
             for (int g = 0; g < G; ++g) items.push_back({t, t + 1, (int)((int64_t)g * nh / G), (int)((int64_t)(g + 1) * nh / G)});
     }
-    const mla_f16_fn kern = mla_kernel().fn;
+    const mla_f16_fn kern = kernel_table().mla.fn;
     const int64_t n_items = (int64_t)items.size();
     const int64_t parts = threads > 1 ? std::min<int64_t>(n_items, (int64_t)threads * 4) : 1;
     ThreadPool::instance().run((int)parts, [&](int i, int nth) {

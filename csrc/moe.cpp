@@ -66,8 +66,8 @@ static size_t act_bytes(const Format &af, int64_t n) {
 static void quant_rows(const Format &af, const float *x, int64_t rows, int64_t n, size_t xs, uint8_t *dst,
                        size_t arb, int threads) {
     if (rows <= 0) return;
-    const quant_act_fn q = af.id == T_F32 ? nullptr : kernel_entry(af.id).quant_act;
-    if (q) count_quant(af.id, kernel_entry(af.id).quant_act_isa, rows, rows * n);
+    const quant_act_fn q = af.id == T_F32 ? nullptr : kernel_entry(af.id).quant_act.fn;
+    if (q) count_quant(af.id, kernel_entry(af.id).quant_act.isa, rows, rows * n);
     auto one = [&](int64_t r) {
         if (q) q(x + (size_t)r * xs, dst + (size_t)r * arb, n);
         else std::memcpy(dst + (size_t)r * arb, x + (size_t)r * xs, (size_t)n * sizeof(float));
@@ -251,7 +251,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     const uint8_t *xg = xs_.data(), *xu = same_act ? xs_.data() : us_.data();
 
     // 5a. gate and up with the GLU epilogue fused (glu_rows, as the dense FFN): eg_[s][ef]
-    const GluKernel &glu = glu_kernel();
+    const GluKernel &glu = kernel_table().glu;
     const int kind = glu_kind(c_.ffn_act);
     const glu_fn epilogue = kind == GLU_SWIGLU_OAI ? ref::glu : glu.fn;  // (OAI: the reference only)
     eg_.resize((size_t)S * ef);

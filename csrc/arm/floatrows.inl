@@ -87,15 +87,7 @@ void rows_float(const RowArgs &a, int64_t r0, int64_t r1, int) {
 
 template <class W>
 void set_float(KernelTable &t, int id, const char *name) {
-    KernelEntry &e = t.at(id);
-    e.rows[1] = RowKernel{rows_float<W, 1>, name, LOWBIT_ISA};
-    e.rows[2] = RowKernel{rows_float<W, 2>, name, LOWBIT_ISA};
-    e.rows[3] = RowKernel{rows_float<W, 3>, name, LOWBIT_ISA};
-    e.rows[4] = RowKernel{rows_float<W, 4>, name, LOWBIT_ISA};
-    e.rows[5] = RowKernel{rows_float<W, 5>, name, LOWBIT_ISA};
-    e.rows[6] = RowKernel{rows_float<W, 6>, name, LOWBIT_ISA};
-    e.rows[7] = RowKernel{rows_float<W, 7>, name, LOWBIT_ISA};
-    e.rows[8] = RowKernel{rows_float<W, 8>, name, LOWBIT_ISA};
+    set_rows_each_nt(t.at(id), name, LOWBIT_ISA, [](auto nt) { return &rows_float<W, decltype(nt)::value>; });
 }
 
 }  // namespace

@@ -923,15 +923,7 @@ constexpr rows_fn rows_nt = NT >= DT<NT>::NO_LICM_FROM ? rows_hi<DT, NT> : rows_
 
 template <template <int> class D>
 void set_rows(KernelTable &t, int id, const char *name) {
-    auto &e = t.at(id);
-    e.rows[1] = RowKernel{rows_nt<D, 1>, name, LOWBIT_ISA};
-    e.rows[2] = RowKernel{rows_nt<D, 2>, name, LOWBIT_ISA};
-    e.rows[3] = RowKernel{rows_nt<D, 3>, name, LOWBIT_ISA};
-    e.rows[4] = RowKernel{rows_nt<D, 4>, name, LOWBIT_ISA};
-    e.rows[5] = RowKernel{rows_nt<D, 5>, name, LOWBIT_ISA};
-    e.rows[6] = RowKernel{rows_nt<D, 6>, name, LOWBIT_ISA};
-    e.rows[7] = RowKernel{rows_nt<D, 7>, name, LOWBIT_ISA};
-    e.rows[8] = RowKernel{rows_nt<D, 8>, name, LOWBIT_ISA};
+    set_rows_each_nt(t.at(id), name, LOWBIT_ISA, [](auto nt) { return rows_nt<D, decltype(nt)::value>; });
 }
 
 }  // namespace

@@ -115,7 +115,7 @@ std::vector<uint8_t> make_acts(int act, int nt, int64_t n, int pattern, size_t &
     stride = row_bytes(A, n);
     std::vector<uint8_t> out(stride * nt);
     std::vector<float> x(n);
-    const quant_act_fn q = kernel_entry_at(act, ISA_SCALAR).quant_act;
+    const quant_act_fn q = kernel_entry_at(act, ISA_SCALAR).quant_act.fn;
     for (int t = 0; t < nt; ++t) {
         uint8_t *dst = &out[stride * t];
         if (pattern == 0 || act == T_F32) {
@@ -264,8 +264,8 @@ void check_quant(int isa, int act) {
         for (size_t k = 0; k < rowsv.size(); ++k) {
             const size_t rb = row_bytes(A, len);
             std::vector<uint8_t> a(rb, 0), b(rb, 0);
-            ref.quant_act(rowsv[k].data(), a.data(), len);
-            e.quant_act(rowsv[k].data(), b.data(), len);
+            ref.quant_act.fn(rowsv[k].data(), a.data(), len);
+            e.quant_act.fn(rowsv[k].data(), b.data(), len);
             size_t at = 0;
             while (at < rb && a[at] == b[at]) ++at;
             char buf[160] = "";
@@ -278,7 +278,7 @@ void check_quant(int isa, int act) {
 // The GLU epilogue: the level's against the reference's, bitwise, both kinds, odd lengths,
 // edge values (exp's range ends, NaN, +-inf, denormals), out aliasing g.
 void check_glu(int isa) {
-    const GluKernel &ref = glu_kernel_at(ISA_SCALAR), &k = glu_kernel_at(isa);
+    const GluKernel &ref = kernel_table(ISA_SCALAR).glu, &k = kernel_table(isa).glu;
     const float edge[] = {0.f, -0.f, 88.7f, -88.7f, 89.f, -104.f, 133.f, -133.f, 200.f, -200.f, 1e-40f, -1e-40f,
                           INFINITY, -INFINITY, NAN, 3.4e38f, -3.4e38f, 0.5f, -17.f};
     for (int kind : {(int)GLU_SILU, (int)GLU_RELU2})
@@ -305,7 +305,7 @@ void check_glu(int isa) {
 
 // Attention over a half KV cache: the level's against the reference's, bitwise (aarch64).
 void check_attn(int isa) {
-    const AttnKernel &ref = attn_kernel_at(ISA_SCALAR), &k = attn_kernel_at(isa);
+    const AttnKernel &ref = kernel_table(ISA_SCALAR).attn, &k = kernel_table(isa).attn;
     for (int hd : {64, 80, 128})
         for (int len : {1, 3, 4, 9, 37}) {
             const size_t kd = (size_t)hd + 16;
@@ -326,8 +326,8 @@ void check_attn(int isa) {
 
 // Attention over a quantized KV cache: the level's against the reference's, bitwise (aarch64).
 void check_attn_q(int isa) {
-    const AttnQKernel &ref = attn_q_kernel_at(ISA_SCALAR), &k = attn_q_kernel_at(isa);
-    const quant_act_fn q8 = kernel_entry_at(T_Q8_0, ISA_SCALAR).quant_act;
+    const AttnQKernel &ref = kernel_table(ISA_SCALAR).attnq, &k = kernel_table(isa).attnq;
+    const quant_act_fn q8 = kernel_entry_at(T_Q8_0, ISA_SCALAR).quant_act.fn;
     auto row_bytes_of = [](int type, int hd) {
         return type == T_F16 ? (size_t)2 * hd : (size_t)(hd / QK) * (type == T_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0));
     };
@@ -380,7 +380,7 @@ void check_attn_q(int isa) {
 // DeepSeek MLA over a half latent cache: the level's against the reference's, bitwise, and each
 // query row bitwise its result alone (aarch64).
 void check_mla(int isa) {
-    const MlaKernel &ref = mla_kernel_at(ISA_SCALAR), &k = mla_kernel_at(isa);
+    const MlaKernel &ref = kernel_table(ISA_SCALAR).mla, &k = kernel_table(isa).mla;
     struct Shape { int dk, dv; };
     for (Shape sh : {Shape{72, 64}, Shape{37, 30}, Shape{576, 512}})
         for (int nq : {1, 2, 3, 5, 8})
@@ -436,22 +436,22 @@ int main(int argc, char **argv) {
         const int p0 = g_pass, f0 = g_fail;
         for (int act : kActs) {
             const KernelEntry &e = kernel_entry_at(act, isa);
-            check(e.quant_act && e.quant_act_isa != ISA_SCALAR,
+            check(e.quant_act.fn && e.quant_act.isa != ISA_SCALAR,
                   lv(isa) + " has a SIMD quantizer for " + format_by_id(act)->name);
             check_quant(isa, act);
         }
         if (isa != ISA_AVX)  // (avx leaves the GLU to the reference)
-            check(glu_kernel_at(isa).isa != ISA_SCALAR, lv(isa) + " has a SIMD GLU epilogue");
-        if (glu_kernel_at(isa).isa != ISA_SCALAR) check_glu(isa);
+            check(kernel_table(isa).glu.isa != ISA_SCALAR, lv(isa) + " has a SIMD GLU epilogue");
+        if (kernel_table(isa).glu.isa != ISA_SCALAR) check_glu(isa);
         if (isa != ISA_AVX)  // (avx leaves attention to the reference)
-            check(attn_kernel_at(isa).isa != ISA_SCALAR, lv(isa) + " has a SIMD attention kernel");
-        if (attn_kernel_at(isa).isa != ISA_SCALAR) check_attn(isa);
+            check(kernel_table(isa).attn.isa != ISA_SCALAR, lv(isa) + " has a SIMD attention kernel");
+        if (kernel_table(isa).attn.isa != ISA_SCALAR) check_attn(isa);
         if (isa != ISA_AVX) {  // (avx leaves the quantized-cache and MLA attention to the reference)
-            check(attn_q_kernel_at(isa).isa != ISA_SCALAR, lv(isa) + " has a SIMD quantized-cache attention kernel");
-            check(mla_kernel_at(isa).isa != ISA_SCALAR, lv(isa) + " has a SIMD MLA attention kernel");
+            check(kernel_table(isa).attnq.isa != ISA_SCALAR, lv(isa) + " has a SIMD quantized-cache attention kernel");
+            check(kernel_table(isa).mla.isa != ISA_SCALAR, lv(isa) + " has a SIMD MLA attention kernel");
         }
-        if (attn_q_kernel_at(isa).isa != ISA_SCALAR) check_attn_q(isa);
-        if (mla_kernel_at(isa).isa != ISA_SCALAR) check_mla(isa);
+        if (kernel_table(isa).attnq.isa != ISA_SCALAR) check_attn_q(isa);
+        if (kernel_table(isa).mla.isa != ISA_SCALAR) check_mla(isa);
         for (const Fmt &f : kFormats) {
             if (!covered(isa, f.id)) continue;
             const Format *F = format_by_id(f.id);

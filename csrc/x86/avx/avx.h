@@ -131,15 +131,7 @@ void rows_nt(const RowArgs &a, int64_t r0, int64_t r1, int) {
 
 template <class F>
 void set_rows(KernelTable &t, int id, const char *name) {
-    KernelEntry &e = t.at(id);
-    e.rows[1] = RowKernel{rows_nt<F, 1>, name, ISA_AVX};
-    e.rows[2] = RowKernel{rows_nt<F, 2>, name, ISA_AVX};
-    e.rows[3] = RowKernel{rows_nt<F, 3>, name, ISA_AVX};
-    e.rows[4] = RowKernel{rows_nt<F, 4>, name, ISA_AVX};
-    e.rows[5] = RowKernel{rows_nt<F, 5>, name, ISA_AVX};
-    e.rows[6] = RowKernel{rows_nt<F, 6>, name, ISA_AVX};
-    e.rows[7] = RowKernel{rows_nt<F, 7>, name, ISA_AVX};
-    e.rows[8] = RowKernel{rows_nt<F, 8>, name, ISA_AVX};
+    set_rows_each_nt(t.at(id), name, ISA_AVX, [](auto nt) { return &rows_nt<F, decltype(nt)::value>; });
 }
 
 }  // namespace

@@ -76,15 +76,7 @@ void rows_float(const RowArgs &a, int64_t r0, int64_t r1, int) {
 
 template <class W>
 void set_float(KernelTable &t, int id, const char *name) {
-    KernelEntry &e = t.at(id);
-    e.rows[1] = RowKernel{rows_float<W, 1>, name, ISA_AVX};
-    e.rows[2] = RowKernel{rows_float<W, 2>, name, ISA_AVX};
-    e.rows[3] = RowKernel{rows_float<W, 3>, name, ISA_AVX};
-    e.rows[4] = RowKernel{rows_float<W, 4>, name, ISA_AVX};
-    e.rows[5] = RowKernel{rows_float<W, 5>, name, ISA_AVX};
-    e.rows[6] = RowKernel{rows_float<W, 6>, name, ISA_AVX};
-    e.rows[7] = RowKernel{rows_float<W, 7>, name, ISA_AVX};
-    e.rows[8] = RowKernel{rows_float<W, 8>, name, ISA_AVX};
+    set_rows_each_nt(t.at(id), name, ISA_AVX, [](auto nt) { return &rows_float<W, decltype(nt)::value>; });
 }
 
 }  // namespace
