@@ -79,6 +79,33 @@ inline __m256 exp8(__m256 x) {
     return _mm256_andnot_ps(low, _mm256_mul_ps(p, two_n));
 }
 
+// The probabilities of one query row, in place: s[j] = half(e_j / sum) for j < len, e_j =
+// exp(s_j - mx) (mx: the row's max score, its sink included), the sum in 8 lanes over the keys
+// below len & ~7, then the tail keys in order, then the sink's exp (a sink of -inf: none).
+inline void probs_half(float *s, int len, float mx, float sink) {
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256 vsum = _mm256_setzero_ps();
+    const int full = len & ~7;
+    int j;
+    for (j = 0; j < full; j += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmx));
+        _mm256_storeu_ps(s + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = reduce1(vsum);
+    if (full < len) {
+        alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (j = full; j < len; ++j) tail[j - full] = s[j] - mx;
+        _mm256_store_ps(tail, exp8(_mm256_load_ps(tail)));
+        for (j = full; j < len; ++j) { s[j] = tail[j - full]; sum += s[j]; }
+    }
+    if (sink > -INFINITY) sum += std::exp(sink - mx);  // and its exp the denominator, after the keys'
+    const __m256 vinv = _mm256_set1_ps(1.0f / sum);
+    for (j = 0; j < full; j += 8) _mm256_storeu_ps(s + j, round_half8(_mm256_mul_ps(_mm256_loadu_ps(s + j), vinv)));
+    const float inv = 1.0f / sum;
+    for (j = full; j < len; ++j) s[j] = _cvtsh_ss(_cvtss_sh(s[j] * inv, _MM_FROUND_TO_NEAREST_INT));
+}
+
 // out[d0 .. d0+8C) = sum_j p_j * V_j[d0 ..]: C output registers live across all keys, each
 // lane summed over j in increasing order (the same order for any chunking of d).
 template <int C>
@@ -141,27 +168,7 @@ void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int l
     }
     mx = sink > mx ? sink : mx;  // an attention sink joins the max (none: -inf changes nothing)
 
-    // e_j = exp(s_j - max); the sum in 8 lanes over the groups of 8, then the tail in order
-    const __m256 vmx = _mm256_set1_ps(mx);
-    __m256 vsum = _mm256_setzero_ps();
-    const int full = len & ~7;
-    for (j = 0; j < full; j += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmx));
-        _mm256_storeu_ps(sc + j, e);
-        vsum = _mm256_add_ps(vsum, e);
-    }
-    float sum = reduce1(vsum);
-    if (full < len) {
-        alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (j = full; j < len; ++j) tail[j - full] = sc[j] - mx;
-        _mm256_store_ps(tail, exp8(_mm256_load_ps(tail)));
-        for (j = full; j < len; ++j) { sc[j] = tail[j - full]; sum += sc[j]; }
-    }
-    if (sink > -INFINITY) sum += std::exp(sink - mx);  // and its exp the denominator, after the keys'
-    const __m256 vinv = _mm256_set1_ps(1.0f / sum);
-    for (j = 0; j < full; j += 8) _mm256_storeu_ps(sc + j, round_half8(_mm256_mul_ps(_mm256_loadu_ps(sc + j), vinv)));
-    const float inv = 1.0f / sum;
-    for (j = full; j < len; ++j) sc[j] = _cvtsh_ss(_cvtss_sh(sc[j] * inv, _MM_FROUND_TO_NEAREST_INT));
+    probs_half(sc, len, mx, sink);
 
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) pv_chunk<8>(sc, V, len, kd, d0, out);
@@ -332,25 +339,7 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
         for (j = full; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
         const float sink = sinks ? sinks[r] : -INFINITY;
         mx = sink > mx ? sink : mx;  // an attention sink joins the max (none: -inf changes nothing)
-        const __m256 vmx = _mm256_set1_ps(mx);
-        __m256 vsum = _mm256_setzero_ps();
-        for (j = 0; j < full; j += 8) {
-            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmx));
-            _mm256_storeu_ps(s + j, e);
-            vsum = _mm256_add_ps(vsum, e);
-        }
-        float sum = reduce1(vsum);
-        if (full < len) {
-            alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            for (j = full; j < len; ++j) tail[j - full] = s[j] - mx;
-            _mm256_store_ps(tail, exp8(_mm256_load_ps(tail)));
-            for (j = full; j < len; ++j) { s[j] = tail[j - full]; sum += s[j]; }
-        }
-        if (sink > -INFINITY) sum += std::exp(sink - mx);  // and its exp the denominator, after the keys'
-        const __m256 vinv = _mm256_set1_ps(1.0f / sum);
-        for (j = 0; j < full; j += 8) _mm256_storeu_ps(s + j, round_half8(_mm256_mul_ps(_mm256_loadu_ps(s + j), vinv)));
-        const float inv = 1.0f / sum;
-        for (j = full; j < len; ++j) s[j] = _cvtsh_ss(_cvtss_sh(s[j] * inv, _MM_FROUND_TO_NEAREST_INT));
+        probs_half(s, len, mx, sink);
         for (j = len; j < maxlen; ++j) s[j] = 0.0f;
     }
     // values: out[r] = sum_j p_rj V_j[0..dv), keys in blocks of KB, rows by 4 (each group up to
