@@ -19,6 +19,7 @@ llama-cpp-python's server runs with --interrupt_requests False: it queues concur
 from __future__ import annotations
 
 import concurrent.futures as cf
+import http.client
 import json
 import os
 import socket
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 
 PROMPTS = ["Once upon a time, in a kingdom by the sea,", "The history of the printing press begins",
            "def quicksort(items):", "Ten facts about the planet Jupiter:", "Dear diary, today I",
@@ -81,14 +83,22 @@ class _Proc:
 
 def _stream(url: str, prompt: str, tokens: int, bias: dict, t0: float) -> tuple[int, float, float]:
     """One streaming completion: (tokens, time to the first text, time of the last), times from t0
-    (seconds); tokens from the last event's usage (else the events with text)."""
-    import httpx
-    body = {"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True, "logit_bias": bias}
+    (seconds); tokens from the last event's usage (else the events with text).
+
+    The load generator shares the server's cores here, so it is the standard library's HTTP
+    client, not httpx: httpx's streaming took 0.7-0.8 ms of CPU per token against 0.1-0.2 for
+    this, CPU the server's threads lost (BENCHMARKS.md, "the benchmark's own client")."""
+    parts = urllib.parse.urlsplit(url)
+    body = json.dumps({"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True, "logit_bias": bias})
     n, first, last = 0, float("nan"), float("nan")
-    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
+    try:
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status} from {url}/v1/completions: {r.read()[:200]!r}")
+        while line := r.readline():  # the SSE lines, through the chunked transfer encoding
+            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
                 continue
             ev = json.loads(line[6:])
             if ev.get("usage"):  # tokens, not events (with --coalesce an event carries several)
@@ -99,6 +109,8 @@ def _stream(url: str, prompt: str, tokens: int, bias: dict, t0: float) -> tuple[
                     first = now
                 last = now
                 n += 1
+    finally:
+        conn.close()
     return n, first, last
 
 
