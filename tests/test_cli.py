@@ -145,6 +145,14 @@ def test_too_many_threads_warn_and_are_capped():
     assert f"lowbit: warning: -t/--threads 1000 is more than the {n} CPUs this process may use; using {n}" in r.stderr
 
 
+def test_a_context_too_large_for_memory_is_a_one_line_error():
+    # 10^8 positions of the default model's f16 cache are ~2.3 TB: the allocation fails, and the
+    # error names the context and what to lower (it was nanobind's bare "std::bad_alloc")
+    r = cli("run", "-c", 100_000_000, "-n", "1", "-p", "hi")
+    one_line_error(r, "out of memory allocating the KV cache and buffers for a context of 100000000 positions", code=1)
+    assert "lower the context (-c/--ctx" in r.stderr
+
+
 def test_ctx_above_training_warns_and_full_context_is_announced():
     train = lowbit.load(n_ctx=8).config.train_ctx
     r = cli("run", "-c", train + 1, "-n", "1", "--temp", "0")

@@ -549,6 +549,15 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
     """The native engine of config c holding layers [l0, l1) of n_layer (default c.n_layer; the MTP
     drafter's engine has n_layer + 1 layers and holds only the last, an attention layer)."""
     n_layer = c.n_layer if n_layer is None else n_layer
+    try:
+        return _engine(c, n_ctx, n_slots, l0, l1, kv_k, kv_v, n_layer)
+    except MemoryError:  # the KV cache and the buffers, sized by n_ctx x n_slots, did not fit
+        raise MemoryError(f"out of memory allocating the KV cache and buffers for a context of {n_ctx} "
+                          f"positions x {n_slots} slot(s) (kv {kv_k}/{kv_v}): lower the context "
+                          f"(-c/--ctx, n_ctx=) or the slots (--parallel, n_slots=)") from None
+
+
+def _engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k: str, kv_v: str, n_layer: int):
     return lib.Engine(n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, n_ctx,
                       c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, n_slots,
                       qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
