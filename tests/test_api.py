@@ -315,6 +315,17 @@ def test_completion_defaults_are_llama_cpp_pythons_and_bad_arguments_are_refused
         smol.create_chat_completion([{"role": "user", "content": "hi"}], top_logprobs=2)
 
 
+def test_bad_prompts_and_token_ids_are_refused(smol):
+    with pytest.raises(ValueError, match="no tokens"):
+        smol.logits([])
+    with pytest.raises(ValueError, match="token id 999999 outside the vocabulary"):
+        smol.logits([1, 999999])
+    with pytest.raises(TypeError, match="text or a list of token ids, not NoneType"):
+        list(smol.generate(None, max_tokens=2))
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        list(smol.generate([], max_tokens=2))
+
+
 def test_a_directory_is_a_gguf_error(tmp_path):
     with pytest.raises(lowbit.GGUFError, match="is a directory"):
         lowbit.load(str(tmp_path))

@@ -361,6 +361,8 @@ def generate(model, prompt, max_tokens: int | None = 128, stop: list[str] | str 
     stats.stop tells why it ended ("eog", "stop", "max_tokens", "context").
     The generation claims a KV slot of `model` (Model.sequence) until it ends or is closed.
     """
+    if not isinstance(prompt, (str, list, tuple, np.ndarray)):
+        raise TypeError(f"the prompt must be text or a list of token ids, not {type(prompt).__name__}")
     ids = model.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
     if not ids:
         raise ValueError("the prompt is empty")

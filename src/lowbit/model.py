@@ -955,6 +955,8 @@ class Model:
         """Raw logits (before any sampling) of every position of `tokens`, from an empty
         context, in chunks of `chunk` tokens: float32[len(tokens), vocab]. Row i scores the
         token after tokens[:i + 1]. Uses slot 0 (a live generation there re-reads its context)."""
+        if len(tokens) == 0:
+            raise ValueError("logits: no tokens (give at least one token id)")
         self.reset()
         out = [self.forward(tokens[i:i + chunk], all_logits=True) for i in range(0, len(tokens), chunk)]
         return np.concatenate(out)
