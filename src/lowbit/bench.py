@@ -399,6 +399,18 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     print(f"lowbit decode: {work['bytes'] / 1e6:.0f} MB of weights per token, {res['decode_gbs']:.1f} GB/s = "
           f"{100 * res['decode_gbs'] / res['membw_gbs']:.0f}% of the read bandwidth ({res['membw_gbs']:.1f} GB/s, "
           f"{threads} threads, bench membw)", file=out)
+    if t:  # the peer against the same limits: what a ratio to it would ask of this machine
+        lw = model_work(llama_model) if llama_model else work
+        res["llama_prefill_gmacs"] = lw["macs"] * res["llama_prefill_tps"] / 1e9
+        res["llama_decode_gbs"] = lw["bytes"] * res["llama_decode_tps"] / 1e9
+        if pk:
+            print(f"llama.cpp prefill: {res['llama_prefill_gmacs']:.1f} GMAC/s = "
+                  f"{100 * res['llama_prefill_gmacs'] / pk:.0f}% of the int8 peak; 3x llama.cpp would be "
+                  f"{300 * work['macs'] * res['llama_prefill_tps'] / 1e9 / pk:.0f}% of it", file=out)
+        print(f"llama.cpp decode: {lw['bytes'] / 1e6:.0f} MB per token, {res['llama_decode_gbs']:.1f} GB/s = "
+              f"{100 * res['llama_decode_gbs'] / res['membw_gbs']:.0f}% of the read bandwidth; 2x llama.cpp would "
+              f"read lowbit's {work['bytes'] / 1e6:.0f} MB at "
+              f"{200 * work['bytes'] * res['llama_decode_tps'] / 1e9 / res['membw_gbs']:.0f}% of it", file=out)
     return res
 
 
