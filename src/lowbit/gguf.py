@@ -258,7 +258,9 @@ def _advise_huge_map(mm: mmap.mmap) -> None:
     in are 2 MB folios, mapped by one TLB entry each, and stay so for every later map of the file
     (pages already cached in 4 KB folios stay as they are until they are evicted). On the Zen 3
     VM of BENCHMARKS.md ("BitNet I2_S decode at DRAM speed") decode from 4 KB pages ran at
-    0.75-0.8x of the same weights in 2 MB pages: a guest's TLB miss is a nested page walk.
+    0.7-0.9x of the same weights in 2 MB pages (a guest's TLB miss is a nested page walk). A file
+    the page cache already holds in 4 KB folios (written by small writes, e.g. just quantized)
+    keeps them until evicted: --hugepages is the remedy for it.
     Advisory: where the kernel cannot do it, nothing changes."""
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:
