@@ -1,6 +1,8 @@
 """GGUF loading: a valid file round-trips; every kind of damage is a GGUFError, never a crash."""
 import json
+import mmap
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -221,6 +223,30 @@ def test_hugepages_are_huge():
     # to small pages when memory is fragmented, so ask for most, not all
     assert gguf.huge_page_bytes(f) >= (size - (4 << 20)) // 2, (gguf.huge_page_bytes(f), size)
     assert gguf.huge_page_bytes(gguf.open(path, memory="copy")) <= size // 2 or _thp() == "always"
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE") or not os.path.exists("/proc/self/smaps"),
+                    reason="Linux's MADV_HUGEPAGE and /proc/self/smaps")
+def test_the_map_is_advised_huge(tmp_path):
+    """The default map carries MADV_HUGEPAGE (VmFlags "hg"), so the page cache reads the file in
+    2 MB folios where the kernel can; the copy modes are not maps of the file."""
+    from lowbit.model import default_model_path
+    path = str(tmp_path / "m.gguf")
+    shutil.copyfile(default_model_path(), path)
+    f = gguf.open(path)
+
+    def flags():
+        out, cur = [], False
+        for line in open("/proc/self/smaps").read().splitlines():
+            if not line[:1].isupper():  # a mapping's header line: address range, ..., path
+                cur = line.endswith(path)
+            elif cur and line.startswith("VmFlags:"):
+                out.append(line.split()[1:])
+        return out
+
+    maps = flags()
+    assert len(maps) == 1 and "hg" in maps[0], maps
+    assert f.tensors  # (the map stays alive until here)
 
 
 def test_mlock_pins_or_warns():

@@ -140,6 +140,23 @@ def test_bench_e2e_survives_a_crashing_peer(clean_env, tmp_path, path):
     assert "decode" in text and "llama.cpp peer:" in text
 
 
+def test_bench_e2e_loads_lowbit_s_weights_as_asked(clean_env, tmp_path, path, monkeypatch):
+    """bench e2e's memory (the CLI's --no-mmap / --hugepages / --mlock) reaches lowbit's load and
+    is printed; llama.cpp's side (here a crashing fake peer) is not affected."""
+    from lowbit import bench, model
+    clean_env.setenv(peer.ENV_FORCE, "on")
+    clean_env.setenv(peer.ENV_PYTHON, fake_peer(tmp_path, "*worker*"))
+    seen = []
+    real = model.load
+    monkeypatch.setattr(model, "load", lambda *a, **k: (seen.append(k), real(*a, **k))[1])
+    out = io.StringIO()
+    res = bench.bench_e2e(path, threads=1, prompt_tokens=16, gen_tokens=2, reps=1, out=out,
+                          memory=dict(memory="copy", mlock=False))
+    assert [(k["memory"], k["mlock"]) for k in seen] == [("copy", False)]
+    assert res["memory"] == "copy" and "lowbit's weights: copy" in out.getvalue()
+    assert res["lowbit_decode_tps"] > 0
+
+
 def test_the_server_launcher_applies_the_flag(clean_env, tmp_path):
     """`python -m lowbit.peer server off ...` runs llama_cpp.server's main with the flag set
     (its --help is enough to start it without a model)."""

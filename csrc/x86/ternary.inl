@@ -293,8 +293,12 @@ struct Z2 { VZ a, b; };
 #endif
 struct I2sPacked {
     const uint8_t *w;  // the row's raw bytes, 32 per block
+    // The weight stream's prefetch: the line kPrefetchAhead bytes past block b. A block is half
+    // a line, so i2s_row asks for it at the even blocks only (asking per block issued every
+    // prefetch twice); every line is still asked for, since the even blocks' addresses step by
+    // 64 bytes (by 32 where a row of an odd block count meets the next).
+    LB_TN_INLINE void prefetch(int64_t b) const { prefetch_ahead(w + (size_t)b * 32, 64); }
     LB_TN_INLINE Y2 y01(int64_t b, const Consts *k) const {
-        prefetch_ahead(w + (size_t)b * 32, 32);
         const VY raw = ldy(w + (size_t)b * 32);
         return {_mm256_and_si256(_mm256_srli_epi16(raw, 6), cy(k->m3)),
                 _mm256_and_si256(_mm256_srli_epi16(raw, 4), cy(k->m3))};
@@ -306,14 +310,12 @@ struct I2sPacked {
     // One 16-bit shift by 4 brings bits 5:4 to 1:0 and bits 7:6 to 3:2 of each byte (the
     // neighbour byte's bits land at 7:4 and are masked off): 1 shift + 4 ands, not 3 + 4.
     LB_TN_INLINE Y4 y4(int64_t b, const Consts *k) const {
-        prefetch_ahead(w + (size_t)b * 32, 32);
         const VY raw = ldy(w + (size_t)b * 32), hi = _mm256_srli_epi16(raw, 4);
         return {_mm256_and_si256(hi, cy(k->m3)), _mm256_and_si256(raw, cy(k->m3)),
                 _mm256_and_si256(hi, cy(k->m12)), _mm256_and_si256(raw, cy(k->m12))};
     }
 #if LB_TN_ISA == 3
     LB_TN_INLINE Z2 z(int64_t b, const Consts *k) const {
-        prefetch_ahead(w + (size_t)b * 32, 32);
         const VZ rawz = bcast2(w + (size_t)b * 32);
         return {planes2z(rawz, k->sh_6_4, k), planes2z(rawz, k->sh_2_0, k)};
     }
@@ -322,6 +324,7 @@ struct I2sPacked {
 // Decoded planes: 128 bytes per block, plane p (codes of weights 32p .. 32p + 31) at 32p.
 struct I2sPlanes {
     const uint8_t *c;
+    LB_TN_INLINE void prefetch(int64_t) const {}  // (the scratch is in L1)
     LB_TN_INLINE Y2 y01(int64_t b, const Consts *) const {
         return {ldy(c + (size_t)b * 128), ldy(c + (size_t)b * 128 + 32)};
     }
@@ -343,6 +346,7 @@ LB_TN_INLINE void i2s_decode_planes(const uint8_t *w, uint8_t *c, int64_t nb) {
     const Consts *const k = kc<false>();
     const I2sPacked src{w};
     for (int64_t b = 0; b < nb; ++b) {
+        if (!(b & 1)) src.prefetch(b);
         const auto [c0, c1] = src.y01(b, k);
         const auto [c2, c3] = src.y23(b, k);
         uint8_t *const o = c + (size_t)b * 128;
@@ -359,6 +363,7 @@ LB_TN_INLINE void i2s_decode_planes(const uint8_t *w, uint8_t *c, int64_t nb) {
 #define LB_I2S_BLOCK_Y                                                                              \
     auto block = [&](int64_t b) __attribute__((always_inline)) {                                    \
         const size_t qo = (size_t)b * QK_I2S;                                                       \
+        if (!(b & 1)) src.prefetch(b);                                                              \
         {   /* planes 0, 1: bits 7:6 and 5:4 -> q[0..63] of the block */                            \
             const auto [c0, c1] = src.y01(b, kc<kI2sLaunder<NT>>());                                \
             LB_TN_EACH(LB_I2S_STEP01)                                                               \
@@ -422,22 +427,43 @@ LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r, size_t t0
 #if LB_TN_ISA == 1
         if constexpr (NT == 1) {
             // GEMV (Y4): A (codes, planes 1 and 3) and B (4 x codes, planes 0 and 2) in int16,
-            // folded every I2S_GEMV_FOLD_N blocks (FOLD = 1: every block) and at the row's tail.
-            constexpr int G = FOLD == 1 ? 1 : I2S_GEMV_FOLD_N;
+            // folded every G <= I2S_GEMV_FOLD_N blocks (FOLD = 1: every block) and at the row's tail.
+            // Groups of G blocks, G even (within the fold bound), run unrolled: no loop branch
+            // inside a group, and the prefetch at blocks b0 and b0 + 2 (b0 is even) without a
+            // test. The last nb % G blocks form a shorter group. (The integer sums are exact: the
+            // grouping does not change them.)
+            constexpr int G = FOLD == 1 ? 1 : I2S_GEMV_FOLD_N & ~1;
+            static_assert(FOLD == 1 || (G % 2 == 0 && G <= I2S_GEMV_FOLD_N), "GEMV groups: even, within the bound");
             const Consts *const k = kc<false>();
-            VY u = zy();
-            for (int64_t b0 = 0; b0 < nb; b0 += G) {
-                const int64_t b1 = b0 + G < nb ? b0 + G : nb;
-                VY A = zy(), B = zy();
-                for (int64_t b = b0; b < b1; ++b) {
-                    const uint8_t *const q = qlo + (size_t)b * QK_I2S;
-                    const Y4 c = src.y4(b, k);
-                    A = pin(_mm256_add_epi16(A, _mm256_add_epi16(_mm256_maddubs_epi16(c.c1, ldy(q + 32)),
-                                                                 _mm256_maddubs_epi16(c.c3, ldy(q + 96)))));
-                    B = pin(_mm256_add_epi16(B, _mm256_add_epi16(_mm256_maddubs_epi16(c.c0x4, ldy(q)),
-                                                                 _mm256_maddubs_epi16(c.c2x4, ldy(q + 64)))));
-                }
+            VY u = zy(), A, B;
+            auto step = [&](int64_t b) __attribute__((always_inline)) {
+                const uint8_t *const q = qlo + (size_t)b * QK_I2S;
+                const Y4 c = src.y4(b, k);
+                A = pin(_mm256_add_epi16(A, _mm256_add_epi16(_mm256_maddubs_epi16(c.c1, ldy(q + 32)),
+                                                             _mm256_maddubs_epi16(c.c3, ldy(q + 96)))));
+                B = pin(_mm256_add_epi16(B, _mm256_add_epi16(_mm256_maddubs_epi16(c.c0x4, ldy(q)),
+                                                             _mm256_maddubs_epi16(c.c2x4, ldy(q + 64)))));
+            };
+            auto fold = [&]() __attribute__((always_inline)) {
                 u = _mm256_add_epi32(u, _mm256_madd_epi16(_mm256_add_epi16(A, _mm256_srai_epi16(B, 2)), cy(k->one16)));
+            };
+            int64_t b0 = 0;
+            for (; b0 + G <= nb; b0 += G) {
+                A = zy(), B = zy();
+#pragma GCC unroll 8
+                for (int j = 0; j < G; ++j) {
+                    if (G % 2 ? !((b0 + j) & 1) : j % 2 == 0) src.prefetch(b0 + j);  // (G = 1: FOLD = 1)
+                    step(b0 + j);
+                }
+                fold();
+            }
+            if (b0 < nb) {
+                A = zy(), B = zy();
+                for (int64_t b = b0; b < nb; ++b) {
+                    if (!(b & 1)) src.prefetch(b);
+                    step(b);
+                }
+                fold();
             }
             LB_PUT(0, hsum_i32(u));
         } else {
@@ -489,6 +515,7 @@ LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r, size_t t0
 #undef LB_DECL
         for (int64_t b = 0; b < nb; ++b) {
             const size_t qo = (size_t)b * QK_I2S;
+            if (!(b & 1)) src.prefetch(b);
             const auto [cA, cB] = src.z(b, kc<kI2sLaunder<NT>>());
 #define LB_STEP(t) \
     if constexpr (NT > t) s##t = pin(kI2sChain<NT> ? dot2z_chain(s##t, cA, LB_TQ(t, qo), cB, LB_TQ(t, qo + 64)) \

@@ -270,7 +270,8 @@ def kv_cache_bytes(m, n: int) -> tuple[int, int]:
 
 
 def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_tokens: int, reps: int,
-              out=sys.stdout, llama_model: str | None = None, warmup: bool = True, kv: dict | None = None) -> dict:
+              out=sys.stdout, llama_model: str | None = None, warmup: bool = True, kv: dict | None = None,
+              memory: dict | None = None) -> dict:
     """lowbit and llama.cpp (llama-cpp-python) on the same GGUF, prompt and thread count.
 
     llama_model: llama.cpp runs this file instead (the same model in a format llama.cpp reads,
@@ -279,14 +280,15 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     Prefill: a prompt of `prompt_tokens` tokens from an empty cache. Decode: `gen_tokens`
     greedy tokens after it. llama.cpp's times are its own perf counters (no Python in them);
     lowbit's are wall times of model.forward (Python included). Medians of `reps` runs, after a
-    warm-up run of each (warmup False: none; long prompts).
+    warm-up run of each (warmup False: none; long prompts). memory: lowbit's weights in memory
+    (load's memory / mlock; default the map of the file), llama.cpp's are its own default.
     """
     import time
 
     from . import peer
     from .model import default_model_path, load
     path = model_path or default_model_path()
-    m = load(path, n_ctx=prompt_tokens + gen_tokens + 8, threads=threads, **(kv or {}))
+    m = load(path, n_ctx=prompt_tokens + gen_tokens + 8, threads=threads, **(kv or {}), **(memory or {}))
     toks = m.tokenize(E2E_PROMPT * (prompt_tokens // 8 + 1))[:prompt_tokens]
     # llama.cpp with the same KV cache formats; a quantized cache runs its flash attention (a
     # quantized V needs it; lowbit's quantized attention computes as it does)
@@ -355,6 +357,7 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
                lowbit_prefill_tps=len(toks) / o[0], lowbit_decode_tps=gen_tokens / o[1],
                llama_prefill_tps=len(toks) / t[0] if t else None, llama_decode_tps=gen_tokens / t[1] if t else None)
     res["kv"] = f"{m.kv_k}/{m.kv_v}"  # K / V cache formats, both sides (llama.cpp: flash attention if quantized)
+    res["memory"] = (memory or {}).get("memory", "mmap")  # lowbit's weights: mmap, copy or hugepages
     res["kv_bytes_per_token"] = m.engine.kv_bytes(1)
     res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"] if t else None
     res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"] if t else None
@@ -377,7 +380,8 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     print(f"# {res['model']}{vs}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
           f"median of {reps}", file=out)
     fa = ", llama.cpp with flash attention" if quant_kv else ""
-    print(f"# KV cache K/V {res['kv']} ({res['kv_bytes_per_token']} bytes per token{fa})", file=out)
+    print(f"# KV cache K/V {res['kv']} ({res['kv_bytes_per_token']} bytes per token{fa}); lowbit's weights: "
+          f"{res['memory']}", file=out)
     print(f"# {res['peer']}", file=out)
     if crashed:
         print(f"# {crashed}: llama.cpp's columns are empty", file=out)
@@ -745,12 +749,14 @@ def add_parser(sub) -> None:
     e.add_argument("--llama-model", default=None,
                    help="llama.cpp runs this GGUF instead of -m (the same model in a format it reads, e.g. "
                         "TQ2_0 for an I2_S file)")
-    from .cli import kv_args, kv_kwargs
+    from .cli import _memory, _memory_args, kv_args, kv_kwargs
     kv_args(e)
+    _memory_args(e)
     plot.option(e)
     e.set_defaults(func=lambda a: plot.after(a, "e2e", bench_e2e(a.model, a.threads, a.prompt_tokens, a.gen_tokens,
                                                                  a.reps, llama_model=a.llama_model,
-                                                                 warmup=a.warmup, kv=kv_kwargs(a))))
+                                                                 warmup=a.warmup, kv=kv_kwargs(a),
+                                                                 memory=_memory(a))))
     kvp = bs.add_parser("kv", help="decode tok/s at a long context per KV cache format (f16, q8_0, q4_0) "
                                    "and llama.cpp's, in one run")
     kvp.add_argument("-m", "--model", default=None, help="GGUF file (default: the default model)")

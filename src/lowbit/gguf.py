@@ -204,7 +204,8 @@ def open(path: str | os.PathLike, memory: str = "mmap", mlock: bool = False,  # 
 
     memory: where the tensors' bytes live.
       "mmap"       a read-only map of the file (the default): nothing is read before it is used,
-                   pages are shared with the page cache and with other processes.
+                   pages are shared with the page cache and with other processes; advised
+                   MADV_HUGEPAGE (the page cache's 2 MB folios where the kernel has them).
       "copy"       the file read into private anonymous memory up front (llama.cpp's --no-mmap).
       "hugepages"  as "copy", the memory advised MADV_HUGEPAGE before it is touched, so the
                    kernel backs it with 2 MB pages where it can (transparent huge pages in
@@ -230,6 +231,7 @@ def open(path: str | os.PathLike, memory: str = "mmap", mlock: bool = False,  # 
             raise GGUFError(f"{path}: header: empty file")
         if memory == "mmap":
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            _advise_huge_map(mm)
         else:
             mm = _read_copy(fd, path, size, memory == "hugepages", progress)
     except OSError as e:
@@ -248,6 +250,23 @@ def open(path: str | os.PathLike, memory: str = "mmap", mlock: bool = False,  # 
     if mlock:
         f.locked = _mlock(mm, size)
     return f
+
+
+def _advise_huge_map(mm: mmap.mmap) -> None:
+    """MADV_HUGEPAGE on the file's map. Where the page cache keeps large folios (Linux 6.x with
+    ext4 or xfs, transparent huge pages in "madvise" or "always" mode), the pages this map reads
+    in are 2 MB folios, mapped by one TLB entry each, and stay so for every later map of the file
+    (pages already cached in 4 KB folios stay as they are until they are evicted). On the Zen 3
+    VM of BENCHMARKS.md ("BitNet I2_S decode at DRAM speed") decode from 4 KB pages ran at
+    0.7-0.9x of the same weights in 2 MB pages (a guest's TLB miss is a nested page walk). A file
+    the page cache already holds in 4 KB folios (written by small writes, e.g. just quantized)
+    keeps them until evicted: --hugepages is the remedy for it.
+    Advisory: where the kernel cannot do it, nothing changes."""
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            mm.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # (EINVAL where THP is compiled out)
+            pass
 
 
 def _read_copy(fd: int, path: str, size: int, huge: bool, progress: bool) -> mmap.mmap:
