@@ -273,7 +273,8 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     if (!same_act) gather(au, ub, us_);
     const uint8_t *xg = xs_.data(), *xu = same_act ? xs_.data() : us_.data();
 
-    // 5a. gate and up with the GLU epilogue fused (glu_rows, as the dense FFN): eg_[s][ef]
+    // The GLU epilogue, and the call counters of the kernels step 5 runs (per expert: gate and
+    // up with the GLU fused, as the dense FFN, into eg_[s][ef]; down into ed_[s][dim])
     const GluKernel &glu = glu_kernel();
     const int kind = glu_kind(c_.ffn_act);
     const glu_fn epilogue = kind == GLU_SWIGLU_OAI ? ref::glu : glu.fn;  // (OAI: the reference only)
