@@ -38,7 +38,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -140,12 +139,9 @@ void run_items(size_t n_items, int threads, F &&fn) {
     });
 }
 
-// Wait (spin, then yield the core) until *flag is set by another thread of the dispatch.
+// Wait (spin, then yield the core: wait_step) until *flag is set by another thread of the dispatch.
 inline void wait_flag(const int32_t *flag) {
-    for (int s = 0; !__atomic_load_n(flag, __ATOMIC_ACQUIRE); ++s) {
-        if (s < 2048) __builtin_ia32_pause();
-        else sched_yield();
-    }
+    for (int s = 0; !__atomic_load_n(flag, __ATOMIC_ACQUIRE); ++s) wait_step(s);
 }
 }  // namespace
 
