@@ -91,6 +91,9 @@ struct LayerWeights {
 };
 
 // Per-layer counters of the forward passes since the last reset (lowbit run --stats).
+// One item of the MoE expert pool's work list (moe.cpp): rows [r0, r1) of expert e's matrix.
+struct MoeItem { int e, r0, r1; };
+
 struct LayerStats {
     int64_t calls = 0, tokens = 0;
     int64_t distinct_experts = 0;  // summed over calls: experts used by at least one token of the window
@@ -412,6 +415,10 @@ private:
     std::vector<float> rlog_, rx_, wsel_, eg_, ed_, sh_, mo_;
     std::vector<int32_t> sel_, slot_of_, slot_tok_, ecount_, eoff_;
     std::vector<uint8_t> xq_, xs_, us_, ys_;
+    // the expert pool's work list and, per expert, gate/up items left and "down may start"
+    // (moe.cpp; atomics through __atomic builtins, in plain vectors reused across calls)
+    std::vector<MoeItem> items_;
+    std::vector<int32_t> eleft_, eready_;
     std::vector<std::vector<int32_t>> routes_;
     std::vector<std::vector<float>> rgap_;
     bool stats_on_ = false;

@@ -22,8 +22,9 @@
 //      nt = the expert's token count, chunked by 8: the rows are decoded once per 8
 //      tokens), the experts' gate / up biases if any, the GLU epilogue (SwiGLU, ReLU^2 or
 //      gpt-oss's clamped SwiGLU by c_.ffn_act) fused on those rows (glu_rows,
-//      csrc/matmul.cpp); then those rows quantized per slot, and a second work list for down
-//      (plus the down bias, if any).
+//      csrc/matmul.cpp); then those rows quantized per slot, and the down items (plus the down
+//      bias, if any). Gate/up and down are ONE work list in one pool dispatch: an expert's
+//      down items start once its gate/up items are done (per-expert counters, below).
 //   6. out[t] = sum over k = 0..K-1 (rank order) of w[t][k] * down_slot(t,k); plus the
 //      shared expert: qwen2moe's times sigmoid(ffn_gate_inp_shexp . x), glm4moe's as it is.
 // Router lookahead (optional, Engine::lookahead below) only reads pages ahead.
@@ -62,22 +63,34 @@ static size_t act_bytes(const Format &af, int64_t n) {
     return af.id == T_F32 ? (size_t)n * sizeof(float) : row_bytes(&af, n);
 }
 
+// Activation format af's quantizer (nullptr for F32: the floats are copied), counted for
+// `rows` rows of n values (the caller counts once per phase, on its own thread).
+static quant_act_fn act_quantizer(const Format &af, int64_t rows, int64_t n) {
+    const quant_act_fn q = af.id == T_F32 ? nullptr : kernel_entry(af.id).quant_act.fn;
+    if (q && rows > 0) count_quant(af.id, kernel_entry(af.id).quant_act.isa, rows, rows * n);
+    return q;
+}
+
+// rows [r0, r1) of x[r * xs .. + n) -> dst + r * arb through q (act_quantizer's; nullptr: copy)
+static void quant_span(quant_act_fn q, const float *x, int64_t r0, int64_t r1, int64_t n, size_t xs, uint8_t *dst,
+                       size_t arb) {
+    for (int64_t r = r0; r < r1; ++r) {
+        if (q) q(x + (size_t)r * xs, dst + (size_t)r * arb, n);
+        else std::memcpy(dst + (size_t)r * arb, x + (size_t)r * xs, (size_t)n * sizeof(float));
+    }
+}
+
 // rows x[r * xs .. + n) -> dst + r * arb in activation format af, split over threads.
 static void quant_rows(const Format &af, const float *x, int64_t rows, int64_t n, size_t xs, uint8_t *dst,
                        size_t arb, int threads) {
     if (rows <= 0) return;
-    const quant_act_fn q = af.id == T_F32 ? nullptr : kernel_entry(af.id).quant_act.fn;
-    if (q) count_quant(af.id, kernel_entry(af.id).quant_act.isa, rows, rows * n);
-    auto one = [&](int64_t r) {
-        if (q) q(x + (size_t)r * xs, dst + (size_t)r * arb, n);
-        else std::memcpy(dst + (size_t)r * arb, x + (size_t)r * xs, (size_t)n * sizeof(float));
-    };
+    const quant_act_fn q = act_quantizer(af, rows, n);
     // a decode step's few rows: on the calling thread (a pool round trip costs more)
     const int nth = rows * n <= (1 << 16) ? 1 : (int)std::min<int64_t>(threads, rows);
     ThreadPool::instance().run(nth, [&](int i, int nt) {
         int64_t b, e;
         split_range(rows, i, nt, &b, &e);
-        for (int64_t r = b; r < e; ++r) one(r);
+        quant_span(q, x, b, e, n, xs, dst, arb);
     });
 }
 
@@ -92,7 +105,7 @@ static void softmax(float *v, int n) {
 }
 
 namespace {
-struct Item { int e, r0, r1; };
+using Item = MoeItem;
 
 // One weight matrix of the pool: expert e's rows start at w + e * rows_per_expert * stride.
 struct ExpertMat {
@@ -102,10 +115,9 @@ struct ExpertMat {
     const uint8_t *w(int e) const { return m->w + (size_t)e * rows * m->stride; }
 };
 
-// Row ranges of every used expert, about 8 items per thread (at least 16 rows each, a
+// Appends to items the row ranges of every used expert, about 8 items per thread (at least 16 rows each, a
 // multiple of 16), so the atomic work list balances uneven token counts across threads.
 void make_items(std::vector<Item> &items, const std::vector<int32_t> &count, int64_t rows, int threads) {
-    items.clear();
     int64_t active = 0;
     for (int32_t c : count) active += c > 0;
     int64_t ch = rows * active / ((int64_t)threads * 8);
@@ -116,13 +128,20 @@ void make_items(std::vector<Item> &items, const std::vector<int32_t> &count, int
             for (int64_t r0 = 0; r0 < rows; r0 += ch) items.push_back({(int)e, (int)r0, (int)std::min(rows, r0 + ch)});
 }
 
+// The work list's items in claim order, by as many threads as there are items (at most
+// `threads`): fn(item index).
 template <class F>
-void run_items(const std::vector<Item> &items, int threads, F &&fn) {
+void run_items(size_t n_items, int threads, F &&fn) {
     std::atomic<size_t> next{0};
-    const int nth = (int)std::min<size_t>((size_t)threads, items.size());
+    const int nth = (int)std::min<size_t>((size_t)threads, n_items);
     ThreadPool::instance().run(nth, [&](int, int) {
-        for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < items.size();) fn(items[i]);
+        for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) fn(i);
     });
+}
+
+// Wait (spin, then yield the core: wait_step) until *flag is set by another thread of the dispatch.
+inline void wait_flag(const int32_t *flag) {
+    for (int s = 0; !__atomic_load_n(flag, __ATOMIC_ACQUIRE); ++s) wait_step(s);
 }
 }  // namespace
 
@@ -250,7 +269,8 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     if (!same_act) gather(au, ub, us_);
     const uint8_t *xg = xs_.data(), *xu = same_act ? xs_.data() : us_.data();
 
-    // 5a. gate and up with the GLU epilogue fused (glu_rows, as the dense FFN): eg_[s][ef]
+    // The GLU epilogue, and the call counters of the kernels step 5 runs (per expert: gate and
+    // up with the GLU fused, as the dense FFN, into eg_[s][ef]; down into ed_[s][dim])
     const GluKernel &glu = kernel_table().glu;
     const int kind = glu_kind(c_.ffn_act);
     const glu_fn epilogue = kind == GLU_SWIGLU_OAI ? ref::glu : glu.fn;  // (OAI: the reference only)
@@ -267,32 +287,46 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
         }
         if (ecount_[(size_t)e] > 0) count_glu(kind, glu.isa, ef, (int64_t)ecount_[(size_t)e] * ef);
     }
-    std::vector<Item> items;
-    make_items(items, ecount_, ef, threads);
-    const uint64_t gid = new_act_id();  // (xs_ / us_ stay unchanged for the phase)
-    run_items(items, threads, [&](const Item &it) {
-        const int64_t off = eoff_[(size_t)it.e], cnt = ecount_[(size_t)it.e];
-        // expert it.e's gate and up rows; the experts' tensors carry no output scale
-        const RowMat g{format_by_id(G.m->type), G.k, G.w(it.e), G.m->stride, G.m->scale, 1.0f};
-        const RowMat u{format_by_id(U.m->type), U.k, U.w(it.e), U.m->stride, U.m->scale, 1.0f};
-        const float *bg = L.gate_exps_b ? L.gate_exps_b + (size_t)it.e * ef : nullptr;
-        const float *bu = L.up_exps_b ? L.up_exps_b + (size_t)it.e * ef : nullptr;
-        glu_rows(g, xg + (size_t)off * gb, gb, u, xu + (size_t)off * ub, ub, cnt, dim, epilogue, kind, it.r0, it.r1,
-                 glu_tile_rows(g, u, cnt), eg_.data() + (size_t)off * ef, (size_t)ef, bg, bu, gid);
-    });
-
-    if (collect_)
-        for (int e = 0; e < E; ++e)
-            record_act(L.down_exps, eg_.data() + (size_t)eoff_[(size_t)e] * ef, ecount_[(size_t)e], e, E);
-
-    // 5b. down: the SwiGLU rows quantized per slot, then ed_[s][dim]
+    // 5. gate/up, then down, in ONE pool dispatch: the work list is every used expert's gate/up
+    // items followed by every used expert's down items, in the same expert order, claimed from
+    // one counter, so both threads stream expert rows back to back from the first gate row to
+    // the last down row (no barrier, no serial quantization between the two phases). The thread
+    // that finishes an expert's last gate/up item quantizes that expert's SwiGLU rows (its
+    // slots) for down and marks it ready; a down item waits for its expert's mark (all gate/up
+    // items are claimed before any down item, by threads that are running them, so the wait
+    // ends; in practice the first down items' experts finished long before). Each value is
+    // computed by the same kernel on the same bytes as with two dispatches (bitwise the same).
     ys_.resize((size_t)S * db);
-    quant_rows(ad, eg_.data(), S, ef, (size_t)ef, ys_.data(), db, threads);
     ed_.resize((size_t)S * dim);
+    std::vector<Item> &items = items_;
+    items.clear();
+    make_items(items, ecount_, ef, threads);
+    const size_t n_gu = items.size();
     make_items(items, ecount_, dim, threads);
+    eleft_.assign((size_t)E, 0);  // gate/up items left per expert
+    eready_.assign((size_t)E, 0); // 1: the expert's rows are quantized for down
+    for (size_t i = 0; i < n_gu; ++i) ++eleft_[(size_t)items[i].e];
+    const quant_act_fn qd = act_quantizer(ad, S, ef);  // (counted here, once, as quant_rows would)
+    const uint64_t gid = new_act_id();  // (xs_ / us_ stay unchanged for the phase)
     const uint64_t did = new_act_id();
-    run_items(items, threads, [&](const Item &it) {
+    run_items(items.size(), threads, [&](size_t i) {
+        const Item &it = items[i];
         const int64_t off = eoff_[(size_t)it.e], cnt = ecount_[(size_t)it.e];
+        if (i < n_gu) {
+            // expert it.e's gate and up rows; the experts' tensors carry no output scale
+            const RowMat g{format_by_id(G.m->type), G.k, G.w(it.e), G.m->stride, G.m->scale, 1.0f};
+            const RowMat u{format_by_id(U.m->type), U.k, U.w(it.e), U.m->stride, U.m->scale, 1.0f};
+            const float *bg = L.gate_exps_b ? L.gate_exps_b + (size_t)it.e * ef : nullptr;
+            const float *bu = L.up_exps_b ? L.up_exps_b + (size_t)it.e * ef : nullptr;
+            glu_rows(g, xg + (size_t)off * gb, gb, u, xu + (size_t)off * ub, ub, cnt, dim, epilogue, kind, it.r0,
+                     it.r1, glu_tile_rows(g, u, cnt), eg_.data() + (size_t)off * ef, (size_t)ef, bg, bu, gid);
+            if (__atomic_sub_fetch(&eleft_[(size_t)it.e], 1, __ATOMIC_ACQ_REL) == 0) {
+                quant_span(qd, eg_.data(), off, off + cnt, ef, (size_t)ef, ys_.data(), db);
+                __atomic_store_n(&eready_[(size_t)it.e], 1, __ATOMIC_RELEASE);
+            }
+            return;
+        }
+        wait_flag(&eready_[(size_t)it.e]);
         // the expert's tokens in windows of <= 8, or all of them in one GEMM call (I8)
         const int64_t win = gemm_takes(*D.k, cnt) ? cnt : MAX_NT;
         for (int64_t t0c = 0; t0c < cnt; t0c += win) {
@@ -308,6 +342,10 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
             }
         }
     });
+
+    if (collect_)  // (after the dispatch: eg_ holds every expert's SwiGLU rows until the next layer)
+        for (int e = 0; e < E; ++e)
+            record_act(L.down_exps, eg_.data() + (size_t)eoff_[(size_t)e] * ef, ecount_[(size_t)e], e, E);
 
     // 6. each token's experts summed in its rank order
     for (int t = 0; t < T; ++t) {

@@ -101,13 +101,8 @@ void ThreadPool::run(int nth, const std::function<void(int, int)> &fn) {
     cv_.notify_all();
     for (int p; (p = next_.fetch_add(1)) < nth;) fn(p, nth);
     open_.store(false);
-    // Wait for workers still inside a part (microseconds when they own their cores). Past a
-    // few thousand pauses the worker has probably been descheduled by another process: give
-    // the core away rather than burn the time slice it needs.
-    for (int s = 0; active_.load() != 0; ++s) {
-        if (s < 2048) __builtin_ia32_pause();
-        else sched_yield();
-    }
+    // Wait for workers still inside a part (microseconds when they own their cores).
+    for (int s = 0; active_.load() != 0; ++s) wait_step(s);
 }
 
 }  // namespace lowbit

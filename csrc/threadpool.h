@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <sched.h>
 #include <thread>
 #include <vector>
 
@@ -41,6 +42,21 @@ private:
     int job_nth_ = 0;
     bool stop_ = false;
 };
+
+// Step s (0, 1, 2, ...) of a wait for another thread of a dispatch: a CPU pause for the first
+// 2048 steps (microseconds, while that thread owns its core), then sched_yield (it has probably
+// been descheduled by another process: give the core away rather than burn its time slice).
+inline void wait_step(int s) {
+    if (s < 2048) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+    } else {
+        sched_yield();
+    }
+}
 
 // Split [0, n) into nth contiguous parts; part i is [*b, *e).
 inline void split_range(int64_t n, int i, int nth, int64_t *b, int64_t *e) {

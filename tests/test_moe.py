@@ -110,6 +110,30 @@ def test_window_alone_and_threads_bitwise(models):
     assert np.array_equal(m2.forward(ids[12:], all_logits=True), whole[12:])
 
 
+@pytest.mark.parametrize("name", ["qwen3moe-all-q4k", "qwen2moe"])
+def test_expert_pool_one_dispatch_threads_bitwise(models, name):
+    """Gate/up and down of a layer's experts run as one work list (moe.cpp: a down item waits
+    for its expert's gate/up items; the thread that finishes them quantizes the rows for down).
+    Whatever thread finishes an expert or claims its down rows, with 1, 2 or 3 threads, a
+    decode step, a short window and a prompt chunk (several tokens per expert: its down rows
+    take windows of 8, or the GEMM) give bitwise the same logits."""
+    path = models[name]
+    ids = list(range(200, 240))
+    runs = {}
+    for threads in (1, 2, 3):
+        m = lowbit.load(path, n_ctx=64, threads=threads)
+        chunk = m.logits(ids, chunk=40)
+        window = m.logits(ids, chunk=5)
+        m.reset()
+        alone = np.concatenate([m.forward([t], all_logits=True) for t in ids[:8]])
+        runs[threads] = (chunk, window, alone)
+    assert np.array_equal(runs[1][0], runs[1][1])
+    assert np.array_equal(runs[1][2], runs[1][0][:8])
+    for threads in (2, 3):
+        for a, b in zip(runs[threads], runs[1]):
+            assert np.array_equal(a, b), f"{threads} threads differ from 1"
+
+
 def test_stats_count_experts_and_bytes(models):
     path = models["mixtral"]
     m = lowbit.load(path, n_ctx=64, threads=2)
