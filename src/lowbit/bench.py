@@ -341,8 +341,10 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     if warmup:
         ours(); theirs()  # warm-up
     # interleaved, so a burst of load on the shared machine hits both sides alike; each
-    # metric's median on its own
-    runs = [(ours(), theirs()) for _ in range(reps)]
+    # metric's median on its own. Each repetition also reads the machine's bandwidth (bench
+    # membw, 256 MB) right after its decodes: a VM's bandwidth moves from minute to minute, so a
+    # decode's share is taken against its own repetition's reading (tools/decode_share.py).
+    runs = [(ours(), theirs(), bench_membw(256.0, threads, 3, out=io.StringIO())) for _ in range(reps)]
     if llm:
         llm.close()
     med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
@@ -372,10 +374,13 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
         res["int8_peak_gmacs"] = macs / sec / 1e9
     except ValueError:  # a level without the peak loops (scalar, avx, aarch64)
         res["int8_peak_gmacs"] = None
-    res["membw_gbs"] = bench_membw(512.0, threads, 3, out=io.StringIO())
+    bws = [r[2] for r in runs]
+    res["membw_gbs"] = med(bws)
     res["prefill_gmacs"] = work["macs"] * res["lowbit_prefill_tps"] / 1e9
     res["decode_bytes_per_token"] = work["bytes"]
     res["decode_gbs"] = work["bytes"] * res["lowbit_decode_tps"] / 1e9
+    # each repetition's decode GB/s over its own bandwidth reading; the median of those
+    res["decode_share"] = med([work["bytes"] * gen_tokens / r[0][1] / 1e9 / r[2] for r in runs])
     vs = f" (llama.cpp: {res['llama_model']})" if llama_model else ""
     print(f"# {res['model']}{vs}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
           f"median of {reps}", file=out)
@@ -401,12 +406,12 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     print(f"lowbit prefill: {res['prefill_gmacs']:.1f} GMAC/s in the layers' matmuls "
           f"({work['macs'] / 1e6:.0f} M multiply-adds per token){share}", file=out)
     print(f"lowbit decode: {work['bytes'] / 1e6:.0f} MB of weights per token, {res['decode_gbs']:.1f} GB/s = "
-          f"{100 * res['decode_gbs'] / res['membw_gbs']:.0f}% of the read bandwidth ({res['membw_gbs']:.1f} GB/s, "
-          f"{threads} threads, bench membw)", file=out)
+          f"{100 * res['decode_share']:.0f}% of the read bandwidth (each repetition against its own bench membw "
+          f"reading, {threads} threads: {', '.join(f'{b:.1f}' for b in bws)} GB/s)", file=out)
     if t:  # the peer against the same limits: what a ratio to it would ask of this machine
         lw = model_work(llama_model) if llama_model else work
         res["llama_prefill_gmacs"] = lw["macs"] * res["llama_prefill_tps"] / 1e9
-        res["llama_decode_gbs"] = lw["bytes"] * res["llama_decode_tps"] / 1e9
+        res["llama_decode_gbs"] = lw["bytes"] * res["llama_decode_tps"] / 1e9  # (against the median reading)
         if pk:
             print(f"llama.cpp prefill: {res['llama_prefill_gmacs']:.1f} GMAC/s = "
                   f"{100 * res['llama_prefill_gmacs'] / pk:.0f}% of the int8 peak; 3x llama.cpp would be "
