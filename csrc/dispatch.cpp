@@ -195,11 +195,7 @@ static void take(KernelSlot<Fn> &running, const KernelSlot<Fn> &level) {
 
 // Overwrite `dst` with what `src` (one level's registrations) provides, kernel by kernel.
 static void overlay(KernelEntry &dst, const KernelEntry &src) {
-    for (int nt = 1; nt <= MAX_NT; ++nt) {
-        const RowKernel &k = src.rows[nt];
-        if (!k.fn || turned_off(k.name, k.isa)) continue;
-        dst.rows[nt] = k;
-    }
+    for (int nt = 1; nt <= MAX_NT; ++nt) take(dst.rows[nt], src.rows[nt]);
     // A level's GEMM replaces a lower level's (or, if turned off, removes it: it would pair
     // with this level's row kernels otherwise).
     // LOWBIT_NO_GEMM=1 removes every GEMM (the window kernels take every chunk).

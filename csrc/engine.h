@@ -90,10 +90,10 @@ struct LayerWeights {
     const float *kv_a_norm = nullptr;     // [R]
 };
 
-// Per-layer counters of the forward passes since the last reset (lowbit run --stats).
 // One item of the MoE expert pool's work list (moe.cpp): rows [r0, r1) of expert e's matrix.
 struct MoeItem { int e, r0, r1; };
 
+// Per-layer counters of the forward passes since the last reset (lowbit run --stats).
 struct LayerStats {
     int64_t calls = 0, tokens = 0;
     int64_t distinct_experts = 0;  // summed over calls: experts used by at least one token of the window

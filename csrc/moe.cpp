@@ -105,8 +105,6 @@ static void softmax(float *v, int n) {
 }
 
 namespace {
-using Item = MoeItem;
-
 // One weight matrix of the pool: expert e's rows start at w + e * rows_per_expert * stride.
 struct ExpertMat {
     const Mat *m;
@@ -117,7 +115,7 @@ struct ExpertMat {
 
 // Appends to items the row ranges of every used expert, about 8 items per thread (at least 16 rows each, a
 // multiple of 16), so the atomic work list balances uneven token counts across threads.
-void make_items(std::vector<Item> &items, const std::vector<int32_t> &count, int64_t rows, int threads) {
+void make_items(std::vector<MoeItem> &items, const std::vector<int32_t> &count, int64_t rows, int threads) {
     int64_t active = 0;
     for (int32_t c : count) active += c > 0;
     int64_t ch = rows * active / ((int64_t)threads * 8);
@@ -298,7 +296,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     // computed by the same kernel on the same bytes as with two dispatches (bitwise the same).
     ys_.resize((size_t)S * db);
     ed_.resize((size_t)S * dim);
-    std::vector<Item> &items = items_;
+    std::vector<MoeItem> &items = items_;
     items.clear();
     make_items(items, ecount_, ef, threads);
     const size_t n_gu = items.size();
@@ -310,7 +308,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     const uint64_t gid = new_act_id();  // (xs_ / us_ stay unchanged for the phase)
     const uint64_t did = new_act_id();
     run_items(items.size(), threads, [&](size_t i) {
-        const Item &it = items[i];
+        const MoeItem &it = items[i];
         const int64_t off = eoff_[(size_t)it.e], cnt = ecount_[(size_t)it.e];
         if (i < n_gu) {
             // expert it.e's gate and up rows; the experts' tensors carry no output scale

@@ -92,46 +92,31 @@ def test_moe_matches_llama_cpp(models, name):
     assert len(sets) >= 20, f"only {len(sets)} distinct (layer, top-K set) pairs"
 
 
-def test_window_alone_and_threads_bitwise(models):
-    """A token's logits do not depend on its window (alone, 20 at once, chunks of 7) or the threads."""
-    path = models["qwen3moe-q4k-q8down-bf16router"]
+@pytest.mark.parametrize("name", ["qwen3moe-q4k-q8down-bf16router", "qwen3moe-all-q4k", "qwen2moe"])
+def test_window_alone_and_threads_bitwise(models, name):
+    """A token's logits do not depend on its window (40 at once, chunks of 7, alone) or the
+    threads (1, 2, 3). Gate/up and down of a layer's experts run as one work list (moe.cpp: a
+    down item waits for its expert's gate/up items; the thread that finishes them quantizes the
+    rows for down), so whichever thread finishes an expert or claims its down rows, the bits are
+    the same; the 40-token chunk gives experts several tokens (windows of 8, or the GEMM)."""
+    path = models[name]
     m2 = lowbit.load(path, n_ctx=64, threads=2)
-    ids = m2.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole")[:20]
-    whole = m2.logits(ids, chunk=20)
+    ids = m2.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole, filled with the "
+                      "ends of worms and an oozy smell, nor yet a dry, bare, sandy hole")[:40]
+    assert len(ids) == 40
+    whole = m2.logits(ids, chunk=40)
     chunks = m2.logits(ids, chunk=7)
     m2.reset()
     alone = np.concatenate([m2.forward([t], all_logits=True) for t in ids])
     assert np.array_equal(whole, chunks)
     assert np.array_equal(whole, alone)
-    m1 = lowbit.load(path, n_ctx=64, threads=1)
-    assert np.array_equal(m1.logits(ids, chunk=20), whole)
+    for threads in (1, 3):
+        m = lowbit.load(path, n_ctx=64, threads=threads)
+        assert np.array_equal(m.logits(ids, chunk=40), whole), f"{threads} threads differ from 2"
+        assert np.array_equal(m.logits(ids, chunk=7), whole), f"{threads} threads differ from 2"
     # a rewind and a re-run of the tail (speculative rollback) gives the same bits again
     m2.rewind(12)
     assert np.array_equal(m2.forward(ids[12:], all_logits=True), whole[12:])
-
-
-@pytest.mark.parametrize("name", ["qwen3moe-all-q4k", "qwen2moe"])
-def test_expert_pool_one_dispatch_threads_bitwise(models, name):
-    """Gate/up and down of a layer's experts run as one work list (moe.cpp: a down item waits
-    for its expert's gate/up items; the thread that finishes them quantizes the rows for down).
-    Whatever thread finishes an expert or claims its down rows, with 1, 2 or 3 threads, a
-    decode step, a short window and a prompt chunk (several tokens per expert: its down rows
-    take windows of 8, or the GEMM) give bitwise the same logits."""
-    path = models[name]
-    ids = list(range(200, 240))
-    runs = {}
-    for threads in (1, 2, 3):
-        m = lowbit.load(path, n_ctx=64, threads=threads)
-        chunk = m.logits(ids, chunk=40)
-        window = m.logits(ids, chunk=5)
-        m.reset()
-        alone = np.concatenate([m.forward([t], all_logits=True) for t in ids[:8]])
-        runs[threads] = (chunk, window, alone)
-    assert np.array_equal(runs[1][0], runs[1][1])
-    assert np.array_equal(runs[1][2], runs[1][0][:8])
-    for threads in (2, 3):
-        for a, b in zip(runs[threads], runs[1]):
-            assert np.array_equal(a, b), f"{threads} threads differ from 1"
 
 
 def test_stats_count_experts_and_bytes(models):

@@ -10,13 +10,14 @@ share = tok/s x bytes / membw. Pairing each decode rep with its own membw keeps 
 meaningful on a VM whose bandwidth moves from minute to minute. For an A/B of two builds run it
 alternately with each build's PYTHONPATH (BENCHMARKS.md, "MoE decode at DRAM speed").
 """
+import io
 import json
 import sys
 import time
 
 import numpy as np
 
-from lowbit.bench import E2E_PROMPT, lib, model_work
+from lowbit.bench import E2E_PROMPT, bench_membw, membw_buffer, model_work
 from lowbit.model import load
 
 
@@ -29,7 +30,7 @@ def main() -> None:
     m.reset()
     logits = m.forward(toks)
     p0 = m.pos
-    buf = np.ones(((512 << 20) // 64, 64), np.uint8)
+    buf = membw_buffer(512.0)
     dec, bw = [], []
     for _ in range(reps):
         m.rewind(p0)
@@ -38,9 +39,7 @@ def main() -> None:
         for _ in range(gen):
             tok = int(np.argmax(m.forward([tok])[-1]))
         dec.append(gen / (time.perf_counter() - t0))
-        t_plain, _ = lib.membw(buf, 2, 3)
-        t_pf, _ = lib.membw(buf, 2, 3, True)
-        bw.append(max(buf.nbytes / t_plain, buf.nbytes / t_pf) / 1e9)
+        bw.append(bench_membw(512.0, 2, 3, out=io.StringIO(), buf=buf))
     w = model_work(path)["bytes"]
     print(json.dumps(dict(dec=dec, bw=bw, bytes=w, share=[d * w / 1e9 / b for d, b in zip(dec, bw)])))
 

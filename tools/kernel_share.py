@@ -8,6 +8,7 @@ one matrix of experts x rows) through `kernels.matmul` with one token and 2 thre
 round's membw (median and range): what decode could reach if the step were nothing but that
 kernel (BENCHMARKS.md, "MoE decode at DRAM speed"). Pick tensors far above the L3.
 """
+import io
 import statistics as st
 import sys
 import time
@@ -15,7 +16,7 @@ import time
 import numpy as np
 
 from lowbit import gguf, kernels
-from lowbit.bench import lib
+from lowbit.bench import bench_membw, membw_buffer
 
 
 def main() -> None:
@@ -23,7 +24,7 @@ def main() -> None:
     g = gguf.open(path)
     ts = {n: g.tensors[n] for n in names}
     x = {n: np.random.default_rng(0).standard_normal((1, t.n)).astype(np.float32) for n, t in ts.items()}
-    buf = np.ones(((512 << 20) // 64, 64), np.uint8)
+    buf = membw_buffer(512.0)
     gbs = {n: [] for n in names}
     bw = []
     for _ in range(rounds):
@@ -31,9 +32,7 @@ def main() -> None:
             t0 = time.perf_counter()
             kernels.matmul(t, x[n], threads=2)
             gbs[n].append(t.nbytes / (time.perf_counter() - t0) / 1e9)
-        a, _ = lib.membw(buf, 2, 3)
-        b, _ = lib.membw(buf, 2, 3, True)
-        bw.append(max(buf.nbytes / a, buf.nbytes / b) / 1e9)
+        bw.append(bench_membw(512.0, 2, 3, out=io.StringIO(), buf=buf))
     print(f"membw median {st.median(bw):.1f} GB/s ({min(bw):.1f}-{max(bw):.1f}), {rounds} rounds")
     for n, t in ts.items():
         sh = [v / b for v, b in zip(gbs[n], bw)]

@@ -195,11 +195,19 @@ def bench_act(formats: list[str], n: int, rows: int, reps: int, out=sys.stdout, 
     return _finish(results, out, as_json)
 
 
-def bench_membw(mb: float, threads: int, reps: int, out=sys.stdout) -> float:
+def membw_buffer(mb: float) -> np.ndarray:
+    """mb MB of 64-byte lines, touched (every page faulted in): bench_membw's buffer, to keep
+    across repeated readings."""
+    return np.ones((int(mb * 2**20) // 64, 64), np.uint8)
+
+
+def bench_membw(mb: float, threads: int, reps: int, out=sys.stdout, buf: np.ndarray | None = None) -> float:
     """Read bandwidth of a plain line-by-line sum and of the same sum with the kernels'
     software prefetch (the build's distance, cpu_info()["prefetch"] bytes ahead); returns the
-    higher, the limit to put a kernel's GB/s beside."""
-    buf = np.ones((int(mb * 2**20) // 64, 64), np.uint8)
+    higher, the limit to put a kernel's GB/s beside. buf: membw_buffer(mb) kept by a caller
+    that reads the bandwidth repeatedly (mb is then its size)."""
+    buf = membw_buffer(mb) if buf is None else buf
+    mb = buf.nbytes / 2**20
     t_plain, _ = lib.membw(buf, threads, reps)
     t_pf, _ = lib.membw(buf, threads, reps, True)
     plain, pf = buf.nbytes / t_plain / 1e9, buf.nbytes / t_pf / 1e9
@@ -344,7 +352,9 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     # metric's median on its own. Each repetition also reads the machine's bandwidth (bench
     # membw, 256 MB) right after its decodes: a VM's bandwidth moves from minute to minute, so a
     # decode's share is taken against its own repetition's reading (tools/decode_share.py).
-    runs = [(ours(), theirs(), bench_membw(256.0, threads, 3, out=io.StringIO())) for _ in range(reps)]
+    bw_buf = membw_buffer(256.0)
+    runs = [(ours(), theirs(), bench_membw(256.0, threads, 3, out=io.StringIO(), buf=bw_buf)) for _ in range(reps)]
+    del bw_buf
     if llm:
         llm.close()
     med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
@@ -411,15 +421,19 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     if t:  # the peer against the same limits: what a ratio to it would ask of this machine
         lw = model_work(llama_model) if llama_model else work
         res["llama_prefill_gmacs"] = lw["macs"] * res["llama_prefill_tps"] / 1e9
-        res["llama_decode_gbs"] = lw["bytes"] * res["llama_decode_tps"] / 1e9  # (against the median reading)
+        res["llama_decode_gbs"] = lw["bytes"] * res["llama_decode_tps"] / 1e9
+        # per repetition against its own reading, as lowbit's; 2x llama.cpp: lowbit's bytes at
+        # twice llama.cpp's token rate, over the same readings
+        ok = [r for r in runs if r[1] is not None]
+        res["llama_decode_share"] = med([lw["bytes"] * gen_tokens / r[1][1] / 1e9 / r[2] for r in ok])
+        twice = med([2 * work["bytes"] * gen_tokens / r[1][1] / 1e9 / r[2] for r in ok])
         if pk:
             print(f"llama.cpp prefill: {res['llama_prefill_gmacs']:.1f} GMAC/s = "
                   f"{100 * res['llama_prefill_gmacs'] / pk:.0f}% of the int8 peak; 3x llama.cpp would be "
                   f"{300 * work['macs'] * res['llama_prefill_tps'] / 1e9 / pk:.0f}% of it", file=out)
         print(f"llama.cpp decode: {lw['bytes'] / 1e6:.0f} MB per token, {res['llama_decode_gbs']:.1f} GB/s = "
-              f"{100 * res['llama_decode_gbs'] / res['membw_gbs']:.0f}% of the read bandwidth; 2x llama.cpp would "
-              f"read lowbit's {work['bytes'] / 1e6:.0f} MB at "
-              f"{200 * work['bytes'] * res['llama_decode_tps'] / 1e9 / res['membw_gbs']:.0f}% of it", file=out)
+              f"{100 * res['llama_decode_share']:.0f}% of the read bandwidth; 2x llama.cpp would read lowbit's "
+              f"{work['bytes'] / 1e6:.0f} MB at {100 * twice:.0f}% of it", file=out)
     return res
 
 

@@ -550,36 +550,32 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
     drafter's engine has n_layer + 1 layers and holds only the last, an attention layer)."""
     n_layer = c.n_layer if n_layer is None else n_layer
     try:
-        return _engine(c, n_ctx, n_slots, l0, l1, kv_k, kv_v, n_layer)
+        return lib.Engine(n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, n_ctx,
+                          c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, n_slots,
+                          qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
+                          expert_ffn=c.expert_ffn, shexp_ffn=c.shexp_ffn, expert_norm=c.expert_norm,
+                          expert_scale=c.expert_scale,
+                          sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act],
+                          expert_gating=EXPERT_GATING_ID[c.expert_gating],
+                          yarn_ext_factor=c.yarn_ext_factor, yarn_attn_factor=c.yarn_attn_factor,
+                          yarn_beta_fast=c.yarn_beta_fast, yarn_beta_slow=c.yarn_beta_slow,
+                          yarn_orig_ctx=c.yarn_orig_ctx,
+                          embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
+                          logit_softcap=c.logit_softcap, post_norms=c.post_norms,
+                          n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
+                          recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
+                          ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
+                          ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
+                          attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
+                          layer_begin=l0, layer_end=l1,
+                          mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
+                          mla_kq_scale=c.mla_kq_scale, expert_groups=c.expert_groups,
+                          expert_groups_used=c.expert_groups_used,
+                          kv_k=KV_TYPES[kv_k], kv_v=KV_TYPES[kv_v])
     except MemoryError:  # the KV cache and the buffers, sized by n_ctx x n_slots, did not fit
         raise MemoryError(f"out of memory allocating the KV cache and buffers for a context of {n_ctx} "
                           f"positions x {n_slots} slot(s) (kv {kv_k}/{kv_v}): lower the context "
                           f"(-c/--ctx, n_ctx=) or the slots (--parallel, n_slots=)") from None
-
-
-def _engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k: str, kv_v: str, n_layer: int):
-    return lib.Engine(n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, n_ctx,
-                      c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, n_slots,
-                      qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
-                      expert_ffn=c.expert_ffn, shexp_ffn=c.shexp_ffn, expert_norm=c.expert_norm,
-                      expert_scale=c.expert_scale,
-                      sub_norm=c.sub_norm, ffn_act=FFN_ACT_ID[c.ffn_act],
-                      expert_gating=EXPERT_GATING_ID[c.expert_gating],
-                      yarn_ext_factor=c.yarn_ext_factor, yarn_attn_factor=c.yarn_attn_factor,
-                      yarn_beta_fast=c.yarn_beta_fast, yarn_beta_slow=c.yarn_beta_slow,
-                      yarn_orig_ctx=c.yarn_orig_ctx,
-                      embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
-                      logit_softcap=c.logit_softcap, post_norms=c.post_norms,
-                      n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
-                      recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
-                      ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
-                      ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
-                      attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
-                      layer_begin=l0, layer_end=l1,
-                      mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
-                      mla_kq_scale=c.mla_kq_scale, expert_groups=c.expert_groups,
-                      expert_groups_used=c.expert_groups_used,
-                      kv_k=KV_TYPES[kv_k], kv_v=KV_TYPES[kv_v])
 
 
 class Model:
