@@ -160,6 +160,20 @@ def test_synth_cli_writes_glm4moe(tmp_path):
     assert m.forward([1, 2, 3]).shape == (1, c.vocab)
 
 
+def test_synth_takes_llama_quants_fallback_where_blocks_do_not_divide(tmp_path):
+    """GLM-4.5's dense FFN of 10944 is no multiple of Q4_K's 256: its down matrix (rows of 10944)
+    is written as Q5_0, as llama-quantize would, and Q4_K stays where 256 divides the rows."""
+    from lowbit.cli import main
+    out = tmp_path / "m.gguf"
+    assert main(["synth", "moe", str(out), "--arch", "glm4moe", "--layers", "2", "--dim", "256", "--heads", "2",
+                 "--kv-heads", "1", "--head-dim", "128", "--experts", "4", "--top-k", "2", "--ffn", "64",
+                 "--dense-ffn", "320", "--leading-dense", "1", "--nextn", "0", "--type", "Q4_K",
+                 "--expert-type", "Q8_0"]) == 0
+    t = lowbit.gguf.open(str(out)).tensors
+    assert t["blk.0.ffn_down.weight"].format.name == "Q5_0" and t["blk.0.ffn_up.weight"].format.name == "Q4_K"
+    assert lowbit.load(str(out), n_ctx=16).forward([1, 2]).shape[0] == 1
+
+
 def test_bad_metadata_names_the_key(tmp_path):
     """A bad value raises GGUFError naming the key (the CLI prints it as one line)."""
     from lowbit.gguf import GGUFError

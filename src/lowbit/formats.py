@@ -58,3 +58,19 @@ def get(fmt: str | int | Format) -> Format:
             raise ValueError(f"unknown format id {fmt}")
         return f
     raise TypeError(f"a format is a name, an id or a Format, not {type(fmt).__name__}")
+
+
+# llama-quant's tensor_type_fallback: the format a tensor whose rows the target's blocks do not divide
+# gets instead (F16 where the fallback's blocks do not divide them either). quantize and synth use it.
+FALLBACK = {"IQ1_S": "IQ4_NL", "IQ1_M": "IQ4_NL", "IQ2_XXS": "IQ4_NL", "IQ2_XS": "IQ4_NL",
+            "IQ2_S": "IQ4_NL", "IQ3_XXS": "IQ4_NL", "IQ3_S": "IQ4_NL", "IQ4_XS": "IQ4_NL",
+            "Q2_K": "Q4_0", "Q3_K": "Q4_0", "TQ1_0": "Q4_0", "TQ2_0": "Q4_0",
+            "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+
+
+def fit_type(fmt: str, n: int) -> str:
+    """fmt if a row of n values is whole blocks of it, else its FALLBACK (F16 as the last resort)."""
+    if n % get(fmt).block == 0:
+        return get(fmt).name
+    back = FALLBACK.get(get(fmt).name)
+    return back if back and n % get(back).block == 0 else "F16"

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import gguf
+from .formats import FALLBACK
 from .formats import get as get_format
 
 BITNET_ARCHS = ("bitnet", "bitnet-b1.58")
@@ -71,11 +72,6 @@ QUANTIZATION_VERSION = 2  # ggml's GGML_QNT_VERSION, written as llama.cpp writes
 # runs without one), and the ones llama.cpp refuses to make without one (tensor_requires_imatrix)
 NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ1_S"}
 REQUIRES_IMATRIX = {"IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_M", "IQ1_S"}
-# a row that is not whole blocks of the target falls back to (tensor_type_fallback)
-FALLBACK = {"IQ1_S": "IQ4_NL", "IQ1_M": "IQ4_NL", "IQ2_XXS": "IQ4_NL", "IQ2_XS": "IQ4_NL",
-            "IQ2_S": "IQ4_NL", "IQ3_XXS": "IQ4_NL", "IQ3_S": "IQ4_NL", "IQ4_XS": "IQ4_NL",
-            "Q2_K": "Q4_0", "Q3_K": "Q4_0", "TQ1_0": "Q4_0", "TQ2_0": "Q4_0",
-            "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 # names (substrings) llama.cpp never quantizes (tensor_allows_quantization)
 KEEP_SUBSTRINGS = ("_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel",
                    "per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight",

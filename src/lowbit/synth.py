@@ -125,7 +125,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
-    w = Writer(path, arch, progress=progress)
+    w = Writer(path, arch, progress=progress, fit=True)
     write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx,
                  rope_base=rope_base)
     if rope_linear:
@@ -170,20 +170,6 @@ MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "
              "glm4moe": "glm4moe", "deepseek2": "deepseek2"}
 
 
-# llama-quant's tensor_type_fallback: the format a row length the target's 256-blocks do not divide gets
-FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0", "TQ1_0": "Q4_0",
-            "TQ2_0": "Q4_0", "IQ4_XS": "IQ4_NL"}
-
-
-def fit_type(fmt: str, n: int) -> str:
-    """fmt if a row of n values is whole blocks of it, else llama.cpp's fallback (F16 as its last resort)."""
-    from .formats import get as get_format
-    if n % get_format(fmt).block == 0:
-        return fmt
-    fb = FALLBACK.get(fmt.upper())
-    return fb if fb and n % get_format(fb).block == 0 else "F16"
-
-
 def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_lora_rank: int = 0,
                     kv_lora_rank: int = 64, qk_nope: int = 32, rope_dims: int = 16, v_head_dim: int = 32,
                     experts: int = 8, top_k: int = 2, expert_ffn: int = 256, dense_ffn: int = 512,
@@ -205,7 +191,7 @@ def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_
     V3), shared_experts shared experts of expert_ffn each, expert_weights_scale / _norm, optional
     group-limited routing; YaRN rope (yarn_factor 0: none) with yarn_log_multiplier (0.1 *
     mscale_all_dim, as the converter writes it: V2-Lite's 0.0707). A matrix whose rows its format's
-    blocks do not divide takes llama-quant's fallback (fit_type: Q4_K -> Q5_0, ...). nextn: MTP blocks
+    blocks do not divide takes llama-quant's fallback (formats.fit_type: Q4_K -> Q5_0, ...). nextn: MTP blocks
     after the trunk (block_count = layers + nextn, nextn_predict_layers), each a routed-expert layer
     plus nextn.eh_proj [dim, 2 dim], nextn.enorm, nextn.hnorm, nextn.shared_head_norm (V3's layout)."""
     if not 0 <= leading_dense <= layers:
@@ -224,8 +210,7 @@ def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_
     nv = vocab_size(vocab)
     hd, R = qk_nope + rope_dims, kv_lora_rank
     mla_type = mla_type or wtype
-    add = lambda name, x, fmt: w.add(name, x, fit_type(fmt, x.shape[-1]) if fmt != "F32" else fmt)  # noqa: E731
-    w = Writer(path, "deepseek2", progress=progress)
+    w = Writer(path, "deepseek2", progress=progress, fit=True)
     a = w.arch
     write_header(w, vocab, layers=layers + nextn, dim=dim, ffn=dense_ffn, heads=heads, kv_heads=1,
                  head_dim=R + rope_dims, ctx=ctx, rope_base=rope_base, rope_dims=rope_dims, value_length=R)
@@ -251,42 +236,42 @@ def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_
     bias = gating == "sigmoid" if probs_bias is None else probs_bias
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
     w.add("output_norm.weight", norm_weight(rng, dim))
-    add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
     for i in range(layers + nextn):
         p = f"blk.{i}."
         if i >= layers:  # an MTP block: its own inputs, then a layer as the others
-            add(p + "nextn.eh_proj.weight", gauss(rng, dim, 2 * dim), wtype)
+            w.add(p + "nextn.eh_proj.weight", gauss(rng, dim, 2 * dim), wtype)
             for nm in ("enorm", "hnorm", "shared_head_norm"):
                 w.add(p + f"nextn.{nm}.weight", norm_weight(rng, dim))
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
         if q_lora_rank > 0:
-            add(p + "attn_q_a.weight", gauss(rng, q_lora_rank, dim), wtype)
+            w.add(p + "attn_q_a.weight", gauss(rng, q_lora_rank, dim), wtype)
             w.add(p + "attn_q_a_norm.weight", norm_weight(rng, q_lora_rank))
-            add(p + "attn_q_b.weight", gauss(rng, heads * hd, q_lora_rank), wtype)
+            w.add(p + "attn_q_b.weight", gauss(rng, heads * hd, q_lora_rank), wtype)
         else:
-            add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
-        add(p + "attn_kv_a_mqa.weight", gauss(rng, R + rope_dims, dim), wtype)
+            w.add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
+        w.add(p + "attn_kv_a_mqa.weight", gauss(rng, R + rope_dims, dim), wtype)
         w.add(p + "attn_kv_a_norm.weight", norm_weight(rng, R))
         # k_b: kv_b's key rows transposed per head ([R, nope]); v_b: its value rows ([vd, R])
-        add(p + "attn_k_b.weight", gauss(rng, heads, R, qk_nope, scale=1.0 / np.sqrt(R)), mla_type)
-        add(p + "attn_v_b.weight", gauss(rng, heads, v_head_dim, R), mla_type)
-        add(p + "attn_output.weight", gauss(rng, dim, heads * v_head_dim), wtype)
+        w.add(p + "attn_k_b.weight", gauss(rng, heads, R, qk_nope, scale=1.0 / np.sqrt(R)), mla_type)
+        w.add(p + "attn_v_b.weight", gauss(rng, heads, v_head_dim, R), mla_type)
+        w.add(p + "attn_output.weight", gauss(rng, dim, heads * v_head_dim), wtype)
         w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
         if i < leading_dense:
-            add(p + "ffn_gate.weight", gauss(rng, dense_ffn, dim), wtype)
-            add(p + "ffn_up.weight", gauss(rng, dense_ffn, dim), wtype)
-            add(p + "ffn_down.weight", gauss(rng, dim, dense_ffn), wtype)
+            w.add(p + "ffn_gate.weight", gauss(rng, dense_ffn, dim), wtype)
+            w.add(p + "ffn_up.weight", gauss(rng, dense_ffn, dim), wtype)
+            w.add(p + "ffn_down.weight", gauss(rng, dim, dense_ffn), wtype)
             continue
-        add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+        w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
         if bias:
             w.add(p + "exp_probs_b.bias", 0.1 * rng.standard_normal(experts).astype(np.float32))
-        add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
-        add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
-        add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), down_type or expert_type)
+        w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+        w.add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+        w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), down_type or expert_type)
         sh = shared_experts * expert_ffn
-        add(p + "ffn_gate_shexp.weight", gauss(rng, sh, dim), wtype)
-        add(p + "ffn_up_shexp.weight", gauss(rng, sh, dim), wtype)
-        add(p + "ffn_down_shexp.weight", gauss(rng, dim, sh), wtype)
+        w.add(p + "ffn_gate_shexp.weight", gauss(rng, sh, dim), wtype)
+        w.add(p + "ffn_up_shexp.weight", gauss(rng, sh, dim), wtype)
+        w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, sh), wtype)
     w.close()
     return str(path)
 
@@ -375,7 +360,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
                               gating_func={"softmax": 1, "sigmoid": 2}[gating], ctx=ctx,
                               wtype=wtype, expert_type=expert_type, down_type=down_type, router_type=router_type,
                               embd_type=embd_type, head_type=head_type, progress=progress)
-    w = Writer(path, MOE_ARCHS[arch], progress=progress)
+    w = Writer(path, MOE_ARCHS[arch], progress=progress, fit=True)
     a = w.arch
     oss = arch == "gpt-oss"
     write_header(w, vocab, layers=layers, dim=dim, ffn=expert_ffn, heads=heads, kv_heads=kv_heads, head_dim=hd,
@@ -438,7 +423,7 @@ def _synth_glm4moe(path, rng, vocab, *, layers, dim, heads, kv_heads, head_dim, 
         raise ValueError(f"synth moe: rope_dims {rope_dims} must be even and in 2..head_dim ({head_dim})")
     if shared < 1 or nextn < 0:
         raise ValueError("synth moe: glm4moe needs shared_experts >= 1 and nextn >= 0")
-    w = Writer(path, "glm4moe", progress=progress)
+    w = Writer(path, "glm4moe", progress=progress, fit=True)
     a = w.arch
     write_header(w, vocab, layers=layers + nextn, dim=dim, ffn=dense_ffn, heads=heads, kv_heads=kv_heads,
                  head_dim=head_dim, ctx=ctx, rope_dims=rope_dims)
@@ -510,7 +495,7 @@ def synth_hybrid(path, *, arch: str = "qwen35moe", layers: int = 4, dim: int = 2
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
-    w = Writer(path, arch, progress=progress)
+    w = Writer(path, arch, progress=progress, fit=True)
     a = w.arch
     write_header(w, vocab, layers=layers + mtp_layers, dim=dim, ffn=ffn if not moe else expert_ffn, heads=heads,
                  kv_heads=kv_heads, head_dim=head_dim, ctx=ctx, rope_base=rope_base, rope_dims=rope_dims)
@@ -668,7 +653,7 @@ def synth_bitnet(path, *, arch: str = "bitnet-b1.58", layers: int = 30, dim: int
     rng = np.random.default_rng(seed)
     vocab = default_vocab()
     nv = vocab_size(vocab)
-    w = Writer(path, arch, progress=progress)
+    w = Writer(path, arch, progress=progress, fit=True)
     a = arch
     # bitnet.cpp's keys: no attention.key_length / value_length (head_dim = width / heads)
     for key, val in [("vocab_size", nv), ("context_length", ctx), ("embedding_length", dim),

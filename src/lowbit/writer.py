@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from .formats import fit_type
 from .formats import get as get_format
 
 # Metadata keys a model file takes from the file it was made from (the tokenizer), as they are.
@@ -61,9 +62,12 @@ class Writer:
         w.close()
     """
 
-    def __init__(self, path: str | os.PathLike, arch: str, progress: bool = False):
-        """progress: a bar of the tensors added (lowbit synth on a terminal)."""
+    def __init__(self, path: str | os.PathLike, arch: str, progress: bool = False, fit: bool = False):
+        """progress: a bar of the tensors added (lowbit synth on a terminal). fit: a tensor whose
+        rows its format's blocks do not divide is stored in llama-quant's fallback format instead
+        (formats.fit_type: Q4_K -> Q5_0, ...), as synth wants; otherwise that is an error."""
         import gguf
+        self.fit = fit
         self._g = gguf
         self.w = gguf.GGUFWriter(str(path), arch)
         self.arch = arch
@@ -117,6 +121,8 @@ class Writer:
         """Add float tensor w (numpy order, last dim = row) stored as format fmt."""
         f = get_format(fmt)
         w = np.asarray(w, dtype=np.float32)
+        if self.fit and f.name != "F32":
+            f = get_format(fit_type(f.name, w.shape[-1]))
         if f.name == "F32":
             self.w.add_tensor(name, np.ascontiguousarray(w))
         else:
