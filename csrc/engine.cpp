@@ -135,6 +135,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         }
         rope_pos_scale_ = 1.0f;
         rope_mscale_ = c.yarn_attn_factor * (1.0f + 0.1f * std::log(1.0f / fs));
+    } else {
+        rope_mscale_ = c.yarn_attn_factor;  // rope.scaling.attn_factor alone (LongRoPE, phi3); else 1
     }
     // gemma3's sliding layers: their own base, frequency scale 1 (llama.cpp's
     // get_rope_freq_base / _scale of a swa layer: rope_freq_base_train_swa, 1)
@@ -213,7 +215,7 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
     };
     if (layer < 0) {
         if (name == "output_norm") { need(c_.dim); out_norm_ = v; return; }
-        if (name == "rope_freqs") { need(c_.rope_dims / 2);  // llama3 frequency factors
+        if (name == "rope_freqs") { need(c_.rope_dims / 2);  // per-pair frequency factors (llama3, phi3 LongRoPE)
             for (int i = 0; i < c_.rope_dims / 2; ++i)
                 inv_freq_[i] = (float)(std::pow((double)c_.rope_base, -2.0 * i / c_.rope_dims) / v[i]);
             return; }
@@ -454,7 +456,7 @@ void Engine::rope_angles(int T, const int32_t *pos) {
                 rot_swa_[(size_t)t * half + i] = {(float)std::cos(th), (float)std::sin(th)};
             }
     }
-    const float ms = rope_mscale_;  // 1 but under YaRN (then an exact no-op)
+    const float ms = rope_mscale_;  // 1 but under YaRN or an attn_factor (then an exact no-op)
     for (int t = 0; t < T; ++t) {
         const double p = (double)pos[t] * rope_pos_scale_;
         for (int i = 0; i < half; ++i) {

@@ -139,6 +139,8 @@ struct EngineConfig {
     // yarn_beta_fast / _slow, and cos / sin are scaled by yarn_attn_factor * (1 + 0.1 ln(1 /
     // freq_scale)). yarn_attn_factor is llama.cpp's cparams value (it cancels that factor's
     // rounding for files without a log multiplier: near 1 / (1 + 0.1 ln factor) * mscale).
+    // Without YaRN, cos / sin are scaled by yarn_attn_factor alone (rope.scaling.attn_factor:
+    // phi3's LongRoPE; 1 for every other file), as ggml's rope_yarn does with ext_factor 0.
     float yarn_ext_factor = 0.0f, yarn_attn_factor = 1.0f, yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
     int yarn_orig_ctx = 0;
     // Gemma 3 (as llama.cpp's gemma3 graph):
@@ -360,7 +362,7 @@ private:
     const float *out_norm_ = nullptr;
     std::vector<float> inv_freq_;        // per rotated pair: base^(-2i/d) / factor_i (YaRN: times its mix)
     float rope_pos_scale_ = 1.0f;        // positions times this (linear scaling; 1 under YaRN)
-    float rope_mscale_ = 1.0f;           // cos / sin times this (YaRN's magnitude scale; else 1)
+    float rope_mscale_ = 1.0f;           // cos / sin times this (YaRN's magnitude scale, an attn_factor; else 1)
     std::vector<uint8_t> rope_zero_;     // per rotated pair: 1 if it rotates by position 0 (IMROPE's 4th section)
     std::vector<std::pair<float, float>> rot_;  // [T][rope_dims/2] (cos, sin) of this call's positions
     std::vector<float> inv_freq_swa_;    // rope_base_swa > 0: the sliding layers' inverse frequencies

@@ -18,6 +18,16 @@ Families differ by config fields, not by copies of the model:
                                                    5:1 sliding-window layers with their own rope base
     glm4moe       neox      optional   q/k/v       leading dense layers, then experts: sigmoid routing with
                   (partial)                        a selection bias, shared expert; an MTP layer skipped
+    phi3          neox      -          -           dense; fused attn_qkv and gate/up (ffn_up, 2 x ffn rows);
+                  (LongRoPE)                       Phi-3 / 3.5 / Phi-4 (-mini)
+
+Phi-3 (llama.cpp's phi3) as configuration: a file's fused matrices are bound as row ranges of one
+tensor (no copy): attn_qkv's rows are [q | k | v], ffn_up's 2 x feed_forward_length rows are [gate |
+up] (llama.cpp's swiglu over the two halves); files with separate q/k/v or gate load as well. Long
+context (LongRoPE): the per-pair frequency factors rope_factors_long when n_ctx, rounded up to a
+multiple of 256, exceeds rope.scaling.original_context_length, else rope_factors_short (llama.cpp's
+get_rope_factors on its padded context per sequence), and cos / sin times rope.scaling.attn_factor.
+attention.sliding_window is ignored, as llama.cpp ignores it for phi3 (its loader turns Phi SWA off).
 
 Gemma 3 (llama.cpp's gemma3 graph) as configuration: token embeddings times sqrtf(n_embd); RMSNorm
 weights used as stored (convert_hf_to_gguf already wrote 1 + w); per-head q/k RMSNorm; the
@@ -111,7 +121,7 @@ from .gguf import GGUFError
 
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
              "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
-             "qwen35moe": True, "qwen3next": True, "deepseek2": False}
+             "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
@@ -406,7 +416,7 @@ class ModelConfig:
         period n: layer il slides unless il % n == n - 1; the arch's default) says so."""
         md = f.metadata
         n_swa = md.get(f"{arch}.attention.sliding_window", 0)
-        if not n_swa:
+        if not n_swa or arch == "phi3":  # (llama.cpp's phi3 loader ignores the key: Phi SWA is off)
             return (0,) * n_layer
         if not isinstance(n_swa, int) or isinstance(n_swa, bool) or n_swa < 0:
             raise GGUFError(f"{f.path}: metadata key {arch}.attention.sliding_window = {n_swa!r} is not a "
@@ -427,9 +437,12 @@ class ModelConfig:
         ext_factor 1; attn_factor = mscale(factor) / (1 + 0.1 ln factor) (or, with a
         yarn_log_multiplier m, mscale(factor, 1) / mscale(factor, m)), times rope.scaling.attn_factor,
         in float32; the original context from rope.scaling.original_context_length."""
-        if scaling != "yarn" or factor == 1.0:
-            return {}
         md = f.metadata
+        if scaling != "yarn" or factor == 1.0:
+            # without YaRN, llama.cpp's cparams.yarn_attn_factor is rope.scaling.attn_factor alone
+            # (LongRoPE's, phi3): it scales cos / sin (ggml's rope_yarn mscale)
+            attn = float(np.float32(md.get(f"{arch}.rope.scaling.attn_factor", 1.0) or 1.0))
+            return {} if attn == 1.0 else dict(yarn_attn_factor=attn)
         f32 = np.float32
         fs = f32(1.0) / f32(factor)          # hparams.rope_freq_scale_train
         fac = f32(1.0) / fs                  # cparams: factor = 1 / rope_freq_scale
@@ -679,13 +692,20 @@ class Model:
             raise GGUFError(f"{self.path}: tensor {name!r} is missing")
         return t
 
-    def _mat(self, slot: str, layer: int, name: str, engine=None, keep: list | None = None) -> None:
+    def _mat(self, slot: str, layer: int, name: str, engine=None, keep: list | None = None,
+             rows: tuple[int, int] | None = None) -> None:
         """Bind tensor `name` to engine (default this model's) as matrix `slot`; keep: where the
-        arrays the engine points into are held (default self._keep, for the model's lifetime)."""
+        arrays the engine points into are held (default self._keep, for the model's lifetime);
+        rows: only rows [r0, r1) of it (a fused matrix's part: a view, no copy)."""
         t = self._tensor(name)
         if not lib.capabilities(t.format.id)["rows"]:
             raise GGUFError(f"{self.path}: tensor {name!r}: type {t.format.name} has no row kernel")
         m = t.matrix()
+        if rows is not None:
+            if not 0 <= rows[0] < rows[1] <= m.shape[0]:
+                raise GGUFError(f"{self.path}: tensor {name!r} has {m.shape[0]} rows, its part {slot} needs "
+                                f"rows {rows[0]}..{rows[1]}")
+            m = m[rows[0]:rows[1]]
         (self._keep if keep is None else keep).append(m)
         (self.engine if engine is None else engine).set_mat(slot, layer, t.format.id, m, t.n, t.w_scale)
 
@@ -708,7 +728,7 @@ class Model:
         own = engine is None
         l0, l1 = self.layers if layers is None else layers
         engine = self.engine if own else engine
-        _mat = lambda *a: self._mat(*a, engine=engine, keep=keep)  # noqa: E731
+        _mat = lambda *a, **k: self._mat(*a, engine=engine, keep=keep, **k)  # noqa: E731
         _vec = lambda *a: self._vec(*a, engine=engine, keep=keep)  # noqa: E731
         if own and l0 == 0:
             _mat("token_embd", -1, "token_embd.weight")
@@ -717,6 +737,11 @@ class Model:
             _vec("output_norm", -1, "output_norm.weight")
         if "rope_freqs.weight" in self.file.tensors:
             _vec("rope_freqs", -1, "rope_freqs.weight")
+        elif "rope_factors_long.weight" in self.file.tensors:  # LongRoPE (phi3): by the context size,
+            # llama.cpp's rule: its context rounded up to a multiple of 256 against the original one
+            orig = self.file.metadata.get(f"{c.arch}.rope.scaling.original_context_length", c.train_ctx)
+            long = -(-self.n_ctx // 256) * 256 > orig
+            _vec("rope_freqs", -1, "rope_factors_long.weight" if long else "rope_factors_short.weight")
         for i in range(l0, l1):
             p = f"blk.{i}."
             ffn = ("ffn_gate", "ffn_up", "ffn_down")
@@ -740,7 +765,18 @@ class Model:
                 for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),
                                    ("ssm_a", "ssm_a"), ("ssm_norm", "ssm_norm.weight")):
                     _vec(slot, i, p + name)
+            fused = {}  # slot -> (tensor, rows): a fused matrix's parts (phi3)
+            if not rec and not c.mla_rank and p + "attn_qkv.weight" in self.file.tensors:
+                qd, kd = c.n_head * c.head_dim, c.n_kv * c.head_dim
+                for slot, r in (("attn_q", (0, qd)), ("attn_k", (qd, qd + kd)), ("attn_v", (qd + kd, qd + 2 * kd))):
+                    fused[slot] = (p + "attn_qkv.weight", r)
+            if "ffn_gate" in ffn and p + "ffn_gate.weight" not in self.file.tensors:
+                fused["ffn_gate"] = (p + "ffn_up.weight", (0, c.ffn))
+                fused["ffn_up"] = (p + "ffn_up.weight", (c.ffn, 2 * c.ffn))
             for slot in mixer + ffn:
+                if slot in fused:
+                    _mat(slot, i, fused[slot][0], rows=fused[slot][1])
+                    continue
                 _mat(slot, i, p + slot + ".weight")
                 if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
                     _vec(slot + ".scale", i, p + slot + ".scale")

@@ -75,7 +75,9 @@ def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, hea
         w.meta(f"{a}.{key}", int(val))
     w.meta(f"{a}.rope.freq_base", float(rope_base))
     w.meta(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
-    w.meta("general.name", f"lowbit synthetic {a}")
+    # (not "phi3" in the name: llama.cpp's vocabulary then sets attributes on Phi-3's own special
+    # tokens, "</s>" among them, and fails on this vocabulary, which has none)
+    w.meta("general.name", f"lowbit synthetic {a}".replace("phi3", "phi 3"))
     w.meta("general.file_type", 0)  # mixed; lowbit reads each tensor's own type
     w.copy_metadata(vocab, prefix=VOCAB_PREFIX)
 
@@ -92,7 +94,7 @@ def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, head
     w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
 
 
 def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, ffn: int = 512, heads: int = 4,
@@ -100,8 +102,9 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                 embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0,
                 vocab: dict | None = None, window: int = 512, swa_pattern: int | None = None,
                 rope_base: float = 10000.0, rope_base_swa: float | None = None, softcap: float = 0.0,
-                rope_linear: float = 0.0, progress: bool = False) -> str:
-    """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) / gemma3 model with random weights.
+                rope_linear: float = 0.0, orig_ctx: int = 0, rope_dims: int | None = None,
+                progress: bool = False) -> str:
+    """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) / gemma3 / phi3 model with random weights.
 
     wtype: the format of the layer matrices; embd_type: token_embd; head_type: output.weight
     (None: same as wtype; ignored when tied, where token_embd is the head); vocab: tokenizer.*
@@ -117,17 +120,34 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     writes final_logit_softcapping. Its token embeddings have std 1/sqrt(dim) (a real model's
     scale: the graph multiplies them by sqrt(dim)). Norm weights are stored as 1 + w, as
     convert_hf_to_gguf writes gemma3's.
+
+    phi3 (as convert_hf_to_gguf's Phi3MiniModel writes it): fused attn_qkv ([q | k | v] rows) and
+    ffn_up ([gate | up], 2 x ffn rows), the sliding_window key (`window`, which llama.cpp ignores);
+    rope over rope_dims of a head (None: all; Phi-4-mini: 3/4). orig_ctx > 0: LongRoPE for a context
+    of ctx over an original one of orig_ctx: rope.scaling.original_context_length, the
+    rope_factors_long / _short tensors (rope_dims / 2 factors each: long in [1, ctx / orig_ctx],
+    short in [1, 1.5]) and rope.scaling.attn_factor sqrt(1 + ln(ctx / orig_ctx) / ln(orig_ctx)).
     """
     if arch not in DENSE_ARCHS:
         raise ValueError(f"synth dense: arch must be one of {', '.join(DENSE_ARCHS)}, not {arch!r}")
     hd = head_dim or dim // heads
-    gemma = arch == "gemma3"
+    gemma, phi3 = arch == "gemma3", arch == "phi3"
+    if orig_ctx and not (phi3 and 0 < orig_ctx < ctx):
+        raise ValueError(f"synth dense: orig_ctx (LongRoPE) is phi3's, and below ctx ({ctx}), not {orig_ctx}")
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
     w = Writer(path, arch, progress=progress, fit=True)
     write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx,
-                 rope_base=rope_base)
+                 rope_base=rope_base, rope_dims=rope_dims)
+    if phi3:
+        w.meta(f"{arch}.attention.sliding_window", int(window))
+    if orig_ctx:
+        nr = (rope_dims or hd) // 2
+        w.meta(f"{arch}.rope.scaling.original_context_length", int(orig_ctx))
+        w.meta(f"{arch}.rope.scaling.attn_factor", float(np.sqrt(1 + np.log(ctx / orig_ctx) / np.log(orig_ctx))))
+        w.add("rope_factors_long.weight", rng.uniform(1.0, ctx / orig_ctx, nr).astype(np.float32))
+        w.add("rope_factors_short.weight", rng.uniform(1.0, 1.5, nr).astype(np.float32))
     if rope_linear:
         w.meta(f"{arch}.rope.scaling.type", "linear")
         w.meta(f"{arch}.rope.scaling.factor", float(rope_linear))
@@ -147,6 +167,14 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     w.add("output_norm.weight", norm_weight(rng, dim))
     for i in range(layers):
         p = f"blk.{i}."
+        if phi3:  # fused: [q | k | v] and [gate | up]
+            w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+            w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+            w.add(p + "attn_qkv.weight", gauss(rng, (heads + 2 * kv_heads) * hd, dim), wtype)
+            w.add(p + "attn_output.weight", gauss(rng, dim, heads * hd), wtype)
+            w.add(p + "ffn_up.weight", gauss(rng, 2 * ffn, dim), wtype)
+            w.add(p + "ffn_down.weight", gauss(rng, dim, ffn), wtype)
+            continue
         add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype)
         w.add(p + "ffn_gate.weight", gauss(rng, ffn, dim), wtype)
         w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
@@ -576,13 +604,18 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],
                    help="qwen35: hybrid gated delta-net / gated attention layers (see the --ssm-* options)")
     p.add_argument("--head-dim", type=int, default=None, help="per-head width (default: dim / heads)")
-    p.add_argument("--window", type=int, default=512, help="gemma3: sliding window of the local layers (0: none)")
+    p.add_argument("--window", type=int, default=512,
+                   help="gemma3: sliding window of the local layers (0: none); phi3: the key llama.cpp ignores")
+    p.add_argument("--orig-ctx", type=int, default=0,
+                   help="phi3: LongRoPE's original context (factors long / short, attn_factor; 0: none)")
+    p.add_argument("--rope-dims", type=int, default=None,
+                   help="rotated dims per attention head (default: all of it; hybrid: 32)")
     p.add_argument("--swa-pattern", type=int, default=None,
                    help="gemma3: period of the local/global pattern (default: no key, llama.cpp's 6)")
     p.add_argument("--rope-base", type=float, default=10000.0, help="rope base (gemma3: of the global layers)")
@@ -600,7 +633,8 @@ def _add_dense(ss) -> None:
         a.out, arch=a.arch, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
         ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
         head_dim=a.head_dim, window=a.window, swa_pattern=a.swa_pattern, rope_base=a.rope_base,
-        rope_base_swa=a.rope_base_swa, softcap=a.softcap, rope_linear=a.rope_linear, progress=_bar_on()))
+        rope_base_swa=a.rope_base_swa, softcap=a.softcap, rope_linear=a.rope_linear, orig_ctx=a.orig_ctx,
+        rope_dims=a.rope_dims, progress=_bar_on()))
     _with_shapes(p)
 
 
