@@ -770,7 +770,8 @@ class Model:
                 qd, kd = c.n_head * c.head_dim, c.n_kv * c.head_dim
                 for slot, r in (("attn_q", (0, qd)), ("attn_k", (qd, qd + kd)), ("attn_v", (qd + kd, qd + 2 * kd))):
                     fused[slot] = (p + "attn_qkv.weight", r)
-            if "ffn_gate" in ffn and p + "ffn_gate.weight" not in self.file.tensors:
+            up = self.file.tensors.get(p + "ffn_up.weight")
+            if "ffn_gate" in ffn and p + "ffn_gate.weight" not in self.file.tensors and up and up.shape[0] == 2 * c.ffn:
                 fused["ffn_gate"] = (p + "ffn_up.weight", (0, c.ffn))
                 fused["ffn_up"] = (p + "ffn_up.weight", (c.ffn, 2 * c.ffn))
             for slot in mixer + ffn:
