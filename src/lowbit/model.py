@@ -115,7 +115,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import gguf
+from . import gguf, hub
 from ._native import lib
 from .gguf import GGUFError
 
@@ -602,6 +602,8 @@ class Model:
         object keeps the tokenizer and the slots' bookkeeping. layers=(l0, l1): hold only layers
         [l0, l1) (one pipeline stage; its engine runs forward_layers, not forward)."""
         self.kv_k, self.kv_v = kv_types(kv, kv_k, kv_v)  # (before the file is read: a bad value fails fast)
+        if hub.is_hub(path):  # hf:OWNER/REPO[:QUANT]: downloaded once into huggingface_hub's cache
+            path = hub.resolve(path)
         self.path = os.fspath(path) if path is not None else default_model_path()
         # memory: "mmap" (default), "copy" (read up front, --no-mmap) or "hugepages" (a copy in
         # 2 MB pages); mlock pins it (gguf.open)
