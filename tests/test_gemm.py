@@ -319,6 +319,21 @@ def test_model_work_counts_the_layers_matmuls(tmp_path):
     assert model_work(str(t))["bytes"] == (2 * per_layer + vocab * 256) * 34 // 32
 
 
+def test_kv_read_per_token_counts_positions_and_windows(tmp_path):
+    """bench e2e's KV bytes a decode step reads: a half cache holds n_kv * head_dim * 2 (K, V) * 2
+    bytes per position and layer; a step at position pos reads pos + 1 positions (a sliding layer
+    at most its window). Here: 2 KV heads of 64 -> 512 bytes; steps at positions 10..13."""
+    import dataclasses
+    import lowbit
+    from lowbit import synth
+    from lowbit.bench import kv_read_per_token
+    d = synth.synth_dense(tmp_path / "d.gguf", layers=2, dim=256, ffn=512, heads=4, kv_heads=2, seed=1)
+    m = lowbit.load(str(d), n_ctx=32)
+    assert kv_read_per_token(m, 10, 4) == 2 * 512 * (11 + 12 + 13 + 14) // 4
+    m.config = dataclasses.replace(m.config, window=(8, 0))  # layer 0 slides over 8 positions
+    assert kv_read_per_token(m, 10, 4) == 512 * 8 + 512 * (11 + 12 + 13 + 14) // 4
+
+
 def lowbit_vocab(path):
     from lowbit import gguf
     return gguf.open(str(path)).tensors["output.weight"].rows

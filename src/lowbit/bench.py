@@ -277,6 +277,22 @@ def kv_cache_bytes(m, n: int) -> tuple[int, int]:
     return ours, attn_layers * n * c.n_kv * c.head_dim * 2 * 2
 
 
+def kv_read_per_token(m, p0: int, n: int) -> int:
+    """Bytes of KV cache one decode step reads, averaged over n steps from position p0: each
+    attention layer reads its cache up to the step's position, a sliding-window layer its window
+    (a GQA group's K/V rows are read once for its heads). A delta-net layer's recurrent state is
+    not counted."""
+    c = m.config
+    attn = [i for i in range(c.n_layer) if not (i < len(c.recurrent) and c.recurrent[i])]
+    per_layer = m.engine.kv_bytes(1) / max(1, len(attn))  # bytes of one position in one layer
+    total = 0.0
+    for pos in range(p0, p0 + n):
+        for i in attn:
+            w = c.window[i] if i < len(c.window) else 0
+            total += per_layer * (min(pos + 1, w) if w else pos + 1)
+    return int(total / max(1, n))
+
+
 def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_tokens: int, reps: int,
               out=sys.stdout, llama_model: str | None = None, warmup: bool = True, kv: dict | None = None,
               memory: dict | None = None) -> dict:
@@ -391,6 +407,9 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     res["decode_gbs"] = work["bytes"] * res["lowbit_decode_tps"] / 1e9
     # each repetition's decode GB/s over its own bandwidth reading; the median of those
     res["decode_share"] = med([work["bytes"] * gen_tokens / r[0][1] / 1e9 / r[2] for r in runs])
+    # what decode reads besides the weights: the KV cache up to each step's position
+    kvr = res["decode_kv_bytes_per_token"] = kv_read_per_token(m, len(toks), gen_tokens)
+    res["decode_share_with_kv"] = med([(work["bytes"] + kvr) * gen_tokens / r[0][1] / 1e9 / r[2] for r in runs])
     vs = f" (llama.cpp: {res['llama_model']})" if llama_model else ""
     print(f"# {res['model']}{vs}, {threads} threads, prompt {len(toks)} tokens, {gen_tokens} generated, "
           f"median of {reps}", file=out)
@@ -417,7 +436,8 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
           f"({work['macs'] / 1e6:.0f} M multiply-adds per token){share}", file=out)
     print(f"lowbit decode: {work['bytes'] / 1e6:.0f} MB of weights per token, {res['decode_gbs']:.1f} GB/s = "
           f"{100 * res['decode_share']:.0f}% of the read bandwidth (each repetition against its own bench membw "
-          f"reading, {threads} threads: {', '.join(f'{b:.1f}' for b in bws)} GB/s)", file=out)
+          f"reading, {threads} threads: {', '.join(f'{b:.1f}' for b in bws)} GB/s); with the {kvr / 1e6:.1f} MB of "
+          f"KV cache a step reads on average: {100 * res['decode_share_with_kv']:.0f}%", file=out)
     if t:  # the peer against the same limits: what a ratio to it would ask of this machine
         lw = model_work(llama_model) if llama_model else work
         res["llama_prefill_gmacs"] = lw["macs"] * res["llama_prefill_tps"] / 1e9
