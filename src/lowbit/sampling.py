@@ -50,21 +50,29 @@ class Sampler:
 
     def candidates(self, logits: np.ndarray, history: list[int] = ()) -> tuple[np.ndarray, np.ndarray]:
         """The tokens a (non-greedy) draw can give, ascending, and their probabilities (float64,
-        summing to 1): probs() without its zeros. Only the penalty, the temperature and the top-k
-        cut touch the whole vocabulary (O(vocab)); the softmax, min-p and top-p's sort run on the
-        top-k survivors (llama.cpp's order: top-k, then the softmax, min-p, top-p). With
+        summing to 1): probs() without its zeros."""
+        ids, p = self._filtered(logits, history)
+        return (np.arange(p.size) if ids is None else ids), p
+
+    def _filtered(self, logits: np.ndarray, history) -> tuple[np.ndarray | None, np.ndarray]:
+        """candidates(), with ids None when every token stays. Only the penalty, the temperature
+        and the top-k cut touch the whole vocabulary (O(vocab)); the softmax, min-p and top-p run
+        on the top-k survivors (llama.cpp's order: top-k, then the softmax, min-p, top-p). With
         llama.cpp's defaults on a 49152-token vocabulary this is ~0.2 ms a token, where a float64
         softmax and a sort of the whole vocabulary took ~3 ms. The exponentials are float32 (as
         llama.cpp's softmax; within 2e-6 relative of float64's), summed in float64."""
-        z = self.penalize(np.asarray(logits, dtype=np.float64), list(history)) / self.temperature
+        z = self.penalize(np.asarray(logits, dtype=np.float64), list(history))
+        if self.temperature != 1.0:
+            z = z / self.temperature
+        ids = None
         if self.top_k and self.top_k < z.size:
             kth = np.partition(z, -self.top_k)[-self.top_k]
             ids = np.flatnonzero(z >= kth)  # (ties at the k-th value all stay)
             z = z[ids]
-        else:
-            ids = np.arange(z.size)
-        p = np.exp((z - z.max()).astype(np.float32)).astype(np.float64)  # (float32's exp, as
-        p /= p.sum()                                                       # llama.cpp's: 4x faster)
+        e = np.exp((z - z.max()).astype(np.float32))  # (float32's exp, as llama.cpp's: 4x faster)
+        p = e / e.sum(dtype=np.float64)
+        if self.min_p > 0.0 or self.top_p < 1.0:
+            ids = np.arange(p.size) if ids is None else ids
         if self.min_p > 0.0:
             keep = p >= self.min_p * p.max()
             ids, p = ids[keep], p[keep] / p[keep].sum()
@@ -76,11 +84,12 @@ class Sampler:
     def sample(self, logits: np.ndarray, history: list[int] = ()) -> int:
         if self.greedy:
             return int(np.argmax(self.penalize(np.asarray(logits), list(history))))
-        ids, p = self.candidates(logits, history)
+        ids, p = self._filtered(logits, history)
         # numpy's Generator.choice(n, p=p) on the candidates: one uniform draw against the
         # normalised cumulative sum (the same draw over the whole vocabulary: zeros add nothing)
         cdf = np.cumsum(p)
-        return int(ids[min(int(np.searchsorted(cdf / cdf[-1], self.rng.random(), side="right")), ids.size - 1)])
+        i = min(int(np.searchsorted(cdf / cdf[-1], self.rng.random(), side="right")), p.size - 1)
+        return i if ids is None else int(ids[i])
 
 
 def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
