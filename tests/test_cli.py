@@ -226,3 +226,22 @@ def test_argparse_errors_are_one_line_too(args, needle, capsys):
     one_line_error(subprocess.CompletedProcess(args, e.value.code, "", capsys.readouterr().err), needle)
     if args[0] == "run":
         one_line_error(cli(*args), needle)
+
+
+def test_info_describes_a_model(tmp_path, capsys):
+    """`lowbit info -m`: the shape written into the file, each format with its tensor count and
+    the row kernel dispatch picks for it, and the token's cost (model_work's count)."""
+    from lowbit._native import lib
+    from lowbit.bench import model_work
+    from lowbit.cli import main
+    from lowbit.synth import synth_dense
+    p = synth_dense(tmp_path / "m.gguf", layers=2, dim=256, ffn=512, heads=4, kv_heads=2, wtype="Q4_K",
+                    embd_type="Q8_0", head_type="Q6_K")
+    assert main(["info", "-m", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "arch      llama: 2 layers, width 256, 4 heads / 2 KV heads of 64, FFN 512, vocab 49152" in out
+    q4k = next(line for line in out.splitlines() if line.strip().startswith("Q4_K") and "tensors" not in line
+               and line.startswith(" " * 10))
+    assert q4k.split()[1] == "14" and lib.kernel(12, 1)[0] in q4k  # 7 matrices a layer; 12: Q4_K
+    assert f"decode reads {model_work(str(p))['bytes'] / 1e6:.0f} MB" in out
+    assert "the KV cache holds 1,024 bytes a position (f16/f16)" in out  # 2 layers x 2 x 64 x (K, V) x 2 B

@@ -71,7 +71,53 @@ def cmd_info(args: argparse.Namespace) -> int:
         if g:  # a prompt chunk's GEMM (KernelEntry::gemm) and its gate
             gate = f"for chunks of >= {g[2]} tokens" if g[2] > 0 else "off (LOWBIT_I2S_GEMM_MIN_NT=N turns it on)"
             print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {g[0]}  {gate}")
+    if args.model:
+        print()
+        _info_model(args.model)
     return 0
+
+
+def _info_model(path: str) -> None:
+    """`lowbit info -m MODEL`: what the file is, what a token costs, and the kernels its matrices
+    run on this CPU (the same dispatch the engine uses)."""
+    from . import load
+    from ._native import lib
+    from .bench import model_work
+    m = load(path, n_ctx=8, threads=1)
+    c, md, f = m.config, m.file.metadata, m.file
+    print(f"model     {path} ({os.path.getsize(path) / 1e9:.2f} GB)")
+    heads = f"{c.n_head} heads / {c.n_kv} KV heads of {c.head_dim}" if not c.mla_rank else \
+        f"{c.n_head} heads, MLA latent {c.mla_rank}"
+    print(f"arch      {c.arch}: {c.n_layer} layers, width {c.dim}, {heads}, FFN {c.ffn}, vocab {c.vocab}, "
+          f"trained context {c.train_ctx}")
+    if c.n_expert:
+        print(f"experts   {c.n_expert}, top {c.n_expert_used} of width {c.expert_ffn}, gating {c.expert_gating}"
+              + (f", shared expert {c.shexp_ffn}" if c.shexp_ffn else "")
+              + (f", first {c.n_dense_lead} layers dense" if c.n_dense_lead else ""))
+    if any(c.window):
+        print(f"windows   sliding-window layers: {sum(bool(w) for w in c.window)} of {c.n_layer} "
+              f"(window {max(c.window)})")
+    if c.hybrid:
+        print(f"hybrid    {sum(bool(r) for r in c.recurrent)} of {c.n_layer} layers gated delta-net, the rest attention")
+    by = {}
+    for t in f.tensors.values():
+        n, b = by.get(t.format.name, (0, 0))
+        by[t.format.name] = (n + 1, b + t.nbytes)
+    print("weights   format  tensors       MB  row kernel (1 token)        prompt chunks")
+    for name, (n, b) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        fid = f.tensors[next(k for k, t in f.tensors.items() if t.format.name == name)].format.id
+        k = lib.kernel(fid, 1)
+        g = lib.gemm_kernel(fid)
+        gemm = f"{g[0]} from {g[2]} tokens" if g and g[2] > 0 else "windows of <= 8 tokens"
+        print(f"          {name:<7} {n:>7} {b / 1e6:>8.1f}  {k[0] if k else '(not a matrix)':<27} "
+              f"{gemm if k else ''}")
+    w = model_work(path)
+    print(f"per token decode reads {w['bytes'] / 1e6:.0f} MB of weights; the layers' matmuls are "
+          f"{w['macs'] / 1e6:.0f} M multiply-adds; the KV cache holds {m.engine.kv_bytes(1):,} bytes a position "
+          f"({m.kv_k}/{m.kv_v})")
+    tmpl = "yes" if md.get("tokenizer.chat_template") else "no"
+    print(f"tokenizer {md.get('tokenizer.ggml.model')} (pre {md.get('tokenizer.ggml.pre', '-')}), "
+          f"chat template: {tmpl}")
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -352,7 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("info", help="CPU features, the selected ISA level and the kernel each format runs",
                        description="Print the CPU model and features, the ISA level dispatch selected "
                                    "(capped by LOWBIT_MAX_ISA), and for each weight format the row kernel "
-                                   "that runs at window sizes 1, 2, 4 and 8.")
+                                   "that runs at window sizes 1, 2, 4 and 8. With -m: the model's shape, its "
+                                   "formats and the kernels they run, and what a token reads and computes.")
+    s.add_argument("-m", "--model", default=None,
+                   help="also describe this GGUF (or hf:OWNER/REPO[:QUANT])")
     s.set_defaults(func=cmd_info)
 
     r = sub.add_parser("run", help="generate text from a prompt", description="Generate text from a prompt, "
