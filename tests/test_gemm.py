@@ -40,9 +40,10 @@ from lowbit.formats import BY_NAME as F
 
 ISA = lib.isa_names()
 KQ = ["Q4_K", "Q5_K", "Q6_K"]
-LEGACY = ["Q4_0", "Q4_1", "Q8_0"]
+LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
 ALL = KQ + LEGACY
-ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q8_0": "Q8_0"}
+ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q5_0": "Q8_0", "Q5_1": "Q8_1",
+       "Q8_0": "Q8_0"}
 GEMM_LEVELS = [lv for lv in LEVELS if lib.gemm_kernel(F["Q4_K"].id, ISA.index(lv)) is not None]
 NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GEMM: CPU flag avx2 "
                                                    "under LOWBIT_MAX_ISA >= avx2")
@@ -51,16 +52,17 @@ NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GE
 GEMM_FORMATS = {"avx512": ALL, "avx2vnni": ALL, "avx2": ALL}
 # The gates (gemm_min_nt) as measured per level (gemm.inl: kKqGemmMinNt ...), per format
 GATES = {"avx512": dict.fromkeys(ALL, 32), "avx2vnni": {**dict.fromkeys(ALL, 32), "Q6_K": 64},
-         "avx2": {"Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q8_0": 64}}
+         "avx2": {"Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q5_0": 64, "Q5_1": 128, "Q8_0": 64}}
 
 
 def gemm_cases(*names):
     """(level, format) for every level under test with a GEMM and every format it has one for."""
     return [(lv, n) for lv in GEMM_LEVELS for n in names if n in GEMM_FORMATS[lv]]
 NTS = [1, 9, 16, 17, 33, 64, 100]
-FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q4_0": [0], "Q4_1": [0, 2], "Q8_0": [0]}
-BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
-BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "Q4_0": 32, "Q4_1": 32, "Q8_0": 32}
+FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
+           "Q8_0": [0]}
+BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
+BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32}
 WIDTHS = {256: (1, 6, 16), 32: (1, 9, 18, 48)}  # blocks per row
 
 

@@ -1,5 +1,5 @@
 // The GEMM tier: prompt chunks, MoE experts with many routed tokens, large server steps.
-// k-quants (Q4_K, Q5_K, Q6_K) x Q8_K, legacy Q4_0, Q8_0 x Q8_0 and Q4_1 x Q8_1, I2_S x I8_S.
+// k-quants (Q4_K, Q5_K, Q6_K) x Q8_K, legacy Q4_0, Q5_0, Q8_0 x Q8_0 and Q4_1, Q5_1 x Q8_1, I2_S x I8_S.
 // Shared body of csrc/x86/{avx2,avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
 // with its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
 // ymm with AVX-VNNI (avx2vnni), 8 per ymm with vpmaddubsw + vpmaddwd + vpaddd (avx2: exact only
@@ -624,15 +624,15 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 }
 
 // ============================================================================================
-// Legacy formats: Q4_0, Q8_0 x Q8_0 and Q4_1 x Q8_1 (blocks of 32)
+// Legacy formats: Q4_0, Q5_0, Q8_0 x Q8_0 and Q4_1, Q5_1 x Q8_1 (blocks of 32)
 // ============================================================================================
 // The row kernels' arithmetic (csrc/x86/legacy.inl's header), per (row, token): block b's exact
 // isum and S = d_w * d_a, dealt into 8 classes c = b mod 8 of float accumulators,
-//   acc_c = fma((float)isum, S, acc_c)   then, Q4_1 only: acc_c = fma(m_w, s_a, acc_c)
+//   acc_c = fma((float)isum, S, acc_c)   then, Q4_1 / Q5_1: acc_c = fma(m_w, s_a, acc_c)
 // in block order, and the result ((acc_0 + acc_1) + (acc_2 + acc_3)) + ((acc_4 + acc_5) +
 // (acc_6 + acc_7)). Here the classes are taken one after another (class c: blocks c, c + 8, ...,
 // in order), tokens in lanes as above; the weights are decoded to SIGNED bytes w (Q4_0: q - 8,
-// Q8_0: q, Q4_1: q), the activations carry +128, and the +128 comes back as 128 * sum(w) per row
+// Q5_0: q - 16, Q8_0: q, Q4_1 / Q5_1: q), the activations carry +128, and the +128 comes back as 128 * sum(w) per row
 // and block (the dots start from -128 * sum(w)). isum = sum w * q_a exactly: the row kernels'
 // integer. Bounds: |sum (q_a + 128) w| <= 32 * 255 * 128 < 2^21.
 // Q8_0 at avx2 (D::SIGN: its codes exceed vdot's W_MAX) takes the sign trick instead (vdot_sign):
@@ -681,6 +681,52 @@ struct GQ4_1 {
         const __m128i q = _mm_loadu_si128((const __m128i *)(x + 4));
         const __m128i k0F = _mm_set1_epi8(0x0F);
         const __m128i lo = _mm_and_si128(q, k0F), hi = _mm_and_si128(_mm_srli_epi16(q, 4), k0F);
+        _mm_storeu_si128((__m128i *)w, lo);
+        _mm_storeu_si128((__m128i *)(w + 16), hi);
+        m.neg = -128 * wsum32(lo, hi);
+        m.d = f16(x), m.m = f16(x + 2);
+    }
+};
+// Q5_0 / Q5_1: bit j of the block's little-endian qh word is weight j's fifth bit (value 16)
+// (csrc/ref/legacy.cpp); byte j of the result is 0x10 where bit j of `bits` (16 of them) is set
+LB_GK_INLINE __m128i fifth_bits16(uint32_t bits) {
+    const __m128i spread = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)bits),
+                                            _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    const __m128i bit = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(spread, bit), bit), _mm_set1_epi8(0x10));
+}
+// the 32 five-bit codes 0..31 of a Q5 block: qs nibbles (weights j, j + 16) plus the fifth bits
+LB_GK_INLINE void codes5(const uint8_t *qh, const uint8_t *qs, __m128i &lo, __m128i &hi) {
+    uint32_t h;
+    std::memcpy(&h, qh, 4);
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs), k0F = _mm_set1_epi8(0x0F);
+    lo = _mm_or_si128(_mm_and_si128(q, k0F), fifth_bits16(h & 0xFFFFu));
+    hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q, 4), k0F), fifth_bits16(h >> 16));
+}
+struct GQ5_0 {
+    static constexpr size_t BYTES = 22;  // d, qh[4], qs[16]
+    static constexpr bool Q8_1 = false, M = false, SIGN = false;
+    static constexpr int WMAX = 16;  // codes q - 16: -16..15
+    static constexpr int CODES = 32;
+    static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
+        __m128i lo, hi;
+        codes5(x + 2, x + 6, lo, hi);
+        const __m128i k16 = _mm_set1_epi8(16);
+        lo = _mm_sub_epi8(lo, k16), hi = _mm_sub_epi8(hi, k16);
+        _mm_storeu_si128((__m128i *)w, lo);
+        _mm_storeu_si128((__m128i *)(w + 16), hi);
+        m.neg = -128 * wsum32(lo, hi);
+        m.d = f16(x), m.m = 0.0f;
+    }
+};
+struct GQ5_1 {
+    static constexpr size_t BYTES = 24;  // d, m, qh[4], qs[16]
+    static constexpr bool Q8_1 = true, M = true, SIGN = false;
+    static constexpr int WMAX = 31;  // codes q: 0..31
+    static constexpr int CODES = 32;
+    static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
+        __m128i lo, hi;
+        codes5(x + 4, x + 8, lo, hi);
         _mm_storeu_si128((__m128i *)w, lo);
         _mm_storeu_si128((__m128i *)(w + 16), hi);
         m.neg = -128 * wsum32(lo, hi);
@@ -1083,6 +1129,15 @@ constexpr int kLegacyGemmMinNt = 32;
 #else
 constexpr int kLegacyGemmMinNt = 64;
 #endif
+// Q5_0 / Q5_1 at avx2 (Zen 3, loaded machine, `lowbit bench kernels --formats Q5_0,Q5_1 --nt
+// 16,32,64,128 --n 4096 --mb 64 --clock cpu --stat min`, windows / gemm): Q5_0 0.75, 0.99, 1.22,
+// 1.35: from 64 as Q4_0; Q5_1 (codes to 31: vdot, not the int16 presums) 0.70, 0.99, 0.89, 1.05:
+// from 128. With VNNI (not measured: no such host here) the other legacy formats' 32.
+#if defined(__AVX512F__) || defined(__AVXVNNI__)
+constexpr int kQ5_1GemmMinNt = kLegacyGemmMinNt;
+#else
+constexpr int kQ5_1GemmMinNt = 128;
+#endif
 // The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
 constexpr int kI2sLanesGemmMinNt = 16;
 
@@ -1106,6 +1161,10 @@ void register_gemm(KernelTable &t) {
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);  // avx2: vdot_sign
+    // Q5_0 / Q5_1: llama-quant's fallback where 256 does not divide a row (Q4_K -> Q5_0, Q5_K ->
+    // Q5_1: the experts' down matrices of GLM-4.5 and DeepSeek-V2 at width 1408); Q4_0's gate
+    set(T_Q5_0, &gemm_legacy<GQ5_0>, "gemm_q5_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
+    set(T_Q5_1, &gemm_legacy<GQ5_1>, "gemm_q5_1_q8_1_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ5_1GemmMinNt);
 #if defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
