@@ -1,6 +1,8 @@
-"""Token sampling: greedy, temperature, top-k, top-p, min-p, repetition penalty, seed."""
+"""Token sampling: greedy, temperature, top-k, top-p, min-p, repetition / presence / frequency
+penalties, seed."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -8,6 +10,34 @@ import numpy as np
 
 @dataclass
 class Sampler:
+    """One sequence's sampling rule (and its random stream).
+
+    The order, in one place. What the server does before the Sampler sees a row: logit_bias is
+    added (OpenAI's rule), then a structured output's grammar masks what it cannot take
+    (scheduler._sample / _verify). Then, here (penalize, then probs / sample):
+      1. repeat_penalty over the last repeat_last_n tokens of prompt + generated text
+         (llama.cpp's rule: divide a positive logit, multiply a negative one);
+      2. presence / frequency penalties (OpenAI's rule):
+             logit[t] -= frequency_penalty * count[t] + presence_penalty * (count[t] > 0)
+         count[t]: how often t occurs in history[prompt_len:], the tokens generated so far in
+         this sequence (all of them: no window);
+      3. greedy: the argmax. Else temperature, top-k, the softmax, min-p, top-p, the draw.
+    Log-probabilities reported to clients (server logprobs, generate(logprobs=k)) are of the raw
+    logits, before all of this (generate.log_softmax).
+
+    The penalties' window: OpenAI defines the counts over the text generated so far, and clients
+    tune these two fields against that definition, so lowbit counts every generated token and
+    no prompt token (a word of the question is not penalised in the answer). llama.cpp's server
+    applies the same two terms, in the same pass as its repeat penalty, to the last
+    penalty_last_n (64) tokens of prompt and generation: it feeds the prompt to its sampler
+    chain (tools/server/server-context.cpp: common_sampler_accept(..., false) per prompt token;
+    src/llama-sampler.cpp: llama_sampler_penalties_apply). Past 64 generated tokens, and for
+    tokens of the prompt, the two differ.
+
+    prompt_len: where the generated tokens start in the `history` passed to sample / probs; the
+    owner of the sequence sets it (generate(), the scheduler's submit). Counting is vectorised
+    (np.unique over the generated ids: O(generated) per token, nothing over the vocabulary
+    beyond the row copy the penalties need)."""
     temperature: float = 0.0     # <= 0: greedy (argmax)
     top_k: int = 0               # 0: off
     top_p: float = 1.0           # 1: off
@@ -15,29 +45,58 @@ class Sampler:
     repeat_penalty: float = 1.0  # 1: off; llama.cpp's rule: divide positive logits, multiply negative
     repeat_last_n: int = 64
     seed: int | None = None
+    presence_penalty: float = 0.0   # 0: off; -2..2, subtracted once from each generated token's logit
+    frequency_penalty: float = 0.0  # 0: off; -2..2, subtracted per occurrence in the generated tokens
+    prompt_len: int = 0          # history[prompt_len:] are the generated tokens (presence / frequency)
     rng: np.random.Generator = field(init=False, repr=False)
 
     def __post_init__(self):
         if self.top_k < 0 or not 0.0 < self.top_p <= 1.0 or not 0.0 <= self.min_p <= 1.0 or self.repeat_penalty <= 0:
             raise ValueError("sampling: need top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, repeat_penalty > 0")
+        if not (-2.0 <= self.presence_penalty <= 2.0 and -2.0 <= self.frequency_penalty <= 2.0):
+            raise ValueError("sampling: presence_penalty and frequency_penalty must be in -2..2 (OpenAI's range)")
         self.rng = np.random.default_rng(self.seed)
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
-    def penalize(self, logits: np.ndarray, history: list[int]) -> np.ndarray:
-        if self.repeat_penalty == 1.0 or not history:
+    def replace(self, **changes) -> "Sampler":
+        """A copy with some fields changed, and a fresh random stream from its seed (a draft
+        model's sampler, choice i of a request)."""
+        return dataclasses.replace(self, **changes)
+
+    def choice(self, i: int) -> "Sampler":
+        """The sampler of choice i of an n-choice request. Choice 0 is this sampler's own seed
+        (so n=1 and choice 0 of n draw the same); choice i > 0 is seeded with the first 64-bit
+        word of numpy's SeedSequence([seed, i]): deterministic in (seed, i), independent
+        streams. No seed: every choice draws fresh entropy."""
+        if i == 0:
+            return self.replace()
+        if self.seed is None:
+            return self.replace(seed=None)
+        word = np.random.SeedSequence([self.seed, i]).generate_state(1, np.uint64)[0]
+        return self.replace(seed=int(word))
+
+    def penalize(self, logits: np.ndarray, history) -> np.ndarray:
+        """logits after steps 1 and 2 of the order (a copy; the input when no penalty applies)."""
+        repeat = self.repeat_penalty != 1.0 and len(history) > 0
+        counted = (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0) and len(history) > self.prompt_len
+        if not repeat and not counted:
             return logits
         logits = logits.copy()
-        ids = np.unique(np.asarray(history[-self.repeat_last_n:], dtype=np.int64))
-        v = logits[ids]
-        logits[ids] = np.where(v > 0, v / self.repeat_penalty, v * self.repeat_penalty)
+        if repeat:
+            ids = np.unique(np.asarray(history[-self.repeat_last_n:], dtype=np.int64))
+            v = logits[ids]
+            logits[ids] = np.where(v > 0, v / self.repeat_penalty, v * self.repeat_penalty)
+        if counted:
+            ids, count = np.unique(np.asarray(history[self.prompt_len:], dtype=np.int64), return_counts=True)
+            logits[ids] -= self.frequency_penalty * count + self.presence_penalty
         return logits
 
-    def probs(self, logits: np.ndarray, history: list[int] = ()) -> np.ndarray:
+    def probs(self, logits: np.ndarray, history=()) -> np.ndarray:
         """The distribution sampling draws from (after penalty, temperature and the filters)."""
-        z = self.penalize(np.asarray(logits, dtype=np.float64), list(history))
+        z = self.penalize(np.asarray(logits, dtype=np.float64), history)
         if self.greedy:
             p = np.zeros_like(z)
             p[int(np.argmax(z))] = 1.0
@@ -60,8 +119,8 @@ class Sampler:
             p = q / q.sum()
         return p
 
-    def sample(self, logits: np.ndarray, history: list[int] = ()) -> int:
+    def sample(self, logits: np.ndarray, history=()) -> int:
         if self.greedy:
-            return int(np.argmax(self.penalize(np.asarray(logits), list(history))))
+            return int(np.argmax(self.penalize(np.asarray(logits), history)))
         p = self.probs(logits, history)
         return int(self.rng.choice(p.size, p=p))

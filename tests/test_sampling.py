@@ -1,0 +1,75 @@
+"""Sampler: presence / frequency penalties against values written out by hand, their order with
+the repeat penalty, the window (generated tokens only), choices' seeds; generate.token_logprobs."""
+import math
+
+import numpy as np
+import pytest
+
+from lowbit.generate import log_softmax, token_logprobs
+from lowbit.sampling import Sampler
+
+LOGITS = np.array([1.0, 2.0, -1.0, 0.5, 3.0, -2.0], dtype=np.float32)
+
+
+def test_presence_and_frequency_by_hand():
+    # prompt [4, 4, 1] (not counted), generated [0, 3, 0, 5, 0]: counts 0 -> 3, 3 -> 1, 5 -> 1
+    history = [4, 4, 1, 0, 3, 0, 5, 0]
+    s = Sampler(presence_penalty=0.5, frequency_penalty=0.25, prompt_len=3)
+    want = [1.0 - 0.25 * 3 - 0.5, 2.0, -1.0, 0.5 - 0.25 - 0.5, 3.0, -2.0 - 0.25 - 0.5]
+    np.testing.assert_allclose(s.penalize(LOGITS, history), want, rtol=0, atol=1e-6)
+    # negative values reward repetition (OpenAI allows -2..2)
+    s = Sampler(presence_penalty=-1.0, frequency_penalty=-2.0, prompt_len=3)
+    np.testing.assert_allclose(s.penalize(LOGITS, history), [1 + 6 + 1, 2, -1, 0.5 + 2 + 1, 3, -2 + 2 + 1],
+                               rtol=0, atol=1e-6)
+
+
+def test_nothing_generated_or_zero_penalties_leave_the_logits():
+    s = Sampler(presence_penalty=2.0, frequency_penalty=2.0, prompt_len=3)
+    assert s.penalize(LOGITS, [4, 4, 1]) is LOGITS  # only prompt tokens: nothing counted
+    assert Sampler(prompt_len=0).penalize(LOGITS, [0, 1, 2]) is LOGITS
+
+
+def test_repeat_penalty_then_presence_frequency():
+    # llama.cpp's order (llama_sampler_penalties_apply): the repeat penalty's divide/multiply over
+    # the last repeat_last_n tokens of prompt + generated, then the subtraction over generated ones
+    history = [4, 2, 0, 0]  # prompt [4, 2], generated [0, 0]
+    s = Sampler(repeat_penalty=2.0, repeat_last_n=3, presence_penalty=0.5, frequency_penalty=0.25, prompt_len=2)
+    # last 3 tokens {2, 0}: 1.0 / 2 = 0.5, -1.0 * 2 = -2.0; then token 0: - 0.25 * 2 - 0.5
+    want = [0.5 - 1.0, 2.0, -2.0, 0.5, 3.0, -2.0]
+    np.testing.assert_allclose(s.penalize(LOGITS, history), want, rtol=0, atol=1e-6)
+
+
+def test_penalties_change_greedy_and_probs():
+    # greedy argmax is 4 (3.0); generated once with presence 1.5 -> 1.5 < 2.0: token 1 wins
+    s = Sampler(presence_penalty=1.5, prompt_len=1)
+    assert s.sample(LOGITS, [0, 4]) == 1
+    t = Sampler(temperature=1.0, presence_penalty=1.5, prompt_len=1)
+    z = np.array([1.0, 2.0, -1.0, 0.5, 1.5, -2.0])
+    want = np.exp(z) / np.exp(z).sum()
+    np.testing.assert_allclose(t.probs(LOGITS, [0, 4]), want, rtol=1e-12, atol=0)
+
+
+def test_out_of_range_penalties_are_refused():
+    for kw in ({"presence_penalty": 2.5}, {"frequency_penalty": -2.01}):
+        with pytest.raises(ValueError, match="-2..2"):
+            Sampler(**kw)
+
+
+def test_choice_seeds():
+    s = Sampler(temperature=1.0, seed=7)
+    a, b = s.choice(0), s.choice(1)
+    assert a.seed == 7 and b.seed != 7 and s.choice(1).seed == b.seed  # deterministic in (seed, i)
+    assert s.choice(2).seed not in (7, b.seed)
+    assert Sampler(seed=None).choice(3).seed is None
+    assert a.rng.random() == Sampler(temperature=1.0, seed=7).rng.random()  # a fresh stream
+
+
+def test_token_logprobs_against_float64_by_hand():
+    row = np.array([0.0, 2.0, 2.0, -1.0, 1.0], dtype=np.float32)
+    lse = math.log(sum(math.exp(v) for v in [0.0, 2.0, 2.0, -1.0, 1.0]))
+    lp, top = token_logprobs(log_softmax(row), 3, 3)
+    assert lp == pytest.approx(-1.0 - lse, abs=1e-12)
+    assert list(top) == [1, 2, 4]  # most likely first, ties by id
+    assert top[4] == pytest.approx(1.0 - lse, abs=1e-12)
+    assert token_logprobs(log_softmax(row), 0, 0)[1] == {}
+    assert list(token_logprobs(log_softmax(row), 0, 9)[1]) == [1, 2, 4, 0, 3]
