@@ -71,7 +71,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..generate import log_softmax, stop_prefix, token_logprobs, verify
+from ..generate import stop_prefix, token_logprobs, verify
 from ..sampling import Sampler
 
 # The cost of one more token in a step, relative to a one-token step (speculation's drafting
@@ -587,7 +587,7 @@ class Scheduler:
         if tok in self.eog:
             return self._finish(r, "stop")
         if raw is not None:
-            self._emit(r, ("logprobs", [(tok, *token_logprobs(log_softmax(raw), tok, r.logprobs))]))
+            self._emit(r, ("logprobs", [(tok, *token_logprobs(raw, tok, r.logprobs))]))
         r.history.append(tok)
         r.generated += 1
         r.text += r.decoder.push(tok)
