@@ -3,7 +3,7 @@ penalties and logprobs, against plain sampling, on a vocabulary of the default m
 (49152): the figure of BENCHMARKS.md's "Sampling features' cost".
 
     PYTHONPATH=build/dev:src python tools/bench_sampling.py [--vocab 49152] [--prompt 200]
-        [--generated 256] [--steps 3000] [--clock cpu|wall]
+        [--generated 256] [--steps 3000] [--clock cpu|wall] [-m default|MODEL [-t 2]]
 
 One logits row (float32, normal * 3, seeded) and one history: --prompt tokens, then --generated
 generated ones (random ids, one in 8 repeated). Each step times every arm once, in turn (A/B
@@ -16,6 +16,10 @@ arms are what the scheduler runs per token for a request:
     + penalties                   the same with presence_penalty 0.5, frequency_penalty 0.5
     + logprobs k                  the same plus the row copy and token_logprobs
                                   (scheduler._sample / _take with Request.logprobs = k)
+With -m, each step also runs one decode step of that model (one token at a fixed position after
+a --prompt-token prompt, rewound after it: the same cost every step) and prints every arm as a
+share of it; the clock is then the wall clock for all (the step runs on the engine's pool
+threads, sampling on the engine thread while the pool waits). --vocab is the model's then.
 """
 from __future__ import annotations
 
@@ -41,9 +45,23 @@ def main() -> int:
     ap.add_argument("--generated", type=int, default=256)
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
+    ap.add_argument("-m", "--model", default=None, help='also time a decode step of this model ("default": '
+                    "lowbit's default model)")
+    ap.add_argument("-t", "--threads", type=int, default=2)
     a = ap.parse_args()
-    clock = time.thread_time_ns if a.clock == "cpu" else time.perf_counter_ns
     rng = np.random.default_rng(0)
+    step = None
+    if a.model:
+        import lowbit
+        m = lowbit.load(None if a.model == "default" else a.model, n_ctx=a.prompt + 8, threads=a.threads)
+        a.vocab, a.clock = m.config.vocab, "wall"
+        m.reset()
+        m.forward(rng.integers(0, a.vocab, a.prompt).tolist())
+
+        def step():
+            m.forward([1])
+            m.rewind(a.prompt)
+    clock = time.thread_time_ns if a.clock == "cpu" else time.perf_counter_ns
     logits = (rng.standard_normal(a.vocab) * 3).astype(np.float32)
     gen = rng.integers(0, a.vocab, a.generated)
     gen[::8] = gen[0]
@@ -65,6 +83,8 @@ def main() -> int:
         arms[f"{name} + penalties"] = (lambda s=pens: s.sample(logits, history), name)
         for k in (0, 5, 20):
             arms[f"{name} + logprobs {k}"] = (logprobs(plain, k), name)
+    if step is not None:
+        arms["decode step"] = (step, "decode step")
     times = {name: [] for name in arms}
     for _ in range(a.steps):
         for name, (fn, _) in arms.items():
@@ -75,7 +95,8 @@ def main() -> int:
           f"{a.clock} clock, median per token")
     med = {name: statistics.median(t) / 1e3 for name, t in times.items()}
     for name, (_, base) in arms.items():
-        print(f"  {name:<22} {med[name]:9.1f} us   x{med[name] / med[base]:.2f} of {base}")
+        share = f"   {100 * med[name] / med['decode step']:5.1f}% of a decode step" if step is not None else ""
+        print(f"  {name:<22} {med[name]:9.1f} us   x{med[name] / med[base]:.2f} of {base}{share}")
     return 0
 
 
