@@ -46,7 +46,7 @@ def test_penalties_change_greedy_and_probs():
     t = Sampler(temperature=1.0, presence_penalty=1.5, prompt_len=1)
     z = np.array([1.0, 2.0, -1.0, 0.5, 1.5, -2.0])
     want = np.exp(z) / np.exp(z).sum()
-    np.testing.assert_allclose(t.probs(LOGITS, [0, 4]), want, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(t.probs(LOGITS, [0, 4]), want, rtol=1e-6, atol=0)  # (float32 exps)
 
 
 def test_out_of_range_penalties_are_refused():
@@ -73,3 +73,57 @@ def test_token_logprobs_against_float64_by_hand():
     assert top[4] == pytest.approx(1.0 - lse, abs=1e-7)
     assert token_logprobs(row, 0, 0)[1] == {}
     assert list(token_logprobs(row, 0, 9)[1]) == [1, 2, 4, 0, 3]
+
+
+def reference_probs(z, temperature, top_k=0, top_p=1.0, min_p=0.0):
+    """The filters written out plainly in float64 over the whole vocabulary."""
+    z = np.asarray(z, dtype=np.float64) / temperature
+    if top_k:
+        z = np.where(z >= np.sort(z)[-top_k], z, -np.inf)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    if min_p:
+        p = np.where(p >= min_p * p.max(), p, 0.0)
+        p /= p.sum()
+    if top_p < 1.0:
+        order = sorted(range(p.size), key=lambda i: (-p[i], i))
+        kept, total = [], 0.0
+        for i in order:
+            kept.append(i)
+            total += p[i]
+            if total >= top_p:
+                break
+        q = np.zeros_like(p)
+        q[kept] = p[kept]
+        p = q / q.sum()
+    return p
+
+
+@pytest.mark.parametrize("filters", [dict(temperature=1.0), dict(temperature=0.7, top_k=40),
+                                     dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+                                     dict(temperature=1.3, top_p=0.5), dict(temperature=0.9, min_p=0.1),
+                                     dict(temperature=1.0, top_k=3, top_p=0.99)])
+def test_probs_and_draws_against_the_plain_filters(filters):
+    rng = np.random.default_rng(3)
+    z = (rng.standard_normal(4000) * 3).astype(np.float32)
+    want = reference_probs(z, **filters)
+    got = Sampler(seed=1, **filters).probs(z)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)
+    assert (got > 0).sum() == (want > 0).sum()
+    # draws: the same tokens as numpy's Generator.choice over the reference distribution
+    s, g = Sampler(seed=9, **filters), np.random.default_rng(9)
+    draws = [s.sample(z) for _ in range(300)]
+    assert draws == [int(g.choice(want.size, p=want)) for _ in range(300)]
+
+
+def test_draw_is_generator_choice():
+    from lowbit.sampling import draw
+    rng = np.random.default_rng(4)
+    for n in (1, 7, 4096, 4097, 49152, 50001):
+        p = rng.random(n) ** 8
+        p[rng.random(n) < 0.5] = 0.0  # zeros inside, as a filtered row has
+        p[-1] += 1e-3
+        p /= p.sum()
+        a, b = np.random.default_rng(n), np.random.default_rng(n)
+        assert [draw(p, a.random()) for _ in range(200)] == [int(b.choice(n, p=p)) for _ in range(200)]
+    assert draw(np.array([0.25, 0.75]), 0.0) == 0 and draw(np.array([0.25, 0.75]), 0.999999) == 1

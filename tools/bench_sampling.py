@@ -3,7 +3,7 @@ penalties and logprobs, against plain sampling, on a vocabulary of the default m
 (49152): the figure of BENCHMARKS.md's "Sampling features' cost".
 
     PYTHONPATH=build/dev:src python tools/bench_sampling.py [--vocab 49152] [--prompt 200]
-        [--generated 256] [--steps 3000] [--clock cpu|wall] [-m default|MODEL [-t 2]]
+        [--generated 256] [--steps 3000] [--clock cpu|wall] [-m default|MODEL [-t 2]] [--before REV]
 
 One logits row (float32, normal * 3, seeded) and one history: --prompt tokens, then --generated
 generated ones (random ids, one in 8 repeated). Each step times every arm once, in turn (A/B
@@ -16,6 +16,8 @@ arms are what the scheduler runs per token for a request:
     + penalties                   the same with presence_penalty 0.5, frequency_penalty 0.5
     + logprobs k                  the same plus the row copy and token_logprobs
                                   (scheduler._sample / _take with Request.logprobs = k)
+With --before REV (a git revision), the plain arms of REV's Sampler (src/lowbit/sampling.py
+there) run too, interleaved with the others: this branch's sampling against it in one run.
 With -m, each step also runs one decode step of that model (one token at a fixed position after
 a --prompt-token prompt, rewound after it: the same cost every step) and prints every arm as a
 share of it; the clock is then the wall clock for all (the step runs on the engine's pool
@@ -38,6 +40,23 @@ from lowbit.generate import token_logprobs  # noqa: E402
 from lowbit.sampling import Sampler  # noqa: E402
 
 
+def _sampler_at(rev: str):
+    """The Sampler class of src/lowbit/sampling.py at git revision rev."""
+    import importlib.util
+    import subprocess
+    import tempfile
+    src = subprocess.run(["git", "-C", os.path.join(HERE, ".."), "show", f"{rev}:src/lowbit/sampling.py"],
+                         check=True, capture_output=True, text=True).stdout
+    path = os.path.join(tempfile.mkdtemp(), "sampling_before.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location("sampling_before", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["sampling_before"] = mod  # (dataclasses look the module up)
+    spec.loader.exec_module(mod)
+    return mod.Sampler
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vocab", type=int, default=49152)
@@ -48,6 +67,7 @@ def main() -> int:
     ap.add_argument("-m", "--model", default=None, help='also time a decode step of this model ("default": '
                     "lowbit's default model)")
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--before", default=None, metavar="REV", help="also time REV's Sampler (git revision)")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     step = None
@@ -83,6 +103,10 @@ def main() -> int:
         arms[f"{name} + penalties"] = (lambda s=pens: s.sample(logits, history), name)
         for k in (0, 5, 20):
             arms[f"{name} + logprobs {k}"] = (logprobs(plain, k), name)
+    if a.before:
+        old = _sampler_at(a.before)
+        for name, kw in (("greedy", {}), ("t=1", dict(temperature=1.0, seed=1)), ("sampled", filt)):
+            arms[f"{name} ({a.before})"] = (lambda s=old(**kw): s.sample(logits, history), name)
     if step is not None:
         arms["decode step"] = (step, "decode step")
     times = {name: [] for name in arms}

@@ -94,33 +94,72 @@ class Sampler:
             logits[ids] -= self.frequency_penalty * count + self.presence_penalty
         return logits
 
-    def probs(self, logits: np.ndarray, history=()) -> np.ndarray:
-        """The distribution sampling draws from (after penalty, temperature and the filters)."""
-        z = self.penalize(np.asarray(logits, dtype=np.float64), history)
-        if self.greedy:
-            p = np.zeros_like(z)
-            p[int(np.argmax(z))] = 1.0
-            return p
-        z = z / self.temperature
+    def _support(self, logits: np.ndarray, history) -> tuple[np.ndarray | None, np.ndarray]:
+        """(ids, p): the tokens a draw can give, ascending (None: every id), and their
+        probabilities (float64, summing to 1), after penalties, temperature and the filters.
+        Past top-k only the k survivors are worked on; the softmax's exps are float32, each to 1
+        ulp, summed in float64 (numpy's float64 exp has no AVX2 SIMD path: 0.6 ms per 49152-token
+        row, most of a sampled token's cost before; BENCHMARKS.md, "Sampling features' cost")."""
+        z = self.penalize(np.asarray(logits, dtype=np.float64), history) / self.temperature
+        ids = None
         if self.top_k and self.top_k < z.size:
             kth = np.partition(z, -self.top_k)[-self.top_k]
-            z = np.where(z >= kth, z, -np.inf)
-        p = np.exp(z - z.max())
+            ids = np.flatnonzero(z >= kth)  # (ties at the k-th value all stay)
+            z = z[ids]
+        p = np.exp((z - z.max()).astype(np.float32)).astype(np.float64)
         p /= p.sum()
         if self.min_p > 0.0:
-            p = np.where(p >= self.min_p * p.max(), p, 0.0)
+            keep = np.flatnonzero(p >= self.min_p * p.max())
+            ids, p = (keep if ids is None else ids[keep]), p[keep]
             p /= p.sum()
         if self.top_p < 1.0:
-            order = np.argsort(-p, kind="stable")
+            order = np.argsort(-p, kind="stable")  # (ties: the lower id first)
             cum = np.cumsum(p[order])
-            keep = order[: int(np.searchsorted(cum, self.top_p) + 1)]
-            q = np.zeros_like(p)
-            q[keep] = p[keep]
-            p = q / q.sum()
+            keep = np.sort(order[: int(np.searchsorted(cum, self.top_p) + 1)])
+            ids, p = (keep if ids is None else ids[keep]), p[keep]
+            p /= p.sum()
+        return ids, p
+
+    def probs(self, logits: np.ndarray, history=()) -> np.ndarray:
+        """The distribution sampling draws from (after penalty, temperature and the filters)."""
+        if self.greedy:
+            p = np.zeros(np.shape(logits)[-1])
+            p[int(np.argmax(self.penalize(np.asarray(logits, dtype=np.float64), history)))] = 1.0
+            return p
+        ids, q = self._support(logits, history)
+        if ids is None:
+            return q
+        p = np.zeros(np.shape(logits)[-1])
+        p[ids] = q
         return p
 
     def sample(self, logits: np.ndarray, history=()) -> int:
         if self.greedy:
             return int(np.argmax(self.penalize(np.asarray(logits), history)))
-        p = self.probs(logits, history)
-        return int(self.rng.choice(p.size, p=p))
+        ids, p = self._support(logits, history)
+        j = draw(p, self.rng.random())
+        return j if ids is None else int(ids[j])
+
+
+DRAW_BLOCK = 256  # probabilities per block of draw()'s two-level search
+
+
+def draw(p: np.ndarray, u: float) -> int:
+    """The index numpy's Generator.choice(p.size, p=p) gives for its uniform draw u: the first i
+    whose cumulative probability exceeds u (the zeros outside a support add nothing, so a draw
+    over the support is the same token as over the whole vocabulary). A whole-vocabulary cumsum
+    is sequential (0.2 ms for 49152 probabilities here), so a long p is searched in two levels:
+    the blocks' sums (vectorised), then one block's cumsum. The sums' rounding differs from
+    one long cumsum only in the last bits: a different token only when u falls within ~1e-16 of
+    a boundary."""
+    if p.size <= 16 * DRAW_BLOCK:
+        cdf = np.cumsum(p)
+        return min(int(cdf.searchsorted(u * cdf[-1], side="right")), p.size - 1)
+    n = p.size // DRAW_BLOCK * DRAW_BLOCK
+    sums = np.append(p[:n].reshape(-1, DRAW_BLOCK).sum(axis=1), p[n:].sum())
+    cum = np.cumsum(sums)
+    target = u * cum[-1]
+    b = min(int(cum.searchsorted(target, side="right")), sums.size - 1)
+    block = p[b * DRAW_BLOCK:(b + 1) * DRAW_BLOCK]
+    cdf = np.cumsum(block) + (cum[b - 1] if b else 0.0)
+    return b * DRAW_BLOCK + min(int(cdf.searchsorted(target, side="right")), block.size - 1)
