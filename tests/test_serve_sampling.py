@@ -134,7 +134,8 @@ def test_penalties_on_completions_and_the_python_api(server, ref):
 
 @pytest.mark.parametrize("field,value", [("presence_penalty", 2.01), ("presence_penalty", -3),
                                          ("frequency_penalty", 2.5), ("frequency_penalty", "1"),
-                                         ("logprobs", 6), ("logprobs", True), ("logprobs", -1), ("n", 9)])
+                                         ("logprobs", 6), ("logprobs", True), ("logprobs", -1), ("n", 9),
+                                         ("echo", True)])
 def test_bad_completions_fields_are_400(server, field, value):
     r = post(server, "/v1/completions", {"model": "synth", "prompt": "hi", "max_tokens": 2, field: value})
     assert r.status_code == 400, r.text

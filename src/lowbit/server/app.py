@@ -33,14 +33,16 @@ to end carries the usage.
 logprobs: chat takes logprobs true and top_logprobs 0..20 (choices[i].logprobs.content: token,
 logprob, bytes, top_logprobs), completions logprobs 0..5 (the legacy tokens, token_logprobs,
 top_logprobs, text_offset; offsets count the reported tokens' characters from the completion's
-start). The log-probabilities are the log-softmax, in float64, of the model's raw logits row the
-token was drawn from: before logit_bias, penalties, temperature and filters, and before a
+start; echo is refused: the prompt's logprobs are not computed). The log-probabilities are the
+log-softmax, in float64, of the model's raw logits row the token was drawn from
+(generate.token_logprobs): before logit_bias, penalties, temperature and filters, and before a
 structured output's grammar mask (the raw distribution: its top alternatives may include tokens
 the grammar ruled out), as vLLM returns by default; with speculative decoding, the accepted
 tokens' rows. The sampled token's logprob is given even when it is not in the top list. A
 streamed chunk carries the logprobs of the tokens reported since the previous chunk of its
 choice (a token's text held back for a stop string goes with a later chunk); the
 end-of-generation token is not reported. Only requests that ask pay for the log-softmax.
+
 tools / tool_choice / parallel_tool_calls (tools.py): the tools go to the chat template, calls
 are parsed out of the output in the template's format (message.tool_calls, finish_reason
 "tool_calls", or "length" when max_tokens cut a call off; streamed as delta.tool_calls, the
@@ -189,10 +191,12 @@ def _logprobs(d: dict, chat: bool) -> int | None:
     top_logprobs, completions' logprobs (int)."""
     hi = MAX_TOP_LOGPROBS[chat]
     if not chat:
-        return _int(d, "logprobs", None, lo=0, hi=hi)
+        if d.get("echo"):  # the prompt's logprobs (lm-eval's loglikelihood): refused, not ignored
+            raise ApiError(400, "'echo' is not supported (the prompt's tokens and logprobs are not returned)", "echo")
+        return None if d.get("logprobs") is False else _int(d, "logprobs", None, lo=0, hi=hi)
     top = _int(d, "top_logprobs", None, lo=0, hi=hi)
     if not _bool(d, "logprobs", False):
-        if top is not None:
+        if top:
             raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
         return None
     return top or 0
