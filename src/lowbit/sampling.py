@@ -21,9 +21,10 @@ class Sampler:
              logit[t] -= frequency_penalty * count[t] + presence_penalty * (count[t] > 0)
          count[t]: how often t occurs in history[prompt_len:], the tokens generated so far in
          this sequence (all of them: no window);
-      3. greedy: the argmax. Else temperature, top-k, the softmax, min-p, top-p, the draw.
+      3. greedy: the argmax. Else temperature, top-k, the softmax, min-p, top-p (_support), the
+         draw (draw(): the token numpy's Generator.choice gives for one uniform draw).
     Log-probabilities reported to clients (server logprobs, generate(logprobs=k)) are of the raw
-    logits, before all of this (generate.log_softmax).
+    logits, before all of this (generate.token_logprobs).
 
     The penalties' window: OpenAI defines the counts over the text generated so far, and clients
     tune these two fields against that definition, so lowbit counts every generated token and
