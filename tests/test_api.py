@@ -183,6 +183,29 @@ def test_generate_details_gives_ids_text_and_finish_reason(smol, ref):
     assert pieces[-1].finish_reason == "length" and pieces[-1].ids == []
 
 
+def test_generate_penalties_and_logprobs_against_the_plain_loop(smol, ref):
+    """generate(presence_penalty, frequency_penalty, logprobs=k): each token is the argmax of the
+    raw logits minus OpenAI's penalties over the tokens before it (counts kept here), and its
+    logprobs are float64 numpy's log-softmax of those raw logits."""
+    ids = smol.tokenize(COUNT)
+    pieces = list(smol.generate(COUNT, max_tokens=16, details=True, logprobs=4, presence_penalty=0.7,
+                                frequency_penalty=1.3))
+    got = [t for p in pieces for t in p.ids]
+    lps = [lp for p in pieces for lp in (p.logprobs or [])]
+    rows = ref.logits(ids + got)[len(ids) - 1:-1].astype(np.float64)
+    count = np.zeros(rows.shape[1])
+    for j, t in enumerate(got):
+        assert t == int(np.argmax(rows[j] - 1.3 * count - 0.7 * (count > 0))), j
+        count[t] += 1
+        ls = rows[j] - rows[j].max() - np.log(np.exp(rows[j] - rows[j].max()).sum())
+        assert lps[j][0] == pytest.approx(ls[t], abs=1e-6)
+        top = np.argsort(-ls, kind="stable")[:4]
+        assert list(lps[j][1]) == top.tolist() and list(lps[j][1].values()) == pytest.approx(ls[top], abs=1e-6)
+    assert got != greedy_ref(ref, ids, 16)  # the penalties changed the text
+    with pytest.raises(ValueError, match="-2..2"):
+        list(smol.generate(COUNT, max_tokens=2, presence_penalty=3))
+
+
 def test_finish_reasons_stop_and_context(smol):
     st = Stats()
     pieces = list(smol.generate("Count: 1, 2, 3,", max_tokens=30, stop=[" 5"], stats=st, details=True))
@@ -302,7 +325,8 @@ def test_create_chat_completion_and_its_stream(smol):
 
 def test_completion_defaults_are_llama_cpp_pythons_and_bad_arguments_are_refused(smol):
     from lowbit.completion import SAMPLING_DEFAULTS
-    assert SAMPLING_DEFAULTS == dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0)
+    assert SAMPLING_DEFAULTS == dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
+                                     presence_penalty=0.0, frequency_penalty=0.0)
     a = smol.create_completion(PROMPT, max_tokens=8, seed=3)["choices"][0]["text"]
     assert a == smol.create_completion(PROMPT, max_tokens=8, seed=3)["choices"][0]["text"]
     with pytest.raises(TypeError, match="temprature"):

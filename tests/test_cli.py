@@ -38,6 +38,8 @@ def one_line_error(r, needle, code=2):
     (["run", "--min-p", "-0.1"], "--min-p must be in [0, 1]"),
     (["run", "--top-k", "-1"], "--top-k must be >= 0"),
     (["run", "--repeat-penalty", "0"], "--repeat-penalty must be > 0"),
+    (["run", "--presence-penalty", "2.5"], "--presence-penalty must be in [-2, 2]"),
+    (["chat", "--frequency-penalty", "-3"], "--frequency-penalty must be in [-2, 2]"),
     (["run", "--seed", "-5"], "--seed must be >= -1"),
     (["run", "--spec", "0", "--lookup"], "--spec must be in 1..64"),
     (["chat", "-n", "-3"], "-n must be >= -1"),
@@ -210,6 +212,18 @@ def test_sampling_is_the_default_and_temp_zero_is_greedy():
     assert r.stdout == greedy + "\n"
     outs = {cli("run", "-p", "Once upon a time", "-n", "12", "--seed", s).stdout for s in (1, 2, 3)}
     assert len(outs) > 1 or greedy + "\n" not in outs
+
+
+def test_penalties_reach_run():
+    """--presence-penalty / --frequency-penalty give the API's penalised greedy text, which is not
+    the plain greedy text (the flags are not dropped)."""
+    m = lowbit.load(n_ctx=128)
+    prompt = "List the days of the week: Monday, Tuesday,"
+    greedy = "".join(m.generate(prompt, max_tokens=24))
+    want = "".join(m.generate(prompt, max_tokens=24, frequency_penalty=2.0, presence_penalty=1.0))
+    assert want != greedy
+    r = cli("run", "-p", prompt, "-n", "24", "--temp", "0", "--frequency-penalty", "2", "--presence-penalty", "1")
+    assert r.stdout == want + "\n"
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -173,7 +173,8 @@ def kv_kwargs(a) -> dict:
 
 # llama.cpp's defaults (common/common.h: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat
 # penalty 1.0 (off), seed -1: random)
-SAMPLING_DEFAULTS = dict(temp=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=-1)
+SAMPLING_DEFAULTS = dict(temp=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, presence_penalty=0.0,
+                         frequency_penalty=0.0, seed=-1)
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
@@ -185,12 +186,18 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-p", type=float, default=d["min_p"], help="drop tokens below P x the top probability; 0 = off")
     g.add_argument("--repeat-penalty", type=float, default=d["repeat_penalty"],
                    help="penalise the last 64 tokens; 1 = off")
+    g.add_argument("--presence-penalty", type=float, default=d["presence_penalty"],
+                   help="subtract P from the logit of every token generated so far (OpenAI's; -2..2); 0 = off")
+    g.add_argument("--frequency-penalty", type=float, default=d["frequency_penalty"],
+                   help="subtract F x its count from the logit of every token generated so far (OpenAI's; "
+                        "-2..2); 0 = off")
     g.add_argument("--seed", type=int, default=d["seed"], help="random seed; -1 = a random one")
 
 
 def _sampling(a) -> dict:
     return dict(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
-                repeat_penalty=a.repeat_penalty, seed=None if a.seed == -1 else a.seed)
+                repeat_penalty=a.repeat_penalty, presence_penalty=a.presence_penalty,
+                frequency_penalty=a.frequency_penalty, seed=None if a.seed == -1 else a.seed)
 
 
 def _load(a):
@@ -498,6 +505,8 @@ FLOAT_RULES = {
     "top_p": ((lambda v: 0 < v <= 1), "in (0, 1]"),
     "min_p": ((lambda v: 0 <= v <= 1), "in [0, 1]"),
     "repeat_penalty": ((lambda v: v > 0), "> 0"),
+    "presence_penalty": ((lambda v: -2 <= v <= 2), "in [-2, 2]"),
+    "frequency_penalty": ((lambda v: -2 <= v <= 2), "in [-2, 2]"),
     "mb": ((lambda v: v > 0), "> 0"),
 }
 ENV_INT = {"LOWBIT_THREADS": (1, 1024), "LOWBIT_I2S_GEMM_MIN_NT": (0, 1 << 30), "LOWBIT_I2S_FOLD": (0, 1)}

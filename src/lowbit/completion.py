@@ -15,7 +15,7 @@ The last chunk has the finish_reason ("stop": end of generation or a stop string
 max_tokens or a full context) and, as lowbit serve's streams, the usage.
 
 Defaults are llama-cpp-python's: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
-repeat_penalty 1.0 (temperature 0: greedy); max_tokens 16 for completions, None (until the end
+repeat_penalty 1.0, presence_penalty and frequency_penalty 0 (temperature 0: greedy); max_tokens 16 for completions, None (until the end
 of the reply or a full context) for chat. logprobs: completions take an int (top alternatives
 per token, OpenAI's legacy shape: tokens, token_logprobs, top_logprobs, text_offset); chat takes
 logprobs=True and top_logprobs=N (OpenAI's shape: content[i].token, logprob, bytes,
@@ -31,7 +31,8 @@ import uuid
 
 from .generate import Piece, Stats, generate
 
-SAMPLING_DEFAULTS = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0)
+SAMPLING_DEFAULTS = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
+                         presence_penalty=0.0, frequency_penalty=0.0)
 
 
 def _options(kw: dict) -> dict:
@@ -43,10 +44,6 @@ def _options(kw: dict) -> dict:
         raise TypeError(f"unexpected argument(s): {', '.join(bad)} (supported: {', '.join(sorted(allowed))}, "
                         f"max_tokens, stream, logprobs)")
     return {**SAMPLING_DEFAULTS, **kw}
-
-
-def _token_text(model, t: int) -> str:
-    return model.tokenizer.piece(t).decode("utf-8", errors="replace")
 
 
 def _run(model, prompt_ids: list[int], max_tokens, logprobs, opts, st: Stats):
@@ -67,23 +64,40 @@ def _usage(st: Stats) -> dict:
             "total_tokens": st.prompt_tokens + st.generated}
 
 
-# ---- completions ----------------------------------------------------------------------------
-def _legacy_logprobs(model, pieces, offset0: int) -> dict:
+# ---- logprobs in OpenAI's two shapes (also the server's: lowbit.server.app) ---------------------
+# entries: per generated token (token id, its log-probability, {top id: log-probability}),
+# generate.token_logprobs' values
+def entries(pieces) -> list[tuple[int, float, dict[int, float]]]:
+    return [(t, lp, top) for p in pieces for t, (lp, top) in zip(p.ids, p.logprobs or [])]
+
+
+def legacy_logprobs(tokenizer, ents, offset0: int) -> dict:
     """OpenAI's completion logprobs: per generated token its text, log-probability, top
-    alternatives {text: logprob} and character offset in the text."""
+    alternatives {text: logprob} and character offset in the text (from offset0)."""
     out = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
     at = offset0
-    for p in pieces:
-        for t, (lp, top) in zip(p.ids, p.logprobs or []):
-            s = _token_text(model, t)
-            out["tokens"].append(s)
-            out["text_offset"].append(at)
-            out["token_logprobs"].append(lp)
-            out["top_logprobs"].append({_token_text(model, k): v for k, v in top.items()})
-            at += len(s)
+    for t, lp, top in ents:
+        s = tokenizer.piece(t).decode("utf-8", errors="replace")
+        out["tokens"].append(s)
+        out["text_offset"].append(at)
+        out["token_logprobs"].append(lp)
+        out["top_logprobs"].append({tokenizer.piece(k).decode("utf-8", errors="replace"): v for k, v in top.items()})
+        at += len(s)
     return out
 
 
+def chat_logprobs(tokenizer, ents, top_n: int) -> dict:
+    """OpenAI's chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [{token,
+    logprob, bytes}, ...]}, ...]}; token is the token's bytes as UTF-8 (a piece of a character:
+    U+FFFD), bytes its raw bytes."""
+    def one(t: int, lp: float) -> dict:
+        b = tokenizer.piece(t)
+        return {"token": b.decode("utf-8", errors="replace"), "logprob": lp, "bytes": list(b)}
+    return {"content": [{**one(t, lp), "top_logprobs": [one(k, v) for k, v in list(top.items())[:top_n]]}
+                        for t, lp, top in ents]}
+
+
+# ---- completions ----------------------------------------------------------------------------
 def create_completion(model, prompt: str | list[int], max_tokens: int | None = 16, stream: bool = False,
                       logprobs: int | None = None, echo: bool = False, **kw):
     """A completion of `prompt` (text or token ids); see the module doc. echo: the prompt's
@@ -100,7 +114,7 @@ def create_completion(model, prompt: str | list[int], max_tokens: int | None = 1
     st = Stats()
     pieces = list(_run(model, ids, max_tokens, logprobs, opts, st))
     text = prefix + "".join(p.text for p in pieces)
-    lp = _legacy_logprobs(model, pieces, len(prefix)) if logprobs is not None else None
+    lp = legacy_logprobs(model.tokenizer, entries(pieces), len(prefix)) if logprobs is not None else None
     return {**head, "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": pieces[-1].finish_reason}],
             "usage": _usage(st)}
 
@@ -111,7 +125,7 @@ def _stream_completion(model, ids, max_tokens, logprobs, opts, head, prefix):
         yield {**head, "choices": [{"text": prefix, "index": 0, "logprobs": None, "finish_reason": None}]}
     st = Stats()
     for p in _run(model, ids, max_tokens, logprobs, opts, st):
-        lp = _legacy_logprobs(model, [p], at) if logprobs is not None else None
+        lp = legacy_logprobs(model.tokenizer, entries([p]), at) if logprobs is not None else None
         at += len(p.text)
         chunk = {**head, "choices": [{"text": p.text, "index": 0, "logprobs": lp, "finish_reason": p.finish_reason}]}
         if p.finish_reason is not None:
@@ -120,18 +134,6 @@ def _stream_completion(model, ids, max_tokens, logprobs, opts, head, prefix):
 
 
 # ---- chat completions -----------------------------------------------------------------------
-def _chat_logprobs(model, pieces, top_n: int) -> dict:
-    content = []
-    for p in pieces:
-        for t, (lp, top) in zip(p.ids, p.logprobs or []):
-            b = model.tokenizer.piece(t)
-            content.append({"token": b.decode("utf-8", errors="replace"), "logprob": lp, "bytes": list(b),
-                            "top_logprobs": [{"token": _token_text(model, k), "logprob": v,
-                                              "bytes": list(model.tokenizer.piece(k))}
-                                             for k, v in list(top.items())[:top_n]]})
-    return {"content": content}
-
-
 def _check_messages(messages) -> None:
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
@@ -156,7 +158,7 @@ def create_chat_completion(model, messages: list[dict], max_tokens: int | None =
         return _stream_chat(model, ids, max_tokens, want, n_top, opts, head)
     st = Stats()
     pieces = list(_run(model, ids, max_tokens, want, opts, st))
-    lp = _chat_logprobs(model, pieces, n_top) if logprobs else None
+    lp = chat_logprobs(model.tokenizer, entries(pieces), n_top) if logprobs else None
     return {**head, "object": "chat.completion",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(p.text for p in pieces)},
                          "logprobs": lp, "finish_reason": pieces[-1].finish_reason}],
@@ -168,7 +170,7 @@ def _stream_chat(model, ids, max_tokens, want, n_top, opts, head):
     yield {**head, "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}]}
     st = Stats()
     for p in _run(model, ids, max_tokens, want, opts, st):
-        lp = _chat_logprobs(model, [p], n_top) if want is not None else None
+        lp = chat_logprobs(model.tokenizer, entries([p]), n_top) if want is not None else None
         if p.text:
             yield {**head, "choices": [{"index": 0, "delta": {"content": p.text}, "logprobs": lp, "finish_reason": None}]}
         if p.finish_reason is not None:

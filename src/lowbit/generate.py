@@ -170,9 +170,7 @@ class DraftModel:
 
     def __init__(self, draft, sampler: Sampler):
         self.m = draft
-        self.sampler = Sampler(sampler.temperature, sampler.top_k, sampler.top_p, sampler.min_p,
-                               sampler.repeat_penalty, sampler.repeat_last_n,
-                               seed=None if sampler.seed is None else sampler.seed + 1)
+        self.sampler = sampler.replace(seed=None if sampler.seed is None else sampler.seed + 1)
 
     def start(self, ids: list[int]) -> None:
         self.m.reset()
@@ -334,19 +332,44 @@ class Piece:
     ids: list[int]                        # the tokens since the previous piece
     finish_reason: str | None = None      # last piece: "stop" (end of generation or a stop string), "length"
     logprobs: list[tuple[float, dict[int, float]]] | None = None
-    # per id when asked: (log-probability of the id, {top id: log-probability}) under the raw
-    # logits (log-softmax, before penalty, temperature and filters: llama-cpp-python's rule)
+    # per id when asked (generate(logprobs=k)): (natural-log probability of the id, {id: log
+    # probability} of the k most likely tokens, most likely first) under the raw logits
+    # (token_logprobs: before penalties, temperature and filters)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
-    z = np.asarray(logits, dtype=np.float64)
-    z = z - z.max()
-    return z - np.log(np.exp(z).sum())
+    """float64 log-softmax of a logits row: logit - (max + log sum exp(logit - max)), the sum's
+    terms exp'd in float32 (numpy's float64 exp has no SIMD path on AVX2: 2x the time of the
+    whole row here, tools/bench_sampling.py) and summed in float64. Each term is good to 1 ulp
+    (6e-8 relative), so every value is within ~1e-7 of the all-float64 result (2.5e-9 measured
+    on a 49152-token row), below the float32 logits' own rounding (1e-6 at |logit| ~ 10)."""
+    x = np.asarray(logits, dtype=np.float32)
+    m = x.max()
+    return np.asarray(logits, dtype=np.float64) - (float(m) + np.log(np.exp(x - m).sum(dtype=np.float64)))
+
+
+def token_logprobs(row: np.ndarray, tok: int, k: int) -> tuple[float, dict[int, float]]:
+    """The log-probability of tok and the k most likely tokens' ({id: logprob}, most likely
+    first; ties by id) under a raw logits row: log_softmax of the model's own distribution,
+    before penalties, logit_bias, grammar masks, temperature and filters (vLLM's default,
+    llama-cpp-python's rule). The sampled token's is given even when it is not among the k.
+    O(vocab), only for sequences that ask. The top k are k argmax passes over a float32 copy of
+    the row (the log-softmax's order: it is the row shifted by a constant; argmax takes the
+    lowest id of a tie): for k <= 20 cheaper than an argpartition of the vocabulary."""
+    ls = log_softmax(row)
+    x = np.array(row, dtype=np.float32)
+    top = {}
+    for _ in range(min(k, x.size)):
+        t = int(np.argmax(x))
+        top[t] = float(ls[t])
+        x[t] = -np.inf
+    return float(ls[tok]), top
 
 
 def generate(model, prompt, max_tokens: int | None = 128, stop: list[str] | str | None = None,
              stats: Stats | None = None, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             min_p: float = 0.0, repeat_penalty: float = 1.0, seed: int | None = None, draft=None,
+             min_p: float = 0.0, repeat_penalty: float = 1.0, seed: int | None = None,
+             presence_penalty: float = 0.0, frequency_penalty: float = 0.0, draft=None,
              spec: int = DEFAULT_SPEC, details: bool = False, logprobs: int | None = None,
              json_schema: dict | None = None):
     """Yield text pieces as they decode (with details=True: Piece objects, the last one with the
@@ -355,8 +378,11 @@ def generate(model, prompt, max_tokens: int | None = 128, stop: list[str] | str 
     prompt: text or token ids; max_tokens: None or -1 = until the end of generation or a full
     context; stop: strings that end the text (not included); draft: None (plain decoding),
     "lookup" (prompt lookup), "mtp" (the model's own MTP block, lowbit.mtp) or a loaded draft
-    Model; spec: drafts per round; logprobs: None, or the number of top alternatives to report
-    per token (0: only the chosen token's), in Pieces; json_schema: a JSON schema (dict) the output
+    Model; spec: drafts per round; presence_penalty / frequency_penalty: OpenAI's penalties
+    (-2..2) on the tokens generated so far (Sampler's docstring: the order and the window);
+    logprobs: None, or the number of top alternatives to report per token (0..20; 0: only the
+    chosen token's) in Pieces (details=True; Piece.logprobs: raw-logit log-probabilities,
+    token_logprobs); json_schema: a JSON schema (dict) the output
     must match (llguidance masks every token the schema rules out; plain decoding only).
     stats.stop tells why it ended ("eog", "stop", "max_tokens", "context").
     The generation claims a KV slot of `model` (Model.sequence) until it ends or is closed.
@@ -374,7 +400,8 @@ def generate(model, prompt, max_tokens: int | None = 128, stop: list[str] | str 
         raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {model.n_ctx}")
     if logprobs is not None and not 0 <= int(logprobs) <= 20:
         raise ValueError(f"logprobs must be in 0..20, got {logprobs}")
-    sampler = Sampler(temperature, top_k, top_p, min_p, repeat_penalty, seed=seed)
+    sampler = Sampler(temperature, top_k, top_p, min_p, repeat_penalty, seed=seed, presence_penalty=presence_penalty,
+                      frequency_penalty=frequency_penalty, prompt_len=len(ids))
     constraint = None
     if json_schema is not None:
         if draft is not None:
@@ -454,9 +481,7 @@ def _detokenize(model, tokens, max_tokens, stops, stats, rows, logprobs):
             stats.generated += 1
             lp = None
             if row is not None:
-                ls = log_softmax(row)
-                top = np.argsort(-ls, kind="stable")[:logprobs]
-                lp = [(float(ls[tok]), {int(t): float(ls[t]) for t in top})]
+                lp = [token_logprobs(row, tok, logprobs)]
             piece = out.push(tok)
             if stops and piece:
                 held += piece

@@ -14,7 +14,35 @@ never a 500: malformed JSON, a body that is not an object, wrong types, out-of-r
 a prompt that does not fit the context, max_tokens <= 0, a missing or wrong API key, a message
 without content or with an unknown role. A full queue is a 429 and a server shutting down a 503,
 both with Retry-After. Every request gets one access-log line on stderr. Unknown fields are
-ignored, and so are presence_penalty / frequency_penalty, which lowbit does not implement.
+ignored.
+
+Sampling fields: temperature (0..2; below 1e-4 greedy), top_p, seed, logit_bias,
+presence_penalty and frequency_penalty (-2..2, OpenAI's rule over the tokens this choice has
+generated: lowbit.sampling.Sampler, whose docstring has the order of every step), and
+llama.cpp's extensions top_k, min_p, repeat_penalty.
+
+n (1..MAX_N): n choices, each its own sequence (a request per choice in the scheduler, choice i
+with index i). With a seed, choice i draws from Sampler.choice(i)'s seed (choice 0: the seed
+itself; i > 0: SeedSequence([seed, i])); greedy choices are identical. The prompt's whole blocks
+are computed once when the prefix cache is on (--cache-mb, the default): the choices after the
+first wait for it to pass their shared prefix and copy it (scheduler._leader); what is left of
+the last block, each choice computes. usage counts the prompt once and every choice's
+completion tokens; a stream's choices each end with their own finish_reason chunk, and the last
+to end carries the usage.
+
+logprobs: chat takes logprobs true and top_logprobs 0..20 (choices[i].logprobs.content: token,
+logprob, bytes, top_logprobs), completions logprobs 0..5 (the legacy tokens, token_logprobs,
+top_logprobs, text_offset; offsets count the reported tokens' characters from the completion's
+start; echo is refused: the prompt's logprobs are not computed). The log-probabilities are the
+log-softmax, in float64, of the model's raw logits row the token was drawn from
+(generate.token_logprobs): before logit_bias, penalties, temperature and filters, and before a
+structured output's grammar mask (the raw distribution: its top alternatives may include tokens
+the grammar ruled out), as vLLM returns by default; with speculative decoding, the accepted
+tokens' rows. The sampled token's logprob is given even when it is not in the top list. A
+streamed chunk carries the logprobs of the tokens reported since the previous chunk of its
+choice (a token's text held back for a stop string goes with a later chunk); the
+end-of-generation token is not reported. Only requests that ask pay for the log-softmax.
+
 tools / tool_choice / parallel_tool_calls (tools.py): the tools go to the chat template, calls
 are parsed out of the output in the template's format (message.tool_calls, finish_reason
 "tool_calls", or "length" when max_tokens cut a call off; streamed as delta.tool_calls, the
@@ -45,6 +73,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..completion import chat_logprobs, legacy_logprobs
 from ..sampling import Sampler
 from .metrics import Metrics
 from .prefix import PrefixCache
@@ -55,6 +84,8 @@ from .tools import CallStream, ToolError, Tools, history, parse_request, validat
 MAX_BODY = 8 << 20   # bytes of request body accepted
 DRAIN_BODY = 64 << 20  # bytes of an oversized body read and dropped before the 413
 MAX_STOP = 4         # stop strings per request (OpenAI's limit)
+MAX_N = 8            # choices per request
+MAX_TOP_LOGPROBS = {True: 20, False: 5}  # top alternatives per token: chat, completions (OpenAI's limits)
 RETRY_AFTER = {429: "1", 503: "5"}  # seconds a client should wait: a full queue, a shutdown
 # roles a chat message may have ("developer" is OpenAI's newer name for "system")
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -150,7 +181,34 @@ def _sampler(d: dict) -> Sampler:
                    top_p=top_p if top_p > 0 else 1e-12,  # 0: only the most likely token remains
                    min_p=_num(d, "min_p", 0.0, 0.0, 1.0),
                    repeat_penalty=_num(d, "repeat_penalty", 1.0, 0.0, 100.0, lo_open=True),
+                   presence_penalty=_num(d, "presence_penalty", 0.0, -2.0, 2.0),
+                   frequency_penalty=_num(d, "frequency_penalty", 0.0, -2.0, 2.0),
                    seed=None if seed is None else seed & (2**64 - 1))  # any integer, as OpenAI takes
+
+
+def _logprobs(d: dict, chat: bool) -> int | None:
+    """Top alternatives per token to report (None: no logprobs): chat's logprobs (bool) and
+    top_logprobs, completions' logprobs (int)."""
+    hi = MAX_TOP_LOGPROBS[chat]
+    if not chat:
+        if d.get("echo"):  # the prompt's logprobs (lm-eval's loglikelihood): refused, not ignored
+            raise ApiError(400, "'echo' is not supported (the prompt's tokens and logprobs are not returned)", "echo")
+        return None if d.get("logprobs") is False else _int(d, "logprobs", None, lo=0, hi=hi)
+    top = _int(d, "top_logprobs", None, lo=0, hi=hi)
+    if not _bool(d, "logprobs", False):
+        if top:
+            raise ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        return None
+    return top or 0
+
+
+def _usage(usages: list[dict]) -> dict:
+    """The usage of an n-choice request: the prompt once (and its cached tokens as the first
+    choice found them), every choice's completion tokens."""
+    u = usages[0]
+    done = sum(x["completion_tokens"] for x in usages)
+    return {"prompt_tokens": u["prompt_tokens"], "completion_tokens": done,
+            "total_tokens": u["prompt_tokens"] + done, "prompt_tokens_details": u["prompt_tokens_details"]}
 
 
 def _chat_text(messages) -> list[dict]:
@@ -201,7 +259,8 @@ def _endpoint(path: str) -> str:
 class AccessLog:
     """ASGI middleware: one line per HTTP request once its response has ended (or its client has
     gone), and the lowbit_requests_total counter. A handler that ran a generation leaves its
-    scheduler Request in scope["lowbit.request"]; the line then carries its token counts:
+    scheduler Requests (one per choice) in scope["lowbit.request"]; the line then carries their
+    token counts (the prompt once, every choice's completion tokens):
 
         lowbit: 127.0.0.1:50312 "POST /v1/chat/completions" 200 0.412s 1830B prompt=31 cached=0 completion=16
     """
@@ -236,9 +295,10 @@ class AccessLog:
                 path = scope["path"][:300].encode("unicode_escape").decode("ascii").replace('"', "%22")
                 line = (f'lowbit: {who} "{scope["method"]} {path}" {code} '
                         f"{time.perf_counter() - t0:.3f}s {size}B")
-                r = scope.get("lowbit.request")
-                if r is not None:
-                    line += f" prompt={len(r.prompt)} cached={r.cached} completion={r.generated}"
+                rs = scope.get("lowbit.request")
+                if rs:
+                    line += (f" prompt={len(rs[0].prompt)} cached={rs[0].cached} "
+                             f"completion={sum(r.generated for r in rs)}")
                 if not ended:
                     line += " (client gone)"
                 self.write(line)
@@ -362,11 +422,9 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             raise ApiError(400, "the request body must be a JSON object")
         return data
 
-    def common(d: dict) -> dict:
-        if _int(d, "n", 1, lo=1) != 1:
-            raise ApiError(400, "only n=1 is supported", "n")
-        if d.get("logprobs") not in (None, False, 0) or d.get("top_logprobs") not in (None, 0):
-            raise ApiError(400, "logprobs are not supported", "logprobs")
+    def common(d: dict, chat: bool) -> dict:
+        n = _int(d, "n", 1, lo=1, hi=MAX_N)
+        logprobs = _logprobs(d, chat)
         key = "max_completion_tokens" if d.get("max_completion_tokens") is not None else "max_tokens"
         max_tokens = _int(d, key, None, lo=1)
         stream = _bool(d, "stream", False)
@@ -378,7 +436,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
             g = grammar(d.get("response_format"))
         except FormatError as e:
             raise ApiError(400, str(e), "response_format") from None
-        return dict(max_tokens=max_tokens, stream=stream, include_usage=include_usage, stop=_stop(d),
+        return dict(n=n, logprobs=logprobs, max_tokens=max_tokens, stream=stream, include_usage=include_usage,
+                    stop=_stop(d),
                     sampler=_sampler(d), logit_bias=_logit_bias(d, st.model.config.vocab), grammar=g)
 
     async def tokenize(text: str, param: str) -> list[int]:
@@ -398,138 +457,187 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                            f"(prompt and completion)", param, code="context_length_exceeded")
 
     async def run(request: HTTPRequest, ids: list[int], o: dict, chat: bool, tools: Tools | None = None) -> Response:
-        """Generate for a prompt; tools: the chat request's tools when offered (calls parsed out)."""
+        """Generate o["n"] choices for a prompt, one scheduler Request each; tools: the chat
+        request's tools when offered (calls parsed out)."""
         sched = st.scheduler
-        q: asyncio.Queue = asyncio.Queue()
-        emit = q.put_nowait  # called on this loop's thread (the scheduler's deliver posts the events here)
+        n = o["n"]
+        q: asyncio.Queue = asyncio.Queue()  # (choice index, event), from every choice
         max_tokens = o["max_tokens"] or st.model.n_ctx  # none given: until the context is full
-        constraint = None
+        constraints = [None] * n
         if o["grammar"] is not None:  # a worker thread: the first one builds llguidance's vocabulary (~1 s)
             try:
-                constraint = await run_in_threadpool(Constraint, st.model.tokenizer, st.model.config.vocab,
-                                                     o["grammar"])
+                for i in range(n):  # (each choice its own matcher state)
+                    constraints[i] = await run_in_threadpool(Constraint, st.model.tokenizer, st.model.config.vocab,
+                                                             o["grammar"])
             except FormatError as e:
                 raise ApiError(400, str(e), "tools" if tools is not None else "response_format") from None
-        req = Request(prompt=ids, max_tokens=max_tokens, sampler=o["sampler"], emit=emit, stop=o["stop"],
-                      logit_bias=o["logit_bias"], constraint=constraint)
-        try:
-            sched.submit(req)
-        except QueueFull as e:
-            raise ApiError(429, str(e), type="server_busy", code="queue_full") from None
-        except Draining as e:
-            raise ApiError(503, str(e), type="unavailable_error", code="shutting_down") from None
-        except ValueError as e:
+        # emit is called on this loop's thread (the scheduler's deliver posts the events here)
+        reqs = [Request(prompt=ids, max_tokens=max_tokens, sampler=o["sampler"].choice(i),
+                        emit=lambda ev, i=i: q.put_nowait((i, ev)), stop=o["stop"], logit_bias=o["logit_bias"],
+                        constraint=constraints[i], logprobs=o["logprobs"]) for i in range(n)]
+        try:  # consecutive in the queue: the choices after the first share its prompt blocks
+            for r in reqs:
+                sched.submit(r)
+        except (QueueFull, Draining, ValueError) as e:
+            for r in reqs:
+                sched.cancel(r)
+            if isinstance(e, QueueFull):
+                raise ApiError(429, str(e), type="server_busy", code="queue_full") from None
+            if isinstance(e, Draining):
+                raise ApiError(503, str(e), type="unavailable_error", code="shutting_down") from None
             raise ApiError(400, str(e)) from None
-        request.scope["lowbit.request"] = req  # for the access log
+        request.scope["lowbit.request"] = reqs  # for the access log
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created = int(time.time())
         head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": created, "model": st.model_id}
         if o["stream"]:
-            return StreamingResponse(stream(req, q, head, chat, o["include_usage"], tools), media_type="text/event-stream",
+            return StreamingResponse(stream(reqs, q, head, chat, o["include_usage"], tools),
+                                     media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
         # not streaming: collect, and cancel if the client goes away meanwhile
         async def watch():
             while (await request.receive())["type"] != "http.disconnect":
                 pass
-            sched.cancel(req)
-            q.put_nowait(("gone",))
+            q.put_nowait((None, ("gone",)))
 
         watcher = asyncio.create_task(watch())
-        text = []
+        texts = [[] for _ in range(n)]
+        ents = [[] for _ in range(n)]  # logprob entries
+        ends: list[tuple | None] = [None] * n  # (finish_reason, usage)
         try:
-            while True:
-                ev = await q.get()
+            while None in ends:
+                i, ev = await q.get()
                 if ev[0] == "text":
-                    text.append(ev[1])
+                    texts[i].append(ev[1])
+                elif ev[0] == "logprobs":
+                    ents[i] += ev[1]
                 elif ev[0] == "done":
-                    break
+                    ends[i] = ev[1:]
                 elif ev[0] == "error":
                     return _failure(ev).response()
                 else:  # gone
                     return Response(status_code=499)
         finally:
             watcher.cancel()
-        _, reason, usage = ev
-        if chat:
-            message = {"role": "assistant", "content": "".join(text)}
-            if tools is not None:
-                message["content"], calls = tools.parse(message["content"])
-                if calls:  # (a call cut off by max_tokens: "length" says so)
-                    message["tool_calls"] = calls
-                    reason = reason if reason == "length" else "tool_calls"
-            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
-        else:
-            choice = {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": reason}
+            for r, e in zip(reqs, ends):
+                if e is None:  # (an error or a gone client: the other choices stop too)
+                    sched.cancel(r)
+        tok = st.model.tokenizer
+        choices = []
+        for i, ((reason, _), text) in enumerate(zip(ends, texts)):
+            lp = None
+            if o["logprobs"] is not None:
+                lp = chat_logprobs(tok, ents[i], o["logprobs"]) if chat else legacy_logprobs(tok, ents[i], 0)
+            if chat:
+                message = {"role": "assistant", "content": "".join(text)}
+                if tools is not None:
+                    message["content"], calls = tools.parse(message["content"])
+                    if calls:  # (a call cut off by max_tokens: "length" says so)
+                        message["tool_calls"] = calls
+                        reason = reason if reason == "length" else "tool_calls"
+                choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": reason})
+            else:
+                choices.append({"index": i, "text": "".join(text), "logprobs": lp, "finish_reason": reason})
         return JSONResponse({**head, "object": "chat.completion" if chat else "text_completion",
-                             "choices": [choice], "usage": usage})
+                             "choices": choices, "usage": _usage([u for _, u in ends])})
 
-    async def stream(req: Request, q: asyncio.Queue, head: dict, chat: bool, include_usage: bool,
+    async def stream(reqs: list[Request], q: asyncio.Queue, head: dict, chat: bool, include_usage: bool,
                      tools: Tools | None = None):
-        """SSE events of a generation. With tools (tools.CallStream), text that may be (the start
-        of) a call is held back, and calls go out as delta.tool_calls OpenAI's way: one chunk with
+        """SSE events of a generation's choices (q: (choice index, event)); each chunk has one
+        choice, with its index. With tools (tools.CallStream), text that may be (the start of) a
+        call is held back, and calls go out as delta.tool_calls OpenAI's way: one chunk with
         index, id, type and name (arguments "") once the name is whole, then chunks of the
         arguments' text as the model writes it; at the end the held text's content, the rest of
-        the calls, and finish_reason "tool_calls"."""
+        the calls, and finish_reason "tool_calls". Logprobs ride on the next chunk of their
+        choice after their event (the finish_reason chunk takes what is left)."""
         def sse(obj) -> str:
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
-        calls_stream = CallStream(tools) if tools is not None else None
+        n, tok, top_n = len(reqs), st.model.tokenizer, reqs[0].logprobs
+        calls_stream = [CallStream(tools) if tools is not None else None for _ in range(n)]
+        pending = [[] for _ in range(n)]  # logprob entries not yet sent
+        offset = [0] * n                  # completions: characters of the tokens reported (text_offset)
+        usages: list[dict | None] = [None] * n
 
-        def release(piece: str) -> list[dict]:
-            """The chunks of a text piece: content, and tool-call deltas."""
-            if calls_stream is None:
-                return [chunk(piece)] if piece else []
-            content, deltas = calls_stream.push(piece)
-            return ([chunk(content)] if content else []) + [tool_chunk(d) for d in deltas]
+        def logprobs(i: int) -> dict | None:
+            """Choice i's pending logprobs in the endpoint's shape (None: none pending)."""
+            if not pending[i]:
+                return None
+            ents, pending[i] = pending[i], []
+            if chat:
+                return chat_logprobs(tok, ents, top_n)
+            out = legacy_logprobs(tok, ents, offset[i])
+            offset[i] += sum(len(t) for t in out["tokens"])
+            return out
 
-        def calls_chunks(reason: str) -> tuple[list[dict], str]:
+        def release(i: int, piece: str) -> list[dict]:
+            """The chunks of a text piece of choice i: content, and tool-call deltas."""
+            if calls_stream[i] is None:
+                return [chunk(i, piece)] if piece else []
+            content, deltas = calls_stream[i].push(piece)
+            return ([chunk(i, content)] if content else []) + [tool_chunk(i, d) for d in deltas]
+
+        def calls_chunks(i: int, reason: str) -> tuple[list[dict], str]:
             """The chunks of the held text (content, then the calls' rest), and the finish reason."""
-            content, deltas, called = calls_stream.finish()
-            out = [chunk(content)] if content else []
-            return out + [tool_chunk(d) for d in deltas], "tool_calls" if called and reason != "length" else reason
+            content, deltas, called = calls_stream[i].finish()
+            out = [chunk(i, content)] if content else []
+            return out + [tool_chunk(i, d) for d in deltas], "tool_calls" if called and reason != "length" else reason
 
-        def tool_chunk(call: dict) -> dict:
-            return {**head, "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "logprobs": None,
+        def tool_chunk(i: int, call: dict) -> dict:
+            return {**head, "choices": [{"index": i, "delta": {"tool_calls": [call]}, "logprobs": logprobs(i),
                                          "finish_reason": None}]}
 
-        def chunk(piece: str | None, reason: str | None = None, role: bool = False) -> dict:
+        def chunk(i: int, piece: str | None, reason: str | None = None, role: bool = False) -> dict:
+            lp = None if role else logprobs(i)
             if chat:
                 delta = {"role": "assistant", "content": ""} if role else ({"content": piece} if piece else {})
-                c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+                c = {"index": i, "delta": delta, "logprobs": lp, "finish_reason": reason}
             else:
-                c = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": reason}
+                c = {"index": i, "text": piece or "", "logprobs": lp, "finish_reason": reason}
             return {**head, "choices": [c]}
 
-        finished = False
+        left = n
         try:
             if chat:
-                yield sse(chunk(None, role=True))
-            ev = None
+                for i in range(n):
+                    yield sse(chunk(i, None, role=True))
+            nxt = None
             while True:
-                ev = ev or await q.get()
+                i, ev = nxt or await q.get()
+                nxt = None
+                if ev[0] == "logprobs":
+                    pending[i] += ev[1]
+                    continue
                 if ev[0] == "text":
-                    pieces, ev = [ev[1]], None
-                    while len(pieces) < coalesce:  # (coalesce > 1: wait for more, or the end)
-                        ev = await q.get()
-                        if ev[0] != "text":
+                    pieces = [ev[1]]
+                    while len(pieces) < coalesce:  # (coalesce > 1: wait for more of this choice, or the end)
+                        j, e = await q.get()
+                        if j == i and e[0] == "logprobs":
+                            pending[i] += e[1]
+                        elif j == i and e[0] == "text":
+                            pieces.append(e[1])
+                        else:
+                            nxt = (j, e)
                             break
-                        pieces.append(ev[1])
-                        ev = None
-                    for c in release("".join(pieces)):
+                    for c in release(i, "".join(pieces)):
                         yield sse(c)
                     continue
-                finished = True
                 if ev[0] == "done":
-                    _, reason, usage = ev
-                    if tools is not None:
-                        held, reason = calls_chunks(reason)
+                    _, reason, usages[i] = ev
+                    left -= 1
+                    if calls_stream[i] is not None:
+                        held, reason = calls_chunks(i, reason)
                         for c in held:
                             yield sse(c)
-                    # usage rides on the last chunk; with stream_options.include_usage also in
-                    # OpenAI's extra final chunk with no choices
-                    yield sse({**chunk(None, reason), "usage": usage})
+                    if left:
+                        yield sse(chunk(i, None, reason))
+                        continue
+                    # usage (every choice's) rides on the last chunk; with stream_options.include_usage
+                    # also in OpenAI's extra final chunk with no choices
+                    usage = _usage(usages)
+                    yield sse({**chunk(i, None, reason), "usage": usage})
                     if include_usage:
                         yield sse({**head, "choices": [], "usage": usage})
                 else:
@@ -537,8 +645,9 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                 yield "data: [DONE]\n\n"
                 return
         finally:
-            if not finished:  # the client went away (the response task was cancelled)
-                st.scheduler.cancel(req)
+            for r, u in zip(reqs, usages):
+                if u is None:  # the client went away (the response task was cancelled), or an error
+                    st.scheduler.cancel(r)
 
     # -- endpoints -----------------------------------------------------------------------------
     def api(handler):
@@ -572,7 +681,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
 
     async def chat_completions(request: HTTPRequest) -> Response:
         d = await body(request)
-        o = common(d)
+        o = common(d, chat=True)
         messages = _chat_text(d.get("messages"))
         tools = chat_tools(d, o)
         tok = st.model.tokenizer
@@ -591,7 +700,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
 
     async def completions(request: HTTPRequest) -> Response:
         d = await body(request)
-        o = common(d)
+        o = common(d, chat=False)
         p = d.get("prompt")
         if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
             p = p[0]  # a batch of one prompt

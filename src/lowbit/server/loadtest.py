@@ -28,7 +28,7 @@ MALFORMED = [
     b"{not json", b"", b"[1, 2, 3]", b'{"prompt": 5, "max_tokens": 4}', b'{"messages": "hi"}',
     b'{"messages": [{"role": "wizard", "content": "hi"}]}', b'{"messages": [{"role": "user"}]}',
     b'{"prompt": "x", "max_tokens": -1}', b'{"prompt": "x", "temperature": "hot"}',
-    b'{"prompt": "x", "n": 3}', b"\xff\xfe\xfd",
+    b'{"prompt": "x", "n": 9}', b"\xff\xfe\xfd",
 ]
 
 

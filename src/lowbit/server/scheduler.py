@@ -17,11 +17,21 @@ once per step: to `deliver(list of (emit, event))` when the scheduler has one (t
 posts the whole list to its event loop in one call, so emit runs on the loop thread and the
 engine thread pays one wake-up per step, not one per token), else each emit is called on the
 engine thread:
+    ("logprobs", [(token, logprob, {top id: logprob})])
+                                                    a generated token's log-probabilities (only
+                                                    for a request with logprobs set; before the
+                                                    text event that carries the token's text)
     ("text", str)                                   more text (never empty)
     ("done", finish_reason, usage dict)             last event: "stop" or "length"
     ("error", message[, "shutdown"])                last event: the step failed, or the shutdown
                                                     grace ran out (drain)
 Cancelling a request (its client went away) frees its slot before the next step.
+
+Logprobs (Request.logprobs = k): each generated token's log-probability and the k most likely
+tokens', of the model's raw logits row that token was drawn from (generate.token_logprobs:
+before logit_bias, the grammar's mask, the penalties, temperature and filters), computed only
+for such requests; with speculation, the rows of the accepted tokens. End-of-generation tokens
+are not reported (they are not generated text either).
 
 With a prefix cache (prefix.py), a request admitted to a slot first gets the longest cached
 prefix of its prompt copied in (usage.prompt_tokens_details.cached_tokens says how many), and
@@ -61,7 +71,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..generate import stop_prefix, verify
+from ..generate import stop_prefix, token_logprobs, verify
 from ..sampling import Sampler
 
 # The cost of one more token in a step, relative to a one-token step (speculation's drafting
@@ -90,6 +100,7 @@ class Request:
     stop: list[str] = field(default_factory=list)
     logit_bias: dict[int, float] = field(default_factory=dict)  # added to the logits before sampling
     constraint: object = None    # structured.Constraint: masks the logits, takes each sampled token
+    logprobs: int | None = None  # None: none; k: emit each token's logprob and the top k (0..20)
     id: int = field(default_factory=itertools.count().__next__)
     cancelled: bool = False
     t_submit: float = field(default_factory=time.perf_counter)
@@ -167,6 +178,7 @@ class Scheduler:
             raise ValueError(f"the prompt has {len(req.prompt)} tokens; the context holds {self.model.n_ctx}")
         if req.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
+        req.sampler.prompt_len = len(req.prompt)  # presence / frequency count what follows it
         with self._cv:
             if self._stopping or self._deadline is not None:
                 raise Draining("the server is shutting down")
@@ -507,6 +519,7 @@ class Scheduler:
         the slot past the rejected ones, take the new tokens in order; True when r has finished."""
         if r.cancelled:
             return False
+        raw = rows.copy() if r.logprobs is not None else None  # (before the bias and masks below)
         if r.logit_bias:  # in place, every row: this step's own output
             for t, b in r.logit_bias.items():
                 rows[:, t] += b
@@ -534,8 +547,8 @@ class Scheduler:
                 self.accepted += n_ok
                 self.spec_rejects += n_ok < d
         new, r.drafts, r.q = r.drafts[:n_ok] + [nxt], [], None
-        for j, tok in enumerate(new):
-            if self._take(r, tok, more=j + 1 < len(new)):
+        for j, tok in enumerate(new):  # new[j] was drawn from row j
+            if self._take(r, tok, more=j + 1 < len(new), raw=None if raw is None else raw[j]):
                 return True
         self.spec.commit(r)
         return False
@@ -544,6 +557,7 @@ class Scheduler:
         """Sample r's next token and emit its text; True when r has finished."""
         if r.cancelled:
             return False  # freed before the next step
+        raw = logits.copy() if r.logprobs is not None else None  # (before the bias and mask below)
         if r.logit_bias:  # in place: the row is this step's own output, read by nobody else
             for t, b in r.logit_bias.items():
                 logits[t] += b
@@ -555,13 +569,14 @@ class Scheduler:
             c.accept(tok)
             if c.error:
                 raise RuntimeError(f"structured output: {c.error}")
-        return self._take(r, tok)
+        return self._take(r, tok, raw=raw)
 
-    def _take(self, r: Request, tok: int, more: bool = False) -> bool:
+    def _take(self, r: Request, tok: int, more: bool = False, raw: np.ndarray | None = None) -> bool:
         """r's next token is tok: emit its text, check the ends; True when r has finished (else
         tok is r's pending token, fed by the next step). more: a verified window's tokens follow
         (structured output: the grammar has already taken them, so its end and next mask wait
-        for the last; a grammar that ended here is followed only by an end-of-generation token)."""
+        for the last; a grammar that ended here is followed only by an end-of-generation token).
+        raw: the raw logits row tok was drawn from, for a request with logprobs."""
         c = r.constraint
         now = time.perf_counter()
         if r.t_last:
@@ -571,6 +586,8 @@ class Scheduler:
         r.t_last = now
         if tok in self.eog:
             return self._finish(r, "stop")
+        if raw is not None:
+            self._emit(r, ("logprobs", [(tok, *token_logprobs(raw, tok, r.logprobs))]))
         r.history.append(tok)
         r.generated += 1
         r.text += r.decoder.push(tok)

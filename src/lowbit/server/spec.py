@@ -134,8 +134,7 @@ class DraftSlots:
 
     def admit(self, req) -> None:
         s = req.sampler  # the draft samples as the target does (the q rows of speculative sampling)
-        self._samplers[req.id] = Sampler(s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty,
-                                         s.repeat_last_n, seed=None if s.seed is None else s.seed + 1)
+        self._samplers[req.id] = s.replace(seed=None if s.seed is None else s.seed + 1)
 
     def release(self, req) -> None:
         self._samplers.pop(req.id, None)
