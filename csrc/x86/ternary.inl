@@ -832,6 +832,23 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
                 });
                 return pin(tq_offset(s, alo + yo + Q8K_BSUMS, kc<Dec::kLaunder>()));
             };
+            // Four blocks per step where the row has them: one pack4 (3 hadds, the halves) for
+            // the four exact sums, one product vector, then the four adds in block order.
+            const auto dw4 = [&](int64_t b) __attribute__((always_inline)) {  // d_w of blocks b..b+3, via a GPR
+                const uint64_t h = (uint64_t)x[b].d | (uint64_t)x[b + 1].d << 16 | (uint64_t)x[b + 2].d << 32 |
+                                   (uint64_t)x[b + 3].d << 48;
+                return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
+            };
+            for (; i + 4 <= nb; i += 4) {
+                const VY ma = block_sum(i), mb = block_sum(i + 1), mc = block_sum(i + 2), md = block_sum(i + 3);
+                const __m128i x4 = pack4<4>(ma, mb, mc, md);  // lane j = S of block i + j
+                const __m128 da4 = dact4<4>(alo + (size_t)i * Q8K_BYTES, Q8K_BYTES);
+                const __m128 p = _mm_mul_ps(_mm_cvtepi32_ps(x4), _mm_mul_ps(da4, dw4(i)));
+                f4 = _mm_add_ss(f4, p);
+                f4 = _mm_add_ss(f4, _mm_movehdup_ps(p));
+                f4 = _mm_add_ss(f4, _mm_movehl_ps(p, p));
+                f4 = _mm_add_ss(f4, _mm_shuffle_ps(p, p, 3));
+            }
             for (; i + 2 <= nb; i += 2) {
                 const VY ma = block_sum(i), mb = block_sum(i + 1);
                 const VY h = _mm256_hadd_epi32(ma, mb);  // [a01 a23 b01 b23 | a45 a67 b45 b67]
