@@ -876,7 +876,8 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
                 __m128i x2 = halves(h);
                 x2 = _mm_add_epi32(x2, _mm_shuffle_epi32(x2, 0xB1));  // lane 0 = S_a, lane 2 = S_b
                 const __m128 dw2 = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(x[i].d), x[i + 1].d, 2));
-                const __m128 da2 = dact4<2>(gv + (size_t)i * kGvBytes + kGvD, kGvBytes);
+                const uint8_t *const y = gv + (size_t)i * kGvBytes + kGvD;  // lanes 0 and 2, as x2
+                const __m128 da2 = _mm_insert_ps(_mm_load_ss((const float *)y), _mm_load_ss((const float *)(y + kGvBytes)), 0x20);
                 const __m128 p = _mm_mul_ps(_mm_cvtepi32_ps(x2), _mm_mul_ps(da2, dw2));
                 f4 = _mm_add_ss(f4, p);
                 f4 = _mm_add_ss(f4, _mm_movehl_ps(p, p));
