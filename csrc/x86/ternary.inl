@@ -675,6 +675,28 @@ struct Tq2 {
 #else
     static constexpr bool kZmm = false;
 #endif
+#if LB_TN_ISA == 1
+    // avx2, one token (tq_rows' GEMV): the block's 8 int32 lanes whose total is S_b, with one
+    // shift per 32 code bytes instead of three. Planes 1 and 3 stay in place, as 4 x code
+    // (& 0x0C), and their products go to a second int16 sum Q, a multiple of 4 lane by lane,
+    // so Q >> 2 is exact: S16 = P + (Q >> 2) - bsums. Bounds per lane (|q| <= 128): P <= 4 *
+    // 768, Q <= 4 * 4 * 768 = 12288, |S16| <= 2 * 3072 + 2048: int16, exact.
+    static constexpr bool kGemv = true;
+    static LB_TN_INLINE VY gemv_block(const Block &x, const uint8_t *qs, const uint8_t *bsums, const Consts *k) {
+        VY P = zy(), Q = zy();
+        for (int h = 0; h < 2; ++h) {
+            const VY raw = ldy(x.qs + 32 * h), t = _mm256_srli_epi16(raw, 4);
+            const uint8_t *const q = qs + 128 * h;
+            P = pin(_mm256_add_epi16(P, _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(raw, cy(k->m3)), ldy(q)),
+                                                         _mm256_maddubs_epi16(_mm256_and_si256(t, cy(k->m3)), ldy(q + 64)))));
+            Q = pin(_mm256_add_epi16(Q, _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(raw, cy(k->m12)), ldy(q + 32)),
+                                                         _mm256_maddubs_epi16(_mm256_and_si256(t, cy(k->m12)), ldy(q + 96)))));
+        }
+        return tq_offset(_mm256_add_epi16(P, _mm256_srai_epi16(Q, 2)), bsums, k);
+    }
+#else
+    static constexpr bool kGemv = false;
+#endif
     template <bool L, bool CARRY, class Step>
     static LB_TN_INLINE void run(const Block &x, Step &&step) {
         for (int h = 0; h < 2; ++h) {
@@ -720,6 +742,7 @@ struct Tq1 {
     using Block = block_tq1_0;
     static constexpr bool kLaunder = true;
     static constexpr bool kZmm = false;
+    static constexpr bool kGemv = false;  // (no gemv_block: tq_rows' GEMV runs `run`)
     // CARRY (few tokens): one base-3 chain per source, kept in a register from phase to phase.
     // Otherwise (5..8 tokens on 16 ymm) each phase re-derives its bytes from memory, and the
     // heaviest decode runs first, while the token accumulators are still zero. Both give the
@@ -847,6 +870,7 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
             auto block_sum = [&](int64_t b) __attribute__((always_inline)) {
                 prefetch_ahead(&x[b], sizeof(Block));
                 const uint8_t *const y = gv + (size_t)b * kGvBytes;
+                if constexpr (Dec::kGemv) return pin(Dec::gemv_block(x[b], y + kGvQs, y + kGvBsums, kc<Dec::kLaunder>()));
                 VY s = zy();
                 Dec::template run<Dec::kLaunder, (NT <= 4)>(x[b], [&](VY ca, size_t oa, VY cb, size_t ob) __attribute__((always_inline)) {
                     s = pin(tq_step(s, ca, y + kGvQs + oa, cb, y + kGvQs + ob));
