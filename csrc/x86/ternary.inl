@@ -683,16 +683,17 @@ struct Tq2 {
     // 768, Q <= 4 * 4 * 768 = 12288, |S16| <= 2 * 3072 + 2048: int16, exact.
     static constexpr bool kGemv = true;
     static LB_TN_INLINE VY gemv_block(const Block &x, const uint8_t *qs, const uint8_t *bsums, const Consts *k) {
-        VY P = zy(), Q = zy();
+        VY P[2], Q[2];  // per 32 code bytes h
         for (int h = 0; h < 2; ++h) {
             const VY raw = ldy(x.qs + 32 * h), t = _mm256_srli_epi16(raw, 4);
             const uint8_t *const q = qs + 128 * h;
-            P = pin(_mm256_add_epi16(P, _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(raw, cy(k->m3)), ldy(q)),
-                                                         _mm256_maddubs_epi16(_mm256_and_si256(t, cy(k->m3)), ldy(q + 64)))));
-            Q = pin(_mm256_add_epi16(Q, _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(raw, cy(k->m12)), ldy(q + 32)),
-                                                         _mm256_maddubs_epi16(_mm256_and_si256(t, cy(k->m12)), ldy(q + 96)))));
+            P[h] = pin(_mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(raw, cy(k->m3)), ldy(q)),
+                                        _mm256_maddubs_epi16(_mm256_and_si256(t, cy(k->m3)), ldy(q + 64))));
+            Q[h] = pin(_mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(raw, cy(k->m12)), ldy(q + 32)),
+                                        _mm256_maddubs_epi16(_mm256_and_si256(t, cy(k->m12)), ldy(q + 96))));
         }
-        return tq_offset(_mm256_add_epi16(P, _mm256_srai_epi16(Q, 2)), bsums, k);
+        const VY p = _mm256_add_epi16(P[0], P[1]), qq = _mm256_add_epi16(Q[0], Q[1]);
+        return tq_offset(_mm256_add_epi16(p, _mm256_srai_epi16(qq, 2)), bsums, k);
     }
 #else
     static constexpr bool kGemv = false;
