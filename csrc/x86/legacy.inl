@@ -617,6 +617,16 @@ struct TailOffsets {  // byte offsets of the tail's blocks, in class order L
     static constexpr const int32_t (&v)[8][8] = t.v;
 };
 
+// 8 fp16 at stride B (the group's d, or its m at + 2) as floats in class order L, without a
+// gather (Zen 3 runs vpgatherdd as microcode: it was a quarter of the direct path's time):
+// two qwords of 4 halves packed in general registers, idle next to the vector pipes.
+template <int B>
+LB_LG_INLINE __m256 group_halves_gpr(const uint8_t *wg) {
+    const auto h = [&](int i) { return (uint64_t)ld16(wg + i * B); };
+    const uint64_t even = h(0) | h(2) << 16 | h(4) << 32 | h(6) << 48, odd = h(1) | h(3) << 16 | h(5) << 32 | h(7) << 48;
+    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)even), (long long)odd, 1));
+}
+
 // d_w (and m_w) of the group's blocks in class order L, fp16 -> float; missing blocks read 0.
 template <class F, bool TAIL>
 LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &mw) {
@@ -625,6 +635,11 @@ LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &
     if constexpr (kE8M0Scale<F> && !TAIL) {  // avx2: scalar loads, not the gather (mxfp4.inl)
         dw = e8m0_half_ps(e8m0_group<B>(wg));
         mw = _mm256_setzero_ps();
+        return;
+    }
+    if constexpr (!kE8M0Scale<F> && !TAIL) {  // avx2: general registers, not the gather
+        dw = group_halves_gpr<B>(wg);
+        mw = F::kM ? group_halves_gpr<B>(wg + 2) : _mm256_setzero_ps();
         return;
     }
 #endif
@@ -797,16 +812,6 @@ LB_LG_INLINE void bt_group_end(const uint8_t *rg, __m256 dw, __m256 mw, A &acc, 
     }
 }
 
-// d_w of a whole group's 8 blocks in class order L, as group_scales gives them, without its
-// gather (Zen 3 runs vpgatherdd as microcode: a quarter of the direct path's time): the 8 fp16
-// gathered as two qwords in general registers, idle next to the vector pipes.
-template <int B>
-LB_LG_INLINE __m256 group_d_scalar(const uint8_t *wg) {
-    const auto h = [&](int i) { return (uint64_t)ld16(wg + i * B); };
-    const uint64_t even = h(0) | h(2) << 16 | h(4) << 32 | h(6) << 48, odd = h(1) | h(3) << 16 | h(5) << 32 | h(7) << 48;
-    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)even), (long long)odd, 1));
-}
-
 // The direct path (direct()): one token, one block: lanes = 8 int32 partial sums of 4
 // products (sign trick, its bound), the block's codes and activations each one 32-byte load.
 template <class F>
@@ -828,8 +833,7 @@ LB_LG_INLINE void group_direct(const uint8_t *wg, const uint8_t *rg, int nrem, _
     const __m256i o = _mm256_hadd_epi32(_mm256_hadd_epi32(v(1), v(3)), _mm256_hadd_epi32(v(5), v(7)));
     const __m256i isum = _mm256_add_epi32(_mm256_blend_epi32(e, o, 0xF0), _mm256_permute2x128_si256(e, o, 0x21));
     __m256 dw, mw;
-    if constexpr (TAIL) group_scales<F, TAIL>(wg, nrem, dw, mw);
-    else dw = group_d_scalar<F::kBytes>(wg);
+    group_scales<F, TAIL>(wg, nrem, dw, mw);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, ldf(rg + Y::kBDA)), acc);
 }
 
