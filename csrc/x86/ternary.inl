@@ -824,20 +824,25 @@ inline const uint8_t *tq_relayout(const RowArgs &a, int nt, int64_t nb) {
 #endif
 
 // The one-token form's copy of its Q8_K blocks (once per call, amortised over the call's rows):
-// block b at 320 b of a 64-aligned buffer, qs at 0, bsums at 256, d at 288, so that none of
-// its 32-byte loads crosses a cache line (Q8_K's 292-byte blocks put qs at 4 mod 32).
-constexpr size_t kGvBytes = 320, kGvQs = 0, kGvBsums = 256, kGvD = 288;
+// block b's qs then bsums at 288 b of a 64-aligned buffer (288 = 9 x 32: no 32-byte load
+// crosses a cache line; Q8_K's 292-byte blocks put qs at 4 mod 32), then the blocks' d as one
+// float array at 288 nb (tq_gv_d: four blocks' d_act in one load).
+constexpr size_t kGvBytes = 288, kGvQs = 0, kGvBsums = 256;
+inline const float *tq_gv_d(const uint8_t *gv, int64_t nb) {
+    return reinterpret_cast<const float *>(gv + (size_t)nb * kGvBytes);
+}
 inline const uint8_t *tq_gemv_relayout(const uint8_t *act, int64_t nb) {
     struct alignas(64) Line { uint8_t b[64]; };
     static thread_local std::vector<Line> buf;
-    const size_t lines = (size_t)nb * kGvBytes / 64;
+    const size_t lines = ((size_t)nb * (kGvBytes + 4) + 63) / 64;
     if (buf.size() < lines) buf.resize(lines);
     uint8_t *const dst = reinterpret_cast<uint8_t *>(buf.data());
+    float *const d = reinterpret_cast<float *>(dst + (size_t)nb * kGvBytes);
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *src = act + (size_t)b * Q8K_BYTES;
         std::memcpy(dst + (size_t)b * kGvBytes + kGvQs, src + Q8K_QS, 256);
         std::memcpy(dst + (size_t)b * kGvBytes + kGvBsums, src + Q8K_BSUMS, 32);
-        std::memcpy(dst + (size_t)b * kGvBytes + kGvD, src, 4);
+        std::memcpy(d + b, src, 4);
     }
     return dst;
 }
@@ -858,7 +863,10 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
     const uint8_t *const ahi = act + 4 * st;  // tokens 4..7
 #define LB_TA(t, off) (((t) < 4 ? alo : ahi) + ((t) & 3) * st + (off))
     [[maybe_unused]] const uint8_t *gv = nullptr;  // NT = 1: tq_gemv_relayout's copy
-    if constexpr (NT == 1) gv = r1 > r0 ? tq_gemv_relayout(alo, nb) : nullptr;
+    [[maybe_unused]] const float *gvd = nullptr;  // its d_act array
+    if constexpr (NT == 1) {
+        if (r1 > r0) gv = tq_gemv_relayout(alo, nb), gvd = tq_gv_d(gv, nb);
+    }
     for (int64_t r = r0; r < r1; ++r) {
         const Block *const x = reinterpret_cast<const Block *>(a.w + (size_t)r * a.w_stride);
         [[maybe_unused]] __m128 f4 = _mm_setzero_ps();     // sumf of token t in lane t (NT <= 4)
@@ -888,7 +896,7 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
             for (; i + 4 <= nb; i += 4) {
                 const VY ma = block_sum(i), mb = block_sum(i + 1), mc = block_sum(i + 2), md = block_sum(i + 3);
                 const __m128i x4 = pack4<4>(ma, mb, mc, md);  // lane j = S of block i + j
-                const __m128 da4 = dact4<4>(gv + (size_t)i * kGvBytes + kGvD, kGvBytes);
+                const __m128 da4 = _mm_loadu_ps(gvd + i);
                 const __m128 p = _mm_mul_ps(_mm_cvtepi32_ps(x4), _mm_mul_ps(da4, dw4(i)));
                 f4 = _mm_add_ss(f4, p);
                 f4 = _mm_add_ss(f4, _mm_movehdup_ps(p));
@@ -901,8 +909,7 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
                 __m128i x2 = halves(h);
                 x2 = _mm_add_epi32(x2, _mm_shuffle_epi32(x2, 0xB1));  // lane 0 = S_a, lane 2 = S_b
                 const __m128 dw2 = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(x[i].d), x[i + 1].d, 2));
-                const uint8_t *const y = gv + (size_t)i * kGvBytes + kGvD;  // lanes 0 and 2, as x2
-                const __m128 da2 = _mm_insert_ps(_mm_load_ss((const float *)y), _mm_load_ss((const float *)(y + kGvBytes)), 0x20);
+                const __m128 da2 = _mm_insert_ps(_mm_load_ss(gvd + i), _mm_load_ss(gvd + i + 1), 0x20);  // lanes 0, 2: x2's
                 const __m128 p = _mm_mul_ps(_mm_cvtepi32_ps(x2), _mm_mul_ps(da2, dw2));
                 f4 = _mm_add_ss(f4, p);
                 f4 = _mm_add_ss(f4, _mm_movehl_ps(p, p));
