@@ -42,6 +42,9 @@
 //   BT, block-transposed (1 token per ymm): per token, dpbusd over the pair gives lanes
 //     [b: 4 partial sums | b+1: 4]; three hadds per group of 8 blocks leave the 8 block sums in
 //     lanes in class order L = [0 2 4 6 | 1 3 5 7], then one cvt + fma for 8 blocks.
+//   Direct (avx2 Q8_0, one token, direct()): BT's lanes and float step, but each block's 32
+//     code bytes are one load against its activations laid out per block (no halves, no
+//     inserts); 6 hadds + a lane swap per group of 8 blocks give the class order L.
 // TT costs the same for 1..4 tokens, BT grows per token: plan() picks per nt and level (whole
 // chunks of 4 by TT, the remaining tokens by BT). Both give bitwise the same per-token result,
 // and so do all three levels (same integers, same float operations).
@@ -50,7 +53,8 @@
 // Activations are read-only and shared by every row, so each call first converts their fp16
 // scales, sums their codes and re-lays them out (prepare(): O(nt * n), a thread-local buffer;
 // layout at Lay), grouped by 8 blocks so a row streams through it in order. The weights are
-// read in place; their fp16 scales are gathered 8 blocks at a time.
+// read in place; their fp16 scales are gathered 8 blocks at a time (at avx2 by general-register
+// loads, group_halves_gpr: Zen 3 microcodes vpgatherdd).
 //
 // ---- Integer bounds (I1) ---------------------------------------------------------------------
 // dpbusd: int32 lanes, |sum| <= 32 * 255 * 127 + 128 * 32 * 127 < 2^21: exact, and exact as float.
