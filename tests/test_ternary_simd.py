@@ -289,13 +289,15 @@ def tq_weights(name, rows, nb, rng, pattern):
     return raw.reshape(rows, nb * f.bytes)
 
 
+@pytest.mark.parametrize("nb", [1, 3, 5, 6, 7])
 @pytest.mark.parametrize("pattern", ["max", "two", "random"])
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("name", ["TQ2_0", "TQ1_0"])
-def test_tq_exact(rng, name, level, pattern):
-    """Worst-case codes (0xFF: TQ2_0 code 3), activations +-127 / -128 / random, 6 blocks,
-    nt 1..8: bitwise the reference arithmetic (exact int16/int32 block sums)."""
-    nb, rows = 6, 7
+def test_tq_exact(rng, name, level, pattern, nb):
+    """Worst-case codes (0xFF: TQ2_0 code 3), activations +-127 / -128 / random, 1..7 blocks
+    (the one-token form's steps of 4, 2 and 1 blocks and their remainders), nt 1..8: bitwise
+    the reference arithmetic (exact int16/int32 block sums)."""
+    rows = 7
     n = nb * 256
     raw = tq_weights(name, rows, nb, rng, pattern)
     for nt in range(1, 9):

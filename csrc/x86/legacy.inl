@@ -42,6 +42,9 @@
 //   BT, block-transposed (1 token per ymm): per token, dpbusd over the pair gives lanes
 //     [b: 4 partial sums | b+1: 4]; three hadds per group of 8 blocks leave the 8 block sums in
 //     lanes in class order L = [0 2 4 6 | 1 3 5 7], then one cvt + fma for 8 blocks.
+//   Direct (avx2 Q8_0, one token, direct()): BT's lanes and float step, but each block's 32
+//     code bytes are one load against its activations laid out per block (no halves, no
+//     inserts); 6 hadds + a lane swap per group of 8 blocks give the class order L.
 // TT costs the same for 1..4 tokens, BT grows per token: plan() picks per nt and level (whole
 // chunks of 4 by TT, the remaining tokens by BT). Both give bitwise the same per-token result,
 // and so do all three levels (same integers, same float operations).
@@ -50,7 +53,8 @@
 // Activations are read-only and shared by every row, so each call first converts their fp16
 // scales, sums their codes and re-lays them out (prepare(): O(nt * n), a thread-local buffer;
 // layout at Lay), grouped by 8 blocks so a row streams through it in order. The weights are
-// read in place; their fp16 scales are gathered 8 blocks at a time.
+// read in place; their fp16 scales are gathered 8 blocks at a time (at avx2 by general-register
+// loads, group_halves_gpr: Zen 3 microcodes vpgatherdd).
 //
 // ---- Integer bounds (I1) ---------------------------------------------------------------------
 // dpbusd: int32 lanes, |sum| <= 32 * 255 * 127 + 128 * 32 * 127 < 2^21: exact, and exact as float.
@@ -328,6 +332,12 @@ constexpr bool per_unit_scales() {
            (hadd_tt<F, NT>() && F::kSign);
 }
 
+// avx2 Q8_0 at one token goes by the direct path (group_direct): a block's 32 code bytes are
+// contiguous, so each block is one 32-byte load against its activations laid out the same way,
+// rather than pairs of blocks cut into 16-byte halves and joined by inserts (decode_pair).
+template <class F, int NT>
+constexpr bool direct() { return LB_LG_LEVEL == 1 && F::kBits == 8 && F::kSign && NT == 1; }
+
 // ---- the per-call activation records ----------------------------------------------------------
 // Per group of 8 blocks: tt * (8 / W) TT records, then bt BT records (W = unit_width).
 // TT record (chunk c, unit u of W blocks): A[k], k = 0..7, of W * 16 bytes, lane (h, i) = dword k
@@ -337,6 +347,7 @@ constexpr bool per_unit_scales() {
 //   128 + 32 i (a BT record's layout, cut to the unit's pair and the chunk's 4 tokens).
 // BT record (token, group): q_a[0:16] of blocks 0..7 (128 B), q_a[16:32] of blocks 0..7 (128 B),
 //   then d_a, -off * sum(q_a), s_a: 8 lanes in class order L (32 B each), padded to 64 B.
+//   On the direct path the 256 code bytes are q_a[0:32] of blocks 0..7 instead.
 template <class F, int NT>
 struct Lay {
     static constexpr Plan P = plan(NT);
@@ -393,8 +404,12 @@ __attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int64_t nb) {
             } else {
                 rec = rg + Y::bt_rec(j);
                 lane = (size_t)((bi % 2) * 4 + bi / 2);  // class order L
-                std::memcpy(rec + 16 * bi, q, 16);
-                std::memcpy(rec + 128 + 16 * bi, q + 16, 16);
+                if constexpr (direct<F, NT>()) {
+                    std::memcpy(rec + 32 * bi, q, 32);
+                } else {
+                    std::memcpy(rec + 16 * bi, q, 16);
+                    std::memcpy(rec + 128 + 16 * bi, q + 16, 16);
+                }
                 da_off = Y::kBDA, corr_off = Y::kBCORR, sa_off = Y::kBSA;
             }
             reinterpret_cast<float *>(rec + da_off)[lane] = da;
@@ -606,6 +621,16 @@ struct TailOffsets {  // byte offsets of the tail's blocks, in class order L
     static constexpr const int32_t (&v)[8][8] = t.v;
 };
 
+// 8 fp16 at stride B (the group's d, or its m at + 2) as floats in class order L, without a
+// gather (Zen 3 runs vpgatherdd as microcode: it was a quarter of the direct path's time):
+// two qwords of 4 halves packed in general registers, idle next to the vector pipes.
+template <int B>
+LB_LG_INLINE __m256 group_halves_gpr(const uint8_t *wg) {
+    const auto h = [&](int i) { return (uint64_t)ld16(wg + i * B); };
+    const uint64_t even = h(0) | h(2) << 16 | h(4) << 32 | h(6) << 48, odd = h(1) | h(3) << 16 | h(5) << 32 | h(7) << 48;
+    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)even), (long long)odd, 1));
+}
+
 // d_w (and m_w) of the group's blocks in class order L, fp16 -> float; missing blocks read 0.
 template <class F, bool TAIL>
 LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &mw) {
@@ -614,6 +639,11 @@ LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &
     if constexpr (kE8M0Scale<F> && !TAIL) {  // avx2: scalar loads, not the gather (mxfp4.inl)
         dw = e8m0_half_ps(e8m0_group<B>(wg));
         mw = _mm256_setzero_ps();
+        return;
+    }
+    if constexpr (!kE8M0Scale<F> && !TAIL) {  // avx2: general registers, not the gather
+        dw = group_halves_gpr<B>(wg);
+        mw = F::kM ? group_halves_gpr<B>(wg + 2) : _mm256_setzero_ps();
         return;
     }
 #endif
@@ -786,9 +816,38 @@ LB_LG_INLINE void bt_group_end(const uint8_t *rg, __m256 dw, __m256 mw, A &acc, 
     }
 }
 
+// The direct path (direct()): one token, one block: lanes = 8 int32 partial sums of 4
+// products (sign trick, its bound), the block's codes and activations each one 32-byte load.
+template <class F>
+LB_LG_INLINE __m256i direct_block(const uint8_t *b, const uint8_t *ra) {
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(b + F::kQs));
+    return widen16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(lda(ra), w)));
+}
+// A group on the direct path: blocks i of the group, partial sums v_i (0 for blocks past the
+// row). Two hadd levels give e = [v0 v2 v4 v6 summed over their lanes 0..3 | over lanes 4..7]
+// and o the same of v1 v3 v5 v7; [e.lo | o.hi] + [e.hi | o.lo] is the 8 blocks' isum in class
+// order L, BT's lanes: the same integers into the same float step (bt_group_end's).
+template <class F, bool TAIL>
+LB_LG_INLINE void group_direct(const uint8_t *wg, const uint8_t *rg, int nrem, __m256 &acc) {
+    using Y = Lay<F, 1>;
+    const auto v = [&](int i) {
+        return (!TAIL || i < nrem) ? direct_block<F>(wg + i * F::kBytes, rg + 32 * i) : _mm256_setzero_si256();
+    };
+    const __m256i e = _mm256_hadd_epi32(_mm256_hadd_epi32(v(0), v(2)), _mm256_hadd_epi32(v(4), v(6)));
+    const __m256i o = _mm256_hadd_epi32(_mm256_hadd_epi32(v(1), v(3)), _mm256_hadd_epi32(v(5), v(7)));
+    const __m256i isum = _mm256_add_epi32(_mm256_blend_epi32(e, o, 0xF0), _mm256_permute2x128_si256(e, o, 0x21));
+    __m256 dw, mw;
+    group_scales<F, TAIL>(wg, nrem, dw, mw);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, ldf(rg + Y::kBDA)), acc);
+}
+
 template <class F, int NT, bool TAIL, class A>
 LB_LG_INLINE void group(const uint8_t *wg, const uint8_t *rg, int nrem, A &acc) {
     using Y = Lay<F, NT>;
+    if constexpr (direct<F, NT>()) {
+        group_direct<F, TAIL>(wg, rg, nrem, bacc<0>(acc));
+        return;
+    }
     // TT needs the scales at every unit, BT only at the group's end (shorter live range)
     constexpr bool early = Y::P.tt > 0 && !per_unit_scales<F, NT>();
     __m256 dw = _mm256_setzero_ps(), mw = _mm256_setzero_ps();

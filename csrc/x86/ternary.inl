@@ -675,6 +675,29 @@ struct Tq2 {
 #else
     static constexpr bool kZmm = false;
 #endif
+#if LB_TN_ISA == 1
+    // avx2, one token (tq_rows' GEMV): the block's 8 int32 lanes whose total is S_b, with one
+    // shift per 32 code bytes instead of three. Planes 1 and 3 stay in place, as 4 x code
+    // (& 0x0C), and their products go to a second int16 sum Q, a multiple of 4 lane by lane,
+    // so Q >> 2 is exact: S16 = P + (Q >> 2) - bsums. Bounds per lane (|q| <= 128): P <= 4 *
+    // 768, Q <= 4 * 4 * 768 = 12288, |S16| <= 2 * 3072 + 2048: int16, exact.
+    static constexpr bool kGemv = true;
+    static LB_TN_INLINE VY gemv_block(const Block &x, const uint8_t *qs, const uint8_t *bsums, const Consts *k) {
+        VY P[2], Q[2];  // per 32 code bytes h
+        for (int h = 0; h < 2; ++h) {
+            const VY raw = ldy(x.qs + 32 * h), t = _mm256_srli_epi16(raw, 4);
+            const uint8_t *const q = qs + 128 * h;
+            P[h] = pin(_mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(raw, cy(k->m3)), ldy(q)),
+                                        _mm256_maddubs_epi16(_mm256_and_si256(t, cy(k->m3)), ldy(q + 64))));
+            Q[h] = pin(_mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(raw, cy(k->m12)), ldy(q + 32)),
+                                        _mm256_maddubs_epi16(_mm256_and_si256(t, cy(k->m12)), ldy(q + 96))));
+        }
+        const VY p = _mm256_add_epi16(P[0], P[1]), qq = _mm256_add_epi16(Q[0], Q[1]);
+        return tq_offset(_mm256_add_epi16(p, _mm256_srai_epi16(qq, 2)), bsums, k);
+    }
+#else
+    static constexpr bool kGemv = false;
+#endif
     template <bool L, bool CARRY, class Step>
     static LB_TN_INLINE void run(const Block &x, Step &&step) {
         for (int h = 0; h < 2; ++h) {
@@ -720,6 +743,7 @@ struct Tq1 {
     using Block = block_tq1_0;
     static constexpr bool kLaunder = true;
     static constexpr bool kZmm = false;
+    static constexpr bool kGemv = false;  // (no gemv_block: tq_rows' GEMV runs `run`)
     // CARRY (few tokens): one base-3 chain per source, kept in a register from phase to phase.
     // Otherwise (5..8 tokens on 16 ymm) each phase re-derives its bytes from memory, and the
     // heaviest decode runs first, while the token accumulators are still zero. Both give the
@@ -799,6 +823,30 @@ inline const uint8_t *tq_relayout(const RowArgs &a, int nt, int64_t nb) {
 }
 #endif
 
+// The one-token form's copy of its Q8_K blocks (once per call, amortised over the call's rows):
+// block b's qs then bsums at 288 b of a 64-aligned buffer (288 = 9 x 32: no 32-byte load
+// crosses a cache line; Q8_K's 292-byte blocks put qs at 4 mod 32), then the blocks' d as one
+// float array at 288 nb (tq_gv_d: four blocks' d_act in one load).
+constexpr size_t kGvBytes = 288, kGvQs = 0, kGvBsums = 256;
+inline const float *tq_gv_d(const uint8_t *gv, int64_t nb) {
+    return reinterpret_cast<const float *>(gv + (size_t)nb * kGvBytes);
+}
+inline const uint8_t *tq_gemv_relayout(const uint8_t *act, int64_t nb) {
+    struct alignas(64) Line { uint8_t b[64]; };
+    static thread_local std::vector<Line> buf;
+    const size_t lines = ((size_t)nb * (kGvBytes + 4) + 63) / 64;
+    if (buf.size() < lines) buf.resize(lines);
+    uint8_t *const dst = reinterpret_cast<uint8_t *>(buf.data());
+    float *const d = reinterpret_cast<float *>(dst + (size_t)nb * kGvBytes);
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *src = act + (size_t)b * Q8K_BYTES;
+        std::memcpy(dst + (size_t)b * kGvBytes + kGvQs, src + Q8K_QS, 256);
+        std::memcpy(dst + (size_t)b * kGvBytes + kGvBsums, src + Q8K_BSUMS, 32);
+        std::memcpy(d + b, src, 4);
+    }
+    return dst;
+}
+
 template <int NT, class Dec>
 void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
     using Block = typename Dec::Block;
@@ -814,6 +862,11 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
     const uint8_t *const alo = act;           // tokens 0..3: alo + t * st
     const uint8_t *const ahi = act + 4 * st;  // tokens 4..7
 #define LB_TA(t, off) (((t) < 4 ? alo : ahi) + ((t) & 3) * st + (off))
+    [[maybe_unused]] const uint8_t *gv = nullptr;  // NT = 1: tq_gemv_relayout's copy
+    [[maybe_unused]] const float *gvd = nullptr;  // its d_act array
+    if constexpr (NT == 1) {
+        if (r1 > r0) gv = tq_gemv_relayout(alo, nb), gvd = tq_gv_d(gv, nb);
+    }
     for (int64_t r = r0; r < r1; ++r) {
         const Block *const x = reinterpret_cast<const Block *>(a.w + (size_t)r * a.w_stride);
         [[maybe_unused]] __m128 f4 = _mm_setzero_ps();     // sumf of token t in lane t (NT <= 4)
@@ -825,21 +878,38 @@ void tq_rows(const RowArgs &a, int64_t r0, int64_t r1) {
             // adds into sumf stay sequential, in block order: the same float steps as below.
             auto block_sum = [&](int64_t b) __attribute__((always_inline)) {
                 prefetch_ahead(&x[b], sizeof(Block));
-                const size_t yo = (size_t)b * Q8K_BYTES;
+                const uint8_t *const y = gv + (size_t)b * kGvBytes;
+                if constexpr (Dec::kGemv) return pin(Dec::gemv_block(x[b], y + kGvQs, y + kGvBsums, kc<Dec::kLaunder>()));
                 VY s = zy();
                 Dec::template run<Dec::kLaunder, (NT <= 4)>(x[b], [&](VY ca, size_t oa, VY cb, size_t ob) __attribute__((always_inline)) {
-                    s = pin(tq_step(s, ca, alo + yo + Q8K_QS + oa, cb, alo + yo + Q8K_QS + ob));
+                    s = pin(tq_step(s, ca, y + kGvQs + oa, cb, y + kGvQs + ob));
                 });
-                return pin(tq_offset(s, alo + yo + Q8K_BSUMS, kc<Dec::kLaunder>()));
+                return pin(tq_offset(s, y + kGvBsums, kc<Dec::kLaunder>()));
             };
+            // Four blocks per step where the row has them: one pack4 (3 hadds, the halves) for
+            // the four exact sums, one product vector, then the four adds in block order.
+            const auto dw4 = [&](int64_t b) __attribute__((always_inline)) {  // d_w of blocks b..b+3, via a GPR
+                const uint64_t h = (uint64_t)x[b].d | (uint64_t)x[b + 1].d << 16 | (uint64_t)x[b + 2].d << 32 |
+                                   (uint64_t)x[b + 3].d << 48;
+                return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
+            };
+            for (; i + 4 <= nb; i += 4) {
+                const VY ma = block_sum(i), mb = block_sum(i + 1), mc = block_sum(i + 2), md = block_sum(i + 3);
+                const __m128i x4 = pack4<4>(ma, mb, mc, md);  // lane j = S of block i + j
+                const __m128 da4 = _mm_loadu_ps(gvd + i);
+                const __m128 p = _mm_mul_ps(_mm_cvtepi32_ps(x4), _mm_mul_ps(da4, dw4(i)));
+                f4 = _mm_add_ss(f4, p);
+                f4 = _mm_add_ss(f4, _mm_movehdup_ps(p));
+                f4 = _mm_add_ss(f4, _mm_movehl_ps(p, p));
+                f4 = _mm_add_ss(f4, _mm_shuffle_ps(p, p, 3));
+            }
             for (; i + 2 <= nb; i += 2) {
                 const VY ma = block_sum(i), mb = block_sum(i + 1);
                 const VY h = _mm256_hadd_epi32(ma, mb);  // [a01 a23 b01 b23 | a45 a67 b45 b67]
                 __m128i x2 = halves(h);
                 x2 = _mm_add_epi32(x2, _mm_shuffle_epi32(x2, 0xB1));  // lane 0 = S_a, lane 2 = S_b
                 const __m128 dw2 = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(x[i].d), x[i + 1].d, 2));
-                const __m128 da2 = _mm_insert_ps(_mm_load_ss((const float *)(alo + (size_t)i * Q8K_BYTES)),
-                                                 _mm_load_ss((const float *)(alo + (size_t)(i + 1) * Q8K_BYTES)), 0x20);
+                const __m128 da2 = _mm_insert_ps(_mm_load_ss(gvd + i), _mm_load_ss(gvd + i + 1), 0x20);  // lanes 0, 2: x2's
                 const __m128 p = _mm_mul_ps(_mm_cvtepi32_ps(x2), _mm_mul_ps(da2, dw2));
                 f4 = _mm_add_ss(f4, p);
                 f4 = _mm_add_ss(f4, _mm_movehl_ps(p, p));
