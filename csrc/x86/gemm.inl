@@ -1129,14 +1129,15 @@ constexpr int kLegacyGemmMinNt = 32;
 #else
 constexpr int kLegacyGemmMinNt = 64;
 #endif
-// Q5_0 / Q5_1 at avx2 (Zen 3, loaded machine, `lowbit bench kernels --formats Q5_0,Q5_1 --nt
-// 16,32,64,128 --n 4096 --mb 64 --clock cpu --stat min`, windows / gemm): Q5_0 0.75, 0.99, 1.22,
-// 1.35: from 64 as Q4_0; Q5_1 (codes to 31: vdot, not the int16 presums) 0.70, 0.99, 0.89, 1.05:
-// from 128. With VNNI (not measured: no such host here) the other legacy formats' 32.
+// Q5_0 / Q5_1 at avx2 (Zen 3, `lowbit bench kernels --formats Q5_0,Q5_1 --nt 16,32,64,128,256
+// --n 4096 --mb 64 --clock cpu --stat min`, windows / gemm per nt): quiet, Q5_0 0.84, 0.99, 0.95,
+// 1.34, 1.40 and Q5_1 0.79, 0.93, 0.97, 1.16, 1.16 (loaded, at 16..128: Q5_0 0.75, 0.99, 1.22,
+// 1.35, Q5_1 0.70, 0.99, 0.89, 1.05): both from 128 (Q5_1's codes reach 31: vdot, not the int16
+// presums). With VNNI (not measured: no such host here) the other legacy formats' 32.
 #if defined(__AVX512F__) || defined(__AVXVNNI__)
-constexpr int kQ5_1GemmMinNt = kLegacyGemmMinNt;
+constexpr int kQ5GemmMinNt = kLegacyGemmMinNt;
 #else
-constexpr int kQ5_1GemmMinNt = 128;
+constexpr int kQ5GemmMinNt = 128;
 #endif
 // The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
 constexpr int kI2sLanesGemmMinNt = 16;
@@ -1162,9 +1163,9 @@ void register_gemm(KernelTable &t) {
     set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);  // avx2: vdot_sign
     // Q5_0 / Q5_1: llama-quant's fallback where 256 does not divide a row (Q4_K -> Q5_0, Q5_K ->
-    // Q5_1: the experts' down matrices of GLM-4.5 and DeepSeek-V2 at width 1408); Q4_0's gate
-    set(T_Q5_0, &gemm_legacy<GQ5_0>, "gemm_q5_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
-    set(T_Q5_1, &gemm_legacy<GQ5_1>, "gemm_q5_1_q8_1_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ5_1GemmMinNt);
+    // Q5_1: the experts' down matrices of GLM-4.5 and DeepSeek-V2 at width 1408)
+    set(T_Q5_0, &gemm_legacy<GQ5_0>, "gemm_q5_0_q8_0_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ5GemmMinNt);
+    set(T_Q5_1, &gemm_legacy<GQ5_1>, "gemm_q5_1_q8_1_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ5GemmMinNt);
 #if defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
