@@ -99,17 +99,15 @@ def _info_model(path: str) -> None:
               f"(window {max(c.window)})")
     if c.hybrid:
         print(f"hybrid    {sum(bool(r) for r in c.recurrent)} of {c.n_layer} layers gated delta-net, the rest attention")
-    by = {}
+    by = {}  # format -> (tensors, bytes)
     for t in f.tensors.values():
-        n, b = by.get(t.format.name, (0, 0))
-        by[t.format.name] = (n + 1, b + t.nbytes)
+        n, b = by.get(t.format, (0, 0))
+        by[t.format] = (n + 1, b + t.nbytes)
     print("weights   format  tensors       MB  row kernel (1 token)        prompt chunks")
-    for name, (n, b) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        fid = f.tensors[next(k for k, t in f.tensors.items() if t.format.name == name)].format.id
-        k = lib.kernel(fid, 1)
-        g = lib.gemm_kernel(fid)
+    for fmt, (n, b) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        k, g = lib.kernel(fmt.id, 1), lib.gemm_kernel(fmt.id)
         gemm = f"{g[0]} from {g[2]} tokens" if g and g[2] > 0 else "windows of <= 8 tokens"
-        print(f"          {name:<7} {n:>7} {b / 1e6:>8.1f}  {k[0] if k else '(not a matrix)':<27} "
+        print(f"          {fmt.name:<7} {n:>7} {b / 1e6:>8.1f}  {k[0] if k else '(not a matrix)':<27} "
               f"{gemm if k else ''}")
     w = model_work(path)
     print(f"per token decode reads {w['bytes'] / 1e6:.0f} MB of weights; the layers' matmuls are "

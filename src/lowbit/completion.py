@@ -71,17 +71,22 @@ def entries(pieces) -> list[tuple[int, float, dict[int, float]]]:
     return [(t, lp, top) for p in pieces for t, (lp, top) in zip(p.ids, p.logprobs or [])]
 
 
+def _text(tokenizer, t: int) -> str:
+    """A token's bytes as text (a piece of a character: U+FFFD)."""
+    return tokenizer.piece(t).decode("utf-8", errors="replace")
+
+
 def legacy_logprobs(tokenizer, ents, offset0: int) -> dict:
     """OpenAI's completion logprobs: per generated token its text, log-probability, top
     alternatives {text: logprob} and character offset in the text (from offset0)."""
     out = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
     at = offset0
     for t, lp, top in ents:
-        s = tokenizer.piece(t).decode("utf-8", errors="replace")
+        s = _text(tokenizer, t)
         out["tokens"].append(s)
         out["text_offset"].append(at)
         out["token_logprobs"].append(lp)
-        out["top_logprobs"].append({tokenizer.piece(k).decode("utf-8", errors="replace"): v for k, v in top.items()})
+        out["top_logprobs"].append({_text(tokenizer, k): v for k, v in top.items()})
         at += len(s)
     return out
 

@@ -99,7 +99,7 @@ def resolve(spec: str) -> str:
     repo, quant, file = parse(spec)
     try:
         import huggingface_hub as hh
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
     except ImportError:
         raise HubError("hub model names need huggingface_hub (pip install huggingface_hub)") from None
     try:
@@ -114,6 +114,6 @@ def resolve(spec: str) -> str:
         raise HubError(f"hf:{repo}: no such model repository (or it is private: set HF_TOKEN)") from None
     except LocalEntryNotFoundError:
         raise HubError(f"{spec}: not in the local cache and the hub cannot be reached") from None
-    except (HfHubHTTPError, OSError, Exception) as e:  # (httpx's connection errors are not OSErrors)
+    except Exception as e:  # HTTP errors, OSErrors, and httpx's connection errors (which are neither)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise HubError(f"{spec}: the hub could not be reached or refused it: {msg}") from None

@@ -140,6 +140,7 @@ FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
             "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
 SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6}        # llama.cpp's default sliding-window pattern per arch
+SWA_IGNORED = {"phi3"}  # attention.sliding_window ignored, as llama.cpp's loader does (Phi SWA is off)
 DEFAULT_CTX = 2048
 
 
@@ -416,7 +417,7 @@ class ModelConfig:
         period n: layer il slides unless il % n == n - 1; the arch's default) says so."""
         md = f.metadata
         n_swa = md.get(f"{arch}.attention.sliding_window", 0)
-        if not n_swa or arch == "phi3":  # (llama.cpp's phi3 loader ignores the key: Phi SWA is off)
+        if not n_swa or arch in SWA_IGNORED:
             return (0,) * n_layer
         if not isinstance(n_swa, int) or isinstance(n_swa, bool) or n_swa < 0:
             raise GGUFError(f"{f.path}: metadata key {arch}.attention.sliding_window = {n_swa!r} is not a "

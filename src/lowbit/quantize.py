@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import gguf
-from .formats import FALLBACK
+from .formats import FALLBACK, fit_type
 from .formats import get as get_format
 
 BITNET_ARCHS = ("bitnet", "bitnet-b1.58")
@@ -340,13 +340,9 @@ class Planner:
     def _fallback(self, name: str, ncols: int, t: str) -> str:
         if ncols % _fmt(t).block == 0:
             return t
-        back = FALLBACK.get(t)
-        if back is None:
-            if _fmt(t).block > 32:
-                raise QuantizeError(f"quantize: no fallback format for {t} (rows of {ncols} in {name})")
-            back = t
-        if ncols % _fmt(back).block:
-            back = "F16"
+        if t not in FALLBACK and _fmt(t).block > 32:
+            raise QuantizeError(f"quantize: no fallback format for {t} (rows of {ncols} in {name})")
+        back = fit_type(t, ncols)  # (the fallback, or F16 where its blocks do not divide the rows either)
         self.notes[name] = (t, back)
         return back
 

@@ -83,14 +83,18 @@ def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, hea
 
 
 def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, heads: int, kv_heads: int,
-                  head_dim: int, wtype: str, ffn_norm: str = "ffn_norm") -> None:
+                  head_dim: int, wtype: str, ffn_norm: str = "ffn_norm", fused: bool = False) -> None:
     """A layer's two norms and its q/k/v/output matrices (in this order: the random draws, and so
-    every seed's weights, depend on it). ffn_norm: the FFN norm's name (gpt-oss: post_attention_norm)."""
+    every seed's weights, depend on it). ffn_norm: the FFN norm's name (gpt-oss: post_attention_norm);
+    fused: one attn_qkv of [q | k | v] rows (phi3) instead of the three."""
     w.add(p + "attn_norm.weight", norm_weight(rng, dim))
     w.add(p + ffn_norm + ".weight", norm_weight(rng, dim))
-    w.add(p + "attn_q.weight", gauss(rng, heads * head_dim, dim), wtype)
-    w.add(p + "attn_k.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
-    w.add(p + "attn_v.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
+    if fused:
+        w.add(p + "attn_qkv.weight", gauss(rng, (heads + 2 * kv_heads) * head_dim, dim), wtype)
+    else:
+        w.add(p + "attn_q.weight", gauss(rng, heads * head_dim, dim), wtype)
+        w.add(p + "attn_k.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
+        w.add(p + "attn_v.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
     w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
 
 
@@ -167,17 +171,12 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     w.add("output_norm.weight", norm_weight(rng, dim))
     for i in range(layers):
         p = f"blk.{i}."
-        if phi3:  # fused: [q | k | v] and [gate | up]
-            w.add(p + "attn_norm.weight", norm_weight(rng, dim))
-            w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
-            w.add(p + "attn_qkv.weight", gauss(rng, (heads + 2 * kv_heads) * hd, dim), wtype)
-            w.add(p + "attn_output.weight", gauss(rng, dim, heads * hd), wtype)
+        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, fused=phi3)
+        if phi3:  # one ffn_up of [gate | up] rows
             w.add(p + "ffn_up.weight", gauss(rng, 2 * ffn, dim), wtype)
-            w.add(p + "ffn_down.weight", gauss(rng, dim, ffn), wtype)
-            continue
-        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype)
-        w.add(p + "ffn_gate.weight", gauss(rng, ffn, dim), wtype)
-        w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
+        else:
+            w.add(p + "ffn_gate.weight", gauss(rng, ffn, dim), wtype)
+            w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
         w.add(p + "ffn_down.weight", gauss(rng, dim, ffn), wtype)
         if gemma:
             w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
