@@ -40,6 +40,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         throw std::invalid_argument("engine: n_dense_lead " + std::to_string(c.n_dense_lead) + " outside 0..n_layer");
     if (!(c.embd_scale >= 0.0f) || !(c.attn_scale >= 0.0f) || !(c.rope_base_swa >= 0.0f) || !(c.logit_softcap >= 0.0f))
         throw std::invalid_argument("engine: embd_scale, attn_scale, rope_base_swa and logit_softcap must be >= 0");
+    if (!(c.attn_temp_scale >= 0.0f) || (c.attn_temp_scale > 0.0f && c.attn_temp_floor <= 0))
+        throw std::invalid_argument("engine: attn_temp_scale must be >= 0, with a positive attn_temp_floor");
     if (c.n_expert < 0 || (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.expert_ffn <= 0)) ||
         c.shexp_ffn < 0)
         throw std::invalid_argument("engine: inconsistent expert counts (n_expert " + std::to_string(c.n_expert) +
@@ -272,6 +274,11 @@ void Engine::set_window(int layer, int window) {
     layers_[(size_t)layer].window = window;
 }
 
+void Engine::set_rope(int layer, bool on) {
+    if (layer < 0 || layer >= c_.n_layer) throw std::invalid_argument("engine: set_rope: no layer " + std::to_string(layer));
+    layers_[(size_t)layer].rope = on;
+}
+
 std::string Engine::validate() const {
     auto shape = [](const Mat &m, int64_t rows, int64_t n, const std::string &what) -> std::string {
         if (!m.present()) return what + " is missing";
@@ -464,6 +471,12 @@ void Engine::rope_angles(int T, const int32_t *pos) {
             rot_[(size_t)t * half + i] = {(float)std::cos(th) * ms, (float)std::sin(th) * ms};
         }
     }
+    qtemp_.clear();
+    if (c_.attn_temp_scale > 0.0f)  // llama.cpp's llm_graph_input_attn_temp, its types and order
+        for (int t = 0; t < T; ++t) {
+            const float p = (float)pos[t];
+            qtemp_.push_back((float)(std::log(std::floor(p / (float)c_.attn_temp_floor) + 1.0) * c_.attn_temp_scale + 1.0));
+        }
 }
 
 // Rotary embedding of v[T][heads][head_dim] with the angles of rope_angles (rot_ or rot_swa_).
@@ -836,9 +849,14 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
             if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
         }
-        const auto &rot = L.window > 0 && !inv_freq_swa_.empty() ? rot_swa_ : rot_;
-        rope(q_.data(), T, c_.n_head, rot);
-        rope(k_.data(), T, c_.n_kv, rot);
+        if (L.rope) {
+            const auto &rot = L.window > 0 && !inv_freq_swa_.empty() ? rot_swa_ : rot_;
+            rope(q_.data(), T, c_.n_head, rot);
+            rope(k_.data(), T, c_.n_kv, rot);
+        }
+        if (!qtemp_.empty())  // mistral3: ggml_mul(Qcur, inp_attn_scale) after rope
+            for (int t = 0; t < T; ++t)
+                for (size_t i = 0; i < (size_t)qd; ++i) q_[(size_t)t * qd + i] *= qtemp_[(size_t)t];
         if (c_.attn_scale > 0.0f)  // gemma3: ggml_scale(Qcur, f_attention_scale) after rope
             for (size_t i = 0; i < (size_t)T * qd; ++i) q_[i] *= c_.attn_scale;
         if (rot_k_) {  // a quantized cache: llama.cpp's rotations (rot_k_ / rot_v_ in engine.h)

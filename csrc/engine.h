@@ -56,6 +56,7 @@ struct LayerWeights {
     Mat sh_gate_inp;                      // its sigmoid gate [1, dim]
     // Attention variants (gpt-oss; Gemma 3 and GLM reuse them):
     int window = 0;                       // sliding window: a query at p sees keys p-window+1..p (0: all)
+    bool rope = true;                     // false: q / k not rotated (SmolLM3's every 4th layer, NoPE)
     const float *attn_sinks = nullptr;    // [n_head] a learned logit per head in the softmax (no value)
     const float *bo = nullptr;            // attn_output bias [dim]
     // Biases of the router and the experts (gpt-oss), expert e's at e * rows_per_expert:
@@ -148,6 +149,11 @@ struct EngineConfig {
     float attn_scale = 0.0f;     // q times this after rope, then softmax(q.k) unscaled; 0: 1/sqrt(head_dim)
     float rope_base_swa = 0.0f;  // sliding-window layers' own rope base (freq scale 1); 0: as the others
     float logit_softcap = 0.0f;  // final logits: cap * tanh(logit / cap); 0: none
+    // Mistral 3 (llama.cpp's llama-4 attention temperature, llm_graph_input_attn_temp): after rope,
+    // q of the token at position p times log(floor(p / attn_temp_floor) + 1) * attn_temp_scale + 1
+    // (in double, stored as float, as llama.cpp's input); 0: none.
+    float attn_temp_scale = 0.0f;
+    int attn_temp_floor = 0;
     bool post_norms = false;     // attn_post_norm and ffn_post_norm are required
     // GLM-4.5 (glm4moe) in an MoE model: its first n_dense_lead layers run a dense FFN of width
     // ffn (ffn_gate / ffn_up / ffn_down) instead of the experts; shexp_gated false: the shared
@@ -211,6 +217,8 @@ public:
     void set_vec(const std::string &name, int layer, const float *v, int64_t len);
     // Sliding-window attention for one layer: its queries see the last `window` positions (0: all).
     void set_window(int layer, int window);
+    // Rotary embedding on or off for one layer's q / k (default on).
+    void set_rope(int layer, bool on);
     void set_threads(int t) { threads_ = t; }
     // Run tokens[0..T) at positions pos..pos+T-1 (the KV cache holds positions < pos).
     // logits: [T][vocab] if all_logits, else [1][vocab] for the last token.
@@ -314,6 +322,7 @@ private:
     void matmuls(std::initializer_list<MatOut> mats, const float *x, int T);
     const uint8_t *quantize_input(const Mat &m, const float *x, int T, bool reuse_act, size_t *arb);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
+    std::vector<float> qtemp_;  // per token of the forward: the attention temperature (attn_temp_scale)
     void rope_angles(int T, const int32_t *pos);  // fills rot_
     void rope(float *v, int T, int heads, const std::vector<std::pair<float, float>> &rot) const;
     void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);

@@ -20,6 +20,9 @@ Families differ by config fields, not by copies of the model:
                   (partial)                        a selection bias, shared expert; an MTP layer skipped
     phi3          neox      -          -           dense; fused attn_qkv and gate/up (ffn_up, 2 x ffn rows);
                   (LongRoPE)                       Phi-3 / 3.5 / Phi-4 (-mini)
+    smollm3       adjacent  -          -           dense; every 4th layer's q / k unrotated (NoPE)
+    mistral3      adjacent  -          -           dense (Ministral 3); q times Llama 4's attention temperature
+                  (YaRN)                           log(floor(pos / orig_ctx) + 1) * temperature_scale + 1
 
 Phi-3 (llama.cpp's phi3) as configuration: a file's fused matrices are bound as row ranges of one
 tensor (no copy): attn_qkv's rows are [q | k | v], ffn_up's 2 x feed_forward_length rows are [gate |
@@ -121,7 +124,8 @@ from .gguf import GGUFError
 
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
              "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
-             "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True}
+             "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
+             "mistral3": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
@@ -215,6 +219,11 @@ class ModelConfig:
     attn_scale: float = 0.0          # q times this after rope; softmax unscaled (0: 1/sqrt(head_dim))
     rope_base_swa: float = 0.0       # the sliding-window layers' rope base
     logit_softcap: float = 0.0       # final_logit_softcapping
+    # smollm3: per layer False where q / k are not rotated (NoPE); () every layer rotates
+    rope_layers: tuple = ()
+    # mistral3: q times log(floor(pos / attn_temp_floor) + 1) * attn_temp_scale + 1 after rope (0: off)
+    attn_temp_scale: float = 0.0
+    attn_temp_floor: int = 0
     post_norms: bool = False         # post_attention_norm / post_ffw_norm after attention / FFN
     # glm4moe
     n_dense_lead: int = 0            # leading dense layers of an MoE model
@@ -299,6 +308,7 @@ class ModelConfig:
             window=cls._windows(f, arch, n_layer),
             **cls._yarn_fields(f, arch, scaling, factor, key),
             **cls._gemma3_fields(f, arch, n_layer, dim, n_head, head_dim),
+            **cls._mistral3_smollm3_fields(f, arch, n_layer, key),
             n_nextn=n_nextn,
             **cls._hybrid_fields(f, arch, key),
             **cls._mla_fields(f, arch, key, head_dim, scaling, factor, n_layer),
@@ -356,6 +366,34 @@ class ModelConfig:
             raise GGUFError(f"{f.path}: metadata key {arch}.rope.freq_base_swa = {base_swa!r} is not a positive number")
         return dict(embd_scale=float(np.sqrt(f32(dim))), attn_scale=float(f32(1.0) / np.sqrt(f32(attn_den))),
                     rope_base_swa=float(base_swa), logit_softcap=float(cap), post_norms=True)
+
+    @staticmethod
+    def _mistral3_smollm3_fields(f: gguf.GGUFFile, arch: str, n_layer: int, key) -> dict:
+        """smollm3: every 4th layer without rope (llama.cpp's n_no_rope_layer_step = 4). mistral3:
+        attention.temperature_scale (optional) with the floor n_ctx_orig_yarn
+        (rope.scaling.original_context_length, else the training context), and YaRN's beta_fast /
+        beta_slow from the file (llama_model_mistral3::load_arch_hparams). {} for other archs."""
+        if arch == "smollm3":
+            return dict(rope_layers=tuple((i + 1) % 4 != 0 for i in range(n_layer)))
+        if arch != "mistral3":
+            return {}
+        md, out = f.metadata, {}
+        for k, field in (("attention.temperature_scale", "attn_temp_scale"),
+                         ("rope.scaling.yarn_beta_fast", "yarn_beta_fast"),
+                         ("rope.scaling.yarn_beta_slow", "yarn_beta_slow")):
+            v = md.get(f"{arch}.{k}")
+            if v is None:
+                continue
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v) or v < 0:
+                raise GGUFError(f"{f.path}: metadata key {arch}.{k} = {v!r} is not a number >= 0")
+            out[field] = float(np.float32(v))
+        if out.get("attn_temp_scale"):
+            floor = md.get(f"{arch}.rope.scaling.original_context_length") or key("context_length", 2048)
+            if not isinstance(floor, int) or isinstance(floor, bool) or floor <= 0:
+                raise GGUFError(f"{f.path}: metadata key {arch}.rope.scaling.original_context_length = {floor!r} "
+                                "is not a positive integer (the attention temperature's floor)")
+            out["attn_temp_floor"] = floor
+        return out
 
     @staticmethod
     def nextn_layers(f: gguf.GGUFFile, arch: str, key=None) -> int:
@@ -576,6 +614,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           yarn_orig_ctx=c.yarn_orig_ctx,
                           embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
                           logit_softcap=c.logit_softcap, post_norms=c.post_norms,
+                          attn_temp_scale=c.attn_temp_scale, attn_temp_floor=c.attn_temp_floor,
                           n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
                           recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
                           ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
@@ -798,6 +837,8 @@ class Model:
                     _vec(s + ".bias", i, p + s + ".bias")
             if i < len(c.window) and c.window[i]:
                 engine.set_window(i, c.window[i])
+            if i < len(c.rope_layers) and not c.rope_layers[i]:
+                engine.set_rope(i, False)
             if c.qk_norm and not rec:
                 _vec("attn_q_norm", i, p + "attn_q_norm.weight")
                 _vec("attn_k_norm", i, p + "attn_k_norm.weight")

@@ -5,7 +5,7 @@ Every file carries the default model's vocabulary (SmolLM2's tokenizer.* keys), 
 like a real model and llama.cpp accepts it. Weights are Gaussian with std 1/sqrt(fan-in) (norm
 weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of layers.
 
-    synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3 / gemma3
+    synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3
     synth_bitnet(path, arch="bitnet", wtype="TQ2_0", ...)     bitnet / bitnet-b1.58, ternary weights
     synth_moe(path, arch="qwen3moe", experts=.., top_k=.., ...) qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss
                                                               / glm4moe
@@ -98,7 +98,7 @@ def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, head
     w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3")
 
 
 def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, ffn: int = 512, heads: int = 4,
@@ -107,7 +107,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                 vocab: dict | None = None, window: int = 512, swa_pattern: int | None = None,
                 rope_base: float = 10000.0, rope_base_swa: float | None = None, softcap: float = 0.0,
                 rope_linear: float = 0.0, orig_ctx: int = 0, rope_dims: int | None = None,
-                progress: bool = False) -> str:
+                yarn_factor: float = 0.0, temp_scale: float = 0.0, progress: bool = False) -> str:
     """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) / gemma3 / phi3 model with random weights.
 
     wtype: the format of the layer matrices; embd_type: token_embd; head_type: output.weight
@@ -131,13 +131,23 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     of ctx over an original one of orig_ctx: rope.scaling.original_context_length, the
     rope_factors_long / _short tensors (rope_dims / 2 factors each: long in [1, ctx / orig_ctx],
     short in [1, 1.5]) and rope.scaling.attn_factor sqrt(1 + ln(ctx / orig_ctx) / ln(orig_ctx)).
+
+    smollm3: llama's tensors; llama.cpp leaves every 4th layer's q / k unrotated (no key).
+    mistral3 (Ministral 3): llama's tensors; yarn_factor > 0: YaRN rope over an original context of
+    orig_ctx (with the file's yarn_beta_fast 32 / yarn_beta_slow 1, as convert_hf_to_gguf writes
+    them); temp_scale > 0: attention.temperature_scale (Llama 4's attention temperature, whose
+    floor is orig_ctx).
     """
     if arch not in DENSE_ARCHS:
         raise ValueError(f"synth dense: arch must be one of {', '.join(DENSE_ARCHS)}, not {arch!r}")
     hd = head_dim or dim // heads
     gemma, phi3 = arch == "gemma3", arch == "phi3"
-    if orig_ctx and not (phi3 and 0 < orig_ctx < ctx):
-        raise ValueError(f"synth dense: orig_ctx (LongRoPE) is phi3's, and below ctx ({ctx}), not {orig_ctx}")
+    mistral3 = arch == "mistral3"
+    if orig_ctx and not ((phi3 or mistral3) and 0 < orig_ctx < ctx):
+        raise ValueError(f"synth dense: orig_ctx is phi3's (LongRoPE) or mistral3's (YaRN), and below ctx ({ctx}), "
+                         f"not {orig_ctx}")
+    if (yarn_factor or temp_scale) and not (mistral3 and orig_ctx):
+        raise ValueError("synth dense: yarn_factor / temp_scale are mistral3's and need orig_ctx")
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
@@ -146,7 +156,16 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                  rope_base=rope_base, rope_dims=rope_dims)
     if phi3:
         w.meta(f"{arch}.attention.sliding_window", int(window))
-    if orig_ctx:
+    if mistral3 and orig_ctx:
+        w.meta(f"{arch}.rope.scaling.original_context_length", int(orig_ctx))
+        if yarn_factor:
+            w.meta(f"{arch}.rope.scaling.type", "yarn")
+            w.meta(f"{arch}.rope.scaling.factor", float(yarn_factor))
+            w.meta(f"{arch}.rope.scaling.yarn_beta_fast", 32.0)
+            w.meta(f"{arch}.rope.scaling.yarn_beta_slow", 1.0)
+        if temp_scale:
+            w.meta(f"{arch}.attention.temperature_scale", float(temp_scale))
+    elif orig_ctx:
         nr = (rope_dims or hd) // 2
         w.meta(f"{arch}.rope.scaling.original_context_length", int(orig_ctx))
         w.meta(f"{arch}.rope.scaling.attn_factor", float(np.sqrt(1 + np.log(ctx / orig_ctx) / np.log(orig_ctx))))
@@ -603,7 +622,7 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],
@@ -612,7 +631,11 @@ def _add_dense(ss) -> None:
     p.add_argument("--window", type=int, default=512,
                    help="gemma3: sliding window of the local layers (0: none); phi3: the key llama.cpp ignores")
     p.add_argument("--orig-ctx", type=int, default=0,
-                   help="phi3: LongRoPE's original context (factors long / short, attn_factor; 0: none)")
+                   help="phi3: LongRoPE's original context (factors long / short, attn_factor; 0: none); "
+                        "mistral3: YaRN's original context and the attention temperature's floor")
+    p.add_argument("--yarn-factor", type=float, default=0.0, help="mistral3: YaRN rope factor (0: none; needs --orig-ctx)")
+    p.add_argument("--temp-scale", type=float, default=0.0,
+                   help="mistral3: attention.temperature_scale (Ministral 3: 0.1; 0: none; needs --orig-ctx)")
     p.add_argument("--rope-dims", type=int, default=None,
                    help="rotated dims per attention head (default: all of it; hybrid: 32)")
     p.add_argument("--swa-pattern", type=int, default=None,
@@ -633,7 +656,7 @@ def _add_dense(ss) -> None:
         ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
         head_dim=a.head_dim, window=a.window, swa_pattern=a.swa_pattern, rope_base=a.rope_base,
         rope_base_swa=a.rope_base_swa, softcap=a.softcap, rope_linear=a.rope_linear, orig_ctx=a.orig_ctx,
-        rope_dims=a.rope_dims, progress=_bar_on()))
+        rope_dims=a.rope_dims, yarn_factor=a.yarn_factor, temp_scale=a.temp_scale, progress=_bar_on()))
     _with_shapes(p)
 
 
@@ -916,7 +939,11 @@ def _bar_on() -> bool:
 
 
 def cmd_synth(a: argparse.Namespace) -> int:
-    path = a.synth(a)
+    try:
+        path = a.synth(a)
+    except ValueError as e:  # the options do not describe a model (a usage error)
+        print(f"lowbit synth: error: {e}", file=sys.stderr)
+        return 2
     print(f"wrote {path}", file=sys.stderr)
     return 0
 

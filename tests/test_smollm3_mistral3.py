@@ -1,0 +1,135 @@
+"""SmolLM3 (llama.cpp's smollm3) and Ministral 3 (mistral3) on small synthetic files, against llama.cpp.
+
+Both are llama's tensors with one attention difference each, as configuration of the one forward
+pass (lowbit/model.py, csrc/engine.cpp):
+  - smollm3: every 4th layer (index 3, 7, ...) leaves q / k unrotated (llama.cpp's
+    n_no_rope_layer_step = 4; no metadata key says so);
+  - mistral3: YaRN rope with the file's yarn_beta_fast / _slow, and Llama 4's attention
+    temperature: after rope, q of the token at position p times
+    log(floor(p / original_context_length) + 1) * attention.temperature_scale + 1.
+The mistral3 file's original context is 256 positions and its temperature scale 0.5, so the
+second half of a 557-token sequence is scaled (by 1.35x), and YaRN's correction dims depend on
+beta_fast / beta_slow at that original context: every feature moves the logits.
+
+Parity as tests/test_phi3.py: teacher-forced over llama.cpp's greedy continuation, top-1 agreement
+>= 99% where llama.cpp's top-2 margin is >= 0.1, perplexity within 0.5% of llama.cpp's; each
+feature done wrong in lowbit moves the logits by whole units (the comparison can fail).
+"""
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+import lowbit
+from llama_ref import llama_greedy, llama_perplexity
+from lowbit.gguf import GGUFError
+from lowbit.synth import synth_dense
+
+PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
+BASE = dict(layers=4, dim=256, ffn=512, heads=4, kv_heads=2, ctx=1024, embd_type="F16", wtype="Q8_0", seed=3)
+FILES = {"smollm3": dict(BASE, arch="smollm3"),
+         "mistral3": dict(BASE, arch="mistral3", orig_ctx=256, yarn_factor=4.0, temp_scale=0.5, rope_base=1e6)}
+N_CTX = 640
+
+
+@pytest.fixture(scope="module", params=sorted(FILES))
+def case(request, tmp_path_factory):
+    """(arch, path, llama.cpp's greedy run: token ids and their logits)."""
+    arch = request.param
+    path = synth_dense(tmp_path_factory.mktemp(arch) / f"{arch}.gguf", **FILES[arch])
+    llm = _peer(path)
+    return arch, path, llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), 540)
+
+
+def _peer(path):
+    from lowbit import peer
+    return peer.Llama(str(path), n_ctx=N_CTX, logits_all=True, verbose=False, n_threads=1)
+
+
+def _compare(m, run):
+    ids, ref = run
+    m.reset()
+    ours = m.forward(ids, all_logits=True)
+    top2 = np.sort(ref, 1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] >= 0.1
+    return ours, ref, int(clear.sum()), int((ours.argmax(1) == ref.argmax(1))[clear].sum())
+
+
+def _load_with(monkeypatch, path, **changes):
+    from lowbit.model import ModelConfig
+    real = ModelConfig.from_gguf
+    monkeypatch.setattr(ModelConfig, "from_gguf", classmethod(lambda cls, f: dataclasses.replace(real(f), **changes)))
+    try:
+        return lowbit.load(path, n_ctx=N_CTX, threads=2)
+    finally:
+        monkeypatch.setattr(ModelConfig, "from_gguf", real)
+
+
+def test_config(case):
+    arch, path, _ = case
+    c = lowbit.load(path, n_ctx=N_CTX).config
+    assert c.arch == arch and not c.rope_neox and not c.qk_norm and not c.qkv_bias
+    if arch == "smollm3":
+        assert c.rope_layers == (True, True, True, False) and c.attn_temp_scale == 0.0
+    else:
+        assert c.rope_layers == () and (c.attn_temp_scale, c.attn_temp_floor) == (0.5, 256)
+        assert c.yarn_ext_factor == 1.0 and c.rope_scale == 0.25 and c.yarn_orig_ctx == 256
+        assert (c.yarn_beta_fast, c.yarn_beta_slow) == (32.0, 1.0)
+
+
+def test_teacher_forced_top1_matches_llama_cpp(case):
+    arch, path, run = case
+    ours, ref, counted, agree = _compare(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
+    print(f"\n{arch}: top-1 {agree}/{counted}, max |logit diff| {np.abs(ours - ref).max():.4f}")
+    assert counted >= 0.5 * len(ref) and agree >= 0.99 * counted
+
+
+def test_perplexity_matches_llama_cpp(case):
+    from lowbit.perplexity import perplexity
+    arch, path, _ = case
+    text = open(os.path.join(os.path.dirname(lowbit.__file__), "data", "passage.txt"), encoding="utf-8").read()
+    ours, n = perplexity(lowbit.load(path, n_ctx=N_CTX, threads=2), text, ctx=128, progress=False)
+    theirs, count = llama_perplexity(_peer(path), text, 128)
+    print(f"\n{arch} perplexity lowbit {ours:.4f} llama.cpp {theirs:.4f} ({n} tokens)")
+    assert count == n and n >= 100 and abs(ours - theirs) <= 0.005 * theirs
+
+
+def test_each_feature_matters(case, monkeypatch):
+    """The same file with its feature done wrong no longer matches llama.cpp: smollm3 with rope on
+    every layer; mistral3 without the temperature, with the temperature's floor off by one, or
+    with YaRN's beta_fast at another value."""
+    arch, path, run = case
+    if arch == "smollm3":
+        wrong = {"rope everywhere": dict(rope_layers=())}
+    else:
+        wrong = {"no temperature": dict(attn_temp_scale=0.0, attn_temp_floor=0),
+                 "floor 257": dict(attn_temp_floor=257), "beta_fast 16": dict(yarn_beta_fast=16.0)}
+    for what, changes in wrong.items():
+        ours, ref, _, _ = _compare(_load_with(monkeypatch, path, **changes), run)
+        assert float(np.abs(ours - ref).max()) > 0.5, what
+
+
+def test_bad_temperature_key_is_a_clear_error(tmp_path):
+    bad = synth_dense(tmp_path / "bad.gguf", **dict(FILES["mistral3"], temp_scale=0.5))
+    f = lowbit.gguf.open(bad)
+    from lowbit.model import ModelConfig
+    f.metadata["mistral3.attention.temperature_scale"] = "hot"
+    with pytest.raises(GGUFError, match="temperature_scale = 'hot' is not a number"):
+        ModelConfig.from_gguf(f)
+
+
+def test_synth_cli_writes_them(tmp_path):
+    from lowbit.cli import main
+    out = tmp_path / "m.gguf"
+    assert main(["synth", "dense", str(out), "--arch", "mistral3", "--layers", "2", "--dim", "128", "--heads", "2",
+                 "--kv-heads", "1", "--ffn", "256", "--ctx", "2048", "--orig-ctx", "512", "--yarn-factor", "4",
+                 "--temp-scale", "0.1"]) == 0
+    md = lowbit.gguf.open(str(out)).metadata
+    assert md["mistral3.rope.scaling.type"] == "yarn" and md["mistral3.rope.scaling.original_context_length"] == 512
+    assert abs(md["mistral3.attention.temperature_scale"] - 0.1) < 1e-7
+    assert lowbit.load(str(out), n_ctx=16).forward([1, 2, 3]).shape == (1, 49152)
+    assert main(["synth", "dense", str(tmp_path / "s.gguf"), "--arch", "smollm3", "--layers", "4", "--dim", "128",
+                 "--heads", "2", "--kv-heads", "1", "--ffn", "256"]) == 0
+    assert lowbit.load(str(tmp_path / "s.gguf"), n_ctx=16).config.rope_layers == (True, True, True, False)
+    assert main(["synth", "dense", str(tmp_path / "x.gguf"), "--arch", "smollm3", "--temp-scale", "0.1"]) == 2
