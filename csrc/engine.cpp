@@ -40,6 +40,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         throw std::invalid_argument("engine: n_dense_lead " + std::to_string(c.n_dense_lead) + " outside 0..n_layer");
     if (!(c.embd_scale >= 0.0f) || !(c.attn_scale >= 0.0f) || !(c.rope_base_swa >= 0.0f) || !(c.logit_softcap >= 0.0f))
         throw std::invalid_argument("engine: embd_scale, attn_scale, rope_base_swa and logit_softcap must be >= 0");
+    if (!(c.residual_scale >= 0.0f) || !(c.logit_scale >= 0.0f))
+        throw std::invalid_argument("engine: residual_scale and logit_scale must be >= 0");
     if (!(c.attn_temp_scale >= 0.0f) || (c.attn_temp_scale > 0.0f && c.attn_temp_floor <= 0))
         throw std::invalid_argument("engine: attn_temp_scale must be >= 0, with a positive attn_temp_floor");
     if (c.n_expert < 0 || (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.expert_ffn <= 0)) ||
@@ -272,6 +274,16 @@ void Engine::set_window(int layer, int window) {
     if (layer < 0 || layer >= c_.n_layer) throw std::invalid_argument("engine: set_window: no layer " + std::to_string(layer));
     if (window < 0) throw std::invalid_argument("engine: set_window: negative window");
     layers_[(size_t)layer].window = window;
+}
+
+// The residual stream plus a block's output of T tokens (granite: the output times residual_scale
+// first, as its graph's ggml_scale before the add).
+void Engine::residual(const float *out, int64_t T) {
+    const size_t n = (size_t)T * c_.dim;
+    if (c_.residual_scale > 0.0f)
+        for (size_t i = 0; i < n; ++i) x_[i] += out[i] * c_.residual_scale;
+    else
+        for (size_t i = 0; i < n; ++i) x_[i] += out[i];
 }
 
 void Engine::set_rope(int layer, bool on) {
@@ -893,7 +905,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         matmul(L.wo, att_.data(), T, h_.data());
         add_bias(h_.data(), L.bo, T, dim);
         if (L.attn_post_norm) rmsnorm(h_.data(), L.attn_post_norm, h_.data(), T, dim);  // gemma3
-        for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+        residual(h_.data(), T);
         }  // attention
 
         const auto t1 = now();
@@ -902,11 +914,11 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             mo_.resize((size_t)T * dim);
             moe_ffn(l, h_.data(), T, mo_.data());
             if (L.ffn_post_norm) rmsnorm(mo_.data(), L.ffn_post_norm, mo_.data(), T, dim);
-            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += mo_[i];
+            residual(mo_.data(), T);
         } else {  // (a dense model, or one of glm4moe's leading dense layers)
             dense_ffn(L.wgate, L.wup, L.wdown, h_.data(), T, h_.data(), L.ffn_sub_norm);
             if (L.ffn_post_norm) rmsnorm(h_.data(), L.ffn_post_norm, h_.data(), T, dim);  // gemma3
-            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+            residual(h_.data(), T);
             if (stats_on_) {
                 LayerStats &s = stats_[(size_t)l];
                 s.t_ffn += seconds(t1, now());
@@ -935,6 +947,10 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
         rmsnorm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, h_.data() + (size_t)i * dim, 1, dim);
     matmul(output_, h_.data(), n_out, logits);
+    if (c_.logit_scale > 0.0f) {  // granite: ggml_scale(logits, 1.0f / f_logit_scale)
+        const float s = 1.0f / c_.logit_scale;
+        for (size_t i = 0; i < (size_t)n_out * c_.vocab; ++i) logits[i] *= s;
+    }
     if (c_.logit_softcap > 0.0f) {  // gemma 2 style: scale by 1/cap, tanh, scale by cap (as ggml)
         const float inv = 1.0f / c_.logit_softcap, cap = c_.logit_softcap;
         for (size_t i = 0; i < (size_t)n_out * c_.vocab; ++i) logits[i] = std::tanh(logits[i] * inv) * cap;

@@ -154,6 +154,10 @@ struct EngineConfig {
     // (in double, stored as float, as llama.cpp's input); 0: none.
     float attn_temp_scale = 0.0f;
     int attn_temp_floor = 0;
+    // Granite (llama.cpp's granite graph): attention and FFN outputs times residual_scale before
+    // their residual adds (0: none); the logits times 1 / logit_scale (0: none).
+    float residual_scale = 0.0f;
+    float logit_scale = 0.0f;
     bool post_norms = false;     // attn_post_norm and ffn_post_norm are required
     // GLM-4.5 (glm4moe) in an MoE model: its first n_dense_lead layers run a dense FFN of width
     // ffn (ffn_gate / ffn_up / ffn_down) instead of the experts; shexp_gated false: the shared
@@ -323,6 +327,7 @@ private:
     const uint8_t *quantize_input(const Mat &m, const float *x, int T, bool reuse_act, size_t *arb);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
     std::vector<float> qtemp_;  // per token of the forward: the attention temperature (attn_temp_scale)
+    void residual(const float *out, int64_t T);  // x_ += out (granite: times residual_scale)
     void rope_angles(int T, const int32_t *pos);  // fills rot_
     void rope(float *v, int T, int heads, const std::vector<std::pair<float, float>> &rot) const;
     void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);

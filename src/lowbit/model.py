@@ -23,6 +23,8 @@ Families differ by config fields, not by copies of the model:
     smollm3       adjacent  -          -           dense; every 4th layer's q / k unrotated (NoPE)
     mistral3      adjacent  -          -           dense (Ministral 3); q times Llama 4's attention temperature
                   (YaRN)                           log(floor(pos / orig_ctx) + 1) * temperature_scale + 1
+    granite       adjacent  -          -           dense (Granite 3); embedding, softmax, residual and logit
+                                                   multipliers from the file
 
 Phi-3 (llama.cpp's phi3) as configuration: a file's fused matrices are bound as row ranges of one
 tensor (no copy): attn_qkv's rows are [q | k | v], ffn_up's 2 x feed_forward_length rows are [gate |
@@ -125,7 +127,7 @@ from .gguf import GGUFError
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
              "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
              "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
-             "mistral3": False}
+             "mistral3": False, "granite": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
@@ -224,6 +226,10 @@ class ModelConfig:
     # mistral3: q times log(floor(pos / attn_temp_floor) + 1) * attn_temp_scale + 1 after rope (0: off)
     attn_temp_scale: float = 0.0
     attn_temp_floor: int = 0
+    # granite: attention / FFN outputs times residual_scale before the residual add; logits times
+    # 1 / logit_scale (0: off); its embedding_scale and attention.scale are embd_scale and attn_scale
+    residual_scale: float = 0.0
+    logit_scale: float = 0.0
     post_norms: bool = False         # post_attention_norm / post_ffw_norm after attention / FFN
     # glm4moe
     n_dense_lead: int = 0            # leading dense layers of an MoE model
@@ -308,7 +314,7 @@ class ModelConfig:
             window=cls._windows(f, arch, n_layer),
             **cls._yarn_fields(f, arch, scaling, factor, key),
             **cls._gemma3_fields(f, arch, n_layer, dim, n_head, head_dim),
-            **cls._mistral3_smollm3_fields(f, arch, n_layer, key),
+            **cls._llama_variant_fields(f, arch, n_layer, key),
             n_nextn=n_nextn,
             **cls._hybrid_fields(f, arch, key),
             **cls._mla_fields(f, arch, key, head_dim, scaling, factor, n_layer),
@@ -368,25 +374,41 @@ class ModelConfig:
                     rope_base_swa=float(base_swa), logit_softcap=float(cap), post_norms=True)
 
     @staticmethod
-    def _mistral3_smollm3_fields(f: gguf.GGUFFile, arch: str, n_layer: int, key) -> dict:
-        """smollm3: every 4th layer without rope (llama.cpp's n_no_rope_layer_step = 4). mistral3:
-        attention.temperature_scale (optional) with the floor n_ctx_orig_yarn
-        (rope.scaling.original_context_length, else the training context), and YaRN's beta_fast /
-        beta_slow from the file (llama_model_mistral3::load_arch_hparams). {} for other archs."""
+    def _llama_variant_fields(f: gguf.GGUFFile, arch: str, n_layer: int, key) -> dict:
+        """The llama variants' attention and scale differences as llama.cpp's loaders read them
+        ({} for other archs):
+          smollm3: every 4th layer without rope (llama_model_smollm3: n_no_rope_layer_step = 4);
+          mistral3: attention.temperature_scale (optional) with the floor n_ctx_orig_yarn
+            (rope.scaling.original_context_length, else the training context), and YaRN's
+            beta_fast / beta_slow from the file;
+          granite: logit_scale (required), residual_scale, embedding_scale, attention.scale (the
+            softmax scale) and rope.scaling.finetuned (false: no layer rotates; default true)."""
         if arch == "smollm3":
             return dict(rope_layers=tuple((i + 1) % 4 != 0 for i in range(n_layer)))
-        if arch != "mistral3":
+        if arch not in ("mistral3", "granite"):
             return {}
         md, out = f.metadata, {}
-        for k, field in (("attention.temperature_scale", "attn_temp_scale"),
-                         ("rope.scaling.yarn_beta_fast", "yarn_beta_fast"),
-                         ("rope.scaling.yarn_beta_slow", "yarn_beta_slow")):
+
+        def number(k, field, required=False):
             v = md.get(f"{arch}.{k}")
             if v is None:
-                continue
+                if required:
+                    raise GGUFError(f"{f.path}: metadata key {arch}.{k} is missing")
+                return
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v) or v < 0:
                 raise GGUFError(f"{f.path}: metadata key {arch}.{k} = {v!r} is not a number >= 0")
             out[field] = float(np.float32(v))
+        if arch == "granite":
+            number("logit_scale", "logit_scale", required=True)
+            number("residual_scale", "residual_scale")
+            number("embedding_scale", "embd_scale")
+            number("attention.scale", "attn_scale")
+            if md.get(f"{arch}.rope.scaling.finetuned", True) is False:
+                out["rope_layers"] = (False,) * n_layer
+            return out
+        number("attention.temperature_scale", "attn_temp_scale")
+        number("rope.scaling.yarn_beta_fast", "yarn_beta_fast")
+        number("rope.scaling.yarn_beta_slow", "yarn_beta_slow")
         if out.get("attn_temp_scale"):
             floor = md.get(f"{arch}.rope.scaling.original_context_length") or key("context_length", 2048)
             if not isinstance(floor, int) or isinstance(floor, bool) or floor <= 0:
@@ -615,6 +637,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
                           logit_softcap=c.logit_softcap, post_norms=c.post_norms,
                           attn_temp_scale=c.attn_temp_scale, attn_temp_floor=c.attn_temp_floor,
+                          residual_scale=c.residual_scale, logit_scale=c.logit_scale,
                           n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
                           recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
                           ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,

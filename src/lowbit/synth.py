@@ -6,6 +6,7 @@ like a real model and llama.cpp accepts it. Weights are Gaussian with std 1/sqrt
 weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of layers.
 
     synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3
+                                                              / granite
     synth_bitnet(path, arch="bitnet", wtype="TQ2_0", ...)     bitnet / bitnet-b1.58, ternary weights
     synth_moe(path, arch="qwen3moe", experts=.., top_k=.., ...) qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss
                                                               / glm4moe
@@ -98,7 +99,10 @@ def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, head
     w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3")
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3", "granite")
+# granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
+# attention multiplier is 1 / head_dim, written per file)
+GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
 
 
 def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, ffn: int = 512, heads: int = 4,
@@ -137,6 +141,10 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     orig_ctx (with the file's yarn_beta_fast 32 / yarn_beta_slow 1, as convert_hf_to_gguf writes
     them); temp_scale > 0: attention.temperature_scale (Llama 4's attention temperature, whose
     floor is orig_ctx).
+
+    granite (Granite 3.x): llama's tensors with GRANITE_SCALES and attention.scale = 1 / head_dim;
+    its token embeddings have std 1/12 (the graph multiplies them by 12), an untied head std
+    8/sqrt(dim) (the graph divides the logits by 8).
     """
     if arch not in DENSE_ARCHS:
         raise ValueError(f"synth dense: arch must be one of {', '.join(DENSE_ARCHS)}, not {arch!r}")
@@ -156,6 +164,10 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                  rope_base=rope_base, rope_dims=rope_dims)
     if phi3:
         w.meta(f"{arch}.attention.sliding_window", int(window))
+    if arch == "granite":
+        for k, v in GRANITE_SCALES.items():
+            w.meta(f"{arch}.{k}", float(v))
+        w.meta(f"{arch}.attention.scale", float(1.0 / hd))
     if mistral3 and orig_ctx:
         w.meta(f"{arch}.rope.scaling.original_context_length", int(orig_ctx))
         if yarn_factor:
@@ -184,9 +196,11 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
             w.meta(f"{arch}.rope.freq_base_swa", float(rope_base_swa))
         if softcap:
             w.meta(f"{arch}.final_logit_softcapping", float(softcap))
-    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0 / np.sqrt(dim) if gemma else 1.0), embd_type)
-    if not tied:
-        w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    emb_std = 1.0 / np.sqrt(dim) if gemma else 1.0 / GRANITE_SCALES["embedding_scale"] if arch == "granite" else 1.0
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=emb_std), embd_type)
+    if not tied:  # (granite: logits of a real model's range after the graph's 1 / logit_scale)
+        head_std = GRANITE_SCALES["logit_scale"] / np.sqrt(dim) if arch == "granite" else None
+        w.add("output.weight", gauss(rng, nv, dim, scale=head_std), head_type or wtype)
     w.add("output_norm.weight", norm_weight(rng, dim))
     for i in range(layers):
         p = f"blk.{i}."
@@ -622,7 +636,7 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3 model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3 / granite model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],

@@ -1,12 +1,16 @@
-"""SmolLM3 (llama.cpp's smollm3) and Ministral 3 (mistral3) on small synthetic files, against llama.cpp.
+"""SmolLM3 (llama.cpp's smollm3), Ministral 3 (mistral3) and Granite 3 (granite) on small synthetic
+files, against llama.cpp.
 
-Both are llama's tensors with one attention difference each, as configuration of the one forward
-pass (lowbit/model.py, csrc/engine.cpp):
+All are llama's tensors with a few differences each, as configuration of the one forward pass
+(lowbit/model.py, csrc/engine.cpp):
   - smollm3: every 4th layer (index 3, 7, ...) leaves q / k unrotated (llama.cpp's
     n_no_rope_layer_step = 4; no metadata key says so);
   - mistral3: YaRN rope with the file's yarn_beta_fast / _slow, and Llama 4's attention
     temperature: after rope, q of the token at position p times
-    log(floor(p / original_context_length) + 1) * attention.temperature_scale + 1.
+    log(floor(p / original_context_length) + 1) * attention.temperature_scale + 1;
+  - granite: token embeddings times embedding_scale, attention.scale as the softmax scale,
+    attention and FFN outputs times residual_scale before their residual adds, logits divided by
+    logit_scale (Granite-3.3-2B's multipliers: lowbit.synth.GRANITE_SCALES).
 The mistral3 file's original context is 256 positions and its temperature scale 0.5, so the
 second half of a 557-token sequence is scaled (by 1.35x), and YaRN's correction dims depend on
 beta_fast / beta_slow at that original context: every feature moves the logits.
@@ -29,7 +33,8 @@ from lowbit.synth import synth_dense
 PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
 BASE = dict(layers=4, dim=256, ffn=512, heads=4, kv_heads=2, ctx=1024, embd_type="F16", wtype="Q8_0", seed=3)
 FILES = {"smollm3": dict(BASE, arch="smollm3"),
-         "mistral3": dict(BASE, arch="mistral3", orig_ctx=256, yarn_factor=4.0, temp_scale=0.5, rope_base=1e6)}
+         "mistral3": dict(BASE, arch="mistral3", orig_ctx=256, yarn_factor=4.0, temp_scale=0.5, rope_base=1e6),
+         "granite": dict(BASE, arch="granite")}
 N_CTX = 640
 
 
@@ -72,6 +77,9 @@ def test_config(case):
     assert c.arch == arch and not c.rope_neox and not c.qk_norm and not c.qkv_bias
     if arch == "smollm3":
         assert c.rope_layers == (True, True, True, False) and c.attn_temp_scale == 0.0
+    elif arch == "granite":
+        assert (c.embd_scale, c.attn_scale, c.logit_scale) == (12.0, 1 / 64, 8.0) and c.rope_layers == ()
+        assert c.residual_scale == float(np.float32(0.22))
     else:
         assert c.rope_layers == () and (c.attn_temp_scale, c.attn_temp_floor) == (0.5, 256)
         assert c.yarn_ext_factor == 1.0 and c.rope_scale == 0.25 and c.yarn_orig_ctx == 256
@@ -96,12 +104,15 @@ def test_perplexity_matches_llama_cpp(case):
 
 
 def test_each_feature_matters(case, monkeypatch):
-    """The same file with its feature done wrong no longer matches llama.cpp: smollm3 with rope on
+    """The same file with a feature done wrong no longer matches llama.cpp: smollm3 with rope on
     every layer; mistral3 without the temperature, with the temperature's floor off by one, or
-    with YaRN's beta_fast at another value."""
+    with YaRN's beta_fast at another value; granite without each of its four multipliers."""
     arch, path, run = case
     if arch == "smollm3":
         wrong = {"rope everywhere": dict(rope_layers=())}
+    elif arch == "granite":
+        wrong = {"no residual scale": dict(residual_scale=0.0), "no logit scale": dict(logit_scale=0.0),
+                 "softmax 1/sqrt(head_dim)": dict(attn_scale=0.0), "no embedding scale": dict(embd_scale=0.0)}
     else:
         wrong = {"no temperature": dict(attn_temp_scale=0.0, attn_temp_floor=0),
                  "floor 257": dict(attn_temp_floor=257), "beta_fast 16": dict(yarn_beta_fast=16.0)}
@@ -133,3 +144,18 @@ def test_synth_cli_writes_them(tmp_path):
                  "--heads", "2", "--kv-heads", "1", "--ffn", "256"]) == 0
     assert lowbit.load(str(tmp_path / "s.gguf"), n_ctx=16).config.rope_layers == (True, True, True, False)
     assert main(["synth", "dense", str(tmp_path / "x.gguf"), "--arch", "smollm3", "--temp-scale", "0.1"]) == 2
+
+
+def test_granite_keys(tmp_path):
+    """logit_scale is required (as llama.cpp's loader has it); rope.scaling.finetuned false turns
+    rope off on every layer; a scale that is not a number is a one-line error."""
+    from lowbit.model import ModelConfig
+    f = lowbit.gguf.open(synth_dense(tmp_path / "g.gguf", **dict(FILES["granite"], layers=2)))
+    f.metadata["granite.rope.scaling.finetuned"] = False
+    assert ModelConfig.from_gguf(f).rope_layers == (False, False)
+    f.metadata["granite.residual_scale"] = [1.0]
+    with pytest.raises(GGUFError, match=r"granite.residual_scale = \[1.0\] is not a number"):
+        ModelConfig.from_gguf(f)
+    del f.metadata["granite.logit_scale"]
+    with pytest.raises(GGUFError, match="granite.logit_scale is missing"):
+        ModelConfig.from_gguf(f)
