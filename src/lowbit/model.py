@@ -25,6 +25,8 @@ Families differ by config fields, not by copies of the model:
                   (YaRN)                           log(floor(pos / orig_ctx) + 1) * temperature_scale + 1
     granite       adjacent  -          -           dense (Granite 3); embedding, softmax, residual and logit
                                                    multipliers from the file
+    granitemoe    adjacent  -          -           granite's, with experts (top-K renormalised) and an
+                                                   optional ungated shared expert (Granite 3 MoE)
 
 Phi-3 (llama.cpp's phi3) as configuration: a file's fused matrices are bound as row ranges of one
 tensor (no copy): attn_qkv's rows are [q | k | v], ffn_up's 2 x feed_forward_length rows are [gate |
@@ -127,11 +129,12 @@ from .gguf import GGUFError
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
              "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
              "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
-             "mistral3": False, "granite": False}
-MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2"}  # and llama with expert_count > 0 (mixtral)
+             "mistral3": False, "granite": False, "granitemoe": False}
+MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
+             "granitemoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
-               "qwen35moe": True, "qwen3next": True}
+               "qwen35moe": True, "qwen3next": True, "granitemoe": True}
 # Hybrid families: gated delta-net layers (csrc/deltanet.cpp) and gated full attention every
 # full_attention_interval-th layer; value head h reads q/k head h % H_k (qwen35*) or h / (H_v/H_k)
 # (qwen3next); rope: IMROPE sections (qwen35*) or plain neox (qwen3next).
@@ -385,7 +388,7 @@ class ModelConfig:
             softmax scale) and rope.scaling.finetuned (false: no layer rotates; default true)."""
         if arch == "smollm3":
             return dict(rope_layers=tuple((i + 1) % 4 != 0 for i in range(n_layer)))
-        if arch not in ("mistral3", "granite"):
+        if arch not in ("mistral3", "granite", "granitemoe"):
             return {}
         md, out = f.metadata, {}
 
@@ -398,7 +401,7 @@ class ModelConfig:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v) or v < 0:
                 raise GGUFError(f"{f.path}: metadata key {arch}.{k} = {v!r} is not a number >= 0")
             out[field] = float(np.float32(v))
-        if arch == "granite":
+        if arch in ("granite", "granitemoe"):
             number("logit_scale", "logit_scale", required=True)
             number("residual_scale", "residual_scale")
             number("embedding_scale", "embd_scale")
@@ -547,7 +550,11 @@ class ModelConfig:
         shexp = 0
         if arch in SHARED_EXPERT_ARCHS:
             shexp = key("expert_shared_feed_forward_length", md.get(f"{arch}.feed_forward_length"))
+        if arch == "granitemoe":  # an ungated shared expert when the key is there (Granite MoE Shared)
+            shexp = key("expert_shared_feed_forward_length") if f"{arch}.expert_shared_feed_forward_length" in md else 0
         glm = _glm4moe_fields(f, arch, key, n_layer, expert_ffn) if arch in ("glm4moe", "deepseek2") else {}
+        if arch == "granitemoe":
+            glm = dict(shexp_gated=False)
         shexp = glm.pop("shexp_ffn", shexp)
         lead = glm.get("n_dense_lead", 0)
         scale = md.get(f"{arch}.expert_weights_scale", 0.0)

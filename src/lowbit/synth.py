@@ -227,7 +227,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
 
 
 MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama", "gpt-oss": "gpt-oss",
-             "glm4moe": "glm4moe", "deepseek2": "deepseek2"}
+             "glm4moe": "glm4moe", "deepseek2": "deepseek2", "granitemoe": "granitemoe"}
 
 
 def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_lora_rank: int = 0,
@@ -399,6 +399,11 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     `nextn` MTP blocks (block_count = layers + nextn) with their nextn.* tensors, which llama.cpp
     loads and does not run when generating.
 
+    granitemoe (Granite 3 MoE): granite's multipliers (GRANITE_SCALES, attention.scale 1 / head_dim,
+    embeddings and head scaled as synth_dense's granite), experts of width expert_ffn
+    (feed_forward_length), and an ungated shared expert of width shared_ffn (0: none) with its
+    expert_shared_feed_forward_length key (Granite MoE Shared).
+
     Routing is not degenerate: the router rows are N(0, 1/dim), so a token's router logits are
     about N(0, 1) and differ from token to token: every expert gets tokens, top-K sets vary.
     """
@@ -434,10 +439,17 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
         w.meta(f"{a}.rope.scaling.type", "yarn")
         w.meta(f"{a}.rope.scaling.factor", float(yarn_factor))
         w.meta(f"{a}.rope.scaling.original_context_length", int(yarn_orig_ctx))
-    if arch == "qwen2moe":
+    granite = arch == "granitemoe"
+    if arch == "qwen2moe" or (granite and shared_ffn):
         w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
-    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
-    w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    if granite:
+        for k, v in GRANITE_SCALES.items():
+            w.meta(f"{a}.{k}", float(v))
+        w.meta(f"{a}.attention.scale", float(1.0 / hd))
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0 / GRANITE_SCALES["embedding_scale"] if granite else 1.0),
+          embd_type)
+    w.add("output.weight", gauss(rng, nv, dim, scale=GRANITE_SCALES["logit_scale"] / np.sqrt(dim) if granite else None),
+          head_type or wtype)
     w.add("output_norm.weight", norm_weight(rng, dim))
     for i in range(layers):
         p = f"blk.{i}."
@@ -466,6 +478,10 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
                 w.add(p + f"ffn_{nm}_exps.bias", 0.1 * rng.standard_normal((experts, rows)).astype(np.float32))
         if arch == "qwen2moe":
             w.add(p + "ffn_gate_inp_shexp.weight", gauss(rng, dim), "F32")
+            w.add(p + "ffn_gate_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
+            w.add(p + "ffn_up_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
+            w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, shared_ffn), wtype)
+        if granite and shared_ffn:
             w.add(p + "ffn_gate_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
             w.add(p + "ffn_up_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
             w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, shared_ffn), wtype)
