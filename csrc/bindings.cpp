@@ -574,6 +574,7 @@ NB_MODULE(_lowbit, m) {
                             // gemma3 / glm4moe (csrc/engine.h EngineConfig)
                             float embd_scale, float attn_scale, float rope_base_swa, float logit_softcap,
                             float attn_temp_scale, int attn_temp_floor, float residual_scale, float logit_scale,
+                            bool pre_norms,
                             bool post_norms, int n_dense_lead, bool shexp_gated,
                             // hybrid qwen35 / qwen35moe / qwen3next
                             std::vector<uint8_t> recurrent, int ssm_conv,
@@ -595,7 +596,7 @@ NB_MODULE(_lowbit, m) {
             c.embd_scale = embd_scale; c.attn_scale = attn_scale; c.rope_base_swa = rope_base_swa;
             c.logit_softcap = logit_softcap; c.attn_temp_scale = attn_temp_scale;
             c.attn_temp_floor = attn_temp_floor; c.residual_scale = residual_scale;
-            c.logit_scale = logit_scale; c.post_norms = post_norms; c.n_dense_lead = n_dense_lead;
+            c.logit_scale = logit_scale; c.pre_norms = pre_norms; c.post_norms = post_norms; c.n_dense_lead = n_dense_lead;
             c.shexp_gated = shexp_gated;
             c.recurrent = std::move(recurrent); c.ssm_conv = ssm_conv; c.ssm_state = ssm_state;
             c.ssm_groups = ssm_groups; c.ssm_heads = ssm_heads; c.ssm_kv_interleave = ssm_kv_interleave;
@@ -617,7 +618,7 @@ NB_MODULE(_lowbit, m) {
            nb::arg("yarn_beta_fast") = 32.0f, nb::arg("yarn_beta_slow") = 1.0f, nb::arg("yarn_orig_ctx") = 0,
            nb::arg("embd_scale") = 0.0f, nb::arg("attn_scale") = 0.0f, nb::arg("rope_base_swa") = 0.0f,
            nb::arg("logit_softcap") = 0.0f, nb::arg("attn_temp_scale") = 0.0f, nb::arg("attn_temp_floor") = 0,
-           nb::arg("residual_scale") = 0.0f, nb::arg("logit_scale") = 0.0f,
+           nb::arg("residual_scale") = 0.0f, nb::arg("logit_scale") = 0.0f, nb::arg("pre_norms") = true,
            nb::arg("post_norms") = false, nb::arg("n_dense_lead") = 0,
            nb::arg("shexp_gated") = true,
            nb::arg("recurrent") = std::vector<uint8_t>(), nb::arg("ssm_conv") = 0, nb::arg("ssm_state") = 0,

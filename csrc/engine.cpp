@@ -145,7 +145,7 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     // gemma3's sliding layers: their own base, frequency scale 1 (llama.cpp's
     // get_rope_freq_base / _scale of a swa layer: rope_freq_base_train_swa, 1)
     if (c.rope_base_swa > 0.0f) {
-        if (c.yarn_ext_factor != 0.0f) throw std::invalid_argument("engine: rope_base_swa with YaRN is not supported");
+        // (YaRN on the other layers or not: OLMo 3's sliding layers rotate plainly, no mscale)
         inv_freq_swa_.resize(c.rope_dims / 2);
         for (int i = 0; i < c.rope_dims / 2; ++i)
             inv_freq_swa_[i] = (float)std::pow((double)c.rope_base_swa, -2.0 * i / c.rope_dims);
@@ -286,6 +286,12 @@ void Engine::residual(const float *out, int64_t T) {
         for (size_t i = 0; i < n; ++i) x_[i] += out[i];
 }
 
+// A block's input h_ from the residual x_: its RMSNorm, or (no pre-norms, olmo2) x_ as it is.
+void Engine::pre_norm(const float *w, int64_t T) {
+    if (c_.pre_norms) rmsnorm(x_.data(), w, h_.data(), T, c_.dim);
+    else std::memcpy(h_.data(), x_.data(), sizeof(float) * (size_t)T * c_.dim);
+}
+
 void Engine::set_rope(int layer, bool on) {
     if (layer < 0 || layer >= c_.n_layer) throw std::invalid_argument("engine: set_rope: no layer " + std::to_string(layer));
     layers_[(size_t)layer].rope = on;
@@ -309,7 +315,7 @@ std::string Engine::validate() const {
     for (int i = c_.layer_begin; i < c_.layer_end; ++i) {
         const LayerWeights &l = layers_[(size_t)i];
         const std::string p = "blk." + std::to_string(i) + ".";
-        if (!l.attn_norm || !l.ffn_norm) return p + "attn_norm/ffn_norm missing";
+        if (c_.pre_norms && (!l.attn_norm || !l.ffn_norm)) return p + "attn_norm/ffn_norm missing";
         if (c_.sub_norm && !l.attn_sub_norm) return p + "attn_sub_norm is missing";
         if (c_.sub_norm && !l.ffn_sub_norm) return p + "ffn_sub_norm is missing";
         if (l.recurrent) {
@@ -830,7 +836,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     for (int l = c_.layer_begin; l < c_.layer_end; ++l) {
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
-        rmsnorm(x_.data(), L.attn_norm, h_.data(), T, dim);
+        pre_norm(L.attn_norm, T);
         if (L.recurrent) {  // hybrid models: a gated delta-net layer in place of attention
             deltanet(l, h_.data(), T, slots, h_.data());
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
@@ -909,7 +915,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         }  // attention
 
         const auto t1 = now();
-        rmsnorm(x_.data(), L.ffn_norm, h_.data(), T, dim);
+        pre_norm(L.ffn_norm, T);
         if (moe_layer(l)) {
             mo_.resize((size_t)T * dim);
             moe_ffn(l, h_.data(), T, mo_.data());

@@ -159,6 +159,7 @@ struct EngineConfig {
     float residual_scale = 0.0f;
     float logit_scale = 0.0f;
     bool post_norms = false;     // attn_post_norm and ffn_post_norm are required
+    bool pre_norms = true;       // false: no attn_norm / ffn_norm, a block reads the residual as it is (olmo2)
     // GLM-4.5 (glm4moe) in an MoE model: its first n_dense_lead layers run a dense FFN of width
     // ffn (ffn_gate / ffn_up / ffn_down) instead of the experts; shexp_gated false: the shared
     // expert is added as it is (qwen2moe's is times sigmoid(ffn_gate_inp_shexp . x)).
@@ -327,6 +328,7 @@ private:
     const uint8_t *quantize_input(const Mat &m, const float *x, int T, bool reuse_act, size_t *arb);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
     std::vector<float> qtemp_;  // per token of the forward: the attention temperature (attn_temp_scale)
+    void pre_norm(const float *w, int64_t T);     // h_ = rmsnorm(x_) (or x_: no pre-norms)
     void residual(const float *out, int64_t T);  // x_ += out (granite: times residual_scale)
     void rope_angles(int T, const int32_t *pos);  // fills rot_
     void rope(float *v, int T, int heads, const std::vector<std::pair<float, float>> &rot) const;

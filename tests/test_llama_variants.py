@@ -12,7 +12,10 @@ All are llama's tensors with a few differences each, as configuration of the one
     attention and FFN outputs times residual_scale before their residual adds, logits divided by
     logit_scale (Granite-3.3-2B's multipliers: lowbit.synth.GRANITE_SCALES); granitemoe the same
     with experts (softmax, top-K renormalised) and, in "granitemoe-shared", an ungated shared
-    expert (lowbit.synth.synth_moe).
+    expert (lowbit.synth.synth_moe);
+  - olmo2: no pre-norms, post-norms after attention and FFN, q / k norms over the whole vectors;
+    "olmo3" (the same arch): sliding windows of 24 positions on 3 of 4 layers, which rotate plainly
+    while the full-attention layer runs YaRN.
 The mistral3 file's original context is 256 positions and its temperature scale 0.5, so the
 second half of a 557-token sequence is scaled (by 1.35x), and YaRN's correction dims depend on
 beta_fast / beta_slow at that original context: every feature moves the logits.
@@ -36,7 +39,9 @@ PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
 BASE = dict(layers=4, dim=256, ffn=512, heads=4, kv_heads=2, ctx=1024, embd_type="F16", wtype="Q8_0", seed=3)
 FILES = {"smollm3": dict(BASE, arch="smollm3"),
          "mistral3": dict(BASE, arch="mistral3", orig_ctx=256, yarn_factor=4.0, temp_scale=0.5, rope_base=1e6),
-         "granite": dict(BASE, arch="granite")}
+         "granite": dict(BASE, arch="granite"),
+         "olmo2": dict(BASE, arch="olmo2", window=0),
+         "olmo3": dict(BASE, arch="olmo2", window=24, orig_ctx=128, yarn_factor=4.0, rope_base=5e5)}
 MOE = dict(layers=3, dim=256, heads=4, kv_heads=2, experts=8, top_k=2, expert_ffn=256, embd_type="F16", wtype="Q8_0",
            expert_type="Q8_0", seed=3)
 MOE_FILES = {"granitemoe": dict(MOE, arch="granitemoe", shared_ffn=0),
@@ -81,12 +86,18 @@ def _load_with(monkeypatch, path, **changes):
 def test_config(case):
     arch, path, _ = case
     c = lowbit.load(path, n_ctx=N_CTX).config
-    assert c.arch == arch.split("-")[0] and not c.rope_neox and not c.qk_norm and not c.qkv_bias
+    olmo = arch.startswith("olmo")
+    assert c.arch == {"olmo3": "olmo2"}.get(arch, arch.split("-")[0]) and not c.qkv_bias
+    assert c.rope_neox == olmo and c.qk_norm == olmo
     if arch == "smollm3":
         assert c.rope_layers == (True, True, True, False) and c.attn_temp_scale == 0.0
     elif arch.startswith("granitemoe"):
         assert (c.n_expert, c.n_expert_used, c.expert_ffn, c.expert_norm, c.shexp_gated) == (8, 2, 256, True, False)
         assert c.shexp_ffn == (384 if arch.endswith("shared") else 0) and c.logit_scale == 8.0
+    elif arch.startswith("olmo"):
+        assert not c.pre_norms and c.post_norms and c.qk_norm_full and c.rope_base_swa > 0
+        assert c.window == ((24, 24, 24, 0) if arch == "olmo3" else (0,) * 4)
+        assert c.yarn_ext_factor == (1.0 if arch == "olmo3" else 0.0)
     elif arch == "granite":
         assert (c.embd_scale, c.attn_scale, c.logit_scale) == (12.0, 1 / 64, 8.0) and c.rope_layers == ()
         assert c.residual_scale == float(np.float32(0.22))
@@ -117,7 +128,8 @@ def test_each_feature_matters(case, monkeypatch):
     """The same file with a feature done wrong no longer matches llama.cpp: smollm3 with rope on
     every layer; mistral3 without the temperature, with the temperature's floor off by one, or
     with YaRN's beta_fast at another value; granite without each of its four multipliers;
-    granitemoe's top-K weights not renormalised, its shared expert left out."""
+    granitemoe's top-K weights not renormalised, its shared expert left out; olmo2 without its
+    post-norms; olmo3 without its windows, or with YaRN on its sliding layers."""
     arch, path, run = case
     if arch == "smollm3":
         wrong = {"rope everywhere": dict(rope_layers=())}
@@ -125,6 +137,10 @@ def test_each_feature_matters(case, monkeypatch):
         wrong = {"top-K not renormalised": dict(expert_norm=False), "no residual scale": dict(residual_scale=0.0)}
         if arch.endswith("shared"):
             wrong["no shared expert"] = dict(shexp_ffn=0)
+    elif arch == "olmo2":
+        wrong = {"no post-norms": dict(post_norms=False)}
+    elif arch == "olmo3":
+        wrong = {"no windows": dict(window=(0,) * 4), "YaRN on the sliding layers": dict(rope_base_swa=0.0)}
     elif arch == "granite":
         wrong = {"no residual scale": dict(residual_scale=0.0), "no logit scale": dict(logit_scale=0.0),
                  "softmax 1/sqrt(head_dim)": dict(attn_scale=0.0), "no embedding scale": dict(embd_scale=0.0)}

@@ -25,6 +25,8 @@ Families differ by config fields, not by copies of the model:
                   (YaRN)                           log(floor(pos / orig_ctx) + 1) * temperature_scale + 1
     granite       adjacent  -          -           dense (Granite 3); embedding, softmax, residual and logit
                                                    multipliers from the file
+    olmo2         neox      whole q/k  -           dense (OLMo 2, OLMo 3): no pre-norms, post-norms after attention
+                  (+YaRN)                          and FFN; OLMo 3's 3:1 sliding layers rotate without YaRN
     granitemoe    adjacent  -          -           granite's, with experts (top-K renormalised) and an
                                                    optional ungated shared expert (Granite 3 MoE)
 
@@ -129,7 +131,8 @@ from .gguf import GGUFError
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
              "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
              "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
-             "mistral3": False, "granite": False, "granitemoe": False}
+             "mistral3": False, "granite": False, "granitemoe": False,
+             "olmo2": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -148,7 +151,7 @@ FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu"}  
 FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
             "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
-SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6}        # llama.cpp's default sliding-window pattern per arch
+SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "olmo2": 4}  # llama.cpp's default sliding-window pattern per arch
 SWA_IGNORED = {"phi3"}  # attention.sliding_window ignored, as llama.cpp's loader does (Phi SWA is off)
 DEFAULT_CTX = 2048
 
@@ -233,6 +236,7 @@ class ModelConfig:
     # 1 / logit_scale (0: off); its embedding_scale and attention.scale are embd_scale and attn_scale
     residual_scale: float = 0.0
     logit_scale: float = 0.0
+    pre_norms: bool = True           # False (olmo2): no attn_norm / ffn_norm, only the post-norms
     post_norms: bool = False         # post_attention_norm / post_ffw_norm after attention / FFN
     # glm4moe
     n_dense_lead: int = 0            # leading dense layers of an MoE model
@@ -305,7 +309,7 @@ class ModelConfig:
             qk_norm=arch in HYBRID_ARCHS or "blk.0.attn_q_norm.weight" in f.tensors,
             qkv_bias="blk.0.attn_q.bias" in f.tensors,
             tied_output="output.weight" not in f.tensors,
-            qk_norm_full=arch == "olmoe",
+            qk_norm_full=arch in ("olmoe", "olmo2"),
             **moe,
             sub_norm=arch in SUB_NORM,
             ffn_act=FFN_ACT.get(arch, "silu"),
@@ -381,6 +385,9 @@ class ModelConfig:
         """The llama variants' attention and scale differences as llama.cpp's loaders read them
         ({} for other archs):
           smollm3: every 4th layer without rope (llama_model_smollm3: n_no_rope_layer_step = 4);
+          olmo2 (OLMo 2, OLMo 3): post-norms only, q / k norms over the whole vectors (qk_norm_full),
+            and OLMo 3's sliding layers (attention.sliding_window, pattern default 4) rotating with
+            rope.freq_base_swa (default rope.freq_base) without frequency scaling;
           mistral3: attention.temperature_scale (optional) with the floor n_ctx_orig_yarn
             (rope.scaling.original_context_length, else the training context), and YaRN's
             beta_fast / beta_slow from the file;
@@ -388,6 +395,12 @@ class ModelConfig:
             softmax scale) and rope.scaling.finetuned (false: no layer rotates; default true)."""
         if arch == "smollm3":
             return dict(rope_layers=tuple((i + 1) % 4 != 0 for i in range(n_layer)))
+        if arch == "olmo2":  # the sliding layers (OLMo 3) rotate with the swa base, no YaRN, freq scale 1
+            base = f.metadata.get(f"{arch}.rope.freq_base_swa")
+            base = key("rope.freq_base", 10000.0, float) if base is None else base
+            if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 0:
+                raise GGUFError(f"{f.path}: metadata key {arch}.rope.freq_base_swa = {base!r} is not a positive number")
+            return dict(pre_norms=False, post_norms=True, rope_base_swa=float(base))
         if arch not in ("mistral3", "granite", "granitemoe"):
             return {}
         md, out = f.metadata, {}
@@ -644,7 +657,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
                           logit_softcap=c.logit_softcap, post_norms=c.post_norms,
                           attn_temp_scale=c.attn_temp_scale, attn_temp_floor=c.attn_temp_floor,
-                          residual_scale=c.residual_scale, logit_scale=c.logit_scale,
+                          residual_scale=c.residual_scale, logit_scale=c.logit_scale, pre_norms=c.pre_norms,
                           n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
                           recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
                           ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
@@ -853,8 +866,9 @@ class Model:
                 _mat(slot, i, p + slot + ".weight")
                 if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
                     _vec(slot + ".scale", i, p + slot + ".scale")
-            _vec("attn_norm", i, p + "attn_norm.weight")
-            _vec("ffn_norm", i, p + c.ffn_norm + ".weight")
+            if c.pre_norms:
+                _vec("attn_norm", i, p + "attn_norm.weight")
+                _vec("ffn_norm", i, p + c.ffn_norm + ".weight")
             if c.attn_out_bias:
                 _vec("attn_output.bias", i, p + "attn_output.bias")
             if c.attn_sinks:

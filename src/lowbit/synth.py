@@ -84,12 +84,15 @@ def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, hea
 
 
 def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, heads: int, kv_heads: int,
-                  head_dim: int, wtype: str, ffn_norm: str = "ffn_norm", fused: bool = False) -> None:
+                  head_dim: int, wtype: str, ffn_norm: str = "ffn_norm", fused: bool = False,
+                  pre_norms: bool = True) -> None:
     """A layer's two norms and its q/k/v/output matrices (in this order: the random draws, and so
     every seed's weights, depend on it). ffn_norm: the FFN norm's name (gpt-oss: post_attention_norm);
-    fused: one attn_qkv of [q | k | v] rows (phi3) instead of the three."""
-    w.add(p + "attn_norm.weight", norm_weight(rng, dim))
-    w.add(p + ffn_norm + ".weight", norm_weight(rng, dim))
+    fused: one attn_qkv of [q | k | v] rows (phi3) instead of the three; pre_norms False: no norms
+    (olmo2)."""
+    if pre_norms:
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        w.add(p + ffn_norm + ".weight", norm_weight(rng, dim))
     if fused:
         w.add(p + "attn_qkv.weight", gauss(rng, (heads + 2 * kv_heads) * head_dim, dim), wtype)
     else:
@@ -99,7 +102,7 @@ def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, head
     w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3", "granite")
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
@@ -142,6 +145,11 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     them); temp_scale > 0: attention.temperature_scale (Llama 4's attention temperature, whose
     floor is orig_ctx).
 
+    olmo2 (OLMo 2 / OLMo 3): no pre-norms, post_attention_norm and post_ffw_norm after attention
+    and FFN, q / k norms over the whole q / k vectors; window > 0: OLMo 3's sliding window on the
+    layers of the period swa_pattern (None: no key, llama.cpp's 4), rope_base_swa as gemma3's;
+    yarn_factor > 0 (with orig_ctx): YaRN on the full-attention layers (OLMo 3's long context).
+
     granite (Granite 3.x): llama's tensors with GRANITE_SCALES and attention.scale = 1 / head_dim;
     its token embeddings have std 1/12 (the graph multiplies them by 12), an untied head std
     8/sqrt(dim) (the graph divides the logits by 8).
@@ -150,12 +158,12 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         raise ValueError(f"synth dense: arch must be one of {', '.join(DENSE_ARCHS)}, not {arch!r}")
     hd = head_dim or dim // heads
     gemma, phi3 = arch == "gemma3", arch == "phi3"
-    mistral3 = arch == "mistral3"
-    if orig_ctx and not ((phi3 or mistral3) and 0 < orig_ctx < ctx):
-        raise ValueError(f"synth dense: orig_ctx is phi3's (LongRoPE) or mistral3's (YaRN), and below ctx ({ctx}), "
-                         f"not {orig_ctx}")
-    if (yarn_factor or temp_scale) and not (mistral3 and orig_ctx):
-        raise ValueError("synth dense: yarn_factor / temp_scale are mistral3's and need orig_ctx")
+    mistral3, olmo2 = arch == "mistral3", arch == "olmo2"
+    if orig_ctx and not ((phi3 or mistral3 or olmo2) and 0 < orig_ctx < ctx):
+        raise ValueError(f"synth dense: orig_ctx is phi3's (LongRoPE) or mistral3's / olmo2's (YaRN), and below ctx "
+                         f"({ctx}), not {orig_ctx}")
+    if (yarn_factor and not ((mistral3 or olmo2) and orig_ctx)) or (temp_scale and not (mistral3 and orig_ctx)):
+        raise ValueError("synth dense: yarn_factor is mistral3's / olmo2's, temp_scale mistral3's; both need orig_ctx")
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
@@ -168,11 +176,12 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         for k, v in GRANITE_SCALES.items():
             w.meta(f"{arch}.{k}", float(v))
         w.meta(f"{arch}.attention.scale", float(1.0 / hd))
-    if mistral3 and orig_ctx:
+    if (mistral3 or olmo2) and orig_ctx:
         w.meta(f"{arch}.rope.scaling.original_context_length", int(orig_ctx))
         if yarn_factor:
             w.meta(f"{arch}.rope.scaling.type", "yarn")
             w.meta(f"{arch}.rope.scaling.factor", float(yarn_factor))
+        if yarn_factor and mistral3:
             w.meta(f"{arch}.rope.scaling.yarn_beta_fast", 32.0)
             w.meta(f"{arch}.rope.scaling.yarn_beta_slow", 1.0)
         if temp_scale:
@@ -186,6 +195,12 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     if rope_linear:
         w.meta(f"{arch}.rope.scaling.type", "linear")
         w.meta(f"{arch}.rope.scaling.factor", float(rope_linear))
+    if olmo2 and window:
+        w.meta(f"{arch}.attention.sliding_window", int(window))
+        if swa_pattern is not None:
+            w.meta(f"{arch}.attention.sliding_window_pattern", int(swa_pattern))
+        if rope_base_swa is not None:
+            w.meta(f"{arch}.rope.freq_base_swa", float(rope_base_swa))
     if gemma:
         tied = True
         if window:
@@ -204,7 +219,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     w.add("output_norm.weight", norm_weight(rng, dim))
     for i in range(layers):
         p = f"blk.{i}."
-        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, fused=phi3)
+        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, fused=phi3,
+                      pre_norms=not olmo2)
         if phi3:  # one ffn_up of [gate | up] rows
             w.add(p + "ffn_up.weight", gauss(rng, 2 * ffn, dim), wtype)
         else:
@@ -214,6 +230,11 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         if gemma:
             w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
             w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
+            w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
+            w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
+        if olmo2:
+            w.add(p + "attn_q_norm.weight", norm_weight(rng, heads * hd))
+            w.add(p + "attn_k_norm.weight", norm_weight(rng, kv_heads * hd))
             w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
             w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
         if arch == "qwen2":
@@ -652,18 +673,19 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3 / granite model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3 / granite / olmo2 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],
                    help="qwen35: hybrid gated delta-net / gated attention layers (see the --ssm-* options)")
     p.add_argument("--head-dim", type=int, default=None, help="per-head width (default: dim / heads)")
     p.add_argument("--window", type=int, default=512,
-                   help="gemma3: sliding window of the local layers (0: none); phi3: the key llama.cpp ignores")
+                   help="gemma3 / olmo2: sliding window of the local layers (0: none; olmo2 0: OLMo 2); "
+                        "phi3: the key llama.cpp ignores")
     p.add_argument("--orig-ctx", type=int, default=0,
                    help="phi3: LongRoPE's original context (factors long / short, attn_factor; 0: none); "
                         "mistral3: YaRN's original context and the attention temperature's floor")
-    p.add_argument("--yarn-factor", type=float, default=0.0, help="mistral3: YaRN rope factor (0: none; needs --orig-ctx)")
+    p.add_argument("--yarn-factor", type=float, default=0.0, help="mistral3, olmo2: YaRN rope factor (0: none; needs --orig-ctx)")
     p.add_argument("--temp-scale", type=float, default=0.0,
                    help="mistral3: attention.temperature_scale (Ministral 3: 0.1; 0: none; needs --orig-ctx)")
     p.add_argument("--rope-dims", type=int, default=None,
