@@ -496,7 +496,7 @@ INT_RULES = {
 INT_RULES_BY_CMD = {
     "run": {"n": _at_least(-1), "seed": _at_least(-1)},
     "chat": {"n": _at_least(-1), "seed": _at_least(-1)},
-    "synth": {"top_k": _at_least(1)},
+    "synth": {"top_k": _at_least(1), "shared_ffn": _at_least(0)},  # (0: none; the families that need one check)
 }
 FLOAT_RULES = {
     "temp": ((lambda v: v >= 0), ">= 0 (0 = greedy)"),

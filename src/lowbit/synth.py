@@ -432,6 +432,8 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
         raise ValueError(f"synth moe: arch must be one of {', '.join(MOE_ARCHS)}, not {arch!r}")
     if not 1 <= top_k <= experts:
         raise ValueError(f"synth moe: top_k {top_k} must be in 1..experts ({experts})")
+    if arch == "qwen2moe" and shared_ffn < 1:
+        raise ValueError(f"synth moe: qwen2moe's shared expert needs a width (--shared-ffn) >= 1, not {shared_ffn}")
     hd = head_dim or dim // heads
     if arch == "olmoe" and (kv_heads != heads or heads * hd != dim):
         raise ValueError("synth moe: olmoe needs kv_heads == heads and heads * head_dim == dim")
@@ -589,6 +591,8 @@ def synth_hybrid(path, *, arch: str = "qwen35moe", layers: int = 4, dim: int = 2
     moe = arch != "qwen35"
     if moe and not 1 <= top_k <= experts:
         raise ValueError(f"synth: top_k {top_k} must be in 1..experts ({experts})")
+    if moe and shared_ffn < 1:
+        raise ValueError(f"synth: {arch}'s shared expert needs a width (--shared-ffn) >= 1, not {shared_ffn}")
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
@@ -833,7 +837,8 @@ def _add_moe(ss) -> None:
     _hybrid_options(p)
     p.add_argument("--experts", type=int, default=8, help="experts per layer")
     p.add_argument("--top-k", type=int, default=2, help="experts used per token")
-    p.add_argument("--shared-ffn", type=int, default=512, help="qwen2moe: the shared expert's width")
+    p.add_argument("--shared-ffn", type=int, default=512,
+                   help="qwen2moe, hybrid: the shared expert's width; granitemoe: 0 for none")
     p.add_argument("--type", dest="wtype", default="Q8_0", help="attention (and shared expert) format (default Q8_0)")
     p.add_argument("--expert-type", default=None, help="gate/up experts' format (default Q4_K; gpt-oss: MXFP4)")
     p.add_argument("--down-type", default=None, help="down experts' format (default: --expert-type)")
