@@ -15,7 +15,10 @@ All are llama's tensors with a few differences each, as configuration of the one
     expert (lowbit.synth.synth_moe);
   - olmo2: no pre-norms, post-norms after attention and FFN, q / k norms over the whole vectors;
     "olmo3" (the same arch): sliding windows of 24 positions on 3 of 4 layers, which rotate plainly
-    while the full-attention layer runs YaRN.
+    while the full-attention layer runs YaRN;
+  - exaone4: olmo2's post-norms with per-head q / k norms; "exaone4-64" has the 32B's 64 layers
+    (llama.cpp slides only those): windows of 24 positions on 3 of every 4 layers, which alone
+    rotate (the global layers are NoPE).
 The mistral3 file's original context is 256 positions and its temperature scale 0.5, so the
 second half of a 557-token sequence is scaled (by 1.35x), and YaRN's correction dims depend on
 beta_fast / beta_slow at that original context: every feature moves the logits.
@@ -41,7 +44,9 @@ FILES = {"smollm3": dict(BASE, arch="smollm3"),
          "mistral3": dict(BASE, arch="mistral3", orig_ctx=256, yarn_factor=4.0, temp_scale=0.5, rope_base=1e6),
          "granite": dict(BASE, arch="granite"),
          "olmo2": dict(BASE, arch="olmo2", window=0),
-         "olmo3": dict(BASE, arch="olmo2", window=24, orig_ctx=128, yarn_factor=4.0, rope_base=5e5)}
+         "olmo3": dict(BASE, arch="olmo2", window=24, orig_ctx=128, yarn_factor=4.0, rope_base=5e5),
+         "exaone4": dict(BASE, arch="exaone4", window=0),
+         "exaone4-64": dict(BASE, arch="exaone4", layers=64, dim=64, heads=2, kv_heads=1, ffn=128, window=24)}
 MOE = dict(layers=3, dim=256, heads=4, kv_heads=2, experts=8, top_k=2, expert_ffn=256, embd_type="F16", wtype="Q8_0",
            expert_type="Q8_0", seed=3)
 MOE_FILES = {"granitemoe": dict(MOE, arch="granitemoe", shared_ffn=0),
@@ -87,13 +92,20 @@ def test_config(case):
     arch, path, _ = case
     c = lowbit.load(path, n_ctx=N_CTX).config
     olmo = arch.startswith("olmo")
+    exa = arch.startswith("exaone4")
     assert c.arch == {"olmo3": "olmo2"}.get(arch, arch.split("-")[0]) and not c.qkv_bias
-    assert c.rope_neox == olmo and c.qk_norm == olmo
+    assert c.rope_neox == (olmo or exa) and c.qk_norm == (olmo or exa)
     if arch == "smollm3":
         assert c.rope_layers == (True, True, True, False) and c.attn_temp_scale == 0.0
     elif arch.startswith("granitemoe"):
         assert (c.n_expert, c.n_expert_used, c.expert_ffn, c.expert_norm, c.shexp_gated) == (8, 2, 256, True, False)
         assert c.shexp_ffn == (384 if arch.endswith("shared") else 0) and c.logit_scale == 8.0
+    elif exa:
+        assert not c.pre_norms and c.post_norms and not c.qk_norm_full
+        if arch == "exaone4-64":
+            assert c.window == (24, 24, 24, 0) * 16 and c.rope_layers == (True, True, True, False) * 16
+        else:
+            assert c.window == (0,) * 4 and c.rope_layers == ()
     elif arch.startswith("olmo"):
         assert not c.pre_norms and c.post_norms and c.qk_norm_full and c.rope_base_swa > 0
         assert c.window == ((24, 24, 24, 0) if arch == "olmo3" else (0,) * 4)
@@ -129,7 +141,8 @@ def test_each_feature_matters(case, monkeypatch):
     every layer; mistral3 without the temperature, with the temperature's floor off by one, or
     with YaRN's beta_fast at another value; granite without each of its four multipliers;
     granitemoe's top-K weights not renormalised, its shared expert left out; olmo2 without its
-    post-norms; olmo3 without its windows, or with YaRN on its sliding layers."""
+    post-norms; olmo3 without its windows, or with YaRN on its sliding layers; exaone4 without its
+    post-norms, its 64-layer form rotating the global layers or without windows."""
     arch, path, run = case
     if arch == "smollm3":
         wrong = {"rope everywhere": dict(rope_layers=())}
@@ -137,8 +150,10 @@ def test_each_feature_matters(case, monkeypatch):
         wrong = {"top-K not renormalised": dict(expert_norm=False), "no residual scale": dict(residual_scale=0.0)}
         if arch.endswith("shared"):
             wrong["no shared expert"] = dict(shexp_ffn=0)
-    elif arch == "olmo2":
+    elif arch in ("olmo2", "exaone4"):
         wrong = {"no post-norms": dict(post_norms=False)}
+    elif arch == "exaone4-64":
+        wrong = {"rope on the global layers": dict(rope_layers=()), "no windows": dict(window=(0,) * 64)}
     elif arch == "olmo3":
         wrong = {"no windows": dict(window=(0,) * 4), "YaRN on the sliding layers": dict(rope_base_swa=0.0)}
     elif arch == "granite":

@@ -27,6 +27,8 @@ Families differ by config fields, not by copies of the model:
                                                    multipliers from the file
     olmo2         neox      whole q/k  -           dense (OLMo 2, OLMo 3): no pre-norms, post-norms after attention
                   (+YaRN)                          and FFN; OLMo 3's 3:1 sliding layers rotate without YaRN
+    exaone4       neox      yes        -           dense (EXAONE 4.0): post-norms only; the 32B's sliding layers
+                                                   rotate, its global (every 4th) layers are NoPE
     granitemoe    adjacent  -          -           granite's, with experts (top-K renormalised) and an
                                                    optional ungated shared expert (Granite 3 MoE)
 
@@ -132,7 +134,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
              "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
              "mistral3": False, "granite": False, "granitemoe": False,
-             "olmo2": True}
+             "olmo2": True, "exaone4": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -151,7 +153,7 @@ FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu"}  
 FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
             "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
-SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "olmo2": 4}  # llama.cpp's default sliding-window pattern per arch
+SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "olmo2": 4, "exaone4": 4}  # llama.cpp's default sliding-window pattern per arch
 SWA_IGNORED = {"phi3"}  # attention.sliding_window ignored, as llama.cpp's loader does (Phi SWA is off)
 DEFAULT_CTX = 2048
 
@@ -385,6 +387,8 @@ class ModelConfig:
         """The llama variants' attention and scale differences as llama.cpp's loaders read them
         ({} for other archs):
           smollm3: every 4th layer without rope (llama_model_smollm3: n_no_rope_layer_step = 4);
+          exaone4 (EXAONE 4.0): post-norms only, per-head q / k norms; the 64-layer model's 3:1
+            sliding layers (4096 positions unless the key says) rotate, its global layers do not;
           olmo2 (OLMo 2, OLMo 3): post-norms only, q / k norms over the whole vectors (qk_norm_full),
             and OLMo 3's sliding layers (attention.sliding_window, pattern default 4) rotating with
             rope.freq_base_swa (default rope.freq_base) without frequency scaling;
@@ -401,6 +405,13 @@ class ModelConfig:
             if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 0:
                 raise GGUFError(f"{f.path}: metadata key {arch}.rope.freq_base_swa = {base!r} is not a positive number")
             return dict(pre_norms=False, post_norms=True, rope_base_swa=float(base))
+        if arch == "exaone4":  # post-norms only; with sliding layers, only they rotate (global: NoPE)
+            win = ModelConfig._windows(f, arch, n_layer)
+            base = f.metadata.get(f"{arch}.rope.freq_base_swa")
+            if any(win) and base is not None and base != key("rope.freq_base", 10000.0, float):
+                raise GGUFError(f"{f.path}: {arch}.rope.freq_base_swa = {base!r} differs from rope.freq_base: "
+                                "not supported (the sliding layers would need their own frequency scaling)")
+            return dict(pre_norms=False, post_norms=True, **({"rope_layers": tuple(w > 0 for w in win)} if any(win) else {}))
         if arch not in ("mistral3", "granite", "granitemoe"):
             return {}
         md, out = f.metadata, {}
@@ -492,8 +503,9 @@ class ModelConfig:
         layer slides when attention.sliding_window_pattern (an array of bools per layer, or a
         period n: layer il slides unless il % n == n - 1; the arch's default) says so."""
         md = f.metadata
-        n_swa = md.get(f"{arch}.attention.sliding_window", 0)
-        if not n_swa or arch in SWA_IGNORED:
+        # (exaone4: llama.cpp slides only the 64-layer model's layers, by default 4096 positions)
+        n_swa = md.get(f"{arch}.attention.sliding_window", 4096 if arch == "exaone4" else 0)
+        if not n_swa or arch in SWA_IGNORED or (arch == "exaone4" and n_layer != 64):
             return (0,) * n_layer
         if not isinstance(n_swa, int) or isinstance(n_swa, bool) or n_swa < 0:
             raise GGUFError(f"{f.path}: metadata key {arch}.attention.sliding_window = {n_swa!r} is not a "

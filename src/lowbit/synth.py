@@ -102,7 +102,7 @@ def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, head
     w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2")
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
@@ -150,6 +150,10 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     layers of the period swa_pattern (None: no key, llama.cpp's 4), rope_base_swa as gemma3's;
     yarn_factor > 0 (with orig_ctx): YaRN on the full-attention layers (OLMo 3's long context).
 
+    exaone4 (EXAONE 4.0): olmo2's layout with per-head q / k norms; window > 0 writes the
+    sliding_window key (llama.cpp honours it only in a 64-layer model: 3 sliding layers, then a
+    global one without rope).
+
     granite (Granite 3.x): llama's tensors with GRANITE_SCALES and attention.scale = 1 / head_dim;
     its token embeddings have std 1/12 (the graph multiplies them by 12), an untied head std
     8/sqrt(dim) (the graph divides the logits by 8).
@@ -158,7 +162,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         raise ValueError(f"synth dense: arch must be one of {', '.join(DENSE_ARCHS)}, not {arch!r}")
     hd = head_dim or dim // heads
     gemma, phi3 = arch == "gemma3", arch == "phi3"
-    mistral3, olmo2 = arch == "mistral3", arch == "olmo2"
+    mistral3, olmo2, exaone4 = arch == "mistral3", arch == "olmo2", arch == "exaone4"
     if orig_ctx and not ((phi3 or mistral3 or olmo2) and 0 < orig_ctx < ctx):
         raise ValueError(f"synth dense: orig_ctx is phi3's (LongRoPE) or mistral3's / olmo2's (YaRN), and below ctx "
                          f"({ctx}), not {orig_ctx}")
@@ -195,7 +199,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     if rope_linear:
         w.meta(f"{arch}.rope.scaling.type", "linear")
         w.meta(f"{arch}.rope.scaling.factor", float(rope_linear))
-    if olmo2 and window:
+    if (olmo2 or exaone4) and window:
         w.meta(f"{arch}.attention.sliding_window", int(window))
         if swa_pattern is not None:
             w.meta(f"{arch}.attention.sliding_window_pattern", int(swa_pattern))
@@ -220,7 +224,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     for i in range(layers):
         p = f"blk.{i}."
         add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, fused=phi3,
-                      pre_norms=not olmo2)
+                      pre_norms=not (olmo2 or exaone4))
         if phi3:  # one ffn_up of [gate | up] rows
             w.add(p + "ffn_up.weight", gauss(rng, 2 * ffn, dim), wtype)
         else:
@@ -232,9 +236,9 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
             w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
             w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
             w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
-        if olmo2:
-            w.add(p + "attn_q_norm.weight", norm_weight(rng, heads * hd))
-            w.add(p + "attn_k_norm.weight", norm_weight(rng, kv_heads * hd))
+        if olmo2 or exaone4:  # (olmo2: over the whole q / k; exaone4: per head)
+            w.add(p + "attn_q_norm.weight", norm_weight(rng, hd if exaone4 else heads * hd))
+            w.add(p + "attn_k_norm.weight", norm_weight(rng, hd if exaone4 else kv_heads * hd))
             w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
             w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
         if arch == "qwen2":
@@ -677,7 +681,7 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3 / granite / olmo2 model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],
