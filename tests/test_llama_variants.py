@@ -16,6 +16,7 @@ All are llama's tensors with a few differences each, as configuration of the one
   - olmo2: no pre-norms, post-norms after attention and FFN, q / k norms over the whole vectors;
     "olmo3" (the same arch): sliding windows of 24 positions on 3 of 4 layers, which rotate plainly
     while the full-attention layer runs YaRN;
+  - ernie4_5: llama's graph under its own name (adjacent rope pairs);
   - exaone4: olmo2's post-norms with per-head q / k norms; "exaone4-64" has the 32B's 64 layers
     (llama.cpp slides only those): windows of 24 positions on 3 of every 4 layers, which alone
     rotate (the global layers are NoPE).
@@ -46,6 +47,7 @@ FILES = {"smollm3": dict(BASE, arch="smollm3"),
          "olmo2": dict(BASE, arch="olmo2", window=0),
          "olmo3": dict(BASE, arch="olmo2", window=24, orig_ctx=128, yarn_factor=4.0, rope_base=5e5),
          "exaone4": dict(BASE, arch="exaone4", window=0),
+         "ernie4_5": dict(BASE, arch="ernie4_5"),
          "exaone4-64": dict(BASE, arch="exaone4", layers=64, dim=64, heads=2, kv_heads=1, ffn=128, window=24)}
 MOE = dict(layers=3, dim=256, heads=4, kv_heads=2, experts=8, top_k=2, expert_ffn=256, embd_type="F16", wtype="Q8_0",
            expert_type="Q8_0", seed=3)
@@ -97,6 +99,8 @@ def test_config(case):
     assert c.rope_neox == (olmo or exa) and c.qk_norm == (olmo or exa)
     if arch == "smollm3":
         assert c.rope_layers == (True, True, True, False) and c.attn_temp_scale == 0.0
+    elif arch == "ernie4_5":  # llama's graph under another name (adjacent pairs: rope_neox False above)
+        assert c.rope_layers == () and c.pre_norms and not c.post_norms and c.attn_scale == 0.0
     elif arch.startswith("granitemoe"):
         assert (c.n_expert, c.n_expert_used, c.expert_ffn, c.expert_norm, c.shexp_gated) == (8, 2, 256, True, False)
         assert c.shexp_ffn == (384 if arch.endswith("shared") else 0) and c.logit_scale == 8.0
@@ -146,6 +150,8 @@ def test_each_feature_matters(case, monkeypatch):
     arch, path, run = case
     if arch == "smollm3":
         wrong = {"rope everywhere": dict(rope_layers=())}
+    elif arch == "ernie4_5":
+        wrong = {"neox rope": dict(rope_neox=True)}
     elif arch.startswith("granitemoe"):
         wrong = {"top-K not renormalised": dict(expert_norm=False), "no residual scale": dict(residual_scale=0.0)}
         if arch.endswith("shared"):

@@ -3,7 +3,7 @@
 Families differ by config fields, not by copies of the model:
 
     family        rope      q/k norm   q/k/v bias  FFN
-    llama         adjacent  -          -           dense (SmolLM2, Llama 2/3, Mistral)
+    llama         adjacent  -          -           dense (SmolLM2, Llama 2/3, Mistral; ERNIE 4.5 dense: ernie4_5)
     qwen2         neox      -          yes         dense
     qwen3         neox      yes        -           dense
     mixtral       adjacent  -          -           experts, top-K renormalised (arch "llama" + expert_count)
@@ -134,7 +134,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
              "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
              "mistral3": False, "granite": False, "granitemoe": False,
-             "olmo2": True, "exaone4": True}
+             "olmo2": True, "exaone4": True, "ernie4_5": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,

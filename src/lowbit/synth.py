@@ -102,7 +102,7 @@ def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, head
     w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4")
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
@@ -149,6 +149,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     and FFN, q / k norms over the whole q / k vectors; window > 0: OLMo 3's sliding window on the
     layers of the period swa_pattern (None: no key, llama.cpp's 4), rope_base_swa as gemma3's;
     yarn_factor > 0 (with orig_ctx): YaRN on the full-attention layers (OLMo 3's long context).
+
+    ernie4_5 (ERNIE 4.5 dense): llama's tensors under its own arch name.
 
     exaone4 (EXAONE 4.0): olmo2's layout with per-head q / k norms; window > 0 writes the
     sliding_window key (llama.cpp honours it only in a 64-layer model: 3 sliding layers, then a
@@ -681,7 +683,7 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 / ernie4_5 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],
