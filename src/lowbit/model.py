@@ -29,6 +29,8 @@ Families differ by config fields, not by copies of the model:
                   (+YaRN)                          and FFN; OLMo 3's 3:1 sliding layers rotate without YaRN
     exaone4       neox      yes        -           dense (EXAONE 4.0): post-norms only; the 32B's sliding layers
                                                    rotate, its global (every 4th) layers are NoPE
+    ernie4_5-moe  adjacent  -          -           leading dense layers, then experts: softmax with an optional
+                                                   selection bias, top-K renormalised, ungated shared expert
     granitemoe    adjacent  -          -           granite's, with experts (top-K renormalised) and an
                                                    optional ungated shared expert (Granite 3 MoE)
 
@@ -134,12 +136,14 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
              "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
              "mistral3": False, "granite": False, "granitemoe": False,
-             "olmo2": True, "exaone4": True, "ernie4_5": False}
+             "olmo2": True, "exaone4": True, "ernie4_5": False,
+             "ernie4_5-moe": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
-             "granitemoe"}  # and llama with expert_count > 0 (mixtral)
+             "granitemoe", "ernie4_5-moe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
-               "qwen35moe": True, "qwen3next": True, "granitemoe": True}
+               "qwen35moe": True, "qwen3next": True, "granitemoe": True,
+               "ernie4_5-moe": True}
 # Hybrid families: gated delta-net layers (csrc/deltanet.cpp) and gated full attention every
 # full_attention_interval-th layer; value head h reads q/k head h % H_k (qwen35*) or h / (H_v/H_k)
 # (qwen3next); rope: IMROPE sections (qwen35*) or plain neox (qwen3next).
@@ -564,7 +568,7 @@ class ModelConfig:
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_used_count = {used!r} must be an integer in "
                             f"1..{n_expert} ({ek})")
         qwen = ("qwen2moe", "qwen3moe", "qwen35moe", "qwen3next")
-        if arch in ("gpt-oss", "glm4moe", "deepseek2"):
+        if arch in ("gpt-oss", "glm4moe", "deepseek2", "ernie4_5-moe"):
             expert_ffn = key("expert_feed_forward_length")
         elif arch in qwen and f"{arch}.expert_feed_forward_length" in md:
             expert_ffn = key("expert_feed_forward_length")
@@ -580,6 +584,9 @@ class ModelConfig:
         glm = _glm4moe_fields(f, arch, key, n_layer, expert_ffn) if arch in ("glm4moe", "deepseek2") else {}
         if arch == "granitemoe":
             glm = dict(shexp_gated=False)
+        if arch == "ernie4_5-moe":
+            glm = _ernie_moe_fields(f, arch, key, n_layer)
+            shexp = glm.pop("shexp_ffn")
         shexp = glm.pop("shexp_ffn", shexp)
         lead = glm.get("n_dense_lead", 0)
         scale = md.get(f"{arch}.expert_weights_scale", 0.0)
@@ -602,6 +609,26 @@ class ModelConfig:
         return {**dict(n_expert=n_expert, n_expert_used=used, expert_ffn=expert_ffn, shexp_ffn=shexp,
                        expert_norm=EXPERT_NORM[arch], expert_scale=float(scale) if scale not in (0, 0.0) else 1.0),
                 **glm}  # (glm4moe's keys decide its gating and normalisation)
+
+
+def _ernie_moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
+    """ERNIE 4.5 MoE's expert keys (llama_model_ernie4_5_moe and its graph): leading dense layers,
+    then experts on every interleave_moe_layer_step-th layer (only a step of 1, every layer, is
+    supported: ERNIE-4.5-21B-A3B's and 300B-A47B's), softmax over all experts with the optional
+    exp_probs_b selection bias, top-K renormalised, an ungated shared expert of
+    expert_shared_feed_forward_length (absent: none)."""
+    md = f.metadata
+    step = key("interleave_moe_layer_step")
+    if step != 1:
+        raise GGUFError(f"{f.path}: {arch}.interleave_moe_layer_step = {step} is not supported (only 1: every layer "
+                        "after the leading dense ones has experts)")
+    lead = md.get(f"{arch}.leading_dense_block_count", 0)
+    if not isinstance(lead, int) or isinstance(lead, bool) or not 0 <= lead <= n_layer:
+        raise GGUFError(f"{f.path}: metadata key {arch}.leading_dense_block_count = {lead!r} must be an integer in "
+                        f"0..{n_layer}")
+    shexp = key("expert_shared_feed_forward_length") if f"{arch}.expert_shared_feed_forward_length" in md else 0
+    return dict(n_dense_lead=lead, shexp_ffn=shexp, shexp_gated=False, expert_gating="softmax", expert_norm=True,
+                exp_probs_b=lead < n_layer and f"blk.{lead}.exp_probs_b.bias" in f.tensors)
 
 
 def _glm4moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int, expert_ffn: int) -> dict:

@@ -254,7 +254,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
 
 
 MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama", "gpt-oss": "gpt-oss",
-             "glm4moe": "glm4moe", "deepseek2": "deepseek2", "granitemoe": "granitemoe"}
+             "glm4moe": "glm4moe", "deepseek2": "deepseek2", "granitemoe": "granitemoe",
+             "ernie4_5-moe": "ernie4_5-moe"}
 
 
 def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_lora_rank: int = 0,
@@ -426,6 +427,10 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     `nextn` MTP blocks (block_count = layers + nextn) with their nextn.* tensors, which llama.cpp
     loads and does not run when generating.
 
+    ernie4_5-moe (ERNIE 4.5 MoE): the first leading_dense layers with a dense FFN of width
+    dense_ffn (feed_forward_length), then experts on every layer (interleave_moe_layer_step 1) with
+    an exp_probs_b selection bias and an ungated shared expert of width shared_ffn (0: none).
+
     granitemoe (Granite 3 MoE): granite's multipliers (GRANITE_SCALES, attention.scale 1 / head_dim,
     embeddings and head scaled as synth_dense's granite), experts of width expert_ffn
     (feed_forward_length), and an ungated shared expert of width shared_ffn (0: none) with its
@@ -457,7 +462,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
     w = Writer(path, MOE_ARCHS[arch], progress=progress, fit=True)
     a = w.arch
     oss = arch == "gpt-oss"
-    write_header(w, vocab, layers=layers, dim=dim, ffn=expert_ffn, heads=heads, kv_heads=kv_heads, head_dim=hd,
+    write_header(w, vocab, layers=layers, dim=dim, ffn=dense_ffn if arch == "ernie4_5-moe" else expert_ffn, heads=heads, kv_heads=kv_heads, head_dim=hd,
                  ctx=ctx, rope_base=rope_base if oss else 10000.0)
     w.meta(f"{a}.expert_count", int(experts))
     w.meta(f"{a}.expert_used_count", int(top_k))
@@ -468,8 +473,12 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
         w.meta(f"{a}.rope.scaling.type", "yarn")
         w.meta(f"{a}.rope.scaling.factor", float(yarn_factor))
         w.meta(f"{a}.rope.scaling.original_context_length", int(yarn_orig_ctx))
-    granite = arch == "granitemoe"
-    if arch == "qwen2moe" or (granite and shared_ffn):
+    granite, ernie = arch == "granitemoe", arch == "ernie4_5-moe"
+    if ernie:  # (feed_forward_length, in the header, is the leading dense layers' width)
+        w.meta(f"{a}.expert_feed_forward_length", int(expert_ffn))
+        w.meta(f"{a}.interleave_moe_layer_step", 1)
+        w.meta(f"{a}.leading_dense_block_count", int(leading_dense))
+    if arch == "qwen2moe" or ((granite or ernie) and shared_ffn):
         w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
     if granite:
         for k, v in GRANITE_SCALES.items():
@@ -497,7 +506,14 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
         if arch == "qwen2moe":
             for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
                 w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
+        if ernie and i < leading_dense:
+            w.add(p + "ffn_gate.weight", gauss(rng, dense_ffn, dim), wtype)
+            w.add(p + "ffn_up.weight", gauss(rng, dense_ffn, dim), wtype)
+            w.add(p + "ffn_down.weight", gauss(rng, dim, dense_ffn), wtype)
+            continue
         w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+        if ernie:
+            w.add(p + "exp_probs_b.bias", 0.1 * rng.standard_normal(experts).astype(np.float32))
         w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
         w.add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
         w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), down_type or expert_type)
@@ -510,7 +526,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
             w.add(p + "ffn_gate_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
             w.add(p + "ffn_up_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
             w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, shared_ffn), wtype)
-        if granite and shared_ffn:
+        if (granite or ernie) and shared_ffn:
             w.add(p + "ffn_gate_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
             w.add(p + "ffn_up_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
             w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, shared_ffn), wtype)
