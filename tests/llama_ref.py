@@ -31,3 +31,18 @@ def llama_perplexity(llm, text: str, ctx: int) -> tuple[float, int]:
         nll += chunk_nll(logits[ctx // 2:ctx - 1], np.asarray(chunk[ctx // 2 + 1:])).sum()
         count += ctx - 1 - ctx // 2
     return float(np.exp(nll / count)), count
+
+
+def load_with(monkeypatch, path, n_ctx: int, threads: int = 2, **changes):
+    """lowbit's model of `path` with some ModelConfig fields replaced (dataclasses.replace): one
+    feature done wrong, for the tests that show each feature moves the logits."""
+    import dataclasses
+
+    import lowbit
+    from lowbit.model import ModelConfig
+    real = ModelConfig.from_gguf
+    monkeypatch.setattr(ModelConfig, "from_gguf", classmethod(lambda cls, f: dataclasses.replace(real(f), **changes)))
+    try:
+        return lowbit.load(path, n_ctx=n_ctx, threads=threads)
+    finally:
+        monkeypatch.setattr(ModelConfig, "from_gguf", real)

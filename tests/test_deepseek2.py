@@ -9,7 +9,6 @@ top-1 >= 99% where llama.cpp's top-2 margin is >= 0.1 (leaving out lowbit's rout
 perplexity within 0.5%; each feature switched off or wrong in lowbit moves the logits by whole units
 (the comparison can fail).
 """
-import dataclasses
 import os
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 import lowbit
 from deepseek2_models import BASE, MODELS, ds, load  # noqa: F401 (fixture)
 from gemma_glm_models import compare
-from llama_ref import llama_perplexity
+from llama_ref import llama_perplexity, load_with
 from lowbit.synth import synth_deepseek2
 
 
@@ -60,15 +59,6 @@ def test_perplexity_matches_llama_cpp(which, ds):
     assert abs(ours - theirs) <= 0.005 * theirs
 
 
-def _load_with(monkeypatch, path, **changes):
-    from lowbit.model import ModelConfig
-    real = ModelConfig.from_gguf
-    monkeypatch.setattr(ModelConfig, "from_gguf", classmethod(lambda cls, f: dataclasses.replace(real(f), **changes)))
-    try:
-        return load(path)
-    finally:
-        monkeypatch.setattr(ModelConfig, "from_gguf", real)
-
 
 OFF = {"v2": {"kq_scale_plain": dict(mla_kq_scale=float(1 / np.sqrt(np.float32(48)))),
               "no_yarn": dict(yarn_ext_factor=0.0, yarn_attn_factor=1.0, rope_scale=1.0),
@@ -82,7 +72,7 @@ OFF = {"v2": {"kq_scale_plain": dict(mla_kq_scale=float(1 / np.sqrt(np.float32(4
 def test_each_feature_matters(which, ds, monkeypatch):
     path, llm, run = ds(which)
     for what, change in OFF[which].items():
-        m = _load_with(monkeypatch, path, **change)
+        m = load_with(monkeypatch, path, 128, **change)
         ids, ours, ref, tie, counted, agree = compare(m, run)
         diff = float(np.abs(ours - ref).max())
         assert diff > 0.5, f"{which}: {what}: max |logit diff| only {diff:.3f}"

@@ -19,14 +19,13 @@ agreement >= 99% where llama.cpp's top-2 margin is >= 0.1 (glm4moe: leaving out 
 routing is a near-tie in lowbit's router), perplexity within 0.5% of llama.cpp's; each feature
 switched off in lowbit moves the logits by whole units (the comparison can fail).
 """
-import dataclasses
 import os
 
 import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import llama_perplexity
+from llama_ref import llama_perplexity, load_with
 from gemma_glm_models import (GLM, compare, family, gemma_greedy, gemma_llm, gemma_path,  # noqa: F401 (fixtures)
                               glm_greedy, glm_llm, glm_path)
 from lowbit.synth import synth_dense, synth_moe
@@ -71,15 +70,6 @@ def test_perplexity_matches_llama_cpp(which, request):
     assert abs(ours - theirs) <= 0.005 * theirs
 
 
-def _load_with(monkeypatch, path, **changes):
-    from lowbit.model import ModelConfig
-    real = ModelConfig.from_gguf
-    monkeypatch.setattr(ModelConfig, "from_gguf", classmethod(lambda cls, f: dataclasses.replace(real(f), **changes)))
-    try:
-        return lowbit.load(path, n_ctx=128, threads=2)
-    finally:
-        monkeypatch.setattr(ModelConfig, "from_gguf", real)
-
 
 GEMMA_OFF = {"embd_scale": dict(embd_scale=0.0), "attn_scale": dict(attn_scale=float(1 / np.sqrt(np.float32(64)))),
              "rope_base_swa": dict(rope_base_swa=0.0), "softcap": dict(logit_softcap=0.0),
@@ -96,7 +86,7 @@ def test_each_feature_matters(which, request, monkeypatch):
     1/sqrt(key_length); each post norm: all-ones weights instead of the file's)."""
     path, llm, run = family(which, request)
     for what, change in (GEMMA_OFF if which == "gemma3" else GLM_OFF).items():
-        m = _load_with(monkeypatch, path, **change)
+        m = load_with(monkeypatch, path, 128, **change)
         ids, ours, ref, tie, counted, agree = compare(m, run)
         diff = float(np.abs(ours - ref)[~tie].max())
         assert diff > 0.5, f"{which}: {what} off: max |logit diff| only {diff:.3f}"
@@ -124,7 +114,7 @@ def test_glm4moe_softmax_gating_with_bias(tmp_path, monkeypatch):
     run = llama_greedy(llm, llm.tokenize(b"The quick brown fox jumps over the lazy dog", add_bos=False), 30)
     ids, ours, ref, tie, counted, agree = compare(m, run)
     assert counted >= 15 and agree >= 0.99 * counted, (agree, counted)
-    m2 = _load_with(monkeypatch, path, exp_probs_b=False)  # the bias matters
+    m2 = load_with(monkeypatch, path, 128, exp_probs_b=False)  # the bias matters
     assert float(np.abs(compare(m2, run)[1] - ref)[~tie].max()) > 0.5
     del llm
 

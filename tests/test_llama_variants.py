@@ -30,14 +30,13 @@ Parity as tests/test_phi3.py: teacher-forced over llama.cpp's greedy continuatio
 >= 99% where llama.cpp's top-2 margin is >= 0.1, perplexity within 0.5% of llama.cpp's; each
 feature done wrong in lowbit moves the logits by whole units (the comparison can fail).
 """
-import dataclasses
 import os
 
 import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import llama_greedy, llama_perplexity
+from llama_ref import llama_greedy, llama_perplexity, load_with
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_dense, synth_moe
 
@@ -95,15 +94,6 @@ def _logits(m, run):
         clear &= np.array(m.engine.last_route_margins(layer)) >= ROUTE_TIE
     return ours, ref, clear
 
-
-def _load_with(monkeypatch, path, **changes):
-    from lowbit.model import ModelConfig
-    real = ModelConfig.from_gguf
-    monkeypatch.setattr(ModelConfig, "from_gguf", classmethod(lambda cls, f: dataclasses.replace(real(f), **changes)))
-    try:
-        return lowbit.load(path, n_ctx=N_CTX, threads=2)
-    finally:
-        monkeypatch.setattr(ModelConfig, "from_gguf", real)
 
 
 def test_config(case):
@@ -195,7 +185,7 @@ def test_each_feature_matters(case, monkeypatch):
     ours, ref, clear = _logits(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
     assert float(np.abs(ours - ref)[clear].max()) < 0.5  # (done right, the same positions agree)
     for what, changes in wrong.items():
-        ours, ref, clear = _logits(_load_with(monkeypatch, path, **changes), run)
+        ours, ref, clear = _logits(load_with(monkeypatch, path, N_CTX, **changes), run)
         assert float(np.abs(ours - ref)[clear].max()) > 0.5, what
 
 

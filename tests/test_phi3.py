@@ -12,14 +12,13 @@ Parity as tests/test_gemma_glm.py: teacher-forced over llama.cpp's greedy contin
 agreement >= 99% where llama.cpp's top-2 margin is >= 0.1, perplexity within 0.5% of llama.cpp's;
 each feature done wrong in lowbit moves the logits by whole units (the comparison can fail).
 """
-import dataclasses
 import os
 
 import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import llama_greedy, llama_perplexity
+from llama_ref import llama_greedy, llama_perplexity, load_with
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_dense
 
@@ -58,15 +57,6 @@ def _compare(m, run):
     return ours, ref, int(clear.sum()), int((ours.argmax(1) == ref.argmax(1))[clear].sum())
 
 
-def _load_with(monkeypatch, path, n_ctx, **changes):
-    from lowbit.model import ModelConfig
-    real = ModelConfig.from_gguf
-    monkeypatch.setattr(ModelConfig, "from_gguf", classmethod(lambda cls, f: dataclasses.replace(real(f), **changes)))
-    try:
-        return lowbit.load(path, n_ctx=n_ctx, threads=2)
-    finally:
-        monkeypatch.setattr(ModelConfig, "from_gguf", real)
-
 
 def test_config(path):
     c = lowbit.load(path, n_ctx=SHORT).config
@@ -100,8 +90,8 @@ def test_each_feature_matters(path, runs, monkeypatch):
     factor left out, the file's sliding window honoured, the short factors at a long context, the
     fused [gate | up] halves swapped."""
     run = runs[LONG]
-    wrong = {"attn_factor": _load_with(monkeypatch, path, LONG, yarn_attn_factor=1.0),
-             "window": _load_with(monkeypatch, path, LONG, window=(15,) * 4)}
+    wrong = {"attn_factor": load_with(monkeypatch, path, LONG, yarn_attn_factor=1.0),
+             "window": load_with(monkeypatch, path, LONG, window=(15,) * 4)}
     m = lowbit.load(path, n_ctx=LONG, threads=2)
     m._vec("rope_freqs", -1, "rope_factors_short.weight")
     wrong["short factors"] = m
@@ -119,7 +109,7 @@ def test_each_feature_matters(path, runs, monkeypatch):
 def test_fused_rows_must_fit(path, monkeypatch):
     """A fused matrix too small for the heads the metadata gives is a clear error, not a crash."""
     with pytest.raises(GGUFError, match="attn_qkv.weight' has 512 rows"):
-        _load_with(monkeypatch, path, SHORT, n_kv=4)
+        load_with(monkeypatch, path, SHORT, n_kv=4)
 
 
 def test_synth_cli_writes_phi3(tmp_path):
