@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import llama_greedy, llama_perplexity, load_with
+from llama_ref import compare_top1, forced_logits, llama_greedy, llama_perplexity, load_with
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_dense, synth_moe
 
@@ -56,7 +56,6 @@ MOE_FILES = {"granitemoe": dict(MOE, arch="granitemoe", shared_ffn=0),
              "granitemoe-shared": dict(MOE, arch="granitemoe", shared_ffn=384),
              "ernie4_5-moe": dict(MOE, arch="ernie4_5-moe", shared_ffn=384, dense_ffn=512, leading_dense=1)}
 N_CTX = 640
-ROUTE_TIE = 1e-3
 
 
 @pytest.fixture(scope="module", params=sorted(FILES) + sorted(MOE_FILES))
@@ -73,26 +72,6 @@ def _peer(path):
     from lowbit import peer
     return peer.Llama(str(path), n_ctx=N_CTX, logits_all=True, verbose=False, n_threads=1)
 
-
-def _compare(m, run):
-    """(lowbit's logits, llama.cpp's, positions counted, top-1 agreements among them). Counted: a
-    top-2 margin >= 0.1 in llama.cpp's logits and, for MoE files, no routing near-tie in lowbit's
-    router at any layer (float noise decides those: tests/test_moe.py's ROUTE_TIE)."""
-    ours, ref, clear = _logits(m, run)
-    return ours, ref, int(clear.sum()), int((ours.argmax(1) == ref.argmax(1))[clear].sum())
-
-
-def _logits(m, run):
-    """lowbit's logits over the run, llama.cpp's, and the mask of the positions _compare counts."""
-    ids, ref = run
-    m.reset()
-    ours = m.forward(ids, all_logits=True)
-    top2 = np.sort(ref, 1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] >= 0.1
-    c = m.config
-    for layer in range(c.n_dense_lead, c.n_layer if c.n_expert else 0):
-        clear &= np.array(m.engine.last_route_margins(layer)) >= ROUTE_TIE
-    return ours, ref, clear
 
 
 
@@ -135,7 +114,7 @@ def test_config(case):
 
 def test_teacher_forced_top1_matches_llama_cpp(case):
     arch, path, run = case
-    ours, ref, counted, agree = _compare(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
+    ours, ref, counted, agree = compare_top1(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
     print(f"\n{arch}: top-1 {agree}/{counted}, max |logit diff| {np.abs(ours - ref).max():.4f}")
     assert counted >= 0.5 * len(ref) and agree >= 0.99 * counted
 
@@ -182,10 +161,10 @@ def test_each_feature_matters(case, monkeypatch):
     else:
         wrong = {"no temperature": dict(attn_temp_scale=0.0, attn_temp_floor=0),
                  "floor 257": dict(attn_temp_floor=257), "beta_fast 16": dict(yarn_beta_fast=16.0)}
-    ours, ref, clear = _logits(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
+    ours, ref, clear = forced_logits(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
     assert float(np.abs(ours - ref)[clear].max()) < 0.5  # (done right, the same positions agree)
     for what, changes in wrong.items():
-        ours, ref, clear = _logits(load_with(monkeypatch, path, N_CTX, **changes), run)
+        ours, ref, clear = forced_logits(load_with(monkeypatch, path, N_CTX, **changes), run)
         assert float(np.abs(ours - ref)[clear].max()) > 0.5, what
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import llama_greedy, llama_perplexity, load_with
+from llama_ref import compare_top1, llama_greedy, llama_perplexity, load_with
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_dense
 
@@ -48,14 +48,6 @@ def runs(path):
     return out
 
 
-def _compare(m, run):
-    ids, ref = run
-    m.reset()
-    ours = m.forward(ids, all_logits=True)
-    top2 = np.sort(ref, 1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] >= 0.1
-    return ours, ref, int(clear.sum()), int((ours.argmax(1) == ref.argmax(1))[clear].sum())
-
 
 
 def test_config(path):
@@ -70,7 +62,7 @@ def test_config(path):
 @pytest.mark.parametrize("n_ctx", [LONG, SHORT])
 def test_teacher_forced_top1_matches_llama_cpp(path, runs, n_ctx):
     m = lowbit.load(path, n_ctx=n_ctx, threads=2)
-    ours, ref, counted, agree = _compare(m, runs[n_ctx])
+    ours, ref, counted, agree = compare_top1(m, runs[n_ctx])
     print(f"\nphi3 n_ctx {n_ctx}: top-1 {agree}/{counted}, max |logit diff| {np.abs(ours - ref).max():.4f}")
     assert counted >= 0.5 * len(ref) and agree >= 0.99 * counted
 
@@ -102,7 +94,7 @@ def test_each_feature_matters(path, runs, monkeypatch):
         m._mat("ffn_up", i, up, rows=(0, m.config.ffn))
     wrong["gate/up swapped"] = m
     for what, m in wrong.items():
-        ours, ref, _, _ = _compare(m, run)
+        ours, ref, _, _ = compare_top1(m, run)
         assert float(np.abs(ours - ref).max()) > 0.5, what
 
 
