@@ -107,7 +107,9 @@ def serve_all(model, jobs, speculator=None, k=4, cache=False, cost=0.0, **sampli
     sched = Scheduler(model, PARALLEL, spec=speculator, spec_k=k, spec_cost=cost,
                       cache=PrefixCache(model, 8 << 20) if cache else None)
     try:
-        reqs = [submit(sched, model.tokenize(p), n, o, **sampling) for p, n, o in jobs]
+        with sched._cv:  # all queued before the first step: which requests share a step (and so
+            # what the drafting policy sees) must not depend on the machine's load
+            reqs = [submit(sched, model.tokenize(p), n, o, **sampling) for p, n, o in jobs]
         outs = []
         for r, q in reqs:
             text, ev = drain(q)
