@@ -839,10 +839,10 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         pre_norm(L.attn_norm, T);
         if (L.recurrent) {  // hybrid models: a gated delta-net layer in place of attention
             deltanet(l, h_.data(), T, slots, h_.data());
-            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+            residual(h_.data(), T);
         } else if (mla()) {  // DeepSeek's latent attention (csrc/mla.cpp)
             mla_attention(l, h_.data(), T, slots, pos, h_.data());
-            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] += h_[i];
+            residual(h_.data(), T);
         } else {  // attention (the block keeps the loop's indentation up to its closing brace)
         if (c_.attn_gate) {  // attn_q: [q_h, gate_h] per head, split into q_ and agate_
             qg_.resize((size_t)T * 2 * qd);

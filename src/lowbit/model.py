@@ -579,14 +579,14 @@ class ModelConfig:
         shexp = 0
         if arch in SHARED_EXPERT_ARCHS:
             shexp = key("expert_shared_feed_forward_length", md.get(f"{arch}.feed_forward_length"))
-        if arch == "granitemoe":  # an ungated shared expert when the key is there (Granite MoE Shared)
-            shexp = key("expert_shared_feed_forward_length") if f"{arch}.expert_shared_feed_forward_length" in md else 0
-        glm = _glm4moe_fields(f, arch, key, n_layer, expert_ffn) if arch in ("glm4moe", "deepseek2") else {}
-        if arch == "granitemoe":
-            glm = dict(shexp_gated=False)
-        if arch == "ernie4_5-moe":
-            glm = _ernie_moe_fields(f, arch, key, n_layer)
-            shexp = glm.pop("shexp_ffn")
+        if arch in ("glm4moe", "deepseek2"):
+            glm = _glm4moe_fields(f, arch, key, n_layer, expert_ffn)
+        elif arch in ("granitemoe", "ernie4_5-moe"):  # an ungated shared expert when its key is there
+            k = "expert_shared_feed_forward_length"
+            glm = dict(shexp_ffn=key(k) if f"{arch}.{k}" in md else 0, shexp_gated=False,
+                       **(_ernie_moe_fields(f, arch, key, n_layer) if arch == "ernie4_5-moe" else {}))
+        else:
+            glm = {}
         shexp = glm.pop("shexp_ffn", shexp)
         lead = glm.get("n_dense_lead", 0)
         scale = md.get(f"{arch}.expert_weights_scale", 0.0)
@@ -615,8 +615,7 @@ def _ernie_moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
     """ERNIE 4.5 MoE's expert keys (llama_model_ernie4_5_moe and its graph): leading dense layers,
     then experts on every interleave_moe_layer_step-th layer (only a step of 1, every layer, is
     supported: ERNIE-4.5-21B-A3B's and 300B-A47B's), softmax over all experts with the optional
-    exp_probs_b selection bias, top-K renormalised, an ungated shared expert of
-    expert_shared_feed_forward_length (absent: none)."""
+    exp_probs_b selection bias, top-K renormalised (the shared expert: _moe_fields)."""
     md = f.metadata
     step = key("interleave_moe_layer_step")
     if step != 1:
@@ -626,8 +625,7 @@ def _ernie_moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
     if not isinstance(lead, int) or isinstance(lead, bool) or not 0 <= lead <= n_layer:
         raise GGUFError(f"{f.path}: metadata key {arch}.leading_dense_block_count = {lead!r} must be an integer in "
                         f"0..{n_layer}")
-    shexp = key("expert_shared_feed_forward_length") if f"{arch}.expert_shared_feed_forward_length" in md else 0
-    return dict(n_dense_lead=lead, shexp_ffn=shexp, shexp_gated=False, expert_gating="softmax", expert_norm=True,
+    return dict(n_dense_lead=lead, expert_gating="softmax", expert_norm=True,
                 exp_probs_b=lead < n_layer and f"blk.{lead}.exp_probs_b.bias" in f.tensors)
 
 

@@ -102,10 +102,29 @@ def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, head
     w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
 
 
+def add_glu(w: Writer, rng: np.random.Generator, p: str, *, width: int, dim: int, wtype: str,
+            suffix: str = "") -> None:
+    """A SwiGLU FFN's three matrices, ffn_gate / ffn_up / ffn_down + suffix ("_shexp": a shared
+    expert), in this order (the random draws depend on it)."""
+    w.add(p + f"ffn_gate{suffix}.weight", gauss(rng, width, dim), wtype)
+    w.add(p + f"ffn_up{suffix}.weight", gauss(rng, width, dim), wtype)
+    w.add(p + f"ffn_down{suffix}.weight", gauss(rng, dim, width), wtype)
+
+
 DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
+
+
+def granite_scales(w: Writer, head_dim: int, dim: int) -> tuple[float, float]:
+    """granite / granitemoe: GRANITE_SCALES and attention.scale = 1 / head_dim into the file; returns
+    the token embeddings' and the head's std (1/12: the graph multiplies the embeddings by 12;
+    8/sqrt(dim): logits of a real model's range after the graph's 1 / logit_scale)."""
+    for k, v in GRANITE_SCALES.items():
+        w.meta(f"{w.arch}.{k}", float(v))
+    w.meta(f"{w.arch}.attention.scale", float(1.0 / head_dim))
+    return 1.0 / GRANITE_SCALES["embedding_scale"], GRANITE_SCALES["logit_scale"] / np.sqrt(dim)
 
 
 def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, ffn: int = 512, heads: int = 4,
@@ -178,10 +197,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                  rope_base=rope_base, rope_dims=rope_dims)
     if phi3:
         w.meta(f"{arch}.attention.sliding_window", int(window))
-    if arch == "granite":
-        for k, v in GRANITE_SCALES.items():
-            w.meta(f"{arch}.{k}", float(v))
-        w.meta(f"{arch}.attention.scale", float(1.0 / hd))
+    emb_std, head_std = granite_scales(w, hd, dim) if arch == "granite" else (1.0, None)
     if (mistral3 or olmo2) and orig_ctx:
         w.meta(f"{arch}.rope.scaling.original_context_length", int(orig_ctx))
         if yarn_factor:
@@ -217,10 +233,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
             w.meta(f"{arch}.rope.freq_base_swa", float(rope_base_swa))
         if softcap:
             w.meta(f"{arch}.final_logit_softcapping", float(softcap))
-    emb_std = 1.0 / np.sqrt(dim) if gemma else 1.0 / GRANITE_SCALES["embedding_scale"] if arch == "granite" else 1.0
-    w.add("token_embd.weight", gauss(rng, nv, dim, scale=emb_std), embd_type)
-    if not tied:  # (granite: logits of a real model's range after the graph's 1 / logit_scale)
-        head_std = GRANITE_SCALES["logit_scale"] / np.sqrt(dim) if arch == "granite" else None
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0 / np.sqrt(dim) if gemma else emb_std), embd_type)
+    if not tied:
         w.add("output.weight", gauss(rng, nv, dim, scale=head_std), head_type or wtype)
     w.add("output_norm.weight", norm_weight(rng, dim))
     for i in range(layers):
@@ -480,14 +494,9 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
         w.meta(f"{a}.leading_dense_block_count", int(leading_dense))
     if arch == "qwen2moe" or ((granite or ernie) and shared_ffn):
         w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
-    if granite:
-        for k, v in GRANITE_SCALES.items():
-            w.meta(f"{a}.{k}", float(v))
-        w.meta(f"{a}.attention.scale", float(1.0 / hd))
-    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0 / GRANITE_SCALES["embedding_scale"] if granite else 1.0),
-          embd_type)
-    w.add("output.weight", gauss(rng, nv, dim, scale=GRANITE_SCALES["logit_scale"] / np.sqrt(dim) if granite else None),
-          head_type or wtype)
+    emb_std, head_std = granite_scales(w, hd, dim) if granite else (1.0, None)
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=emb_std), embd_type)
+    w.add("output.weight", gauss(rng, nv, dim, scale=head_std), head_type or wtype)
     w.add("output_norm.weight", norm_weight(rng, dim))
     for i in range(layers):
         p = f"blk.{i}."
@@ -507,9 +516,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
             for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
                 w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
         if ernie and i < leading_dense:
-            w.add(p + "ffn_gate.weight", gauss(rng, dense_ffn, dim), wtype)
-            w.add(p + "ffn_up.weight", gauss(rng, dense_ffn, dim), wtype)
-            w.add(p + "ffn_down.weight", gauss(rng, dim, dense_ffn), wtype)
+            add_glu(w, rng, p, width=dense_ffn, dim=dim, wtype=wtype)
             continue
         w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
         if ernie:
@@ -521,15 +528,10 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
             w.add(p + "ffn_gate_inp.bias", 0.5 * rng.standard_normal(experts).astype(np.float32))
             for nm, rows in (("gate", expert_ffn), ("up", expert_ffn), ("down", dim)):
                 w.add(p + f"ffn_{nm}_exps.bias", 0.1 * rng.standard_normal((experts, rows)).astype(np.float32))
-        if arch == "qwen2moe":
+        if arch == "qwen2moe":  # (its sigmoid gate)
             w.add(p + "ffn_gate_inp_shexp.weight", gauss(rng, dim), "F32")
-            w.add(p + "ffn_gate_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
-            w.add(p + "ffn_up_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
-            w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, shared_ffn), wtype)
-        if (granite or ernie) and shared_ffn:
-            w.add(p + "ffn_gate_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
-            w.add(p + "ffn_up_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
-            w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, shared_ffn), wtype)
+        if arch == "qwen2moe" or ((granite or ernie) and shared_ffn):
+            add_glu(w, rng, p, width=shared_ffn, dim=dim, wtype=wtype, suffix="_shexp")
     w.close()
     return str(path)
 
