@@ -578,7 +578,7 @@ NB_MODULE(_lowbit, m) {
                             bool post_norms, int n_dense_lead, bool shexp_gated,
                             // hybrid qwen35 / qwen35moe / qwen3next
                             std::vector<uint8_t> recurrent, int ssm_conv,
-                            int ssm_state, int ssm_groups, int ssm_heads, bool ssm_kv_interleave, bool attn_gate,
+                            int ssm_state, int ssm_groups, int ssm_heads, bool ssm_kv_interleave, bool shortconv, bool attn_gate,
                             std::vector<int> rope_sections, int layer_begin, int layer_end,
                             // DeepSeek MLA and group-limited routing
                             int mla_rank, int mla_v_dim, int q_lora_rank, float mla_kq_scale, int expert_groups,
@@ -600,6 +600,7 @@ NB_MODULE(_lowbit, m) {
             c.shexp_gated = shexp_gated;
             c.recurrent = std::move(recurrent); c.ssm_conv = ssm_conv; c.ssm_state = ssm_state;
             c.ssm_groups = ssm_groups; c.ssm_heads = ssm_heads; c.ssm_kv_interleave = ssm_kv_interleave;
+            c.shortconv = shortconv;
             c.attn_gate = attn_gate;
             c.kv_k = kv_k; c.kv_v = kv_v;
             if (rope_sections.size() > 4) throw std::invalid_argument("engine: at most 4 rope sections");
@@ -622,7 +623,7 @@ NB_MODULE(_lowbit, m) {
            nb::arg("post_norms") = false, nb::arg("n_dense_lead") = 0,
            nb::arg("shexp_gated") = true,
            nb::arg("recurrent") = std::vector<uint8_t>(), nb::arg("ssm_conv") = 0, nb::arg("ssm_state") = 0,
-           nb::arg("ssm_groups") = 0, nb::arg("ssm_heads") = 0, nb::arg("ssm_kv_interleave") = false,
+           nb::arg("ssm_groups") = 0, nb::arg("ssm_heads") = 0, nb::arg("ssm_kv_interleave") = false, nb::arg("shortconv") = false,
            nb::arg("attn_gate") = false, nb::arg("rope_sections") = std::vector<int>(),
            nb::arg("layer_begin") = 0, nb::arg("layer_end") = 0,
            nb::arg("mla_rank") = 0, nb::arg("mla_v_dim") = 0, nb::arg("q_lora_rank") = 0,

@@ -36,12 +36,15 @@
 
 namespace lowbit {
 
-size_t Engine::conv_state_floats() const {
-    const size_t cd = (2 * (size_t)c_.ssm_groups + c_.ssm_heads) * c_.ssm_state;
-    return cd * (size_t)(c_.ssm_conv - 1);
+int Engine::conv_dim() const {
+    return c_.shortconv ? c_.dim : (2 * c_.ssm_groups + c_.ssm_heads) * c_.ssm_state;
 }
 
-size_t Engine::ssm_state_floats() const { return (size_t)c_.ssm_heads * c_.ssm_state * c_.ssm_state; }
+size_t Engine::conv_state_floats() const { return (size_t)conv_dim() * (size_t)(c_.ssm_conv - 1); }
+
+size_t Engine::ssm_state_floats() const {
+    return c_.shortconv ? 0 : (size_t)c_.ssm_heads * c_.ssm_state * c_.ssm_state;
+}
 
 void Engine::rstate_clear(int slot) {
     const size_t cs = (size_t)n_rec_layers_ * conv_state_floats(), ss = (size_t)n_rec_layers_ * ssm_state_floats();
@@ -81,7 +84,6 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
     const LayerWeights &L = layers_[(size_t)layer];
     const int S = c_.ssm_state, Hk = c_.ssm_groups, Hv = c_.ssm_heads;
     const int kdim = Hk * S, vd = Hv * S, cd = 2 * kdim + vd, r = Hv / Hk;
-    const int rl = rec_index_[(size_t)layer];
 
     // 1. projections (q/k/v, z, beta, alpha share one quantized copy of x where formats pair)
     dq_.resize((size_t)T * cd);
@@ -109,34 +111,13 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
             db_[(size_t)t * Hv + h] = 1.0f / (1.0f + std::exp(-db_[(size_t)t * Hv + h]));
         }
 
-    // the batch's tokens per slot, in order (the forward pass checked they continue its state)
-    std::vector<int> run_slot, run_tok;     // run_tok: token indices grouped by slot
-    std::vector<int> run_off{0};
-    {
-        std::vector<uint8_t> seen((size_t)c_.n_slots, 0);
-        for (int t = 0; t < T; ++t) {
-            if (seen[(size_t)slots[t]]) continue;
-            seen[(size_t)slots[t]] = 1;
-            run_slot.push_back(slots[t]);
-            for (int u = t; u < T; ++u) if (slots[u] == slots[t]) run_tok.push_back(u);
-            run_off.push_back((int)run_tok.size());
-        }
-    }
-    // the replay log (engine.h): a slot's 2..kReplayMax tokens, as the state update takes them
-    const size_t lrow = tlog_row();
-    for (size_t run = 0; run < run_slot.size(); ++run) {
-        const int n = run_off[run + 1] - run_off[run];
-        if (n < 2 || n > kReplayMax) continue;
-        if (tlog_.empty()) tlog_.resize((size_t)c_.n_slots * n_rec_layers_ * kReplayMax * lrow);
-        float *dst = tlog_.data() + ((size_t)run_slot[run] * n_rec_layers_ + rl) * kReplayMax * lrow;
-        for (int k = 0; k < n; ++k, dst += lrow) {
-            const size_t t = (size_t)run_tok[(size_t)run_off[run] + k];
-            std::memcpy(dst, dq_.data() + t * cd, sizeof(float) * cd);
-            std::memcpy(dst + cd, dg_.data() + t * Hv, sizeof(float) * Hv);
-            std::memcpy(dst + cd + Hv, db_.data() + t * Hv, sizeof(float) * Hv);
-        }
-    }
-    deltanet_state(layer, T, run_slot, run_tok, run_off);
+    const SlotRuns runs = slot_runs(slots, T, c_.n_slots);
+    tlog_write(layer, runs, [&](size_t t, float *dst) {  // the replay log: what the state update takes
+        std::memcpy(dst, dq_.data() + t * cd, sizeof(float) * cd);
+        std::memcpy(dst + cd, dg_.data() + t * Hv, sizeof(float) * Hv);
+        std::memcpy(dst + cd + Hv, db_.data() + t * Hv, sizeof(float) * Hv);
+    });
+    deltanet_state(layer, T, runs);
 
     // 6. gated RMS norm per (token, head), then the output projection
     for (int t = 0; t < T; ++t)
@@ -151,6 +132,31 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
     matmul(L.ssm_out, dout_.data(), T, out);
 }
 
+Engine::SlotRuns Engine::slot_runs(const int32_t *slots, int T, int n_slots) {
+    SlotRuns r;
+    std::vector<uint8_t> seen((size_t)n_slots, 0);
+    for (int t = 0; t < T; ++t) {
+        if (seen[(size_t)slots[t]]) continue;
+        seen[(size_t)slots[t]] = 1;
+        r.slot.push_back(slots[t]);
+        for (int u = t; u < T; ++u) if (slots[u] == slots[t]) r.tok.push_back(u);
+        r.off.push_back((int)r.tok.size());
+    }
+    return r;
+}
+
+void Engine::tlog_write(int layer, const SlotRuns &r, const std::function<void(size_t, float *)> &row) {
+    const size_t lrow = tlog_row();
+    const int rl = rec_index_[(size_t)layer];
+    for (size_t run = 0; run < r.slot.size(); ++run) {
+        const int n = r.off[run + 1] - r.off[run];
+        if (n < 2 || n > kReplayMax) continue;
+        if (tlog_.empty()) tlog_.resize((size_t)c_.n_slots * n_rec_layers_ * kReplayMax * lrow);
+        float *dst = tlog_.data() + ((size_t)r.slot[run] * n_rec_layers_ + rl) * kReplayMax * lrow;
+        for (int k = 0; k < n; ++k, dst += lrow) row((size_t)r.tok[(size_t)r.off[run] + k], dst);
+    }
+}
+
 void Engine::rstate_replay(int slot, int n) {
     if (slot < 0 || slot >= c_.n_slots) throw std::invalid_argument("rstate_replay: no slot " + std::to_string(slot));
     const int p0 = tlog_p0_[(size_t)slot], ln = tlog_n_[(size_t)slot];
@@ -159,13 +165,16 @@ void Engine::rstate_replay(int slot, int n) {
                                     std::to_string(p0) + ", the state is at " + std::to_string(rpos_[(size_t)slot]) +
                                     ", asked for " + std::to_string(n));
     if (n == 0) return;
-    const int S = c_.ssm_state, Hk = c_.ssm_groups, Hv = c_.ssm_heads, cd = (2 * Hk + Hv) * S;
+    const int cd = conv_dim(), Hv = c_.shortconv ? 0 : c_.ssm_heads;
     const size_t lrow = tlog_row();
     dq_.resize((size_t)n * cd);
     dg_.resize((size_t)n * Hv);
     db_.resize((size_t)n * Hv);
-    std::vector<int> run_slot{slot}, run_tok(n), run_off{0, n};
-    for (int k = 0; k < n; ++k) run_tok[(size_t)k] = k;
+    SlotRuns runs;
+    runs.slot = {slot};
+    runs.tok.resize((size_t)n);
+    runs.off = {0, n};
+    for (int k = 0; k < n; ++k) runs.tok[(size_t)k] = k;
     for (int l = c_.layer_begin; l < c_.layer_end; ++l) {
         if (!layers_[(size_t)l].recurrent) continue;
         const float *src = tlog_.data() + ((size_t)slot * n_rec_layers_ + rec_index_[(size_t)l]) * kReplayMax * lrow;
@@ -174,47 +183,54 @@ void Engine::rstate_replay(int slot, int n) {
             std::memcpy(dg_.data() + (size_t)k * Hv, src + cd, sizeof(float) * Hv);
             std::memcpy(db_.data() + (size_t)k * Hv, src + cd + Hv, sizeof(float) * Hv);
         }
-        deltanet_state(l, n, run_slot, run_tok, run_off);
+        if (c_.shortconv) conv_runs(l, dq_.data(), false, runs);  // (the outputs are not needed)
+        else deltanet_state(l, n, runs);
     }
     rpos_[(size_t)slot] = p0 + n;
 }
 
-void Engine::deltanet_state(int layer, int T, const std::vector<int> &run_slot, const std::vector<int> &run_tok,
-                            const std::vector<int> &run_off) {
+void Engine::conv_runs(int layer, float *buf, bool silu_out, const SlotRuns &r) {
     const LayerWeights &L = layers_[(size_t)layer];
-    const int S = c_.ssm_state, Hk = c_.ssm_groups, Hv = c_.ssm_heads, K = c_.ssm_conv;
+    const int K = c_.ssm_conv, cd = conv_dim(), rl = rec_index_[(size_t)layer];
+    const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
+    const size_t csf = conv_state_floats();
+    // per (run, block of 64 channels): each channel's tokens in order; no value's operation order
+    // depends on the split
+    const int64_t CB = 64, nblk = (cd + CB - 1) / CB, items = (int64_t)r.slot.size() * nblk;
+    const int parts = (int)std::min<int64_t>(items, threads > 1 ? (int64_t)threads * 4 : 1);
+    ThreadPool::instance().run(parts, [&](int i, int nth) {
+        int64_t b, e;
+        split_range(items, i, nth, &b, &e);
+        for (int64_t it = b; it < e; ++it) {
+            const int run = (int)(it / nblk), c0 = (int)(it % nblk * CB), c1 = std::min(cd, c0 + (int)CB);
+            float *st = conv_st_.data() + ((size_t)r.slot[(size_t)run] * n_rec_layers_ + rl) * csf;
+            for (int k = r.off[(size_t)run]; k < r.off[(size_t)run + 1]; ++k) {
+                float *xt = buf + (size_t)r.tok[(size_t)k] * cd;
+                for (int c = c0; c < c1; ++c) {
+                    float *sc = st + (size_t)c * (K - 1);
+                    const float *w = L.ssm_conv1d + (size_t)c * K;
+                    float sum = 0.0f;
+                    for (int j = 0; j < K - 1; ++j) sum += sc[j] * w[j];
+                    sum += xt[c] * w[K - 1];
+                    for (int j = 0; j + 1 < K - 1; ++j) sc[j] = sc[j + 1];
+                    if (K > 1) sc[K - 2] = xt[c];
+                    xt[c] = silu_out ? silu(sum) : sum;
+                }
+            }
+        }
+    });
+}
+
+void Engine::deltanet_state(int layer, int T, const SlotRuns &runs) {
+    const int S = c_.ssm_state, Hk = c_.ssm_groups, Hv = c_.ssm_heads;
     const int kdim = Hk * S, vd = Hv * S, cd = 2 * kdim + vd, r = Hv / Hk;
     const int rl = rec_index_[(size_t)layer];
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
-    const int n_runs = (int)run_slot.size();
-    const size_t csf = conv_state_floats(), ssf = ssm_state_floats();
+    const int n_runs = (int)runs.slot.size();
+    const size_t ssf = ssm_state_floats();
 
-    // 2. conv1d + silu, in place on dq_, per (run, channel block); 3. then l2 norms of q and k
-    {
-        const int64_t CB = 64, nblk = (cd + CB - 1) / CB, items = (int64_t)n_runs * nblk;
-        const int parts = (int)std::min<int64_t>(items, threads > 1 ? (int64_t)threads * 4 : 1);
-        ThreadPool::instance().run(parts, [&](int i, int nth) {
-            int64_t b, e;
-            split_range(items, i, nth, &b, &e);
-            for (int64_t it = b; it < e; ++it) {
-                const int run = (int)(it / nblk), c0 = (int)(it % nblk * CB), c1 = std::min(cd, c0 + (int)CB);
-                float *st = conv_st_.data() + ((size_t)run_slot[(size_t)run] * n_rec_layers_ + rl) * csf;
-                for (int k = run_off[(size_t)run]; k < run_off[(size_t)run + 1]; ++k) {
-                    float *xt = dq_.data() + (size_t)run_tok[(size_t)k] * cd;
-                    for (int c = c0; c < c1; ++c) {
-                        float *sc = st + (size_t)c * (K - 1);
-                        const float *w = L.ssm_conv1d + (size_t)c * K;
-                        float sum = 0.0f;
-                        for (int j = 0; j < K - 1; ++j) sum += sc[j] * w[j];
-                        sum += xt[c] * w[K - 1];
-                        for (int j = 0; j + 1 < K - 1; ++j) sc[j] = sc[j + 1];
-                        if (K > 1) sc[K - 2] = xt[c];
-                        xt[c] = silu(sum);
-                    }
-                }
-            }
-        });
-    }
+    // 2. conv1d + silu, in place on dq_; 3. then l2 norms of q and k
+    conv_runs(layer, dq_.data(), true, runs);
     const float eps_s = c_.eps / (float)S, inv_sqrt_s = 1.0f / std::sqrt((float)S);
     for (int t = 0; t < T; ++t)
         for (int hh = 0; hh < 2 * Hk; ++hh) {  // q heads then k heads, contiguous
@@ -237,9 +253,9 @@ void Engine::deltanet_state(int layer, int T, const std::vector<int> &run_slot, 
             for (int64_t it = b; it < e; ++it) {
                 const int run = (int)(it / Hv), h = (int)(it % Hv);
                 const int kh = c_.ssm_kv_interleave ? h / r : h % Hk;
-                float *M = ssm_st_.data() + ((size_t)run_slot[(size_t)run] * n_rec_layers_ + rl) * ssf + (size_t)h * S * S;
-                for (int k = run_off[(size_t)run]; k < run_off[(size_t)run + 1]; ++k) {
-                    const int t = run_tok[(size_t)k];
+                float *M = ssm_st_.data() + ((size_t)runs.slot[(size_t)run] * n_rec_layers_ + rl) * ssf + (size_t)h * S * S;
+                for (int k = runs.off[(size_t)run]; k < runs.off[(size_t)run + 1]; ++k) {
+                    const int t = runs.tok[(size_t)k];
                     const float *qt = dq_.data() + (size_t)t * cd + (size_t)kh * S;
                     const float *kt = qt + kdim;
                     const float *vt = dq_.data() + (size_t)t * cd + 2 * (size_t)kdim + (size_t)h * S;

@@ -76,7 +76,12 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         if (rec) rec_index_[(size_t)l] = n_rec_layers_++;
         else kv_index_[(size_t)l] = n_kv_layers_++;
     }
-    if (n_rec_layers_ > 0) {
+    if (n_rec_layers_ > 0 && c.shortconv) {  // LFM2 (llama.cpp asserts l_cache > 1)
+        if (c.ssm_conv < 2)
+            throw std::invalid_argument("engine: the short conv's kernel width (l_cache " + std::to_string(c.ssm_conv) +
+                                        ") must be at least 2");
+        conv_st_.assign((size_t)c.n_slots * n_rec_layers_ * conv_state_floats(), 0.0f);
+    } else if (n_rec_layers_ > 0) {
         if (c.ssm_conv < 1 || c.ssm_state < 1 || c.ssm_groups < 1 || c.ssm_heads < 1 || c.ssm_heads % c.ssm_groups)
             throw std::invalid_argument("engine: inconsistent delta-net sizes (conv kernel " + std::to_string(c.ssm_conv) +
                                         ", state " + std::to_string(c.ssm_state) + ", groups " +
@@ -185,6 +190,8 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
     if (n == "ssm_beta") return &l.ssm_beta;
     if (n == "ssm_ba") return &l.ssm_ba;
     if (n == "ssm_out") return &l.ssm_out;
+    if (n == "shortconv.in_proj") return &l.sc_in;  // LFM2 (csrc/shortconv.cpp)
+    if (n == "shortconv.out_proj") return &l.sc_out;
     if (n == "attn_q_a") return &l.wq_a;     // DeepSeek MLA (csrc/mla.cpp)
     if (n == "attn_q_b") return &l.wq_b;
     if (n == "attn_kv_a_mqa") return &l.wkv_a;
@@ -242,7 +249,9 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "attn_q_a_norm" && c_.q_lora_rank > 0) { need(c_.q_lora_rank); l.q_a_norm = v; return; }  // MLA
         if (name == "attn_kv_a_norm" && c_.mla_rank > 0) { need(c_.mla_rank); l.kv_a_norm = v; return; }
         if (name == "exp_probs_b" && c_.n_expert > 0) { need(c_.n_expert); l.exp_probs_b = v; return; }  // glm4moe
-        if (l.recurrent) {
+        if (l.recurrent && c_.shortconv) {  // LFM2
+            if (name == "shortconv.conv") { need((int64_t)c_.dim * c_.ssm_conv); l.ssm_conv1d = v; return; }
+        } else if (l.recurrent) {
             const int64_t S = c_.ssm_state, Hv = c_.ssm_heads, cd = (2 * (int64_t)c_.ssm_groups + Hv) * S;
             if (name == "ssm_conv1d") { need(cd * c_.ssm_conv); l.ssm_conv1d = v; return; }
             if (name == "ssm_dt.bias") { need(Hv); l.ssm_dt = v; return; }
@@ -318,7 +327,11 @@ std::string Engine::validate() const {
         if (c_.pre_norms && (!l.attn_norm || !l.ffn_norm)) return p + "attn_norm/ffn_norm missing";
         if (c_.sub_norm && !l.attn_sub_norm) return p + "attn_sub_norm is missing";
         if (c_.sub_norm && !l.ffn_sub_norm) return p + "ffn_sub_norm is missing";
-        if (l.recurrent) {
+        if (l.recurrent && c_.shortconv) {
+            if (!(e = shape(l.sc_in, 3 * (int64_t)c_.dim, c_.dim, p + "shortconv.in_proj")).empty()) return e;
+            if (!(e = shape(l.sc_out, c_.dim, c_.dim, p + "shortconv.out_proj")).empty()) return e;
+            if (!l.ssm_conv1d) return p + "shortconv.conv is missing";
+        } else if (l.recurrent) {
             const int64_t S = c_.ssm_state, Hv = c_.ssm_heads, vd = Hv * S, cd = 2 * (int64_t)c_.ssm_groups * S + vd;
             if (!(e = shape(l.wqkv, cd, c_.dim, p + "attn_qkv")).empty()) return e;
             if (!(e = shape(l.wqkv_gate, vd, c_.dim, p + "attn_gate")).empty()) return e;
@@ -837,8 +850,9 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
         pre_norm(L.attn_norm, T);
-        if (L.recurrent) {  // hybrid models: a gated delta-net layer in place of attention
-            deltanet(l, h_.data(), T, slots, h_.data());
+        if (L.recurrent) {  // hybrid models: a gated delta-net (or LFM2's short conv) in place of attention
+            if (c_.shortconv) shortconv(l, h_.data(), T, slots, h_.data());
+            else deltanet(l, h_.data(), T, slots, h_.data());
             residual(h_.data(), T);
         } else if (mla()) {  // DeepSeek's latent attention (csrc/mla.cpp)
             mla_attention(l, h_.data(), T, slots, pos, h_.data());
@@ -938,7 +952,8 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             s.t_attn += seconds(t0, t1);
             s.weight_bytes += mat_bytes(L.wq) + mat_bytes(L.wk) + mat_bytes(L.wv) + mat_bytes(L.wo) +
                               mat_bytes(L.wqkv) + mat_bytes(L.wqkv_gate) + mat_bytes(L.ssm_alpha) +
-                              mat_bytes(L.ssm_beta) + mat_bytes(L.ssm_ba) + mat_bytes(L.ssm_out);
+                              mat_bytes(L.ssm_beta) + mat_bytes(L.ssm_ba) + mat_bytes(L.ssm_out) +
+                              mat_bytes(L.sc_in) + mat_bytes(L.sc_out);
         }
     }
     if (hybrid())

@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <string>
 #include <initializer_list>
@@ -80,7 +81,10 @@ struct LayerWeights {
     const float *ssm_dt = nullptr;        // [H_v] bias of alpha
     const float *ssm_a = nullptr;         // [H_v] -exp(A_log) as the converter stores it
     const float *ssm_norm = nullptr;      // [S] RMSNorm weight of each head's output
-    bool recurrent = false;               // a delta-net layer (else attention)
+    // LFM2's short-conv block (EngineConfig::shortconv; csrc/shortconv.cpp), its conv taps in ssm_conv1d [dim][K]:
+    Mat sc_in;                            // shortconv.in_proj  [3 dim, dim]: b, c, x
+    Mat sc_out;                           // shortconv.out_proj [dim, dim]
+    bool recurrent = false;               // a delta-net or short-conv layer (else attention)
     // DeepSeek multi-head latent attention (EngineConfig::mla_rank > 0; csrc/mla.cpp), R = mla_rank,
     // hd = head_dim = nope + rope (rope = rope_dims), vd = mla_v_dim, Rq = q_lora_rank:
     Mat wq_a, wq_b;                       // attn_q_a [Rq, dim], attn_q_b [n_head * hd, Rq] (or wq, Rq = 0)
@@ -177,6 +181,10 @@ struct EngineConfig {
     // Which q / k head value head h reads: h % H_k (qwen35: ggml's broadcast), or h / (H_v / H_k)
     // (qwen3next: llama.cpp repeats q / k interleaved).
     bool ssm_kv_interleave = false;
+    // LFM2 (lfm2, lfm2moe): the recurrent layers are short-conv blocks (csrc/shortconv.cpp), not
+    // delta-net: the conv runs over dim channels with kernel width ssm_conv (shortconv.l_cache), and
+    // there is no recurrent matrix state (ssm_state / ssm_groups / ssm_heads unused).
+    bool shortconv = false;
     // Gated attention (qwen35 / qwen3next): attn_q yields [q_h (head_dim), gate_h (head_dim)] per
     // head; the attention output is multiplied by sigmoid(gate) before attn_output.
     bool attn_gate = false;
@@ -357,11 +365,24 @@ private:
     // The gated delta-net layer (csrc/deltanet.cpp): out[T][dim] from the normed input x[T][dim];
     // each slot's tokens in order continue its conv and recurrent state.
     void deltanet(int layer, const float *x, int T, const int32_t *slots, float *out);
-    // Its state update (steps 2, 3, 5) on dq_ (conv inputs, in place), dg_ and db_ (gates) of
-    // tokens run_tok[run_off[i] .. run_off[i + 1]) of slot run_slot[i], in order; o into dout_.
-    void deltanet_state(int layer, int T, const std::vector<int> &run_slot, const std::vector<int> &run_tok,
-                        const std::vector<int> &run_off);
+    // LFM2's short-conv block (csrc/shortconv.cpp): out[T][dim] from the normed input x[T][dim],
+    // each slot's tokens in order continuing its conv state.
+    void shortconv(int layer, const float *x, int T, const int32_t *slots, float *out);
+    // A forward call's tokens grouped by slot, in order: slot[i]'s tokens are tok[off[i] .. off[i + 1]).
+    struct SlotRuns { std::vector<int> slot, tok, off{0}; };
+    static SlotRuns slot_runs(const int32_t *slots, int T, int n_slots);
+    // The causal depthwise conv of a recurrent layer, in place on buf[T][conv_dim()] (per channel
+    // c: the K-1 inputs in the slot's conv state, oldest first, then this token's; the sum in tap
+    // order; the state shifts by one input), then silu if `silu_out` (delta-net) or as it is (LFM2).
+    void conv_runs(int layer, float *buf, bool silu_out, const SlotRuns &r);
+    // The replay log rows (engine.h rstate_replay) of the runs of 2..kReplayMax tokens: row(t, dst)
+    // writes token t's tlog_row() floats.
+    void tlog_write(int layer, const SlotRuns &r, const std::function<void(size_t, float *)> &row);
+    // The delta-net's state update (steps 2, 3, 5) on dq_ (conv inputs, in place), dg_ and db_
+    // (gates) of each run's tokens, in order; o into dout_.
+    void deltanet_state(int layer, int T, const SlotRuns &runs);
     void rstate_clear(int slot);
+    int conv_dim() const;               // channels of the conv state: delta-net 2 H_k S + H_v S, LFM2 dim
     size_t conv_state_floats() const;   // per recurrent layer and slot
     size_t ssm_state_floats() const;
     // The MoE feed-forward (csrc/moe.cpp): out[T][dim] = sum over each token's top-K experts
@@ -415,7 +436,7 @@ private:
     std::vector<float> ssm_st_;          // [slot][rec layer][H_v][S (value j)][S (key i)]
     std::vector<int32_t> rpos_;          // [slot] tokens folded into the slot's recurrent state
     std::vector<float> dq_, dz_, dab_, dg_, db_, dout_;  // delta-net scratch
-    // the replay log: [slot][rec layer][kReplayMax][conv_dim + 2 H_v] (conv input, decay, beta),
+    // the replay log: [slot][rec layer][kReplayMax][conv_dim + 2 H_v] (conv input, decay, beta; LFM2: the conv input only),
     // allocated at the first call that logs; per slot its first position and token count
     std::vector<float> tlog_;
     std::vector<int32_t> tlog_p0_, tlog_n_;
@@ -425,7 +446,7 @@ private:
         n = pos < 0 ? 0 : std::max(0, std::min(n, pos - p0));
         if (n == 0) p0 = 0;
     }
-    size_t tlog_row() const { return (2 * (size_t)c_.ssm_groups + (size_t)c_.ssm_heads) * c_.ssm_state + 2 * (size_t)c_.ssm_heads; }
+    size_t tlog_row() const { return (size_t)conv_dim() + (c_.shortconv ? 0 : 2 * (size_t)c_.ssm_heads); }
     std::vector<uint8_t> act_;
     int act_type_ = -1;  // format of what act_ holds (-1: nothing reusable)
     int threads_ = 0;

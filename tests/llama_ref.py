@@ -51,10 +51,10 @@ def load_with(monkeypatch, path, n_ctx: int, threads: int = 2, **changes):
 ROUTE_TIE = 1e-3  # router margin below which float noise decides an MoE routing (tests/test_moe.py)
 
 
-def forced_logits(m, run):
+def forced_logits(m, run, tie: float = ROUTE_TIE):
     """Teacher-forced: lowbit's logits over run = (ids, llama.cpp's logits from llama_greedy),
     llama.cpp's, and the mask of the positions to judge: llama.cpp's top-2 margin >= 0.1 and, in
-    an MoE model, no routing near-tie (< ROUTE_TIE) in lowbit's router at any layer."""
+    an MoE model, no routing near-tie (< tie) in lowbit's router at any layer."""
     ids, ref = run
     m.reset()
     ours = m.forward(ids, all_logits=True)
@@ -62,11 +62,11 @@ def forced_logits(m, run):
     clear = top2[:, 1] - top2[:, 0] >= 0.1
     c = m.config
     for layer in range(c.n_dense_lead, c.n_layer if c.n_expert else 0):
-        clear &= np.array(m.engine.last_route_margins(layer)) >= ROUTE_TIE
+        clear &= np.array(m.engine.last_route_margins(layer)) >= tie
     return ours, ref, clear
 
 
-def compare_top1(m, run):
+def compare_top1(m, run, tie: float = ROUTE_TIE):
     """(lowbit's logits, llama.cpp's, positions judged, top-1 agreements there): forced_logits."""
-    ours, ref, clear = forced_logits(m, run)
+    ours, ref, clear = forced_logits(m, run, tie)
     return ours, ref, int(clear.sum()), int((ours.argmax(1) == ref.argmax(1))[clear].sum())

@@ -137,17 +137,20 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
              "mistral3": False, "granite": False, "granitemoe": False,
              "olmo2": True, "exaone4": True, "ernie4_5": False,
-             "ernie4_5-moe": False}
+             "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
-             "granitemoe", "ernie4_5-moe"}  # and llama with expert_count > 0 (mixtral)
+             "granitemoe", "ernie4_5-moe", "lfm2moe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
                "qwen35moe": True, "qwen3next": True, "granitemoe": True,
-               "ernie4_5-moe": True}
+               "ernie4_5-moe": True, "lfm2moe": True}
 # Hybrid families: gated delta-net layers (csrc/deltanet.cpp) and gated full attention every
 # full_attention_interval-th layer; value head h reads q/k head h % H_k (qwen35*) or h / (H_v/H_k)
 # (qwen3next); rope: IMROPE sections (qwen35*) or plain neox (qwen3next).
 HYBRID_ARCHS = {"qwen35": False, "qwen35moe": False, "qwen3next": True}   # arch -> ssm_kv_interleave
+# LFM2 (lfm2, lfm2moe): the layers with attention.head_count_kv 0 are short-conv blocks (csrc/shortconv.cpp)
+SHORTCONV_ARCHS = {"lfm2", "lfm2moe"}
+OUTPUT_NORM = {"lfm2": "token_embd_norm", "lfm2moe": "token_embd_norm"}  # the final norm's tensor; default "output_norm"
 SHARED_EXPERT_ARCHS = {"qwen2moe", "qwen35moe", "qwen3next"}
 EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "softmax" (over all, then top-K)
 EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1, "sigmoid": 2}  # csrc/engine.h ExpertGating
@@ -256,6 +259,7 @@ class ModelConfig:
     ssm_groups: int = 0           # H_k: its q / k heads
     ssm_heads: int = 0            # H_v: its value heads
     ssm_kv_interleave: bool = False
+    shortconv: bool = False       # lfm2 / lfm2moe: the recurrent layers are short-conv blocks (ssm_conv: l_cache)
     attn_gate: bool = False       # attn_q yields [q, gate] per head; output * sigmoid(gate)
     rope_sections: tuple = ()     # IMROPE sections (qwen35*); () plain rope
     # deepseek2's multi-head latent attention (csrc/mla.cpp); head_dim is then nope + rope
@@ -304,7 +308,7 @@ class ModelConfig:
         ffn = key("feed_forward_length") if not moe or f"{arch}.feed_forward_length" in md else moe["expert_ffn"]
         return cls(
             arch=arch, n_layer=n_layer, dim=dim, n_head=n_head,
-            n_kv=key("attention.head_count_kv", n_head), head_dim=head_dim,
+            n_kv=cls._n_kv(f, arch, key, n_head), head_dim=head_dim,
             ffn=ffn, vocab=emb.shape[0],
             train_ctx=key("context_length", 2048),
             eps=key("attention.layer_norm_rms_epsilon", 1e-5, float),
@@ -312,7 +316,7 @@ class ModelConfig:
             rope_scale=1.0 / factor if scaling in ("linear", "yarn") else 1.0,
             rope_dims=key("rope.dimension_count", head_dim),
             rope_neox=ROPE_NEOX[arch],
-            qk_norm=arch in HYBRID_ARCHS or "blk.0.attn_q_norm.weight" in f.tensors,
+            qk_norm=arch in HYBRID_ARCHS or arch in SHORTCONV_ARCHS or "blk.0.attn_q_norm.weight" in f.tensors,
             qkv_bias="blk.0.attn_q.bias" in f.tensors,
             tied_output="output.weight" not in f.tensors,
             qk_norm_full=arch in ("olmoe", "olmo2"),
@@ -463,15 +467,45 @@ class ModelConfig:
         return nextn
 
     @staticmethod
+    def _n_kv(f: gguf.GGUFFile, arch: str, key, n_head: int) -> int:
+        """attention.head_count_kv: one count, or one per layer (LFM2: 0 marks a short-conv layer); the
+        attention layers of a file must then agree (the engine has one KV head count)."""
+        v = f.metadata.get(f"{arch}.attention.head_count_kv")
+        if not isinstance(v, (list, tuple)):
+            return key("attention.head_count_kv", n_head)
+        counts = {int(x) for x in v} - ({0} if arch in SHORTCONV_ARCHS else set())
+        if len(counts) != 1 or min(counts) <= 0:
+            raise GGUFError(f"{f.path}: {arch}.attention.head_count_kv = {list(v)} is not supported (one positive "
+                            f"KV head count for every attention layer{'; 0 marks a short-conv layer' if arch in SHORTCONV_ARCHS else ''})")
+        return counts.pop()
+
+    @staticmethod
+    def _shortconv_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
+        """LFM2's layer kinds as llama_model_lfm2 reads them: a layer is a short-conv block where
+        attention.head_count_kv (an array per layer) is 0, else attention; shortconv.l_cache is the
+        conv's kernel width."""
+        v = f.metadata.get(f"{arch}.attention.head_count_kv")
+        if not isinstance(v, (list, tuple)) or len(v) < n_layer:
+            raise GGUFError(f"{f.path}: {arch}.attention.head_count_kv must be an array of one count per layer "
+                            f"(0: a short-conv layer), not {v!r}")
+        recurrent = tuple(int(v[i]) == 0 for i in range(n_layer))
+        width = key("shortconv.l_cache")
+        if width < 2:
+            raise GGUFError(f"{f.path}: {arch}.shortconv.l_cache = {width} must be at least 2")
+        return dict(recurrent=recurrent, ssm_conv=width, shortconv=True)
+
+    @staticmethod
     def _hybrid_fields(f: gguf.GGUFFile, arch: str, key) -> dict:
         """The delta-net fields of a hybrid family ({} otherwise), as llama.cpp's loader reads them:
         ssm.* sizes, the recurrent layers from attention.recurrent_layers or else
         full_attention_interval (default 4: layer il is recurrent unless (il + 1) % 4 == 0), and
         rope.dimension_sections (qwen35*, required)."""
-        if arch not in HYBRID_ARCHS:
+        if arch not in HYBRID_ARCHS and arch not in SHORTCONV_ARCHS:
             return {}
-        md = f.metadata
         n_layer = key("block_count") - ModelConfig.nextn_layers(f, arch, key)
+        if arch in SHORTCONV_ARCHS:
+            return ModelConfig._shortconv_fields(f, arch, key, n_layer)
+        md = f.metadata
         conv, state, groups, heads = (key("ssm.conv_kernel"), key("ssm.state_size"), key("ssm.group_count"),
                                       key("ssm.time_step_rank"))
         inner = key("ssm.inner_size")
@@ -568,7 +602,7 @@ class ModelConfig:
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_used_count = {used!r} must be an integer in "
                             f"1..{n_expert} ({ek})")
         qwen = ("qwen2moe", "qwen3moe", "qwen35moe", "qwen3next")
-        if arch in ("gpt-oss", "glm4moe", "deepseek2", "ernie4_5-moe"):
+        if arch in ("gpt-oss", "glm4moe", "deepseek2", "ernie4_5-moe", "lfm2moe"):
             expert_ffn = key("expert_feed_forward_length")
         elif arch in qwen and f"{arch}.expert_feed_forward_length" in md:
             expert_ffn = key("expert_feed_forward_length")
@@ -585,11 +619,14 @@ class ModelConfig:
             k = "expert_shared_feed_forward_length"
             glm = dict(shexp_ffn=key(k) if f"{arch}.{k}" in md else 0, shexp_gated=False,
                        **(_ernie_moe_fields(f, arch, key, n_layer) if arch == "ernie4_5-moe" else {}))
+        elif arch == "lfm2moe":
+            glm = _lfm2moe_fields(f, arch, key, n_layer)
         else:
             glm = {}
         shexp = glm.pop("shexp_ffn", shexp)
         lead = glm.get("n_dense_lead", 0)
-        scale = md.get(f"{arch}.expert_weights_scale", 0.0)
+        # (lfm2moe: llama.cpp does not read the key, so no scale)
+        scale = md.get(f"{arch}.expert_weights_scale", 0.0) if arch != "lfm2moe" else 0.0
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not np.isfinite(scale):
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_weights_scale = {scale!r} is not a number")
         dim = key("embedding_length")
@@ -627,6 +664,24 @@ def _ernie_moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
                         f"0..{n_layer}")
     return dict(n_dense_lead=lead, expert_gating="softmax", expert_norm=True,
                 exp_probs_b=lead < n_layer and f"blk.{lead}.exp_probs_b.bias" in f.tensors)
+
+
+def _lfm2moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
+    """LFM2 MoE's expert keys (llama_model_lfm2moe and its graph): leading dense layers of width
+    feed_forward_length, then experts routed by expert_gating_func (required; LFM2-8B-A1B's is
+    sigmoid) with the exp_probs_b selection bias, top-K renormalised, no shared expert."""
+    md = f.metadata
+    lead = md.get(f"{arch}.leading_dense_block_count", 0)
+    if not isinstance(lead, int) or isinstance(lead, bool) or not 0 <= lead <= n_layer:
+        raise GGUFError(f"{f.path}: metadata key {arch}.leading_dense_block_count = {lead!r} must be an integer in "
+                        f"0..{n_layer}")
+    func = md.get(f"{arch}.expert_gating_func")
+    if func not in GATING_FUNC:
+        raise GGUFError(f"{f.path}: metadata key {arch}.expert_gating_func = {func!r} is missing or not supported "
+                        f"(1 softmax, 2 sigmoid)")
+    if lead < n_layer and f"blk.{lead}.exp_probs_b.bias" not in f.tensors:
+        raise GGUFError(f"{f.path}: tensor 'blk.{lead}.exp_probs_b.bias' is missing (lfm2moe's expert selection bias)")
+    return dict(n_dense_lead=lead, expert_gating=GATING_FUNC[func], expert_norm=True, exp_probs_b=lead < n_layer)
 
 
 def _glm4moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int, expert_ffn: int) -> dict:
@@ -698,7 +753,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
                           recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
                           ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
-                          ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave,
+                          ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave, shortconv=c.shortconv,
                           attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
                           layer_begin=l0, layer_end=l1,
                           mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
@@ -856,7 +911,7 @@ class Model:
             _mat("token_embd", -1, "token_embd.weight")
         if own and l1 == c.n_layer:
             _mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
-            _vec("output_norm", -1, "output_norm.weight")
+            _vec("output_norm", -1, OUTPUT_NORM.get(c.arch, "output_norm") + ".weight")
         if "rope_freqs.weight" in self.file.tensors:
             _vec("rope_freqs", -1, "rope_freqs.weight")
         elif "rope_factors_long.weight" in self.file.tensors:  # LongRoPE (phi3): by the context size,
@@ -881,7 +936,10 @@ class Model:
                 _vec("attn_kv_a_norm", i, p + "attn_kv_a_norm.weight")
                 if c.q_lora_rank:
                     _vec("attn_q_a_norm", i, p + "attn_q_a_norm.weight")
-            if rec:  # a gated delta-net layer (csrc/deltanet.cpp)
+            if rec and c.shortconv:  # LFM2's short-conv block (csrc/shortconv.cpp)
+                mixer = ("shortconv.in_proj", "shortconv.out_proj")
+                _vec("shortconv.conv", i, p + "shortconv.conv.weight")
+            elif rec:  # a gated delta-net layer (csrc/deltanet.cpp)
                 ba = ("ssm_ba",) if p + "ssm_ba.weight" in self.file.tensors else ("ssm_alpha", "ssm_beta")
                 mixer = ("attn_qkv", "attn_gate") + ba + ("ssm_out",)
                 for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),

@@ -11,6 +11,7 @@ weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of la
     synth_moe(path, arch="qwen3moe", experts=.., top_k=.., ...) qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss
                                                               / glm4moe
     synth_hybrid(path, arch="qwen35moe", ...)                 qwen35moe / qwen35 / qwen3next (delta-net + attention)
+    synth_lfm2(path, arch="lfm2", ...)                        lfm2 / lfm2moe (short conv + attention)
     one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
 """
 from __future__ import annotations
@@ -63,17 +64,18 @@ def norm_weight(rng: np.random.Generator, n: int) -> np.ndarray:
     return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
 
-def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, heads: int, kv_heads: int,
+def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, heads: int, kv_heads: int | list,
                  head_dim: int, ctx: int, rope_base: float = 10000.0, eps: float = 1e-6,
                  rope_dims: int | None = None, value_length: int | None = None) -> None:
-    """The llama-style hyperparameters every family shares, then the vocabulary."""
+    """The llama-style hyperparameters every family shares, then the vocabulary (kv_heads: one count,
+    or one per layer)."""
     a = w.arch
     for key, val in [("block_count", layers), ("context_length", ctx), ("embedding_length", dim),
                      ("feed_forward_length", ffn), ("attention.head_count", heads),
                      ("attention.head_count_kv", kv_heads), ("attention.key_length", head_dim),
                      ("attention.value_length", value_length or head_dim),
                      ("rope.dimension_count", rope_dims or head_dim)]:
-        w.meta(f"{a}.{key}", int(val))
+        w.meta(f"{a}.{key}", [int(v) for v in val] if isinstance(val, (list, tuple)) else int(val))
     w.meta(f"{a}.rope.freq_base", float(rope_base))
     w.meta(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
     # (not "phi3" in the name: llama.cpp's vocabulary then sets attributes on Phi-3's own special
@@ -689,6 +691,147 @@ def synth_hybrid(path, *, arch: str = "qwen35moe", layers: int = 4, dim: int = 2
     return str(path)
 
 
+LFM2_ARCHS = ("lfm2", "lfm2moe")
+
+
+def synth_lfm2(path, *, arch: str = "lfm2", layers: int = 4, dim: int = 256, ffn: int = 512, heads: int = 4,
+               kv_heads: int = 2, attn_layers=None, l_cache: int = 3, experts: int = 8, top_k: int = 2,
+               expert_ffn: int = 256, leading_dense: int = 1, gating: str = "sigmoid", ctx: int = 1024,
+               rope_base: float = 1000000.0, window: int = 0, wtype: str = "Q8_0", expert_type: str = "Q4_K",
+               router_type: str = "F32", embd_type: str = "F32", head_type: str | None = None, tied: bool = False,
+               seed: int = 0, vocab: dict | None = None, progress: bool = False) -> str:
+    """An LFM2 model with random weights, as llama.cpp's converter lays it out: lfm2 (LFM2 dense) or
+    lfm2moe (LFM2 MoE). Layers in attn_layers (default: every third, from layer 2) are attention
+    (attn_q / attn_k / attn_v / attn_output, per-head attn_q_norm / attn_k_norm, neox rope), the
+    others short-conv blocks: shortconv.in_proj [3 dim, dim] (b, c, x), shortconv.conv [dim, l_cache]
+    (F32), shortconv.out_proj [dim, dim]; head_count_kv is one count per layer, 0 for a conv layer.
+    Every layer has attn_norm (the operator norm) and ffn_norm, and a SwiGLU FFN of width ffn
+    (lfm2; lfm2moe's first leading_dense layers), or experts (lfm2moe): ffn_gate_inp in router_type,
+    the experts in expert_type, the exp_probs_b selection bias, gating sigmoid or softmax. The final
+    norm is token_embd_norm (llama.cpp's name for LFM2's). window > 0: attention.sliding_window, which
+    llama.cpp applies to every attention layer.
+
+    LFM2-1.2B: layers 16, dim 2048, ffn 8192, heads 32, kv_heads 8, attention at 2, 5, 8, 10, 12, 14.
+    LFM2-8B-A1B: layers 24, dim 2048, ffn 7168 (2 dense layers), 32 experts top-4 of 1792.
+    """
+    if arch not in LFM2_ARCHS:
+        raise ValueError(f"synth: lfm2 arch must be one of {', '.join(LFM2_ARCHS)}, not {arch!r}")
+    attn = tuple(range(2, layers, 3)) if attn_layers is None else tuple(int(i) for i in attn_layers)
+    if any(not 0 <= i < layers for i in attn) or len(set(attn)) != len(attn):
+        raise ValueError(f"synth: attention layers {list(attn)} must be distinct layers of 0..{layers - 1}")
+    if l_cache < 2:
+        raise ValueError(f"synth: the short conv's width (--conv) must be at least 2, not {l_cache}")
+    moe = arch == "lfm2moe"
+    if moe and not 1 <= top_k <= experts:
+        raise ValueError(f"synth: top_k {top_k} must be in 1..experts ({experts})")
+    if moe and not 0 <= leading_dense <= layers:
+        raise ValueError(f"synth: leading dense layers {leading_dense} must be in 0..{layers}")
+    if gating not in ("sigmoid", "softmax"):
+        raise ValueError(f"synth: gating must be sigmoid or softmax, not {gating!r}")
+    rng = np.random.default_rng(seed)
+    vocab = vocab or default_vocab()
+    nv = vocab_size(vocab)
+    head_dim = dim // heads
+    w = Writer(path, arch, progress=progress, fit=True)
+    a = w.arch
+    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads,
+                 kv_heads=[kv_heads if i in attn else 0 for i in range(layers)], head_dim=head_dim, ctx=ctx,
+                 rope_base=rope_base, eps=1e-5)
+    w.meta(f"{a}.shortconv.l_cache", int(l_cache))
+    if window:
+        w.meta(f"{a}.attention.sliding_window", int(window))
+    if moe:
+        w.meta(f"{a}.expert_count", int(experts))
+        w.meta(f"{a}.expert_used_count", int(top_k))
+        w.meta(f"{a}.expert_feed_forward_length", int(expert_ffn))
+        w.meta(f"{a}.leading_dense_block_count", int(leading_dense))
+        w.meta(f"{a}.expert_gating_func", 2 if gating == "sigmoid" else 1)
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
+    if not tied:
+        w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    w.add("token_embd_norm.weight", norm_weight(rng, dim))
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+        if i in attn:
+            add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, wtype=wtype,
+                          pre_norms=False)
+            # (spread wider than the other norms: RMS-normed q / k differ visibly from raw ones)
+            w.add(p + "attn_q_norm.weight", rng.uniform(0.5, 2.0, head_dim).astype(np.float32))
+            w.add(p + "attn_k_norm.weight", rng.uniform(0.5, 2.0, head_dim).astype(np.float32))
+        else:
+            w.add(p + "shortconv.in_proj.weight", gauss(rng, 3 * dim, dim), wtype)
+            w.add(p + "shortconv.conv.weight", gauss(rng, dim, l_cache, scale=0.5))
+            w.add(p + "shortconv.out_proj.weight", gauss(rng, dim, dim), wtype)
+        if moe and i >= leading_dense:
+            w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+            w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+            w.add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type)
+            w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), expert_type)
+            w.add(p + "exp_probs_b.bias", (0.1 * rng.standard_normal(experts)).astype(np.float32))
+        else:
+            add_glu(w, rng, p, width=ffn, dim=dim, wtype=wtype)
+    w.close()
+    return str(path)
+
+
+# Published LFM2 shapes (each model's config.json; `lowbit synth lfm2 OUT --shape NAME --layers 8`:
+# a slice). The vocabulary stays SmolLM2's 49152 (LFM2's is 65536).
+LFM2_SHAPES = {
+    "lfm2-1.2b": dict(arch="lfm2", layers=16, dim=2048, ffn=8192, heads=32, kv_heads=8,
+                      attn_layers="2,5,8,10,12,14", ctx=128000),
+    "lfm2-2.6b": dict(arch="lfm2", layers=30, dim=2048, ffn=10752, heads=32, kv_heads=8,
+                      attn_layers="2,6,10,14,18,22,26,29", ctx=128000),
+    "lfm2-8b-a1b": dict(arch="lfm2moe", layers=24, dim=2048, ffn=7168, heads=32, kv_heads=8,
+                        attn_layers="2,6,10,14,18,21", experts=32, top_k=4, expert_ffn=1792, leading_dense=2,
+                        ctx=128000),
+}
+
+
+def _add_lfm2(ss) -> None:
+    p = ss.add_parser("lfm2", help="an LFM2 model (lfm2, lfm2moe): short-conv and attention layers",
+                      description="Write an LFM2 model (llama.cpp's lfm2 / lfm2moe) with random weights and "
+                                  "SmolLM2's vocabulary.")
+    _shape_options(p, layers=4, dim=256, ffn=512, heads=4, kv_heads=2)
+    p.add_argument("--arch", default="lfm2", choices=list(LFM2_ARCHS))
+    p.add_argument("--shape", default=None, choices=list(LFM2_SHAPES),
+                   help="a published model's sizes (and arch) for every option not given "
+                        "(e.g. --shape lfm2-8b-a1b --layers 8: an 8-layer slice)")
+    p.add_argument("--attn-layers", default=None,
+                   help="comma-separated attention layers (default: every third from layer 2); the rest short conv")
+    p.add_argument("--conv", type=int, default=3, help="the short conv's kernel width, shortconv.l_cache (3)")
+    p.add_argument("--rope-base", type=float, default=1000000.0, help="rope base (1e6)")
+    p.add_argument("--window", type=int, default=0, help="attention.sliding_window of every attention layer (0: none)")
+    p.add_argument("--experts", type=int, default=8, help="lfm2moe: experts per layer (8)")
+    p.add_argument("--top-k", type=int, default=2, help="lfm2moe: experts used per token (2)")
+    p.add_argument("--expert-ffn", type=int, default=256, help="lfm2moe: expert FFN width (256)")
+    p.add_argument("--leading-dense", type=int, default=1, help="lfm2moe: leading dense layers (1)")
+    p.add_argument("--gating", default="sigmoid", choices=["sigmoid", "softmax"], help="lfm2moe: routing (sigmoid)")
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--expert-type", default="Q4_K", help="lfm2moe: the experts' format (Q4_K)")
+    p.add_argument("--router-type", default="F32", help="lfm2moe: ffn_gate_inp's format: F32, F16 or BF16")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
+    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
+    p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head (as LFM2's files)")
+
+    def synth(a: argparse.Namespace) -> str:
+        try:
+            attn = None if a.attn_layers is None else [int(v) for v in a.attn_layers.split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"--attn-layers {a.attn_layers!r} is not comma-separated integers") from None
+        if a.shape and "attn_layers" not in getattr(a, "given", ()):  # a slice of a published shape: its first layers
+            attn = [i for i in attn if i < a.layers]
+        return synth_lfm2(a.out, arch=a.arch, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads,
+                          kv_heads=a.kv_heads, attn_layers=attn, l_cache=a.conv, experts=a.experts, top_k=a.top_k,
+                          expert_ffn=a.expert_ffn, leading_dense=a.leading_dense, gating=a.gating, ctx=a.ctx,
+                          rope_base=a.rope_base, window=a.window, wtype=a.wtype, expert_type=a.expert_type,
+                          router_type=a.router_type, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied,
+                          seed=a.seed, progress=_bar_on())
+    p.set_defaults(synth=synth)
+    _with_shapes(p, LFM2_SHAPES)
+
+
 def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, heads: int, kv_heads: int) -> None:
     p.add_argument("out", help="the GGUF file to write")
     p.add_argument("--layers", type=int, default=layers)
@@ -795,7 +938,7 @@ def synth_bitnet(path, *, arch: str = "bitnet-b1.58", layers: int = 30, dim: int
     for key, val in [("vocab_size", nv), ("context_length", ctx), ("embedding_length", dim),
                      ("block_count", layers), ("feed_forward_length", ffn), ("rope.dimension_count", hd),
                      ("attention.head_count", heads), ("attention.head_count_kv", kv_heads)]:
-        w.meta(f"{a}.{key}", int(val))
+        w.meta(f"{a}.{key}", [int(v) for v in val] if isinstance(val, (list, tuple)) else int(val))
     w.meta(f"{a}.rope.freq_base", float(rope_base))
     w.meta(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
     w.meta("general.name", f"lowbit synthetic {a}")
@@ -952,9 +1095,11 @@ class _Given(argparse._StoreAction):
         namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
 
 
-def _with_shapes(p: argparse.ArgumentParser) -> None:
-    """Lets p's --shape fill the size options (and --arch) not given: wraps p's `synth`."""
-    keys = {k for shape in HYBRID_SHAPES.values() for k in shape}
+def _with_shapes(p: argparse.ArgumentParser, shapes: dict | None = None) -> None:
+    """Lets p's --shape fill the size options (and --arch) not given from `shapes` (default
+    HYBRID_SHAPES): wraps p's `synth`."""
+    shapes = HYBRID_SHAPES if shapes is None else shapes
+    keys = {k for shape in shapes.values() for k in shape}
     for x in p._actions:
         if x.dest in keys and type(x) is argparse._StoreAction:
             x.__class__ = _Given
@@ -964,10 +1109,12 @@ def _with_shapes(p: argparse.ArgumentParser) -> None:
     def shaped(a: argparse.Namespace) -> str:
         if a.shape:
             from .cli import UsageError
-            shape, given = HYBRID_SHAPES[a.shape], getattr(a, "given", ())
-            if shape["arch"] not in archs or ("arch" in given and a.arch != shape["arch"]):
+            shape, given = shapes[a.shape], getattr(a, "given", ())
+            if shape["arch"] not in archs:
                 raise UsageError(f"--shape {a.shape} is a {shape['arch']} model: lowbit synth moe OUT "
                                  f"--shape {a.shape} (not synth {kind}{' --arch ' + a.arch if 'arch' in given else ''})")
+            if "arch" in given and a.arch != shape["arch"]:
+                raise UsageError(f"--shape {a.shape} is a {shape['arch']} model, not --arch {a.arch}")
             for k, v in shape.items():
                 if k not in given:
                     setattr(a, k, v)
@@ -1012,7 +1159,7 @@ def _synth_hybrid_cli(a: argparse.Namespace) -> str:
 
 
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
-FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet}
+FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet, "lfm2": _add_lfm2}
 
 
 def _bar_on() -> bool:
