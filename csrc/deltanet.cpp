@@ -20,6 +20,9 @@
 //      (the same values as ggml's four passes over the whole state, up to its dot order).
 //   6. the gated RMS norm per head: rmsnorm(o) * ssm_norm * silu(z); then ssm_out.
 //
+// The conv (step 2), the grouping of a batch's tokens by slot and the replay log are shared with
+// LFM2's short-conv block (csrc/shortconv.cpp): conv_runs, slot_runs, tlog_write.
+//
 // Prefill runs the same token loop as decode (llama.cpp's CPU path, the fused GDN op, does too):
 // a token's arithmetic never depends on the window it arrived in, so logits and states are
 // bitwise the same for any chunking of a prompt (I8), which speculative rewinds rely on.

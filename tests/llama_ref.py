@@ -70,3 +70,17 @@ def compare_top1(m, run, tie: float = ROUTE_TIE):
     """(lowbit's logits, llama.cpp's, positions judged, top-1 agreements there): forced_logits."""
     ours, ref, clear = forced_logits(m, run, tie)
     return ours, ref, int(clear.sum()), int((ours.argmax(1) == ref.argmax(1))[clear].sum())
+
+
+def lookup_spec_is_plain_greedy(m):
+    """Prompt-lookup speculative decoding on m (a hybrid model: its rewinds restore the recurrent
+    state) gives token for token m's plain greedy text, and at least one draft was rejected (a
+    rewind really ran)."""
+    prompt = "the cat sat on the mat, the cat sat on the mat, the cat sat on the"
+    plain = list(m.generate(prompt, max_tokens=32))
+    rewinds = []
+    real = m.rewind
+    m.rewind = lambda pos, slot=0: (rewinds.append(m.slot_pos[slot] - pos), real(pos, slot))
+    spec = list(m.generate(prompt, max_tokens=32, draft="lookup", spec=4))
+    assert "".join(spec) == "".join(plain)
+    assert any(r > 0 for r in rewinds), "no draft was rejected: the test did not exercise a rewind"

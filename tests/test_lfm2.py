@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import compare_top1, forced_logits, llama_greedy, llama_perplexity, load_with
+from llama_ref import (compare_top1, forced_logits, llama_greedy, llama_perplexity, load_with,
+                       lookup_spec_is_plain_greedy)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_lfm2
 
@@ -187,15 +188,28 @@ def test_rewind_restores_the_conv_state_exactly(paths):
 def test_speculative_greedy_is_plain_greedy(paths):
     """Prompt-lookup speculative decoding rewinds rejected drafts: the conv state restored exactly,
     its greedy text is token for token the plain greedy text."""
-    m = lowbit.load(paths["lfm2moe"], n_ctx=192, threads=2)
-    prompt = "the cat sat on the mat, the cat sat on the mat, the cat sat on the"
-    plain = list(m.generate(prompt, max_tokens=32))
-    rewinds = []
-    real = m.rewind
-    m.rewind = lambda pos, slot=0: (rewinds.append(m.slot_pos[slot] - pos), real(pos, slot))
-    spec = list(m.generate(prompt, max_tokens=32, draft="lookup", spec=4))
-    assert "".join(spec) == "".join(plain)
-    assert any(r > 0 for r in rewinds), "no draft was rejected: the test did not exercise a rewind"
+    lookup_spec_is_plain_greedy(lowbit.load(paths["lfm2moe"], n_ctx=192, threads=2))
+
+
+def test_prefix_cache_hit_is_bitwise(paths):
+    """The server's prefix cache on LFM2: a hit loads the KV blocks and the conv state snapshot at
+    the chain's end, and the logits after it equal, bit for bit, those of the whole prompt."""
+    from lowbit.server.prefix import PrefixCache
+    from test_prefix_cache_hybrid import compute, tokens
+    m = lowbit.load(paths["lfm2"], n_ctx=512, threads=2, n_slots=2)
+    cache = PrefixCache(m, 64 << 20, block=32)
+    shared = tokens(150, 1)
+    a = shared + tokens(60, 2)
+    compute(m, cache, 0, a, cache.snapshot_points(a, 0))
+    b = shared + tokens(50, 3)
+    m.rewind(0, slot=1)
+    assert cache.load(b, 1) == 0                          # no snapshot where b branches off: no hit
+    compute(m, cache, 1, b, cache.snapshot_points(b, 0))
+    c = shared + tokens(70, 4)
+    m.rewind(0, slot=1)
+    assert cache.load(c, 1) == 128 and m.engine.rstate_pos(1) == 128
+    lg = m.forward_batch([(1, c[128:])], all_logits=True)[0]
+    assert np.array_equal(lg, m.logits(c)[128:])
 
 
 # ---- the CLI and bad files ---------------------------------------------------------------------
@@ -220,7 +234,8 @@ def test_synth_cli_writes_lfm2_models(tmp_path, capsys):
     assert c.recurrent == (True, True, False) and c.n_kv == 1
     capsys.readouterr()
     assert main(["synth", "lfm2", str(out), "--shape", "lfm2-8b-a1b", "--arch", "lfm2"]) == 2
-    assert "--shape lfm2-8b-a1b is a lfm2moe model, not --arch lfm2" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--shape lfm2-8b-a1b is a lfm2moe model: lowbit synth lfm2 OUT --shape lfm2-8b-a1b (not --arch lfm2)" in err
     assert main(["synth", "lfm2", str(out), "--attn-layers", "1,9"]) == 2
     assert "attention layers [1, 9] must be distinct layers of 0..3" in capsys.readouterr().err
 
@@ -242,15 +257,15 @@ def _load_edited(monkeypatch, path, **meta):
 
 
 def test_bad_files_are_refused_in_one_line(paths, monkeypatch):
-    cases = [(dict(paths=paths["lfm2"]), {"lfm2.attention.head_count_kv": 2},
+    cases = [(paths["lfm2"], {"lfm2.attention.head_count_kv": 2},
               "head_count_kv must be an array of one count per layer"),
-             (dict(paths=paths["lfm2"]), {"lfm2.attention.head_count_kv": [0, 0, 2, 1]},
+             (paths["lfm2"], {"lfm2.attention.head_count_kv": [0, 0, 2, 1]},
               "one positive KV head count for every attention layer; 0 marks a short-conv layer"),
-             (dict(paths=paths["lfm2"]), {"lfm2.shortconv.l_cache": None}, "lfm2.shortconv.l_cache is missing"),
-             (dict(paths=paths["lfm2"]), {"lfm2.shortconv.l_cache": 1}, "l_cache = 1 must be at least 2"),
-             (dict(paths=paths["lfm2moe"]), {"lfm2moe.expert_gating_func": None}, "expert_gating_func = None is missing"),
-             (dict(paths=paths["lfm2moe"]), {"lfm2moe.leading_dense_block_count": 9}, "must be an integer in 0..5")]
-    for where, meta, msg in cases:
+             (paths["lfm2"], {"lfm2.shortconv.l_cache": None}, "lfm2.shortconv.l_cache is missing"),
+             (paths["lfm2"], {"lfm2.shortconv.l_cache": 1}, "l_cache = 1 must be at least 2"),
+             (paths["lfm2moe"], {"lfm2moe.expert_gating_func": None}, "expert_gating_func = None is missing"),
+             (paths["lfm2moe"], {"lfm2moe.leading_dense_block_count": 9}, "must be an integer in 0..5")]
+    for path, meta, msg in cases:
         with pytest.raises(GGUFError, match=msg) as e:
-            _load_edited(monkeypatch, where["paths"], **meta)
+            _load_edited(monkeypatch, path, **meta)
         assert "\n" not in str(e.value)

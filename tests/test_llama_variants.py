@@ -1,5 +1,5 @@
-"""SmolLM3 (llama.cpp's smollm3), Ministral 3 (mistral3) and Granite 3 (granite) on small synthetic
-files, against llama.cpp.
+"""SmolLM3 (llama.cpp's smollm3), Ministral 3 (mistral3), Granite 3 (granite), OLMo 2 / 3, EXAONE 4.0,
+ERNIE 4.5 and Qwen3-VL's text model (qwen3vl, qwen3vlmoe) on small synthetic files, against llama.cpp.
 
 All are llama's tensors with a few differences each, as configuration of the one forward pass
 (lowbit/model.py, csrc/engine.cpp):
@@ -19,6 +19,9 @@ All are llama's tensors with a few differences each, as configuration of the one
     "olmo3" (the same arch): sliding windows of 24 positions on 3 of 4 layers, which rotate plainly
     while the full-attention layer runs YaRN;
   - ernie4_5: llama's graph under its own name (adjacent rope pairs);
+  - qwen3vl / qwen3vlmoe: qwen3 / qwen3moe with IMROPE sections (the file's: a text token rotates
+    as plain neox rope except in the 4th section, by position 0) and n_deepstack_layers, whose
+    adds are zero for text tokens;
   - exaone4: olmo2's post-norms with per-head q / k norms; "exaone4-64" has the 32B's 64 layers
     (llama.cpp slides only those): windows of 24 positions on 3 of every 4 layers, which alone
     rotate (the global layers are NoPE).
@@ -49,12 +52,16 @@ FILES = {"smollm3": dict(BASE, arch="smollm3"),
          "olmo3": dict(BASE, arch="olmo2", window=24, orig_ctx=128, yarn_factor=4.0, rope_base=5e5),
          "exaone4": dict(BASE, arch="exaone4", window=0),
          "ernie4_5": dict(BASE, arch="ernie4_5"),
-         "exaone4-64": dict(BASE, arch="exaone4", layers=64, dim=64, heads=2, kv_heads=1, ffn=128, window=24)}
+         "exaone4-64": dict(BASE, arch="exaone4", layers=64, dim=64, heads=2, kv_heads=1, ffn=128, window=24),
+         # IMROPE with a 4th section of 20 of the 32 pairs, rotating by position 0 for text (Qwen3-VL's own
+         # 4th section is empty: its text rope is plain neox)
+         "qwen3vl": dict(BASE, arch="qwen3vl", sections=(4, 4, 4, 20))}
 MOE = dict(layers=3, dim=256, heads=4, kv_heads=2, experts=8, top_k=2, expert_ffn=256, embd_type="F16", wtype="Q8_0",
            expert_type="Q8_0", seed=3)
 MOE_FILES = {"granitemoe": dict(MOE, arch="granitemoe", shared_ffn=0),
              "granitemoe-shared": dict(MOE, arch="granitemoe", shared_ffn=384),
-             "ernie4_5-moe": dict(MOE, arch="ernie4_5-moe", shared_ffn=384, dense_ffn=512, leading_dense=1)}
+             "ernie4_5-moe": dict(MOE, arch="ernie4_5-moe", shared_ffn=384, dense_ffn=512, leading_dense=1),
+             "qwen3vlmoe": dict(MOE, arch="qwen3vlmoe")}
 N_CTX = 640
 
 
@@ -80,9 +87,13 @@ def test_config(case):
     c = lowbit.load(path, n_ctx=N_CTX).config
     olmo = arch.startswith("olmo")
     exa = arch.startswith("exaone4")
+    vl = arch.startswith("qwen3vl")
     assert c.arch == {"olmo3": "olmo2", "granitemoe-shared": "granitemoe", "exaone4-64": "exaone4"}.get(arch, arch) and not c.qkv_bias
-    assert c.rope_neox == (olmo or exa) and c.qk_norm == (olmo or exa)
-    if arch == "smollm3":
+    assert c.rope_neox == (olmo or exa or vl) and c.qk_norm == (olmo or exa or vl)
+    assert c.rope_sections == {"qwen3vl": (4, 4, 4, 20), "qwen3vlmoe": (12, 10, 10, 0)}.get(arch, ())
+    if vl:
+        assert c.n_expert == (8 if arch == "qwen3vlmoe" else 0) and c.expert_norm == (arch == "qwen3vlmoe")
+    elif arch == "smollm3":
         assert c.rope_layers == (True, True, True, False) and c.attn_temp_scale == 0.0
     elif arch == "ernie4_5":  # llama's graph under another name (adjacent pairs: rope_neox False above)
         assert c.rope_layers == () and c.pre_norms and not c.post_norms and c.attn_scale == 0.0
@@ -136,7 +147,9 @@ def test_each_feature_matters(case, monkeypatch):
     granitemoe's top-K weights not renormalised, its shared expert left out; ernie4_5-moe without
     its selection bias, renormalisation or shared expert; olmo2 without its
     post-norms; olmo3 without its windows, or with YaRN on its sliding layers; exaone4 without its
-    post-norms, its 64-layer form rotating the global layers or without windows."""
+    post-norms, its 64-layer form rotating the global layers or without windows; qwen3vl with plain
+    neox rope (its 4th IMROPE section rotates by position 0) or adjacent pairs; qwen3vlmoe not
+    renormalised or with adjacent pairs."""
     arch, path, run = case
     if arch == "smollm3":
         wrong = {"rope everywhere": dict(rope_layers=())}
@@ -155,6 +168,10 @@ def test_each_feature_matters(case, monkeypatch):
         wrong = {"rope on the global layers": dict(rope_layers=()), "no windows": dict(window=(0,) * 64)}
     elif arch == "olmo3":
         wrong = {"no windows": dict(window=(0,) * 4), "YaRN on the sliding layers": dict(rope_base_swa=0.0)}
+    elif arch == "qwen3vl":
+        wrong = {"plain neox rope (no IMROPE sections)": dict(rope_sections=()), "adjacent pairs": dict(rope_neox=False)}
+    elif arch == "qwen3vlmoe":
+        wrong = {"top-K not renormalised": dict(expert_norm=False), "adjacent pairs": dict(rope_neox=False)}
     elif arch == "granite":
         wrong = {"no residual scale": dict(residual_scale=0.0), "no logit scale": dict(logit_scale=0.0),
                  "softmax 1/sqrt(head_dim)": dict(attn_scale=0.0), "no embedding scale": dict(embd_scale=0.0)}

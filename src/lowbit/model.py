@@ -8,6 +8,8 @@ Families differ by config fields, not by copies of the model:
     qwen3         neox      yes        -           dense
     mixtral       adjacent  -          -           experts, top-K renormalised (arch "llama" + expert_count)
     qwen3moe      neox      yes        -           experts, top-K renormalised
+    qwen3vl       imrope    yes        -           dense: Qwen3-VL's text model (qwen3's graph with IMROPE sections;
+    qwen3vlmoe                                     qwen3vlmoe: qwen3moe's); deepstack adds nothing to text tokens
     qwen2moe      neox      -          yes         experts (top-K not renormalised) + shared expert, sigmoid gate
     olmoe         neox      whole q/k  -           experts, top-K not renormalised
     bitnet        neox      -          -           dense, sub-norms, silu gate (llama.cpp's LLM_ARCH_BITNET)
@@ -68,6 +70,11 @@ biases; q/k norms when the file has them; rope over the first rope.dimension_cou
     qwen3next     neox      yes        -           as qwen35moe; fused ssm_ba, q/k heads repeated interleaved
     deepseek2     adjacent  -          -           MLA (below); leading dense layers, then experts (softmax or
                   (rope part)                      sigmoid + exp_probs_b, group-limited) + ungated shared experts
+    lfm2          neox      yes        -           dense; hybrid: short-conv blocks where head_count_kv (one per
+                                                   layer) is 0 (csrc/shortconv.cpp), attention elsewhere;
+                                                   the final norm is token_embd_norm
+    lfm2moe       neox      yes        -           lfm2's layers; leading dense layers, then experts (expert_gating_func,
+                                                   exp_probs_b, top-K renormalised, no scale), no shared expert
 
 DeepSeek V2 / V3 (llama.cpp's deepseek2, files with the MLA split attn_k_b / attn_v_b) as configuration:
 multi-head latent attention (csrc/mla.cpp): q from attn_q, or attn_q_b(RMSNorm(attn_q_a x)) with
@@ -83,10 +90,11 @@ expert_weights_scale, expert_group_count / _used_count, plus expert_shared_count
 Legacy files with attn_kv_b are refused (reconvert).
 
 The hybrid families: a delta-net layer's slot state (conv inputs and the recurrent state per value
-head) lives in the engine beside the attention layers' KV. Model.rewind restores it exactly
+head; an LFM2 short-conv layer's: its last l_cache - 1 conv inputs) lives in the engine beside the
+attention layers' KV. Model.rewind restores it exactly
 (the checkpoint taken before the slot's last multi-token call, or a replay from the start), the
-engine refuses a forward that does not continue a slot's state in order, and the server keeps no
-prefix cache for them (a prefix is more than its KV). MTP (nextn) blocks are not run by the
+engine refuses a forward that does not continue a slot's state in order, and the server's prefix
+cache keeps snapshots of the state with its blocks (a prefix is more than its KV: server/prefix.py). MTP (nextn) blocks are not run by the
 forward pass: the MTP drafter (src/lowbit/mtp.py, `draft="mtp"`) runs the first one in an engine of
 its own, bound here by _bind_weights.
 
@@ -137,13 +145,14 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
              "mistral3": False, "granite": False, "granitemoe": False,
              "olmo2": True, "exaone4": True, "ernie4_5": False,
-             "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True}
+             "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True,
+             "qwen3vl": True, "qwen3vlmoe": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
-             "granitemoe", "ernie4_5-moe", "lfm2moe"}  # and llama with expert_count > 0 (mixtral)
+             "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
                "qwen35moe": True, "qwen3next": True, "granitemoe": True,
-               "ernie4_5-moe": True, "lfm2moe": True}
+               "ernie4_5-moe": True, "lfm2moe": True, "qwen3vlmoe": True}
 # Hybrid families: gated delta-net layers (csrc/deltanet.cpp) and gated full attention every
 # full_attention_interval-th layer; value head h reads q/k head h % H_k (qwen35*) or h / (H_v/H_k)
 # (qwen3next); rope: IMROPE sections (qwen35*) or plain neox (qwen3next).
@@ -335,6 +344,9 @@ class ModelConfig:
             n_nextn=n_nextn,
             **cls._hybrid_fields(f, arch, key),
             **cls._mla_fields(f, arch, key, head_dim, scaling, factor, n_layer),
+            # Qwen3-VL's text model (llama.cpp's qwen3vl / qwen3vlmoe): qwen3 / qwen3moe with IMROPE;
+            # its deepstack inputs are zero for text tokens (llama.cpp pads the embeddings), a no-op
+            **(dict(rope_sections=cls._rope_sections(f, arch)) if arch in ("qwen3vl", "qwen3vlmoe") else {}),
         )
 
     @staticmethod
@@ -520,20 +532,25 @@ class ModelConfig:
         else:
             every = key("full_attention_interval", 4)
             recurrent = tuple((i + 1) % every != 0 for i in range(n_layer))
-        sections = ()
-        if arch != "qwen3next":
-            sec = md.get(f"{arch}.rope.dimension_sections")
-            if sec is None:
-                raise GGUFError(f"{f.path}: metadata key {arch}.rope.dimension_sections is missing")
-            sections = tuple(int(v) for v in list(sec)[:4])
-            if len(sections) > 4 or any(v < 0 for v in sections) or not any(sections):
-                raise GGUFError(f"{f.path}: {arch}.rope.dimension_sections = {list(sec)} is invalid")
+        sections = ModelConfig._rope_sections(f, arch) if arch != "qwen3next" else ()
         for i in range(n_layer):
             if recurrent[i] and f"blk.{i}.ssm_in.weight" in f.tensors and f"blk.{i}.attn_qkv.weight" not in f.tensors:
                 raise GGUFError(f"{f.path}: blk.{i}.ssm_in (the legacy fused qkvz layout) is not supported: "
                                 f"convert with a llama.cpp that writes attn_qkv + attn_gate")
         return dict(recurrent=recurrent, ssm_conv=conv, ssm_state=state, ssm_groups=groups, ssm_heads=heads,
                     ssm_kv_interleave=HYBRID_ARCHS[arch], attn_gate=True, rope_sections=sections)
+
+    @staticmethod
+    def _rope_sections(f: gguf.GGUFFile, arch: str) -> tuple:
+        """rope.dimension_sections (required): the IMROPE sections of qwen35* and Qwen3-VL. A text
+        token's positions are (p, p, p, 0): only the 4th section's pairs differ from plain neox rope."""
+        sec = f.metadata.get(f"{arch}.rope.dimension_sections")
+        if sec is None:
+            raise GGUFError(f"{f.path}: metadata key {arch}.rope.dimension_sections is missing")
+        sections = tuple(int(v) for v in list(sec)[:4])
+        if any(v < 0 for v in sections) or not any(sections):
+            raise GGUFError(f"{f.path}: {arch}.rope.dimension_sections = {list(sec)} is invalid")
+        return sections
 
     @staticmethod
     def _windows(f: gguf.GGUFFile, arch: str, n_layer: int) -> tuple:
@@ -601,7 +618,7 @@ class ModelConfig:
         if not isinstance(used, int) or isinstance(used, bool) or not 1 <= used <= n_expert:
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_used_count = {used!r} must be an integer in "
                             f"1..{n_expert} ({ek})")
-        qwen = ("qwen2moe", "qwen3moe", "qwen35moe", "qwen3next")
+        qwen = ("qwen2moe", "qwen3moe", "qwen35moe", "qwen3next", "qwen3vlmoe")
         if arch in ("gpt-oss", "glm4moe", "deepseek2", "ernie4_5-moe", "lfm2moe"):
             expert_ffn = key("expert_feed_forward_length")
         elif arch in qwen and f"{arch}.expert_feed_forward_length" in md:

@@ -113,10 +113,21 @@ def add_glu(w: Writer, rng: np.random.Generator, p: str, *, width: int, dim: int
     w.add(p + f"ffn_down{suffix}.weight", gauss(rng, dim, width), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "qwen3vl", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
+
+
+def qwen3vl_keys(w: Writer, head_dim: int, sections=None) -> None:
+    """Qwen3-VL's text-model keys: IMROPE sections (None: Qwen3-VL's proportions, 24 / 20 / 20 of 64
+    pairs: head_dim / 2 in all, the 4th empty) and n_deepstack_layers 3 (llama.cpp then pads a text
+    token's embedding with zeros for the deepstack adds)."""
+    half = head_dim // 2
+    s0 = half * 3 // 8
+    sections = sections or (s0, (half - s0) // 2, half - s0 - (half - s0) // 2, 0)
+    w.meta(f"{w.arch}.rope.dimension_sections", [int(v) for v in sections])
+    w.meta(f"{w.arch}.n_deepstack_layers", 3)
 
 
 def granite_scales(w: Writer, head_dim: int, dim: int) -> tuple[float, float]:
@@ -135,8 +146,9 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                 vocab: dict | None = None, window: int = 512, swa_pattern: int | None = None,
                 rope_base: float = 10000.0, rope_base_swa: float | None = None, softcap: float = 0.0,
                 rope_linear: float = 0.0, orig_ctx: int = 0, rope_dims: int | None = None,
-                yarn_factor: float = 0.0, temp_scale: float = 0.0, progress: bool = False) -> str:
-    """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) / gemma3 / phi3 model with random weights.
+                yarn_factor: float = 0.0, temp_scale: float = 0.0, sections=None, progress: bool = False) -> str:
+    """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) / qwen3vl (qwen3's with qwen3vl_keys) /
+    gemma3 / phi3 model with random weights.
 
     wtype: the format of the layer matrices; embd_type: token_embd; head_type: output.weight
     (None: same as wtype; ignored when tied, where token_embd is the head); vocab: tokenizer.*
@@ -177,6 +189,9 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     sliding_window key (llama.cpp honours it only in a 64-layer model: 3 sliding layers, then a
     global one without rope).
 
+    qwen3vl (Qwen3-VL's text model): qwen3's tensors, qwen3vl_keys (sections: the IMROPE sections,
+    None: Qwen3-VL's).
+
     granite (Granite 3.x): llama's tensors with GRANITE_SCALES and attention.scale = 1 / head_dim;
     its token embeddings have std 1/12 (the graph multiplies them by 12), an untied head std
     8/sqrt(dim) (the graph divides the logits by 8).
@@ -199,6 +214,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                  rope_base=rope_base, rope_dims=rope_dims)
     if phi3:
         w.meta(f"{arch}.attention.sliding_window", int(window))
+    if arch == "qwen3vl":
+        qwen3vl_keys(w, hd, sections)
     emb_std, head_std = granite_scales(w, hd, dim) if arch == "granite" else (1.0, None)
     if (mistral3 or olmo2) and orig_ctx:
         w.meta(f"{arch}.rope.scaling.original_context_length", int(orig_ctx))
@@ -262,7 +279,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         if arch == "qwen2":
             for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
                 w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3vl"):
             w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
             w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
     w.close()
@@ -271,7 +288,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
 
 MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama", "gpt-oss": "gpt-oss",
              "glm4moe": "glm4moe", "deepseek2": "deepseek2", "granitemoe": "granitemoe",
-             "ernie4_5-moe": "ernie4_5-moe"}
+             "ernie4_5-moe": "ernie4_5-moe", "qwen3vlmoe": "qwen3vlmoe"}
 
 
 def synth_deepseek2(path, *, layers: int = 3, dim: int = 256, heads: int = 4, q_lora_rank: int = 0,
@@ -421,7 +438,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
               gating: str = "sigmoid", progress: bool = False) -> str:
     """A Mixture-of-Experts model with random weights, as llama.cpp's converters lay them out.
 
-    arch: qwen3moe (q/k norm), qwen2moe (q/k/v biases, a shared expert of width shared_ffn with a
+    arch: qwen3moe (q/k norm; qwen3vlmoe: with qwen3vl_keys), qwen2moe (q/k/v biases, a shared expert of width shared_ffn with a
     sigmoid gate), olmoe (q/k norm over the whole q / k vector; kv_heads = heads), mixtral (GGUF
     arch "llama" with expert tensors). Experts are the 3-D tensors ffn_{gate,up,down}_exps
     [experts, rows, n] in expert_type (down in down_type, default the same), the router
@@ -482,8 +499,10 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
                  ctx=ctx, rope_base=rope_base if oss else 10000.0)
     w.meta(f"{a}.expert_count", int(experts))
     w.meta(f"{a}.expert_used_count", int(top_k))
-    if arch in ("qwen3moe", "qwen2moe", "gpt-oss"):
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "qwen3vlmoe"):
         w.meta(f"{a}.expert_feed_forward_length", int(expert_ffn))
+    if arch == "qwen3vlmoe":
+        qwen3vl_keys(w, hd)
     if oss:
         w.meta(f"{a}.attention.sliding_window", int(window))
         w.meta(f"{a}.rope.scaling.type", "yarn")
@@ -508,7 +527,7 @@ def synth_moe(path, *, arch: str = "qwen3moe", layers: int = 2, dim: int = 256, 
             for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd), ("output", dim)):
                 w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
             w.add(p + "attn_sinks.weight", rng.standard_normal(heads).astype(np.float32))
-        if arch == "qwen3moe":
+        if arch in ("qwen3moe", "qwen3vlmoe"):
             w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
             w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
         if arch == "olmoe":
@@ -1114,7 +1133,8 @@ def _with_shapes(p: argparse.ArgumentParser, shapes: dict | None = None) -> None
                 raise UsageError(f"--shape {a.shape} is a {shape['arch']} model: lowbit synth moe OUT "
                                  f"--shape {a.shape} (not synth {kind}{' --arch ' + a.arch if 'arch' in given else ''})")
             if "arch" in given and a.arch != shape["arch"]:
-                raise UsageError(f"--shape {a.shape} is a {shape['arch']} model, not --arch {a.arch}")
+                raise UsageError(f"--shape {a.shape} is a {shape['arch']} model: lowbit synth {kind} OUT "
+                                 f"--shape {a.shape} (not --arch {a.arch})")
             for k, v in shape.items():
                 if k not in given:
                     setattr(a, k, v)

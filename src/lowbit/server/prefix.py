@@ -15,7 +15,7 @@ so a prompt reuses at most (len - 1) // BLOCK blocks. Every use touches a chain 
 to the root, so a parent is never older than its children and eviction (oldest first) takes
 leaves; if an evicted block still had children (it cannot, but cheaply so), they go too.
 
-Hybrid models (recurrent layers: qwen35, qwen35moe, qwen3next): a slot's state at position p
+Hybrid models (recurrent layers: qwen35, qwen35moe, qwen3next, lfm2, lfm2moe): a slot's state at position p
 is its KV up to p and the conv + delta-net state after token p-1, which no KV block holds. A
 block may therefore carry a snapshot of that recurrent state at its end (Engine.rstate_copy,
 rstate_bytes each: far larger than a block's KV, so kept only where a later request can use it:
