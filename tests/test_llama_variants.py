@@ -19,6 +19,9 @@ All are llama's tensors with a few differences each, as configuration of the one
     "olmo3" (the same arch): sliding windows of 24 positions on 3 of 4 layers, which rotate plainly
     while the full-attention layer runs YaRN;
   - ernie4_5: llama's graph under its own name (adjacent rope pairs);
+  - glm4 (GLM-4-0414): fused attn_qkv with a fused bias, fused [gate | up] ffn_up, gemma3's
+    post-norms beside the pre-norms, adjacent-pair rope over half the head, one MTP block after the
+    trunk (loaded by llama.cpp, run by neither);
   - qwen3vl / qwen3vlmoe: qwen3 / qwen3moe with IMROPE sections (the file's: a text token rotates
     as plain neox rope except in the 4th section, by position 0) and n_deepstack_layers, whose
     adds are zero for text tokens;
@@ -55,7 +58,8 @@ FILES = {"smollm3": dict(BASE, arch="smollm3"),
          "exaone4-64": dict(BASE, arch="exaone4", layers=64, dim=64, heads=2, kv_heads=1, ffn=128, window=24),
          # IMROPE with a 4th section of 20 of the 32 pairs, rotating by position 0 for text (Qwen3-VL's own
          # 4th section is empty: its text rope is plain neox)
-         "qwen3vl": dict(BASE, arch="qwen3vl", sections=(4, 4, 4, 20))}
+         "qwen3vl": dict(BASE, arch="qwen3vl", sections=(4, 4, 4, 20)),
+         "glm4": dict(BASE, arch="glm4", nextn=1)}
 MOE = dict(layers=3, dim=256, heads=4, kv_heads=2, experts=8, top_k=2, expert_ffn=256, embd_type="F16", wtype="Q8_0",
            expert_type="Q8_0", seed=3)
 MOE_FILES = {"granitemoe": dict(MOE, arch="granitemoe", shared_ffn=0),
@@ -88,6 +92,13 @@ def test_config(case):
     olmo = arch.startswith("olmo")
     exa = arch.startswith("exaone4")
     vl = arch.startswith("qwen3vl")
+    if arch == "glm4":  # fused q/k/v with a fused bias, fused gate/up, pre- and post-norms, half the head rotated
+        assert (c.n_layer, c.n_nextn, c.rope_dims, c.rope_neox) == (4, 1, 32, False) and c.qkv_bias
+        assert c.pre_norms and c.post_norms and not c.qk_norm
+        from lowbit.mtp import MTPHead
+        with pytest.raises(ValueError, match="glm4's MTP block is not run"):  # (llama.cpp has no graph for it)
+            MTPHead(lowbit.load(path, n_ctx=N_CTX))
+        return
     assert c.arch == {"olmo3": "olmo2", "granitemoe-shared": "granitemoe", "exaone4-64": "exaone4"}.get(arch, arch) and not c.qkv_bias
     assert c.rope_neox == (olmo or exa or vl) and c.qk_norm == (olmo or exa or vl)
     assert c.rope_sections == {"qwen3vl": (4, 4, 4, 20), "qwen3vlmoe": (12, 10, 10, 0)}.get(arch, ())
@@ -168,6 +179,9 @@ def test_each_feature_matters(case, monkeypatch):
         wrong = {"rope on the global layers": dict(rope_layers=()), "no windows": dict(window=(0,) * 64)}
     elif arch == "olmo3":
         wrong = {"no windows": dict(window=(0,) * 4), "YaRN on the sliding layers": dict(rope_base_swa=0.0)}
+    elif arch == "glm4":
+        wrong = {"no post-norms": dict(post_norms=False), "neox rope": dict(rope_neox=True),
+                 "no q/k/v bias": dict(qkv_bias=False)}
     elif arch == "qwen3vl":
         wrong = {"plain neox rope (no IMROPE sections)": dict(rope_sections=()), "adjacent pairs": dict(rope_neox=False)}
     elif arch == "qwen3vlmoe":

@@ -20,6 +20,8 @@ Families differ by config fields, not by copies of the model:
                                                    5:1 sliding-window layers with their own rope base
     glm4moe       neox      optional   q/k/v       leading dense layers, then experts: sigmoid routing with
                   (partial)                        a selection bias, shared expert; an MTP layer skipped
+    glm4          adjacent  -          q/k/v       dense (GLM-4-0414, GLM-Z1): fused attn_qkv (and bias) and gate/up
+                  (partial)                        read in place, gemma3's post-norms beside the pre-norms; MTP layers skipped
     phi3          neox      -          -           dense; fused attn_qkv and gate/up (ffn_up, 2 x ffn rows);
                   (LongRoPE)                       Phi-3 / 3.5 / Phi-4 (-mini)
     smollm3       adjacent  -          -           dense; every 4th layer's q / k unrotated (NoPE)
@@ -146,7 +148,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "mistral3": False, "granite": False, "granitemoe": False,
              "olmo2": True, "exaone4": True, "ernie4_5": False,
              "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True,
-             "qwen3vl": True, "qwen3vlmoe": True}
+             "qwen3vl": True, "qwen3vlmoe": True, "glm4": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -326,7 +328,7 @@ class ModelConfig:
             rope_dims=key("rope.dimension_count", head_dim),
             rope_neox=ROPE_NEOX[arch],
             qk_norm=arch in HYBRID_ARCHS or arch in SHORTCONV_ARCHS or "blk.0.attn_q_norm.weight" in f.tensors,
-            qkv_bias="blk.0.attn_q.bias" in f.tensors,
+            qkv_bias="blk.0.attn_q.bias" in f.tensors or "blk.0.attn_qkv.bias" in f.tensors,
             tied_output="output.weight" not in f.tensors,
             qk_norm_full=arch in ("olmoe", "olmo2"),
             **moe,
@@ -415,10 +417,17 @@ class ModelConfig:
           mistral3: attention.temperature_scale (optional) with the floor n_ctx_orig_yarn
             (rope.scaling.original_context_length, else the training context), and YaRN's
             beta_fast / beta_slow from the file;
+          glm4 (GLM-4-0414, GLM-Z1): gemma3's post-norms beside the pre-norms (files with M-RoPE
+            sections, GLM-4.1V's, are refused);
           granite: logit_scale (required), residual_scale, embedding_scale, attention.scale (the
             softmax scale) and rope.scaling.finetuned (false: no layer rotates; default true)."""
         if arch == "smollm3":
             return dict(rope_layers=tuple((i + 1) % 4 != 0 for i in range(n_layer)))
+        if arch == "glm4":  # pre- and post-norms (gemma3's); M-RoPE files are GLM-4.1V's, refused
+            if any(f.metadata.get(f"{arch}.rope.dimension_sections") or ()):
+                raise GGUFError(f"{f.path}: a glm4 file with rope.dimension_sections (GLM-4.1V's M-RoPE) is not "
+                                "supported")
+            return dict(post_norms=True)
         if arch == "olmo2":  # the sliding layers (OLMo 3) rotate with the swa base, no YaRN, freq scale 1
             base = f.metadata.get(f"{arch}.rope.freq_base_swa")
             base = key("rope.freq_base", 10000.0, float) if base is None else base
@@ -469,7 +478,7 @@ class ModelConfig:
         """The MTP (nextn) blocks at the end of block_count (glm4moe, deepseek2, the hybrid Qwens;
         0 for other archs): llama.cpp loads them for its draft head; the trunk runs the layers
         before them, lowbit.mtp the first of them. key: the caller's metadata reader (its errors)."""
-        if arch not in ("glm4moe", "deepseek2") and arch not in HYBRID_ARCHS:
+        if arch not in ("glm4moe", "deepseek2", "glm4") and arch not in HYBRID_ARCHS:
             return 0
         n = key("block_count") if key else f.metadata.get(f"{arch}.block_count")
         nextn = f.metadata.get(f"{arch}.nextn_predict_layers", 0)
@@ -903,12 +912,16 @@ class Model:
         (self._keep if keep is None else keep).append(m)
         (self.engine if engine is None else engine).set_mat(slot, layer, t.format.id, m, t.n, t.w_scale)
 
-    def _vec(self, slot: str, layer: int, name: str, engine=None, keep: list | None = None) -> None:
+    def _vec(self, slot: str, layer: int, name: str, engine=None, keep: list | None = None,
+             rows: tuple[int, int] | None = None) -> None:
+        """A float vector tensor (any format, as float32) bound to the engine; rows: values [a, b) of it."""
         t = self._tensor(name)
         if t.format.name != "F32":
             v = lib.dequantize(t.format.id, t.matrix(), t.n, t.w_scale, -1).reshape(-1)
         else:
             v = t.raw.view(np.float32)
+        if rows is not None:
+            v = v[rows[0]:rows[1]]
         v = np.ascontiguousarray(v, dtype=np.float32)
         (self._keep if keep is None else keep).append(v)
         (self.engine if engine is None else engine).set_vec(slot, layer, v)
@@ -1001,7 +1014,11 @@ class Model:
             if c.sub_norm:
                 _vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
                 _vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")
-            if c.qkv_bias:
+            if c.qkv_bias and p + "attn_qkv.bias" in self.file.tensors:  # a fused bias (glm4): [q | k | v]
+                qd, kd = c.n_head * c.head_dim, c.n_kv * c.head_dim
+                for s, r in (("attn_q", (0, qd)), ("attn_k", (qd, qd + kd)), ("attn_v", (qd + kd, qd + 2 * kd))):
+                    self._vec(s + ".bias", i, p + "attn_qkv.bias", engine=engine, keep=keep, rows=r)
+            elif c.qkv_bias:
                 for s in ("attn_q", "attn_k", "attn_v"):
                     _vec(s + ".bias", i, p + s + ".bias")
         problem = engine.validate() if own else ""

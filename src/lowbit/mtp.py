@@ -40,6 +40,9 @@ from .gguf import GGUFError
 from .model import common_prefix
 
 
+MTP_ARCHS = ("qwen35moe", "qwen35", "qwen3next", "glm4moe", "deepseek2")  # llama.cpp's DECODER_MTP graphs
+
+
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """ggml's rms_norm then mul: x / sqrt(mean(x^2) + eps) * w, rows of x[T, n] (sum in float64)."""
     ms = np.mean(np.square(x, dtype=np.float64), axis=1, keepdims=True)
@@ -53,6 +56,8 @@ class MTPHead:
         c = model.config
         if c.n_nextn < 1:
             raise ValueError(f"{model.path}: this model has no MTP (nextn) block (nextn_predict_layers is 0)")
+        if c.arch not in MTP_ARCHS:  # (glm4: llama.cpp loads its block and has no graph to run it)
+            raise ValueError(f"{model.path}: {c.arch}'s MTP block is not run (MTP drafts for: {', '.join(MTP_ARCHS)})")
         if not hasattr(model.engine, "hidden"):
             raise ValueError("the MTP drafter needs the model in this process (not a pipeline of stages)")
         from .model import make_engine

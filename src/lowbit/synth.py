@@ -113,7 +113,7 @@ def add_glu(w: Writer, rng: np.random.Generator, p: str, *, width: int, dim: int
     w.add(p + f"ffn_down{suffix}.weight", gauss(rng, dim, width), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "qwen3vl", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "qwen3vl", "glm4", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
@@ -146,7 +146,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                 vocab: dict | None = None, window: int = 512, swa_pattern: int | None = None,
                 rope_base: float = 10000.0, rope_base_swa: float | None = None, softcap: float = 0.0,
                 rope_linear: float = 0.0, orig_ctx: int = 0, rope_dims: int | None = None,
-                yarn_factor: float = 0.0, temp_scale: float = 0.0, sections=None, progress: bool = False) -> str:
+                yarn_factor: float = 0.0, temp_scale: float = 0.0, sections=None, nextn: int = 0,
+                progress: bool = False) -> str:
     """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) / qwen3vl (qwen3's with qwen3vl_keys) /
     gemma3 / phi3 model with random weights.
 
@@ -192,6 +193,11 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     qwen3vl (Qwen3-VL's text model): qwen3's tensors, qwen3vl_keys (sections: the IMROPE sections,
     None: Qwen3-VL's).
 
+    glm4 (GLM-4-0414, GLM-Z1): fused attn_qkv with its bias attn_qkv.bias, fused ffn_up ([gate | up]),
+    post_attention_norm and post_ffw_norm beside the pre-norms, adjacent-pair rope over rope_dims
+    (None: half the head, GLM-4's partial_rotary_factor 0.5); nextn MTP blocks after the trunk
+    (block_count = layers + nextn, nextn_predict_layers; llama.cpp loads and never runs them).
+
     granite (Granite 3.x): llama's tensors with GRANITE_SCALES and attention.scale = 1 / head_dim;
     its token embeddings have std 1/12 (the graph multiplies them by 12), an untied head std
     8/sqrt(dim) (the graph divides the logits by 8).
@@ -199,7 +205,9 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     if arch not in DENSE_ARCHS:
         raise ValueError(f"synth dense: arch must be one of {', '.join(DENSE_ARCHS)}, not {arch!r}")
     hd = head_dim or dim // heads
-    gemma, phi3 = arch == "gemma3", arch == "phi3"
+    gemma, phi3, glm4 = arch == "gemma3", arch == "phi3", arch == "glm4"
+    if nextn and not glm4:
+        raise ValueError("synth dense: nextn (MTP blocks) is glm4's")
     mistral3, olmo2, exaone4 = arch == "mistral3", arch == "olmo2", arch == "exaone4"
     if orig_ctx and not ((phi3 or mistral3 or olmo2) and 0 < orig_ctx < ctx):
         raise ValueError(f"synth dense: orig_ctx is phi3's (LongRoPE) or mistral3's / olmo2's (YaRN), and below ctx "
@@ -210,8 +218,10 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
     w = Writer(path, arch, progress=progress, fit=True)
-    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx,
-                 rope_base=rope_base, rope_dims=rope_dims)
+    write_header(w, vocab, layers=layers + nextn, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd,
+                 ctx=ctx, rope_base=rope_base, rope_dims=rope_dims or (hd // 2 if glm4 else None))
+    if nextn:
+        w.meta(f"{arch}.nextn_predict_layers", int(nextn))
     if phi3:
         w.meta(f"{arch}.attention.sliding_window", int(window))
     if arch == "qwen3vl":
@@ -256,11 +266,19 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     if not tied:
         w.add("output.weight", gauss(rng, nv, dim, scale=head_std), head_type or wtype)
     w.add("output_norm.weight", norm_weight(rng, dim))
-    for i in range(layers):
+    for i in range(layers + nextn):
         p = f"blk.{i}."
-        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, fused=phi3,
+        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, fused=phi3 or glm4,
                       pre_norms=not (olmo2 or exaone4))
-        if phi3:  # one ffn_up of [gate | up] rows
+        if glm4:
+            w.add(p + "attn_qkv.bias", 0.1 * rng.standard_normal((heads + 2 * kv_heads) * hd).astype(np.float32))
+            w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
+            w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
+        if i >= layers:  # an MTP block (glm4): its own inputs beside a layer's tensors
+            w.add(p + "nextn.eh_proj.weight", gauss(rng, dim, 2 * dim), wtype)
+            for nm in ("enorm", "hnorm", "shared_head_norm"):
+                w.add(p + f"nextn.{nm}.weight", norm_weight(rng, dim))
+        if phi3 or glm4:  # one ffn_up of [gate | up] rows
             w.add(p + "ffn_up.weight", gauss(rng, 2 * ffn, dim), wtype)
         else:
             w.add(p + "ffn_gate.weight", gauss(rng, ffn, dim), wtype)
@@ -863,7 +881,7 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 / ernie4_5 model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / qwen3vl / glm4 / gemma3 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 / ernie4_5 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],
@@ -880,6 +898,7 @@ def _add_dense(ss) -> None:
                    help="mistral3: attention.temperature_scale (Ministral 3: 0.1; 0: none; needs --orig-ctx)")
     p.add_argument("--rope-dims", type=int, default=None,
                    help="rotated dims per attention head (default: all of it; hybrid: 32)")
+    p.add_argument("--nextn", type=int, default=0, help="glm4: MTP blocks after the trunk (0; llama.cpp loads, never runs them)")
     p.add_argument("--swa-pattern", type=int, default=None,
                    help="gemma3: period of the local/global pattern (default: no key, llama.cpp's 6)")
     p.add_argument("--rope-base", type=float, default=10000.0, help="rope base (gemma3: of the global layers)")
@@ -898,7 +917,7 @@ def _add_dense(ss) -> None:
         ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
         head_dim=a.head_dim, window=a.window, swa_pattern=a.swa_pattern, rope_base=a.rope_base,
         rope_base_swa=a.rope_base_swa, softcap=a.softcap, rope_linear=a.rope_linear, orig_ctx=a.orig_ctx,
-        rope_dims=a.rope_dims, yarn_factor=a.yarn_factor, temp_scale=a.temp_scale, progress=_bar_on()))
+        rope_dims=a.rope_dims, yarn_factor=a.yarn_factor, temp_scale=a.temp_scale, nextn=a.nextn, progress=_bar_on()))
     _with_shapes(p)
 
 
