@@ -22,6 +22,8 @@ All are llama's tensors with a few differences each, as configuration of the one
   - glm4 (GLM-4-0414): fused attn_qkv with a fused bias, fused [gate | up] ffn_up, gemma3's
     post-norms beside the pre-norms, adjacent-pair rope over half the head, one MTP block after the
     trunk (loaded by llama.cpp, run by neither);
+  - minicpm (MiniCPM): granite's graph and multipliers, from the file's keys or (an older export,
+    "minicpm-old") llama.cpp's defaults: embedding 12, residual 1.4 / sqrt(n_layer), logit 256 / n_embd;
   - qwen3vl / qwen3vlmoe: qwen3 / qwen3moe with IMROPE sections (the file's: a text token rotates
     as plain neox rope except in the 4th section, by position 0) and n_deepstack_layers, whose
     adds are zero for text tokens;
@@ -59,7 +61,10 @@ FILES = {"smollm3": dict(BASE, arch="smollm3"),
          # IMROPE with a 4th section of 20 of the 32 pairs, rotating by position 0 for text (Qwen3-VL's own
          # 4th section is empty: its text rope is plain neox)
          "qwen3vl": dict(BASE, arch="qwen3vl", sections=(4, 4, 4, 20)),
-         "glm4": dict(BASE, arch="glm4", nextn=1)}
+         "glm4": dict(BASE, arch="glm4", nextn=1),
+         # width 384: the logit multiplier (dim / 256 from the key, 256 / dim by default) is not 1
+         "minicpm": dict(BASE, arch="minicpm", dim=384, heads=6, kv_heads=2),
+         "minicpm-old": dict(BASE, arch="minicpm", dim=384, heads=6, kv_heads=2, scale_keys=False)}
 MOE = dict(layers=3, dim=256, heads=4, kv_heads=2, experts=8, top_k=2, expert_ffn=256, embd_type="F16", wtype="Q8_0",
            expert_type="Q8_0", seed=3)
 MOE_FILES = {"granitemoe": dict(MOE, arch="granitemoe", shared_ffn=0),
@@ -92,6 +97,13 @@ def test_config(case):
     olmo = arch.startswith("olmo")
     exa = arch.startswith("exaone4")
     vl = arch.startswith("qwen3vl")
+    if arch.startswith("minicpm"):  # granite's multipliers: the file's, or llama.cpp's defaults
+        f32 = np.float32
+        want = (12.0, float(f32(1.4 / np.sqrt(4))), 1.5) if arch == "minicpm" else \
+            (12.0, float(f32(1.4) / np.sqrt(f32(4))), float(f32(256) / f32(384)))
+        assert (c.embd_scale, c.residual_scale, c.logit_scale) == want and c.attn_scale == 0.0
+        assert not c.rope_neox and c.rope_layers == ()
+        return
     if arch == "glm4":  # fused q/k/v with a fused bias, fused gate/up, pre- and post-norms, half the head rotated
         assert (c.n_layer, c.n_nextn, c.rope_dims, c.rope_neox) == (4, 1, 32, False) and c.qkv_bias
         assert c.pre_norms and c.post_norms and not c.qk_norm
@@ -179,6 +191,9 @@ def test_each_feature_matters(case, monkeypatch):
         wrong = {"rope on the global layers": dict(rope_layers=()), "no windows": dict(window=(0,) * 64)}
     elif arch == "olmo3":
         wrong = {"no windows": dict(window=(0,) * 4), "YaRN on the sliding layers": dict(rope_base_swa=0.0)}
+    elif arch.startswith("minicpm"):
+        wrong = {"no residual scale": dict(residual_scale=0.0), "no logit scale": dict(logit_scale=0.0),
+                 "no embedding scale": dict(embd_scale=0.0)}
     elif arch == "glm4":
         wrong = {"no post-norms": dict(post_norms=False), "neox rope": dict(rope_neox=True),
                  "no q/k/v bias": dict(qkv_bias=False)}

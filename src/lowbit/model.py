@@ -27,6 +27,7 @@ Families differ by config fields, not by copies of the model:
     smollm3       adjacent  -          -           dense; every 4th layer's q / k unrotated (NoPE)
     mistral3      adjacent  -          -           dense (Ministral 3); q times Llama 4's attention temperature
                   (YaRN)                           log(floor(pos / orig_ctx) + 1) * temperature_scale + 1
+    minicpm       adjacent  -          -           dense (MiniCPM): granite's multipliers, llama.cpp's defaults without keys
     granite       adjacent  -          -           dense (Granite 3); embedding, softmax, residual and logit
                                                    multipliers from the file
     olmo2         neox      whole q/k  -           dense (OLMo 2, OLMo 3): no pre-norms, post-norms after attention
@@ -148,7 +149,8 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "mistral3": False, "granite": False, "granitemoe": False,
              "olmo2": True, "exaone4": True, "ernie4_5": False,
              "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True,
-             "qwen3vl": True, "qwen3vlmoe": True, "glm4": False}
+             "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
+             "minicpm": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -419,6 +421,8 @@ class ModelConfig:
             beta_fast / beta_slow from the file;
           glm4 (GLM-4-0414, GLM-Z1): gemma3's post-norms beside the pre-norms (files with M-RoPE
             sections, GLM-4.1V's, are refused);
+          minicpm (MiniCPM 1-4, dense): the granite graph's multipliers, each from its key or else
+            llama.cpp's default (embedding 12, residual 1.4 / sqrt(n_layer), logit 256 / n_embd);
           granite: logit_scale (required), residual_scale, embedding_scale, attention.scale (the
             softmax scale) and rope.scaling.finetuned (false: no layer rotates; default true)."""
         if arch == "smollm3":
@@ -441,9 +445,15 @@ class ModelConfig:
                 raise GGUFError(f"{f.path}: {arch}.rope.freq_base_swa = {base!r} differs from rope.freq_base: "
                                 "not supported (the sliding layers would need their own frequency scaling)")
             return dict(pre_norms=False, post_norms=True, **({"rope_layers": tuple(w > 0 for w in win)} if any(win) else {}))
-        if arch not in ("mistral3", "granite", "granitemoe"):
+        if arch not in ("mistral3", "granite", "granitemoe", "minicpm"):
             return {}
         md, out = f.metadata, {}
+        if arch == "minicpm":  # llama.cpp's defaults for older files, in float32, then the keys
+            if md.get(f"{arch}.expert_count"):
+                raise GGUFError(f"{f.path}: minicpm with experts (MiniCPM-MoE) is not supported")
+            f32 = np.float32
+            out.update(embd_scale=12.0, residual_scale=float(f32(1.4) / np.sqrt(f32(n_layer))),
+                       logit_scale=float(f32(256.0) / f32(key("embedding_length"))))
 
         def number(k, field, required=False):
             v = md.get(f"{arch}.{k}")
@@ -454,6 +464,11 @@ class ModelConfig:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v) or v < 0:
                 raise GGUFError(f"{f.path}: metadata key {arch}.{k} = {v!r} is not a number >= 0")
             out[field] = float(np.float32(v))
+        if arch == "minicpm":  # (the granite graph; no attention.scale, every layer rotates)
+            number("logit_scale", "logit_scale")
+            number("residual_scale", "residual_scale")
+            number("embedding_scale", "embd_scale")
+            return out
         if arch in ("granite", "granitemoe"):
             number("logit_scale", "logit_scale", required=True)
             number("residual_scale", "residual_scale")

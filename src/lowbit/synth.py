@@ -113,7 +113,7 @@ def add_glu(w: Writer, rng: np.random.Generator, p: str, *, width: int, dim: int
     w.add(p + f"ffn_down{suffix}.weight", gauss(rng, dim, width), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "qwen3vl", "glm4", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "qwen3vl", "glm4", "minicpm", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
@@ -147,7 +147,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                 rope_base: float = 10000.0, rope_base_swa: float | None = None, softcap: float = 0.0,
                 rope_linear: float = 0.0, orig_ctx: int = 0, rope_dims: int | None = None,
                 yarn_factor: float = 0.0, temp_scale: float = 0.0, sections=None, nextn: int = 0,
-                progress: bool = False) -> str:
+                scale_keys: bool = True, progress: bool = False) -> str:
     """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) / qwen3vl (qwen3's with qwen3vl_keys) /
     gemma3 / phi3 model with random weights.
 
@@ -198,6 +198,10 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     (None: half the head, GLM-4's partial_rotary_factor 0.5); nextn MTP blocks after the trunk
     (block_count = layers + nextn, nextn_predict_layers; llama.cpp loads and never runs them).
 
+    minicpm (MiniCPM): llama's tensors; scale_keys: embedding_scale 12, residual_scale 1.4 / sqrt(layers)
+    and logit_scale dim / 256 as convert_hf_to_gguf writes MiniCPM-2B's (scale_emb, scale_depth,
+    dim_model_base); False: none (an older export, llama.cpp's defaults). Token embeddings std 1/12.
+
     granite (Granite 3.x): llama's tensors with GRANITE_SCALES and attention.scale = 1 / head_dim;
     its token embeddings have std 1/12 (the graph multiplies them by 12), an untied head std
     8/sqrt(dim) (the graph divides the logits by 8).
@@ -227,6 +231,12 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     if arch == "qwen3vl":
         qwen3vl_keys(w, hd, sections)
     emb_std, head_std = granite_scales(w, hd, dim) if arch == "granite" else (1.0, None)
+    if arch == "minicpm":
+        emb_std = 1.0 / 12
+        if scale_keys:
+            w.meta(f"{arch}.embedding_scale", 12.0)
+            w.meta(f"{arch}.residual_scale", float(1.4 / np.sqrt(layers)))
+            w.meta(f"{arch}.logit_scale", float(dim / 256))
     if (mistral3 or olmo2) and orig_ctx:
         w.meta(f"{arch}.rope.scaling.original_context_length", int(orig_ctx))
         if yarn_factor:
