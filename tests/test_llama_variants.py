@@ -24,6 +24,7 @@ All are llama's tensors with a few differences each, as configuration of the one
     trunk (loaded by llama.cpp, run by neither);
   - minicpm (MiniCPM): granite's graph and multipliers, from the file's keys or (an older export,
     "minicpm-old") llama.cpp's defaults: embedding 12, residual 1.4 / sqrt(n_layer), logit 256 / n_embd;
+  - seed_oss (Seed-OSS): qwen2's attention with q/k/v biases, its FFN norm named post_attention_norm;
   - qwen3vl / qwen3vlmoe: qwen3 / qwen3moe with IMROPE sections (the file's: a text token rotates
     as plain neox rope except in the 4th section, by position 0) and n_deepstack_layers, whose
     adds are zero for text tokens;
@@ -64,7 +65,8 @@ FILES = {"smollm3": dict(BASE, arch="smollm3"),
          "glm4": dict(BASE, arch="glm4", nextn=1),
          # width 384: the logit multiplier (dim / 256 from the key, 256 / dim by default) is not 1
          "minicpm": dict(BASE, arch="minicpm", dim=384, heads=6, kv_heads=2),
-         "minicpm-old": dict(BASE, arch="minicpm", dim=384, heads=6, kv_heads=2, scale_keys=False)}
+         "minicpm-old": dict(BASE, arch="minicpm", dim=384, heads=6, kv_heads=2, scale_keys=False),
+         "seed_oss": dict(BASE, arch="seed_oss")}
 MOE = dict(layers=3, dim=256, heads=4, kv_heads=2, experts=8, top_k=2, expert_ffn=256, embd_type="F16", wtype="Q8_0",
            expert_type="Q8_0", seed=3)
 MOE_FILES = {"granitemoe": dict(MOE, arch="granitemoe", shared_ffn=0),
@@ -97,6 +99,9 @@ def test_config(case):
     olmo = arch.startswith("olmo")
     exa = arch.startswith("exaone4")
     vl = arch.startswith("qwen3vl")
+    if arch == "seed_oss":  # qwen2's attention (neox, q/k/v biases), the FFN norm post_attention_norm
+        assert c.rope_neox and c.qkv_bias and c.ffn_norm == "post_attention_norm" and not c.qk_norm
+        return
     if arch.startswith("minicpm"):  # granite's multipliers: the file's, or llama.cpp's defaults
         f32 = np.float32
         want = (12.0, float(f32(1.4 / np.sqrt(4))), 1.5) if arch == "minicpm" else \
@@ -191,6 +196,8 @@ def test_each_feature_matters(case, monkeypatch):
         wrong = {"rope on the global layers": dict(rope_layers=()), "no windows": dict(window=(0,) * 64)}
     elif arch == "olmo3":
         wrong = {"no windows": dict(window=(0,) * 4), "YaRN on the sliding layers": dict(rope_base_swa=0.0)}
+    elif arch == "seed_oss":
+        wrong = {"adjacent pairs": dict(rope_neox=False), "no q/k/v bias": dict(qkv_bias=False)}
     elif arch.startswith("minicpm"):
         wrong = {"no residual scale": dict(residual_scale=0.0), "no logit scale": dict(logit_scale=0.0),
                  "no embedding scale": dict(embd_scale=0.0)}

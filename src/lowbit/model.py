@@ -27,6 +27,7 @@ Families differ by config fields, not by copies of the model:
     smollm3       adjacent  -          -           dense; every 4th layer's q / k unrotated (NoPE)
     mistral3      adjacent  -          -           dense (Ministral 3); q times Llama 4's attention temperature
                   (YaRN)                           log(floor(pos / orig_ctx) + 1) * temperature_scale + 1
+    seed_oss      neox      -          optional    dense (Seed-OSS): qwen2's attention; its FFN norm is post_attention_norm
     minicpm       adjacent  -          -           dense (MiniCPM): granite's multipliers, llama.cpp's defaults without keys
     granite       adjacent  -          -           dense (Granite 3); embedding, softmax, residual and logit
                                                    multipliers from the file
@@ -150,7 +151,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "olmo2": True, "exaone4": True, "ernie4_5": False,
              "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True,
              "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
-             "minicpm": False}
+             "minicpm": False, "seed_oss": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -172,7 +173,8 @@ SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
 FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu"}  # FFN gate activation; default "silu"
 FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
-            "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
+            "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm",
+            "seed_oss": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
 SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "olmo2": 4, "exaone4": 4}  # llama.cpp's default sliding-window pattern per arch
 SWA_IGNORED = {"phi3"}  # attention.sliding_window ignored, as llama.cpp's loader does (Phi SWA is off)
 DEFAULT_CTX = 2048

@@ -113,7 +113,7 @@ def add_glu(w: Writer, rng: np.random.Generator, p: str, *, width: int, dim: int
     w.add(p + f"ffn_down{suffix}.weight", gauss(rng, dim, width), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "qwen3vl", "glm4", "minicpm", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
+DENSE_ARCHS = ("llama", "qwen2", "qwen3", "qwen3vl", "glm4", "minicpm", "seed_oss", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
@@ -198,6 +198,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     (None: half the head, GLM-4's partial_rotary_factor 0.5); nextn MTP blocks after the trunk
     (block_count = layers + nextn, nextn_predict_layers; llama.cpp loads and never runs them).
 
+    seed_oss (Seed-OSS): qwen2's tensors (q/k/v biases), its FFN norm named post_attention_norm.
+
     minicpm (MiniCPM): llama's tensors; scale_keys: embedding_scale 12, residual_scale 1.4 / sqrt(layers)
     and logit_scale dim / 256 as convert_hf_to_gguf writes MiniCPM-2B's (scale_emb, scale_depth,
     dim_model_base); False: none (an older export, llama.cpp's defaults). Token embeddings std 1/12.
@@ -279,7 +281,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     for i in range(layers + nextn):
         p = f"blk.{i}."
         add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, fused=phi3 or glm4,
-                      pre_norms=not (olmo2 or exaone4))
+                      pre_norms=not (olmo2 or exaone4),
+                      ffn_norm="post_attention_norm" if arch == "seed_oss" else "ffn_norm")
         if glm4:
             w.add(p + "attn_qkv.bias", 0.1 * rng.standard_normal((heads + 2 * kv_heads) * hd).astype(np.float32))
             w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
@@ -304,7 +307,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
             w.add(p + "attn_k_norm.weight", norm_weight(rng, hd if exaone4 else kv_heads * hd))
             w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
             w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
-        if arch == "qwen2":
+        if arch in ("qwen2", "seed_oss"):
             for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
                 w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
         if arch in ("qwen3", "qwen3vl"):
