@@ -84,3 +84,26 @@ def lookup_spec_is_plain_greedy(m):
     spec = list(m.generate(prompt, max_tokens=32, draft="lookup", spec=4))
     assert "".join(spec) == "".join(plain)
     assert any(r > 0 for r in rewinds), "no draft was rejected: the test did not exercise a rewind"
+
+
+def hybrid_chunks_threads_batches_bitwise(path):
+    """A hybrid model's token logits do not depend on how its prompt was chunked (1, 5, all), on
+    the thread count, or on another slot sharing its batch (I8): each slot's recurrent state takes
+    its tokens in order, whatever the window."""
+    import lowbit
+    m2 = lowbit.load(path, n_ctx=64, threads=2, n_slots=2)
+    ids = m2.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole, filled with the "
+                      "ends of worms and an oozy smell")[:24]
+    assert len(ids) == 24
+    whole = m2.logits(ids, chunk=24)
+    assert np.array_equal(m2.logits(ids, chunk=5), whole)
+    assert np.array_equal(m2.logits(ids, chunk=1), whole)
+    assert np.array_equal(lowbit.load(path, n_ctx=64, threads=1).logits(ids, chunk=24), whole)
+    m2.reset()
+    other = ids[::-1]
+    a, b = m2.forward_batch([(0, ids[:12]), (1, other[:12])], all_logits=True)
+    assert np.array_equal(a, whole[:12])
+    a, b2 = m2.forward_batch([(0, ids[12:]), (1, other[12:])], all_logits=True)
+    assert np.array_equal(a, whole[12:])
+    m2.rewind(0, slot=1)
+    assert np.array_equal(np.concatenate([b, b2]), m2.forward_batch([(1, other)], all_logits=True)[0])

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import (compare_top1, forced_logits, llama_greedy, llama_perplexity, load_with,
-                       lookup_spec_is_plain_greedy)
+from llama_ref import (compare_top1, forced_logits, hybrid_chunks_threads_batches_bitwise, llama_greedy,
+                       llama_perplexity, load_with, lookup_spec_is_plain_greedy)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_lfm2
 
@@ -140,20 +140,7 @@ def state(m, slot=0):
 def test_chunks_threads_and_batches_bitwise(paths, name):
     """A token's logits do not depend on how its prompt was chunked, on the thread count or on
     another slot sharing its batch (I8): the conv runs each slot's tokens in order."""
-    m2 = lowbit.load(paths[name], n_ctx=64, threads=2, n_slots=2)
-    ids = m2.tokenize(IDS_TEXT)[:24]
-    whole = m2.logits(ids, chunk=24)
-    assert np.array_equal(m2.logits(ids, chunk=5), whole)
-    assert np.array_equal(m2.logits(ids, chunk=1), whole)
-    assert np.array_equal(lowbit.load(paths[name], n_ctx=64, threads=1).logits(ids, chunk=24), whole)
-    m2.reset()
-    other = ids[::-1]
-    a, b = m2.forward_batch([(0, ids[:12]), (1, other[:12])], all_logits=True)
-    assert np.array_equal(a, whole[:12])
-    a, b2 = m2.forward_batch([(0, ids[12:]), (1, other[12:])], all_logits=True)
-    assert np.array_equal(a, whole[12:])
-    m2.rewind(0, slot=1)
-    assert np.array_equal(np.concatenate([b, b2]), m2.forward_batch([(1, other)], all_logits=True)[0])
+    hybrid_chunks_threads_batches_bitwise(paths[name])
 
 
 def test_rewind_restores_the_conv_state_exactly(paths):

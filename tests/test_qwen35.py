@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import llama_greedy, llama_perplexity, lookup_spec_is_plain_greedy
+from llama_ref import hybrid_chunks_threads_batches_bitwise, llama_greedy, llama_perplexity, lookup_spec_is_plain_greedy
 from lowbit.synth import synth_hybrid
 
 PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
@@ -215,22 +215,7 @@ def test_deltanet_against_float64_oracle(tmp_path):
 def test_chunks_threads_and_batches_bitwise(paths, arch):
     """A token's logits do not depend on how its prompt was chunked (1, 5, all), on the thread
     count, or on another slot sharing its batch: the delta-net runs the same token loop."""
-    m2 = lowbit.load(paths[arch], n_ctx=64, threads=2, n_slots=2)
-    ids = m2.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole")[:24]
-    whole = m2.logits(ids, chunk=24)
-    assert np.array_equal(m2.logits(ids, chunk=5), whole)
-    assert np.array_equal(m2.logits(ids, chunk=1), whole)
-    m1 = lowbit.load(paths[arch], n_ctx=64, threads=1)
-    assert np.array_equal(m1.logits(ids, chunk=24), whole)
-    m2.reset()
-    other = ids[::-1]
-    a, b = m2.forward_batch([(0, ids[:12]), (1, other[:12])], all_logits=True)
-    assert np.array_equal(a, whole[:12])
-    a, b2 = m2.forward_batch([(0, ids[12:]), (1, other[12:])], all_logits=True)
-    assert np.array_equal(a, whole[12:])
-    m2.rewind(0, slot=1)
-    alone = m2.forward_batch([(1, other)], all_logits=True)[0]
-    assert np.array_equal(np.concatenate([b, b2]), alone)
+    hybrid_chunks_threads_batches_bitwise(paths[arch])
 
 
 def state(m, slot=0):
