@@ -24,6 +24,8 @@ All are llama's tensors with a few differences each, as configuration of the one
     trunk (loaded by llama.cpp, run by neither);
   - minicpm (MiniCPM): granite's graph and multipliers, from the file's keys or (an older export,
     "minicpm-old") llama.cpp's defaults: embedding 12, residual 1.4 / sqrt(n_layer), logit 256 / n_embd;
+  - qwen2vl (Qwen2-VL / Qwen2.5-VL's text model): qwen2's graph, its M-RoPE rotating text tokens as
+    plain neox; exaone (EXAONE 3.5): llama's tensors with neox rope;
   - seed_oss (Seed-OSS): qwen2's attention with q/k/v biases, its FFN norm named post_attention_norm;
   - qwen3vl / qwen3vlmoe: qwen3 / qwen3moe with IMROPE sections (the file's: a text token rotates
     as plain neox rope except in the 4th section, by position 0) and n_deepstack_layers, whose
@@ -66,7 +68,9 @@ FILES = {"smollm3": dict(BASE, arch="smollm3"),
          # width 384: the logit multiplier (dim / 256 from the key, 256 / dim by default) is not 1
          "minicpm": dict(BASE, arch="minicpm", dim=384, heads=6, kv_heads=2),
          "minicpm-old": dict(BASE, arch="minicpm", dim=384, heads=6, kv_heads=2, scale_keys=False),
-         "seed_oss": dict(BASE, arch="seed_oss")}
+         "seed_oss": dict(BASE, arch="seed_oss"),
+         "qwen2vl": dict(BASE, arch="qwen2vl"),
+         "exaone": dict(BASE, arch="exaone")}
 MOE = dict(layers=3, dim=256, heads=4, kv_heads=2, experts=8, top_k=2, expert_ffn=256, embd_type="F16", wtype="Q8_0",
            expert_type="Q8_0", seed=3)
 MOE_FILES = {"granitemoe": dict(MOE, arch="granitemoe", shared_ffn=0),
@@ -99,6 +103,9 @@ def test_config(case):
     olmo = arch.startswith("olmo")
     exa = arch.startswith("exaone4")
     vl = arch.startswith("qwen3vl")
+    if arch in ("qwen2vl", "exaone"):  # qwen2's graph (M-RoPE: plain neox for text), llama's with neox rope
+        assert c.rope_neox and c.qkv_bias == (arch == "qwen2vl") and c.rope_sections == () and not c.qk_norm
+        return
     if arch == "seed_oss":  # qwen2's attention (neox, q/k/v biases), the FFN norm post_attention_norm
         assert c.rope_neox and c.qkv_bias and c.ffn_norm == "post_attention_norm" and not c.qk_norm
         return
@@ -196,6 +203,10 @@ def test_each_feature_matters(case, monkeypatch):
         wrong = {"rope on the global layers": dict(rope_layers=()), "no windows": dict(window=(0,) * 64)}
     elif arch == "olmo3":
         wrong = {"no windows": dict(window=(0,) * 4), "YaRN on the sliding layers": dict(rope_base_swa=0.0)}
+    elif arch in ("qwen2vl", "exaone"):
+        wrong = {"adjacent pairs": dict(rope_neox=False)}
+        if arch == "qwen2vl":
+            wrong["no q/k/v bias"] = dict(qkv_bias=False)
     elif arch == "seed_oss":
         wrong = {"adjacent pairs": dict(rope_neox=False), "no q/k/v bias": dict(qkv_bias=False)}
     elif arch.startswith("minicpm"):
@@ -228,6 +239,18 @@ def test_bad_temperature_key_is_a_clear_error(tmp_path):
     f.metadata["mistral3.attention.temperature_scale"] = "hot"
     with pytest.raises(GGUFError, match="temperature_scale = 'hot' is not a number"):
         ModelConfig.from_gguf(f)
+
+
+def test_what_is_not_run_is_refused(tmp_path):
+    """qwen2vl with a 4th M-RoPE section (its pairs would rotate by 0 for text), glm4 with M-RoPE
+    sections (GLM-4.1V): one-line errors, not a silently different rope."""
+    from lowbit.model import ModelConfig
+    for arch, key, val, msg in (("qwen2vl", "qwen2vl.rope.dimension_sections", [8, 8, 8, 8], "a 4th M-RoPE section"),
+                                ("glm4", "glm4.rope.dimension_sections", [8, 12, 12, 0], "GLM-4.1V's M-RoPE")):
+        f = lowbit.gguf.open(synth_dense(tmp_path / f"{arch}.gguf", **dict(FILES[arch], layers=1)))
+        f.metadata[key] = val
+        with pytest.raises(GGUFError, match=msg):
+            ModelConfig.from_gguf(f)
 
 
 def test_synth_cli_writes_them(tmp_path):

@@ -27,6 +27,9 @@ Families differ by config fields, not by copies of the model:
     smollm3       adjacent  -          -           dense; every 4th layer's q / k unrotated (NoPE)
     mistral3      adjacent  -          -           dense (Ministral 3); q times Llama 4's attention temperature
                   (YaRN)                           log(floor(pos / orig_ctx) + 1) * temperature_scale + 1
+    qwen2vl       neox      -          yes         dense: Qwen2-VL / Qwen2.5-VL's text model (qwen2's graph; M-RoPE
+                  (M-RoPE)                         rotates a text token as plain neox)
+    exaone        neox      -          optional    dense (EXAONE 3.5 / EXAONE Deep): llama's tensors, neox rope
     seed_oss      neox      -          optional    dense (Seed-OSS): qwen2's attention; its FFN norm is post_attention_norm
     minicpm       adjacent  -          -           dense (MiniCPM): granite's multipliers, llama.cpp's defaults without keys
     granite       adjacent  -          -           dense (Granite 3); embedding, softmax, residual and logit
@@ -151,7 +154,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "olmo2": True, "exaone4": True, "ernie4_5": False,
              "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True,
              "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
-             "minicpm": False, "seed_oss": True}
+             "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -276,7 +279,7 @@ class ModelConfig:
     ssm_kv_interleave: bool = False
     shortconv: bool = False       # lfm2 / lfm2moe: the recurrent layers are short-conv blocks (ssm_conv: l_cache)
     attn_gate: bool = False       # attn_q yields [q, gate] per head; output * sigmoid(gate)
-    rope_sections: tuple = ()     # IMROPE sections (qwen35*); () plain rope
+    rope_sections: tuple = ()     # IMROPE sections (qwen35*, qwen3vl*); () plain rope
     # deepseek2's multi-head latent attention (csrc/mla.cpp); head_dim is then nope + rope
     mla_rank: int = 0             # kv_lora_rank (0: not MLA)
     mla_v_dim: int = 0            # value_length_mla: v head width after attn_v_b
@@ -421,6 +424,8 @@ class ModelConfig:
           mistral3: attention.temperature_scale (optional) with the floor n_ctx_orig_yarn
             (rope.scaling.original_context_length, else the training context), and YaRN's
             beta_fast / beta_slow from the file;
+          qwen2vl (Qwen2-VL / Qwen2.5-VL's text model): qwen2's graph; its M-RoPE rotates text tokens as
+            plain neox (a 4th section, or an output.bias, is refused);
           glm4 (GLM-4-0414, GLM-Z1): gemma3's post-norms beside the pre-norms (files with M-RoPE
             sections, GLM-4.1V's, are refused);
           minicpm (MiniCPM 1-4, dense): the granite graph's multipliers, each from its key or else
@@ -429,6 +434,15 @@ class ModelConfig:
             softmax scale) and rope.scaling.finetuned (false: no layer rotates; default true)."""
         if arch == "smollm3":
             return dict(rope_layers=tuple((i + 1) % 4 != 0 for i in range(n_layer)))
+        if arch == "qwen2vl":  # M-RoPE: a text token's positions (p, p, p, 0) rotate as plain neox unless
+            # the 4th section has pairs (then they would rotate by 0: not done)
+            sec = ModelConfig._rope_sections(f, arch)
+            if len(sec) > 3 and sec[3]:
+                raise GGUFError(f"{f.path}: {arch}.rope.dimension_sections = {list(sec)}: a 4th M-RoPE section is "
+                                "not supported")
+            if "output.bias" in f.tensors:
+                raise GGUFError(f"{f.path}: an output.bias (a logit bias) is not supported")
+            return {}
         if arch == "glm4":  # pre- and post-norms (gemma3's); M-RoPE files are GLM-4.1V's, refused
             if any(f.metadata.get(f"{arch}.rope.dimension_sections") or ()):
                 raise GGUFError(f"{f.path}: a glm4 file with rope.dimension_sections (GLM-4.1V's M-RoPE) is not "
@@ -509,7 +523,7 @@ class ModelConfig:
         """attention.head_count_kv: one count, or one per layer (LFM2: 0 marks a short-conv layer); the
         attention layers of a file must then agree (the engine has one KV head count)."""
         v = f.metadata.get(f"{arch}.attention.head_count_kv")
-        if not isinstance(v, (list, tuple)):
+        if not isinstance(v, (list, tuple, np.ndarray)):
             return key("attention.head_count_kv", n_head)
         counts = {int(x) for x in v} - ({0} if arch in SHORTCONV_ARCHS else set())
         if len(counts) != 1 or min(counts) <= 0:
@@ -523,7 +537,7 @@ class ModelConfig:
         attention.head_count_kv (an array per layer) is 0, else attention; shortconv.l_cache is the
         conv's kernel width."""
         v = f.metadata.get(f"{arch}.attention.head_count_kv")
-        if not isinstance(v, (list, tuple)) or len(v) < n_layer:
+        if not isinstance(v, (list, tuple, np.ndarray)) or len(v) < n_layer:
             raise GGUFError(f"{f.path}: {arch}.attention.head_count_kv must be an array of one count per layer "
                             f"(0: a short-conv layer), not {v!r}")
         recurrent = tuple(int(v[i]) == 0 for i in range(n_layer))

@@ -113,7 +113,7 @@ def add_glu(w: Writer, rng: np.random.Generator, p: str, *, width: int, dim: int
     w.add(p + f"ffn_down{suffix}.weight", gauss(rng, dim, width), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen3", "qwen3vl", "glm4", "minicpm", "seed_oss", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
+DENSE_ARCHS = ("llama", "qwen2", "qwen2vl", "qwen3", "qwen3vl", "exaone", "glm4", "minicpm", "seed_oss", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
@@ -198,6 +198,9 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     (None: half the head, GLM-4's partial_rotary_factor 0.5); nextn MTP blocks after the trunk
     (block_count = layers + nextn, nextn_predict_layers; llama.cpp loads and never runs them).
 
+    qwen2vl (Qwen2-VL's text model): qwen2's tensors and M-RoPE sections in Qwen2-VL's proportions.
+    exaone (EXAONE 3.5): llama's tensors.
+
     seed_oss (Seed-OSS): qwen2's tensors (q/k/v biases), its FFN norm named post_attention_norm.
 
     minicpm (MiniCPM): llama's tensors; scale_keys: embedding_scale 12, residual_scale 1.4 / sqrt(layers)
@@ -232,6 +235,10 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         w.meta(f"{arch}.attention.sliding_window", int(window))
     if arch == "qwen3vl":
         qwen3vl_keys(w, hd, sections)
+    if arch == "qwen2vl":  # Qwen2-VL's M-RoPE sections 16 / 24 / 24 of 64 pairs, in proportion
+        half = hd // 2
+        s0 = half // 4
+        w.meta(f"{arch}.rope.dimension_sections", [s0, (half - s0) // 2, half - s0 - (half - s0) // 2, 0])
     emb_std, head_std = granite_scales(w, hd, dim) if arch == "granite" else (1.0, None)
     if arch == "minicpm":
         emb_std = 1.0 / 12
@@ -307,7 +314,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
             w.add(p + "attn_k_norm.weight", norm_weight(rng, hd if exaone4 else kv_heads * hd))
             w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
             w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
-        if arch in ("qwen2", "seed_oss"):
+        if arch in ("qwen2", "qwen2vl", "seed_oss"):
             for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
                 w.add(p + f"attn_{nm}.bias", 0.1 * rng.standard_normal(rows).astype(np.float32))
         if arch in ("qwen3", "qwen3vl"):
