@@ -33,6 +33,20 @@ def llama_perplexity(llm, text: str, ctx: int) -> tuple[float, int]:
     return float(np.exp(nll / count)), count
 
 
+def perplexity_matches(path, n_ctx: int, llm, name: str = "") -> None:
+    """lowbit's perplexity of the package's passage (chunks of 128, the model of path) is within
+    0.5% of llama.cpp's (llm, loaded from the same file), over the same >= 100 tokens."""
+    import os
+
+    import lowbit
+    from lowbit.perplexity import perplexity
+    text = open(os.path.join(os.path.dirname(lowbit.__file__), "data", "passage.txt"), encoding="utf-8").read()
+    ours, n = perplexity(lowbit.load(path, n_ctx=n_ctx, threads=2), text, ctx=128, progress=False)
+    theirs, count = llama_perplexity(llm, text, 128)
+    print(f"\n{name} perplexity lowbit {ours:.4f} llama.cpp {theirs:.4f} ({n} tokens)")
+    assert count == n and n >= 100 and abs(ours - theirs) <= 0.005 * theirs
+
+
 def load_with(monkeypatch, path, n_ctx: int, threads: int = 2, **changes):
     """lowbit's model of `path` with some ModelConfig fields replaced (dataclasses.replace): one
     feature done wrong, for the tests that show each feature moves the logits."""
@@ -64,6 +78,22 @@ def forced_logits(m, run, tie: float = ROUTE_TIE):
     for layer in range(c.n_dense_lead, c.n_layer if c.n_expert else 0):
         clear &= np.array(m.engine.last_route_margins(layer)) >= tie
     return ours, ref, clear
+
+
+def features_matter(monkeypatch, path, n_ctx: int, run, wrong: dict, tie: float = ROUTE_TIE):
+    """lowbit's model of path matches llama.cpp's logits (max |diff| < 0.5 at the judged positions
+    of forced_logits), and each feature done wrong (wrong: what -> ModelConfig changes, load_with)
+    moves them by > 0.5 at the positions judged in both. Returns the right model and its logits."""
+    import lowbit
+    m = lowbit.load(path, n_ctx=n_ctx, threads=2)
+    ours, ref, clear = forced_logits(m, run, tie)
+    good = float(np.abs(ours - ref)[clear].max())
+    assert good < 0.5, f"max |diff| {good:.3f} where it should match"
+    for what, changes in wrong.items():
+        bad_logits, _, bad_clear = forced_logits(load_with(monkeypatch, path, n_ctx, **changes), run, tie)
+        bad = float(np.abs(bad_logits - ref)[clear & bad_clear].max())
+        assert bad > 0.5, f"{what}: max |diff| {bad:.3f}: the change is not seen"
+    return m, ours
 
 
 def compare_top1(m, run, tie: float = ROUTE_TIE):

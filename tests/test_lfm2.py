@@ -15,14 +15,13 @@ Parity as tests/test_llama_variants.py: teacher-forced over llama.cpp's greedy c
 moves the logits (the comparison can fail). The conv state is the slot's recurrent state: chunking,
 threads, batches and rewinds are bitwise, as for the delta-net models (tests/test_qwen35.py).
 """
-import os
 
 import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import (compare_top1, forced_logits, hybrid_chunks_threads_batches_bitwise, llama_greedy,
-                       llama_perplexity, load_with, lookup_spec_is_plain_greedy)
+from llama_ref import (compare_top1, features_matter, hybrid_chunks_threads_batches_bitwise, llama_greedy,
+                       lookup_spec_is_plain_greedy, perplexity_matches)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_lfm2
 
@@ -83,13 +82,8 @@ def test_teacher_forced_top1_matches_llama_cpp(case):
 
 
 def test_perplexity_matches_llama_cpp(case):
-    from lowbit.perplexity import perplexity
     name, path, _ = case
-    text = open(os.path.join(os.path.dirname(lowbit.__file__), "data", "passage.txt"), encoding="utf-8").read()
-    ours, n = perplexity(lowbit.load(path, n_ctx=N_CTX, threads=2), text, ctx=128, progress=False)
-    theirs, count = llama_perplexity(_peer(path), text, 128)
-    print(f"\n{name} perplexity lowbit {ours:.4f} llama.cpp {theirs:.4f} ({n} tokens)")
-    assert count == n and n >= 100 and abs(ours - theirs) <= 0.005 * theirs
+    perplexity_matches(path, N_CTX, _peer(path), name)
 
 
 def test_each_feature_matters(case, monkeypatch):
@@ -98,20 +92,14 @@ def test_each_feature_matters(case, monkeypatch):
     selection bias, or routed by the other gating function. And the conv state: the same
     positions with every conv layer's state zeroed once, halfway, move the logits after it."""
     name, path, run = case
-    changes = [dict(rope_neox=False), dict(qk_norm=False)]
+    wrong = {"adjacent pairs": dict(rope_neox=False), "no q/k norms": dict(qk_norm=False)}
     if name == "lfm2-swa":
-        changes.append(dict(window=(0,) * 6))
+        wrong["no window"] = dict(window=(0,) * 6)
     if name.startswith("lfm2moe"):
         other = "sigmoid" if name.endswith("softmax") else "softmax"
-        changes += [dict(expert_norm=False), dict(exp_probs_b=False), dict(expert_gating=other)]
-    m = lowbit.load(path, n_ctx=N_CTX, threads=2)
-    ours, ref, clear = forced_logits(m, run, TIE)
-    good = np.abs(ours - ref)[clear].max()
-    assert good < 0.5, f"{name}: max |diff| {good:.3f} where it should match"
-    for ch in changes:
-        wrong, _, _ = forced_logits(load_with(monkeypatch, path, N_CTX, **ch), run, TIE)
-        bad = np.abs(wrong - ref)[clear].max()
-        assert bad > 0.5, f"{name} with {ch}: max |diff| {bad:.3f}: the change is not seen"
+        wrong.update({"not renormalised": dict(expert_norm=False), "no selection bias": dict(exp_probs_b=False),
+                      f"{other} gating": dict(expert_gating=other)})
+    m, ours = features_matter(monkeypatch, path, N_CTX, run, wrong, TIE)
     ids = run[0]
     half = len(ids) // 2
     m.reset()

@@ -41,13 +41,12 @@ Parity as tests/test_phi3.py: teacher-forced over llama.cpp's greedy continuatio
 >= 99% where llama.cpp's top-2 margin is >= 0.1, perplexity within 0.5% of llama.cpp's; each
 feature done wrong in lowbit moves the logits by whole units (the comparison can fail).
 """
-import os
 
 import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import compare_top1, forced_logits, llama_greedy, llama_perplexity, load_with
+from llama_ref import compare_top1, features_matter, llama_greedy, perplexity_matches
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_dense, synth_moe
 
@@ -166,13 +165,8 @@ def test_teacher_forced_top1_matches_llama_cpp(case):
 
 
 def test_perplexity_matches_llama_cpp(case):
-    from lowbit.perplexity import perplexity
     arch, path, _ = case
-    text = open(os.path.join(os.path.dirname(lowbit.__file__), "data", "passage.txt"), encoding="utf-8").read()
-    ours, n = perplexity(lowbit.load(path, n_ctx=N_CTX, threads=2), text, ctx=128, progress=False)
-    theirs, count = llama_perplexity(_peer(path), text, 128)
-    print(f"\n{arch} perplexity lowbit {ours:.4f} llama.cpp {theirs:.4f} ({n} tokens)")
-    assert count == n and n >= 100 and abs(ours - theirs) <= 0.005 * theirs
+    perplexity_matches(path, N_CTX, _peer(path), arch)
 
 
 def test_each_feature_matters(case, monkeypatch):
@@ -225,11 +219,7 @@ def test_each_feature_matters(case, monkeypatch):
     else:
         wrong = {"no temperature": dict(attn_temp_scale=0.0, attn_temp_floor=0),
                  "floor 257": dict(attn_temp_floor=257), "beta_fast 16": dict(yarn_beta_fast=16.0)}
-    ours, ref, clear = forced_logits(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
-    assert float(np.abs(ours - ref)[clear].max()) < 0.5  # (done right, the same positions agree)
-    for what, changes in wrong.items():
-        ours, ref, clear = forced_logits(load_with(monkeypatch, path, N_CTX, **changes), run)
-        assert float(np.abs(ours - ref)[clear].max()) > 0.5, what
+    features_matter(monkeypatch, path, N_CTX, run, wrong)
 
 
 def test_bad_temperature_key_is_a_clear_error(tmp_path):
