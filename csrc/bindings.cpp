@@ -319,6 +319,23 @@ NB_MODULE(_lowbit, m) {
         return nb::make_tuple(out, std::string(dk.name));
     }, nb::arg("M"), nb::arg("k"), nb::arg("q"), nb::arg("v"), nb::arg("decay"), nb::arg("beta"), nb::arg("scale"),
        nb::arg("isa") = -1, "The delta-net kernel on one token and head: (o[1, S], kernel name); M updated in place.");
+    m.def("ssm_scan", [](nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> s,
+                         nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> B,
+                         nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> C,
+                         nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> x,
+                         float dt, float dA, int isa) {
+        // One token's Mamba-2 state update on one head's state s[P, N] (updated in place).
+        const ScanKernel &k = kernel_table(isa).scan;
+        if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
+        const size_t P = s.shape(0), N = s.shape(1);
+        if (P < 1 || N < 1 || B.shape(0) != N || C.shape(0) != N || x.shape(0) != P)
+            throw std::invalid_argument("ssm_scan: s must be [P, N], B and C [N], x [P]");
+        float *y;
+        auto out = new_array<float>(1, P, &y);
+        k.fn(s.data(), B.data(), C.data(), x.data(), dt, dA, y, (int)P, (int)N);
+        return nb::make_tuple(out, std::string(k.name));
+    }, nb::arg("s"), nb::arg("B"), nb::arg("C"), nb::arg("x"), nb::arg("dt"), nb::arg("dA"), nb::arg("isa") = -1,
+       "The Mamba-2 scan kernel on one token and head: (y[1, P], kernel name); s updated in place.");
     m.def("quant_act_kernel", [](int id, int isa) -> nb::object {
         const Format &f = fmt(id);
         if (!f.activation) throw std::invalid_argument(std::string(f.name) + " is not an activation format");
@@ -578,7 +595,8 @@ NB_MODULE(_lowbit, m) {
                             bool post_norms, int n_dense_lead, bool shexp_gated,
                             // hybrid qwen35 / qwen35moe / qwen3next
                             std::vector<uint8_t> recurrent, int ssm_conv,
-                            int ssm_state, int ssm_groups, int ssm_heads, bool ssm_kv_interleave, bool shortconv, bool attn_gate,
+                            int ssm_state, int ssm_groups, int ssm_heads, bool ssm_kv_interleave, bool shortconv, bool mamba2, int ssm_inner,
+                            bool attn_gate,
                             std::vector<int> rope_sections, int layer_begin, int layer_end,
                             // DeepSeek MLA and group-limited routing
                             int mla_rank, int mla_v_dim, int q_lora_rank, float mla_kq_scale, int expert_groups,
@@ -601,6 +619,7 @@ NB_MODULE(_lowbit, m) {
             c.recurrent = std::move(recurrent); c.ssm_conv = ssm_conv; c.ssm_state = ssm_state;
             c.ssm_groups = ssm_groups; c.ssm_heads = ssm_heads; c.ssm_kv_interleave = ssm_kv_interleave;
             c.shortconv = shortconv;
+            c.mamba2 = mamba2; c.ssm_inner = ssm_inner;
             c.attn_gate = attn_gate;
             c.kv_k = kv_k; c.kv_v = kv_v;
             if (rope_sections.size() > 4) throw std::invalid_argument("engine: at most 4 rope sections");
@@ -624,6 +643,7 @@ NB_MODULE(_lowbit, m) {
            nb::arg("shexp_gated") = true,
            nb::arg("recurrent") = std::vector<uint8_t>(), nb::arg("ssm_conv") = 0, nb::arg("ssm_state") = 0,
            nb::arg("ssm_groups") = 0, nb::arg("ssm_heads") = 0, nb::arg("ssm_kv_interleave") = false, nb::arg("shortconv") = false,
+           nb::arg("mamba2") = false, nb::arg("ssm_inner") = 0,
            nb::arg("attn_gate") = false, nb::arg("rope_sections") = std::vector<int>(),
            nb::arg("layer_begin") = 0, nb::arg("layer_end") = 0,
            nb::arg("mla_rank") = 0, nb::arg("mla_v_dim") = 0, nb::arg("q_lora_rank") = 0,

@@ -40,13 +40,17 @@
 namespace lowbit {
 
 int Engine::conv_dim() const {
-    return c_.shortconv ? c_.dim : (2 * c_.ssm_groups + c_.ssm_heads) * c_.ssm_state;
+    if (c_.shortconv) return c_.dim;
+    if (c_.mamba2) return c_.ssm_inner + 2 * c_.ssm_groups * c_.ssm_state;
+    return (2 * c_.ssm_groups + c_.ssm_heads) * c_.ssm_state;
 }
 
 size_t Engine::conv_state_floats() const { return (size_t)conv_dim() * (size_t)(c_.ssm_conv - 1); }
 
 size_t Engine::ssm_state_floats() const {
-    return c_.shortconv ? 0 : (size_t)c_.ssm_heads * c_.ssm_state * c_.ssm_state;
+    if (c_.shortconv) return 0;
+    if (c_.mamba2) return (size_t)c_.ssm_inner * c_.ssm_state;
+    return (size_t)c_.ssm_heads * c_.ssm_state * c_.ssm_state;
 }
 
 void Engine::rstate_clear(int slot) {
@@ -187,6 +191,7 @@ void Engine::rstate_replay(int slot, int n) {
             std::memcpy(db_.data() + (size_t)k * Hv, src + cd + Hv, sizeof(float) * Hv);
         }
         if (c_.shortconv) conv_runs(l, dq_.data(), false, runs);  // (the outputs are not needed)
+        else if (c_.mamba2) mamba2_state(l, n, runs);
         else deltanet_state(l, n, runs);
     }
     rpos_[(size_t)slot] = p0 + n;
@@ -215,6 +220,7 @@ void Engine::conv_runs(int layer, float *buf, bool silu_out, const SlotRuns &r) 
                     float sum = 0.0f;
                     for (int j = 0; j < K - 1; ++j) sum += sc[j] * w[j];
                     sum += xt[c] * w[K - 1];
+                    if (L.ssm_conv1d_b) sum += L.ssm_conv1d_b[c];  // (Mamba-2: ggml_add after ggml_ssm_conv)
                     for (int j = 0; j + 1 < K - 1; ++j) sc[j] = sc[j + 1];
                     if (K > 1) sc[K - 2] = xt[c];
                     xt[c] = silu_out ? silu(sum) : sum;

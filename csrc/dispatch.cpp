@@ -243,6 +243,7 @@ static void fill_table() {
         take(running.attnq_rows, level.attnq_rows);
         take(running.glu, level.glu);
         take(running.delta, level.delta);
+        take(running.scan, level.scan);
         // a level the ladder skips (not built) runs what the level below it runs
         for (int i = rk; i < kOrderLen; ++i) {
             g_levels[kOrder[i]] = running;
@@ -307,6 +308,7 @@ void register_scalar(KernelTable &t) {
     t.attnq = AttnQKernel{ref::attend_q, "attn_q_scalar", ISA_SCALAR};
     t.attnq_rows = AttnQRowsKernel{attn_q_rows_by_row<ref::attend_q>, "attn_q_rows_scalar", ISA_SCALAR};
     t.delta = DeltaKernel{ref::delta_rule, "delta_scalar", ISA_SCALAR};
+    t.scan = ScanKernel{ref::ssm_scan, "scan_scalar", ISA_SCALAR};
     ref::register_float(t);
     ref::register_act(t);
     ref::register_legacy(t);

@@ -84,7 +84,14 @@ struct LayerWeights {
     // LFM2's short-conv block (EngineConfig::shortconv; csrc/shortconv.cpp), its conv taps in ssm_conv1d [dim][K]:
     Mat sc_in;                            // shortconv.in_proj  [3 dim, dim]: b, c, x
     Mat sc_out;                           // shortconv.out_proj [dim, dim]
-    bool recurrent = false;               // a delta-net or short-conv layer (else attention)
+    // Mamba-2 (EngineConfig::mamba2; csrc/mamba2.cpp), with N = ssm_state, G = ssm_groups, H = ssm_heads,
+    // d_inner = ssm_inner (P = d_inner / H channels per head), conv_dim = d_inner + 2 G N; its conv taps
+    // in ssm_conv1d [conv_dim][K], the step bias in ssm_dt [H], A in ssm_a [H], ssm_norm [d_inner]
+    // (G groups of d_inner / G), ssm_out [dim, d_inner]:
+    Mat ssm_in;                           // ssm_in [2 d_inner + 2 G N + H, dim]: z, x|B|C (the conv's input), dt
+    const float *ssm_conv1d_b = nullptr;  // [conv_dim] added after the conv, before its silu (null: none)
+    const float *ssm_d = nullptr;         // [H] the skip: y += x * D per head
+    bool recurrent = false;               // a delta-net, short-conv or Mamba-2 layer (else attention)
     // DeepSeek multi-head latent attention (EngineConfig::mla_rank > 0; csrc/mla.cpp), R = mla_rank,
     // hd = head_dim = nope + rope (rope = rope_dims), vd = mla_v_dim, Rq = q_lora_rank:
     Mat wq_a, wq_b;                       // attn_q_a [Rq, dim], attn_q_b [n_head * hd, Rq] (or wq, Rq = 0)
@@ -185,6 +192,12 @@ struct EngineConfig {
     // delta-net: the conv runs over dim channels with kernel width ssm_conv (shortconv.l_cache), and
     // there is no recurrent matrix state (ssm_state / ssm_groups / ssm_heads unused).
     bool shortconv = false;
+    // Mamba-2 (granitehybrid): the recurrent layers are Mamba-2 mixers (csrc/mamba2.cpp): ssm_state
+    // = N (d_state), ssm_groups = G (B / C groups), ssm_heads = H, ssm_inner = d_inner (H heads of
+    // d_inner / H channels), conv kernel ssm_conv over d_inner + 2 G N channels; the recurrent state
+    // per head is [d_inner / H][N] floats.
+    bool mamba2 = false;
+    int ssm_inner = 0;
     // Gated attention (qwen35 / qwen3next): attn_q yields [q_h (head_dim), gate_h (head_dim)] per
     // head; the attention output is multiplied by sigmoid(gate) before attn_output.
     bool attn_gate = false;
@@ -368,12 +381,16 @@ private:
     // LFM2's short-conv block (csrc/shortconv.cpp): out[T][dim] from the normed input x[T][dim],
     // each slot's tokens in order continuing its conv state.
     void shortconv(int layer, const float *x, int T, const int32_t *slots, float *out);
+    // The Mamba-2 mixer (csrc/mamba2.cpp): out[T][dim] from the normed input x[T][dim], each slot's
+    // tokens in order continuing its conv and SSM state.
+    void mamba2(int layer, const float *x, int T, const int32_t *slots, float *out);
     // A forward call's tokens grouped by slot, in order: slot[i]'s tokens are tok[off[i] .. off[i + 1]).
     struct SlotRuns { std::vector<int> slot, tok, off{0}; };
     static SlotRuns slot_runs(const int32_t *slots, int T, int n_slots);
     // The causal depthwise conv of a recurrent layer, in place on buf[T][conv_dim()] (per channel
     // c: the K-1 inputs in the slot's conv state, oldest first, then this token's; the sum in tap
-    // order; the state shifts by one input), then silu if `silu_out` (delta-net) or as it is (LFM2).
+    // order; the state shifts by one input), plus the layer's conv bias if any (Mamba-2), then silu
+    // if `silu_out` (delta-net, Mamba-2) or as it is (LFM2).
     void conv_runs(int layer, float *buf, bool silu_out, const SlotRuns &r);
     // The replay log rows (engine.h rstate_replay) of the runs of 2..kReplayMax tokens: row(t, dst)
     // writes token t's tlog_row() floats.
@@ -381,8 +398,12 @@ private:
     // The delta-net's state update (steps 2, 3, 5) on dq_ (conv inputs, in place), dg_ and db_
     // (gates) of each run's tokens, in order; o into dout_.
     void deltanet_state(int layer, int T, const SlotRuns &runs);
+    // Mamba-2's state update (the conv with bias and silu, the scan per head) on dq_ (conv inputs, in
+    // place) and dg_, db_ (each head's softplus'd step and decay) of each run's tokens, in order; y into dout_[T][d_inner].
+    void mamba2_state(int layer, int T, const SlotRuns &runs);
     void rstate_clear(int slot);
-    int conv_dim() const;               // channels of the conv state: delta-net 2 H_k S + H_v S, LFM2 dim
+    int conv_dim() const;               // channels of the conv state: delta-net 2 H_k S + H_v S, LFM2 dim,
+                                        // Mamba-2 d_inner + 2 G N
     size_t conv_state_floats() const;   // per recurrent layer and slot
     size_t ssm_state_floats() const;
     // The MoE feed-forward (csrc/moe.cpp): out[T][dim] = sum over each token's top-K experts
@@ -433,7 +454,7 @@ private:
     std::vector<int> kv_index_, rec_index_;
     int n_kv_layers_ = 0, n_rec_layers_ = 0;
     std::vector<float> conv_st_;         // [slot][rec layer][conv_dim][K-1], oldest input first
-    std::vector<float> ssm_st_;          // [slot][rec layer][H_v][S (value j)][S (key i)]
+    std::vector<float> ssm_st_;          // [slot][rec layer][H_v][S (value j)][S (key i)] (Mamba-2: [H][P][N])
     std::vector<int32_t> rpos_;          // [slot] tokens folded into the slot's recurrent state
     std::vector<float> dq_, dz_, dab_, dg_, db_, dout_;  // delta-net scratch
     // the replay log: [slot][rec layer][kReplayMax][conv_dim + 2 H_v] (conv input, decay, beta; LFM2: the conv input only),

@@ -236,6 +236,19 @@ using delta_fn = void (*)(float *M, const float *k, const float *q, const float 
                           float scale, float *o, int S);
 using DeltaKernel = KernelSlot<delta_fn>;
 
+// One token's Mamba-2 state update on one SSM head (granitehybrid's SSM layers; csrc/mamba2.cpp,
+// spec csrc/ref/ssm_scan.cpp, ggml's GGML_OP_SSM_SCAN with a scalar decay per head). s[i * N + j]:
+// row i = the head's channel (P rows), j = state index (N), ggml's layout, updated in place; B, C:
+// the token's [N] input and output projections of the head's group; x [P]; dt the head's
+// softplus'd step, dA = exp(dt * A). Per row i in order:
+//   s[i] = s[i] * dA + B * (x[i] * dt)   (two products, one sum: ggml's rounding);  y[i] = s[i] . C.
+// The dot runs in 8 lanes (lane l sums j = l mod 8 in order, the lanes then added in the fixed
+// tree of csrc/ref/ssm_scan.cpp), so every level gives the same bits as the reference: a token's
+// state depends only on its inputs, never on the window, slot, thread or level (I8).
+using scan_fn = void (*)(float *s, const float *B, const float *C, const float *x, float dt, float dA, float *y,
+                         int P, int N);
+using ScanKernel = KernelSlot<scan_fn>;
+
 struct KernelTable {
     KernelEntry e[64];
     KernelEntry i8s;  // T_I8_S (id above 64)
@@ -245,6 +258,7 @@ struct KernelTable {
     AttnQRowsKernel attnq_rows;  // its rows sharing one head's cache rows (a GQA group, a prompt block)
     GluKernel glu;    // the FFN's gate/up epilogue
     DeltaKernel delta;  // the delta-net state update (hybrid Qwen models)
+    ScanKernel scan;    // the Mamba-2 state update (granitehybrid)
     KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }
     const KernelEntry &at(int id) const { return id == T_I8_S ? i8s : e[id]; }
     void set_rows_all(int id, rows_fn f, const char *name, int isa) {

@@ -72,6 +72,8 @@ void register_act(KernelTable &t);       // Q8_0 Q8_1 Q8_K activation quantizers
 // the gated delta rule of one token on one value head (contract: delta_fn in kernels.h)
 void delta_rule(float *M, const float *k, const float *q, const float *v, float decay, float beta, float scale,
                 float *o, int S);
+// The Mamba-2 state update of one token on one head (contract: scan_fn in kernels.h).
+void ssm_scan(float *s, const float *B, const float *C, const float *x, float dt, float dA, float *y, int P, int N);
 void register_glu(KernelTable &t);       // the FFN's gate/up epilogue (SiLU, ReLU^2)
 
 }  // namespace lowbit::ref

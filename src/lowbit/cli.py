@@ -98,7 +98,8 @@ def _info_model(path: str) -> None:
         print(f"windows   sliding-window layers: {sum(bool(w) for w in c.window)} of {c.n_layer} "
               f"(window {max(c.window)})")
     if c.hybrid:
-        kind = f"short-conv (kernel {c.ssm_conv})" if c.shortconv else "gated delta-net"
+        kind = (f"short-conv (kernel {c.ssm_conv})" if c.shortconv else
+                f"Mamba-2 ({c.ssm_heads} heads, state {c.ssm_state})" if c.mamba2 else "gated delta-net")
         print(f"hybrid    {sum(bool(r) for r in c.recurrent)} of {c.n_layer} layers {kind}, the rest attention")
     by = {}  # format -> (tensors, bytes)
     for t in f.tensors.values():

@@ -154,19 +154,22 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "olmo2": True, "exaone4": True, "ernie4_5": False,
              "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True,
              "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
-             "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True}
+             "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True,
+             "granitehybrid": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
                "qwen35moe": True, "qwen3next": True, "granitemoe": True,
-               "ernie4_5-moe": True, "lfm2moe": True, "qwen3vlmoe": True}
+               "ernie4_5-moe": True, "lfm2moe": True, "qwen3vlmoe": True, "granitehybrid": True}
 # Hybrid families: gated delta-net layers (csrc/deltanet.cpp) and gated full attention every
 # full_attention_interval-th layer; value head h reads q/k head h % H_k (qwen35*) or h / (H_v/H_k)
 # (qwen3next); rope: IMROPE sections (qwen35*) or plain neox (qwen3next).
 HYBRID_ARCHS = {"qwen35": False, "qwen35moe": False, "qwen3next": True}   # arch -> ssm_kv_interleave
 # LFM2 (lfm2, lfm2moe): the layers with attention.head_count_kv 0 are short-conv blocks (csrc/shortconv.cpp)
 SHORTCONV_ARCHS = {"lfm2", "lfm2moe"}
+# Granite 4.0-H (granitehybrid): the layers with attention.head_count_kv 0 are Mamba-2 mixers (csrc/mamba2.cpp)
+MAMBA2_ARCHS = {"granitehybrid"}
 OUTPUT_NORM = {"lfm2": "token_embd_norm", "lfm2moe": "token_embd_norm"}  # the final norm's tensor; default "output_norm"
 SHARED_EXPERT_ARCHS = {"qwen2moe", "qwen35moe", "qwen3next"}
 EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "softmax" (over all, then top-K)
@@ -278,6 +281,8 @@ class ModelConfig:
     ssm_heads: int = 0            # H_v: its value heads
     ssm_kv_interleave: bool = False
     shortconv: bool = False       # lfm2 / lfm2moe: the recurrent layers are short-conv blocks (ssm_conv: l_cache)
+    mamba2: bool = False          # granitehybrid: the recurrent layers are Mamba-2 mixers (ssm_state: d_state N,
+    ssm_inner: int = 0            # ssm_groups: G, ssm_heads: H; ssm_inner: d_inner)
     attn_gate: bool = False       # attn_q yields [q, gate] per head; output * sigmoid(gate)
     rope_sections: tuple = ()     # IMROPE sections (qwen35*, qwen3vl*); () plain rope
     # deepseek2's multi-head latent attention (csrc/mla.cpp); head_dim is then nope + rope
@@ -461,7 +466,7 @@ class ModelConfig:
                 raise GGUFError(f"{f.path}: {arch}.rope.freq_base_swa = {base!r} differs from rope.freq_base: "
                                 "not supported (the sliding layers would need their own frequency scaling)")
             return dict(pre_norms=False, post_norms=True, **({"rope_layers": tuple(w > 0 for w in win)} if any(win) else {}))
-        if arch not in ("mistral3", "granite", "granitemoe", "minicpm"):
+        if arch not in ("mistral3", "granite", "granitemoe", "minicpm", "granitehybrid"):
             return {}
         md, out = f.metadata, {}
         if arch == "minicpm":  # llama.cpp's defaults for older files, in float32, then the keys
@@ -485,8 +490,8 @@ class ModelConfig:
             number("residual_scale", "residual_scale")
             number("embedding_scale", "embd_scale")
             return out
-        if arch in ("granite", "granitemoe"):
-            number("logit_scale", "logit_scale", required=True)
+        if arch in ("granite", "granitemoe", "granitehybrid"):  # (granitehybrid: every multiplier optional)
+            number("logit_scale", "logit_scale", required=arch != "granitehybrid")
             number("residual_scale", "residual_scale")
             number("embedding_scale", "embd_scale")
             number("attention.scale", "attn_scale")
@@ -525,10 +530,14 @@ class ModelConfig:
         v = f.metadata.get(f"{arch}.attention.head_count_kv")
         if not isinstance(v, (list, tuple, np.ndarray)):
             return key("attention.head_count_kv", n_head)
-        counts = {int(x) for x in v} - ({0} if arch in SHORTCONV_ARCHS else set())
+        marked = {"short-conv": SHORTCONV_ARCHS, "Mamba-2": MAMBA2_ARCHS}
+        kind = next((k for k, archs in marked.items() if arch in archs), None)
+        counts = {int(x) for x in v} - ({0} if kind else set())
+        if kind and not counts and len(v):  # no attention layer at all: the count is never used
+            return n_head
         if len(counts) != 1 or min(counts) <= 0:
             raise GGUFError(f"{f.path}: {arch}.attention.head_count_kv = {list(v)} is not supported (one positive "
-                            f"KV head count for every attention layer{'; 0 marks a short-conv layer' if arch in SHORTCONV_ARCHS else ''})")
+                            f"KV head count for every attention layer{f'; 0 marks a {kind} layer' if kind else ''})")
         return counts.pop()
 
     @staticmethod
@@ -547,16 +556,37 @@ class ModelConfig:
         return dict(recurrent=recurrent, ssm_conv=width, shortconv=True)
 
     @staticmethod
+    def _mamba2_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
+        """granitehybrid's layer kinds and Mamba-2 sizes as llama_model_granite_hybrid reads them: a
+        layer is a Mamba-2 mixer where attention.head_count_kv (an array per layer) is 0, else
+        attention; ssm.conv_kernel, ssm.inner_size (d_inner, 2 x embedding_length: llama.cpp asserts
+        it), ssm.state_size (N), ssm.time_step_rank (the heads H) and ssm.group_count (G)."""
+        v = f.metadata.get(f"{arch}.attention.head_count_kv")
+        if not isinstance(v, (list, tuple, np.ndarray)) or len(v) < n_layer:
+            raise GGUFError(f"{f.path}: {arch}.attention.head_count_kv must be an array of one count per layer "
+                            f"(0: a Mamba-2 layer), not {v!r}")
+        recurrent = tuple(int(v[i]) == 0 for i in range(n_layer))
+        conv, state, groups, heads, inner = (key("ssm.conv_kernel"), key("ssm.state_size"), key("ssm.group_count"),
+                                             key("ssm.time_step_rank"), key("ssm.inner_size"))
+        if inner != 2 * key("embedding_length") or inner % heads or heads % groups:
+            raise GGUFError(f"{f.path}: {arch}.ssm.inner_size = {inner} must be 2 x embedding_length and a multiple "
+                            f"of ssm.time_step_rank ({heads}), itself a multiple of ssm.group_count ({groups})")
+        return dict(recurrent=recurrent, ssm_conv=conv, ssm_state=state, ssm_groups=groups, ssm_heads=heads,
+                    ssm_inner=inner, mamba2=True)
+
+    @staticmethod
     def _hybrid_fields(f: gguf.GGUFFile, arch: str, key) -> dict:
         """The delta-net fields of a hybrid family ({} otherwise), as llama.cpp's loader reads them:
         ssm.* sizes, the recurrent layers from attention.recurrent_layers or else
         full_attention_interval (default 4: layer il is recurrent unless (il + 1) % 4 == 0), and
         rope.dimension_sections (qwen35*, required)."""
-        if arch not in HYBRID_ARCHS and arch not in SHORTCONV_ARCHS:
+        if arch not in HYBRID_ARCHS and arch not in SHORTCONV_ARCHS and arch not in MAMBA2_ARCHS:
             return {}
         n_layer = key("block_count") - ModelConfig.nextn_layers(f, arch, key)
         if arch in SHORTCONV_ARCHS:
             return ModelConfig._shortconv_fields(f, arch, key, n_layer)
+        if arch in MAMBA2_ARCHS:
+            return ModelConfig._mamba2_fields(f, arch, key, n_layer)
         md = f.metadata
         conv, state, groups, heads = (key("ssm.conv_kernel"), key("ssm.state_size"), key("ssm.group_count"),
                                       key("ssm.time_step_rank"))
@@ -672,7 +702,7 @@ class ModelConfig:
             shexp = key("expert_shared_feed_forward_length", md.get(f"{arch}.feed_forward_length"))
         if arch in ("glm4moe", "deepseek2"):
             glm = _glm4moe_fields(f, arch, key, n_layer, expert_ffn)
-        elif arch in ("granitemoe", "ernie4_5-moe"):  # an ungated shared expert when its key is there
+        elif arch in ("granitemoe", "ernie4_5-moe", "granitehybrid"):  # an ungated shared expert when its key is there
             k = "expert_shared_feed_forward_length"
             glm = dict(shexp_ffn=key(k) if f"{arch}.{k}" in md else 0, shexp_gated=False,
                        **(_ernie_moe_fields(f, arch, key, n_layer) if arch == "ernie4_5-moe" else {}))
@@ -811,6 +841,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
                           ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
                           ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave, shortconv=c.shortconv,
+                          mamba2=c.mamba2, ssm_inner=c.ssm_inner,
                           attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
                           layer_begin=l0, layer_end=l1,
                           mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
@@ -1000,6 +1031,13 @@ class Model:
             if rec and c.shortconv:  # LFM2's short-conv block (csrc/shortconv.cpp)
                 mixer = ("shortconv.in_proj", "shortconv.out_proj")
                 _vec("shortconv.conv", i, p + "shortconv.conv.weight")
+            elif rec and c.mamba2:  # a Mamba-2 mixer (csrc/mamba2.cpp)
+                mixer = ("ssm_in", "ssm_out")
+                for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),
+                                   ("ssm_a", "ssm_a"), ("ssm_d", "ssm_d"), ("ssm_norm", "ssm_norm.weight")):
+                    _vec(slot, i, p + name)
+                if p + "ssm_conv1d.bias" in self.file.tensors:
+                    _vec("ssm_conv1d.bias", i, p + "ssm_conv1d.bias")
             elif rec:  # a gated delta-net layer (csrc/deltanet.cpp)
                 ba = ("ssm_ba",) if p + "ssm_ba.weight" in self.file.tensors else ("ssm_alpha", "ssm_beta")
                 mixer = ("attn_qkv", "attn_gate") + ba + ("ssm_out",)

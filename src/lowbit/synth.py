@@ -889,6 +889,149 @@ def _add_lfm2(ss) -> None:
     _with_shapes(p, LFM2_SHAPES)
 
 
+def synth_granite_hybrid(path, *, layers: int = 4, dim: int = 256, ffn: int = 512, heads: int = 4,
+                         kv_heads: int = 2, attn_layers=None, ssm_conv: int = 4, ssm_state: int = 32,
+                         ssm_groups: int = 1, ssm_heads: int = 8, conv_bias: bool = True, rope: bool = False,
+                         experts: int = 0, top_k: int = 2, shared_ffn: int = 0, ctx: int = 1024,
+                         rope_base: float = 10000.0, wtype: str = "Q8_0", expert_type: str = "Q4_K",
+                         router_type: str = "F32", embd_type: str = "F32", head_type: str | None = None,
+                         tied: bool = False, seed: int = 0, vocab: dict | None = None, progress: bool = False) -> str:
+    """A Granite 4.0-H model (llama.cpp's granitehybrid) with random weights, as llama.cpp's
+    converter lays it out. Layers in attn_layers (default: layer 1, then every fourth) are attention
+    (attn_q / attn_k / attn_v / attn_output; NoPE unless rope, as Granite 4.0-H: rope.scaling.finetuned
+    false), the others Mamba-2 mixers with d_inner = 2 dim (llama.cpp's only expansion), H = ssm_heads
+    heads of 2 dim / H channels, G = ssm_groups, N = ssm_state: ssm_in [2 d_inner + 2 G N + H, dim]
+    (z, x, B, C, dt), ssm_conv1d [d_inner + 2 G N, ssm_conv] and its bias (conv_bias), ssm_dt.bias [H],
+    ssm_a [H, 1] (-exp(A_log)), ssm_d [H, 1], ssm_norm [G, d_inner / G], ssm_out [dim, d_inner] (the small
+    vectors F32); head_count_kv is one count per layer, 0 for a Mamba-2 layer. Every layer has attn_norm
+    and ffn_norm and a SwiGLU FFN of width ffn, or (experts > 0) experts of width ffn routed by softmax,
+    top-K renormalised, plus an ungated shared expert of shared_ffn (0: none). Granite's multipliers as
+    synth_dense's granite (GRANITE_SCALES, attention.scale 1 / head_dim)."""
+    attn = tuple(range(1, layers, 4)) if attn_layers is None else tuple(int(i) for i in attn_layers)
+    if any(not 0 <= i < layers for i in attn) or len(set(attn)) != len(attn):
+        raise ValueError(f"synth: attention layers {list(attn)} must be distinct layers of 0..{layers - 1}")
+    inner = 2 * dim
+    if ssm_heads < 1 or ssm_groups < 1 or inner % ssm_heads or ssm_heads % ssm_groups or ssm_state < 1 or ssm_conv < 1:
+        raise ValueError(f"synth: d_inner (2 x dim = {inner}) must split into --ssm-heads ({ssm_heads}), a multiple of "
+                         f"--ssm-groups ({ssm_groups}); --ssm-state and --ssm-conv must be positive")
+    if experts and not 1 <= top_k <= experts:
+        raise ValueError(f"synth: top_k {top_k} must be in 1..experts ({experts})")
+    rng = np.random.default_rng(seed)
+    vocab = vocab or default_vocab()
+    nv = vocab_size(vocab)
+    head_dim = dim // heads
+    G, N, H = ssm_groups, ssm_state, ssm_heads
+    cd = inner + 2 * G * N
+    w = Writer(path, "granitehybrid", progress=progress, fit=True)
+    a = w.arch
+    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads,
+                 kv_heads=[kv_heads if i in attn else 0 for i in range(layers)], head_dim=head_dim, ctx=ctx,
+                 rope_base=rope_base, eps=1e-5)
+    for k, v in (("conv_kernel", ssm_conv), ("state_size", N), ("group_count", G), ("inner_size", inner),
+                 ("time_step_rank", H)):
+        w.meta(f"{a}.ssm.{k}", int(v))
+    w.meta(f"{a}.rope.scaling.finetuned", bool(rope))
+    emb_std, head_std = granite_scales(w, head_dim, dim)
+    if experts:
+        w.meta(f"{a}.expert_count", int(experts))
+        w.meta(f"{a}.expert_used_count", int(top_k))
+        if shared_ffn:
+            w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=emb_std), embd_type)
+    if not tied:
+        w.add("output.weight", gauss(rng, nv, dim, scale=head_std), head_type or wtype)
+    w.add("output_norm.weight", norm_weight(rng, dim))
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+        if i in attn:
+            add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, wtype=wtype,
+                          pre_norms=False)
+        else:
+            w.add(p + "ssm_in.weight", gauss(rng, 2 * inner + 2 * G * N + H, dim), wtype)
+            w.add(p + "ssm_conv1d.weight", gauss(rng, cd, ssm_conv, scale=0.5))
+            if conv_bias:
+                w.add(p + "ssm_conv1d.bias", (0.1 * rng.standard_normal(cd)).astype(np.float32))
+            # softplus(dt_bias) in [1e-3, 1e-1] as Mamba-2 initialises it; A = -exp(A_log), A_log = log U(1, 16)
+            w.add(p + "ssm_dt.bias", np.log(np.expm1(rng.uniform(1e-3, 1e-1, H))).astype(np.float32))
+            w.add(p + "ssm_a", (-rng.uniform(1.0, 16.0, (H, 1))).astype(np.float32))
+            w.add(p + "ssm_d", rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32))
+            w.add(p + "ssm_norm.weight", norm_weight(rng, inner).reshape(G, inner // G))
+            w.add(p + "ssm_out.weight", gauss(rng, dim, inner), wtype)
+        if experts:
+            w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+            w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, ffn, dim), expert_type)
+            w.add(p + "ffn_up_exps.weight", gauss(rng, experts, ffn, dim), expert_type)
+            w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, ffn), expert_type)
+            if shared_ffn:
+                add_glu(w, rng, p, width=shared_ffn, dim=dim, wtype=wtype, suffix="_shexp")
+        else:
+            add_glu(w, rng, p, width=ffn, dim=dim, wtype=wtype)
+    w.close()
+    return str(path)
+
+
+# Published Granite 4.0-H shapes (each model's config.json as recalled: the attention layer lists
+# could not be checked offline; `lowbit synth granitehybrid OUT --shape NAME --layers 8`: a slice).
+# The vocabulary stays SmolLM2's 49152 (Granite 4.0's is 100352).
+GRANITE_HYBRID_SHAPES = {
+    "granite-4.0-h-tiny": dict(layers=40, dim=1536, ffn=512, heads=12, kv_heads=4, attn_layers="5,15,25,35",
+                               ssm_state=128, ssm_groups=1, ssm_heads=48, experts=64, top_k=6, shared_ffn=1024,
+                               ctx=131072),
+    "granite-4.0-h-small": dict(layers=40, dim=4096, ffn=768, heads=32, kv_heads=8, attn_layers="5,15,25,35",
+                                ssm_state=128, ssm_groups=1, ssm_heads=128, experts=72, top_k=10, shared_ffn=8192,
+                                ctx=131072),
+}
+
+
+def _add_granite_hybrid(ss) -> None:
+    p = ss.add_parser("granitehybrid", help="a Granite 4.0-H model (granitehybrid): Mamba-2 and attention layers",
+                      description="Write a Granite 4.0-H model (llama.cpp's granitehybrid) with random weights and "
+                                  "SmolLM2's vocabulary.")
+    _shape_options(p, layers=4, dim=256, ffn=512, heads=4, kv_heads=2)
+    p.add_argument("--arch", default="granitehybrid", choices=["granitehybrid"])
+    p.add_argument("--shape", default=None, choices=list(GRANITE_HYBRID_SHAPES),
+                   help="a published model's sizes for every option not given "
+                        "(e.g. --shape granite-4.0-h-tiny --layers 8: an 8-layer slice)")
+    p.add_argument("--attn-layers", default=None,
+                   help="comma-separated attention layers (default: layer 1, then every fourth); the rest Mamba-2")
+    p.add_argument("--ssm-conv", type=int, default=4, help="the conv's kernel width (4)")
+    p.add_argument("--ssm-state", type=int, default=32, help="the state size N per channel (32)")
+    p.add_argument("--ssm-groups", type=int, default=1, help="B / C groups (1)")
+    p.add_argument("--ssm-heads", type=int, default=8, help="SSM heads; d_inner = 2 x dim splits into them (8)")
+    p.add_argument("--no-conv-bias", dest="conv_bias", action="store_false", help="no ssm_conv1d.bias")
+    p.add_argument("--rope", action="store_true", help="rotate the attention layers (Granite 4.0-H's are NoPE)")
+    p.add_argument("--experts", type=int, default=0, help="experts per layer (0: a dense SwiGLU FFN)")
+    p.add_argument("--top-k", type=int, default=2, help="experts used per token (2)")
+    p.add_argument("--shared-ffn", type=int, default=0, help="the shared expert's width (0: none)")
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--expert-type", default="Q4_K", help="the experts' format (Q4_K)")
+    p.add_argument("--router-type", default="F32", help="ffn_gate_inp's format: F32, F16 or BF16")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
+    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
+    p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head")
+
+    def synth(a: argparse.Namespace) -> str:
+        try:
+            attn = None if a.attn_layers is None else [int(v) for v in a.attn_layers.split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"--attn-layers {a.attn_layers!r} is not comma-separated integers") from None
+        if a.shape and "attn_layers" not in getattr(a, "given", ()):  # a slice of a published shape: its first layers
+            attn = [i for i in attn if i < a.layers]
+        return synth_granite_hybrid(a.out, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
+                                    attn_layers=attn, ssm_conv=a.ssm_conv, ssm_state=a.ssm_state,
+                                    ssm_groups=a.ssm_groups, ssm_heads=a.ssm_heads, conv_bias=a.conv_bias,
+                                    rope=a.rope, experts=a.experts, top_k=a.top_k, shared_ffn=a.shared_ffn,
+                                    ctx=a.ctx, wtype=a.wtype, expert_type=a.expert_type, router_type=a.router_type,
+                                    embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
+                                    progress=_bar_on())
+    p.set_defaults(synth=synth)
+    for shape in GRANITE_HYBRID_SHAPES.values():
+        shape.setdefault("arch", "granitehybrid")
+    _with_shapes(p, GRANITE_HYBRID_SHAPES)
+
+
 def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, heads: int, kv_heads: int) -> None:
     p.add_argument("out", help="the GGUF file to write")
     p.add_argument("--layers", type=int, default=layers)
@@ -1218,7 +1361,8 @@ def _synth_hybrid_cli(a: argparse.Namespace) -> str:
 
 
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
-FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet, "lfm2": _add_lfm2}
+FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet, "lfm2": _add_lfm2,
+            "granitehybrid": _add_granite_hybrid}
 
 
 def _bar_on() -> bool:

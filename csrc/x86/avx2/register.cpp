@@ -16,6 +16,7 @@ void register_act(KernelTable &t);
 void register_glu(KernelTable &t);
 void register_attn(KernelTable &t);
 void register_delta(KernelTable &t);
+void register_scan(KernelTable &t);   // the Mamba-2 state update (ssm_scan.cpp)
 void register_attn_q(KernelTable &t);  // attn_q.cpp (csrc/x86/attn_q.inl)
 void register_gemm(KernelTable &t);    // the GEMM tier (gemm.cpp, csrc/x86/gemm.inl)
 }  // namespace avx2
@@ -30,6 +31,7 @@ void register_avx2(KernelTable &t) {
     avx2::register_glu(t);
     avx2::register_attn(t);
     avx2::register_delta(t);
+    avx2::register_scan(t);
     avx2::register_attn_q(t);
     avx2::register_gemm(t);
     (void)t;
