@@ -498,7 +498,8 @@ INT_RULES = {
 INT_RULES_BY_CMD = {
     "run": {"n": _at_least(-1), "seed": _at_least(-1)},
     "chat": {"n": _at_least(-1), "seed": _at_least(-1)},
-    "synth": {"top_k": _at_least(1), "shared_ffn": _at_least(0)},  # (0: none; the families that need one check)
+    # (0: none, granitehybrid's dense FFN; the families that need one check)
+    "synth": {"top_k": _at_least(1), "shared_ffn": _at_least(0), "experts": _at_least(0)},
 }
 FLOAT_RULES = {
     "temp": ((lambda v: v >= 0), ">= 0 (0 = greedy)"),
@@ -558,7 +559,7 @@ def validate(a: argparse.Namespace) -> None:
             raise UsageError(f"--dim {a.dim} must be a multiple of --heads {a.heads}")
         if getattr(a, "heads", 1) % getattr(a, "kv_heads", 1):
             raise UsageError(f"--heads {a.heads} must be a multiple of --kv-heads {a.kv_heads}")
-        if getattr(a, "top_k", 1) > getattr(a, "experts", 1 << 30):
+        if getattr(a, "experts", 0) and getattr(a, "top_k", 1) > a.experts:
             raise UsageError(f"--top-k {a.top_k} must be at most --experts {a.experts}")
     if hasattr(a, "kv_v"):  # --kv / --kv-k / --kv-v: a quantized V over an f16 K
         kv_kwargs(a)

@@ -87,19 +87,20 @@ def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, hea
 
 def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, heads: int, kv_heads: int,
                   head_dim: int, wtype: str, ffn_norm: str = "ffn_norm", fused: bool = False,
-                  pre_norms: bool = True) -> None:
+                  pre_norms: bool = True, qk_gain: float = 1.0) -> None:
     """A layer's two norms and its q/k/v/output matrices (in this order: the random draws, and so
     every seed's weights, depend on it). ffn_norm: the FFN norm's name (gpt-oss: post_attention_norm);
     fused: one attn_qkv of [q | k | v] rows (phi3) instead of the three; pre_norms False: no norms
-    (olmo2)."""
+    (olmo2); qk_gain: attn_q and attn_k times this (a file whose attention.scale is below 1/sqrt(head_dim)
+    keeps its softmax as sharp)."""
     if pre_norms:
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
         w.add(p + ffn_norm + ".weight", norm_weight(rng, dim))
     if fused:
         w.add(p + "attn_qkv.weight", gauss(rng, (heads + 2 * kv_heads) * head_dim, dim), wtype)
     else:
-        w.add(p + "attn_q.weight", gauss(rng, heads * head_dim, dim), wtype)
-        w.add(p + "attn_k.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
+        w.add(p + "attn_q.weight", gauss(rng, heads * head_dim, dim) * np.float32(qk_gain), wtype)
+        w.add(p + "attn_k.weight", gauss(rng, kv_heads * head_dim, dim) * np.float32(qk_gain), wtype)
         w.add(p + "attn_v.weight", gauss(rng, kv_heads * head_dim, dim), wtype)
     w.add(p + "attn_output.weight", gauss(rng, dim, heads * head_dim), wtype)
 
@@ -946,18 +947,21 @@ def synth_granite_hybrid(path, *, layers: int = 4, dim: int = 256, ffn: int = 51
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
         w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
         if i in attn:
+            # (q and k times head_dim^(3/8): with granite's attention.scale 1 / head_dim the scores spread
+            # a little wider than 1 / sqrt(head_dim) would spread them, so that rope and the attention are seen)
             add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, wtype=wtype,
-                          pre_norms=False)
+                          pre_norms=False, qk_gain=float(head_dim) ** 0.375)
         else:
             w.add(p + "ssm_in.weight", gauss(rng, 2 * inner + 2 * G * N + H, dim), wtype)
             w.add(p + "ssm_conv1d.weight", gauss(rng, cd, ssm_conv, scale=0.5))
             if conv_bias:
-                w.add(p + "ssm_conv1d.bias", (0.1 * rng.standard_normal(cd)).astype(np.float32))
+                w.add(p + "ssm_conv1d.bias", (0.5 * rng.standard_normal(cd)).astype(np.float32))
             # softplus(dt_bias) in [1e-3, 1e-1] as Mamba-2 initialises it; A = -exp(A_log), A_log = log U(1, 16)
             w.add(p + "ssm_dt.bias", np.log(np.expm1(rng.uniform(1e-3, 1e-1, H))).astype(np.float32))
             w.add(p + "ssm_a", (-rng.uniform(1.0, 16.0, (H, 1))).astype(np.float32))
             w.add(p + "ssm_d", rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32))
-            w.add(p + "ssm_norm.weight", norm_weight(rng, inner).reshape(G, inner // G))
+            # (spread wider than the other norms: the grouped norm's weights are seen)
+            w.add(p + "ssm_norm.weight", rng.uniform(0.5, 2.0, (G, inner // G)).astype(np.float32))
             w.add(p + "ssm_out.weight", gauss(rng, dim, inner), wtype)
         if experts:
             w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
