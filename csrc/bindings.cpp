@@ -148,6 +148,7 @@ NB_MODULE(_lowbit, m) {
         d["attention_q_rows"] = std::string(kernel_table().attnq_rows.name);
         d["glu"] = std::string(kernel_table().glu.name);
         d["delta"] = std::string(kernel_table().delta.name);
+        d["scan"] = std::string(kernel_table().scan.name);
         d["prefetch"] = (long long)kPrefetchAhead;
         d["iq_grid"] = std::string(iq_grid_by_loads() ? "loads" : "gather");  // the IQ3 kernels' grid fetch
 #if defined(__clang__)

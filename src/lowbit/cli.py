@@ -46,6 +46,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"attention {c['attention_q_rows']} (--kv q8_0 / q4_0: a GQA group's heads, a prompt block's tokens)")
     print(f"glu       {c['glu']} (the FFN's gate/up epilogue: silu(gate) * up, relu(gate)^2 * up)")
     print(f"delta     {c['delta']} (the delta-net state update of the hybrid Qwen models)")
+    print(f"scan      {c['scan']} (the Mamba-2 state update of Granite 4.0-H)")
     print(f"prefetch  weights {c['prefetch']} bytes ahead of the decode (0: off; CMake LOWBIT_PREFETCH_AHEAD)")
     print(f"iq_grid   IQ3 grid rows by {c['iq_grid']} (LOWBIT_IQ_GRID=loads|gather; loads on AMD, gather on Intel)")
     if c["disabled"]:

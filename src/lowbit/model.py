@@ -82,6 +82,10 @@ biases; q/k norms when the file has them; rope over the first rope.dimension_cou
                                                    the final norm is token_embd_norm
     lfm2moe       neox      yes        -           lfm2's layers; leading dense layers, then experts (expert_gating_func,
                                                    exp_probs_b, top-K renormalised, no scale), no shared expert
+    granitehybrid -         -          -           Granite 4.0-H: Mamba-2 mixers where head_count_kv (one per layer) is 0
+                  (NoPE)                           (csrc/mamba2.cpp), attention elsewhere (rotated only if
+                                                   rope.scaling.finetuned); granite's multipliers; a dense FFN,
+                                                   or experts (top-K renormalised) and an ungated shared expert
 
 DeepSeek V2 / V3 (llama.cpp's deepseek2, files with the MLA split attn_k_b / attn_v_b) as configuration:
 multi-head latent attention (csrc/mla.cpp): q from attn_q, or attn_q_b(RMSNorm(attn_q_a x)) with
@@ -97,7 +101,8 @@ expert_weights_scale, expert_group_count / _used_count, plus expert_shared_count
 Legacy files with attn_kv_b are refused (reconvert).
 
 The hybrid families: a delta-net layer's slot state (conv inputs and the recurrent state per value
-head; an LFM2 short-conv layer's: its last l_cache - 1 conv inputs) lives in the engine beside the
+head; an LFM2 short-conv layer's: its last l_cache - 1 conv inputs; a Mamba-2 layer's: its conv
+inputs and the [d_inner / H][N] state per head) lives in the engine beside the
 attention layers' KV. Model.rewind restores it exactly
 (the checkpoint taken before the slot's last multi-token call, or a replay from the start), the
 engine refuses a forward that does not continue a slot's state in order, and the server's prefix
