@@ -67,14 +67,25 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     // Hybrid layout: attention layers get KV cache rows, recurrent layers conv + delta-net states.
     if (!c.recurrent.empty() && c.recurrent.size() != (size_t)c.n_layer)
         throw std::invalid_argument("engine: the recurrent-layer list must have one entry per layer");
+    if (!c.layer_parts.empty() && c.layer_parts.size() != (size_t)c.n_layer)
+        throw std::invalid_argument("engine: the layer-parts list must have one entry per layer");
     kv_index_.assign((size_t)c.n_layer, -1);
     rec_index_.assign((size_t)c.n_layer, -1);
     for (int l = 0; l < c.n_layer; ++l) {
         const bool rec = !c.recurrent.empty() && c.recurrent[(size_t)l];
-        layers_[(size_t)l].recurrent = rec;
+        LayerWeights &L = layers_[(size_t)l];
+        L.recurrent = rec;
+        if (!c.layer_parts.empty()) {
+            const uint8_t parts = c.layer_parts[(size_t)l];
+            if (parts < 1 || parts > 3 || (rec && !(parts & 1)))
+                throw std::invalid_argument("engine: layer " + std::to_string(l) + "'s parts " + std::to_string(parts) +
+                                            " are not a mixer (1), an FFN (2) or both (3)");
+            L.has_mixer = parts & 1;
+            L.has_ffn = parts & 2;
+        }
         if (l < c_.layer_begin || l >= c_.layer_end) continue;  // another pipeline stage's layer: no state here
         if (rec) rec_index_[(size_t)l] = n_rec_layers_++;
-        else kv_index_[(size_t)l] = n_kv_layers_++;
+        else if (L.has_mixer) kv_index_[(size_t)l] = n_kv_layers_++;
     }
     if (n_rec_layers_ > 0 && c.shortconv) {  // LFM2 (llama.cpp asserts l_cache > 1)
         if (c.ssm_conv < 2)
@@ -342,10 +353,12 @@ std::string Engine::validate() const {
     for (int i = c_.layer_begin; i < c_.layer_end; ++i) {
         const LayerWeights &l = layers_[(size_t)i];
         const std::string p = "blk." + std::to_string(i) + ".";
-        if (c_.pre_norms && (!l.attn_norm || !l.ffn_norm)) return p + "attn_norm/ffn_norm missing";
+        if (c_.pre_norms && ((l.has_mixer && !l.attn_norm) || (l.has_ffn && !l.ffn_norm)))
+            return p + "attn_norm/ffn_norm missing";
         if (c_.sub_norm && !l.attn_sub_norm) return p + "attn_sub_norm is missing";
         if (c_.sub_norm && !l.ffn_sub_norm) return p + "ffn_sub_norm is missing";
-        if (l.recurrent && c_.shortconv) {
+        if (!l.has_mixer) {  // (an FFN-only layer)
+        } else if (l.recurrent && c_.shortconv) {
             if (!(e = shape(l.sc_in, 3 * (int64_t)c_.dim, c_.dim, p + "shortconv.in_proj")).empty()) return e;
             if (!(e = shape(l.sc_out, c_.dim, c_.dim, p + "shortconv.out_proj")).empty()) return e;
             if (!l.ssm_conv1d) return p + "shortconv.conv is missing";
@@ -387,7 +400,8 @@ std::string Engine::validate() const {
         }
         if (c_.post_norms && !l.attn_post_norm) return p + "post_attention_norm is missing";
         if (c_.post_norms && !l.ffn_post_norm) return p + "post_ffw_norm is missing";
-        if (moe_layer(i)) {
+        if (!l.has_ffn) {  // (a mixer-only layer)
+        } else if (moe_layer(i)) {
             const int64_t E = c_.n_expert, ef = c_.expert_ffn;
             if (!(e = shape(l.router, E, c_.dim, p + "ffn_gate_inp")).empty()) return e;
             // the 3-D tensors arrive flattened: [n_expert * rows, n]
@@ -401,7 +415,8 @@ std::string Engine::validate() const {
                 if (c_.shexp_gated && !(e = shape(l.sh_gate_inp, 1, c_.dim, p + "ffn_gate_inp_shexp")).empty()) return e;
             }
         } else {
-            if (!(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
+            if (c_.ffn_ungated && l.wgate.present()) return p + "ffn_gate is set in a model whose FFNs have no gate";
+            if (!c_.ffn_ungated && !(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
             if (!(e = shape(l.wup, c_.ffn, c_.dim, p + "ffn_up")).empty()) return e;
             if (!(e = shape(l.wdown, c_.dim, c_.ffn, p + "ffn_down")).empty()) return e;
         }
@@ -756,6 +771,17 @@ static void add_bias(float *v, const float *b, int T, int len) {
 // else as two matmuls and the epilogue over the whole array (the same values either way).
 void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
                        const float *sub_norm) {
+    if (!gate.present()) {  // nemotron_h's MLP: down(act(up . x)), ggml's relu then sqr (or silu)
+        const size_t n = (size_t)T * up.rows;
+        if (g_.size() < n) g_.resize(n);
+        matmul(up, x, T, g_.data());
+        if (c_.ffn_act == FFN_RELU2)
+            for (size_t i = 0; i < n; ++i) { const float r = g_[i] > 0.0f ? g_[i] : 0.0f; g_[i] = r * r; }
+        else
+            for (size_t i = 0; i < n; ++i) g_[i] = g_[i] / (1.0f + std::exp(-g_[i]));
+        matmul(down, g_.data(), T, out);
+        return;
+    }
     const size_t n = (size_t)T * gate.rows;
     if (g_.size() < n) g_.resize(n);
     const Format &fg = *format_by_id(gate.type), &fu = *format_by_id(up.type);
@@ -873,8 +899,9 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     for (int l = c_.layer_begin; l < c_.layer_end; ++l) {
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
-        pre_norm(L.attn_norm, T);
-        if (L.recurrent) {  // hybrid models: a gated delta-net (or LFM2's short conv) in place of attention
+        if (L.has_mixer) pre_norm(L.attn_norm, T);
+        if (!L.has_mixer) {  // an FFN-only layer (nemotron_h)
+        } else if (L.recurrent) {  // hybrid models: a gated delta-net (or LFM2's short conv) in place of attention
             if (c_.shortconv) shortconv(l, h_.data(), T, slots, h_.data());
             else if (c_.mamba2) mamba2(l, h_.data(), T, slots, h_.data());
             else deltanet(l, h_.data(), T, slots, h_.data());
@@ -954,8 +981,9 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         }  // attention
 
         const auto t1 = now();
-        pre_norm(L.ffn_norm, T);
-        if (moe_layer(l)) {
+        if (L.has_ffn) pre_norm(L.ffn_norm, T);
+        if (!L.has_ffn) {  // a mixer-only layer (nemotron_h)
+        } else if (moe_layer(l)) {
             mo_.resize((size_t)T * dim);
             moe_ffn(l, h_.data(), T, mo_.data());
             if (L.ffn_post_norm) rmsnorm(mo_.data(), L.ffn_post_norm, mo_.data(), T, dim);
@@ -978,7 +1006,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             s.weight_bytes += mat_bytes(L.wq) + mat_bytes(L.wk) + mat_bytes(L.wv) + mat_bytes(L.wo) +
                               mat_bytes(L.wqkv) + mat_bytes(L.wqkv_gate) + mat_bytes(L.ssm_alpha) +
                               mat_bytes(L.ssm_beta) + mat_bytes(L.ssm_ba) + mat_bytes(L.ssm_out) +
-                              mat_bytes(L.sc_in) + mat_bytes(L.sc_out);
+                              mat_bytes(L.sc_in) + mat_bytes(L.sc_out) + mat_bytes(L.ssm_in);
         }
     }
     if (hybrid())

@@ -92,6 +92,9 @@ struct LayerWeights {
     const float *ssm_conv1d_b = nullptr;  // [conv_dim] added after the conv, before its silu (null: none)
     const float *ssm_d = nullptr;         // [H] the skip: y += x * D per head
     bool recurrent = false;               // a delta-net, short-conv or Mamba-2 layer (else attention)
+    // The layer's two blocks (EngineConfig::layer_parts): its mixer (attention or recurrent, after
+    // attn_norm) and its FFN (after ffn_norm). Nemotron-H's layers have one of them each.
+    bool has_mixer = true, has_ffn = true;
     // DeepSeek multi-head latent attention (EngineConfig::mla_rank > 0; csrc/mla.cpp), R = mla_rank,
     // hd = head_dim = nope + rope (rope = rope_dims), vd = mla_v_dim, Rq = q_lora_rank:
     Mat wq_a, wq_b;                       // attn_q_a [Rq, dim], attn_q_b [n_head * hd, Rq] (or wq, Rq = 0)
@@ -131,7 +134,8 @@ struct EngineConfig {
     // BitNet families (bitnet, bitnet-b1.58): attn_sub_norm / ffn_sub_norm are required.
     bool sub_norm = false;
     // FFN gate activation: FFN_SILU: silu(gate) * up (llama, qwen, llama.cpp's bitnet);
-    // FFN_RELU2: relu(gate)^2 * up (bitnet.cpp's bitnet-b1.58, BitNet b1.58 2B-4T).
+    // FFN_RELU2: relu(gate)^2 * up (bitnet.cpp's bitnet-b1.58, BitNet b1.58 2B-4T). A layer without
+    // ffn_gate (nemotron_h's MLP) runs down(act(up . x)) with act relu^2 (FFN_RELU2) or silu.
     int ffn_act = 0;
     int n_slots = 1;             // KV slots (sequences), each n_ctx positions, allocated up front
     bool qk_norm_full = false;   // q/k RMSNorm over the whole q / k vector (olmoe), not per head
@@ -198,6 +202,11 @@ struct EngineConfig {
     // per head is [d_inner / H][N] floats.
     bool mamba2 = false;
     int ssm_inner = 0;
+    // Per layer which blocks it has (nemotron_h: each layer is a Mamba-2 mixer, attention or an FFN
+    // alone, each after its one norm, attn_norm, then the residual add): bit 0 the mixer, bit 1 the
+    // FFN; empty: both in every layer. A layer without a mixer holds no KV and no recurrent state.
+    std::vector<uint8_t> layer_parts;
+    bool ffn_ungated = false;    // nemotron_h: the dense FFNs are down(act(up . x)), no ffn_gate
     // Gated attention (qwen35 / qwen3next): attn_q yields [q_h (head_dim), gate_h (head_dim)] per
     // head; the attention output is multiplied by sigmoid(gate) before attn_output.
     bool attn_gate = false;

@@ -137,3 +137,93 @@ def hybrid_chunks_threads_batches_bitwise(path):
     assert np.array_equal(a, whole[12:])
     m2.rewind(0, slot=1)
     assert np.array_equal(np.concatenate([b, b2]), m2.forward_batch([(1, other)], all_logits=True)[0])
+
+
+def load_edited(monkeypatch, path, **meta):
+    """lowbit.load(path) with metadata keys replaced (None: removed) as the file is read."""
+    import lowbit
+    from lowbit.gguf import GGUFFile
+    real = GGUFFile.__init__
+
+    def init(self, *a, **k):
+        real(self, *a, **k)
+        for key, v in meta.items():
+            self.metadata.pop(key, None) if v is None else self.metadata.__setitem__(key, v)
+    monkeypatch.setattr(GGUFFile, "__init__", init)
+    try:
+        return lowbit.load(str(path), n_ctx=32)
+    finally:
+        monkeypatch.setattr(GGUFFile, "__init__", real)
+
+
+def rstate(m, slot=0):
+    """A copy of the slot's recurrent state (engine.rstate_copy's bytes)."""
+    buf = np.empty(m.engine.rstate_bytes(), np.uint8)
+    m.engine.rstate_copy(slot, buf, True)
+    return buf
+
+
+def rewinds_restore_the_state_exactly(path, state_bytes: int):
+    """A hybrid model's rewinds (the checkpoint, the replay log of a 2..8-token call, a replay from the
+    start) give bitwise the recurrent state of never having gone ahead, and the same logits after;
+    the state is state_bytes bytes (its layout's size, from the model's shapes)."""
+    import lowbit
+    m = lowbit.load(path, n_ctx=64, threads=2, n_slots=2)
+    ids = m.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole, filled with the ends "
+                     "of worms and an oozy smell, nor yet a dry, bare, sandy hole")[:32]
+    assert len(ids) == 32 and m.engine.rstate_bytes() == state_bytes
+
+    def fresh(n):  # slot 1 runs ids[:n] from nothing
+        m.rewind(0, slot=1)
+        m.forward_batch([(1, ids[:n])])
+        return rstate(m, 1)
+    m.forward(ids[:20])
+    m.forward(ids[20:26])                                   # 6 tokens: logged
+    used = m.log_replays
+    m.rewind(23)
+    assert m.log_replays == used + 1 and np.array_equal(rstate(m), fresh(23))
+    after = m.forward(ids[23:32], all_logits=True)          # 9 tokens: not logged
+    assert np.array_equal(after, m.forward_batch([(1, ids[23:32])], all_logits=True)[0])
+    m.rewind(27)                                            # inside that call: checkpoint + forward replay
+    assert np.array_equal(rstate(m), fresh(27))
+    m.rewind(10)                                            # before the checkpoint: replay from 0
+    assert np.array_equal(rstate(m), fresh(10))
+    for t in ids[10:14]:
+        m.forward([t])
+    m.rewind(13)
+    assert np.array_equal(rstate(m), fresh(13))
+
+
+def prefix_cache_hit_is_bitwise(path):
+    """The server's prefix cache on a hybrid model: a hit loads the KV blocks and the recurrent-state
+    snapshot at the chain's end, and the logits after it equal, bit for bit, those of the whole prompt."""
+    import lowbit
+    from lowbit.server.prefix import PrefixCache
+    from test_prefix_cache_hybrid import compute, tokens
+    m = lowbit.load(path, n_ctx=512, threads=2, n_slots=2)
+    cache = PrefixCache(m, 64 << 20, block=32)
+    shared = tokens(150, 1)
+    a = shared + tokens(60, 2)
+    compute(m, cache, 0, a, cache.snapshot_points(a, 0))
+    b = shared + tokens(50, 3)
+    m.rewind(0, slot=1)
+    assert cache.load(b, 1) == 0                          # no snapshot where b branches off: no hit
+    compute(m, cache, 1, b, cache.snapshot_points(b, 0))  # (b's run snapshots the shared blocks' end)
+    c = shared + tokens(70, 4)
+    m.rewind(0, slot=1)
+    assert cache.load(c, 1) == 128 and m.engine.rstate_pos(1) == 128
+    lg = m.forward_batch([(1, c[128:])], all_logits=True)[0]
+    assert np.array_equal(lg, m.logits(c)[128:])
+
+
+def states_matter(m, ids, ours):
+    """Zeroing every recurrent state of slot 0 once, halfway through ids, moves the logits after it
+    (ours: m's logits over ids, computed plainly)."""
+    half = len(ids) // 2
+    m.reset()
+    m.forward(ids[:half])
+    buf = rstate(m)
+    buf[8:] = 0                                        # [int64 position][the states]: zero them
+    m.engine.rstate_copy(0, buf, False)
+    wiped = m.forward(ids[half:half + 4], all_logits=True)
+    assert np.abs(wiped - ours[half:half + 4]).max() > 0.5

@@ -24,7 +24,9 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import compare_top1, features_matter, llama_greedy, lookup_spec_is_plain_greedy, perplexity_matches
+from llama_ref import (compare_top1, features_matter, llama_greedy, load_edited, lookup_spec_is_plain_greedy,
+                       perplexity_matches, prefix_cache_hit_is_bitwise, rewinds_restore_the_state_exactly,
+                       states_matter)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_granite_hybrid
 
@@ -119,57 +121,17 @@ def test_each_feature_matters(case, monkeypatch):
             bad = lowbit.load(path, n_ctx=N_CTX, threads=2).forward(ids, all_logits=True)
         diff = float(np.abs(bad - ref).max())
         assert diff > 0.5, f"{slot} bound wrong: max |diff| {diff:.3f}: the change is not seen"
-    half = len(ids) // 2
-    m.reset()
-    m.forward(ids[:half])
-    buf = np.empty(m.engine.rstate_bytes(), np.uint8)
-    m.engine.rstate_copy(0, buf, True)
-    buf[8:] = 0                                        # [int64 position][conv states][SSM states]: zero them
-    m.engine.rstate_copy(0, buf, False)
-    wiped = m.forward(ids[half:half + 4], all_logits=True)
-    assert np.abs(wiped - ours[half:half + 4]).max() > 0.5
+    states_matter(m, ids, ours)
 
 
 # ---- rewinds, speculative decoding, the prefix cache --------------------------------------------
-
-IDS_TEXT = ("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole, filled with the ends of "
-            "worms and an oozy smell, nor yet a dry, bare, sandy hole")
-
-
-def state(m, slot=0):
-    buf = np.empty(m.engine.rstate_bytes(), np.uint8)
-    m.engine.rstate_copy(slot, buf, True)
-    return buf
 
 
 def test_rewind_restores_the_states_exactly(paths):
     """Rewinds (the checkpoint, the replay log of a 2..8-token call, a replay from the start) give
     bitwise the conv and SSM states of never having gone ahead, and the same logits after."""
-    m = lowbit.load(paths["gh"], n_ctx=64, threads=2, n_slots=2)
-    ids = m.tokenize(IDS_TEXT)[:32]
-    assert len(ids) == 32
     # position, then per Mamba-2 layer (3) the conv state [d_inner + 2 G N][K - 1] and the SSM state [d_inner][N]
-    assert m.engine.rstate_bytes() == 8 + 3 * ((512 + 64) * 3 + 512 * 32) * 4
-
-    def fresh(n):  # slot 1 runs ids[:n] from nothing
-        m.rewind(0, slot=1)
-        m.forward_batch([(1, ids[:n])])
-        return state(m, 1)
-    m.forward(ids[:20])
-    m.forward(ids[20:26])                                   # 6 tokens: logged
-    used = m.log_replays
-    m.rewind(23)
-    assert m.log_replays == used + 1 and np.array_equal(state(m), fresh(23))
-    after = m.forward(ids[23:32], all_logits=True)          # 9 tokens: not logged
-    assert np.array_equal(after, m.forward_batch([(1, ids[23:32])], all_logits=True)[0])
-    m.rewind(27)                                            # inside that call: checkpoint + forward replay
-    assert np.array_equal(state(m), fresh(27))
-    m.rewind(10)                                            # before the checkpoint: replay from 0
-    assert np.array_equal(state(m), fresh(10))
-    for t in ids[10:14]:
-        m.forward([t])
-    m.rewind(13)
-    assert np.array_equal(state(m), fresh(13))
+    rewinds_restore_the_state_exactly(paths["gh"], 8 + 3 * ((512 + 64) * 3 + 512 * 32) * 4)
 
 
 def test_speculative_greedy_is_plain_greedy(paths):
@@ -181,22 +143,7 @@ def test_speculative_greedy_is_plain_greedy(paths):
 def test_prefix_cache_hit_is_bitwise(paths):
     """The server's prefix cache on Granite 4.0-H: a hit loads the KV blocks and the state snapshot
     at the chain's end, and the logits after it equal, bit for bit, those of the whole prompt."""
-    from lowbit.server.prefix import PrefixCache
-    from test_prefix_cache_hybrid import compute, tokens
-    m = lowbit.load(paths["gh"], n_ctx=512, threads=2, n_slots=2)
-    cache = PrefixCache(m, 64 << 20, block=32)
-    shared = tokens(150, 1)
-    a = shared + tokens(60, 2)
-    compute(m, cache, 0, a, cache.snapshot_points(a, 0))
-    b = shared + tokens(50, 3)
-    m.rewind(0, slot=1)
-    assert cache.load(b, 1) == 0                          # no snapshot where b branches off: no hit
-    compute(m, cache, 1, b, cache.snapshot_points(b, 0))  # (b's run snapshots the shared blocks' end)
-    c = shared + tokens(70, 4)
-    m.rewind(0, slot=1)
-    assert cache.load(c, 1) == 128 and m.engine.rstate_pos(1) == 128
-    lg = m.forward_batch([(1, c[128:])], all_logits=True)[0]
-    assert np.array_equal(lg, m.logits(c)[128:])
+    prefix_cache_hit_is_bitwise(paths["gh"])
 
 
 # ---- the CLI and bad files ---------------------------------------------------------------------
@@ -227,22 +174,6 @@ def test_synth_cli_writes_granite_hybrid_models(tmp_path, capsys):
     assert "attention layers [1, 9] must be distinct layers of 0..3" in capsys.readouterr().err
 
 
-def _load_edited(monkeypatch, path, **meta):
-    """lowbit.load(path) with metadata keys replaced (None: removed) as the file is read."""
-    from lowbit.gguf import GGUFFile
-    real = GGUFFile.__init__
-
-    def init(self, *a, **k):
-        real(self, *a, **k)
-        for key, v in meta.items():
-            self.metadata.pop(key, None) if v is None else self.metadata.__setitem__(key, v)
-    monkeypatch.setattr(GGUFFile, "__init__", init)
-    try:
-        return lowbit.load(str(path), n_ctx=32)
-    finally:
-        monkeypatch.setattr(GGUFFile, "__init__", real)
-
-
 def test_bad_files_are_refused_in_one_line(paths, monkeypatch):
     g = "granitehybrid."
     cases = [({g + "attention.head_count_kv": 2}, "head_count_kv must be an array of one count per layer"),
@@ -254,5 +185,5 @@ def test_bad_files_are_refused_in_one_line(paths, monkeypatch):
              ({g + "ssm.group_count": 3}, "itself a multiple of ssm.group_count \\(3\\)")]
     for meta, msg in cases:
         with pytest.raises(GGUFError, match=msg) as e:
-            _load_edited(monkeypatch, paths["gh"], **meta)
+            load_edited(monkeypatch, paths["gh"], **meta)
         assert "\n" not in str(e.value)

@@ -160,7 +160,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True,
              "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
              "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True,
-             "granitehybrid": False}
+             "granitehybrid": False, "nemotron_h": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -174,14 +174,16 @@ HYBRID_ARCHS = {"qwen35": False, "qwen35moe": False, "qwen3next": True}   # arch
 # LFM2 (lfm2, lfm2moe): the layers with attention.head_count_kv 0 are short-conv blocks (csrc/shortconv.cpp)
 SHORTCONV_ARCHS = {"lfm2", "lfm2moe"}
 # Granite 4.0-H (granitehybrid): the layers with attention.head_count_kv 0 are Mamba-2 mixers (csrc/mamba2.cpp)
-MAMBA2_ARCHS = {"granitehybrid"}
+# Nemotron-H (nemotron_h): one block per layer, a Mamba-2 mixer (head_count_kv and feed_forward_length 0),
+# attention (head_count_kv > 0) or an ungated relu^2 MLP (feed_forward_length > 0), each after attn_norm
+MAMBA2_ARCHS = {"granitehybrid", "nemotron_h"}
 OUTPUT_NORM = {"lfm2": "token_embd_norm", "lfm2moe": "token_embd_norm"}  # the final norm's tensor; default "output_norm"
 SHARED_EXPERT_ARCHS = {"qwen2moe", "qwen35moe", "qwen3next"}
 EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "softmax" (over all, then top-K)
 EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1, "sigmoid": 2}  # csrc/engine.h ExpertGating
 GATING_FUNC = {1: "softmax", 2: "sigmoid"}       # GGUF expert_gating_func (llama_expert_gating_func_type)
 SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
-FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu"}  # FFN gate activation; default "silu"
+FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "nemotron_h": "relu2"}  # FFN gate activation; default "silu"
 FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
             "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm",
@@ -288,6 +290,8 @@ class ModelConfig:
     shortconv: bool = False       # lfm2 / lfm2moe: the recurrent layers are short-conv blocks (ssm_conv: l_cache)
     mamba2: bool = False          # granitehybrid: the recurrent layers are Mamba-2 mixers (ssm_state: d_state N,
     ssm_inner: int = 0            # ssm_groups: G, ssm_heads: H; ssm_inner: d_inner)
+    layer_parts: tuple = ()       # nemotron_h: per layer 1 (a mixer alone), 2 (an FFN alone); () both everywhere
+    ffn_ungated: bool = False     # nemotron_h: dense FFNs are down(act(up x)), no ffn_gate
     attn_gate: bool = False       # attn_q yields [q, gate] per head; output * sigmoid(gate)
     rope_sections: tuple = ()     # IMROPE sections (qwen35*, qwen3vl*); () plain rope
     # deepseek2's multi-head latent attention (csrc/mla.cpp); head_dim is then nope + rope
@@ -333,13 +337,16 @@ class ModelConfig:
         n_layer = key("block_count") - n_nextn
         moe = cls._moe_fields(f, arch, key, n_layer)
         gating = moe.pop("expert_gating", EXPERT_GATING.get(arch, "softmax"))
-        ffn = key("feed_forward_length") if not moe or f"{arch}.feed_forward_length" in md else moe["expert_ffn"]
+        if arch == "nemotron_h":  # one width per layer, 0 where the layer is a mixer
+            ffn = max(ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer))
+        else:
+            ffn = key("feed_forward_length") if not moe or f"{arch}.feed_forward_length" in md else moe["expert_ffn"]
         return cls(
             arch=arch, n_layer=n_layer, dim=dim, n_head=n_head,
             n_kv=cls._n_kv(f, arch, key, n_head), head_dim=head_dim,
             ffn=ffn, vocab=emb.shape[0],
             train_ctx=key("context_length", 2048),
-            eps=key("attention.layer_norm_rms_epsilon", 1e-5, float),
+            eps=key("attention.layer_norm_rms_epsilon", md.get(f"{arch}.attention.layer_norm_epsilon", 1e-5), float),
             rope_base=key("rope.freq_base", 10000.0, float),
             rope_scale=1.0 / factor if scaling in ("linear", "yarn") else 1.0,
             rope_dims=key("rope.dimension_count", head_dim),
@@ -561,23 +568,49 @@ class ModelConfig:
         return dict(recurrent=recurrent, ssm_conv=width, shortconv=True)
 
     @staticmethod
+    def _per_layer(f: gguf.GGUFFile, arch: str, k: str, n_layer: int, zero: str = "a Mamba-2 layer") -> list:
+        """Metadata key arch.k as one non-negative integer per layer (an array of at least n_layer)."""
+        v = f.metadata.get(f"{arch}.{k}")
+        if (not isinstance(v, (list, tuple, np.ndarray)) or len(v) < n_layer
+                or any(not isinstance(x, (int, np.integer)) or isinstance(x, bool) or x < 0 for x in list(v)[:n_layer])):
+            raise GGUFError(f"{f.path}: {arch}.{k} must be an array of one count per layer (0: {zero}), not {v!r}")
+        return [int(x) for x in list(v)[:n_layer]]
+
+    @staticmethod
     def _mamba2_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
-        """granitehybrid's layer kinds and Mamba-2 sizes as llama_model_granite_hybrid reads them: a
-        layer is a Mamba-2 mixer where attention.head_count_kv (an array per layer) is 0, else
-        attention; ssm.conv_kernel, ssm.inner_size (d_inner, 2 x embedding_length: llama.cpp asserts
-        it), ssm.state_size (N), ssm.time_step_rank (the heads H) and ssm.group_count (G)."""
-        v = f.metadata.get(f"{arch}.attention.head_count_kv")
-        if not isinstance(v, (list, tuple, np.ndarray)) or len(v) < n_layer:
-            raise GGUFError(f"{f.path}: {arch}.attention.head_count_kv must be an array of one count per layer "
-                            f"(0: a Mamba-2 layer), not {v!r}")
-        recurrent = tuple(int(v[i]) == 0 for i in range(n_layer))
+        """The layer kinds and Mamba-2 sizes as llama.cpp's loaders read them: ssm.conv_kernel,
+        ssm.inner_size (d_inner), ssm.state_size (N), ssm.time_step_rank (the heads H) and
+        ssm.group_count (G).
+          granitehybrid: a layer is a Mamba-2 mixer where attention.head_count_kv (an array per layer)
+            is 0, else attention; each with its FFN; d_inner is 2 x embedding_length (llama.cpp asserts it).
+          nemotron_h: one block per layer: a Mamba-2 mixer where head_count_kv and
+            feed_forward_length (both arrays per layer) are 0, attention where head_count_kv is not,
+            else an ungated MLP of that width (relu^2); every block's norm is attn_norm; no layer
+            rotates (llama.cpp's graph applies no rope)."""
+        zero = "a Mamba-2 layer" + (" or an MLP" if arch == "nemotron_h" else "")
+        kv = ModelConfig._per_layer(f, arch, "attention.head_count_kv", n_layer, zero)
+        recurrent = tuple(n == 0 for n in kv)
+        out = {}
+        if arch == "nemotron_h":
+            ff = ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer, "a mixer layer")
+            if any(kv[i] and ff[i] for i in range(n_layer)) or len({w for w in ff if w}) > 1:
+                raise GGUFError(f"{f.path}: {arch}: a layer has both head_count_kv and feed_forward_length, or the "
+                                f"MLP layers differ in width ({ff}): not supported")
+            recurrent = tuple(kv[i] == 0 and ff[i] == 0 for i in range(n_layer))
+            bias = next((t for t in f.tensors if t.endswith((".attn_q.bias", ".attn_output.bias", ".ffn_up.bias"))),
+                        None)
+            if bias:
+                raise GGUFError(f"{f.path}: tensor {bias!r}: nemotron_h biases are not supported")
+            out = dict(layer_parts=tuple(2 if ff[i] else 1 for i in range(n_layer)), ffn_ungated=True,
+                       rope_layers=(False,) * n_layer)
         conv, state, groups, heads, inner = (key("ssm.conv_kernel"), key("ssm.state_size"), key("ssm.group_count"),
                                              key("ssm.time_step_rank"), key("ssm.inner_size"))
-        if inner != 2 * key("embedding_length") or inner % heads or heads % groups:
-            raise GGUFError(f"{f.path}: {arch}.ssm.inner_size = {inner} must be 2 x embedding_length and a multiple "
-                            f"of ssm.time_step_rank ({heads}), itself a multiple of ssm.group_count ({groups})")
+        two = arch == "granitehybrid"
+        if (two and inner != 2 * key("embedding_length")) or inner % heads or heads % groups:
+            raise GGUFError(f"{f.path}: {arch}.ssm.inner_size = {inner} must be {'2 x embedding_length and ' if two else ''}"
+                            f"a multiple of ssm.time_step_rank ({heads}), itself a multiple of ssm.group_count ({groups})")
         return dict(recurrent=recurrent, ssm_conv=conv, ssm_state=state, ssm_groups=groups, ssm_heads=heads,
-                    ssm_inner=inner, mamba2=True)
+                    ssm_inner=inner, mamba2=True, **out)
 
     @staticmethod
     def _hybrid_fields(f: gguf.GGUFFile, arch: str, key) -> dict:
@@ -847,6 +880,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
                           ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave, shortconv=c.shortconv,
                           mamba2=c.mamba2, ssm_inner=c.ssm_inner,
+                          layer_parts=list(c.layer_parts) if n_layer == c.n_layer else [], ffn_ungated=c.ffn_ungated,
                           attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
                           layer_begin=l0, layer_end=l1,
                           mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
@@ -1026,6 +1060,9 @@ class Model:
                 if c.exp_probs_b:
                     _vec("exp_probs_b", i, p + "exp_probs_b.bias")
             rec = i < len(c.recurrent) and bool(c.recurrent[i])  # (an MTP block: attention)
+            parts = c.layer_parts[i] if i < len(c.layer_parts) else 3  # (nemotron_h: a mixer or an FFN)
+            if c.ffn_ungated and "ffn_gate" in ffn:
+                ffn = ("ffn_up", "ffn_down")
             mixer = ("attn_q", "attn_k", "attn_v", "attn_output")
             if c.mla_rank:  # deepseek2's latent attention (csrc/mla.cpp)
                 q = ("attn_q_a", "attn_q_b") if c.q_lora_rank else ("attn_q",)
@@ -1058,16 +1095,18 @@ class Model:
             if "ffn_gate" in ffn and p + "ffn_gate.weight" not in self.file.tensors and up and up.shape[0] == 2 * c.ffn:
                 fused["ffn_gate"] = (p + "ffn_up.weight", (0, c.ffn))
                 fused["ffn_up"] = (p + "ffn_up.weight", (c.ffn, 2 * c.ffn))
-            for slot in mixer + ffn:
+            for slot in (mixer if parts & 1 else ()) + (ffn if parts & 2 else ()):
                 if slot in fused:
                     _mat(slot, i, fused[slot][0], rows=fused[slot][1])
                     continue
                 _mat(slot, i, p + slot + ".weight")
                 if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
                     _vec(slot + ".scale", i, p + slot + ".scale")
-            if c.pre_norms:
+            if c.pre_norms and parts == 3:
                 _vec("attn_norm", i, p + "attn_norm.weight")
                 _vec("ffn_norm", i, p + c.ffn_norm + ".weight")
+            elif c.pre_norms:  # one block, its norm attn_norm (nemotron_h)
+                _vec("attn_norm" if parts & 1 else "ffn_norm", i, p + "attn_norm.weight")
             if c.attn_out_bias:
                 _vec("attn_output.bias", i, p + "attn_output.bias")
             if c.attn_sinks:

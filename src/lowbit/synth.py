@@ -890,6 +890,26 @@ def _add_lfm2(ss) -> None:
     _with_shapes(p, LFM2_SHAPES)
 
 
+def add_mamba2(w: Writer, rng: np.random.Generator, p: str, *, dim: int, inner: int, groups: int, state: int,
+               heads: int, conv: int, conv_bias: bool, wtype: str) -> None:
+    """A Mamba-2 mixer's tensors as llama.cpp's converter writes them (the small vectors F32):
+    ssm_in [2 inner + 2 G N + H, dim] (z, x, B, C, dt), ssm_conv1d [inner + 2 G N, conv] and its bias,
+    ssm_dt.bias [H] (softplus of it in [1e-3, 1e-1], Mamba-2's initialisation), ssm_a [H, 1]
+    (-exp(A_log), A_log = log U(1, 16)), ssm_d [H, 1], ssm_norm [G, inner / G], ssm_out [dim, inner]."""
+    G, N, H = groups, state, heads
+    cd = inner + 2 * G * N
+    w.add(p + "ssm_in.weight", gauss(rng, 2 * inner + 2 * G * N + H, dim), wtype)
+    w.add(p + "ssm_conv1d.weight", gauss(rng, cd, conv, scale=0.5))
+    if conv_bias:
+        w.add(p + "ssm_conv1d.bias", (0.5 * rng.standard_normal(cd)).astype(np.float32))
+    w.add(p + "ssm_dt.bias", np.log(np.expm1(rng.uniform(1e-3, 1e-1, H))).astype(np.float32))
+    w.add(p + "ssm_a", (-rng.uniform(1.0, 16.0, (H, 1))).astype(np.float32))
+    w.add(p + "ssm_d", rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32))
+    # (spread wider than the other norms: the grouped norm's weights are seen)
+    w.add(p + "ssm_norm.weight", rng.uniform(0.5, 2.0, (G, inner // G)).astype(np.float32))
+    w.add(p + "ssm_out.weight", gauss(rng, dim, inner), wtype)
+
+
 def synth_granite_hybrid(path, *, layers: int = 4, dim: int = 256, ffn: int = 512, heads: int = 4,
                          kv_heads: int = 2, attn_layers=None, ssm_conv: int = 4, ssm_state: int = 32,
                          ssm_groups: int = 1, ssm_heads: int = 8, conv_bias: bool = True, rope: bool = False,
@@ -922,7 +942,6 @@ def synth_granite_hybrid(path, *, layers: int = 4, dim: int = 256, ffn: int = 51
     nv = vocab_size(vocab)
     head_dim = dim // heads
     G, N, H = ssm_groups, ssm_state, ssm_heads
-    cd = inner + 2 * G * N
     w = Writer(path, "granitehybrid", progress=progress, fit=True)
     a = w.arch
     write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads,
@@ -952,17 +971,8 @@ def synth_granite_hybrid(path, *, layers: int = 4, dim: int = 256, ffn: int = 51
             add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, wtype=wtype,
                           pre_norms=False, qk_gain=float(head_dim) ** 0.375)
         else:
-            w.add(p + "ssm_in.weight", gauss(rng, 2 * inner + 2 * G * N + H, dim), wtype)
-            w.add(p + "ssm_conv1d.weight", gauss(rng, cd, ssm_conv, scale=0.5))
-            if conv_bias:
-                w.add(p + "ssm_conv1d.bias", (0.5 * rng.standard_normal(cd)).astype(np.float32))
-            # softplus(dt_bias) in [1e-3, 1e-1] as Mamba-2 initialises it; A = -exp(A_log), A_log = log U(1, 16)
-            w.add(p + "ssm_dt.bias", np.log(np.expm1(rng.uniform(1e-3, 1e-1, H))).astype(np.float32))
-            w.add(p + "ssm_a", (-rng.uniform(1.0, 16.0, (H, 1))).astype(np.float32))
-            w.add(p + "ssm_d", rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32))
-            # (spread wider than the other norms: the grouped norm's weights are seen)
-            w.add(p + "ssm_norm.weight", rng.uniform(0.5, 2.0, (G, inner // G)).astype(np.float32))
-            w.add(p + "ssm_out.weight", gauss(rng, dim, inner), wtype)
+            add_mamba2(w, rng, p, dim=dim, inner=inner, groups=G, state=N, heads=H, conv=ssm_conv,
+                       conv_bias=conv_bias, wtype=wtype)
         if experts:
             w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
             w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, ffn, dim), expert_type)
@@ -1034,6 +1044,108 @@ def _add_granite_hybrid(ss) -> None:
     for shape in GRANITE_HYBRID_SHAPES.values():
         shape.setdefault("arch", "granitehybrid")
     _with_shapes(p, GRANITE_HYBRID_SHAPES)
+
+
+def synth_nemotron_h(path, *, pattern: str = "M-*M-", dim: int = 256, ffn: int = 512, heads: int = 4,
+                     kv_heads: int = 2, head_dim: int | None = None, ssm_conv: int = 4, ssm_state: int = 32,
+                     ssm_groups: int = 2, ssm_heads: int = 8, ssm_head_dim: int | None = None, ctx: int = 1024,
+                     wtype: str = "Q8_0", embd_type: str = "F32", head_type: str | None = None, tied: bool = False,
+                     seed: int = 0, vocab: dict | None = None, progress: bool = False) -> str:
+    """A Nemotron-H model (llama.cpp's nemotron_h) with random weights, as llama.cpp's converter lays it
+    out. pattern (Nemotron-H's hybrid_override_pattern): one character per layer, "M" a Mamba-2 mixer
+    (d_inner = ssm_heads x ssm_head_dim, default 2 dim / ssm_heads; add_mamba2), "*" attention (attn_q /
+    attn_k / attn_v / attn_output, no rope), "-" an ungated MLP (ffn_up [ffn, dim], ffn_down, relu^2);
+    every layer one block after its attn_norm. head_count_kv and feed_forward_length are one count per
+    layer (0 where the layer is not attention / not an MLP)."""
+    if not pattern or set(pattern) - set("M*-"):
+        raise ValueError(f"synth: --pattern {pattern!r} must be a string of M (Mamba-2), * (attention), - (MLP)")
+    layers = len(pattern)
+    head_dim = head_dim or dim // heads
+    hd = ssm_head_dim or 2 * dim // ssm_heads
+    inner = ssm_heads * hd
+    if ssm_heads % ssm_groups or ssm_state < 1 or ssm_conv < 1 or hd < 1:
+        raise ValueError(f"synth: --ssm-heads ({ssm_heads}) must be a multiple of --ssm-groups ({ssm_groups}); "
+                         "--ssm-state, --ssm-conv and the head width must be positive")
+    rng = np.random.default_rng(seed)
+    vocab = vocab or default_vocab()
+    nv = vocab_size(vocab)
+    w = Writer(path, "nemotron_h", progress=progress, fit=True)
+    a = w.arch
+    write_header(w, vocab, layers=layers, dim=dim, ffn=[ffn if c == "-" else 0 for c in pattern], heads=heads,
+                 kv_heads=[kv_heads if c == "*" else 0 for c in pattern], head_dim=head_dim, ctx=ctx, eps=1e-5)
+    for k, v in (("conv_kernel", ssm_conv), ("state_size", ssm_state), ("group_count", ssm_groups),
+                 ("inner_size", inner), ("time_step_rank", ssm_heads)):
+        w.meta(f"{a}.ssm.{k}", int(v))
+    w.meta(f"{a}.attention.layer_norm_epsilon", 1e-5)  # (llama.cpp requires it; the RMS one wins)
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
+    if not tied:
+        w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    w.add("output_norm.weight", norm_weight(rng, dim))
+    for i, kind in enumerate(pattern):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        if kind == "M":
+            add_mamba2(w, rng, p, dim=dim, inner=inner, groups=ssm_groups, state=ssm_state, heads=ssm_heads,
+                       conv=ssm_conv, conv_bias=True, wtype=wtype)
+        elif kind == "*":
+            add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, wtype=wtype,
+                          pre_norms=False)
+        else:
+            w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
+            w.add(p + "ffn_down.weight", gauss(rng, dim, ffn), wtype)
+    w.close()
+    return str(path)
+
+
+# Published Nemotron-H shapes (config.json as recalled, the layer pattern included: not checked
+# offline; `lowbit synth nemotron_h OUT --shape NAME --layers 8`: the pattern's first 8 layers).
+# The vocabulary stays SmolLM2's 49152 (Nemotron's is 131072).
+NEMOTRON_H_SHAPES = {
+    "nemotron-nano-9b-v2": dict(pattern="M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-", dim=4480,
+                                ffn=15680, heads=40, kv_heads=8, head_dim=128, ssm_state=128, ssm_groups=8,
+                                ssm_heads=128, ssm_head_dim=80, ctx=131072),
+}
+
+
+def _add_nemotron_h(ss) -> None:
+    p = ss.add_parser("nemotron_h", help="a Nemotron-H model (nemotron_h): Mamba-2, attention and MLP layers",
+                      description="Write a Nemotron-H model (llama.cpp's nemotron_h) with random weights and "
+                                  "SmolLM2's vocabulary.")
+    p.add_argument("out", help="the GGUF file to write")
+    p.add_argument("--arch", default="nemotron_h", choices=["nemotron_h"])
+    p.add_argument("--shape", default=None, choices=list(NEMOTRON_H_SHAPES),
+                   help="a published model's sizes for every option not given (e.g. --shape nemotron-nano-9b-v2 "
+                        "--layers 8: the first 8 layers of its pattern)")
+    p.add_argument("--pattern", default="M-*M-", help="one character per layer: M Mamba-2, * attention, - MLP (M-*M-)")
+    p.add_argument("--layers", type=int, default=None, help="the first N layers of --pattern (default: all)")
+    p.add_argument("--dim", type=int, default=256, help="model width")
+    p.add_argument("--ffn", type=int, default=512, help="the MLP layers' width")
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--head-dim", type=int, default=None, help="attention head width (default dim / heads)")
+    p.add_argument("--ssm-conv", type=int, default=4, help="the conv's kernel width (4)")
+    p.add_argument("--ssm-state", type=int, default=32, help="the state size N per channel (32)")
+    p.add_argument("--ssm-groups", type=int, default=2, help="B / C groups (2)")
+    p.add_argument("--ssm-heads", type=int, default=8, help="SSM heads (8)")
+    p.add_argument("--ssm-head-dim", type=int, default=None, help="channels per SSM head (default 2 dim / heads)")
+    p.add_argument("--ctx", type=int, default=1024, help="context length written to the file")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
+    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
+    p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head")
+
+    def synth(a: argparse.Namespace) -> str:
+        pattern = a.pattern[:a.layers] if a.layers else a.pattern
+        return synth_nemotron_h(a.out, pattern=pattern, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
+                                head_dim=a.head_dim, ssm_conv=a.ssm_conv, ssm_state=a.ssm_state,
+                                ssm_groups=a.ssm_groups, ssm_heads=a.ssm_heads, ssm_head_dim=a.ssm_head_dim, ctx=a.ctx,
+                                wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
+                                progress=_bar_on())
+    p.set_defaults(synth=synth)
+    for shape in NEMOTRON_H_SHAPES.values():
+        shape.setdefault("arch", "nemotron_h")
+    _with_shapes(p, NEMOTRON_H_SHAPES)
 
 
 def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, heads: int, kv_heads: int) -> None:
@@ -1366,7 +1478,7 @@ def _synth_hybrid_cli(a: argparse.Namespace) -> str:
 
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
 FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet, "lfm2": _add_lfm2,
-            "granitehybrid": _add_granite_hybrid}
+            "granitehybrid": _add_granite_hybrid, "nemotron_h": _add_nemotron_h}
 
 
 def _bar_on() -> bool:

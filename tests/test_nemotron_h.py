@@ -1,0 +1,116 @@
+"""Nemotron-H (llama.cpp's nemotron_h) on small synthetic files, against llama.cpp.
+
+Each layer is one block after its attn_norm, then the residual add: a Mamba-2 mixer (csrc/mamba2.cpp,
+as Granite 4.0-H's), attention without rope, or an ungated MLP, down(relu(up x)^2). The kinds come from
+attention.head_count_kv and feed_forward_length, one count per layer each (both 0: Mamba-2). The
+engine's layers then have one part each (EngineConfig::layer_parts): an MLP layer holds no KV and no
+state.
+
+Files: "nh" (pattern M-*M-: 5 layers), "nh-wide" (M-M*-M-, one B/C group, 4 SSM heads of 48
+channels, attention heads of 96). Parity as tests/test_granite_hybrid.py.
+"""
+
+import numpy as np
+import pytest
+
+import lowbit
+from llama_ref import (compare_top1, features_matter, hybrid_chunks_threads_batches_bitwise, llama_greedy, load_edited,
+                       perplexity_matches, rewinds_restore_the_state_exactly, states_matter)
+from lowbit.gguf import GGUFError
+from lowbit.synth import synth_nemotron_h
+
+PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
+FILES = {"nh": dict(pattern="M-*M-", embd_type="F16", seed=3),
+         "nh-wide": dict(pattern="M-M*-M-", ssm_groups=1, ssm_heads=4, ssm_head_dim=48, head_dim=96, embd_type="F16",
+                         seed=4)}
+N_CTX = 640
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    d = tmp_path_factory.mktemp("nemotron_h")
+    return {k: synth_nemotron_h(d / f"{k}.gguf", **v) for k, v in FILES.items()}
+
+
+@pytest.fixture(scope="module", params=sorted(FILES))
+def case(request, paths):
+    path = paths[request.param]
+    llm = _peer(path)
+    return request.param, path, llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), 540)
+
+
+def _peer(path):
+    from lowbit import peer
+    return peer.Llama(str(path), n_ctx=N_CTX, logits_all=True, verbose=False, n_threads=1)
+
+
+def test_config(case):
+    name, path, _ = case
+    c = lowbit.load(path, n_ctx=N_CTX).config
+    pattern = FILES[name]["pattern"]
+    assert c.arch == "nemotron_h" and c.mamba2 and c.ffn_ungated and c.ffn_act == "relu2" and c.ffn == 512
+    assert c.recurrent == tuple(k == "M" for k in pattern)
+    assert c.layer_parts == tuple(2 if k == "-" else 1 for k in pattern)
+    assert c.rope_layers == (False,) * len(pattern) and c.n_kv == 2 and c.n_expert == 0
+    assert (c.ssm_heads, c.ssm_groups, c.ssm_inner) == ((4, 1, 192) if name == "nh-wide" else (8, 2, 512))
+
+
+def test_teacher_forced_top1_matches_llama_cpp(case):
+    name, path, run = case
+    ours, ref, counted, agree = compare_top1(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
+    print(f"\n{name}: top-1 {agree}/{counted}, max |logit diff| {np.abs(ours - ref).max():.4f}")
+    assert counted >= 0.5 * len(ref) and agree >= 0.99 * counted
+
+
+def test_perplexity_matches_llama_cpp(case):
+    name, path, _ = case
+    perplexity_matches(path, N_CTX, _peer(path), name)
+
+
+def test_each_feature_matters(case, monkeypatch):
+    """Done wrong, each feature moves the logits: rope in the attention layers, silu for relu^2 in
+    the MLP; and zeroing the states halfway."""
+    name, path, run = case
+    n = len(FILES[name]["pattern"])
+    m, ours = features_matter(monkeypatch, path, N_CTX, run,
+                              {"rope on": dict(rope_layers=(True,) * n), "silu MLP": dict(ffn_act="silu")})
+    states_matter(m, run[0], ours)
+
+
+def test_chunks_threads_batches_and_rewinds_bitwise(paths):
+    """Chunking, threads, batches (I8) and rewinds as for every hybrid model; the state holds only
+    the Mamba-2 layers (2 of nh's 5): per layer the conv state [d_inner + 2 G N][K - 1] and the SSM
+    state [d_inner][N]."""
+    hybrid_chunks_threads_batches_bitwise(paths["nh"])
+    rewinds_restore_the_state_exactly(paths["nh"], 8 + 2 * ((512 + 128) * 3 + 512 * 32) * 4)
+
+
+def test_synth_cli(tmp_path, capsys):
+    from lowbit.cli import main
+    out = tmp_path / "m.gguf"
+    assert main(["synth", "nemotron_h", str(out), "--pattern", "M*-M", "--dim", "128", "--heads", "2",
+                 "--kv-heads", "1", "--ssm-heads", "4", "--ssm-state", "16"]) == 0
+    m = lowbit.load(str(out), n_ctx=32)
+    assert (m.config.recurrent, m.config.layer_parts) == ((True, False, False, True), (1, 1, 2, 1))
+    assert m.forward([1, 2, 3]).shape == (1, m.config.vocab)
+    assert main(["info", "-m", str(out)]) == 0
+    assert "2 of 4 layers Mamba-2 (4 heads, state 16)" in capsys.readouterr().out
+    assert main(["synth", "nemotron_h", str(out), "--shape", "nemotron-nano-9b-v2", "--layers", "4", "--dim", "128",
+                 "--heads", "2", "--kv-heads", "1", "--head-dim", "64", "--ffn", "64", "--ssm-heads", "4",
+                 "--ssm-head-dim", "16", "--ssm-groups", "2", "--ssm-state", "16"]) == 0
+    assert lowbit.load(str(out), n_ctx=32).config.layer_parts == (1, 2, 1, 2)   # "M-M-"
+    capsys.readouterr()
+    assert main(["synth", "nemotron_h", str(out), "--pattern", "M+M"]) == 2
+    assert "--pattern 'M+M' must be a string of M (Mamba-2), * (attention), - (MLP)" in capsys.readouterr().err
+
+
+def test_bad_files_are_refused_in_one_line(paths, monkeypatch):
+    n = "nemotron_h."
+    cases = [({n + "feed_forward_length": 512}, "feed_forward_length must be an array of one count per layer"),
+             ({n + "attention.head_count_kv": [0, 0, 2, 0, 2]}, "a layer has both head_count_kv and feed_forward_length"),
+             ({n + "feed_forward_length": [0, 512, 0, 0, 256]}, "the MLP layers differ in width"),
+             ({n + "ssm.time_step_rank": 6}, "a multiple of ssm.time_step_rank \\(6\\)")]
+    for meta, msg in cases:
+        with pytest.raises(GGUFError, match=msg) as e:
+            load_edited(monkeypatch, paths["nh"], **meta)
+        assert "\n" not in str(e.value)
