@@ -94,7 +94,7 @@ def test_synth_cli(tmp_path, capsys):
     assert (m.config.recurrent, m.config.layer_parts) == ((True, False, False, True), (1, 1, 2, 1))
     assert m.forward([1, 2, 3]).shape == (1, m.config.vocab)
     assert main(["info", "-m", str(out)]) == 0
-    assert "2 of 4 layers Mamba-2 (4 heads, state 16)" in capsys.readouterr().out
+    assert "2 of 4 layers Mamba-2 (4 heads, state 16), 1 MLP, the rest attention" in capsys.readouterr().out
     assert main(["synth", "nemotron_h", str(out), "--shape", "nemotron-nano-9b-v2", "--layers", "4", "--dim", "128",
                  "--heads", "2", "--kv-heads", "1", "--head-dim", "64", "--ffn", "64", "--ssm-heads", "4",
                  "--ssm-head-dim", "16", "--ssm-groups", "2", "--ssm-state", "16"]) == 0
