@@ -67,6 +67,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     // Hybrid layout: attention layers get KV cache rows, recurrent layers conv + delta-net states.
     if (!c.recurrent.empty() && c.recurrent.size() != (size_t)c.n_layer)
         throw std::invalid_argument("engine: the recurrent-layer list must have one entry per layer");
+    if (c.ffn_ungated && c.n_expert > 0 && c.ffn_act != FFN_RELU2)  // (glu_rows' ungated epilogue is relu^2)
+        throw std::invalid_argument("engine: ungated experts are relu^2 only (nemotron_h_moe)");
     if (!c.layer_parts.empty() && c.layer_parts.size() != (size_t)c.n_layer)
         throw std::invalid_argument("engine: the layer-parts list must have one entry per layer");
     kv_index_.assign((size_t)c.n_layer, -1);
@@ -405,11 +407,12 @@ std::string Engine::validate() const {
             const int64_t E = c_.n_expert, ef = c_.expert_ffn;
             if (!(e = shape(l.router, E, c_.dim, p + "ffn_gate_inp")).empty()) return e;
             // the 3-D tensors arrive flattened: [n_expert * rows, n]
-            if (!(e = shape(l.gate_exps, E * ef, c_.dim, p + "ffn_gate_exps")).empty()) return e;
+            if (!c_.ffn_ungated && !(e = shape(l.gate_exps, E * ef, c_.dim, p + "ffn_gate_exps")).empty()) return e;
             if (!(e = shape(l.up_exps, E * ef, c_.dim, p + "ffn_up_exps")).empty()) return e;
             if (!(e = shape(l.down_exps, E * c_.dim, ef, p + "ffn_down_exps")).empty()) return e;
             if (c_.shexp_ffn > 0) {
-                if (!(e = shape(l.sh_gate, c_.shexp_ffn, c_.dim, p + "ffn_gate_shexp")).empty()) return e;
+                if (!c_.ffn_ungated && !(e = shape(l.sh_gate, c_.shexp_ffn, c_.dim, p + "ffn_gate_shexp")).empty())
+                    return e;
                 if (!(e = shape(l.sh_up, c_.shexp_ffn, c_.dim, p + "ffn_up_shexp")).empty()) return e;
                 if (!(e = shape(l.sh_down, c_.dim, c_.shexp_ffn, p + "ffn_down_shexp")).empty()) return e;
                 if (c_.shexp_gated && !(e = shape(l.sh_gate_inp, 1, c_.dim, p + "ffn_gate_inp_shexp")).empty()) return e;

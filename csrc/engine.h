@@ -206,7 +206,7 @@ struct EngineConfig {
     // alone, each after its one norm, attn_norm, then the residual add): bit 0 the mixer, bit 1 the
     // FFN; empty: both in every layer. A layer without a mixer holds no KV and no recurrent state.
     std::vector<uint8_t> layer_parts;
-    bool ffn_ungated = false;    // nemotron_h: the dense FFNs are down(act(up . x)), no ffn_gate
+    bool ffn_ungated = false;    // nemotron_h: FFNs, experts and shared expert are down(act(up . x)), no gate
     // Gated attention (qwen35 / qwen3next): attn_q yields [q_h (head_dim), gate_h (head_dim)] per
     // head; the attention output is multiplied by sigmoid(gate) before attn_output.
     bool attn_gate = false;

@@ -169,9 +169,11 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
             float *G = scratch.data(), *U = G + (size_t)tr * ntc;
             // the tile's rows seen as rows [0, tr) of a matrix starting at row tb (I3: a row's
             // result does not depend on where the range starts), token t's at G[t * tr + r]
-            RowArgs a{gate.w + (size_t)tb * gate.stride, gate.stride, act_g + (size_t)t0 * act_g_stride,
-                      act_g_stride, G, (size_t)tr, n, gate.scale, gemm ? act_id : 0};
-            (gemm ? gate.e->gemm.fn : gate.e->rows[ntc].fn)(a, 0, tr, ntc);
+            if (gate.w) {  // (no gate: an ungated FFN, below)
+                RowArgs a{gate.w + (size_t)tb * gate.stride, gate.stride, act_g + (size_t)t0 * act_g_stride,
+                          act_g_stride, G, (size_t)tr, n, gate.scale, gemm ? act_id : 0};
+                (gemm ? gate.e->gemm.fn : gate.e->rows[ntc].fn)(a, 0, tr, ntc);
+            }
             RowArgs b{up.w + (size_t)tb * up.stride, up.stride, act_u + (size_t)t0 * act_u_stride,
                       act_u_stride, U, (size_t)tr, n, up.scale, gemm ? act_id : 0};
             (gemm ? up.e->gemm.fn : up.e->rows[ntc].fn)(b, 0, tr, ntc);
@@ -184,6 +186,14 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
                     if (bias_g) G[(size_t)t * tr + i] += bias_g[tb + i];
                     if (bias_u) U[(size_t)t * tr + i] += bias_u[tb + i];
                 }
+            if (!gate.w) {  // ungated (nemotron_h's experts): relu(up)^2, ggml's relu then sqr
+                for (int t = 0; t < ntc; ++t)
+                    for (int64_t i = 0; i < tr; ++i) {
+                        const float v = U[(size_t)t * tr + i], r = v > 0.0f ? v : 0.0f;
+                        out[(size_t)(t0 + t) * out_stride + tb + i] = r * r;
+                    }
+                continue;
+            }
             for (int t = 0; t < ntc; ++t)
                 glu(G + (size_t)t * tr, U + (size_t)t * tr, out + (size_t)(t0 + t) * out_stride + tb, tr, kind);
         }

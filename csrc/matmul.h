@@ -64,7 +64,8 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
 // (against act_g) and up (against act_u), nt tokens, in tiles of `tile` rows (scratch:
 // thread-local). Writes out[t * out_stride + r] for r in [rb, re) only. No counting.
 // bias_g / bias_u (optional, indexed by row): added to gate / up after out_scale, before the
-// epilogue (gpt-oss's expert biases).
+// epilogue (gpt-oss's expert biases). gate.w null: an ungated FFN (nemotron_h's experts), out =
+// relu(up)^2 (gate.e, gate.stride: up's, for the tiling and the GEMM choice).
 void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
               const uint8_t *act_u, size_t act_u_stride, int64_t nt, int64_t n, glu_fn glu, int kind,
               int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride,

@@ -240,12 +240,15 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     if (collect_)  // importance matrices: each expert's routed tokens (Engine::record_act)
         for (int e = 0; e < E; ++e) {
             const int32_t *toks = slot_tok_.data() + eoff_[(size_t)e];
-            record_act(L.gate_exps, x, ecount_[(size_t)e], e, E, toks);
+            if (!c_.ffn_ungated) record_act(L.gate_exps, x, ecount_[(size_t)e], e, E, toks);
             record_act(L.up_exps, x, ecount_[(size_t)e], e, E, toks);
         }
 
     // 4. activations: quantized once per token, gathered by slot (gate and up may differ)
-    const ExpertMat G{&L.gate_exps, ef, &kernel_entry(L.gate_exps.type)};
+    // (ungated experts, nemotron_h: G stands for up, its rows never read: glu_rows gets no gate)
+    const bool ungated = c_.ffn_ungated;
+    const Mat &gm = ungated ? L.up_exps : L.gate_exps;
+    const ExpertMat G{&gm, ef, &kernel_entry(gm.type)};
     const ExpertMat U{&L.up_exps, ef, &kernel_entry(L.up_exps.type)};
     const ExpertMat D{&L.down_exps, dim, &kernel_entry(L.down_exps.type)};
     for (const ExpertMat *m : {&G, &U, &D})
@@ -276,14 +279,14 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
     for (int e = 0; e < E; ++e) {
         const int cnt = ecount_[(size_t)e];
         const bool glu_gemm = gemm_takes(*G.k, cnt) && gemm_takes(*U.k, cnt);  // (as glu_rows)
-        if (glu_gemm) count_call(G.m->type, 0, isa, ef), count_call(U.m->type, 0, isa, ef);
+        if (glu_gemm) { if (!ungated) count_call(G.m->type, 0, isa, ef); count_call(U.m->type, 0, isa, ef); }
         if (gemm_takes(*D.k, cnt)) count_call(D.m->type, 0, isa, dim);
         for (int t0c = 0; t0c < cnt; t0c += MAX_NT) {
             const int ntc = std::min(MAX_NT, cnt - t0c);
-            if (!glu_gemm) count_call(G.m->type, ntc, isa, ef), count_call(U.m->type, ntc, isa, ef);
+            if (!glu_gemm) { if (!ungated) count_call(G.m->type, ntc, isa, ef); count_call(U.m->type, ntc, isa, ef); }
             if (!gemm_takes(*D.k, cnt)) count_call(D.m->type, ntc, isa, dim);
         }
-        if (ecount_[(size_t)e] > 0) count_glu(kind, glu.isa, ef, (int64_t)ecount_[(size_t)e] * ef);
+        if (ecount_[(size_t)e] > 0 && !ungated) count_glu(kind, glu.isa, ef, (int64_t)ecount_[(size_t)e] * ef);
     }
     // 5. gate/up, then down, in ONE pool dispatch: the work list is every used expert's gate/up
     // items followed by every used expert's down items, in the same expert order, claimed from
@@ -312,7 +315,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
         const int64_t off = eoff_[(size_t)it.e], cnt = ecount_[(size_t)it.e];
         if (i < n_gu) {
             // expert it.e's gate and up rows; the experts' tensors carry no output scale
-            const RowMat g{format_by_id(G.m->type), G.k, G.w(it.e), G.m->stride, G.m->scale, 1.0f};
+            const RowMat g{format_by_id(G.m->type), G.k, ungated ? nullptr : G.w(it.e), G.m->stride, G.m->scale, 1.0f};
             const RowMat u{format_by_id(U.m->type), U.k, U.w(it.e), U.m->stride, U.m->scale, 1.0f};
             const float *bg = L.gate_exps_b ? L.gate_exps_b + (size_t)it.e * ef : nullptr;
             const float *bu = L.up_exps_b ? L.up_exps_b + (size_t)it.e * ef : nullptr;
@@ -385,7 +388,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
         st.t_ffn += seconds(t2, now());
         st.weight_bytes += mat_bytes(L.router) + mat_bytes(L.sh_gate_inp) + mat_bytes(L.sh_gate) +
                            mat_bytes(L.sh_up) + mat_bytes(L.sh_down) +
-                           (double)distinct * (double)(ef * (G.m->stride + U.m->stride) + dim * D.m->stride);
+                           (double)distinct * (double)(ef * ((ungated ? 0 : G.m->stride) + U.m->stride) + dim * D.m->stride);
     }
 }
 
@@ -460,6 +463,7 @@ void Engine::biased_topk(int layer, int T, bool sigmoid) {
 // compute meanwhile. Only read ahead: the arithmetic never depends on it.
 void Engine::lookahead(int next, const float *x, int T) {
     const LayerWeights &N = layers_[(size_t)next];
+    if (!N.router.present()) return;  // (the next layer has no experts: nemotron_h_moe's mixers)
     const int E = c_.n_expert, K = c_.n_expert_used, dim = c_.dim;
     std::vector<float> lg((size_t)T * E), xr;
     const float *in = x;
@@ -493,7 +497,7 @@ void Engine::lookahead(int next, const float *x, int T) {
     for (int e = 0; e < E; ++e)
         if (pred[(size_t)e]) {
             ++la_.predicted;
-            ahead(N.gate_exps, c_.expert_ffn, e);
+            if (N.gate_exps.present()) ahead(N.gate_exps, c_.expert_ffn, e);
             ahead(N.up_exps, c_.expert_ffn, e);
             ahead(N.down_exps, dim, e);
         }

@@ -6,8 +6,14 @@ attention.head_count_kv and feed_forward_length, one count per layer each (both 
 engine's layers then have one part each (EngineConfig::layer_parts): an MLP layer holds no KV and no
 state.
 
+nemotron_h_moe (Nemotron 3 Nano): its FFN layers are routed experts, ungated relu^2 (up, down), chosen
+by sigmoid with the exp_probs_b selection bias, renormalised if expert_weights_norm, times
+expert_weights_scale, plus an ungated relu^2 shared expert.
+
 Files: "nh" (pattern M-*M-: 5 layers), "nh-wide" (M-M*-M-, one B/C group, 4 SSM heads of 48
-channels, attention heads of 96). Parity as tests/test_granite_hybrid.py.
+channels, attention heads of 96), "nh-moe" (ME*ME: 8 experts top-2, renormalised, scale 2.5).
+Parity as tests/test_granite_hybrid.py; the MoE file leaves out routing near-ties as
+tests/test_lfm2.py does (sigmoid scores: TIE).
 """
 
 import numpy as np
@@ -22,7 +28,9 @@ from lowbit.synth import synth_nemotron_h
 PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
 FILES = {"nh": dict(pattern="M-*M-", embd_type="F16", seed=3),
          "nh-wide": dict(pattern="M-M*-M-", ssm_groups=1, ssm_heads=4, ssm_head_dim=48, head_dim=96, embd_type="F16",
-                         seed=4)}
+                         seed=4),
+         "nh-moe": dict(pattern="ME*ME", embd_type="F16", expert_type="Q8_0", seed=5)}
+TIE = 1e-2  # (tests/test_lfm2.py's: sigmoid routing scores within 1e-2 are not judged)
 N_CTX = 640
 
 
@@ -48,18 +56,24 @@ def test_config(case):
     name, path, _ = case
     c = lowbit.load(path, n_ctx=N_CTX).config
     pattern = FILES[name]["pattern"]
-    assert c.arch == "nemotron_h" and c.mamba2 and c.ffn_ungated and c.ffn_act == "relu2" and c.ffn == 512
+    assert c.arch == ("nemotron_h_moe" if name == "nh-moe" else "nemotron_h")
+    assert c.mamba2 and c.ffn_ungated and c.ffn_act == "relu2" and c.ffn == 512
     assert c.recurrent == tuple(k == "M" for k in pattern)
-    assert c.layer_parts == tuple(2 if k == "-" else 1 for k in pattern)
-    assert c.rope_layers == (False,) * len(pattern) and c.n_kv == 2 and c.n_expert == 0
+    assert c.layer_parts == tuple(2 if k in "-E" else 1 for k in pattern)
+    assert c.rope_layers == (False,) * len(pattern) and c.n_kv == 2
+    if name == "nh-moe":
+        assert (c.n_expert, c.n_expert_used, c.expert_ffn, c.shexp_ffn, c.expert_scale) == (8, 2, 512, 256, 2.5)
+        assert c.expert_norm and c.exp_probs_b and not c.shexp_gated and c.expert_gating == "sigmoid"
+    else:
+        assert c.n_expert == 0
     assert (c.ssm_heads, c.ssm_groups, c.ssm_inner) == ((4, 1, 192) if name == "nh-wide" else (8, 2, 512))
 
 
 def test_teacher_forced_top1_matches_llama_cpp(case):
     name, path, run = case
-    ours, ref, counted, agree = compare_top1(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
+    ours, ref, counted, agree = compare_top1(lowbit.load(path, n_ctx=N_CTX, threads=2), run, TIE)
     print(f"\n{name}: top-1 {agree}/{counted}, max |logit diff| {np.abs(ours - ref).max():.4f}")
-    assert counted >= 0.5 * len(ref) and agree >= 0.99 * counted
+    assert counted >= (0.35 if name == "nh-moe" else 0.5) * len(ref) and agree >= 0.99 * counted
 
 
 def test_perplexity_matches_llama_cpp(case):
@@ -69,11 +83,16 @@ def test_perplexity_matches_llama_cpp(case):
 
 def test_each_feature_matters(case, monkeypatch):
     """Done wrong, each feature moves the logits: rope in the attention layers, silu for relu^2 in
-    the MLP; and zeroing the states halfway."""
+    the MLP (and the experts); the experts not renormalised, without the selection bias, unscaled or
+    routed by softmax; and zeroing the states halfway."""
     name, path, run = case
     n = len(FILES[name]["pattern"])
-    m, ours = features_matter(monkeypatch, path, N_CTX, run,
-                              {"rope on": dict(rope_layers=(True,) * n), "silu MLP": dict(ffn_act="silu")})
+    wrong = {"rope on": dict(rope_layers=(True,) * n), "silu MLP": dict(ffn_act="silu")}
+    if name == "nh-moe":
+        del wrong["silu MLP"]  # (the experts' relu^2 is glu_rows' own, ffn_act moves only the shared expert)
+        wrong.update({"not renormalised": dict(expert_norm=False), "no selection bias": dict(exp_probs_b=False),
+                      "unscaled": dict(expert_scale=1.0), "softmax gating": dict(expert_gating="softmax")})
+    m, ours = features_matter(monkeypatch, path, N_CTX, run, wrong, TIE)
     states_matter(m, run[0], ours)
 
 
@@ -100,8 +119,17 @@ def test_synth_cli(tmp_path, capsys):
                  "--ssm-head-dim", "16", "--ssm-groups", "2", "--ssm-state", "16"]) == 0
     assert lowbit.load(str(out), n_ctx=32).config.layer_parts == (1, 2, 1, 2)   # "M-M-"
     capsys.readouterr()
+    assert main(["synth", "nemotron_h", str(out), "--pattern", "MEM*E", "--dim", "128", "--heads", "2", "--kv-heads", "1",
+                 "--ssm-heads", "4", "--ssm-state", "16", "--experts", "4", "--top-k", "2", "--ffn", "64",
+                 "--shared-ffn", "64", "--expert-type", "Q8_0"]) == 0
+    c = lowbit.load(str(out), n_ctx=32).config
+    assert (c.arch, c.layer_parts, c.n_expert, c.shexp_ffn) == ("nemotron_h_moe", (1, 2, 1, 1, 2), 4, 64)
+    assert main(["info", "-m", str(out)]) == 0
+    assert "2 of 5 layers Mamba-2 (4 heads, state 16), 2 experts, the rest attention" in capsys.readouterr().out
+    assert main(["synth", "nemotron_h", str(out), "--pattern", "ME", "--arch", "nemotron_h"]) == 2
+    assert "--arch nemotron_h does not match --pattern 'ME'" in capsys.readouterr().err
     assert main(["synth", "nemotron_h", str(out), "--pattern", "M+M"]) == 2
-    assert "--pattern 'M+M' must be a string of M (Mamba-2), * (attention), - (MLP)" in capsys.readouterr().err
+    assert "--pattern 'M+M' must be a string of M (Mamba-2), * (attention), - (MLP) or E" in capsys.readouterr().err
 
 
 def test_bad_files_are_refused_in_one_line(paths, monkeypatch):
@@ -110,7 +138,11 @@ def test_bad_files_are_refused_in_one_line(paths, monkeypatch):
              ({n + "attention.head_count_kv": [0, 0, 2, 0, 2]}, "a layer has both head_count_kv and feed_forward_length"),
              ({n + "feed_forward_length": [0, 512, 0, 0, 256]}, "the MLP layers differ in width"),
              ({n + "ssm.time_step_rank": 6}, "a multiple of ssm.time_step_rank \\(6\\)")]
+    m = "nemotron_h_moe."
+    cases += [({m + "expert_group_count": 4}, "expert_group_count = 4: group-limited routing is not supported"),
+              ({m + "expert_shared_feed_forward_length": None}, "expert_shared_feed_forward_length is missing"),
+              ({m + "expert_used_count": 9}, "expert_used_count = 9 must be an integer in 1..8")]
     for meta, msg in cases:
         with pytest.raises(GGUFError, match=msg) as e:
-            load_edited(monkeypatch, paths["nh"], **meta)
+            load_edited(monkeypatch, paths["nh-moe" if "nemotron_h_moe." in str(meta) else "nh"], **meta)
         assert "\n" not in str(e.value)

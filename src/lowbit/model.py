@@ -163,13 +163,14 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True,
              "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
              "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True,
-             "granitehybrid": False, "nemotron_h": False}
+             "granitehybrid": False, "nemotron_h": False, "nemotron_h_moe": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
-             "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe"}  # and llama with expert_count > 0 (mixtral)
+             "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe", "nemotron_h_moe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
                "qwen35moe": True, "qwen3next": True, "granitemoe": True,
-               "ernie4_5-moe": True, "lfm2moe": True, "qwen3vlmoe": True, "granitehybrid": True}
+               "ernie4_5-moe": True, "lfm2moe": True, "qwen3vlmoe": True, "granitehybrid": True,
+               "nemotron_h_moe": False}  # (nemotron_h_moe: expert_weights_norm decides)
 # Hybrid families: gated delta-net layers (csrc/deltanet.cpp) and gated full attention every
 # full_attention_interval-th layer; value head h reads q/k head h % H_k (qwen35*) or h / (H_v/H_k)
 # (qwen3next); rope: IMROPE sections (qwen35*) or plain neox (qwen3next).
@@ -179,14 +180,16 @@ SHORTCONV_ARCHS = {"lfm2", "lfm2moe"}
 # Granite 4.0-H (granitehybrid): the layers with attention.head_count_kv 0 are Mamba-2 mixers (csrc/mamba2.cpp)
 # Nemotron-H (nemotron_h): one block per layer, a Mamba-2 mixer (head_count_kv and feed_forward_length 0),
 # attention (head_count_kv > 0) or an ungated relu^2 MLP (feed_forward_length > 0), each after attn_norm
-MAMBA2_ARCHS = {"granitehybrid", "nemotron_h"}
+# (nemotron_h_moe: its FFN layers are routed experts, ungated relu^2, with an ungated shared expert)
+MAMBA2_ARCHS = {"granitehybrid", "nemotron_h", "nemotron_h_moe"}
 OUTPUT_NORM = {"lfm2": "token_embd_norm", "lfm2moe": "token_embd_norm"}  # the final norm's tensor; default "output_norm"
 SHARED_EXPERT_ARCHS = {"qwen2moe", "qwen35moe", "qwen3next"}
 EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "softmax" (over all, then top-K)
 EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1, "sigmoid": 2}  # csrc/engine.h ExpertGating
 GATING_FUNC = {1: "softmax", 2: "sigmoid"}       # GGUF expert_gating_func (llama_expert_gating_func_type)
 SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
-FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "nemotron_h": "relu2"}  # FFN gate activation; default "silu"
+FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "nemotron_h": "relu2",
+           "nemotron_h_moe": "relu2"}  # FFN gate activation; default "silu"
 FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
             "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm",
@@ -340,7 +343,7 @@ class ModelConfig:
         n_layer = key("block_count") - n_nextn
         moe = cls._moe_fields(f, arch, key, n_layer)
         gating = moe.pop("expert_gating", EXPERT_GATING.get(arch, "softmax"))
-        if arch == "nemotron_h":  # one width per layer, 0 where the layer is a mixer
+        if arch in ("nemotron_h", "nemotron_h_moe"):  # one width per layer, 0 where the layer is a mixer
             ffn = max(ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer))
         else:
             ffn = key("feed_forward_length") if not moe or f"{arch}.feed_forward_length" in md else moe["expert_ffn"]
@@ -590,20 +593,22 @@ class ModelConfig:
             feed_forward_length (both arrays per layer) are 0, attention where head_count_kv is not,
             else an ungated MLP of that width (relu^2); every block's norm is attn_norm; no layer
             rotates (llama.cpp's graph applies no rope)."""
-        zero = "a Mamba-2 layer" + (" or an MLP" if arch == "nemotron_h" else "")
+        nemo = arch in ("nemotron_h", "nemotron_h_moe")
+        zero = "a Mamba-2 layer" + (" or an MLP" if nemo else "")
         kv = ModelConfig._per_layer(f, arch, "attention.head_count_kv", n_layer, zero)
         recurrent = tuple(n == 0 for n in kv)
         out = {}
-        if arch == "nemotron_h":
+        if nemo:
             ff = ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer, "a mixer layer")
             if any(kv[i] and ff[i] for i in range(n_layer)) or len({w for w in ff if w}) > 1:
                 raise GGUFError(f"{f.path}: {arch}: a layer has both head_count_kv and feed_forward_length, or the "
                                 f"MLP layers differ in width ({ff}): not supported")
             recurrent = tuple(kv[i] == 0 and ff[i] == 0 for i in range(n_layer))
-            bias = next((t for t in f.tensors if t.endswith((".attn_q.bias", ".attn_output.bias", ".ffn_up.bias"))),
-                        None)
+            bias = next((t for t in f.tensors if t.endswith((".attn_q.bias", ".attn_output.bias", ".ffn_up.bias",
+                                                             ".ffn_latent_down.weight"))), None)
             if bias:
-                raise GGUFError(f"{f.path}: tensor {bias!r}: nemotron_h biases are not supported")
+                raise GGUFError(f"{f.path}: tensor {bias!r}: {arch}'s biases and latent expert projections "
+                                "(Nemotron 3 Super) are not supported")
             out = dict(layer_parts=tuple(2 if ff[i] else 1 for i in range(n_layer)), ffn_ungated=True,
                        rope_layers=(False,) * n_layer)
         conv, state, groups, heads, inner = (key("ssm.conv_kernel"), key("ssm.state_size"), key("ssm.group_count"),
@@ -730,7 +735,7 @@ class ModelConfig:
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_used_count = {used!r} must be an integer in "
                             f"1..{n_expert} ({ek})")
         qwen = ("qwen2moe", "qwen3moe", "qwen35moe", "qwen3next", "qwen3vlmoe")
-        if arch in ("gpt-oss", "glm4moe", "deepseek2", "ernie4_5-moe", "lfm2moe"):
+        if arch in ("gpt-oss", "glm4moe", "deepseek2", "ernie4_5-moe", "lfm2moe", "nemotron_h_moe"):
             expert_ffn = key("expert_feed_forward_length")
         elif arch in qwen and f"{arch}.expert_feed_forward_length" in md:
             expert_ffn = key("expert_feed_forward_length")
@@ -749,9 +754,12 @@ class ModelConfig:
                        **(_ernie_moe_fields(f, arch, key, n_layer) if arch == "ernie4_5-moe" else {}))
         elif arch == "lfm2moe":
             glm = _lfm2moe_fields(f, arch, key, n_layer)
+        elif arch == "nemotron_h_moe":
+            glm = _nemotron_moe_fields(f, arch, key, n_layer)
         else:
             glm = {}
         shexp = glm.pop("shexp_ffn", shexp)
+        parts, ungated = glm.pop("layer_parts", ()), glm.pop("ffn_ungated", False)  # (the hybrid fields' to give)
         lead = glm.get("n_dense_lead", 0)
         # (lfm2moe: llama.cpp does not read the key, so no scale)
         scale = md.get(f"{arch}.expert_weights_scale", 0.0) if arch != "lfm2moe" else 0.0
@@ -760,11 +768,15 @@ class ModelConfig:
         dim = key("embedding_length")
         # every layer's expert tensors must agree with the metadata
         for i in range(lead, n_layer):
+            if parts and parts[i] != 2:  # (nemotron_h_moe: only its FFN layers have experts)
+                continue
             for nm, want, k in (("ffn_gate_inp", (n_expert, dim), ek),
                                 ("ffn_gate_exps", (n_expert, expert_ffn, dim), "expert_feed_forward_length"),
                                 ("ffn_up_exps", (n_expert, expert_ffn, dim), "expert_feed_forward_length"),
                                 ("ffn_down_exps", (n_expert, dim, expert_ffn), "expert_feed_forward_length")):
                 t = f.tensors.get(f"blk.{i}.{nm}.weight")
+                if t is None and nm == "ffn_gate_exps" and ungated:
+                    continue
                 if t is None:
                     raise GGUFError(f"{f.path}: tensor 'blk.{i}.{nm}.weight' is missing ({ek} = {n_expert})")
                 if tuple(t.shape) != want:
@@ -810,6 +822,24 @@ def _lfm2moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
     if lead < n_layer and f"blk.{lead}.exp_probs_b.bias" not in f.tensors:
         raise GGUFError(f"{f.path}: tensor 'blk.{lead}.exp_probs_b.bias' is missing (lfm2moe's expert selection bias)")
     return dict(n_dense_lead=lead, expert_gating=GATING_FUNC[func], expert_norm=True, exp_probs_b=lead < n_layer)
+
+
+def _nemotron_moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
+    """Nemotron-H MoE's expert keys (llama_model_nemotron_h and its graph): the FFN layers are routed
+    experts (ungated, relu^2) by sigmoid with the exp_probs_b selection bias, renormalised if
+    expert_weights_norm, times expert_weights_scale, plus an ungated shared expert of
+    expert_shared_feed_forward_length. Returns, for _moe_fields' checks only, the layer parts."""
+    md = f.metadata
+    groups = md.get(f"{arch}.expert_group_count", 1)
+    if groups not in (0, 1):
+        raise GGUFError(f"{f.path}: {arch}.expert_group_count = {groups!r}: group-limited routing is not supported here")
+    ff = ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer, "a mixer layer")
+    first = next((i for i in range(n_layer) if ff[i]), n_layer)
+    if first < n_layer and f"blk.{first}.exp_probs_b.bias" not in f.tensors:
+        raise GGUFError(f"{f.path}: tensor 'blk.{first}.exp_probs_b.bias' is missing ({arch}'s expert selection bias)")
+    return dict(shexp_ffn=key("expert_shared_feed_forward_length"), shexp_gated=False, expert_gating="sigmoid",
+                expert_norm=bool(md.get(f"{arch}.expert_weights_norm", False)), exp_probs_b=True,
+                layer_parts=tuple(2 if w else 1 for w in ff), ffn_ungated=True)
 
 
 def _glm4moe_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int, expert_ffn: int) -> dict:
@@ -1055,17 +1085,17 @@ class Model:
             _vec("rope_freqs", -1, "rope_factors_long.weight" if long else "rope_factors_short.weight")
         for i in range(l0, l1):
             p = f"blk.{i}."
+            parts = c.layer_parts[i] if i < len(c.layer_parts) else 3  # (nemotron_h: a mixer or an FFN)
             ffn = ("ffn_gate", "ffn_up", "ffn_down")
-            if c.n_expert and i >= c.n_dense_lead:  # (glm4moe: its leading layers are dense)
+            if c.n_expert and i >= c.n_dense_lead and parts & 2:  # (glm4moe: its leading layers are dense)
                 ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
                 if c.shexp_ffn:
                     ffn += ("ffn_gate_inp_shexp",) * c.shexp_gated + ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
                 if c.exp_probs_b:
                     _vec("exp_probs_b", i, p + "exp_probs_b.bias")
+            if c.ffn_ungated:  # (nemotron_h: MLPs, experts and the shared expert have no gate)
+                ffn = tuple(m for m in ffn if m not in ("ffn_gate", "ffn_gate_exps", "ffn_gate_shexp"))
             rec = i < len(c.recurrent) and bool(c.recurrent[i])  # (an MTP block: attention)
-            parts = c.layer_parts[i] if i < len(c.layer_parts) else 3  # (nemotron_h: a mixer or an FFN)
-            if c.ffn_ungated and "ffn_gate" in ffn:
-                ffn = ("ffn_up", "ffn_down")
             mixer = ("attn_q", "attn_k", "attn_v", "attn_output")
             if c.mla_rank:  # deepseek2's latent attention (csrc/mla.cpp)
                 q = ("attn_q_a", "attn_q_b") if c.q_lora_rank else ("attn_q",)

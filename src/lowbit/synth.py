@@ -1048,17 +1048,26 @@ def _add_granite_hybrid(ss) -> None:
 
 def synth_nemotron_h(path, *, pattern: str = "M-*M-", dim: int = 256, ffn: int = 512, heads: int = 4,
                      kv_heads: int = 2, head_dim: int | None = None, ssm_conv: int = 4, ssm_state: int = 32,
-                     ssm_groups: int = 2, ssm_heads: int = 8, ssm_head_dim: int | None = None, ctx: int = 1024,
-                     wtype: str = "Q8_0", embd_type: str = "F32", head_type: str | None = None, tied: bool = False,
+                     ssm_groups: int = 2, ssm_heads: int = 8, ssm_head_dim: int | None = None, experts: int = 8,
+                     top_k: int = 2, shared_ffn: int = 256, expert_norm: bool = True, expert_scale: float = 2.5,
+                     ctx: int = 1024, wtype: str = "Q8_0", expert_type: str = "Q4_K", router_type: str = "F32",
+                     embd_type: str = "F32", head_type: str | None = None, tied: bool = False,
                      seed: int = 0, vocab: dict | None = None, progress: bool = False) -> str:
     """A Nemotron-H model (llama.cpp's nemotron_h) with random weights, as llama.cpp's converter lays it
     out. pattern (Nemotron-H's hybrid_override_pattern): one character per layer, "M" a Mamba-2 mixer
     (d_inner = ssm_heads x ssm_head_dim, default 2 dim / ssm_heads; add_mamba2), "*" attention (attn_q /
     attn_k / attn_v / attn_output, no rope), "-" an ungated MLP (ffn_up [ffn, dim], ffn_down, relu^2);
     every layer one block after its attn_norm. head_count_kv and feed_forward_length are one count per
-    layer (0 where the layer is not attention / not an MLP)."""
-    if not pattern or set(pattern) - set("M*-"):
-        raise ValueError(f"synth: --pattern {pattern!r} must be a string of M (Mamba-2), * (attention), - (MLP)")
+    layer (0 where the layer is not attention / not an MLP). A pattern with "E" (a routed-experts layer)
+    writes nemotron_h_moe (and no "-"): experts of width ffn (ffn_up_exps, ffn_down_exps: ungated
+    relu^2) chosen by sigmoid with the exp_probs_b selection bias (top_k of experts), renormalised if
+    expert_norm, times expert_scale, plus an ungated shared expert of shared_ffn."""
+    if not pattern or set(pattern) - set("M*-E") or ("E" in pattern and "-" in pattern):
+        raise ValueError(f"synth: --pattern {pattern!r} must be a string of M (Mamba-2), * (attention), - (MLP) "
+                         "or E (experts; not with -)")
+    moe = "E" in pattern
+    if moe and not 1 <= top_k <= experts:
+        raise ValueError(f"synth: top_k {top_k} must be in 1..experts ({experts})")
     layers = len(pattern)
     head_dim = head_dim or dim // heads
     hd = ssm_head_dim or 2 * dim // ssm_heads
@@ -1069,14 +1078,20 @@ def synth_nemotron_h(path, *, pattern: str = "M-*M-", dim: int = 256, ffn: int =
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
-    w = Writer(path, "nemotron_h", progress=progress, fit=True)
+    w = Writer(path, "nemotron_h_moe" if moe else "nemotron_h", progress=progress, fit=True)
     a = w.arch
-    write_header(w, vocab, layers=layers, dim=dim, ffn=[ffn if c == "-" else 0 for c in pattern], heads=heads,
+    write_header(w, vocab, layers=layers, dim=dim, ffn=[ffn if c in "-E" else 0 for c in pattern], heads=heads,
                  kv_heads=[kv_heads if c == "*" else 0 for c in pattern], head_dim=head_dim, ctx=ctx, eps=1e-5)
     for k, v in (("conv_kernel", ssm_conv), ("state_size", ssm_state), ("group_count", ssm_groups),
                  ("inner_size", inner), ("time_step_rank", ssm_heads)):
         w.meta(f"{a}.ssm.{k}", int(v))
     w.meta(f"{a}.attention.layer_norm_epsilon", 1e-5)  # (llama.cpp requires it; the RMS one wins)
+    if moe:
+        for k, v in (("expert_count", experts), ("expert_used_count", top_k), ("expert_feed_forward_length", ffn),
+                     ("expert_shared_feed_forward_length", shared_ffn)):
+            w.meta(f"{a}.{k}", int(v))
+        w.meta(f"{a}.expert_weights_norm", bool(expert_norm))
+        w.meta(f"{a}.expert_weights_scale", float(expert_scale))
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
     if not tied:
         w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
@@ -1090,6 +1105,13 @@ def synth_nemotron_h(path, *, pattern: str = "M-*M-", dim: int = 256, ffn: int =
         elif kind == "*":
             add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, wtype=wtype,
                           pre_norms=False)
+        elif kind == "E":
+            w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+            w.add(p + "exp_probs_b.bias", (0.1 * rng.standard_normal(experts)).astype(np.float32))
+            w.add(p + "ffn_up_exps.weight", gauss(rng, experts, ffn, dim), expert_type)
+            w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, ffn), expert_type)
+            w.add(p + "ffn_up_shexp.weight", gauss(rng, shared_ffn, dim), wtype)
+            w.add(p + "ffn_down_shexp.weight", gauss(rng, dim, shared_ffn), wtype)
         else:
             w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
             w.add(p + "ffn_down.weight", gauss(rng, dim, ffn), wtype)
@@ -1104,19 +1126,28 @@ NEMOTRON_H_SHAPES = {
     "nemotron-nano-9b-v2": dict(pattern="M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-", dim=4480,
                                 ffn=15680, heads=40, kv_heads=8, head_dim=128, ssm_state=128, ssm_groups=8,
                                 ssm_heads=128, ssm_head_dim=80, ctx=131072),
+    # Nemotron 3 Nano 30B-A3B (nemotron_h_moe): 23 Mamba-2, 23 MoE and 6 attention layers as published;
+    # the order below is approximate
+    "nemotron-3-nano-30b-a3b": dict(pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", dim=2688,
+                                    ffn=1856, heads=32, kv_heads=2, head_dim=128, ssm_state=128, ssm_groups=8,
+                                    ssm_heads=64, ssm_head_dim=64, experts=128, top_k=6, shared_ffn=3712,
+                                    ctx=262144, arch="nemotron_h_moe"),
 }
 
 
 def _add_nemotron_h(ss) -> None:
-    p = ss.add_parser("nemotron_h", help="a Nemotron-H model (nemotron_h): Mamba-2, attention and MLP layers",
+    p = ss.add_parser("nemotron_h", help="a Nemotron-H model (nemotron_h, nemotron_h_moe): Mamba-2, attention and "
+                                         "MLP or expert layers",
                       description="Write a Nemotron-H model (llama.cpp's nemotron_h) with random weights and "
                                   "SmolLM2's vocabulary.")
     p.add_argument("out", help="the GGUF file to write")
-    p.add_argument("--arch", default="nemotron_h", choices=["nemotron_h"])
+    p.add_argument("--arch", default=None, choices=["nemotron_h", "nemotron_h_moe"],
+                   help="the pattern decides (E layers: nemotron_h_moe); given, it must agree")
     p.add_argument("--shape", default=None, choices=list(NEMOTRON_H_SHAPES),
                    help="a published model's sizes for every option not given (e.g. --shape nemotron-nano-9b-v2 "
                         "--layers 8: the first 8 layers of its pattern)")
-    p.add_argument("--pattern", default="M-*M-", help="one character per layer: M Mamba-2, * attention, - MLP (M-*M-)")
+    p.add_argument("--pattern", default="M-*M-",
+                   help="one character per layer: M Mamba-2, * attention, - MLP, E routed experts (M-*M-)")
     p.add_argument("--layers", type=int, default=None, help="the first N layers of --pattern (default: all)")
     p.add_argument("--dim", type=int, default=256, help="model width")
     p.add_argument("--ffn", type=int, default=512, help="the MLP layers' width")
@@ -1128,19 +1159,31 @@ def _add_nemotron_h(ss) -> None:
     p.add_argument("--ssm-groups", type=int, default=2, help="B / C groups (2)")
     p.add_argument("--ssm-heads", type=int, default=8, help="SSM heads (8)")
     p.add_argument("--ssm-head-dim", type=int, default=None, help="channels per SSM head (default 2 dim / heads)")
+    p.add_argument("--experts", type=int, default=8, help="E layers: experts per layer (8)")
+    p.add_argument("--top-k", type=int, default=2, help="E layers: experts used per token (2)")
+    p.add_argument("--shared-ffn", type=int, default=256, help="E layers: the shared expert's width (256)")
+    p.add_argument("--no-expert-norm", dest="expert_norm", action="store_false",
+                   help="E layers: the top-K weights not renormalised")
+    p.add_argument("--expert-scale", type=float, default=2.5, help="E layers: expert_weights_scale (2.5)")
     p.add_argument("--ctx", type=int, default=1024, help="context length written to the file")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--expert-type", default="Q4_K", help="E layers: the experts' format (Q4_K)")
+    p.add_argument("--router-type", default="F32", help="E layers: ffn_gate_inp's format (F32)")
     p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
     p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
     p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head")
 
     def synth(a: argparse.Namespace) -> str:
         pattern = a.pattern[:a.layers] if a.layers else a.pattern
+        if a.arch and (a.arch == "nemotron_h_moe") != ("E" in pattern):
+            raise ValueError(f"--arch {a.arch} does not match --pattern {pattern!r} (E layers make nemotron_h_moe)")
         return synth_nemotron_h(a.out, pattern=pattern, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
                                 head_dim=a.head_dim, ssm_conv=a.ssm_conv, ssm_state=a.ssm_state,
-                                ssm_groups=a.ssm_groups, ssm_heads=a.ssm_heads, ssm_head_dim=a.ssm_head_dim, ctx=a.ctx,
-                                wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
+                                ssm_groups=a.ssm_groups, ssm_heads=a.ssm_heads, ssm_head_dim=a.ssm_head_dim,
+                                experts=a.experts, top_k=a.top_k, shared_ffn=a.shared_ffn, expert_norm=a.expert_norm,
+                                expert_scale=a.expert_scale, ctx=a.ctx, wtype=a.wtype, expert_type=a.expert_type,
+                                router_type=a.router_type, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
                                 progress=_bar_on())
     p.set_defaults(synth=synth)
     for shape in NEMOTRON_H_SHAPES.values():
