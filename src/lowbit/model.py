@@ -89,6 +89,9 @@ biases; q/k norms when the file has them; rope over the first rope.dimension_cou
     nemotron_h    -         -          -           Nemotron-H: one block per layer after attn_norm: a Mamba-2 mixer
                   (NoPE)                           (head_count_kv and feed_forward_length 0), attention, or an
                                                    ungated relu^2 MLP (feed_forward_length > 0)
+    nemotron_h_moe -        -          -           nemotron_h's layers, its MLP layers routed experts (ungated relu^2,
+                  (NoPE)                           sigmoid + exp_probs_b, expert_weights_norm / _scale) + an ungated
+                                                   relu^2 shared expert (Nemotron 3 Nano)
 
 DeepSeek V2 / V3 (llama.cpp's deepseek2, files with the MLA split attn_k_b / attn_v_b) as configuration:
 multi-head latent attention (csrc/mla.cpp): q from attn_q, or attn_q_b(RMSNorm(attn_q_a x)) with
