@@ -2,6 +2,27 @@
 import numpy as np
 
 
+PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
+
+
+def synth_files(tmp_path_factory, kind: str, synth, files: dict) -> dict:
+    """{name: path} of synth(dir / "<name>.gguf", **files[name]) for every name, in a fresh directory."""
+    d = tmp_path_factory.mktemp(kind)
+    return {k: synth(d / f"{k}.gguf", **v) for k, v in files.items()}
+
+
+def peer_llama(path, n_ctx: int):
+    """llama.cpp (lowbit.peer, its crash-safe configuration) on path with every position's logits, 1 thread."""
+    from lowbit import peer
+    return peer.Llama(str(path), n_ctx=n_ctx, logits_all=True, verbose=False, n_threads=1)
+
+
+def peer_greedy(path, n_ctx: int, n: int = 540):
+    """llama.cpp's greedy run of n tokens after PROMPT on path (llama_greedy: ids, logits)."""
+    llm = peer_llama(path, n_ctx)
+    return llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), n)
+
+
 def llama_greedy(llm, prompt_ids, n):
     """llama.cpp's greedy continuation of prompt_ids by n tokens, and its logits at every
     position of prompt + continuation: (ids, float32[len(ids), vocab])."""

@@ -24,13 +24,12 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import (compare_top1, features_matter, llama_greedy, load_edited, lookup_spec_is_plain_greedy,
+from llama_ref import (compare_top1, features_matter, load_edited, lookup_spec_is_plain_greedy, peer_greedy, peer_llama,
                        perplexity_matches, prefix_cache_hit_is_bitwise, rewinds_restore_the_state_exactly,
-                       states_matter)
+                       states_matter, synth_files)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_granite_hybrid
 
-PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
 BASE = dict(layers=4, dim=256, ffn=512, heads=4, kv_heads=2, ctx=1024, embd_type="F16", wtype="Q8_0", seed=3)
 FILES = {"gh": dict(BASE),
          "gh-rope": dict(BASE, layers=5, rope=True, ssm_groups=2, ssm_state=24, seed=4),
@@ -40,21 +39,13 @@ N_CTX = 640
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory):
-    d = tmp_path_factory.mktemp("granitehybrid")
-    return {k: synth_granite_hybrid(d / f"{k}.gguf", **v) for k, v in FILES.items()}
+    return synth_files(tmp_path_factory, "granitehybrid", synth_granite_hybrid, FILES)
 
 
 @pytest.fixture(scope="module", params=sorted(FILES))
 def case(request, paths):
     """(name, path, llama.cpp's greedy run: token ids and their logits)."""
-    path = paths[request.param]
-    llm = _peer(path)
-    return request.param, path, llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), 540)
-
-
-def _peer(path):
-    from lowbit import peer
-    return peer.Llama(str(path), n_ctx=N_CTX, logits_all=True, verbose=False, n_threads=1)
+    return request.param, paths[request.param], peer_greedy(paths[request.param], N_CTX)
 
 
 def test_config(case):
@@ -82,7 +73,7 @@ def test_teacher_forced_top1_matches_llama_cpp(case):
 
 def test_perplexity_matches_llama_cpp(case):
     name, path, _ = case
-    perplexity_matches(path, N_CTX, _peer(path), name)
+    perplexity_matches(path, N_CTX, peer_llama(path, N_CTX), name)
 
 
 def _bound_as(monkeypatch, slot, fn):

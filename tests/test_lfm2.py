@@ -20,13 +20,12 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import (compare_top1, features_matter, hybrid_chunks_threads_batches_bitwise, llama_greedy, load_edited,
-                       lookup_spec_is_plain_greedy, perplexity_matches, prefix_cache_hit_is_bitwise,
-                       rewinds_restore_the_state_exactly, states_matter)
+from llama_ref import (compare_top1, features_matter, hybrid_chunks_threads_batches_bitwise, load_edited,
+                       lookup_spec_is_plain_greedy, peer_greedy, peer_llama, perplexity_matches,
+                       prefix_cache_hit_is_bitwise, rewinds_restore_the_state_exactly, states_matter, synth_files)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_lfm2
 
-PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
 BASE = dict(layers=4, dim=256, ffn=512, heads=4, kv_heads=2, ctx=1024, embd_type="F16", wtype="Q8_0", seed=3)
 MOE = dict(BASE, arch="lfm2moe", layers=5, experts=8, top_k=2, expert_ffn=256, leading_dense=1, expert_type="Q8_0")
 FILES = {"lfm2": dict(BASE), "lfm2-swa": dict(BASE, layers=6, window=24),
@@ -40,21 +39,13 @@ TIE = 1e-2
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory):
-    d = tmp_path_factory.mktemp("lfm2")
-    return {k: synth_lfm2(d / f"{k}.gguf", **v) for k, v in FILES.items()}
+    return synth_files(tmp_path_factory, "lfm2", synth_lfm2, FILES)
 
 
 @pytest.fixture(scope="module", params=sorted(FILES))
 def case(request, paths):
     """(name, path, llama.cpp's greedy run: token ids and their logits)."""
-    path = paths[request.param]
-    llm = _peer(path)
-    return request.param, path, llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), 540)
-
-
-def _peer(path):
-    from lowbit import peer
-    return peer.Llama(str(path), n_ctx=N_CTX, logits_all=True, verbose=False, n_threads=1)
+    return request.param, paths[request.param], peer_greedy(paths[request.param], N_CTX)
 
 
 def test_config(case):
@@ -84,7 +75,7 @@ def test_teacher_forced_top1_matches_llama_cpp(case):
 
 def test_perplexity_matches_llama_cpp(case):
     name, path, _ = case
-    perplexity_matches(path, N_CTX, _peer(path), name)
+    perplexity_matches(path, N_CTX, peer_llama(path, N_CTX), name)
 
 
 def test_each_feature_matters(case, monkeypatch):

@@ -20,12 +20,11 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import (compare_top1, features_matter, hybrid_chunks_threads_batches_bitwise, llama_greedy, load_edited,
-                       perplexity_matches, rewinds_restore_the_state_exactly, states_matter)
+from llama_ref import (compare_top1, features_matter, hybrid_chunks_threads_batches_bitwise, load_edited, peer_greedy,
+                       peer_llama, perplexity_matches, rewinds_restore_the_state_exactly, states_matter, synth_files)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_nemotron_h
 
-PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
 FILES = {"nh": dict(pattern="M-*M-", embd_type="F16", seed=3),
          "nh-wide": dict(pattern="M-M*-M-", ssm_groups=1, ssm_heads=4, ssm_head_dim=48, head_dim=96, embd_type="F16",
                          seed=4),
@@ -36,20 +35,13 @@ N_CTX = 640
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory):
-    d = tmp_path_factory.mktemp("nemotron_h")
-    return {k: synth_nemotron_h(d / f"{k}.gguf", **v) for k, v in FILES.items()}
+    return synth_files(tmp_path_factory, "nemotron_h", synth_nemotron_h, FILES)
 
 
 @pytest.fixture(scope="module", params=sorted(FILES))
 def case(request, paths):
-    path = paths[request.param]
-    llm = _peer(path)
-    return request.param, path, llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), 540)
-
-
-def _peer(path):
-    from lowbit import peer
-    return peer.Llama(str(path), n_ctx=N_CTX, logits_all=True, verbose=False, n_threads=1)
+    """(name, path, llama.cpp's greedy run: token ids and their logits)."""
+    return request.param, paths[request.param], peer_greedy(paths[request.param], N_CTX)
 
 
 def test_config(case):
@@ -78,7 +70,7 @@ def test_teacher_forced_top1_matches_llama_cpp(case):
 
 def test_perplexity_matches_llama_cpp(case):
     name, path, _ = case
-    perplexity_matches(path, N_CTX, _peer(path), name)
+    perplexity_matches(path, N_CTX, peer_llama(path, N_CTX), name)
 
 
 def test_each_feature_matters(case, monkeypatch):

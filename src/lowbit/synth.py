@@ -752,6 +752,29 @@ def synth_hybrid(path, *, arch: str = "qwen35moe", layers: int = 4, dim: int = 2
 LFM2_ARCHS = ("lfm2", "lfm2moe")
 
 
+def _format_options(p: argparse.ArgumentParser, experts: str = "", tied: str = "") -> None:
+    """The tensor-format options of a family's parser: --type, --expert-type and --router-type (their
+    help prefixed by `experts`, e.g. "lfm2moe: "), --embd-type, --head-type, --tied (+ `tied`)."""
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--expert-type", default="Q4_K", help=f"{experts}the experts' format (Q4_K)")
+    p.add_argument("--router-type", default="F32", help=f"{experts}ffn_gate_inp's format: F32, F16 or BF16")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
+    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
+    p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head" + tied)
+
+
+def _attn_layer_list(a: argparse.Namespace) -> list | None:
+    """--attn-layers as a list (None: the family's default); with --shape and no --attn-layers, the
+    shape's attention layers inside the slice's --layers."""
+    try:
+        attn = None if a.attn_layers is None else [int(v) for v in a.attn_layers.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--attn-layers {a.attn_layers!r} is not comma-separated integers") from None
+    if a.shape and "attn_layers" not in getattr(a, "given", ()):  # a slice of a published shape: its first layers
+        attn = [i for i in attn if i < a.layers]
+    return attn
+
+
 def synth_lfm2(path, *, arch: str = "lfm2", layers: int = 4, dim: int = 256, ffn: int = 512, heads: int = 4,
                kv_heads: int = 2, attn_layers=None, l_cache: int = 3, experts: int = 8, top_k: int = 2,
                expert_ffn: int = 256, leading_dense: int = 1, gating: str = "sigmoid", ctx: int = 1024,
@@ -866,20 +889,10 @@ def _add_lfm2(ss) -> None:
     p.add_argument("--expert-ffn", type=int, default=256, help="lfm2moe: expert FFN width (256)")
     p.add_argument("--leading-dense", type=int, default=1, help="lfm2moe: leading dense layers (1)")
     p.add_argument("--gating", default="sigmoid", choices=["sigmoid", "softmax"], help="lfm2moe: routing (sigmoid)")
-    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
-    p.add_argument("--expert-type", default="Q4_K", help="lfm2moe: the experts' format (Q4_K)")
-    p.add_argument("--router-type", default="F32", help="lfm2moe: ffn_gate_inp's format: F32, F16 or BF16")
-    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
-    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
-    p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head (as LFM2's files)")
+    _format_options(p, "lfm2moe: ", " (as LFM2's files)")
 
     def synth(a: argparse.Namespace) -> str:
-        try:
-            attn = None if a.attn_layers is None else [int(v) for v in a.attn_layers.split(",") if v.strip()]
-        except ValueError:
-            raise ValueError(f"--attn-layers {a.attn_layers!r} is not comma-separated integers") from None
-        if a.shape and "attn_layers" not in getattr(a, "given", ()):  # a slice of a published shape: its first layers
-            attn = [i for i in attn if i < a.layers]
+        attn = _attn_layer_list(a)
         return synth_lfm2(a.out, arch=a.arch, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads,
                           kv_heads=a.kv_heads, attn_layers=attn, l_cache=a.conv, experts=a.experts, top_k=a.top_k,
                           expert_ffn=a.expert_ffn, leading_dense=a.leading_dense, gating=a.gating, ctx=a.ctx,
@@ -1019,20 +1032,10 @@ def _add_granite_hybrid(ss) -> None:
     p.add_argument("--experts", type=int, default=0, help="experts per layer (0: a dense SwiGLU FFN)")
     p.add_argument("--top-k", type=int, default=2, help="experts used per token (2)")
     p.add_argument("--shared-ffn", type=int, default=0, help="the shared expert's width (0: none)")
-    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
-    p.add_argument("--expert-type", default="Q4_K", help="the experts' format (Q4_K)")
-    p.add_argument("--router-type", default="F32", help="ffn_gate_inp's format: F32, F16 or BF16")
-    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
-    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
-    p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head")
+    _format_options(p)
 
     def synth(a: argparse.Namespace) -> str:
-        try:
-            attn = None if a.attn_layers is None else [int(v) for v in a.attn_layers.split(",") if v.strip()]
-        except ValueError:
-            raise ValueError(f"--attn-layers {a.attn_layers!r} is not comma-separated integers") from None
-        if a.shape and "attn_layers" not in getattr(a, "given", ()):  # a slice of a published shape: its first layers
-            attn = [i for i in attn if i < a.layers]
+        attn = _attn_layer_list(a)
         return synth_granite_hybrid(a.out, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
                                     attn_layers=attn, ssm_conv=a.ssm_conv, ssm_state=a.ssm_state,
                                     ssm_groups=a.ssm_groups, ssm_heads=a.ssm_heads, conv_bias=a.conv_bias,
@@ -1167,12 +1170,7 @@ def _add_nemotron_h(ss) -> None:
     p.add_argument("--expert-scale", type=float, default=2.5, help="E layers: expert_weights_scale (2.5)")
     p.add_argument("--ctx", type=int, default=1024, help="context length written to the file")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
-    p.add_argument("--expert-type", default="Q4_K", help="E layers: the experts' format (Q4_K)")
-    p.add_argument("--router-type", default="F32", help="E layers: ffn_gate_inp's format (F32)")
-    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
-    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
-    p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head")
+    _format_options(p, "E layers: ")
 
     def synth(a: argparse.Namespace) -> str:
         pattern = a.pattern[:a.layers] if a.layers else a.pattern

@@ -10,17 +10,11 @@
 
 #include "../../kernels.h"
 #include "../../ref/ref.h"
+#include "reduce.h"
 
 namespace lowbit {
 namespace avx2 {
 namespace {
-
-// ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7))
-inline float reduce8(__m256 a) {
-    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));  // x0+x4 .. x3+x7
-    const __m128 p = _mm_add_ps(h, _mm_movehl_ps(h, h));                                 // (x0+x4)+(x2+x6), (x1+x5)+(x3+x7)
-    return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
-}
 
 // rows i0 .. i0 + R - 1
 template <int R>
