@@ -196,10 +196,10 @@ struct EngineConfig {
     // delta-net: the conv runs over dim channels with kernel width ssm_conv (shortconv.l_cache), and
     // there is no recurrent matrix state (ssm_state / ssm_groups / ssm_heads unused).
     bool shortconv = false;
-    // Mamba-2 (granitehybrid): the recurrent layers are Mamba-2 mixers (csrc/mamba2.cpp): ssm_state
-    // = N (d_state), ssm_groups = G (B / C groups), ssm_heads = H, ssm_inner = d_inner (H heads of
-    // d_inner / H channels), conv kernel ssm_conv over d_inner + 2 G N channels; the recurrent state
-    // per head is [d_inner / H][N] floats.
+    // Mamba-2 (granitehybrid, nemotron_h, nemotron_h_moe): the recurrent layers are Mamba-2 mixers
+    // (csrc/mamba2.cpp): ssm_state = N (d_state), ssm_groups = G (B / C groups), ssm_heads = H,
+    // ssm_inner = d_inner (H heads of d_inner / H channels), conv kernel ssm_conv over d_inner + 2 G N
+    // channels; the recurrent state per head is [d_inner / H][N] floats.
     bool mamba2 = false;
     int ssm_inner = 0;
     // Per layer which blocks it has (nemotron_h: each layer is a Mamba-2 mixer, attention or an FFN
@@ -408,7 +408,8 @@ private:
     // (gates) of each run's tokens, in order; o into dout_.
     void deltanet_state(int layer, int T, const SlotRuns &runs);
     // Mamba-2's state update (the conv with bias and silu, the scan per head) on dq_ (conv inputs, in
-    // place) and dg_, db_ (each head's softplus'd step and decay) of each run's tokens, in order; y into dout_[T][d_inner].
+    // place) and dg_, db_ (each head's softplus'd step and decay) of each run's tokens, in order; y
+    // into dout_[T][d_inner].
     void mamba2_state(int layer, int T, const SlotRuns &runs);
     void rstate_clear(int slot);
     int conv_dim() const;               // channels of the conv state: delta-net 2 H_k S + H_v S, LFM2 dim,
