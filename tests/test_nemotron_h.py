@@ -1,4 +1,5 @@
-"""Nemotron-H (llama.cpp's nemotron_h) on small synthetic files, against llama.cpp.
+"""Nemotron-H (llama.cpp's nemotron_h, nemotron_h_moe) and Mamba-2 (mamba2) on small synthetic files, against
+llama.cpp.
 
 Each layer is one block after its attn_norm, then the residual add: a Mamba-2 mixer (csrc/mamba2.cpp,
 as Granite 4.0-H's), attention without rope, or an ungated MLP, down(relu(up x)^2). The kinds come from
@@ -13,7 +14,8 @@ expert_weights_scale, plus an ungated relu^2 shared expert.
 Files: "nh" (pattern M-*M-: 5 layers), "nh-wide" (M-M*-M-, one B/C group, 4 SSM heads of 48
 channels, attention heads of 96), "nh-moe" (ME*ME: 8 experts top-2, renormalised, scale 2.5).
 Parity as tests/test_granite_hybrid.py; the MoE file leaves out routing near-ties as
-tests/test_lfm2.py does (sigmoid scores: TIE).
+tests/test_lfm2.py does (sigmoid scores: TIE). And llama.cpp's mamba2 (Mamba-2 layers alone) on a
+4-layer file.
 """
 
 import numpy as np
@@ -138,3 +140,26 @@ def test_bad_files_are_refused_in_one_line(paths, monkeypatch):
         with pytest.raises(GGUFError, match=msg) as e:
             load_edited(monkeypatch, paths["nh-moe" if "nemotron_h_moe." in str(meta) else "nh"], **meta)
         assert "\n" not in str(e.value)
+
+
+def test_pure_mamba2_matches_llama_cpp(tmp_path, capsys):
+    """llama.cpp's mamba2 (Mamba2, Mamba-Codestral): every layer a Mamba-2 mixer alone after its
+    attn_norm; no attention, no FFN (head_count and feed_forward_length 0, as its converter writes
+    them). Teacher-forced top-1, perplexity, the states matter, and lowbit info names it."""
+    from lowbit.cli import main
+    path = synth_nemotron_h(tmp_path / "m2.gguf", pattern="MMMM", arch="mamba2", embd_type="F16", seed=6)
+    m = lowbit.load(path, n_ctx=N_CTX, threads=2)
+    c = m.config
+    assert (c.arch, c.recurrent, c.layer_parts, c.ssm_inner) == ("mamba2", (True,) * 4, (1,) * 4, 512)
+    assert m.engine.kv_bytes(1) == 0
+    run = peer_greedy(path, N_CTX)
+    ours, ref, counted, agree = compare_top1(m, run)
+    print(f"\nmamba2: top-1 {agree}/{counted}, max |logit diff| {np.abs(ours - ref).max():.4f}")
+    assert counted >= 0.5 * len(ref) and agree >= 0.99 * counted
+    perplexity_matches(path, N_CTX, peer_llama(path, N_CTX), "mamba2")
+    states_matter(m, run[0], ours)
+    assert main(["info", "-m", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "4 of 4 layers Mamba-2 (8 heads, state 32)\n" in out
+    assert main(["synth", "nemotron_h", str(tmp_path / "x.gguf"), "--arch", "mamba2", "--pattern", "M*M"]) == 2
+    assert "--arch mamba2 has Mamba-2 layers only (--pattern of M), not 'M*M'" in capsys.readouterr().err

@@ -92,6 +92,7 @@ biases; q/k norms when the file has them; rope over the first rope.dimension_cou
     nemotron_h_moe -        -          -           nemotron_h's layers, its MLP layers routed experts (ungated relu^2,
                   (NoPE)                           sigmoid + exp_probs_b, expert_weights_norm / _scale) + an ungated
                                                    relu^2 shared expert (Nemotron 3 Nano)
+    mamba2        -         -          -           Mamba-2 alone: every layer attn_norm, a Mamba-2 mixer, the residual
 
 DeepSeek V2 / V3 (llama.cpp's deepseek2, files with the MLA split attn_k_b / attn_v_b) as configuration:
 multi-head latent attention (csrc/mla.cpp): q from attn_q, or attn_q_b(RMSNorm(attn_q_a x)) with
@@ -166,7 +167,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True,
              "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
              "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True,
-             "granitehybrid": False, "nemotron_h": False, "nemotron_h_moe": False}
+             "granitehybrid": False, "nemotron_h": False, "nemotron_h_moe": False, "mamba2": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe", "nemotron_h_moe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -184,7 +185,8 @@ SHORTCONV_ARCHS = {"lfm2", "lfm2moe"}
 # Nemotron-H (nemotron_h): one block per layer, a Mamba-2 mixer (head_count_kv and feed_forward_length 0),
 # attention (head_count_kv > 0) or an ungated relu^2 MLP (feed_forward_length > 0), each after attn_norm
 # (nemotron_h_moe: its FFN layers are routed experts, ungated relu^2, with an ungated shared expert)
-MAMBA2_ARCHS = {"granitehybrid", "nemotron_h", "nemotron_h_moe"}
+# Mamba-2 (mamba2: Mamba2, Mamba-Codestral): every layer a Mamba-2 mixer alone (no attention, no FFN)
+MAMBA2_ARCHS = {"granitehybrid", "nemotron_h", "nemotron_h_moe", "mamba2"}
 OUTPUT_NORM = {"lfm2": "token_embd_norm", "lfm2moe": "token_embd_norm"}  # the final norm's tensor; default "output_norm"
 SHARED_EXPERT_ARCHS = {"qwen2moe", "qwen35moe", "qwen3next"}
 EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "softmax" (over all, then top-K)
@@ -331,10 +333,12 @@ class ModelConfig:
                 raise GGUFError(f"{f.path}: metadata key {arch}.{k} = {v!r} is not a positive integer")
             return kind(v)
 
-        n_head = key("attention.head_count")
+        pure_ssm = arch == "mamba2"  # (no attention, no FFN: their sizes are placeholders the engine never uses)
+        n_head = 1 if pure_ssm else key("attention.head_count")
         dim = key("embedding_length")
         # (deepseek2's key_length is its MLA cache row, kv_lora_rank + rope: the q/k head is key_length_mla)
-        head_dim = key("attention.key_length_mla" if arch == "deepseek2" else "attention.key_length", dim // n_head)
+        head_dim = 64 if pure_ssm else key("attention.key_length_mla" if arch == "deepseek2" else "attention.key_length",
+                                            dim // n_head)
         scaling = md.get(f"{arch}.rope.scaling.type", "none")
         factor = float(md.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
         if scaling not in ("none", "linear", "yarn") and factor != 1.0:
@@ -348,17 +352,19 @@ class ModelConfig:
         gating = moe.pop("expert_gating", EXPERT_GATING.get(arch, "softmax"))
         if arch in ("nemotron_h", "nemotron_h_moe"):  # one width per layer, 0 where the layer is a mixer
             ffn = max(ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer))
+        elif pure_ssm:
+            ffn = 1
         else:
             ffn = key("feed_forward_length") if not moe or f"{arch}.feed_forward_length" in md else moe["expert_ffn"]
         return cls(
             arch=arch, n_layer=n_layer, dim=dim, n_head=n_head,
-            n_kv=cls._n_kv(f, arch, key, n_head), head_dim=head_dim,
+            n_kv=1 if pure_ssm else cls._n_kv(f, arch, key, n_head), head_dim=head_dim,
             ffn=ffn, vocab=emb.shape[0],
             train_ctx=key("context_length", 2048),
             eps=key("attention.layer_norm_rms_epsilon", md.get(f"{arch}.attention.layer_norm_epsilon", 1e-5), float),
             rope_base=key("rope.freq_base", 10000.0, float),
             rope_scale=1.0 / factor if scaling in ("linear", "yarn") else 1.0,
-            rope_dims=key("rope.dimension_count", head_dim),
+            rope_dims=head_dim if pure_ssm else key("rope.dimension_count", head_dim),
             rope_neox=ROPE_NEOX[arch],
             qk_norm=arch in HYBRID_ARCHS or arch in SHORTCONV_ARCHS or "blk.0.attn_q_norm.weight" in f.tensors,
             qkv_bias="blk.0.attn_q.bias" in f.tensors or "blk.0.attn_qkv.bias" in f.tensors,
@@ -535,7 +541,7 @@ class ModelConfig:
         """The MTP (nextn) blocks at the end of block_count (glm4moe, deepseek2, the hybrid Qwens;
         0 for other archs): llama.cpp loads them for its draft head; the trunk runs the layers
         before them, lowbit.mtp the first of them. key: the caller's metadata reader (its errors)."""
-        if arch not in ("glm4moe", "deepseek2", "glm4") and arch not in HYBRID_ARCHS:
+        if arch not in ("glm4moe", "deepseek2", "glm4", "nemotron_h", "nemotron_h_moe") and arch not in HYBRID_ARCHS:
             return 0
         n = key("block_count") if key else f.metadata.get(f"{arch}.block_count")
         nextn = f.metadata.get(f"{arch}.nextn_predict_layers", 0)
@@ -592,15 +598,20 @@ class ModelConfig:
         ssm.group_count (G).
           granitehybrid: a layer is a Mamba-2 mixer where attention.head_count_kv (an array per layer)
             is 0, else attention; each with its FFN; d_inner is 2 x embedding_length (llama.cpp asserts it).
+          mamba2: every layer a Mamba-2 mixer alone after attn_norm;
           nemotron_h: one block per layer: a Mamba-2 mixer where head_count_kv and
             feed_forward_length (both arrays per layer) are 0, attention where head_count_kv is not,
             else an ungated MLP of that width (relu^2); every block's norm is attn_norm; no layer
             rotates (llama.cpp's graph applies no rope)."""
         nemo = arch in ("nemotron_h", "nemotron_h_moe")
         zero = "a Mamba-2 layer" + (" or an MLP" if nemo else "")
-        kv = ModelConfig._per_layer(f, arch, "attention.head_count_kv", n_layer, zero)
-        recurrent = tuple(n == 0 for n in kv)
         out = {}
+        if arch == "mamba2":  # every layer a mixer alone
+            recurrent = (True,) * n_layer
+            out = dict(layer_parts=(1,) * n_layer)
+        else:
+            kv = ModelConfig._per_layer(f, arch, "attention.head_count_kv", n_layer, zero)
+            recurrent = tuple(n == 0 for n in kv)
         if nemo:
             ff = ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer, "a mixer layer")
             if any(kv[i] and ff[i] for i in range(n_layer)) or len({w for w in ff if w}) > 1:

@@ -1055,7 +1055,7 @@ def synth_nemotron_h(path, *, pattern: str = "M-*M-", dim: int = 256, ffn: int =
                      top_k: int = 2, shared_ffn: int = 256, expert_norm: bool = True, expert_scale: float = 2.5,
                      ctx: int = 1024, wtype: str = "Q8_0", expert_type: str = "Q4_K", router_type: str = "F32",
                      embd_type: str = "F32", head_type: str | None = None, tied: bool = False,
-                     seed: int = 0, vocab: dict | None = None, progress: bool = False) -> str:
+                     seed: int = 0, vocab: dict | None = None, progress: bool = False, arch: str | None = None) -> str:
     """A Nemotron-H model (llama.cpp's nemotron_h) with random weights, as llama.cpp's converter lays it
     out. pattern (Nemotron-H's hybrid_override_pattern): one character per layer, "M" a Mamba-2 mixer
     (d_inner = ssm_heads x ssm_head_dim, default 2 dim / ssm_heads; add_mamba2), "*" attention (attn_q /
@@ -1064,7 +1064,11 @@ def synth_nemotron_h(path, *, pattern: str = "M-*M-", dim: int = 256, ffn: int =
     layer (0 where the layer is not attention / not an MLP). A pattern with "E" (a routed-experts layer)
     writes nemotron_h_moe (and no "-"): experts of width ffn (ffn_up_exps, ffn_down_exps: ungated
     relu^2) chosen by sigmoid with the exp_probs_b selection bias (top_k of experts), renormalised if
-    expert_norm, times expert_scale, plus an ungated shared expert of shared_ffn."""
+    expert_norm, times expert_scale, plus an ungated shared expert of shared_ffn. arch "mamba2" (a
+    pattern of M only): llama.cpp's mamba2, Mamba-2 alone (attention.head_count and
+    feed_forward_length 0, as its converter writes them)."""
+    if arch == "mamba2" and set(pattern) != {"M"}:
+        raise ValueError(f"synth: --arch mamba2 has Mamba-2 layers only (--pattern of M), not {pattern!r}")
     if not pattern or set(pattern) - set("M*-E") or ("E" in pattern and "-" in pattern):
         raise ValueError(f"synth: --pattern {pattern!r} must be a string of M (Mamba-2), * (attention), - (MLP) "
                          "or E (experts; not with -)")
@@ -1081,10 +1085,13 @@ def synth_nemotron_h(path, *, pattern: str = "M-*M-", dim: int = 256, ffn: int =
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
-    w = Writer(path, "nemotron_h_moe" if moe else "nemotron_h", progress=progress, fit=True)
+    w = Writer(path, arch or ("nemotron_h_moe" if moe else "nemotron_h"), progress=progress, fit=True)
     a = w.arch
-    write_header(w, vocab, layers=layers, dim=dim, ffn=[ffn if c in "-E" else 0 for c in pattern], heads=heads,
-                 kv_heads=[kv_heads if c == "*" else 0 for c in pattern], head_dim=head_dim, ctx=ctx, eps=1e-5)
+    if a == "mamba2":
+        write_header(w, vocab, layers=layers, dim=dim, ffn=0, heads=0, kv_heads=0, head_dim=0, ctx=ctx, eps=1e-5)
+    else:
+        write_header(w, vocab, layers=layers, dim=dim, ffn=[ffn if c in "-E" else 0 for c in pattern], heads=heads,
+                     kv_heads=[kv_heads if c == "*" else 0 for c in pattern], head_dim=head_dim, ctx=ctx, eps=1e-5)
     for k, v in (("conv_kernel", ssm_conv), ("state_size", ssm_state), ("group_count", ssm_groups),
                  ("inner_size", inner), ("time_step_rank", ssm_heads)):
         w.meta(f"{a}.ssm.{k}", int(v))
@@ -1144,8 +1151,9 @@ def _add_nemotron_h(ss) -> None:
                       description="Write a Nemotron-H model (llama.cpp's nemotron_h) with random weights and "
                                   "SmolLM2's vocabulary.")
     p.add_argument("out", help="the GGUF file to write")
-    p.add_argument("--arch", default=None, choices=["nemotron_h", "nemotron_h_moe"],
-                   help="the pattern decides (E layers: nemotron_h_moe); given, it must agree")
+    p.add_argument("--arch", default=None, choices=["nemotron_h", "nemotron_h_moe", "mamba2"],
+                   help="the pattern decides (E layers: nemotron_h_moe); given, it must agree; mamba2: Mamba-2 "
+                        "alone (a pattern of M only)")
     p.add_argument("--shape", default=None, choices=list(NEMOTRON_H_SHAPES),
                    help="a published model's sizes for every option not given (e.g. --shape nemotron-nano-9b-v2 "
                         "--layers 8: the first 8 layers of its pattern)")
@@ -1174,15 +1182,15 @@ def _add_nemotron_h(ss) -> None:
 
     def synth(a: argparse.Namespace) -> str:
         pattern = a.pattern[:a.layers] if a.layers else a.pattern
-        if a.arch and (a.arch == "nemotron_h_moe") != ("E" in pattern):
+        if a.arch in ("nemotron_h", "nemotron_h_moe") and (a.arch == "nemotron_h_moe") != ("E" in pattern):
             raise ValueError(f"--arch {a.arch} does not match --pattern {pattern!r} (E layers make nemotron_h_moe)")
         return synth_nemotron_h(a.out, pattern=pattern, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
                                 head_dim=a.head_dim, ssm_conv=a.ssm_conv, ssm_state=a.ssm_state,
                                 ssm_groups=a.ssm_groups, ssm_heads=a.ssm_heads, ssm_head_dim=a.ssm_head_dim,
                                 experts=a.experts, top_k=a.top_k, shared_ffn=a.shared_ffn, expert_norm=a.expert_norm,
                                 expert_scale=a.expert_scale, ctx=a.ctx, wtype=a.wtype, expert_type=a.expert_type,
-                                router_type=a.router_type, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
-                                progress=_bar_on())
+                                router_type=a.router_type, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied,
+                                seed=a.seed, progress=_bar_on(), arch=a.arch)
     p.set_defaults(synth=synth)
     for shape in NEMOTRON_H_SHAPES.values():
         shape.setdefault("arch", "nemotron_h")
