@@ -85,8 +85,6 @@ void Engine::rstate_copy(int slot, uint8_t *buf, bool save) {
     }
 }
 
-static inline float silu(float x) { return x / (1.0f + std::exp(-x)); }  // ggml_silu_f32
-
 void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, float *out) {
     const LayerWeights &L = layers_[(size_t)layer];
     const int S = c_.ssm_state, Hk = c_.ssm_groups, Hv = c_.ssm_heads;
@@ -113,8 +111,7 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
     for (int t = 0; t < T; ++t)
         for (int h = 0; h < Hv; ++h) {
             const float a = dg_[(size_t)t * Hv + h] + L.ssm_dt[h];
-            const float sp = a > 20.0f ? a : std::log(1.0f + std::exp(a));  // ggml's softplus
-            dg_[(size_t)t * Hv + h] = sp * L.ssm_a[h];
+            dg_[(size_t)t * Hv + h] = softplus_f32(a) * L.ssm_a[h];
             db_[(size_t)t * Hv + h] = 1.0f / (1.0f + std::exp(-db_[(size_t)t * Hv + h]));
         }
 
@@ -134,7 +131,7 @@ void Engine::deltanet(int layer, const float *x, int T, const int32_t *slots, fl
             double ss = 0.0;
             for (int j = 0; j < S; ++j) ss += (double)(o[j] * o[j]);
             const float sc = 1.0f / std::sqrt((float)(ss / S) + c_.eps);
-            for (int j = 0; j < S; ++j) o[j] = ((o[j] * sc) * L.ssm_norm[j]) * silu(z[j]);
+            for (int j = 0; j < S; ++j) o[j] = ((o[j] * sc) * L.ssm_norm[j]) * silu_f32(z[j]);
         }
     matmul(L.ssm_out, dout_.data(), T, out);
 }
@@ -223,7 +220,7 @@ void Engine::conv_runs(int layer, float *buf, bool silu_out, const SlotRuns &r) 
                     if (L.ssm_conv1d_b) sum += L.ssm_conv1d_b[c];  // (Mamba-2: ggml_add after ggml_ssm_conv)
                     for (int j = 0; j + 1 < K - 1; ++j) sc[j] = sc[j + 1];
                     if (K > 1) sc[K - 2] = xt[c];
-                    xt[c] = silu_out ? silu(sum) : sum;
+                    xt[c] = silu_out ? silu_f32(sum) : sum;
                 }
             }
         }

@@ -781,7 +781,7 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
         if (c_.ffn_act == FFN_RELU2)
             for (size_t i = 0; i < n; ++i) { const float r = g_[i] > 0.0f ? g_[i] : 0.0f; g_[i] = r * r; }
         else
-            for (size_t i = 0; i < n; ++i) g_[i] = g_[i] / (1.0f + std::exp(-g_[i]));
+            for (size_t i = 0; i < n; ++i) g_[i] = silu_f32(g_[i]);
         matmul(down, g_.data(), T, out);
         return;
     }

@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <cstdint>
 #include <string>
@@ -20,6 +21,11 @@
 #include <unordered_map>
 
 namespace lowbit {
+
+// ggml's scalar silu and softplus (ggml_silu_f32, ggml_compute_softplus_f32), as the blocks'
+// elementwise steps use them (csrc/deltanet.cpp, csrc/mamba2.cpp, the ungated FFN).
+inline float silu_f32(float x) { return x / (1.0f + std::exp(-x)); }
+inline float softplus_f32(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
 
 // One weight matrix as the row kernels see it: rows x n values, raw GGUF bytes.
 struct Mat {

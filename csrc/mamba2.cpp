@@ -29,8 +29,6 @@
 
 namespace lowbit {
 
-static inline float silu(float x) { return x / (1.0f + std::exp(-x)); }  // ggml_silu_f32
-
 void Engine::mamba2(int layer, const float *x, int T, const int32_t *slots, float *out) {
     const LayerWeights &L = layers_[(size_t)layer];
     const int H = c_.ssm_heads, di = c_.ssm_inner, cd = conv_dim(), G = c_.ssm_groups, P = di / H;
@@ -48,7 +46,7 @@ void Engine::mamba2(int layer, const float *x, int T, const int32_t *slots, floa
         // 3. the step and the decay per head: dg_ = dt_h, db_ = dA
         for (int h = 0; h < H; ++h) {
             const float a = zxbcdt[(size_t)di + cd + h] + L.ssm_dt[h];
-            const float sp = a > 20.0f ? a : std::log(1.0f + std::exp(a));
+            const float sp = softplus_f32(a);
             dg_[(size_t)t * H + h] = sp;
             db_[(size_t)t * H + h] = std::exp(sp * L.ssm_a[h]);
         }
@@ -67,7 +65,7 @@ void Engine::mamba2(int layer, const float *x, int T, const int32_t *slots, floa
         float *y = dout_.data() + (size_t)t * di;
         const float *xc = dq_.data() + (size_t)t * cd;          // x after the conv
         const float *z = dab_.data() + (size_t)t * rows;
-        for (int i = 0; i < di; ++i) y[i] = silu(z[i]) * (y[i] + xc[i] * L.ssm_d[i / P]);
+        for (int i = 0; i < di; ++i) y[i] = silu_f32(z[i]) * (y[i] + xc[i] * L.ssm_d[i / P]);
         for (int g = 0; g < G; ++g) {
             float *v = y + (size_t)g * gw;
             double ss = 0.0;
