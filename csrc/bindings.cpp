@@ -118,6 +118,11 @@ static int threads_or_default(int threads) {
     return threads < pool ? threads : pool;
 }
 
+// the attention kernels' softcap: 0 (none) or a finite positive cap
+static void check_softcap(float softcap) {
+    if (!(softcap >= 0.0f) || !std::isfinite(softcap)) throw std::invalid_argument("softcap must be a finite number >= 0");
+}
+
 NB_MODULE(_lowbit, m) {
     m.doc() = "lowbit native kernels (private; use the lowbit package)";
 
@@ -183,10 +188,11 @@ NB_MODULE(_lowbit, m) {
     m.def("attend_q", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q, int k_type,
                          nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> K, int v_type,
                          nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> V, float scale,
-                         int isa, float sink) {
+                         int isa, float sink, float softcap) {
         // One query row against cache rows K/V[len, row bytes] (head 0 of each row), q quantized
         // to Q8_0 first (the level's quantizer: byte-identical at every level).
         const AttnQKernel &k = kernel_table(isa).attnq;
+        check_softcap(softcap);
         if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
         const int hd = (int)q.shape(0);
         const size_t len = K.shape(0);
@@ -204,19 +210,20 @@ NB_MODULE(_lowbit, m) {
             nb::gil_scoped_release nogil;
             kernel_table(isa).at(T_Q8_0).quant_act.fn(q.data(), qq.data(), hd);
             k.fn(qq.data(), k_type, K.data(), K.shape(1), v_type, V.data(), V.shape(1), (int)len, hd, scale, sink,
-                 sc.data(), o);
+                 softcap, sc.data(), o);
         }
         return nb::make_tuple(out, std::string(k.name));
     }, nb::arg("q"), nb::arg("k_type"), nb::arg("K"), nb::arg("v_type"), nb::arg("V"), nb::arg("scale"),
-       nb::arg("isa") = -1, nb::arg("sink") = -INFINITY);
+       nb::arg("isa") = -1, nb::arg("sink") = -INFINITY, nb::arg("softcap") = 0.0f);
     m.def("attend_q_rows", [](nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> q, int k_type,
                               nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> K, int v_type,
                               nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> V, float scale,
-                              int isa, std::vector<int32_t> lens, std::vector<float> sinks) {
+                              int isa, std::vector<int32_t> lens, std::vector<float> sinks, float softcap) {
         // q[nq][hd] (each row quantized to Q8_0 by the level's quantizer) sharing cache rows K/V[len,
         // row bytes] (head 0 of each row): the kernel attn_q_rows_fn; lens: each row's key count
         // (empty: all of K's rows), sinks: one per row (empty: none).
         const AttnQRowsKernel &k = kernel_table(isa).attnq_rows;
+        check_softcap(softcap);
         if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
         const int nq = (int)q.shape(0), hd = (int)q.shape(1);
         const size_t len = K.shape(0);
@@ -242,17 +249,19 @@ NB_MODULE(_lowbit, m) {
             const quant_act_fn q8 = kernel_table(isa).at(T_Q8_0).quant_act.fn;
             for (int r = 0; r < nq; ++r) q8(q.data() + (size_t)r * hd, qq.data() + r * qrow, hd);
             k.fn(qq.data(), nq, lens.data(), k_type, K.data(), K.shape(1), v_type, V.data(), V.shape(1), hd, scale,
-                 sinks.empty() ? nullptr : sinks.data(), sc.data(), o);
+                 sinks.empty() ? nullptr : sinks.data(), softcap, sc.data(), o);
         }
         return nb::make_tuple(out, std::string(k.name));
     }, nb::arg("q"), nb::arg("k_type"), nb::arg("K"), nb::arg("v_type"), nb::arg("V"), nb::arg("scale"),
-       nb::arg("isa") = -1, nb::arg("lens") = std::vector<int32_t>{}, nb::arg("sinks") = std::vector<float>{});
+       nb::arg("isa") = -1, nb::arg("lens") = std::vector<int32_t>{}, nb::arg("sinks") = std::vector<float>{},
+       nb::arg("softcap") = 0.0f);
     m.def("attend_f16", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> q,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> K,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> V, float scale,
-                           int isa, float sink) {
+                           int isa, float sink, float softcap) {
         // One query row against cache rows K/V[len, kd] (half bits), head 0 of each row.
         const AttnKernel &k = kernel_table(isa).attn;
+        check_softcap(softcap);
         if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
         const int hd = (int)q.shape(0);
         const size_t len = K.shape(0), kd = K.shape(1);
@@ -264,20 +273,22 @@ NB_MODULE(_lowbit, m) {
         auto out = new_array<float>(1, (size_t)hd, &o);
         {
             nb::gil_scoped_release nogil;
-            k.fn(q.data(), K.data(), V.data(), (int)len, hd, kd, scale, sink, sc.data(), o);
+            k.fn(q.data(), K.data(), V.data(), (int)len, hd, kd, scale, sink, softcap, sc.data(), o);
         }
         return nb::make_tuple(out, std::string(k.name));
     }, nb::arg("q"), nb::arg("K"), nb::arg("V"), nb::arg("scale"), nb::arg("isa") = -1,
-       nb::arg("sink") = -INFINITY,
-       "The engine's attention kernel on one query row: (out[1, head_dim], kernel name); sink: an attention sink logit.");
+       nb::arg("sink") = -INFINITY, nb::arg("softcap") = 0.0f,
+       "The engine's attention kernel on one query row: (out[1, head_dim], kernel name); sink: an attention sink logit; "
+       "softcap > 0: scores capped as Gemma 2's.");
     m.def("attend_mla", [](nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> q,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> C, int dv,
                            float scale, int isa, std::vector<int32_t> lens,
                            std::optional<nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>> V,
-                           std::vector<float> sinks) {
+                           std::vector<float> sinks, float softcap) {
         // q[nq][dk] against latent rows C[len][kd] (half bits): the MLA kernel (kernels.h mla_f16_fn);
         // lens: each row's key count (empty: all rows of C).
         const MlaKernel &k = kernel_table(isa).mla;
+        check_softcap(softcap);
         if (!k.fn) throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) + " is not available here");
         const int nq = (int)q.shape(0), dk = (int)q.shape(1);
         const size_t len = C.shape(0), kd = C.shape(1);
@@ -296,11 +307,12 @@ NB_MODULE(_lowbit, m) {
         {
             nb::gil_scoped_release nogil;
             k.fn(q.data(), nq, lens.data(), C.data(), V ? V->data() : C.data(), dk, dv, kd, scale,
-                 sinks.empty() ? nullptr : sinks.data(), sc.data(), o);
+                 sinks.empty() ? nullptr : sinks.data(), softcap, sc.data(), o);
         }
         return nb::make_tuple(out, std::string(k.name));
     }, nb::arg("q"), nb::arg("C"), nb::arg("dv"), nb::arg("scale"), nb::arg("isa") = -1,
        nb::arg("lens") = std::vector<int32_t>(), nb::arg("V") = nb::none(), nb::arg("sinks") = std::vector<float>(),
+       nb::arg("softcap") = 0.0f,
        "The shared-rows attention kernel (MLA, a GQA group) on query rows q: (out[nq, dv], kernel name); lens: "
        "each row's key count; V: value rows apart from the keys' C (a GQA group); sinks: one per row.");
     m.def("delta_rule", [](nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> M,
@@ -590,7 +602,7 @@ NB_MODULE(_lowbit, m) {
                             int expert_gating, float yarn_ext_factor, float yarn_attn_factor, float yarn_beta_fast,
                             float yarn_beta_slow, int yarn_orig_ctx,
                             // gemma3 / glm4moe (csrc/engine.h EngineConfig)
-                            float embd_scale, float attn_scale, float rope_base_swa, float logit_softcap,
+                            float embd_scale, float attn_scale, float rope_base_swa, float logit_softcap, float attn_softcap,
                             float attn_temp_scale, int attn_temp_floor, float residual_scale, float logit_scale,
                             bool pre_norms,
                             bool post_norms, int n_dense_lead, bool shexp_gated,
@@ -614,7 +626,7 @@ NB_MODULE(_lowbit, m) {
             c.expert_gating = expert_gating; c.yarn_ext_factor = yarn_ext_factor; c.yarn_attn_factor = yarn_attn_factor;
             c.yarn_beta_fast = yarn_beta_fast; c.yarn_beta_slow = yarn_beta_slow; c.yarn_orig_ctx = yarn_orig_ctx;
             c.embd_scale = embd_scale; c.attn_scale = attn_scale; c.rope_base_swa = rope_base_swa;
-            c.logit_softcap = logit_softcap; c.attn_temp_scale = attn_temp_scale;
+            c.logit_softcap = logit_softcap; c.attn_softcap = attn_softcap; c.attn_temp_scale = attn_temp_scale;
             c.attn_temp_floor = attn_temp_floor; c.residual_scale = residual_scale;
             c.logit_scale = logit_scale; c.pre_norms = pre_norms; c.post_norms = post_norms; c.n_dense_lead = n_dense_lead;
             c.shexp_gated = shexp_gated;
@@ -640,7 +652,7 @@ NB_MODULE(_lowbit, m) {
            nb::arg("expert_gating") = 0, nb::arg("yarn_ext_factor") = 0.0f, nb::arg("yarn_attn_factor") = 1.0f,
            nb::arg("yarn_beta_fast") = 32.0f, nb::arg("yarn_beta_slow") = 1.0f, nb::arg("yarn_orig_ctx") = 0,
            nb::arg("embd_scale") = 0.0f, nb::arg("attn_scale") = 0.0f, nb::arg("rope_base_swa") = 0.0f,
-           nb::arg("logit_softcap") = 0.0f, nb::arg("attn_temp_scale") = 0.0f, nb::arg("attn_temp_floor") = 0,
+           nb::arg("logit_softcap") = 0.0f, nb::arg("attn_softcap") = 0.0f, nb::arg("attn_temp_scale") = 0.0f, nb::arg("attn_temp_floor") = 0,
            nb::arg("residual_scale") = 0.0f, nb::arg("logit_scale") = 0.0f, nb::arg("pre_norms") = true,
            nb::arg("post_norms") = false, nb::arg("n_dense_lead") = 0,
            nb::arg("shexp_gated") = true,

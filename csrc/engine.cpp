@@ -38,8 +38,9 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     if (c.n_slots < 1) throw std::invalid_argument("engine: n_slots must be >= 1");
     if (c.n_dense_lead < 0 || c.n_dense_lead > c.n_layer)
         throw std::invalid_argument("engine: n_dense_lead " + std::to_string(c.n_dense_lead) + " outside 0..n_layer");
-    if (!(c.embd_scale >= 0.0f) || !(c.attn_scale >= 0.0f) || !(c.rope_base_swa >= 0.0f) || !(c.logit_softcap >= 0.0f))
-        throw std::invalid_argument("engine: embd_scale, attn_scale, rope_base_swa and logit_softcap must be >= 0");
+    if (!(c.embd_scale >= 0.0f) || !(c.attn_scale >= 0.0f) || !(c.rope_base_swa >= 0.0f) || !(c.logit_softcap >= 0.0f) ||
+        !(c.attn_softcap >= 0.0f) || !std::isfinite(c.attn_softcap))
+        throw std::invalid_argument("engine: embd_scale, attn_scale, rope_base_swa, logit_softcap and attn_softcap must be >= 0");
     if (!(c.residual_scale >= 0.0f) || !(c.logit_scale >= 0.0f))
         throw std::invalid_argument("engine: residual_scale and logit_scale must be >= 0");
     if (!(c.attn_temp_scale >= 0.0f) || (c.attn_temp_scale > 0.0f && c.attn_temp_floor <= 0))
@@ -573,7 +574,7 @@ void Engine::rope(float *v, int T, int heads, const std::vector<std::pair<float,
 // A float32 cache (kv_f16 = false) runs this plain loop; a half cache runs the dispatcher's
 // attention kernel (scalar reference or a SIMD level).
 static void attend_f32(const float *qv, const float *K, const float *V, int len, int hd, size_t kd, float scale,
-                       float sink, float *sc, float *o) {
+                       float sink, float softcap, float *sc, float *o) {
     float mx = -INFINITY;
     for (int j = 0; j < len; ++j) {
         const float *kv = K + (size_t)j * kd;
@@ -582,6 +583,7 @@ static void attend_f32(const float *qv, const float *K, const float *V, int len,
         sc[j] = s * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
+    if (softcap > 0.0f) mx = softcap_scores(sc, len, softcap);
     mx = sink > mx ? sink : mx;
     float sum = 0.0f;
     for (int j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
@@ -669,6 +671,7 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
     for (int t = 0; t < T; ++t) maxlen = pos[t] + 1 > maxlen ? pos[t] + 1 : maxlen;
     // (gemma3: q was scaled by attn_scale already, and the softmax takes q.k as it is)
     const float scale = c_.attn_scale > 0.0f ? 1.0f : 1.0f / std::sqrt((float)hd);
+    const float cap = c_.attn_softcap;  // gemma2: every score capped before the softmax (0: none)
     const int64_t items = (int64_t)T * nh;
     const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
     const attn_f16_fn attn16 = kernel_table().attn.fn;
@@ -683,7 +686,7 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
                          [&](int kvh, int slot, int first, const float *qb, int nrows, const int32_t *lens,
                              const float *sinks, float *sc, float *ob) {
             const size_t off = kv_offset(slot, layer, first, kvh);
-            rows16(qb, nrows, lens, k16_.data() + off, v16_.data() + off, hd, hd, hd, scale, sinks, sc, ob);
+            rows16(qb, nrows, lens, k16_.data() + off, v16_.data() + off, hd, hd, hd, scale, sinks, cap, sc, ob);
         });
         return;
     }
@@ -699,7 +702,7 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
                 q8(qb + (size_t)r * hd, reinterpret_cast<uint8_t *>(qq.data() + (size_t)r * nb), hd);
             const size_t r0 = kv_head_row(slot, layer, first, kvh);
             rowsq(reinterpret_cast<const uint8_t *>(qq.data()), nrows, lens, c_.kv_k, kq_.data() + r0 * khead_, khead_,
-                  c_.kv_v, vq_.data() + r0 * vhead_, vhead_, hd, scale, sinks, sc, ob);
+                  c_.kv_v, vq_.data() + r0 * vhead_, vhead_, hd, scale, sinks, cap, sc, ob);
         });
         return;
     }
@@ -720,14 +723,14 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
                 const size_t r = kv_head_row(slots[t], layer, first, kvh);
                 q8(qv, reinterpret_cast<uint8_t *>(qq), hd);
                 attnq(reinterpret_cast<const uint8_t *>(qq), c_.kv_k, kq_.data() + r * khead_, khead_, c_.kv_v,
-                      vq_.data() + r * vhead_, vhead_, len, hd, scale, sink, sc.data(), o);
+                      vq_.data() + r * vhead_, vhead_, len, hd, scale, sink, cap, sc.data(), o);
                 continue;
             }
             const size_t off = kv_offset(slots[t], layer, first, kvh);  // (rows hd apart: head-major)
             if (c_.kv_f16)
-                attn16(qv, k16_.data() + off, v16_.data() + off, len, hd, hd, scale, sink, sc.data(), o);
+                attn16(qv, k16_.data() + off, v16_.data() + off, len, hd, hd, scale, sink, cap, sc.data(), o);
             else
-                attend_f32(qv, k32_.data() + off, v32_.data() + off, len, hd, hd, scale, sink, sc.data(), o);
+                attend_f32(qv, k32_.data() + off, v32_.data() + off, len, hd, hd, scale, sink, cap, sc.data(), o);
         }
     });
 }

@@ -170,6 +170,7 @@ struct EngineConfig {
     float attn_scale = 0.0f;     // q times this after rope, then softmax(q.k) unscaled; 0: 1/sqrt(head_dim)
     float rope_base_swa = 0.0f;  // sliding-window layers' own rope base (freq scale 1); 0: as the others
     float logit_softcap = 0.0f;  // final logits: cap * tanh(logit / cap); 0: none
+    float attn_softcap = 0.0f;   // Gemma 2: every attention score cap * tanh(score / cap) (softcap_scores); 0: none
     // Mistral 3 (llama.cpp's llama-4 attention temperature, llm_graph_input_attn_temp): after rope,
     // q of the token at position p times log(floor(p / attn_temp_floor) + 1) * attn_temp_scale + 1
     // (in double, stored as float, as llama.cpp's input); 0: none.

@@ -127,9 +127,27 @@ void register_i8mm(KernelTable &t);      // csrc/arm/i8mm/register.cpp (+ SMMLA)
 //   sink: an attention sink (gpt-oss): a logit with no value row that takes part in the
 //   softmax's max and denominator, p_j = e^(s_j - m) / (sum_i e^(s_i - m) + e^(sink - m)),
 //   m = max(max_j s_j, sink). -INFINITY: none (the results are bitwise those without it).
+//   softcap: > 0 caps every score s_j = scale * q.K_j before the softmax (Gemma 2's attention logit
+//   soft-capping: softcap_scores below); 0: none. Every attention kernel takes it the same way.
 // A query row's result never depends on the other rows of its window (I2).
 using attn_f16_fn = void (*)(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd,
-                             float scale, float sink, float *sc, float *out);
+                             float scale, float sink, float softcap, float *sc, float *out);
+
+// Gemma 2's attention logit soft-capping of scores s[0..n), in place, as ggml computes it (llama.cpp's
+// graph scales q.k by 1 / cap, takes tanh and scales by cap; its flash attention folds 1 / cap into
+// the score scale, the same product when the score scale is 1, as Gemma 2's is):
+//   s[j] = cap * tanhf(s[j] * (1 / cap)).
+// libm's tanhf in plain scalar code on every level (no product to fuse), so every level computes the
+// same bits. Returns the max of the capped scores (-inf for n = 0): the kernels' softmax max.
+inline float softcap_scores(float *s, int n, float cap) {
+    const float inv = 1.0f / cap;
+    float mx = -INFINITY;
+    for (int j = 0; j < n; ++j) {
+        s[j] = cap * std::tanh(s[j] * inv);
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    return mx;
+}
 using AttnKernel = KernelSlot<attn_f16_fn>;
 
 // Attention of nq query rows that share one half cache's key and value rows: DeepSeek MLA
@@ -138,13 +156,13 @@ using AttnKernel = KernelSlot<attn_f16_fn>;
 //   q[nq][dk] (float, rounded to half before its dots); row r sees rows j < lens[r]: the key is
 //   the first dk halves at K + j*kd, the value the first dv at V + j*kd (dv <= kd, dk <= kd);
 //   out[r][dv] = sum_{j < lens[r]} softmax_j(scale * q_r.K_j[0..dk)) (rounded to half) * V_j[0..dv);
-//   sinks: null, or sinks[r] the attention sink of row r (as attn_f16_fn's sink).
+//   sinks: null, or sinks[r] the attention sink of row r (as attn_f16_fn's sink); softcap as attn_f16_fn's.
 //   sc: scratch of nq * max(lens) floats. Each row's result is what attn_f16_fn computes on it
 //   alone with hd = dk for the scores and dv for the values, bitwise, whichever rows share the
 //   call (I2, I3): a token's logits do not depend on its chunk or the threads. The rows of one
 //   call read each cache row once for all of them. Cache values must be finite.
 using mla_f16_fn = void (*)(const float *q, int nq, const int32_t *lens, const uint16_t *K, const uint16_t *V, int dk,
-                            int dv, size_t kd, float scale, const float *sinks, float *sc, float *out);
+                            int dv, size_t kd, float scale, const float *sinks, float softcap, float *sc, float *out);
 using MlaKernel = KernelSlot<mla_f16_fn>;
 // Attention of one query row against a quantized KV cache (lowbit --kv q8_0 | q4_0; ggml's
 // block formats, 32 values per block along head_dim, so a head's row is hd / 32 whole blocks):
@@ -157,7 +175,8 @@ using MlaKernel = KernelSlot<mla_f16_fn>;
 // ref::attend_q in csrc/ref/attn.cpp):
 //   score_j: per block b in order, s += (float)isum_b * (dk_b * dq_b) (K Q8_0, ggml's
 //            vec_dot_q8_0_q8_0) or s += ((float)isum_b * dk_b) * dq_b (K Q4_0, vec_dot_q4_0_q8_0),
-//            isum_b the exact int32 dot of the codes (Q4_0: nibble - 8); score_j = s * scale.
+//            isum_b the exact int32 dot of the codes (Q4_0: nibble - 8); score_j = s * scale,
+//            then softcap_scores if softcap > 0 (attn_f16_fn's softcap);
 //   m = max(max_j score_j, sink); e_j = attn_exp(score_j - m) (ref::attn_exp: Cody-Waite and a
 //   degree-6 polynomial in plain mul / add, <= 2 ulp);
 //   sum: 8 partial sums, partial l over the keys j = l mod 8 below len & ~7 in order, joined
@@ -169,7 +188,7 @@ using MlaKernel = KernelSlot<mla_f16_fn>;
 // is llama.cpp's flash attention (which a quantized V cache needs): q in Q8_0, integer block
 // dots, float probabilities, V accumulated in float and divided by the sum at the end.
 using attn_q_fn = void (*)(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, int v_type, const uint8_t *V,
-                           size_t vs, int len, int hd, float scale, float sink, float *sc, float *out);
+                           size_t vs, int len, int hd, float scale, float sink, float softcap, float *sc, float *out);
 using AttnQKernel = KernelSlot<attn_q_fn>;  // e.g. "attn_q_avx2" (LOWBIT_NO_ATTN_Q_AVX2=1 turns it off)
 
 // Attention of nq query rows that share one head's quantized K and V rows (a GQA group's heads,
@@ -177,6 +196,7 @@ using AttnQKernel = KernelSlot<attn_q_fn>;  // e.g. "attn_q_avx2" (LOWBIT_NO_ATT
 //   qq: nq rows of hd / 32 Q8_0 blocks each, row r at qq + r * (hd / 32) * sizeof(block_q8_0);
 //   row r sees keys j < lens[r] (1 <= lens[r]); K, ks, V, vs, k_type, v_type, hd, scale as attn_q_fn;
 //   sinks: null, or sinks[r] the attention sink of row r (attn_q_fn's sink; null: -inf for all);
+//   softcap: attn_q_fn's, for every row;
 //   sc: scratch of nq * max(lens) floats; out[nq][hd].
 // Row r's out is bitwise what attn_q_fn computes on (qq row r, lens[r], sinks[r]) alone, whichever
 // rows share the call and in whatever order (I2, I3): a token's logits do not depend on its chunk,
@@ -185,19 +205,19 @@ using AttnQKernel = KernelSlot<attn_q_fn>;  // e.g. "attn_q_avx2" (LOWBIT_NO_ATT
 // length may be weighted by 0).
 using attn_q_rows_fn = void (*)(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K,
                                 size_t ks, int v_type, const uint8_t *V, size_t vs, int hd, float scale,
-                                const float *sinks, float *sc, float *out);
+                                const float *sinks, float softcap, float *sc, float *out);
 using AttnQRowsKernel = KernelSlot<attn_q_rows_fn>;  // e.g. "attn_q_rows_avx2" (LOWBIT_NO_ATTN_Q_ROWS_AVX2=1 turns it off)
 // The rows one by one through a level's attn_q_fn F: the scalar level's attn_q_rows_fn (over
 // ref::attend_q) and the levels without a shared kernel of their own (aarch64). Bitwise the
 // contract by construction; no cache row is shared.
 template <attn_q_fn F>
 void attn_q_rows_by_row(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
-                        int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float *sc,
-                        float *out) {
+                        int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks,
+                        float softcap, float *sc, float *out) {
     const size_t qrow = (size_t)(hd / QK) * sizeof(block_q8_0);
     for (int r = 0; r < nq; ++r)
-        F(qq + (size_t)r * qrow, k_type, K, ks, v_type, V, vs, lens[r], hd, scale, sinks ? sinks[r] : -INFINITY, sc,
-          out + (size_t)r * hd);
+        F(qq + (size_t)r * qrow, k_type, K, ks, v_type, V, vs, lens[r], hd, scale, sinks ? sinks[r] : -INFINITY,
+          softcap, sc, out + (size_t)r * hd);
 }
 
 // The gated-linear-unit epilogue of an FFN's gate/up pair (csrc/ref/glu.cpp is the spec):

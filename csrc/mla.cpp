@@ -127,7 +127,8 @@ void Engine::mla_attention(int layer, const float *x, int T, const int32_t *slot
             const size_t off = kv_offset(slots[I.t0], layer, 0);
             const float *qv = mlat_.data() + ((size_t)I.t0 * nh + I.h0) * dk;  // contiguous: all heads, or one token
             float *o = lat.data() + ((size_t)I.t0 * nh + I.h0) * R;
-            kern(qv, nrow, lens.data(), k16_.data() + off, k16_.data() + off, dk, R, kv_row_, c_.mla_kq_scale, nullptr, sc.data(), o);
+            kern(qv, nrow, lens.data(), k16_.data() + off, k16_.data() + off, dk, R, kv_row_, c_.mla_kq_scale, nullptr, 0.0f,
+                 sc.data(), o);
         }
     });
     if (stats_on_) stats_[(size_t)layer].t_attn_core += seconds(ta, now());

@@ -172,3 +172,62 @@ def test_gqa_group_is_bitwise_the_rows_alone(level, length, hd, kd, sinks):
         one, one_name = lib.attend_f16(q[r], K, V, 0.125, ISA.index(level), sink=sk[r] if sinks else -np.inf)
         assert np.array_equal(out[r].view(np.uint32), one[0].view(np.uint32)), (
             f"{name} vs {one_name} head {r}: lane {int(np.abs(out[r] - one[0]).argmax())}")
+
+
+# ---- Gemma 2's attention logit soft-capping (kernels.h softcap_scores) ----
+
+def reference_softcap(q, K, V, scale, cap):
+    hd = q.shape[0]
+    qh = q.astype(np.float16).astype(np.float64)
+    Kf = K.view(np.float16)[:, :hd].astype(np.float64)
+    s = cap * np.tanh(scale * (Kf @ qh) / cap)
+    e = np.exp(s - s.max())
+    p = (e / e.sum()).astype(np.float16).astype(np.float64)
+    return p @ V.view(np.float16)[:, :hd].astype(np.float64)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("length,hd,kd", [(1, 64, 64), (9, 64, 128), (200, 256, 256), (333, 8, 24)])
+@pytest.mark.parametrize("cap", [0.5, 3.0, 50.0])
+def test_softcap_matches_float64(level, length, hd, kd, cap):
+    """Scores s capped to cap * tanh(s / cap) before the softmax, against float64 of the same (the
+    half-rounded probabilities' tolerance, as above). Scores span about +-12, so a cap of 0.5 or 3
+    flattens them and 50 barely touches them; with a small cap, leaving the cap out fails."""
+    rng = np.random.default_rng(length + hd + int(cap * 10))
+    q, K, V = case(rng, length, hd, kd, 6.0)
+    scale = 1.0 / np.sqrt(hd)
+    out, name = lib.attend_f16(q, K, V, scale, ISA.index(level), softcap=cap)
+    ref = reference_softcap(q, K, V, scale, cap)
+    vmax = np.abs(V.view(np.float16)[:, :hd].astype(np.float64)).max()
+    err = np.abs(out[0] - ref)
+    assert err.max() <= 2.0 ** -11 * vmax + 1e-6, f"{name} cap {cap}: lane {int(err.argmax())} off by {err.max():.3g}"
+    if cap <= 3.0 and length > 1:
+        plain, _ = lib.attend_f16(q, K, V, scale, ISA.index(level))
+        assert np.abs(plain[0] - out[0]).max() > 1e-2, name
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("rows", [1, 3, 8, 11])
+def test_softcap_shared_rows_are_bitwise_the_rows_alone(level, rows):
+    """The shared-rows kernel (a GQA group, a prompt block) with a softcap: each row bitwise the
+    one-row kernel with the same cap on its own keys."""
+    rng = np.random.default_rng(rows + 77)
+    length, hd = 91, 128
+    lens = [int(x) for x in rng.integers(1, length + 1, rows)]
+    lens[-1] = length
+    q = (rng.standard_normal((rows, hd)) * 4).astype(np.float32)
+    K = rng.standard_normal((length, hd)).astype(np.float16).view(np.uint16)
+    V = rng.standard_normal((length, hd)).astype(np.float16).view(np.uint16)
+    out, name = lib.attend_mla(q, K, hd, 0.125, ISA.index(level), lens=lens, V=V, softcap=2.0)
+    for r in range(rows):
+        n = lens[r]
+        one, _ = lib.attend_f16(q[r], np.ascontiguousarray(K[:n]), np.ascontiguousarray(V[:n]), 0.125,
+                                ISA.index(level), softcap=2.0)
+        assert np.array_equal(out[r].view(np.uint32), one[0].view(np.uint32)), f"{name} row {r} ({n} keys)"
+
+
+def test_softcap_bad_values_are_refused():
+    q, K, V = case(np.random.default_rng(0), 4, 64, 64, 1.0)
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="softcap"):
+            lib.attend_f16(q, K, V, 0.125, softcap=bad)

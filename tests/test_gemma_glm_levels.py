@@ -1,4 +1,4 @@
-"""The level-dependent part of the gemma3 / glm4moe tests (CI runs it again under each
+"""The level-dependent part of the gemma3 / gemma2 / glm4moe tests (CI runs it again under each
 LOWBIT_MAX_ISA cap, .ci/run): the GeGLU epilogue (csrc/kernels.h GLU_GEGLU) at every level against
 the scalar reference and ggml's own gelu table, the engines' chunk- and thread-invariance, and their
 top-1 agreement with llama.cpp (tests/gemma_glm_models.py has the models; tests/test_gemma_glm.py
@@ -11,7 +11,7 @@ import pytest
 
 import lowbit
 from gemma_glm_models import (compare, family, gemma_greedy, gemma_llm, gemma_path,  # noqa: F401 (fixtures)
-                              glm_greedy, glm_llm, glm_path)
+                              gemma2_greedy, gemma2_llm, gemma2_path, glm_greedy, glm_llm, glm_path)
 from conftest import LEVELS
 from lowbit._native import lib
 
@@ -20,7 +20,7 @@ ISA = {n: i for i, n in enumerate(lib.isa_names())}
 
 # ---- llama.cpp and the engine ----------------------------------------------------------------
 
-@pytest.mark.parametrize("which", ["gemma3", "glm4moe"])
+@pytest.mark.parametrize("which", ["gemma3", "gemma2", "glm4moe"])
 def test_matches_llama_cpp(which, request):
     path, llm, run = family(which, request)
     m = lowbit.load(path, n_ctx=128, threads=2)
@@ -40,11 +40,12 @@ def test_matches_llama_cpp(which, request):
         assert np.abs(ours).max() < 4.0
 
 
-@pytest.mark.parametrize("which", ["gemma3", "glm4moe"])
+@pytest.mark.parametrize("which", ["gemma3", "gemma2", "glm4moe"])
 def test_chunks_and_threads_bitwise(which, request):
     """A token's logits do not depend on how the sequence was chunked (1 token at a time, 7, all
-    at once), on the threads, or on a rewind: sliding windows, the sigmoid router, the dense lead."""
-    path = request.getfixturevalue("gemma_path" if which == "gemma3" else "glm_path")  # (no peer)
+    at once), on the threads, or on a rewind: sliding windows, soft-capped attention scores (gemma2:
+    the one-row and the shared-rows kernels cap alike), the sigmoid router, the dense lead."""
+    path = request.getfixturevalue({"gemma3": "gemma_path", "gemma2": "gemma2_path", "glm4moe": "glm_path"}[which])
     m2 = lowbit.load(path, n_ctx=64, threads=2)
     ids = m2.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole")[:24]
     whole = m2.logits(ids, chunk=24)

@@ -97,6 +97,34 @@ def test_matches_float64(level, kt, vt, spread):
         assert np.abs(out[0] - ref).max() <= 1e-5 * vmax, f"{name} sink {sink}"
 
 
+@pytest.mark.parametrize("kt,vt", PAIRS)
+def test_softcap_levels_bitwise_and_float64(kt, vt):
+    """Gemma 2's softcap over a quantized cache (llama.cpp's flash attention: s = cap * tanhf(s / cap)
+    after the scale): every level bitwise the scalar spec, one row and shared rows, and within the
+    kernel's float64 bound of the capped softmax; a cap that bites changes the output."""
+    rng = np.random.default_rng(7 * kt + vt)
+    hd, length, scale, cap = 64, 150, 0.125, 1.5
+    q = (rng.standard_normal(hd) * 4).astype(np.float32)
+    K, V = rows(rng, kt, length, hd), rows(rng, vt, length, hd)
+    want, _ = lib.attend_q(q, kt, K, vt, V, scale, ISA.index("scalar"), softcap=cap)
+    qd = dequant(Q8_0, lib.kv_store_row(Q8_0, q), hd)[0]
+    s = cap * np.tanh(scale * (dequant(kt, K, hd) @ qd) / cap)
+    e = np.exp(s - s.max())
+    ref = (e @ dequant(vt, V, hd)) / e.sum()
+    assert np.abs(want[0] - ref).max() <= 1e-5 * np.abs(dequant(vt, V, hd)).max()
+    plain, _ = lib.attend_q(q, kt, K, vt, V, scale, ISA.index("scalar"))
+    assert np.abs(plain[0] - want[0]).max() > 1e-2
+    lens = [length, 9, 1, 77, 16]
+    qs = (rng.standard_normal((len(lens), hd)) * 4).astype(np.float32)
+    rows_want = np.stack([lib.attend_q(qs[r], kt, K[:n], vt, V[:n], scale, ISA.index("scalar"), softcap=cap)[0][0]
+                          for r, n in enumerate(lens)])
+    for level in LEVELS:
+        out, name = lib.attend_q(q, kt, K, vt, V, scale, ISA.index(level), softcap=cap)
+        assert np.array_equal(out.view(np.uint32), want.view(np.uint32)), name
+        got, name = lib.attend_q_rows(qs, kt, K, vt, V, scale, ISA.index(level), lens=lens, softcap=cap)
+        assert np.array_equal(got.view(np.uint32), rows_want.view(np.uint32)), name
+
+
 def test_one_dominant_key_returns_its_value_row():
     hd, length = 64, 21
     rng = np.random.default_rng(5)

@@ -146,7 +146,7 @@ LB_ARM_INLINE void pv_block(const float *e, const uint8_t *V, size_t vs, int len
 
 template <int KT, int VT>
 void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, size_t vs, int len, int hd, float scale,
-            float sink, float *sc, float *out) {
+            float sink, float softcap, float *sc, float *out) {
     const auto *q = reinterpret_cast<const block_q8_0 *>(qq);
     const int nb = hd / QK;
     // scores, 4 keys at a time; the max as the reference takes it (NaN never wins)
@@ -168,6 +168,7 @@ void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, si
         sc[j] = vgetq_lane_f32(score<KT, 1>(K + (size_t)j * ks, ks, q, nb), 0) * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
+    if (softcap > 0.0f) mx = softcap_scores(sc, len, softcap);
     mx = sink > mx ? sink : mx;
     // e_j, and the sum: 8 striped partials over the keys below len & ~7, then the rest in order
     const float32x4_t vmx = vdupq_n_f32(mx);
@@ -194,17 +195,17 @@ void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, si
 
 template <int KT>
 void attend_k(const uint8_t *qq, int v_type, const uint8_t *K, size_t ks, const uint8_t *V, size_t vs, int len,
-              int hd, float scale, float sink, float *sc, float *out) {
-    if (v_type == T_Q8_0) attend<KT, T_Q8_0>(qq, K, ks, V, vs, len, hd, scale, sink, sc, out);
-    else if (v_type == T_Q4_0) attend<KT, T_Q4_0>(qq, K, ks, V, vs, len, hd, scale, sink, sc, out);
-    else attend<KT, T_F16>(qq, K, ks, V, vs, len, hd, scale, sink, sc, out);
+              int hd, float scale, float sink, float softcap, float *sc, float *out) {
+    if (v_type == T_Q8_0) attend<KT, T_Q8_0>(qq, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
+    else if (v_type == T_Q4_0) attend<KT, T_Q4_0>(qq, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
+    else attend<KT, T_F16>(qq, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
 }
 
 // k_type T_Q8_0 / T_Q4_0, v_type T_F16 / T_Q8_0 / T_Q4_0 (the engine checks), hd a multiple of 32
 void attend_q_arm(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, int v_type, const uint8_t *V, size_t vs,
-                  int len, int hd, float scale, float sink, float *sc, float *out) {
-    if (k_type == T_Q8_0) attend_k<T_Q8_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, sc, out);
-    else attend_k<T_Q4_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, sc, out);
+                  int len, int hd, float scale, float sink, float softcap, float *sc, float *out) {
+    if (k_type == T_Q8_0) attend_k<T_Q8_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
+    else attend_k<T_Q4_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // before q.K (its K.q product takes half operands), the softmax runs in float, and each
 // probability is rounded to half before it weights V. Dots accumulate in float in index order.
 // An attention sink (sink > -inf) joins the max and adds its exp to the sum after the keys'.
+// softcap > 0: the scores are capped (softcap_scores, kernels.h) before the max.
 #include <cmath>
 #include <vector>
 
@@ -23,9 +24,9 @@ static const float *half_table() {
 
 // One query row over len cache rows: q rounded to half into qr (dk floats), scores over the
 // first dk halves of K's rows, values from the first dv halves of V's rows (row stride kd),
-// the sink (-inf: none) in the max and the denominator.
+// the sink (-inf: none) in the max and the denominator, softcap > 0 applied to the scores.
 static void attend_row(const float *q, float *qr, const uint16_t *K, const uint16_t *V, int len, int dk, int dv,
-                       size_t kd, float scale, float sink, float *sc, float *out) {
+                       size_t kd, float scale, float sink, float softcap, float *sc, float *out) {
     const float *ht = half_table();
     for (int d = 0; d < dk; ++d) qr[d] = ht[f32_to_fp16(q[d])];
     float mx = -INFINITY;
@@ -36,6 +37,7 @@ static void attend_row(const float *q, float *qr, const uint16_t *K, const uint1
         sc[j] = s * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
+    if (softcap > 0.0f) mx = softcap_scores(sc, len, softcap);
     mx = sink > mx ? sink : mx;
     float sum = 0.0f;
     for (int j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
@@ -50,18 +52,18 @@ static void attend_row(const float *q, float *qr, const uint16_t *K, const uint1
 }
 
 void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd, float scale,
-                float sink, float *sc, float *out) {
+                float sink, float softcap, float *sc, float *out) {
     float qr[512];  // head_dim <= 512 (the engine checks)
-    attend_row(q, qr, K, V, len, hd, hd, kd, scale, sink, sc, out);
+    attend_row(q, qr, K, V, len, hd, hd, kd, scale, sink, softcap, sc, out);
 }
 
 // Rows sharing the cache (MLA, a GQA group): per query row the arithmetic of attend_f16 with
 // dk-wide scores and dv-wide values, over its own lens[r] rows, with its own sink.
 void mla_f16(const float *q, int nq, const int32_t *lens, const uint16_t *K, const uint16_t *V, int dk, int dv,
-             size_t kd, float scale, const float *sinks, float *sc, float *out) {
+             size_t kd, float scale, const float *sinks, float softcap, float *sc, float *out) {
     std::vector<float> qr((size_t)dk);
     for (int h = 0; h < nq; ++h)
-        attend_row(q + (size_t)h * dk, qr.data(), K, V, lens[h], dk, dv, kd, scale, sinks ? sinks[h] : -INFINITY, sc,
+        attend_row(q + (size_t)h * dk, qr.data(), K, V, lens[h], dk, dv, kd, scale, sinks ? sinks[h] : -INFINITY, softcap, sc,
                    out + (size_t)h * dv);
 }
 
@@ -138,7 +140,7 @@ inline float k_score(int type, const uint8_t *row, const block_q8_0 *q, int nb) 
 }  // namespace
 
 void attend_q(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, int v_type, const uint8_t *V, size_t vs,
-              int len, int hd, float scale, float sink, float *sc, float *out) {
+              int len, int hd, float scale, float sink, float softcap, float *sc, float *out) {
     const auto *q = reinterpret_cast<const block_q8_0 *>(qq);
     const int nb = hd / QK;
     float mx = -INFINITY;
@@ -146,6 +148,7 @@ void attend_q(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, int v_
         sc[j] = k_score(k_type, K + (size_t)j * ks, q, nb) * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
+    if (softcap > 0.0f) mx = softcap_scores(sc, len, softcap);
     mx = sink > mx ? sink : mx;
     const int full = len & ~7;
     float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};

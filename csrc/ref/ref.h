@@ -36,15 +36,15 @@ inline int nearest_int(float fval) {
 
 // DeepSeek MLA attention over a half latent cache (contract: mla_f16_fn in kernels.h).
 void mla_f16(const float *q, int nq, const int32_t *lens, const uint16_t *K, const uint16_t *V, int dk, int dv,
-             size_t kd, float scale, const float *sinks, float *sc, float *out);
+             size_t kd, float scale, const float *sinks, float softcap, float *sc, float *out);
 // The engine's attention over a half KV cache (contract: attn_f16_fn in kernels.h).
 void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd, float scale,
-                float sink, float *sc, float *out);
+                float sink, float softcap, float *sc, float *out);
 
 // The engine's attention over a quantized KV cache (contract: attn_q_fn in kernels.h) and its
 // exp (every level computes the same function bit for bit).
 void attend_q(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, int v_type, const uint8_t *V, size_t vs,
-              int len, int hd, float scale, float sink, float *sc, float *out);
+              int len, int hd, float scale, float sink, float softcap, float *sc, float *out);
 float attn_exp(float x);
 
 // The GLU epilogue (contract: glu_fn in kernels.h) and its exp, exposed for the tests'

@@ -207,13 +207,14 @@ inline float softmax_row(float *sc, int len, float sink) {
 
 template <int KT, int VT>
 void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, size_t vs, int len, int hd, float scale,
-            float sink, float *sc, float *out) {
+            float sink, float softcap, float *sc, float *out) {
     const auto *q = reinterpret_cast<const block_q8_0 *>(qq);
     const int nb = hd / QK;
     const __m256 vscale = _mm256_set1_ps(scale);
     const int full = len & ~7;
     for (int j = 0; j < full; j += 8) _mm256_storeu_ps(sc + j, _mm256_mul_ps(score8<KT>(K + (size_t)j * ks, ks, q, nb), vscale));
     for (int j = full; j < len; ++j) sc[j] = score1<KT>(K + (size_t)j * ks, q, nb) * scale;
+    if (softcap > 0.0f) softcap_scores(sc, len, softcap);
     const float inv = softmax_row(sc, len, sink);
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) pv_chunk<VT, 8>(sc, V, vs, len, d0, inv, out);
@@ -222,17 +223,17 @@ void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, si
 
 template <int KT>
 void attend_k(const uint8_t *qq, int v_type, const uint8_t *K, size_t ks, const uint8_t *V, size_t vs, int len,
-              int hd, float scale, float sink, float *sc, float *out) {
-    if (v_type == T_Q8_0) attend<KT, T_Q8_0>(qq, K, ks, V, vs, len, hd, scale, sink, sc, out);
-    else if (v_type == T_Q4_0) attend<KT, T_Q4_0>(qq, K, ks, V, vs, len, hd, scale, sink, sc, out);
-    else attend<KT, T_F16>(qq, K, ks, V, vs, len, hd, scale, sink, sc, out);
+              int hd, float scale, float sink, float softcap, float *sc, float *out) {
+    if (v_type == T_Q8_0) attend<KT, T_Q8_0>(qq, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
+    else if (v_type == T_Q4_0) attend<KT, T_Q4_0>(qq, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
+    else attend<KT, T_F16>(qq, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
 }
 
 // k_type T_Q8_0 / T_Q4_0, v_type T_F16 / T_Q8_0 / T_Q4_0 (the engine checks), hd a multiple of 32
 void attend_q_simd(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, int v_type, const uint8_t *V,
-                   size_t vs, int len, int hd, float scale, float sink, float *sc, float *out) {
-    if (k_type == T_Q8_0) attend_k<T_Q8_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, sc, out);
-    else attend_k<T_Q4_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, sc, out);
+                   size_t vs, int len, int hd, float scale, float sink, float softcap, float *sc, float *out) {
+    if (k_type == T_Q8_0) attend_k<T_Q8_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
+    else attend_k<T_Q4_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
 }
 
 // ---- rows sharing one head's cache rows (attn_q_rows_fn: a GQA group's heads, a prompt block) ----
@@ -372,7 +373,7 @@ inline void pv_groups(const float *sc, size_t ld, const int32_t *lens, int nq, c
 
 template <int KT, int VT>
 void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *K, size_t ks, const uint8_t *V,
-                 size_t vs, int hd, float scale, const float *sinks, float *sc, float *out) {
+                 size_t vs, int hd, float scale, const float *sinks, float softcap, float *sc, float *out) {
     const auto *q = reinterpret_cast<const block_q8_0 *>(qq);
     const int nb = hd / QK;
     int maxlen = 0;
@@ -412,6 +413,7 @@ void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t 
     // to a sum that is never -0, for finite v: the row's sums are those of its own keys)
     for (int r = 0; r < nq; ++r) {
         float *e = sc + (size_t)r * ld;
+        if (softcap > 0.0f) softcap_scores(e, lens[r], softcap);
         inv[(size_t)r] = softmax_row(e, lens[r], sinks ? sinks[r] : -INFINITY);
         for (int j = lens[r]; j < maxlen; ++j) e[j] = 0.0f;
     }
@@ -446,17 +448,17 @@ void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t 
 
 template <int KT>
 void attend_group_k(const uint8_t *qq, int nq, const int32_t *lens, int v_type, const uint8_t *K, size_t ks,
-                   const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float *sc, float *out) {
-    if (v_type == T_Q8_0) attend_group<KT, T_Q8_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
-    else if (v_type == T_Q4_0) attend_group<KT, T_Q4_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
-    else attend_group<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, sc, out);
+                   const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float softcap, float *sc, float *out) {
+    if (v_type == T_Q8_0) attend_group<KT, T_Q8_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    else if (v_type == T_Q4_0) attend_group<KT, T_Q4_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    else attend_group<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
 }
 
 void attend_q_group_simd(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
-                        int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float *sc,
-                        float *out) {
-    if (k_type == T_Q8_0) attend_group_k<T_Q8_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, sc, out);
-    else attend_group_k<T_Q4_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, sc, out);
+                        int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks,
+                        float softcap, float *sc, float *out) {
+    if (k_type == T_Q8_0) attend_group_k<T_Q8_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    else attend_group_k<T_Q4_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
 }
 
 }  // namespace

@@ -18,6 +18,8 @@ Families differ by config fields, not by copies of the model:
                                                    attention sinks, sliding window on even layers
     gemma3        neox      yes        -           dense, GeGLU; pre- and post-norms, scaled embeddings,
                                                    5:1 sliding-window layers with their own rope base
+    gemma2        neox      -          -           gemma3's without q/k norms: 1:1 sliding-window layers, attention
+                                                   scores and final logits soft-capped (cap * tanh(x / cap))
     glm4moe       neox      optional   q/k/v       leading dense layers, then experts: sigmoid routing with
                   (partial)                        a selection bias, shared expert; an MTP layer skipped
     glm4          adjacent  -          q/k/v       dense (GLM-4-0414, GLM-Z1): fused attn_qkv (and bias) and gate/up
@@ -61,6 +63,13 @@ rope.freq_base_swa (default 10000, llama.cpp's hparams default) with no frequenc
 global layers keep rope.freq_base and any linear scaling; GeGLU (ggml's gelu-tanh through its fp16
 table, csrc/kernels.h GLU_GEGLU); the head tied to token_embd; final_logit_softcapping if the file
 has it (cap * tanh(logit / cap)).
+
+Gemma 2 (llama.cpp's gemma2 graph) is Gemma 3's configuration without the q/k norms: even layers
+slide (sliding_window_pattern 2, window attention.sliding_window, 4096 without the key) with the
+global layers' rope base unless rope.freq_base_swa is given; q times 1/sqrt(key_length) (the 46-layer
+27B: 1/sqrt(n_embd / n_head)); every attention score soft-capped, s = cap * tanh(s / cap) with cap =
+attn_logit_softcapping (default 50), before the softmax, in every attention kernel (csrc/kernels.h
+softcap_scores); the final logits always capped by final_logit_softcapping (default 30).
 
 GLM-4.5 (llama.cpp's glm4moe) as configuration: block_count includes nextn_predict_layers MTP
 layers at the end, which the forward pass never runs: lowbit runs the first block_count -
@@ -160,7 +169,7 @@ from ._native import lib
 from .gguf import GGUFError
 
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
-             "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "glm4moe": True, "qwen35": True,
+             "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "gemma2": True, "glm4moe": True, "qwen35": True,
              "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
              "mistral3": False, "granite": False, "granitemoe": False,
              "olmo2": True, "exaone4": True, "ernie4_5": False,
@@ -193,13 +202,13 @@ EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "so
 EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1, "sigmoid": 2}  # csrc/engine.h ExpertGating
 GATING_FUNC = {1: "softmax", 2: "sigmoid"}       # GGUF expert_gating_func (llama_expert_gating_func_type)
 SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
-FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "nemotron_h": "relu2",
+FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "gemma2": "gelu", "nemotron_h": "relu2",
            "nemotron_h_moe": "relu2"}  # FFN gate activation; default "silu"
 FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
             "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm",
             "seed_oss": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
-SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "olmo2": 4, "exaone4": 4}  # llama.cpp's default sliding-window pattern per arch
+SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "gemma2": 2, "olmo2": 4, "exaone4": 4}  # llama.cpp's default sliding-window pattern per arch
 SWA_IGNORED = {"phi3"}  # attention.sliding_window ignored, as llama.cpp's loader does (Phi SWA is off)
 DEFAULT_CTX = 2048
 
@@ -275,6 +284,7 @@ class ModelConfig:
     attn_scale: float = 0.0          # q times this after rope; softmax unscaled (0: 1/sqrt(head_dim))
     rope_base_swa: float = 0.0       # the sliding-window layers' rope base
     logit_softcap: float = 0.0       # final_logit_softcapping
+    attn_softcap: float = 0.0        # gemma2: attn_logit_softcapping, every attention score capped
     # smollm3: per layer False where q / k are not rotated (NoPE); () every layer rotates
     rope_layers: tuple = ()
     # mistral3: q times log(floor(pos / attn_temp_floor) + 1) * attn_temp_scale + 1 after rope (0: off)
@@ -430,18 +440,32 @@ class ModelConfig:
         """gemma3's scales in float32 as llama.cpp computes them (llama_model_gemma3::load_arch_hparams
         and its graph); final_logit_softcapping also for any other arch whose file has it."""
         md = f.metadata
-        cap = md.get(f"{arch}.final_logit_softcapping", 0.0) or 0.0
-        if not isinstance(cap, (int, float)) or isinstance(cap, bool) or not np.isfinite(cap) or cap < 0:
-            raise GGUFError(f"{f.path}: metadata key {arch}.final_logit_softcapping = {cap!r} is not a number >= 0")
-        if arch != "gemma3":
-            return dict(logit_softcap=float(cap))
+
+        def cap_key(name, default):  # a soft-capping key (gemma2: always applied, so > 0)
+            v = md.get(f"{arch}.{name}", default)
+            v = 0.0 if v is None else v
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v) or v < 0 or \
+                    (arch == "gemma2" and v <= 0):
+                raise GGUFError(f"{f.path}: metadata key {arch}.{name} = {v!r} is not a "
+                                f"{'positive number' if arch == 'gemma2' else 'number >= 0'}")
+            return float(v)
+        # (gemma2: llama.cpp's hparams defaults, 30 and 50, when the keys are absent)
+        cap = cap_key("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0)
+        if arch not in ("gemma3", "gemma2"):
+            return dict(logit_softcap=cap)
         f32 = np.float32
-        attn_den = dim // n_head if n_layer == 62 else head_dim  # the 27B: n_embd / n_head (integer division)
-        base_swa = md.get(f"{arch}.rope.freq_base_swa", 10000.0)
-        if not isinstance(base_swa, (int, float)) or isinstance(base_swa, bool) or not base_swa > 0:
+        # the 27B: n_embd / n_head (integer division); gemma3's has 62 layers, gemma2's 46
+        attn_den = dim // n_head if n_layer == (62 if arch == "gemma3" else 46) else head_dim
+        # (gemma2: the sliding layers rotate with the global base unless the file gives theirs)
+        base_swa = md.get(f"{arch}.rope.freq_base_swa", 10000.0 if arch == "gemma3" else None)
+        if base_swa is not None and (not isinstance(base_swa, (int, float)) or isinstance(base_swa, bool) or
+                                     not base_swa > 0):
             raise GGUFError(f"{f.path}: metadata key {arch}.rope.freq_base_swa = {base_swa!r} is not a positive number")
+        if arch == "gemma2" and base_swa is not None and md.get(f"{arch}.rope.scaling.type", "none") != "none":
+            raise GGUFError(f"{f.path}: gemma2 with rope.freq_base_swa and rope scaling is not supported")
+        extra = dict(attn_softcap=cap_key("attn_logit_softcapping", 50.0)) if arch == "gemma2" else {}
         return dict(embd_scale=float(np.sqrt(f32(dim))), attn_scale=float(f32(1.0) / np.sqrt(f32(attn_den))),
-                    rope_base_swa=float(base_swa), logit_softcap=float(cap), post_norms=True)
+                    rope_base_swa=float(base_swa or 0.0), logit_softcap=cap, post_norms=True, **extra)
 
     @staticmethod
     def _llama_variant_fields(f: gguf.GGUFFile, arch: str, n_layer: int, key) -> dict:
@@ -689,7 +713,8 @@ class ModelConfig:
         period n: layer il slides unless il % n == n - 1; the arch's default) says so."""
         md = f.metadata
         # (exaone4: llama.cpp slides only the 64-layer model's layers, by default 4096 positions)
-        n_swa = md.get(f"{arch}.attention.sliding_window", 4096 if arch == "exaone4" else 0)
+        # (gemma2: llama.cpp's default window 4096 for every file)
+        n_swa = md.get(f"{arch}.attention.sliding_window", 4096 if arch in ("exaone4", "gemma2") else 0)
         if not n_swa or arch in SWA_IGNORED or (arch == "exaone4" and n_layer != 64):
             return (0,) * n_layer
         if not isinstance(n_swa, int) or isinstance(n_swa, bool) or n_swa < 0:
@@ -919,7 +944,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           yarn_beta_fast=c.yarn_beta_fast, yarn_beta_slow=c.yarn_beta_slow,
                           yarn_orig_ctx=c.yarn_orig_ctx,
                           embd_scale=c.embd_scale, attn_scale=c.attn_scale, rope_base_swa=c.rope_base_swa,
-                          logit_softcap=c.logit_softcap, post_norms=c.post_norms,
+                          logit_softcap=c.logit_softcap, attn_softcap=c.attn_softcap, post_norms=c.post_norms,
                           attn_temp_scale=c.attn_temp_scale, attn_temp_floor=c.attn_temp_floor,
                           residual_scale=c.residual_scale, logit_scale=c.logit_scale, pre_norms=c.pre_norms,
                           n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,

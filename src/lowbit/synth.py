@@ -114,7 +114,7 @@ def add_glu(w: Writer, rng: np.random.Generator, p: str, *, width: int, dim: int
     w.add(p + f"ffn_down{suffix}.weight", gauss(rng, dim, width), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen2vl", "qwen3", "qwen3vl", "exaone", "glm4", "minicpm", "seed_oss", "gemma3", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
+DENSE_ARCHS = ("llama", "qwen2", "qwen2vl", "qwen3", "qwen3vl", "exaone", "glm4", "minicpm", "seed_oss", "gemma3", "gemma2", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
@@ -148,7 +148,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                 rope_base: float = 10000.0, rope_base_swa: float | None = None, softcap: float = 0.0,
                 rope_linear: float = 0.0, orig_ctx: int = 0, rope_dims: int | None = None,
                 yarn_factor: float = 0.0, temp_scale: float = 0.0, sections=None, nextn: int = 0,
-                scale_keys: bool = True, progress: bool = False) -> str:
+                scale_keys: bool = True, attn_softcap: float = 50.0, progress: bool = False) -> str:
     """A dense llama / qwen2 (q/k/v biases) / qwen3 (q/k RMSNorm) / qwen3vl (qwen3's with qwen3vl_keys) /
     gemma3 / phi3 model with random weights.
 
@@ -166,6 +166,10 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     writes final_logit_softcapping. Its token embeddings have std 1/sqrt(dim) (a real model's
     scale: the graph multiplies them by sqrt(dim)). Norm weights are stored as 1 + w, as
     convert_hf_to_gguf writes gemma3's.
+
+    gemma2: gemma3's without q/k norms, with both soft-capping keys as convert_hf_to_gguf writes them:
+    attn_logit_softcapping = attn_softcap (Gemma 2's 50) and final_logit_softcapping = softcap (0:
+    Gemma 2's 30); sliding windows on every other layer (swa_pattern None: no key, llama.cpp's 2).
 
     phi3 (as convert_hf_to_gguf's Phi3MiniModel writes it): fused attn_qkv ([q | k | v] rows) and
     ffn_up ([gate | up], 2 x ffn rows), the sliding_window key (`window`, which llama.cpp ignores);
@@ -215,7 +219,9 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     if arch not in DENSE_ARCHS:
         raise ValueError(f"synth dense: arch must be one of {', '.join(DENSE_ARCHS)}, not {arch!r}")
     hd = head_dim or dim // heads
-    gemma, phi3, glm4 = arch == "gemma3", arch == "phi3", arch == "glm4"
+    gemma, phi3, glm4 = arch in ("gemma3", "gemma2"), arch == "phi3", arch == "glm4"
+    if arch == "gemma2" and not attn_softcap > 0:
+        raise ValueError(f"synth dense: gemma2's attn_softcap must be > 0, not {attn_softcap}")
     if nextn and not glm4:
         raise ValueError("synth dense: nextn (MTP blocks) is glm4's")
     mistral3, olmo2, exaone4 = arch == "mistral3", arch == "olmo2", arch == "exaone4"
@@ -280,8 +286,10 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
             w.meta(f"{arch}.attention.sliding_window_pattern", int(swa_pattern))
         if rope_base_swa is not None:
             w.meta(f"{arch}.rope.freq_base_swa", float(rope_base_swa))
-        if softcap:
-            w.meta(f"{arch}.final_logit_softcapping", float(softcap))
+        if softcap or arch == "gemma2":
+            w.meta(f"{arch}.final_logit_softcapping", float(softcap or 30.0))
+        if arch == "gemma2":
+            w.meta(f"{arch}.attn_logit_softcapping", float(attn_softcap))
     w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0 / np.sqrt(dim) if gemma else emb_std), embd_type)
     if not tied:
         w.add("output.weight", gauss(rng, nv, dim, scale=head_std), head_type or wtype)
@@ -306,8 +314,9 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
             w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
         w.add(p + "ffn_down.weight", gauss(rng, dim, ffn), wtype)
         if gemma:
-            w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
-            w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
+            if arch == "gemma3":
+                w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
+                w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
             w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
             w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
         if olmo2 or exaone4:  # (olmo2: over the whole q / k; exaone4: per head)
@@ -1209,14 +1218,14 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / qwen3vl / glm4 / gemma3 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 / ernie4_5 model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / qwen3vl / glm4 / gemma3 / gemma2 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 / ernie4_5 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],
                    help="qwen35: hybrid gated delta-net / gated attention layers (see the --ssm-* options)")
     p.add_argument("--head-dim", type=int, default=None, help="per-head width (default: dim / heads)")
     p.add_argument("--window", type=int, default=512,
-                   help="gemma3 / olmo2: sliding window of the local layers (0: none; olmo2 0: OLMo 2); "
+                   help="gemma3 / gemma2 / olmo2: sliding window of the local layers (0: none; olmo2 0: OLMo 2); "
                         "phi3: the key llama.cpp ignores")
     p.add_argument("--orig-ctx", type=int, default=0,
                    help="phi3: LongRoPE's original context (factors long / short, attn_factor; 0: none); "
@@ -1232,7 +1241,10 @@ def _add_dense(ss) -> None:
     p.add_argument("--rope-base", type=float, default=10000.0, help="rope base (gemma3: of the global layers)")
     p.add_argument("--rope-base-swa", type=float, default=None,
                    help="gemma3: rope base of the local layers (default: no key, llama.cpp's 10000)")
-    p.add_argument("--softcap", type=float, default=0.0, help="gemma3: final_logit_softcapping (0: none)")
+    p.add_argument("--softcap", type=float, default=0.0,
+                   help="gemma3: final_logit_softcapping (0: none); gemma2: the same (0: Gemma 2's 30)")
+    p.add_argument("--attn-softcap", type=float, default=50.0,
+                   help="gemma2: attn_logit_softcapping, every attention score capped (Gemma 2's 50)")
     p.add_argument("--rope-linear", type=float, default=0.0,
                    help="linear rope scaling factor (0: none; gemma3 4B-27B: 8, global layers only)")
     _hybrid_options(p)
@@ -1245,7 +1257,8 @@ def _add_dense(ss) -> None:
         ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed,
         head_dim=a.head_dim, window=a.window, swa_pattern=a.swa_pattern, rope_base=a.rope_base,
         rope_base_swa=a.rope_base_swa, softcap=a.softcap, rope_linear=a.rope_linear, orig_ctx=a.orig_ctx,
-        rope_dims=a.rope_dims, yarn_factor=a.yarn_factor, temp_scale=a.temp_scale, nextn=a.nextn, progress=_bar_on()))
+        rope_dims=a.rope_dims, yarn_factor=a.yarn_factor, temp_scale=a.temp_scale, nextn=a.nextn,
+        attn_softcap=a.attn_softcap, progress=_bar_on()))
     _with_shapes(p)
 
 

@@ -314,13 +314,14 @@ void check_attn(int isa) {
             for (auto &h : V) h = f32_to_fp16(normal());
             std::vector<float> q(hd), sa(len), sb(len), a(hd), b(hd);
             for (auto &v : q) v = normal() * 2.f;
-            for (float sink : {-INFINITY, 0.7f, 40.f}) {  // none, a sink among the scores, a dominant one
-                ref.fn(q.data(), K.data(), V.data(), len, hd, kd, 0.125f, sink, sa.data(), a.data());
-                k.fn(q.data(), K.data(), V.data(), len, hd, kd, 0.125f, sink, sb.data(), b.data());
-                check(std::memcmp(a.data(), b.data(), hd * 4) == 0,
-                      lv(isa) + " " + k.name + " hd=" + std::to_string(hd) + " len=" + std::to_string(len) +
-                          " sink=" + std::to_string(sink) + " bitwise the reference");
-            }
+            for (float sink : {-INFINITY, 0.7f, 40.f})  // none, a sink among the scores, a dominant one
+                for (float cap : {0.f, 1.5f}) {          // no softcap, Gemma 2's (scores past the cap)
+                    ref.fn(q.data(), K.data(), V.data(), len, hd, kd, 0.125f, sink, cap, sa.data(), a.data());
+                    k.fn(q.data(), K.data(), V.data(), len, hd, kd, 0.125f, sink, cap, sb.data(), b.data());
+                    check(std::memcmp(a.data(), b.data(), hd * 4) == 0,
+                          lv(isa) + " " + k.name + " hd=" + std::to_string(hd) + " len=" + std::to_string(len) +
+                              " sink=" + std::to_string(sink) + " softcap=" + std::to_string(cap) + " bitwise the reference");
+                }
         }
 }
 
@@ -362,8 +363,9 @@ void check_attn_q(int isa) {
                         std::vector<float> sa(len), sb(len), a(hd), b(hd);
                         for (float scale : {0.125f, 6.f})  // 6: most exps flush to 0 (score gaps > 87.3)
                             for (float sink : {-INFINITY, 0.7f, 40.f}) {
-                                ref.fn(qq.data(), kt, K.data(), ks, vt, V.data(), vs, len, hd, scale, sink, sa.data(), a.data());
-                                k.fn(qq.data(), kt, K.data(), ks, vt, V.data(), vs, len, hd, scale, sink, sb.data(), b.data());
+                                const float cap = scale == 6.f && sink == 0.7f ? 20.f : 0.f;  // (Gemma 2's softcap once)
+                                ref.fn(qq.data(), kt, K.data(), ks, vt, V.data(), vs, len, hd, scale, sink, cap, sa.data(), a.data());
+                                k.fn(qq.data(), kt, K.data(), ks, vt, V.data(), vs, len, hd, scale, sink, cap, sb.data(), b.data());
                                 int at = 0;
                                 while (at < hd && f32_to_bits(a[at]) == f32_to_bits(b[at])) ++at;
                                 char buf[128] = "";
@@ -371,7 +373,8 @@ void check_attn_q(int isa) {
                                 check(at == hd, lv(isa) + " " + k.name + " K " + format_by_id(kt)->name + " V " +
                                                     format_by_id(vt)->name + " hd=" + std::to_string(hd) + " len=" +
                                                     std::to_string(len) + " scale=" + std::to_string(scale) + " sink=" +
-                                                    std::to_string(sink) + (worst ? " worst " + std::to_string(worst) : "") +
+                                                    std::to_string(sink) + " softcap=" + std::to_string(cap) +
+                                                    (worst ? " worst " + std::to_string(worst) : "") +
                                                     " bitwise the reference" + buf);
                             }
                     }
@@ -401,13 +404,14 @@ void check_mla(int isa) {
                 std::vector<float> q((size_t)nq * sh.dk), sc((size_t)nq * maxlen), a((size_t)nq * sh.dv), b(a);
                 for (auto &v : q) v = normal() * 2.f;
                 const float scale = 0.1f;
-                ref.fn(q.data(), nq, lens.data(), C.data(), V, sh.dk, sh.dv, kd, scale, sk, sc.data(), a.data());
-                k.fn(q.data(), nq, lens.data(), C.data(), V, sh.dk, sh.dv, kd, scale, sk, sc.data(), b.data());
+                const float cap = gqa && nq % 2 ? 2.f : 0.f;  // a GQA group with Gemma 2's softcap (some)
+                ref.fn(q.data(), nq, lens.data(), C.data(), V, sh.dk, sh.dv, kd, scale, sk, cap, sc.data(), a.data());
+                k.fn(q.data(), nq, lens.data(), C.data(), V, sh.dk, sh.dv, kd, scale, sk, cap, sc.data(), b.data());
                 bool alone = true;
                 for (int r = 0; r < nq; ++r) {
                     std::vector<float> o(sh.dv);
                     k.fn(&q[(size_t)r * sh.dk], 1, &lens[r], C.data(), V, sh.dk, sh.dv, kd, scale, sk ? sk + r : nullptr,
-                         sc.data(), o.data());
+                         cap, sc.data(), o.data());
                     alone &= std::memcmp(o.data(), &b[(size_t)r * sh.dv], sh.dv * 4) == 0;
                 }
                 size_t at = 0;
@@ -415,7 +419,8 @@ void check_mla(int isa) {
                 char buf[128] = "";
                 if (at < a.size()) std::snprintf(buf, sizeof buf, ": out[%zu] %.9g vs reference %.9g", at, b[at], a[at]);
                 const std::string tag = lv(isa) + " " + k.name + " dk=" + std::to_string(sh.dk) + " dv=" +
-                                        std::to_string(sh.dv) + " nq=" + std::to_string(nq) + " maxlen=" + std::to_string(maxlen) + (gqa ? " (V, sinks)" : "");
+                                        std::to_string(sh.dv) + " nq=" + std::to_string(nq) + " maxlen=" + std::to_string(maxlen) + (gqa ? " (V, sinks)" : "") +
+                                        (cap > 0 ? " softcap" : "");
                 check(at == a.size(), tag + " bitwise the reference" + buf);
                 check(alone, tag + ": each row bitwise its result alone");
             }

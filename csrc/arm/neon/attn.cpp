@@ -43,7 +43,7 @@ inline float32x4_t half4(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f
 inline float half1(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
 
 void attend_f16_neon(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd, float scale,
-                     float sink, float *sc, float *out) {
+                     float sink, float softcap, float *sc, float *out) {
     float qr[512];  // head_dim <= 512 (the engine checks)
     for (int d = 0; d < hd; ++d) qr[d] = half1(f32_to_fp16(q[d]));
     int j = 0;
@@ -65,6 +65,7 @@ void attend_f16_neon(const float *q, const uint16_t *K, const uint16_t *V, int l
         for (int d = 0; d < hd; ++d) s += qr[d] * half1(k[d]);
         sc[j] = s * scale;
     }
+    if (softcap > 0.0f) softcap_scores(sc, len, softcap);
     float mx = -INFINITY;
     for (j = 0; j < len; ++j) mx = sc[j] > mx ? sc[j] : mx;
     mx = sink > mx ? sink : mx;  // an attention sink joins the max ...
@@ -150,7 +151,7 @@ inline void mla_pv_rows(const float *sc, size_t ld, const uint16_t *C, size_t kd
 }
 
 void mla_f16_neon(const float *q, int nq, const int32_t *lens, const uint16_t *C, const uint16_t *V, int dk, int dv,
-                  size_t kd, float scale, const float *sinks, float *sc, float *out) {
+                  size_t kd, float scale, const float *sinks, float softcap, float *sc, float *out) {
     int maxlen = 0;
     for (int r = 0; r < nq; ++r) maxlen = std::max(maxlen, (int)lens[r]);
     const size_t ld = (size_t)maxlen;  // row r's scores / probabilities at sc + r * ld
@@ -193,6 +194,7 @@ void mla_f16_neon(const float *q, int nq, const int32_t *lens, const uint16_t *C
     for (int r = 0; r < nq; ++r) {
         float *s = sc + (size_t)r * ld;
         const int len = lens[r];
+        if (softcap > 0.0f) softcap_scores(s, len, softcap);
         float mx = -INFINITY;
         for (j = 0; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
         const float sink = sinks ? sinks[r] : -INFINITY;

@@ -142,7 +142,7 @@ inline __m256 scores_1x8(const float *qh, const T *k, int hd, size_t kd) {
 }
 
 void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd,
-                     float scale, float sink, float *sc, float *out) {
+                     float scale, float sink, float softcap, float *sc, float *out) {
     alignas(32) float qr[512];
     for (int d = 0; d < hd; d += 8) _mm256_store_ps(qr + d, round_half8(_mm256_loadu_ps(q + d)));
     const __m256 vscale = _mm256_set1_ps(scale);
@@ -166,6 +166,7 @@ void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int l
         sc[j] = reduce1(a) * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
+    if (softcap > 0.0f) mx = softcap_scores(sc, len, softcap);  // (the capped scores' max)
     mx = sink > mx ? sink : mx;  // an attention sink joins the max (none: -inf changes nothing)
 
     probs_half(sc, len, mx, sink);
@@ -261,7 +262,7 @@ inline void scores_3x4(const float *q0, const float *q1, const float *q2, const 
 }
 
 void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C, const uint16_t *V, int dk, int dv,
-                  size_t kd, float scale, const float *sinks, float *sc, float *out) {
+                  size_t kd, float scale, const float *sinks, float softcap, float *sc, float *out) {
     thread_local std::vector<float> qr, kf;
     thread_local std::vector<int32_t> live;
     int maxlen = 0;
@@ -330,6 +331,7 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
     for (int r = 0; r < nq; ++r) {
         const int len = lens[r], full = len & ~7;
         float *s = sc + (size_t)r * ld;
+        if (softcap > 0.0f) softcap_scores(s, len, softcap);
         __m256 vmax = _mm256_set1_ps(-INFINITY);
         for (j = 0; j < full; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
         alignas(32) float lanes[8];
