@@ -280,6 +280,16 @@ NB_MODULE(_lowbit, m) {
        nb::arg("sink") = -INFINITY, nb::arg("softcap") = 0.0f,
        "The engine's attention kernel on one query row: (out[1, head_dim], kernel name); sink: an attention sink logit; "
        "softcap > 0: scores capped as Gemma 2's.");
+    m.def("softcap_scores", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> x, float cap) {
+        // The attention soft-cap's spec (ref::softcap_scores, kernels.h): cap * attn_tanh(x / cap) per value.
+        check_softcap(cap);
+        if (cap == 0.0f) throw std::invalid_argument("softcap_scores: cap must be > 0");
+        float *o;
+        auto out = new_array<float>(1, x.shape(0), &o);
+        std::memcpy(o, x.data(), sizeof(float) * x.shape(0));
+        ref::softcap_scores(o, (int)x.shape(0), cap);
+        return out;
+    }, nb::arg("x"), nb::arg("cap"), "Gemma 2's attention soft-cap as every attention kernel computes it: float32[1, n].");
     m.def("attend_mla", [](nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> q,
                            nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu> C, int dv,
                            float scale, int isa, std::vector<int32_t> lens,

@@ -583,7 +583,7 @@ static void attend_f32(const float *qv, const float *K, const float *V, int len,
         sc[j] = s * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
-    if (softcap > 0.0f) mx = softcap_scores(sc, len, softcap);
+    if (softcap > 0.0f) mx = ref::softcap_scores(sc, len, softcap);
     mx = sink > mx ? sink : mx;
     float sum = 0.0f;
     for (int j = 0; j < len; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }

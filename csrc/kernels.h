@@ -128,26 +128,18 @@ void register_i8mm(KernelTable &t);      // csrc/arm/i8mm/register.cpp (+ SMMLA)
 //   softmax's max and denominator, p_j = e^(s_j - m) / (sum_i e^(s_i - m) + e^(sink - m)),
 //   m = max(max_j s_j, sink). -INFINITY: none (the results are bitwise those without it).
 //   softcap: > 0 caps every score s_j = scale * q.K_j before the softmax (Gemma 2's attention logit
-//   soft-capping: softcap_scores below); 0: none. Every attention kernel takes it the same way.
+//   soft-capping, below); 0: none. Every attention kernel takes it the same way.
 // A query row's result never depends on the other rows of its window (I2).
 using attn_f16_fn = void (*)(const float *q, const uint16_t *K, const uint16_t *V, int len, int hd, size_t kd,
                              float scale, float sink, float softcap, float *sc, float *out);
 
-// Gemma 2's attention logit soft-capping of scores s[0..n), in place, as ggml computes it (llama.cpp's
-// graph scales q.k by 1 / cap, takes tanh and scales by cap; its flash attention folds 1 / cap into
-// the score scale, the same product when the score scale is 1, as Gemma 2's is):
-//   s[j] = cap * tanhf(s[j] * (1 / cap)).
-// libm's tanhf in plain scalar code on every level (no product to fuse), so every level computes the
-// same bits. Returns the max of the capped scores (-inf for n = 0): the kernels' softmax max.
-inline float softcap_scores(float *s, int n, float cap) {
-    const float inv = 1.0f / cap;
-    float mx = -INFINITY;
-    for (int j = 0; j < n; ++j) {
-        s[j] = cap * std::tanh(s[j] * inv);
-        mx = s[j] > mx ? s[j] : mx;
-    }
-    return mx;
-}
+// Gemma 2's attention logit soft-capping of the scores, in place, as ggml's steps (llama.cpp's graph
+// scales q.k by 1 / cap, takes tanh and scales by cap; its flash attention folds 1 / cap into the
+// score scale, the same product when the score scale is 1, as Gemma 2's is):
+//   s_j = cap * T(s_j * (1 / cap)),  T(x) = copysign((1 - e) / (1 + e), x),  e = attn_exp(-2|x|)
+// (the spec: ref::softcap_scores in csrc/ref/attn.cpp). T is tanh to within 1.2e-7 absolute (libm's
+// tanhf, which llama.cpp runs, to within a few ulp of 1): plain IEEE mul / add / div, so every level
+// computes the same bits, 8 lanes at a time on x86 (csrc/x86/attn_exp8.inl).
 using AttnKernel = KernelSlot<attn_f16_fn>;
 
 // Attention of nq query rows that share one half cache's key and value rows: DeepSeek MLA
@@ -176,7 +168,7 @@ using MlaKernel = KernelSlot<mla_f16_fn>;
 //   score_j: per block b in order, s += (float)isum_b * (dk_b * dq_b) (K Q8_0, ggml's
 //            vec_dot_q8_0_q8_0) or s += ((float)isum_b * dk_b) * dq_b (K Q4_0, vec_dot_q4_0_q8_0),
 //            isum_b the exact int32 dot of the codes (Q4_0: nibble - 8); score_j = s * scale,
-//            then softcap_scores if softcap > 0 (attn_f16_fn's softcap);
+//            then capped if softcap > 0 (attn_f16_fn's softcap);
 //   m = max(max_j score_j, sink); e_j = attn_exp(score_j - m) (ref::attn_exp: Cody-Waite and a
 //   degree-6 polynomial in plain mul / add, <= 2 ulp);
 //   sum: 8 partial sums, partial l over the keys j = l mod 8 below len & ~7 in order, joined

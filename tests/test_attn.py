@@ -231,3 +231,24 @@ def test_softcap_bad_values_are_refused():
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="softcap"):
             lib.attend_f16(q, K, V, 0.125, softcap=bad)
+
+
+def test_softcap_is_tanh_within_its_bound():
+    """The soft-cap every kernel computes (ref::softcap_scores; x86 levels lane for lane, the
+    quantized-cache tests above check bitwise): cap * tanh(x / cap) to within 1.2e-7 * cap
+    absolute (tanh by e^(-2|x|), half an ulp of 1 near 0) plus a float ulp of the result; odd;
+    exactly +-cap far out; 0 at 0; NaN stays NaN."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([np.linspace(-200, 200, 40001), rng.standard_normal(20000) * 30,
+                        [0.0, -0.0, 1e-30, -1e-30, 1e-7, 87.3, 1e6, -1e6, 3.4e38]]).astype(np.float32)
+    for cap in (50.0, 1.5, 30.0):
+        got = lib.softcap_scores(x, cap)[0].astype(np.float64)
+        want = cap * np.tanh(x.astype(np.float64) / np.float32(cap))
+        bound = 1.2e-7 * cap + np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+        err = np.abs(got - want)
+        worst = int((err - bound).argmax())
+        assert (err <= bound).all(), f"cap {cap}: x {x[worst]!r} gives {got[worst]!r}, float64 {want[worst]!r}"
+        assert np.array_equal(lib.softcap_scores(-x, cap)[0], -lib.softcap_scores(x, cap)[0])
+        assert lib.softcap_scores(np.float32([1e6, -1e6]), cap)[0].tolist() == [cap, -cap]
+        assert lib.softcap_scores(np.float32([0.0]), cap)[0][0] == 0.0
+        assert np.isnan(lib.softcap_scores(np.float32([np.nan]), cap)[0][0])

@@ -168,7 +168,7 @@ void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, si
         sc[j] = vgetq_lane_f32(score<KT, 1>(K + (size_t)j * ks, ks, q, nb), 0) * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
-    if (softcap > 0.0f) mx = softcap_scores(sc, len, softcap);
+    if (softcap > 0.0f) mx = ref::softcap_scores(sc, len, softcap);
     mx = sink > mx ? sink : mx;
     // e_j, and the sum: 8 striped partials over the keys below len & ~7, then the rest in order
     const float32x4_t vmx = vdupq_n_f32(mx);

@@ -4,7 +4,7 @@
 // before q.K (its K.q product takes half operands), the softmax runs in float, and each
 // probability is rounded to half before it weights V. Dots accumulate in float in index order.
 // An attention sink (sink > -inf) joins the max and adds its exp to the sum after the keys'.
-// softcap > 0: the scores are capped (softcap_scores, kernels.h) before the max.
+// softcap > 0: the scores are capped (softcap_scores below, kernels.h's contract) before the max.
 #include <cmath>
 #include <vector>
 
@@ -97,6 +97,24 @@ float attn_exp(float x) {
     float two_n;
     std::memcpy(&two_n, &bits, 4);
     return p * two_n;
+}
+
+// tanh(x) = sign(x) (1 - e) / (1 + e), e = e^(-2|x|) in (0, 1]: no overflow; for |x| > 43.6 e is 0
+// and the result +-1 exactly; near 0 the subtraction costs at most 1.2e-7 absolute (half an ulp of
+// 1), which the scores' cap multiplies (a cap of 50: 6e-6, below a float ulp of a score of 50).
+float attn_tanh(float x) {
+    const float e = attn_exp(-2.0f * std::fabs(x));
+    return std::copysign((1.0f - e) / (1.0f + e), x);
+}
+
+float softcap_scores(float *s, int n, float cap) {
+    const float inv = 1.0f / cap;
+    float mx = -INFINITY;
+    for (int j = 0; j < n; ++j) {
+        s[j] = cap * attn_tanh(s[j] * inv);
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    return mx;
 }
 
 namespace {

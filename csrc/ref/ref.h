@@ -46,6 +46,10 @@ void attend_f16(const float *q, const uint16_t *K, const uint16_t *V, int len, i
 void attend_q(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, int v_type, const uint8_t *V, size_t vs,
               int len, int hd, float scale, float sink, float softcap, float *sc, float *out);
 float attn_exp(float x);
+// The attention soft-cap (kernels.h, attn_f16_fn's softcap): tanh by attn_exp, and the scores
+// s[0..n) capped in place, s[j] = cap * attn_tanh(s[j] * (1 / cap)); returns their max (-inf for n = 0).
+float attn_tanh(float x);
+float softcap_scores(float *s, int n, float cap);
 
 // The GLU epilogue (contract: glu_fn in kernels.h) and its exp, exposed for the tests'
 // understanding of the levels: every SIMD level must equal these bit for bit.

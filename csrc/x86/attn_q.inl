@@ -120,24 +120,7 @@ inline float score1(const uint8_t *k, const block_q8_0 *q, int nb) {
     return s;
 }
 
-// ref::attn_exp lane for lane (same constants, same mul / add steps)
-inline __m256 exp8(__m256 x) {
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f)));
-    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(1.428606765330187045e-06f)));
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 120));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 24));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 6));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(0.5f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
-    const __m256 low = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
-    const __m256i nn = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f)));
-    const __m256 two_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(nn, _mm256_set1_epi32(127)), 23));
-    return _mm256_andnot_ps(low, _mm256_mul_ps(p, two_n));
-}
+#include "attn_exp8.inl"  // attn_exp8, softcap_scores8: ref::attn_exp / ref::softcap_scores lane for lane
 
 // values i..i+7 (i a multiple of 8) of a V row, exactly
 template <int VT>
@@ -187,7 +170,7 @@ inline float softmax_row(float *sc, int len, float sink) {
     const __m256 vmx = _mm256_set1_ps(mx);
     __m256 vsum = _mm256_setzero_ps();
     for (int j = 0; j < full; j += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmx));
+        const __m256 e = attn_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vmx));
         _mm256_storeu_ps(sc + j, e);
         vsum = _mm256_add_ps(vsum, e);
     }
@@ -198,7 +181,7 @@ inline float softmax_row(float *sc, int len, float sink) {
     if (full < len || sink > -INFINITY) {
         for (int j = full; j < len; ++j) tail[j - full] = sc[j] - mx;
         tail[7] = sink - mx;  // (len - full <= 7: lane 7 is free; -inf - mx: exp 0, unused)
-        _mm256_store_ps(tail, exp8(_mm256_load_ps(tail)));
+        _mm256_store_ps(tail, attn_exp8(_mm256_load_ps(tail)));
         for (int j = full; j < len; ++j) { sc[j] = tail[j - full]; sum = sum + sc[j]; }
         if (sink > -INFINITY) sum = sum + tail[7];
     }
@@ -214,7 +197,7 @@ void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, si
     const int full = len & ~7;
     for (int j = 0; j < full; j += 8) _mm256_storeu_ps(sc + j, _mm256_mul_ps(score8<KT>(K + (size_t)j * ks, ks, q, nb), vscale));
     for (int j = full; j < len; ++j) sc[j] = score1<KT>(K + (size_t)j * ks, q, nb) * scale;
-    if (softcap > 0.0f) softcap_scores(sc, len, softcap);
+    if (softcap > 0.0f) softcap_scores8(sc, len, softcap);
     const float inv = softmax_row(sc, len, sink);
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) pv_chunk<VT, 8>(sc, V, vs, len, d0, inv, out);
@@ -413,7 +396,7 @@ void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t 
     // to a sum that is never -0, for finite v: the row's sums are those of its own keys)
     for (int r = 0; r < nq; ++r) {
         float *e = sc + (size_t)r * ld;
-        if (softcap > 0.0f) softcap_scores(e, lens[r], softcap);
+        if (softcap > 0.0f) softcap_scores8(e, lens[r], softcap);
         inv[(size_t)r] = softmax_row(e, lens[r], sinks ? sinks[r] : -INFINITY);
         for (int j = lens[r]; j < maxlen; ++j) e[j] = 0.0f;
     }

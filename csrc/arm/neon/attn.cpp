@@ -34,6 +34,7 @@
 
 #include "../../fp16.h"
 #include "../../kernels.h"
+#include "../../ref/ref.h"
 
 namespace lowbit {
 namespace neon {
@@ -65,7 +66,7 @@ void attend_f16_neon(const float *q, const uint16_t *K, const uint16_t *V, int l
         for (int d = 0; d < hd; ++d) s += qr[d] * half1(k[d]);
         sc[j] = s * scale;
     }
-    if (softcap > 0.0f) softcap_scores(sc, len, softcap);
+    if (softcap > 0.0f) ref::softcap_scores(sc, len, softcap);
     float mx = -INFINITY;
     for (j = 0; j < len; ++j) mx = sc[j] > mx ? sc[j] : mx;
     mx = sink > mx ? sink : mx;  // an attention sink joins the max ...
@@ -194,7 +195,7 @@ void mla_f16_neon(const float *q, int nq, const int32_t *lens, const uint16_t *C
     for (int r = 0; r < nq; ++r) {
         float *s = sc + (size_t)r * ld;
         const int len = lens[r];
-        if (softcap > 0.0f) softcap_scores(s, len, softcap);
+        if (softcap > 0.0f) ref::softcap_scores(s, len, softcap);
         float mx = -INFINITY;
         for (j = 0; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
         const float sink = sinks ? sinks[r] : -INFINITY;

@@ -25,6 +25,8 @@ namespace lowbit {
 namespace avx2 {
 namespace {
 
+#include "../attn_exp8.inl"  // softcap_scores8: ref::softcap_scores lane for lane
+
 // 8 half cache values widened to float (exact).
 inline __m256 load8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
 inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
@@ -166,7 +168,7 @@ void attend_f16_avx2(const float *q, const uint16_t *K, const uint16_t *V, int l
         sc[j] = reduce1(a) * scale;
         mx = sc[j] > mx ? sc[j] : mx;
     }
-    if (softcap > 0.0f) mx = softcap_scores(sc, len, softcap);  // (the capped scores' max)
+    if (softcap > 0.0f) mx = softcap_scores8(sc, len, softcap);  // (the capped scores' max)
     mx = sink > mx ? sink : mx;  // an attention sink joins the max (none: -inf changes nothing)
 
     probs_half(sc, len, mx, sink);
@@ -331,7 +333,7 @@ void mla_f16_avx2(const float *q, int nq, const int32_t *lens, const uint16_t *C
     for (int r = 0; r < nq; ++r) {
         const int len = lens[r], full = len & ~7;
         float *s = sc + (size_t)r * ld;
-        if (softcap > 0.0f) softcap_scores(s, len, softcap);
+        if (softcap > 0.0f) softcap_scores8(s, len, softcap);
         __m256 vmax = _mm256_set1_ps(-INFINITY);
         for (j = 0; j < full; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
         alignas(32) float lanes[8];
