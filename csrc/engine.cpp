@@ -72,6 +72,10 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         throw std::invalid_argument("engine: ungated experts are relu^2 only (nemotron_h_moe)");
     if (!c.layer_parts.empty() && c.layer_parts.size() != (size_t)c.n_layer)
         throw std::invalid_argument("engine: the layer-parts list must have one entry per layer");
+    if (c.ssm_parallel && (!c.mamba2 || c.recurrent.size() != (size_t)c.n_layer || !c.layer_parts.empty() ||
+                           c.mla_rank > 0 ||
+                           std::find(c.recurrent.begin(), c.recurrent.end(), (uint8_t)0) != c.recurrent.end()))
+        throw std::invalid_argument("engine: side-by-side attention and Mamba-2 (falcon-h1) needs every layer recurrent");
     kv_index_.assign((size_t)c.n_layer, -1);
     rec_index_.assign((size_t)c.n_layer, -1);
     for (int l = 0; l < c.n_layer; ++l) {
@@ -88,7 +92,7 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         }
         if (l < c_.layer_begin || l >= c_.layer_end) continue;  // another pipeline stage's layer: no state here
         if (rec) rec_index_[(size_t)l] = n_rec_layers_++;
-        else if (L.has_mixer) kv_index_[(size_t)l] = n_kv_layers_++;
+        if ((!rec || c.ssm_parallel) && L.has_mixer) kv_index_[(size_t)l] = n_kv_layers_++;  // (falcon-h1: both)
     }
     if (n_rec_layers_ > 0 && c.shortconv) {  // LFM2 (llama.cpp asserts l_cache > 1)
         if (c.ssm_conv < 2)
@@ -347,6 +351,13 @@ std::string Engine::validate() const {
         return "";
     };
     const int qd = c_.n_head * c_.head_dim, kd = c_.n_kv * c_.head_dim;
+    auto attn_shapes = [&](const LayerWeights &l, const std::string &p) -> std::string {  // q, k, v, output
+        std::string e;
+        if (!(e = shape(l.wq, c_.attn_gate ? 2 * qd : qd, c_.dim, p + "attn_q")).empty()) return e;
+        if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
+        if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
+        return shape(l.wo, c_.dim, qd, p + "attn_output");
+    };
     std::string e;
     if (c_.layer_begin == 0 && !(e = shape(embd_, c_.vocab, c_.dim, "token_embd")).empty()) return e;
     if (c_.layer_end == c_.n_layer) {
@@ -369,8 +380,9 @@ std::string Engine::validate() const {
             const int64_t H = c_.ssm_heads, di = c_.ssm_inner, cd = conv_dim();
             if (!(e = shape(l.ssm_in, di + cd + H, c_.dim, p + "ssm_in")).empty()) return e;
             if (!(e = shape(l.ssm_out, c_.dim, di, p + "ssm_out")).empty()) return e;
-            if (!l.ssm_conv1d || !l.ssm_dt || !l.ssm_a || !l.ssm_d || !l.ssm_norm)
+            if (!l.ssm_conv1d || !l.ssm_dt || !l.ssm_a || !l.ssm_d || (!l.ssm_norm && !c_.ssm_parallel))
                 return p + "ssm_conv1d/ssm_dt/ssm_a/ssm_d/ssm_norm missing";
+            if (c_.ssm_parallel && !(e = attn_shapes(l, p)).empty()) return e;  // (and its attention beside)
         } else if (l.recurrent) {
             const int64_t S = c_.ssm_state, Hv = c_.ssm_heads, vd = Hv * S, cd = 2 * (int64_t)c_.ssm_groups * S + vd;
             if (!(e = shape(l.wqkv, cd, c_.dim, p + "attn_qkv")).empty()) return e;
@@ -395,11 +407,8 @@ std::string Engine::validate() const {
             if (!(e = shape(l.wk_b, c_.n_head * R, nope, p + "attn_k_b")).empty()) return e;
             if (!(e = shape(l.wv_b, c_.n_head * vd, R, p + "attn_v_b")).empty()) return e;
             if (!(e = shape(l.wo, c_.dim, c_.n_head * vd, p + "attn_output")).empty()) return e;
-        } else {
-            if (!(e = shape(l.wq, c_.attn_gate ? 2 * qd : qd, c_.dim, p + "attn_q")).empty()) return e;
-            if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
-            if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
-            if (!(e = shape(l.wo, c_.dim, qd, p + "attn_output")).empty()) return e;
+        } else if (!(e = attn_shapes(l, p)).empty()) {
+            return e;
         }
         if (c_.post_norms && !l.attn_post_norm) return p + "post_attention_norm is missing";
         if (c_.post_norms && !l.ffn_post_norm) return p + "post_ffw_norm is missing";
@@ -907,7 +916,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         const auto t0 = now();
         if (L.has_mixer) pre_norm(L.attn_norm, T);
         if (!L.has_mixer) {  // an FFN-only layer (nemotron_h)
-        } else if (L.recurrent) {  // hybrid models: a gated delta-net (or LFM2's short conv) in place of attention
+        } else if (L.recurrent && !c_.ssm_parallel) {  // hybrid models: a gated delta-net (or LFM2's short conv, a Mamba-2 mixer) in place of attention
             if (c_.shortconv) shortconv(l, h_.data(), T, slots, h_.data());
             else if (c_.mamba2) mamba2(l, h_.data(), T, slots, h_.data());
             else deltanet(l, h_.data(), T, slots, h_.data());
@@ -916,6 +925,10 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             mla_attention(l, h_.data(), T, slots, pos, h_.data());
             residual(h_.data(), T);
         } else {  // attention (the block keeps the loop's indentation up to its closing brace)
+        if (c_.ssm_parallel) {  // falcon-h1: the Mamba-2 mixer beside the attention, on the same input
+            par_.resize((size_t)T * dim);
+            mamba2(l, h_.data(), T, slots, par_.data());
+        }
         if (c_.attn_gate) {  // attn_q: [q_h, gate_h] per head, split into q_ and agate_
             qg_.resize((size_t)T * 2 * qd);
             agate_.resize((size_t)T * qd);
@@ -983,6 +996,8 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         matmul(L.wo, att_.data(), T, h_.data());
         add_bias(h_.data(), L.bo, T, dim);
         if (L.attn_post_norm) rmsnorm(h_.data(), L.attn_post_norm, h_.data(), T, dim);  // gemma3
+        if (c_.ssm_parallel)  // falcon-h1: attn_out + ssm_out, then the residual
+            for (size_t i = 0; i < (size_t)T * dim; ++i) h_[i] += par_[i];
         residual(h_.data(), T);
         }  // attention
 

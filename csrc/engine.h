@@ -209,6 +209,10 @@ struct EngineConfig {
     // channels; the recurrent state per head is [d_inner / H][N] floats.
     bool mamba2 = false;
     int ssm_inner = 0;
+    // Falcon-H1 (falcon-h1): every layer runs attention and a Mamba-2 mixer side by side on the same
+    // attn_norm output and adds their outputs (attn + ssm) before the one residual add; `recurrent`
+    // lists every layer, and each also holds KV rows. The Mamba-2 mixer's ssm_norm is optional.
+    bool ssm_parallel = false;
     // Per layer which blocks it has (nemotron_h: each layer is a Mamba-2 mixer, attention or an FFN
     // alone, each after its one norm, attn_norm, then the residual add): bit 0 the mixer, bit 1 the
     // FFN; empty: both in every layer. A layer without a mixer holds no KV and no recurrent state.
@@ -474,6 +478,7 @@ private:
     std::vector<float> ssm_st_;          // [slot][rec layer][H_v][S (value j)][S (key i)] (Mamba-2: [H][P][N])
     std::vector<int32_t> rpos_;          // [slot] tokens folded into the slot's recurrent state
     std::vector<float> dq_, dz_, dab_, dg_, db_, dout_;  // delta-net scratch
+    std::vector<float> par_;  // falcon-h1: the Mamba-2 mixer's output beside the attention's [T][dim]
     // the replay log: [slot][rec layer][kReplayMax][conv_dim + 2 H_v] (conv input, decay, beta; LFM2: the conv input only),
     // allocated at the first call that logs; per slot its first position and token count
     std::vector<float> tlog_;

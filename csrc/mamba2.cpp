@@ -1,4 +1,4 @@
-// The Mamba-2 mixer of granitehybrid's SSM layers (llama.cpp's granitehybrid:
+// The Mamba-2 mixer of granitehybrid's, nemotron_h's, mamba2's and falcon-h1's SSM layers (llama.cpp's granitehybrid:
 // src/models/mamba-base.cpp build_mamba2_layer, ggml's GGML_OP_SSM_CONV and GGML_OP_SSM_SCAN).
 // Shapes, with N = ssm_state (d_state), G = ssm_groups, H = ssm_heads, d_inner = ssm_inner,
 // P = d_inner / H (a head's channels), K = ssm_conv, conv_dim = d_inner + 2 G N:
@@ -14,7 +14,7 @@
 //   4. the scan per (slot, head), tokens in order, on the state s[P][N] (kernel_table().scan:
 //      s = s * dA + B * (x dt_h); y = s . C per channel).
 //   5. y += x * D[h]; y *= silu(z); an RMSNorm over each of the G groups of d_inner / G channels
-//      times ssm_norm; then out = ssm_out . y.
+//      times ssm_norm (if the layer has one: falcon-h1's is optional); then out = ssm_out . y.
 //
 // As the delta-net (csrc/deltanet.cpp): prefill runs the decode's token loop (llama.cpp's CPU
 // path does too), so a token's arithmetic never depends on the window it arrived in (I8); the
@@ -66,7 +66,7 @@ void Engine::mamba2(int layer, const float *x, int T, const int32_t *slots, floa
         const float *xc = dq_.data() + (size_t)t * cd;          // x after the conv
         const float *z = dab_.data() + (size_t)t * rows;
         for (int i = 0; i < di; ++i) y[i] = silu_f32(z[i]) * (y[i] + xc[i] * L.ssm_d[i / P]);
-        for (int g = 0; g < G; ++g) {
+        for (int g = 0; L.ssm_norm && g < G; ++g) {  // (falcon-h1's may have none)
             float *v = y + (size_t)g * gw;
             double ss = 0.0;
             for (int i = 0; i < gw; ++i) ss += (double)(v[i] * v[i]);

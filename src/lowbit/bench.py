@@ -271,7 +271,7 @@ def kv_cache_bytes(m, n: int) -> tuple[int, int]:
     MLA (deepseek2) caches the latent rows; expanded is n_head * (key + value width) per layer."""
     c = m.config
     ours = int(m.engine.kv_bytes(n))
-    attn_layers = c.n_layer - sum(bool(r) for r in c.recurrent)
+    attn_layers = len(c.attention_layers)
     if c.mla_rank:
         return ours, attn_layers * n * c.n_head * (c.head_dim + c.mla_v_dim) * 2
     return ours, attn_layers * n * c.n_kv * c.head_dim * 2 * 2
@@ -283,7 +283,7 @@ def kv_read_per_token(m, p0: int, n: int) -> int:
     (a GQA group's K/V rows are read once for its heads). A delta-net layer's recurrent state is
     not counted."""
     c = m.config
-    attn = [i for i in range(c.n_layer) if not (i < len(c.recurrent) and c.recurrent[i])]
+    attn = c.attention_layers
     per_layer = m.engine.kv_bytes(1) / max(1, len(attn))  # bytes of one position in one layer
     total = 0.0
     for pos in range(p0, p0 + n):

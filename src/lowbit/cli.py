@@ -103,7 +103,10 @@ def _info_model(path: str) -> None:
                 f"Mamba-2 ({c.ssm_heads} heads, state {c.ssm_state})" if c.mamba2 else "gated delta-net")
         mlp = sum(p == 2 for p in c.layer_parts)  # (nemotron_h: layers that are an MLP alone)
         rest = f", {mlp} {'experts' if c.n_expert else 'MLP'}" * bool(mlp)
-        rest += ", the rest attention" * (sum(bool(r) for r in c.recurrent) + mlp < c.n_layer)
+        if c.ssm_parallel:  # falcon-h1
+            rest = ", each beside attention"
+        else:
+            rest += ", the rest attention" * (sum(bool(r) for r in c.recurrent) + mlp < c.n_layer)
         print(f"hybrid    {sum(bool(r) for r in c.recurrent)} of {c.n_layer} layers {kind}{rest}")
     by = {}  # format -> (tensors, bytes)
     for t in f.tensors.values():

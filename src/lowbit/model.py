@@ -102,6 +102,8 @@ biases; q/k norms when the file has them; rope over the first rope.dimension_cou
                   (NoPE)                           sigmoid + exp_probs_b, expert_weights_norm / _scale) + an ungated
                                                    relu^2 shared expert (Nemotron 3 Nano)
     mamba2        -         -          -           Mamba-2 alone: every layer attn_norm, a Mamba-2 mixer, the residual
+    falcon-h1     neox      -          optional    dense; every layer attention and a Mamba-2 mixer side by side on
+                                                   attn_norm's output, summed, then ffn_norm and a SwiGLU FFN
 
 DeepSeek V2 / V3 (llama.cpp's deepseek2, files with the MLA split attn_k_b / attn_v_b) as configuration:
 multi-head latent attention (csrc/mla.cpp): q from attn_q, or attn_q_b(RMSNorm(attn_q_a x)) with
@@ -176,7 +178,8 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "ernie4_5-moe": False, "lfm2": True, "lfm2moe": True,
              "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
              "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True,
-             "granitehybrid": False, "nemotron_h": False, "nemotron_h_moe": False, "mamba2": False}
+             "granitehybrid": False, "nemotron_h": False, "nemotron_h_moe": False, "mamba2": False,
+             "falcon-h1": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe", "nemotron_h_moe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -195,7 +198,9 @@ SHORTCONV_ARCHS = {"lfm2", "lfm2moe"}
 # attention (head_count_kv > 0) or an ungated relu^2 MLP (feed_forward_length > 0), each after attn_norm
 # (nemotron_h_moe: its FFN layers are routed experts, ungated relu^2, with an ungated shared expert)
 # Mamba-2 (mamba2: Mamba2, Mamba-Codestral): every layer a Mamba-2 mixer alone (no attention, no FFN)
-MAMBA2_ARCHS = {"granitehybrid", "nemotron_h", "nemotron_h_moe", "mamba2"}
+# Falcon-H1 (falcon-h1): every layer attention and a Mamba-2 mixer side by side on attn_norm's output,
+# summed before the residual; the converter folds Falcon-H1's multipliers into the weights
+MAMBA2_ARCHS = {"granitehybrid", "nemotron_h", "nemotron_h_moe", "mamba2", "falcon-h1"}
 OUTPUT_NORM = {"lfm2": "token_embd_norm", "lfm2moe": "token_embd_norm"}  # the final norm's tensor; default "output_norm"
 SHARED_EXPERT_ARCHS = {"qwen2moe", "qwen35moe", "qwen3next"}
 EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "softmax" (over all, then top-K)
@@ -311,6 +316,7 @@ class ModelConfig:
     shortconv: bool = False       # lfm2 / lfm2moe: the recurrent layers are short-conv blocks (ssm_conv: l_cache)
     mamba2: bool = False          # granitehybrid: the recurrent layers are Mamba-2 mixers (ssm_state: d_state N,
     ssm_inner: int = 0            # ssm_groups: G, ssm_heads: H; ssm_inner: d_inner)
+    ssm_parallel: bool = False    # falcon-h1: every layer attention and a Mamba-2 mixer side by side, summed
     layer_parts: tuple = ()       # nemotron_h: per layer 1 (a mixer alone), 2 (an FFN alone); () both everywhere
     ffn_ungated: bool = False     # nemotron_h: dense FFNs are down(act(up x)), no ffn_gate
     attn_gate: bool = False       # attn_q yields [q, gate] per head; output * sigmoid(gate)
@@ -326,6 +332,14 @@ class ModelConfig:
     @property
     def hybrid(self) -> bool:
         return any(self.recurrent)
+
+    @property
+    def attention_layers(self) -> list[int]:
+        """The layers that hold KV rows: not a recurrent mixer in place of attention (falcon-h1's
+        run both), and not an FFN alone (nemotron_h's MLP layers)."""
+        return [i for i in range(self.n_layer)
+                if (self.ssm_parallel or not (i < len(self.recurrent) and self.recurrent[i]))
+                and (i >= len(self.layer_parts) or self.layer_parts[i] & 1)]
 
     @classmethod
     def from_gguf(cls, f: gguf.GGUFFile) -> "ModelConfig":
@@ -517,7 +531,7 @@ class ModelConfig:
                 raise GGUFError(f"{f.path}: {arch}.rope.freq_base_swa = {base!r} differs from rope.freq_base: "
                                 "not supported (the sliding layers would need their own frequency scaling)")
             return dict(pre_norms=False, post_norms=True, **({"rope_layers": tuple(w > 0 for w in win)} if any(win) else {}))
-        if arch not in ("mistral3", "granite", "granitemoe", "minicpm", "granitehybrid"):
+        if arch not in ("mistral3", "granite", "granitemoe", "minicpm", "granitehybrid", "falcon-h1"):
             return {}
         md, out = f.metadata, {}
         if arch == "minicpm":  # llama.cpp's defaults for older files, in float32, then the keys
@@ -536,6 +550,9 @@ class ModelConfig:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v) or v < 0:
                 raise GGUFError(f"{f.path}: metadata key {arch}.{k} = {v!r} is not a number >= 0")
             out[field] = float(np.float32(v))
+        if arch == "falcon-h1":  # (llama.cpp: kq_scale = attention.scale if the file has one; q scaled here)
+            number("attention.scale", "attn_scale")
+            return out
         if arch == "minicpm":  # (the granite graph; no attention.scale, every layer rotates)
             number("logit_scale", "logit_scale")
             number("residual_scale", "residual_scale")
@@ -623,6 +640,9 @@ class ModelConfig:
           granitehybrid: a layer is a Mamba-2 mixer where attention.head_count_kv (an array per layer)
             is 0, else attention; each with its FFN; d_inner is 2 x embedding_length (llama.cpp asserts it).
           mamba2: every layer a Mamba-2 mixer alone after attn_norm;
+          falcon-h1: every layer attention and a Mamba-2 mixer side by side after attn_norm, their
+            outputs summed (ssm_parallel), then the FFN after ffn_norm (its tensor "blk.N.ffn_norm",
+            no ".weight", as convert_hf_to_gguf names it); ssm_norm optional; no FFN biases;
           nemotron_h: one block per layer: a Mamba-2 mixer where head_count_kv and
             feed_forward_length (both arrays per layer) are 0, attention where head_count_kv is not,
             else an ungated MLP of that width (relu^2); every block's norm is attn_norm; no layer
@@ -633,6 +653,12 @@ class ModelConfig:
         if arch == "mamba2":  # every layer a mixer alone
             recurrent = (True,) * n_layer
             out = dict(layer_parts=(1,) * n_layer)
+        elif arch == "falcon-h1":  # every layer both
+            recurrent = (True,) * n_layer
+            out = dict(ssm_parallel=True)
+            bias = next((t for t in f.tensors if t.endswith((".ffn_up.bias", ".ffn_gate.bias", ".ffn_down.bias"))), None)
+            if bias:
+                raise GGUFError(f"{f.path}: tensor {bias!r}: falcon-h1's FFN biases are not supported")
         else:
             kv = ModelConfig._per_layer(f, arch, "attention.head_count_kv", n_layer, zero)
             recurrent = tuple(n == 0 for n in kv)
@@ -951,7 +977,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
                           ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
                           ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave, shortconv=c.shortconv,
-                          mamba2=c.mamba2, ssm_inner=c.ssm_inner,
+                          mamba2=c.mamba2, ssm_inner=c.ssm_inner, ssm_parallel=c.ssm_parallel,
                           layer_parts=list(c.layer_parts) if n_layer == c.n_layer else [], ffn_ungated=c.ffn_ungated,
                           attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
                           layer_begin=l0, layer_end=l1,
@@ -1145,11 +1171,12 @@ class Model:
             if rec and c.shortconv:  # LFM2's short-conv block (csrc/shortconv.cpp)
                 mixer = ("shortconv.in_proj", "shortconv.out_proj")
                 _vec("shortconv.conv", i, p + "shortconv.conv.weight")
-            elif rec and c.mamba2:  # a Mamba-2 mixer (csrc/mamba2.cpp)
-                mixer = ("ssm_in", "ssm_out")
+            elif rec and c.mamba2:  # a Mamba-2 mixer (csrc/mamba2.cpp), falcon-h1's beside the attention
+                mixer = ("ssm_in", "ssm_out") + (mixer if c.ssm_parallel else ())
                 for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),
                                    ("ssm_a", "ssm_a"), ("ssm_d", "ssm_d"), ("ssm_norm", "ssm_norm.weight")):
-                    _vec(slot, i, p + name)
+                    if slot != "ssm_norm" or not c.ssm_parallel or p + name in self.file.tensors:
+                        _vec(slot, i, p + name)
                 if p + "ssm_conv1d.bias" in self.file.tensors:
                     _vec("ssm_conv1d.bias", i, p + "ssm_conv1d.bias")
             elif rec:  # a gated delta-net layer (csrc/deltanet.cpp)
@@ -1176,7 +1203,9 @@ class Model:
                     _vec(slot + ".scale", i, p + slot + ".scale")
             if c.pre_norms and parts == 3:
                 _vec("attn_norm", i, p + "attn_norm.weight")
-                _vec("ffn_norm", i, p + c.ffn_norm + ".weight")
+                fn = p + c.ffn_norm  # (falcon-h1's has no ".weight")
+                _vec("ffn_norm", i, fn if fn + ".weight" not in self.file.tensors and fn in self.file.tensors
+                     else fn + ".weight")
             elif c.pre_norms:  # one block, its norm attn_norm (nemotron_h)
                 _vec("attn_norm" if parts & 1 else "ffn_norm", i, p + "attn_norm.weight")
             if c.attn_out_bias:

@@ -5,13 +5,16 @@ Every file carries the default model's vocabulary (SmolLM2's tokenizer.* keys), 
 like a real model and llama.cpp accepts it. Weights are Gaussian with std 1/sqrt(fan-in) (norm
 weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of layers.
 
-    synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3 / gemma3 / phi3 / smollm3 / mistral3
-                                                              / granite
+    synth_dense(path, arch="llama", layers=.., dim=.., ...)   llama / qwen2 / qwen3 / gemma3 / gemma2 / phi3 / smollm3
+                                                              / mistral3 / granite
     synth_bitnet(path, arch="bitnet", wtype="TQ2_0", ...)     bitnet / bitnet-b1.58, ternary weights
     synth_moe(path, arch="qwen3moe", experts=.., top_k=.., ...) qwen3moe / qwen2moe / olmoe / mixtral / gpt-oss
                                                               / glm4moe
     synth_hybrid(path, arch="qwen35moe", ...)                 qwen35moe / qwen35 / qwen3next (delta-net + attention)
     synth_lfm2(path, arch="lfm2", ...)                        lfm2 / lfm2moe (short conv + attention)
+    synth_granite_hybrid(path, ...)                           granitehybrid (Mamba-2 + attention)
+    synth_nemotron_h(path, pattern="M-*M-", ...)              nemotron_h / nemotron_h_moe / mamba2
+    synth_falcon_h1(path, ...)                                falcon-h1 (attention and Mamba-2 side by side)
     one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
 """
 from __future__ import annotations
@@ -913,11 +916,11 @@ def _add_lfm2(ss) -> None:
 
 
 def add_mamba2(w: Writer, rng: np.random.Generator, p: str, *, dim: int, inner: int, groups: int, state: int,
-               heads: int, conv: int, conv_bias: bool, wtype: str) -> None:
+               heads: int, conv: int, conv_bias: bool, wtype: str, norm: bool = True) -> None:
     """A Mamba-2 mixer's tensors as llama.cpp's converter writes them (the small vectors F32):
     ssm_in [2 inner + 2 G N + H, dim] (z, x, B, C, dt), ssm_conv1d [inner + 2 G N, conv] and its bias,
     ssm_dt.bias [H] (softplus of it in [1e-3, 1e-1], Mamba-2's initialisation), ssm_a [H, 1]
-    (-exp(A_log), A_log = log U(1, 16)), ssm_d [H, 1], ssm_norm [G, inner / G], ssm_out [dim, inner]."""
+    (-exp(A_log), A_log = log U(1, 16)), ssm_d [H, 1], ssm_norm [G, inner / G] (norm), ssm_out [dim, inner]."""
     G, N, H = groups, state, heads
     cd = inner + 2 * G * N
     w.add(p + "ssm_in.weight", gauss(rng, 2 * inner + 2 * G * N + H, dim), wtype)
@@ -927,8 +930,8 @@ def add_mamba2(w: Writer, rng: np.random.Generator, p: str, *, dim: int, inner: 
     w.add(p + "ssm_dt.bias", np.log(np.expm1(rng.uniform(1e-3, 1e-1, H))).astype(np.float32))
     w.add(p + "ssm_a", (-rng.uniform(1.0, 16.0, (H, 1))).astype(np.float32))
     w.add(p + "ssm_d", rng.uniform(0.5, 1.5, (H, 1)).astype(np.float32))
-    # (spread wider than the other norms: the grouped norm's weights are seen)
-    w.add(p + "ssm_norm.weight", rng.uniform(0.5, 2.0, (G, inner // G)).astype(np.float32))
+    if norm:  # (spread wider than the other norms: the grouped norm's weights are seen)
+        w.add(p + "ssm_norm.weight", rng.uniform(0.5, 2.0, (G, inner // G)).astype(np.float32))
     w.add(p + "ssm_out.weight", gauss(rng, dim, inner), wtype)
 
 
@@ -1538,9 +1541,91 @@ def _synth_hybrid_cli(a: argparse.Namespace) -> str:
                         progress=_bar_on(), **kw)
 
 
+def synth_falcon_h1(path, *, layers: int = 4, dim: int = 256, ffn: int = 512, heads: int = 4, kv_heads: int = 2,
+                    head_dim: int | None = None, ssm_inner: int = 384, ssm_conv: int = 4, ssm_state: int = 32,
+                    ssm_groups: int = 1, ssm_heads: int = 6, ssm_norm: bool = True, conv_bias: bool = True,
+                    ctx: int = 1024, rope_base: float = 10000.0, wtype: str = "Q8_0", embd_type: str = "F32",
+                    head_type: str | None = None, tied: bool = False, seed: int = 0, vocab: dict | None = None,
+                    progress: bool = False) -> str:
+    """A Falcon-H1 model (llama.cpp's falcon-h1) with random weights, as convert_hf_to_gguf lays it
+    out (Falcon-H1's multipliers folded into the weights, so none is in the file). Every layer:
+    attn_norm, then attention (attn_q / attn_k / attn_v / attn_output, neox rope) and a Mamba-2 mixer
+    (add_mamba2: d_inner = ssm_inner in H = ssm_heads heads, G = ssm_groups, N = ssm_state; ssm_norm
+    optional, as in the file) side by side on its output, summed; then "ffn_norm" (the tensor's name
+    has no ".weight": the converter maps pre_ff_layernorm.weight whole) and a SwiGLU FFN of ffn."""
+    hd = head_dim or dim // heads
+    if ssm_heads < 1 or ssm_groups < 1 or ssm_inner % ssm_heads or ssm_heads % ssm_groups or ssm_state < 1 or \
+            ssm_conv < 1:
+        raise ValueError(f"synth: --ssm-inner ({ssm_inner}) must split into --ssm-heads ({ssm_heads}), a multiple of "
+                         f"--ssm-groups ({ssm_groups}); --ssm-state and --ssm-conv must be positive")
+    rng = np.random.default_rng(seed)
+    vocab = vocab or default_vocab()
+    nv = vocab_size(vocab)
+    w = Writer(path, "falcon-h1", progress=progress, fit=True)
+    a = w.arch
+    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd, ctx=ctx,
+                 rope_base=rope_base, eps=1e-5)
+    for k, v in (("conv_kernel", ssm_conv), ("state_size", ssm_state), ("group_count", ssm_groups),
+                 ("inner_size", ssm_inner), ("time_step_rank", ssm_heads)):
+        w.meta(f"{a}.ssm.{k}", int(v))
+    w.add("token_embd.weight", gauss(rng, nv, dim), embd_type)
+    if not tied:
+        w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    w.add("output_norm.weight", norm_weight(rng, dim))
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "ffn_norm", norm_weight(rng, dim))
+        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, pre_norms=False)
+        add_mamba2(w, rng, p, dim=dim, inner=ssm_inner, groups=ssm_groups, state=ssm_state, heads=ssm_heads,
+                   conv=ssm_conv, conv_bias=conv_bias, wtype=wtype, norm=ssm_norm)
+        add_glu(w, rng, p, width=ffn, dim=dim, wtype=wtype)
+    w.close()
+    return str(path)
+
+
+# Published Falcon-H1 shapes (config.json as recalled, not checked offline; `lowbit synth falcon-h1 OUT
+# --shape NAME --layers 8`: an 8-layer slice). The vocabulary stays SmolLM2's 49152 (Falcon-H1's: 32K-261K).
+FALCON_H1_SHAPES = {
+    "falcon-h1-0.5b": dict(layers=36, dim=1024, ffn=2048, heads=8, kv_heads=2, head_dim=64, ssm_inner=1536,
+                           ssm_heads=24, ssm_state=128, ssm_groups=1, ctx=16384, arch="falcon-h1"),
+    "falcon-h1-7b": dict(layers=44, dim=3072, ffn=12288, heads=12, kv_heads=2, head_dim=128, ssm_inner=3072,
+                         ssm_heads=24, ssm_state=256, ssm_groups=1, ctx=262144, arch="falcon-h1"),
+}
+
+
+def _add_falcon_h1(ss) -> None:
+    p = ss.add_parser("falcon-h1", help="a Falcon-H1 model: attention and a Mamba-2 mixer side by side in every layer",
+                      description="Write a Falcon-H1 model (llama.cpp's falcon-h1) with random weights and SmolLM2's "
+                                  "vocabulary.")
+    _shape_options(p, layers=4, dim=256, ffn=512, heads=4, kv_heads=2)
+    p.add_argument("--arch", default="falcon-h1", choices=["falcon-h1"], help=argparse.SUPPRESS)
+    p.add_argument("--shape", default=None, choices=list(FALCON_H1_SHAPES),
+                   help="a published model's sizes for every option not given "
+                        "(e.g. --shape falcon-h1-7b --layers 8: an 8-layer slice)")
+    p.add_argument("--head-dim", type=int, default=None, help="attention head width (default dim / heads)")
+    p.add_argument("--ssm-inner", type=int, default=384, help="the Mamba-2 mixer's d_inner (384)")
+    p.add_argument("--ssm-conv", type=int, default=4, help="the conv's kernel width (4)")
+    p.add_argument("--ssm-state", type=int, default=32, help="the state size N per channel (32)")
+    p.add_argument("--ssm-groups", type=int, default=1, help="B / C groups (1)")
+    p.add_argument("--ssm-heads", type=int, default=6, help="SSM heads (6)")
+    p.add_argument("--no-ssm-norm", dest="ssm_norm", action="store_false", help="no ssm_norm (it is optional)")
+    p.add_argument("--rope-base", type=float, default=10000.0)
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
+    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
+    p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head")
+    p.set_defaults(synth=lambda a: synth_falcon_h1(
+        a.out, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
+        ssm_inner=a.ssm_inner, ssm_conv=a.ssm_conv, ssm_state=a.ssm_state, ssm_groups=a.ssm_groups,
+        ssm_heads=a.ssm_heads, ssm_norm=a.ssm_norm, ctx=a.ctx, rope_base=a.rope_base, wtype=a.wtype,
+        embd_type=a.embd_type, head_type=a.head_type, tied=a.tied, seed=a.seed, progress=_bar_on()))
+    _with_shapes(p, FALCON_H1_SHAPES)
+
+
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
 FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet, "lfm2": _add_lfm2,
-            "granitehybrid": _add_granite_hybrid, "nemotron_h": _add_nemotron_h}
+            "granitehybrid": _add_granite_hybrid, "nemotron_h": _add_nemotron_h, "falcon-h1": _add_falcon_h1}
 
 
 def _bar_on() -> bool:
