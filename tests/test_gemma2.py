@@ -106,6 +106,16 @@ def test_synth_cli_writes_gemma2(tmp_path):
     assert c.window == (4, 0, 4) and c.attn_softcap == 50.0 and c.logit_softcap == 30.0
     assert m.forward([1, 2, 3]).shape == (1, c.vocab)
     assert main(["synth", "dense", str(tmp_path / "bad.gguf"), "--arch", "gemma2", "--attn-softcap", "0"]) == 2
+    assert main(["synth", "dense", str(out), "--shape", "gemma-2-27b", "--layers", "1", "--dim", "256", "--ffn", "64",
+                 "--heads", "4", "--kv-heads", "2"]) == 0
+    c = lowbit.load(str(out), n_ctx=32).config
+    assert (c.arch, c.head_dim, c.window, c.attn_softcap, c.logit_softcap) == ("gemma2", 128, (4096,), 50.0, 30.0)
+
+
+def test_info_names_the_soft_caps(gemma2_path, capsys):
+    from lowbit.cli import main
+    assert main(["info", "-m", str(gemma2_path)]) == 0
+    assert "softcap   attention scores at 1.5, final logits at 4 (cap * tanh(x / cap))" in capsys.readouterr().out
 
 
 def test_bad_metadata_names_the_key(tmp_path):

@@ -46,7 +46,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"attention {c['attention_q_rows']} (--kv q8_0 / q4_0: a GQA group's heads, a prompt block's tokens)")
     print(f"glu       {c['glu']} (the FFN's gate/up epilogue: silu(gate) * up, relu(gate)^2 * up)")
     print(f"delta     {c['delta']} (the delta-net state update of the hybrid Qwen models)")
-    print(f"scan      {c['scan']} (the Mamba-2 state update of Granite 4.0-H)")
+    print(f"scan      {c['scan']} (the Mamba-2 state update: Granite 4.0-H, Nemotron-H, Falcon-H1, Mamba-2)")
     print(f"prefetch  weights {c['prefetch']} bytes ahead of the decode (0: off; CMake LOWBIT_PREFETCH_AHEAD)")
     print(f"iq_grid   IQ3 grid rows by {c['iq_grid']} (LOWBIT_IQ_GRID=loads|gather; loads on AMD, gather on Intel)")
     if c["disabled"]:
@@ -98,6 +98,10 @@ def _info_model(path: str) -> None:
     if any(c.window):
         print(f"windows   sliding-window layers: {sum(bool(w) for w in c.window)} of {c.n_layer} "
               f"(window {max(c.window)})")
+    if c.attn_softcap or c.logit_softcap:  # gemma2 (gemma3: the final one, if its file has it)
+        caps = [f"attention scores at {c.attn_softcap:g}"] * bool(c.attn_softcap) + \
+            [f"final logits at {c.logit_softcap:g}"] * bool(c.logit_softcap)
+        print(f"softcap   {', '.join(caps)} (cap * tanh(x / cap))")
     if c.hybrid:
         kind = (f"short-conv (kernel {c.ssm_conv})" if c.shortconv else
                 f"Mamba-2 ({c.ssm_heads} heads, state {c.ssm_state})" if c.mamba2 else "gated delta-net")

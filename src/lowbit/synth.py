@@ -1250,7 +1250,7 @@ def _add_dense(ss) -> None:
                    help="gemma2: attn_logit_softcapping, every attention score capped (Gemma 2's 50)")
     p.add_argument("--rope-linear", type=float, default=0.0,
                    help="linear rope scaling factor (0: none; gemma3 4B-27B: 8, global layers only)")
-    _hybrid_options(p)
+    _hybrid_options(p, DENSE_SHAPES)
     p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
     p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
     p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
@@ -1262,7 +1262,7 @@ def _add_dense(ss) -> None:
         rope_base_swa=a.rope_base_swa, softcap=a.softcap, rope_linear=a.rope_linear, orig_ctx=a.orig_ctx,
         rope_dims=a.rope_dims, yarn_factor=a.yarn_factor, temp_scale=a.temp_scale, nextn=a.nextn,
         attn_softcap=a.attn_softcap, progress=_bar_on()))
-    _with_shapes(p)
+    _with_shapes(p, DENSE_SHAPES)
 
 
 BITNET_ARCHS = ("bitnet", "bitnet-b1.58")
@@ -1470,6 +1470,19 @@ HYBRID_SHAPES = {
 }
 
 
+# Published Gemma 2 shapes (config.json: 1:1 sliding windows of 4096, soft-caps 50 / 30, head 256, the
+# 27B's 128 with q scaled by 1/sqrt(4608 / 32)); `lowbit synth dense OUT --shape gemma-2-9b --layers 8`.
+GEMMA2_SHAPES = {
+    "gemma-2-2b": dict(arch="gemma2", layers=26, dim=2304, ffn=9216, heads=8, kv_heads=4, head_dim=256, window=4096,
+                       ctx=8192),
+    "gemma-2-9b": dict(arch="gemma2", layers=42, dim=3584, ffn=14336, heads=16, kv_heads=8, head_dim=256,
+                       window=4096, ctx=8192),
+    "gemma-2-27b": dict(arch="gemma2", layers=46, dim=4608, ffn=36864, heads=32, kv_heads=16, head_dim=128,
+                        window=4096, ctx=8192),
+}
+DENSE_SHAPES = {**HYBRID_SHAPES, **GEMMA2_SHAPES}  # synth dense's --shape (the hybrid Qwens: synth moe's, named)
+
+
 class _Given(argparse._StoreAction):
     """A size option that records being given (`given` in the namespace), so --shape fills only the rest."""
     def __call__(self, parser, namespace, values, option_string=None):
@@ -1505,9 +1518,9 @@ def _with_shapes(p: argparse.ArgumentParser, shapes: dict | None = None) -> None
     p.set_defaults(synth=shaped)
 
 
-def _hybrid_options(p: argparse.ArgumentParser) -> None:
+def _hybrid_options(p: argparse.ArgumentParser, shapes: dict | None = None) -> None:
     g = p.add_argument_group("hybrid models (qwen35, qwen35moe, qwen3next)")
-    g.add_argument("--shape", default=None, choices=list(HYBRID_SHAPES),
+    g.add_argument("--shape", default=None, choices=list(shapes or HYBRID_SHAPES),
                    help="a published model's sizes (and arch) for every option not given "
                         "(e.g. --shape qwen3.6-35b-a3b --layers 8: an 8-layer slice)")
     if not any("--rope-dims" in x.option_strings for x in p._actions):  # (synth moe has it: glm4moe's)
