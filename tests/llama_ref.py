@@ -11,6 +11,22 @@ def synth_files(tmp_path_factory, kind: str, synth, files: dict) -> dict:
     return {k: synth(d / f"{k}.gguf", **v) for k, v in files.items()}
 
 
+def family_fixtures(kind: str, synth, files: dict, n_ctx: int):
+    """A family test module's two module-scoped fixtures: paths ({name: synth(dir / "<name>.gguf",
+    **files[name])}) and case, per file (name, path, llama.cpp's greedy run of it: ids, logits).
+    Use: `paths, case = family_fixtures("lfm2", synth_lfm2, FILES, N_CTX)`."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def paths(tmp_path_factory):
+        return synth_files(tmp_path_factory, kind, synth, files)
+
+    @pytest.fixture(scope="module", params=sorted(files))
+    def case(request, paths):
+        return request.param, paths[request.param], peer_greedy(paths[request.param], n_ctx)
+    return paths, case
+
+
 def peer_llama(path, n_ctx: int):
     """llama.cpp (lowbit.peer, its crash-safe configuration) on path with every position's logits, 1 thread."""
     from lowbit import peer

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import (compare_top1, features_matter, hybrid_chunks_threads_batches_bitwise, load_edited, peer_greedy,
-                       peer_llama, perplexity_matches, prefix_cache_hit_is_bitwise, rewinds_restore_the_state_exactly,
-                       states_matter, synth_files)
+from llama_ref import (compare_top1, family_fixtures, features_matter, hybrid_chunks_threads_batches_bitwise,
+                       load_edited, peer_llama, perplexity_matches, prefix_cache_hit_is_bitwise,
+                       rewinds_restore_the_state_exactly, states_matter)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_falcon_h1
 
@@ -28,15 +28,7 @@ FILES = {"fh": dict(embd_type="F16", seed=3),
 N_CTX = 640
 
 
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory):
-    return synth_files(tmp_path_factory, "falcon_h1", synth_falcon_h1, FILES)
-
-
-@pytest.fixture(scope="module", params=sorted(FILES))
-def case(request, paths):
-    """(name, path, llama.cpp's greedy run: token ids and their logits)."""
-    return request.param, paths[request.param], peer_greedy(paths[request.param], N_CTX)
+paths, case = family_fixtures("falcon_h1", synth_falcon_h1, FILES, N_CTX)  # (name, path, llama.cpp's greedy run) per file
 
 
 def test_config(case):

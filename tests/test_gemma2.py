@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import lowbit
-from gemma_glm_models import GEMMA2, compare, gemma2_greedy, gemma2_llm, gemma2_path  # noqa: F401 (fixtures)
+from gemma_glm_models import compare, gemma2_greedy, gemma2_llm, gemma2_path  # noqa: F401 (fixtures)
 from llama_ref import llama_greedy, load_with, perplexity_matches
 from lowbit.synth import synth_dense
 

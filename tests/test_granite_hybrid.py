@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import (compare_top1, features_matter, load_edited, lookup_spec_is_plain_greedy, peer_greedy, peer_llama,
-                       perplexity_matches, prefix_cache_hit_is_bitwise, rewinds_restore_the_state_exactly,
-                       states_matter, synth_files)
+from llama_ref import (compare_top1, family_fixtures, features_matter, load_edited, lookup_spec_is_plain_greedy,
+                       peer_llama, perplexity_matches, prefix_cache_hit_is_bitwise, rewinds_restore_the_state_exactly,
+                       states_matter)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_granite_hybrid
 
@@ -37,15 +37,7 @@ FILES = {"gh": dict(BASE),
 N_CTX = 640
 
 
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory):
-    return synth_files(tmp_path_factory, "granitehybrid", synth_granite_hybrid, FILES)
-
-
-@pytest.fixture(scope="module", params=sorted(FILES))
-def case(request, paths):
-    """(name, path, llama.cpp's greedy run: token ids and their logits)."""
-    return request.param, paths[request.param], peer_greedy(paths[request.param], N_CTX)
+paths, case = family_fixtures("granitehybrid", synth_granite_hybrid, FILES, N_CTX)  # (name, path, llama.cpp's greedy run) per file
 
 
 def test_config(case):

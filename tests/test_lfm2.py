@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import (compare_top1, features_matter, hybrid_chunks_threads_batches_bitwise, load_edited,
-                       lookup_spec_is_plain_greedy, peer_greedy, peer_llama, perplexity_matches,
-                       prefix_cache_hit_is_bitwise, rewinds_restore_the_state_exactly, states_matter, synth_files)
+from llama_ref import (compare_top1, family_fixtures, features_matter, hybrid_chunks_threads_batches_bitwise,
+                       load_edited, lookup_spec_is_plain_greedy, peer_llama, perplexity_matches,
+                       prefix_cache_hit_is_bitwise, rewinds_restore_the_state_exactly, states_matter)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_lfm2
 
@@ -37,15 +37,7 @@ N_CTX = 640
 TIE = 1e-2
 
 
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory):
-    return synth_files(tmp_path_factory, "lfm2", synth_lfm2, FILES)
-
-
-@pytest.fixture(scope="module", params=sorted(FILES))
-def case(request, paths):
-    """(name, path, llama.cpp's greedy run: token ids and their logits)."""
-    return request.param, paths[request.param], peer_greedy(paths[request.param], N_CTX)
+paths, case = family_fixtures("lfm2", synth_lfm2, FILES, N_CTX)  # (name, path, llama.cpp's greedy run) per file
 
 
 def test_config(case):
