@@ -618,7 +618,7 @@ NB_MODULE(_lowbit, m) {
                             bool post_norms, int n_dense_lead, bool shexp_gated,
                             // hybrid qwen35 / qwen35moe / qwen3next
                             std::vector<uint8_t> recurrent, int ssm_conv,
-                            int ssm_state, int ssm_groups, int ssm_heads, bool ssm_kv_interleave, bool shortconv, bool mamba2, int ssm_inner, bool ssm_parallel,
+                            int ssm_state, int ssm_groups, int ssm_heads, bool ssm_kv_interleave, bool shortconv, bool mamba2, int ssm_inner, bool ssm_parallel, bool mamba1, int ssm_dt_rank, bool ssm_dt_b_c_rms,
                             std::vector<uint8_t> layer_parts, bool ffn_ungated,
                             bool attn_gate,
                             std::vector<int> rope_sections, int layer_begin, int layer_end,
@@ -644,6 +644,7 @@ NB_MODULE(_lowbit, m) {
             c.ssm_groups = ssm_groups; c.ssm_heads = ssm_heads; c.ssm_kv_interleave = ssm_kv_interleave;
             c.shortconv = shortconv;
             c.mamba2 = mamba2; c.ssm_inner = ssm_inner; c.ssm_parallel = ssm_parallel;
+            c.mamba1 = mamba1; c.ssm_dt_rank = ssm_dt_rank; c.ssm_dt_b_c_rms = ssm_dt_b_c_rms;
             c.layer_parts = std::move(layer_parts); c.ffn_ungated = ffn_ungated;
             c.attn_gate = attn_gate;
             c.kv_k = kv_k; c.kv_v = kv_v;
@@ -669,6 +670,7 @@ NB_MODULE(_lowbit, m) {
            nb::arg("recurrent") = std::vector<uint8_t>(), nb::arg("ssm_conv") = 0, nb::arg("ssm_state") = 0,
            nb::arg("ssm_groups") = 0, nb::arg("ssm_heads") = 0, nb::arg("ssm_kv_interleave") = false, nb::arg("shortconv") = false,
            nb::arg("mamba2") = false, nb::arg("ssm_inner") = 0, nb::arg("ssm_parallel") = false,
+           nb::arg("mamba1") = false, nb::arg("ssm_dt_rank") = 0, nb::arg("ssm_dt_b_c_rms") = false,
            nb::arg("layer_parts") = std::vector<uint8_t>(), nb::arg("ffn_ungated") = false,
            nb::arg("attn_gate") = false, nb::arg("rope_sections") = std::vector<int>(),
            nb::arg("layer_begin") = 0, nb::arg("layer_end") = 0,

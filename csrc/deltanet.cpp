@@ -41,6 +41,7 @@ namespace lowbit {
 
 int Engine::conv_dim() const {
     if (c_.shortconv) return c_.dim;
+    if (c_.mamba1) return c_.ssm_inner;
     if (c_.mamba2) return c_.ssm_inner + 2 * c_.ssm_groups * c_.ssm_state;
     return (2 * c_.ssm_groups + c_.ssm_heads) * c_.ssm_state;
 }
@@ -49,7 +50,7 @@ size_t Engine::conv_state_floats() const { return (size_t)conv_dim() * (size_t)(
 
 size_t Engine::ssm_state_floats() const {
     if (c_.shortconv) return 0;
-    if (c_.mamba2) return (size_t)c_.ssm_inner * c_.ssm_state;
+    if (c_.mamba2 || c_.mamba1) return (size_t)c_.ssm_inner * c_.ssm_state;
     return (size_t)c_.ssm_heads * c_.ssm_state * c_.ssm_state;
 }
 
@@ -169,11 +170,11 @@ void Engine::rstate_replay(int slot, int n) {
                                     std::to_string(p0) + ", the state is at " + std::to_string(rpos_[(size_t)slot]) +
                                     ", asked for " + std::to_string(n));
     if (n == 0) return;
-    const int cd = conv_dim(), Hv = c_.shortconv ? 0 : c_.ssm_heads;
-    const size_t lrow = tlog_row();
+    const int cd = conv_dim();
+    const size_t lrow = tlog_row(), ng = tlog_g(), nb = tlog_b();
     dq_.resize((size_t)n * cd);
-    dg_.resize((size_t)n * Hv);
-    db_.resize((size_t)n * Hv);
+    dg_.resize((size_t)n * ng);
+    db_.resize((size_t)n * nb);
     SlotRuns runs;
     runs.slot = {slot};
     runs.tok.resize((size_t)n);
@@ -184,11 +185,12 @@ void Engine::rstate_replay(int slot, int n) {
         const float *src = tlog_.data() + ((size_t)slot * n_rec_layers_ + rec_index_[(size_t)l]) * kReplayMax * lrow;
         for (int k = 0; k < n; ++k, src += lrow) {
             std::memcpy(dq_.data() + (size_t)k * cd, src, sizeof(float) * cd);
-            std::memcpy(dg_.data() + (size_t)k * Hv, src + cd, sizeof(float) * Hv);
-            std::memcpy(db_.data() + (size_t)k * Hv, src + cd + Hv, sizeof(float) * Hv);
+            std::memcpy(dg_.data() + (size_t)k * ng, src + cd, sizeof(float) * ng);
+            std::memcpy(db_.data() + (size_t)k * nb, src + cd + ng, sizeof(float) * nb);
         }
         if (c_.shortconv) conv_runs(l, dq_.data(), false, runs);  // (the outputs are not needed)
         else if (c_.mamba2) mamba2_state(l, n, runs);
+        else if (c_.mamba1) mamba1_state(l, n, runs);
         else deltanet_state(l, n, runs);
     }
     rpos_[(size_t)slot] = p0 + n;

@@ -99,6 +99,13 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
             throw std::invalid_argument("engine: the short conv's kernel width (l_cache " + std::to_string(c.ssm_conv) +
                                         ") must be at least 2");
         conv_st_.assign((size_t)c.n_slots * n_rec_layers_ * conv_state_floats(), 0.0f);
+    } else if (n_rec_layers_ > 0 && c.mamba1) {  // mamba (Mamba-1)
+        if (c.ssm_conv < 1 || c.ssm_state < 1 || c.ssm_inner < 1 || c.ssm_dt_rank < 1 || c.mamba2)
+            throw std::invalid_argument("engine: inconsistent Mamba-1 sizes (conv kernel " + std::to_string(c.ssm_conv) +
+                                        ", state " + std::to_string(c.ssm_state) + ", inner " +
+                                        std::to_string(c.ssm_inner) + ", dt rank " + std::to_string(c.ssm_dt_rank) + ")");
+        conv_st_.assign((size_t)c.n_slots * n_rec_layers_ * conv_state_floats(), 0.0f);
+        ssm_st_.assign((size_t)c.n_slots * n_rec_layers_ * ssm_state_floats(), 0.0f);
     } else if (n_rec_layers_ > 0 && c.mamba2) {  // granitehybrid
         if (c.ssm_conv < 1 || c.ssm_state < 1 || c.ssm_groups < 1 || c.ssm_heads < 1 || c.ssm_inner < 1 ||
             c.ssm_inner % c.ssm_heads || c.ssm_heads % c.ssm_groups)
@@ -217,7 +224,9 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
     if (n == "ssm_beta") return &l.ssm_beta;
     if (n == "ssm_ba") return &l.ssm_ba;
     if (n == "ssm_out") return &l.ssm_out;
-    if (n == "ssm_in") return &l.ssm_in;  // Mamba-2 (csrc/mamba2.cpp)
+    if (n == "ssm_in") return &l.ssm_in;  // Mamba-2 (csrc/mamba2.cpp), Mamba-1 (csrc/mamba1.cpp)
+    if (n == "ssm_x") return &l.ssm_x;    // Mamba-1
+    if (n == "ssm_dt") return &l.ssm_dtw;
     if (n == "shortconv.in_proj") return &l.sc_in;  // LFM2 (csrc/shortconv.cpp)
     if (n == "shortconv.out_proj") return &l.sc_out;
     if (n == "attn_q_a") return &l.wq_a;     // DeepSeek MLA (csrc/mla.cpp)
@@ -279,6 +288,13 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "exp_probs_b" && c_.n_expert > 0) { need(c_.n_expert); l.exp_probs_b = v; return; }  // glm4moe
         if (l.recurrent && c_.shortconv) {  // LFM2
             if (name == "shortconv.conv") { need((int64_t)c_.dim * c_.ssm_conv); l.ssm_conv1d = v; return; }
+        } else if (l.recurrent && c_.mamba1) {
+            const int64_t di = c_.ssm_inner;
+            if (name == "ssm_conv1d") { need(di * c_.ssm_conv); l.ssm_conv1d = v; return; }
+            if (name == "ssm_conv1d.bias") { need(di); l.ssm_conv1d_b = v; return; }
+            if (name == "ssm_dt.bias") { need(di); l.ssm_dt = v; return; }
+            if (name == "ssm_a") { need(di * c_.ssm_state); l.ssm_a = v; return; }
+            if (name == "ssm_d") { need(di); l.ssm_d = v; return; }
         } else if (l.recurrent && c_.mamba2) {
             const int64_t H = c_.ssm_heads, cd = conv_dim();
             if (name == "ssm_conv1d") { need(cd * c_.ssm_conv); l.ssm_conv1d = v; return; }
@@ -376,6 +392,14 @@ std::string Engine::validate() const {
             if (!(e = shape(l.sc_in, 3 * (int64_t)c_.dim, c_.dim, p + "shortconv.in_proj")).empty()) return e;
             if (!(e = shape(l.sc_out, c_.dim, c_.dim, p + "shortconv.out_proj")).empty()) return e;
             if (!l.ssm_conv1d) return p + "shortconv.conv is missing";
+        } else if (l.recurrent && c_.mamba1) {
+            const int64_t di = c_.ssm_inner, N = c_.ssm_state, R = c_.ssm_dt_rank;
+            if (!(e = shape(l.ssm_in, 2 * di, c_.dim, p + "ssm_in")).empty()) return e;
+            if (!(e = shape(l.ssm_x, R + 2 * N, di, p + "ssm_x")).empty()) return e;
+            if (!(e = shape(l.ssm_dtw, di, R, p + "ssm_dt")).empty()) return e;
+            if (!(e = shape(l.ssm_out, c_.dim, di, p + "ssm_out")).empty()) return e;
+            if (!l.ssm_conv1d || !l.ssm_conv1d_b || !l.ssm_dt || !l.ssm_a || !l.ssm_d)
+                return p + "ssm_conv1d/ssm_conv1d.bias/ssm_dt.bias/ssm_a/ssm_d missing";
         } else if (l.recurrent && c_.mamba2) {
             const int64_t H = c_.ssm_heads, di = c_.ssm_inner, cd = conv_dim();
             if (!(e = shape(l.ssm_in, di + cd + H, c_.dim, p + "ssm_in")).empty()) return e;
@@ -919,6 +943,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         } else if (L.recurrent && !c_.ssm_parallel) {  // hybrid models: a gated delta-net (or LFM2's short conv, a Mamba-2 mixer) in place of attention
             if (c_.shortconv) shortconv(l, h_.data(), T, slots, h_.data());
             else if (c_.mamba2) mamba2(l, h_.data(), T, slots, h_.data());
+            else if (c_.mamba1) mamba1(l, h_.data(), T, slots, h_.data());
             else deltanet(l, h_.data(), T, slots, h_.data());
             residual(h_.data(), T);
         } else if (mla()) {  // DeepSeek's latent attention (csrc/mla.cpp)

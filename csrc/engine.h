@@ -97,6 +97,11 @@ struct LayerWeights {
     Mat ssm_in;                           // ssm_in [2 d_inner + 2 G N + H, dim]: z, x|B|C (the conv's input), dt
     const float *ssm_conv1d_b = nullptr;  // [conv_dim] added after the conv, before its silu (null: none)
     const float *ssm_d = nullptr;         // [H] the skip: y += x * D per head
+    // Mamba-1 (EngineConfig::mamba1; csrc/mamba1.cpp), with d_inner = ssm_inner, N = ssm_state, R =
+    // ssm_dt_rank: ssm_in [2 d_inner, dim] (x, z), ssm_conv1d [d_inner][K] and its bias, ssm_x
+    // [R + 2 N, d_inner] (dt, B, C), ssm_dtw [d_inner, R] (dt_proj) and its bias in ssm_dt [d_inner],
+    // A in ssm_a [d_inner][N], ssm_d [d_inner], ssm_out [dim, d_inner]:
+    Mat ssm_x, ssm_dtw;
     bool recurrent = false;               // a delta-net, short-conv or Mamba-2 layer (else attention)
     // The layer's two blocks (EngineConfig::layer_parts): its mixer (attention or recurrent, after
     // attn_norm) and its FFN (after ffn_norm). Nemotron-H's layers have one of them each.
@@ -213,6 +218,13 @@ struct EngineConfig {
     // attn_norm output and adds their outputs (attn + ssm) before the one residual add; `recurrent`
     // lists every layer, and each also holds KV rows. The Mamba-2 mixer's ssm_norm is optional.
     bool ssm_parallel = false;
+    // Mamba-1 (mamba: Mamba, Falcon-Mamba): the recurrent layers are Mamba-1 mixers (csrc/mamba1.cpp):
+    // d_inner = ssm_inner channels, each its own state [N = ssm_state] with its own decay per state
+    // element; dt from a rank-ssm_dt_rank projection; ssm_dt_b_c_rms: dt, B and C RMS-normed without
+    // weights first (Falcon-Mamba). The conv runs over d_inner channels.
+    bool mamba1 = false;
+    int ssm_dt_rank = 0;
+    bool ssm_dt_b_c_rms = false;
     // Per layer which blocks it has (nemotron_h: each layer is a Mamba-2 mixer, attention or an FFN
     // alone, each after its one norm, attn_norm, then the residual add): bit 0 the mixer, bit 1 the
     // FFN; empty: both in every layer. A layer without a mixer holds no KV and no recurrent state.
@@ -422,6 +434,9 @@ private:
     // place) and dg_, db_ (each head's softplus'd step and decay) of each run's tokens, in order; y
     // into dout_[T][d_inner].
     void mamba2_state(int layer, int T, const SlotRuns &runs);
+    void mamba1(int layer, const float *x, int T, const int32_t *slots, float *out);
+    void mamba1_state(int layer, int T, const SlotRuns &runs);  // the conv and the scan from dq_, dg_, db_
+    void mamba1_scan(int layer, int T, const SlotRuns &runs);   // the scan: dq_ (conv out), dg_ (dt), db_ (B|C) -> dout_
     void rstate_clear(int slot);
     int conv_dim() const;               // channels of the conv state: delta-net 2 H_k S + H_v S, LFM2 dim,
                                         // Mamba-2 d_inner + 2 G N
@@ -489,7 +504,11 @@ private:
         n = pos < 0 ? 0 : std::max(0, std::min(n, pos - p0));
         if (n == 0) p0 = 0;
     }
-    size_t tlog_row() const { return (size_t)conv_dim() + (c_.shortconv ? 0 : 2 * (size_t)c_.ssm_heads); }
+    size_t tlog_row() const { return (size_t)conv_dim() + tlog_g() + tlog_b(); }
+    // the replay log's floats after the conv input: dg_ (delta-net: decay per value head; Mamba-2: dt per
+    // head; Mamba-1: dt per channel) and db_ (beta / dA per head; Mamba-1: B and C); LFM2: none
+    size_t tlog_g() const { return c_.shortconv ? 0 : c_.mamba1 ? (size_t)c_.ssm_inner : (size_t)c_.ssm_heads; }
+    size_t tlog_b() const { return c_.shortconv ? 0 : c_.mamba1 ? 2 * (size_t)c_.ssm_state : (size_t)c_.ssm_heads; }
     std::vector<uint8_t> act_;
     int act_type_ = -1;  // format of what act_ holds (-1: nothing reusable)
     int threads_ = 0;

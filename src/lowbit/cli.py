@@ -104,7 +104,8 @@ def _info_model(path: str) -> None:
         print(f"softcap   {', '.join(caps)} (cap * tanh(x / cap))")
     if c.hybrid:
         kind = (f"short-conv (kernel {c.ssm_conv})" if c.shortconv else
-                f"Mamba-2 ({c.ssm_heads} heads, state {c.ssm_state})" if c.mamba2 else "gated delta-net")
+                f"Mamba-2 ({c.ssm_heads} heads, state {c.ssm_state})" if c.mamba2 else
+                f"Mamba-1 ({c.ssm_inner} channels, state {c.ssm_state})" if c.mamba1 else "gated delta-net")
         mlp = sum(p == 2 for p in c.layer_parts)  # (nemotron_h: layers that are an MLP alone)
         rest = f", {mlp} {'experts' if c.n_expert else 'MLP'}" * bool(mlp)
         if c.ssm_parallel:  # falcon-h1

@@ -102,6 +102,8 @@ biases; q/k norms when the file has them; rope over the first rope.dimension_cou
                   (NoPE)                           sigmoid + exp_probs_b, expert_weights_norm / _scale) + an ungated
                                                    relu^2 shared expert (Nemotron 3 Nano)
     mamba2        -         -          -           Mamba-2 alone: every layer attn_norm, a Mamba-2 mixer, the residual
+    mamba         -         -          -           Mamba-1 alone (Mamba, Falcon-Mamba): every layer attn_norm, a Mamba-1
+                                                   mixer (a decay per channel and state element), the residual
     falcon-h1     neox      -          optional    dense; every layer attention and a Mamba-2 mixer side by side on
                                                    attn_norm's output, summed, then ffn_norm and a SwiGLU FFN
 
@@ -179,7 +181,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
              "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True,
              "granitehybrid": False, "nemotron_h": False, "nemotron_h_moe": False, "mamba2": False,
-             "falcon-h1": True}
+             "falcon-h1": True, "mamba": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe", "nemotron_h_moe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -201,6 +203,8 @@ SHORTCONV_ARCHS = {"lfm2", "lfm2moe"}
 # Falcon-H1 (falcon-h1): every layer attention and a Mamba-2 mixer side by side on attn_norm's output,
 # summed before the residual; the converter folds Falcon-H1's multipliers into the weights
 MAMBA2_ARCHS = {"granitehybrid", "nemotron_h", "nemotron_h_moe", "mamba2", "falcon-h1"}
+# Mamba-1 (mamba: Mamba, Falcon-Mamba): every layer a Mamba-1 mixer alone after attn_norm (csrc/mamba1.cpp)
+MAMBA1_ARCHS = {"mamba"}
 OUTPUT_NORM = {"lfm2": "token_embd_norm", "lfm2moe": "token_embd_norm"}  # the final norm's tensor; default "output_norm"
 SHARED_EXPERT_ARCHS = {"qwen2moe", "qwen35moe", "qwen3next"}
 EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "softmax" (over all, then top-K)
@@ -317,6 +321,9 @@ class ModelConfig:
     mamba2: bool = False          # granitehybrid: the recurrent layers are Mamba-2 mixers (ssm_state: d_state N,
     ssm_inner: int = 0            # ssm_groups: G, ssm_heads: H; ssm_inner: d_inner)
     ssm_parallel: bool = False    # falcon-h1: every layer attention and a Mamba-2 mixer side by side, summed
+    mamba1: bool = False          # mamba: the recurrent layers are Mamba-1 mixers (ssm_inner: d_inner, ssm_state: N)
+    ssm_dt_rank: int = 0          # mamba: dt's projection rank
+    ssm_dt_b_c_rms: bool = False  # mamba (Falcon-Mamba): dt, B, C RMS-normed without weights
     layer_parts: tuple = ()       # nemotron_h: per layer 1 (a mixer alone), 2 (an FFN alone); () both everywhere
     ffn_ungated: bool = False     # nemotron_h: dense FFNs are down(act(up x)), no ffn_gate
     attn_gate: bool = False       # attn_q yields [q, gate] per head; output * sigmoid(gate)
@@ -357,7 +364,7 @@ class ModelConfig:
                 raise GGUFError(f"{f.path}: metadata key {arch}.{k} = {v!r} is not a positive integer")
             return kind(v)
 
-        pure_ssm = arch == "mamba2"  # (no attention, no FFN: their sizes are placeholders the engine never uses)
+        pure_ssm = arch in ("mamba2", "mamba")  # (no attention, no FFN: their sizes are placeholders the engine never uses)
         n_head = 1 if pure_ssm else key("attention.head_count")
         dim = key("embedding_length")
         # (deepseek2's key_length is its MLA cache row, kv_lora_rank + rope: the q/k head is key_length_mla)
@@ -685,18 +692,41 @@ class ModelConfig:
                     ssm_inner=inner, mamba2=True, **out)
 
     @staticmethod
+    def _mamba1_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int) -> dict:
+        """Mamba-1 (mamba) as llama.cpp's loader reads it: every layer a Mamba-1 mixer alone after
+        attn_norm; ssm.conv_kernel, ssm.inner_size (d_inner, 2 x embedding_length: llama.cpp's only
+        expansion), ssm.state_size (N), ssm.time_step_rank (dt's rank R), ssm.dt_b_c_rms (Falcon-Mamba:
+        dt, B and C RMS-normed without weights; default false). Jamba's weighted dt / B / C norms are
+        refused by name."""
+        inner, state, rank, conv = (key("ssm.inner_size"), key("ssm.state_size"), key("ssm.time_step_rank"),
+                                    key("ssm.conv_kernel"))
+        if inner != 2 * key("embedding_length"):
+            raise GGUFError(f"{f.path}: {arch}.ssm.inner_size = {inner} must be 2 x embedding_length (llama.cpp's "
+                            "only expansion)")
+        norm = next((t for t in f.tensors if t.endswith((".ssm_dt_norm.weight", ".ssm_b_norm.weight"))), None)
+        if norm:
+            raise GGUFError(f"{f.path}: tensor {norm!r}: weighted dt / B / C norms (Jamba's) are not supported")
+        rms = f.metadata.get(f"{arch}.ssm.dt_b_c_rms", False)
+        if not isinstance(rms, bool):
+            raise GGUFError(f"{f.path}: metadata key {arch}.ssm.dt_b_c_rms = {rms!r} is not a bool")
+        return dict(recurrent=(True,) * n_layer, layer_parts=(1,) * n_layer, ssm_conv=conv, ssm_state=state,
+                    ssm_inner=inner, ssm_dt_rank=rank, ssm_dt_b_c_rms=rms, mamba1=True)
+
+    @staticmethod
     def _hybrid_fields(f: gguf.GGUFFile, arch: str, key) -> dict:
         """The delta-net fields of a hybrid family ({} otherwise), as llama.cpp's loader reads them:
         ssm.* sizes, the recurrent layers from attention.recurrent_layers or else
         full_attention_interval (default 4: layer il is recurrent unless (il + 1) % 4 == 0), and
         rope.dimension_sections (qwen35*, required)."""
-        if arch not in HYBRID_ARCHS and arch not in SHORTCONV_ARCHS and arch not in MAMBA2_ARCHS:
+        if arch not in HYBRID_ARCHS and arch not in SHORTCONV_ARCHS and arch not in MAMBA2_ARCHS | MAMBA1_ARCHS:
             return {}
         n_layer = key("block_count") - ModelConfig.nextn_layers(f, arch, key)
         if arch in SHORTCONV_ARCHS:
             return ModelConfig._shortconv_fields(f, arch, key, n_layer)
         if arch in MAMBA2_ARCHS:
             return ModelConfig._mamba2_fields(f, arch, key, n_layer)
+        if arch in MAMBA1_ARCHS:
+            return ModelConfig._mamba1_fields(f, arch, key, n_layer)
         md = f.metadata
         conv, state, groups, heads = (key("ssm.conv_kernel"), key("ssm.state_size"), key("ssm.group_count"),
                                       key("ssm.time_step_rank"))
@@ -978,6 +1008,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
                           ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave, shortconv=c.shortconv,
                           mamba2=c.mamba2, ssm_inner=c.ssm_inner, ssm_parallel=c.ssm_parallel,
+                          mamba1=c.mamba1, ssm_dt_rank=c.ssm_dt_rank, ssm_dt_b_c_rms=c.ssm_dt_b_c_rms,
                           layer_parts=list(c.layer_parts) if n_layer == c.n_layer else [], ffn_ungated=c.ffn_ungated,
                           attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
                           layer_begin=l0, layer_end=l1,
@@ -1171,6 +1202,11 @@ class Model:
             if rec and c.shortconv:  # LFM2's short-conv block (csrc/shortconv.cpp)
                 mixer = ("shortconv.in_proj", "shortconv.out_proj")
                 _vec("shortconv.conv", i, p + "shortconv.conv.weight")
+            elif rec and c.mamba1:  # a Mamba-1 mixer (csrc/mamba1.cpp)
+                mixer = ("ssm_in", "ssm_x", "ssm_dt", "ssm_out")
+                for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_conv1d.bias", "ssm_conv1d.bias"),
+                                   ("ssm_dt.bias", "ssm_dt.bias"), ("ssm_a", "ssm_a"), ("ssm_d", "ssm_d")):
+                    _vec(slot, i, p + name)
             elif rec and c.mamba2:  # a Mamba-2 mixer (csrc/mamba2.cpp), falcon-h1's beside the attention
                 mixer = ("ssm_in", "ssm_out") + (mixer if c.ssm_parallel else ())
                 for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_dt.bias", "ssm_dt.bias"),

@@ -15,6 +15,7 @@ weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of la
     synth_granite_hybrid(path, ...)                           granitehybrid (Mamba-2 + attention)
     synth_nemotron_h(path, pattern="M-*M-", ...)              nemotron_h / nemotron_h_moe / mamba2
     synth_falcon_h1(path, ...)                                falcon-h1 (attention and Mamba-2 side by side)
+    synth_mamba(path, ...)                                    mamba (Mamba-1 alone; Falcon-Mamba with dt_b_c_rms)
     one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
 """
 from __future__ import annotations
@@ -1636,9 +1637,82 @@ def _add_falcon_h1(ss) -> None:
     _with_shapes(p, FALCON_H1_SHAPES)
 
 
+def synth_mamba(path, *, layers: int = 4, dim: int = 256, ssm_state: int = 16, ssm_conv: int = 4,
+                dt_rank: int | None = None, dt_b_c_rms: bool = False, ctx: int = 1024, wtype: str = "Q8_0",
+                embd_type: str = "F32", head_type: str | None = None, tied: bool = False, seed: int = 0,
+                vocab: dict | None = None, progress: bool = False) -> str:
+    """A Mamba-1 model (llama.cpp's mamba) with random weights, as its converter writes it: every layer
+    attn_norm and a Mamba-1 mixer, d_inner = 2 dim: ssm_in [2 d_inner, dim] (x, z), ssm_conv1d
+    [d_inner, ssm_conv] and its bias, ssm_x [R + 2 N, d_inner] (dt, B, C), ssm_dt [d_inner, R] (times
+    0.5: steps near the bias's) and its bias (softplus of it in [1e-3, 1e-1], Mamba's initialisation),
+    ssm_a [d_inner, N] (-exp(A_log), A_log = log(1..N) jittered), ssm_d [d_inner], ssm_out [dim, d_inner];
+    R = dt_rank (default ceil(dim / 16), Mamba's); dt_b_c_rms writes ssm.dt_b_c_rms (Falcon-Mamba)."""
+    inner, N, R = 2 * dim, ssm_state, -(-dim // 16) if dt_rank is None else dt_rank
+    if N < 1 or ssm_conv < 1 or R < 1:
+        raise ValueError(f"synth: --ssm-state ({N}), --ssm-conv ({ssm_conv}) and --dt-rank ({R}) must be positive")
+    rng = np.random.default_rng(seed)
+    vocab = vocab or default_vocab()
+    nv = vocab_size(vocab)
+    w = Writer(path, "mamba", progress=progress, fit=True)
+    a = w.arch
+    for k, v in (("block_count", layers), ("context_length", ctx), ("embedding_length", dim),
+                 ("feed_forward_length", 0), ("attention.head_count", 0), ("ssm.conv_kernel", ssm_conv),
+                 ("ssm.inner_size", inner), ("ssm.state_size", N), ("ssm.time_step_rank", R)):
+        w.meta(f"{a}.{k}", int(v))
+    w.meta(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+    if dt_b_c_rms:
+        w.meta(f"{a}.ssm.dt_b_c_rms", True)
+    w.meta("general.name", "lowbit synthetic mamba")
+    w.meta("general.file_type", 0)
+    w.copy_metadata(vocab, prefix=VOCAB_PREFIX)
+    w.add("token_embd.weight", gauss(rng, nv, dim), embd_type)
+    if not tied:
+        w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
+    w.add("output_norm.weight", norm_weight(rng, dim))
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "ssm_in.weight", gauss(rng, 2 * inner, dim), wtype)
+        w.add(p + "ssm_conv1d.weight", gauss(rng, inner, ssm_conv, scale=0.5))
+        w.add(p + "ssm_conv1d.bias", (0.5 * rng.standard_normal(inner)).astype(np.float32))
+        w.add(p + "ssm_x.weight", gauss(rng, R + 2 * N, inner), wtype)
+        w.add(p + "ssm_dt.weight", gauss(rng, inner, R) * np.float32(0.5))
+        w.add(p + "ssm_dt.bias", np.log(np.expm1(rng.uniform(1e-3, 1e-1, inner))).astype(np.float32))
+        a_log = np.log(np.arange(1, N + 1, dtype=np.float64))[None, :] + 0.1 * rng.standard_normal((inner, N))
+        w.add(p + "ssm_a", (-np.exp(a_log)).astype(np.float32))
+        w.add(p + "ssm_d", rng.uniform(0.5, 1.5, inner).astype(np.float32))
+        w.add(p + "ssm_out.weight", gauss(rng, dim, inner), wtype)
+    w.close()
+    return str(path)
+
+
+def _add_mamba(ss) -> None:
+    p = ss.add_parser("mamba", help="a Mamba-1 model (mamba: Mamba, Falcon-Mamba with --dt-b-c-rms)",
+                      description="Write a Mamba-1 model (llama.cpp's mamba) with random weights and SmolLM2's "
+                                  "vocabulary.")
+    p.add_argument("out", help="the GGUF file to write")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--dim", type=int, default=256, help="model width (d_inner is twice it)")
+    p.add_argument("--ssm-state", type=int, default=16, help="the state size N per channel (16)")
+    p.add_argument("--ssm-conv", type=int, default=4, help="the conv's kernel width (4)")
+    p.add_argument("--dt-rank", type=int, default=None, help="dt's projection rank (default ceil(dim / 16))")
+    p.add_argument("--dt-b-c-rms", action="store_true", help="dt, B and C RMS-normed (Falcon-Mamba)")
+    p.add_argument("--ctx", type=int, default=1024, help="context length written to the file")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
+    p.add_argument("--head-type", default=None, help="format of output.weight (default: --type)")
+    p.add_argument("--tied", action="store_true", help="no output.weight: token_embd is the head")
+    p.set_defaults(synth=lambda a: synth_mamba(
+        a.out, layers=a.layers, dim=a.dim, ssm_state=a.ssm_state, ssm_conv=a.ssm_conv, dt_rank=a.dt_rank,
+        dt_b_c_rms=a.dt_b_c_rms, ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type, head_type=a.head_type,
+        tied=a.tied, seed=a.seed, progress=_bar_on()))
+
+
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
 FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet, "lfm2": _add_lfm2,
-            "granitehybrid": _add_granite_hybrid, "nemotron_h": _add_nemotron_h, "falcon-h1": _add_falcon_h1}
+            "granitehybrid": _add_granite_hybrid, "nemotron_h": _add_nemotron_h, "falcon-h1": _add_falcon_h1,
+            "mamba": _add_mamba}
 
 
 def _bar_on() -> bool:
