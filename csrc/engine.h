@@ -102,7 +102,7 @@ struct LayerWeights {
     // [R + 2 N, d_inner] (dt, B, C), ssm_dtw [d_inner, R] (dt_proj) and its bias in ssm_dt [d_inner],
     // A in ssm_a [d_inner][N], ssm_d [d_inner], ssm_out [dim, d_inner]:
     Mat ssm_x, ssm_dtw;
-    bool recurrent = false;               // a delta-net, short-conv or Mamba-2 layer (else attention)
+    bool recurrent = false;               // a delta-net, short-conv, Mamba-2 or Mamba-1 layer (else attention; falcon-h1: both)
     // The layer's two blocks (EngineConfig::layer_parts): its mixer (attention or recurrent, after
     // attn_norm) and its FFN (after ffn_norm). Nemotron-H's layers have one of them each.
     bool has_mixer = true, has_ffn = true;

@@ -89,6 +89,17 @@ def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, hea
     w.copy_metadata(vocab, prefix=VOCAB_PREFIX)
 
 
+def add_ends(w: Writer, rng: np.random.Generator, nv: int, dim: int, *, embd_type: str, head_type: str | None,
+             wtype: str, tied: bool, emb_std: float | None = None, head_std: float | None = None,
+             norm: str = "output_norm") -> None:
+    """token_embd [nv, dim] (std emb_std; None: 1/sqrt(dim)), output [nv, dim] unless tied (format head_type,
+    default wtype; std head_std), then the final norm `norm`: in this order (the random draws depend on it)."""
+    w.add("token_embd.weight", gauss(rng, nv, dim, scale=emb_std), embd_type)
+    if not tied:
+        w.add("output.weight", gauss(rng, nv, dim, scale=head_std), head_type or wtype)
+    w.add(norm + ".weight", norm_weight(rng, dim))
+
+
 def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, heads: int, kv_heads: int,
                   head_dim: int, wtype: str, ffn_norm: str = "ffn_norm", fused: bool = False,
                   pre_norms: bool = True, qk_gain: float = 1.0) -> None:
@@ -294,10 +305,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
             w.meta(f"{arch}.final_logit_softcapping", float(softcap or 30.0))
         if arch == "gemma2":
             w.meta(f"{arch}.attn_logit_softcapping", float(attn_softcap))
-    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0 / np.sqrt(dim) if gemma else emb_std), embd_type)
-    if not tied:
-        w.add("output.weight", gauss(rng, nv, dim, scale=head_std), head_type or wtype)
-    w.add("output_norm.weight", norm_weight(rng, dim))
+    add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=head_type, wtype=wtype, tied=tied,
+             emb_std=1.0 / np.sqrt(dim) if gemma else emb_std, head_std=head_std)
     for i in range(layers + nextn):
         p = f"blk.{i}."
         add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, fused=phi3 or glm4,
@@ -840,10 +849,8 @@ def synth_lfm2(path, *, arch: str = "lfm2", layers: int = 4, dim: int = 256, ffn
         w.meta(f"{a}.expert_feed_forward_length", int(expert_ffn))
         w.meta(f"{a}.leading_dense_block_count", int(leading_dense))
         w.meta(f"{a}.expert_gating_func", 2 if gating == "sigmoid" else 1)
-    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
-    if not tied:
-        w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
-    w.add("token_embd_norm.weight", norm_weight(rng, dim))
+    add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=head_type, wtype=wtype, tied=tied, emb_std=1.0,
+             norm="token_embd_norm")
     for i in range(layers):
         p = f"blk.{i}."
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
@@ -983,10 +990,8 @@ def synth_granite_hybrid(path, *, layers: int = 4, dim: int = 256, ffn: int = 51
         w.meta(f"{a}.expert_used_count", int(top_k))
         if shared_ffn:
             w.meta(f"{a}.expert_shared_feed_forward_length", int(shared_ffn))
-    w.add("token_embd.weight", gauss(rng, nv, dim, scale=emb_std), embd_type)
-    if not tied:
-        w.add("output.weight", gauss(rng, nv, dim, scale=head_std), head_type or wtype)
-    w.add("output_norm.weight", norm_weight(rng, dim))
+    add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=head_type, wtype=wtype, tied=tied, emb_std=emb_std,
+             head_std=head_std)
     for i in range(layers):
         p = f"blk.{i}."
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
@@ -1115,10 +1120,7 @@ def synth_nemotron_h(path, *, pattern: str = "M-*M-", dim: int = 256, ffn: int =
             w.meta(f"{a}.{k}", int(v))
         w.meta(f"{a}.expert_weights_norm", bool(expert_norm))
         w.meta(f"{a}.expert_weights_scale", float(expert_scale))
-    w.add("token_embd.weight", gauss(rng, nv, dim, scale=1.0), embd_type)
-    if not tied:
-        w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
-    w.add("output_norm.weight", norm_weight(rng, dim))
+    add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=head_type, wtype=wtype, tied=tied, emb_std=1.0)
     for i, kind in enumerate(pattern):
         p = f"blk.{i}."
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
@@ -1582,10 +1584,7 @@ def synth_falcon_h1(path, *, layers: int = 4, dim: int = 256, ffn: int = 512, he
     for k, v in (("conv_kernel", ssm_conv), ("state_size", ssm_state), ("group_count", ssm_groups),
                  ("inner_size", ssm_inner), ("time_step_rank", ssm_heads)):
         w.meta(f"{a}.ssm.{k}", int(v))
-    w.add("token_embd.weight", gauss(rng, nv, dim), embd_type)
-    if not tied:
-        w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
-    w.add("output_norm.weight", norm_weight(rng, dim))
+    add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=head_type, wtype=wtype, tied=tied)
     for i in range(layers):
         p = f"blk.{i}."
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
@@ -1665,10 +1664,7 @@ def synth_mamba(path, *, layers: int = 4, dim: int = 256, ssm_state: int = 16, s
     w.meta("general.name", "lowbit synthetic mamba")
     w.meta("general.file_type", 0)
     w.copy_metadata(vocab, prefix=VOCAB_PREFIX)
-    w.add("token_embd.weight", gauss(rng, nv, dim), embd_type)
-    if not tied:
-        w.add("output.weight", gauss(rng, nv, dim), head_type or wtype)
-    w.add("output_norm.weight", norm_weight(rng, dim))
+    add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=head_type, wtype=wtype, tied=tied)
     for i in range(layers):
         p = f"blk.{i}."
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
