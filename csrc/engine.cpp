@@ -127,36 +127,59 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     tlog_p0_.assign((size_t)c.n_slots, 0);
     tlog_n_.assign((size_t)c.n_slots, 0);
     kv_row_ = c.mla_rank > 0 ? (size_t)c.mla_rank + c.rope_dims : (size_t)c.n_kv * c.head_dim;
-    kv_heads_ = c.mla_rank > 0 ? 1 : c.n_kv;
-    kv_hrow_ = c.mla_rank > 0 ? kv_row_ : (size_t)c.head_dim;
-    const size_t kv = (size_t)c.n_slots * n_kv_layers_ * c.n_ctx * kv_row_;
-    const size_t vkv = c.mla_rank > 0 ? 0 : kv;  // MLA: the value is the latent part of the K row
-    if (c.mla_rank > 0 && !c.kv_f16)
-        throw std::invalid_argument("engine: MLA's latent cache is half only (kv_f16)");
+    if (!c.layer_kv.empty() || !c.layer_hd.empty()) {  // gemma4: per-layer KV heads and head widths
+        if (c.layer_kv.size() != (size_t)c.n_layer || c.layer_hd.size() != (size_t)c.n_layer || c.mla_rank > 0)
+            throw std::invalid_argument("engine: the per-layer KV head and head width lists need one entry per layer "
+                                        "(and no MLA)");
+        for (int l = 0; l < c.n_layer; ++l) {
+            const int kv = c.layer_kv[(size_t)l], hd = c.layer_hd[(size_t)l];
+            if (kv <= 0 || kv > c.n_kv || c.n_head % kv || hd <= 0 || hd > c.head_dim || hd % 8)
+                throw std::invalid_argument("engine: layer " + std::to_string(l) + "'s " + std::to_string(kv) +
+                                            " KV heads of " + std::to_string(hd) + " dims do not fit n_head " +
+                                            std::to_string(c.n_head) + " (at most n_kv heads of head_dim, a multiple of 8)");
+        }
+    }
+    if (c.rope_dims_swa < 0 || c.rope_dims_swa % 2)
+        throw std::invalid_argument("engine: rope_dims_swa must be an even number >= 0");
+    for (int l = 0; l < c.n_layer; ++l) {
+        qd_max_ = std::max(qd_max_, (size_t)c.n_head * hd_of(l));
+        kd_max_ = std::max(kd_max_, (size_t)kv_of(l) * hd_of(l));
+    }
     auto kv_type_ok = [](int t) { return t == T_F16 || t == T_Q8_0 || t == T_Q4_0; };
     if (!kv_type_ok(c.kv_k) || !kv_type_ok(c.kv_v))
         throw std::invalid_argument("engine: the KV cache types must be f16, q8_0 or q4_0");
+    if (c.mla_rank > 0 && !c.kv_f16)
+        throw std::invalid_argument("engine: MLA's latent cache is half only (kv_f16)");
     if (kv_quant()) {
         if (c.mla_rank > 0)
             throw std::invalid_argument("engine: MLA's latent cache is f16 only (no q8_0 / q4_0 KV for deepseek2 yet)");
-        if (c.head_dim % QK)
-            throw std::invalid_argument("engine: a q8_0 / q4_0 KV cache needs head_dim a multiple of 32 (this model's is " +
-                                        std::to_string(c.head_dim) + ")");
+        for (int l = 0; l < c.n_layer; ++l)
+            if (hd_of(l) % QK)
+                throw std::invalid_argument("engine: a q8_0 / q4_0 KV cache needs head_dim a multiple of 32 (this model's is " +
+                                            std::to_string(hd_of(l)) + ")");
         if (c.kv_k == T_F16)
             throw std::invalid_argument("engine: a quantized V cache needs a quantized K cache (kv_k q8_0 or q4_0)");
-        auto row = [&](int t) { return t == T_F16 ? (size_t)c.head_dim * 2 : row_bytes(format_by_id(t), c.head_dim); };
-        khead_ = row(c.kv_k);
-        if (c.head_dim % 64 == 0) {
-            rot_k_ = 64;
-            while (c.head_dim % (2 * rot_k_) == 0) rot_k_ *= 2;
-            rot_v_ = c.kv_v != T_F16 ? 64 : 0;
-        }
-        vhead_ = row(c.kv_v);
-        const size_t rows = (size_t)c.n_slots * n_kv_layers_ * c.n_kv * c.n_ctx;  // head rows
-        kq_.assign(rows * khead_, 0);
-        vq_.assign(rows * vhead_, 0);
-    } else if (c.kv_f16) { k16_.assign(kv, 0); v16_.assign(vkv, 0); }
-    else { k32_.assign(kv, 0.0f); v32_.assign(vkv, 0.0f); }
+    }
+    // The cache's layout: per slot, each attention layer's K (V) heads, each n_ctx head rows
+    // (engine.h kv_k_at); a row's elements (half / float) or bytes (quantized)
+    auto row = [&](int t, int hd) { return t == T_F16 ? (size_t)hd * 2 : row_bytes(format_by_id(t), hd); };
+    kvl_.assign((size_t)n_kv_layers_, KvLayer{});
+    for (int l = 0; l < c.n_layer; ++l) {
+        if (kv_index_[(size_t)l] < 0) continue;
+        KvLayer &g = kvl_[(size_t)kv_index_[(size_t)l]];
+        g.heads = c.mla_rank > 0 ? 1 : kv_of(l);
+        g.hd = c.mla_rank > 0 ? (int)kv_row_ : hd_of(l);
+        g.krow = kv_quant() ? row(c.kv_k, g.hd) : (size_t)g.hd;
+        g.vrow = kv_quant() ? row(c.kv_v, g.hd) : c.mla_rank > 0 ? 0 : (size_t)g.hd;  // (MLA: V is K's rows)
+        g.k0 = kslot_;
+        g.v0 = vslot_;
+        kslot_ += (size_t)g.heads * c.n_ctx * g.krow;
+        vslot_ += (size_t)g.heads * c.n_ctx * g.vrow;
+    }
+    const size_t kn = (size_t)c.n_slots * kslot_, vn = (size_t)c.n_slots * vslot_;
+    if (kv_quant()) { kq_.assign(kn, 0); vq_.assign(vn, 0); }
+    else if (c.kv_f16) { k16_.assign(kn, 0); v16_.assign(vn, 0); }
+    else { k32_.assign(kn, 0.0f); v32_.assign(vn, 0.0f); }
     inv_freq_.resize(c.rope_dims / 2);
     for (int i = 0; i < c.rope_dims / 2; ++i)
         inv_freq_[i] = (float)std::pow((double)c.rope_base, -2.0 * i / c.rope_dims);
@@ -185,9 +208,10 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     // get_rope_freq_base / _scale of a swa layer: rope_freq_base_train_swa, 1)
     if (c.rope_base_swa > 0.0f) {
         // (YaRN on the other layers or not: OLMo 3's sliding layers rotate plainly, no mscale)
-        inv_freq_swa_.resize(c.rope_dims / 2);
-        for (int i = 0; i < c.rope_dims / 2; ++i)
-            inv_freq_swa_[i] = (float)std::pow((double)c.rope_base_swa, -2.0 * i / c.rope_dims);
+        const int nd = rope_dims_swa();  // (gemma4: its own rotated dims)
+        inv_freq_swa_.resize(nd / 2);
+        for (int i = 0; i < nd / 2; ++i)
+            inv_freq_swa_[i] = (float)std::pow((double)c.rope_base_swa, -2.0 * i / nd);
     }
     // IMROPE (ggml's mrope cache with is_imrope): pair i of sector i % sum(sections) takes the
     // 1st section's position if sector % 3 == 0 and sector < 3 s0, the 2nd's if == 1 and < 3 s1,
@@ -269,11 +293,12 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
             return; }
     } else if (layer < c_.n_layer) {
         LayerWeights &l = layers_[(size_t)layer];
-        const int qd = c_.n_head * c_.head_dim, kd = c_.n_kv * c_.head_dim;
+        const int hd = hd_of(layer), qd = c_.n_head * hd, kd = kv_of(layer) * hd;
         if (name == "attn_norm") { need(c_.dim); l.attn_norm = v; return; }
         if (name == "ffn_norm") { need(c_.dim); l.ffn_norm = v; return; }
-        if (name == "attn_q_norm") { need(c_.qk_norm_full ? qd : c_.head_dim); l.q_norm = v; return; }
-        if (name == "attn_k_norm") { need(c_.qk_norm_full ? kd : c_.head_dim); l.k_norm = v; return; }
+        if (name == "attn_q_norm") { need(c_.qk_norm_full ? qd : hd); l.q_norm = v; return; }
+        if (name == "attn_k_norm") { need(c_.qk_norm_full ? kd : hd); l.k_norm = v; return; }
+        if (name == "layer_output_scale") { need(1); l.out_scale = v; return; }  // gemma4
         if (name == "attn_q.bias") { need(qd); l.bq = v; return; }
         if (name == "attn_k.bias") { need(kd); l.bk = v; return; }
         if (name == "attn_v.bias") { need(kd); l.bv = v; return; }
@@ -366,12 +391,16 @@ std::string Engine::validate() const {
                    std::to_string(rows) + ", " + std::to_string(n) + "]";
         return "";
     };
-    const int qd = c_.n_head * c_.head_dim, kd = c_.n_kv * c_.head_dim;
-    auto attn_shapes = [&](const LayerWeights &l, const std::string &p) -> std::string {  // q, k, v, output
+    const int qd = c_.n_head * c_.head_dim;  // (MLA's)
+    auto attn_shapes = [&](int i, const LayerWeights &l, const std::string &p) -> std::string {  // q, k, v, output
+        const int qd = c_.n_head * hd_of(i), kd = kv_of(i) * hd_of(i);
         std::string e;
         if (!(e = shape(l.wq, c_.attn_gate ? 2 * qd : qd, c_.dim, p + "attn_q")).empty()) return e;
         if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
-        if (!(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
+        if ((l.wv.present() || !c_.v_norm) && !(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
+        const int dims = l.window > 0 && !inv_freq_swa_.empty() ? rope_dims_swa() : c_.rope_dims;
+        if (l.rope && dims > hd_of(i))
+            return "layer " + std::to_string(i) + " rotates " + std::to_string(dims) + " dims of " + std::to_string(hd_of(i)) + "-dim heads";
         return shape(l.wo, c_.dim, qd, p + "attn_output");
     };
     std::string e;
@@ -406,7 +435,7 @@ std::string Engine::validate() const {
             if (!(e = shape(l.ssm_out, c_.dim, di, p + "ssm_out")).empty()) return e;
             if (!l.ssm_conv1d || !l.ssm_dt || !l.ssm_a || !l.ssm_d || (!l.ssm_norm && !c_.ssm_parallel))
                 return p + "ssm_conv1d/ssm_dt/ssm_a/ssm_d/ssm_norm missing";
-            if (c_.ssm_parallel && !(e = attn_shapes(l, p)).empty()) return e;  // (and its attention beside)
+            if (c_.ssm_parallel && !(e = attn_shapes(i, l, p)).empty()) return e;  // (and its attention beside)
         } else if (l.recurrent) {
             const int64_t S = c_.ssm_state, Hv = c_.ssm_heads, vd = Hv * S, cd = 2 * (int64_t)c_.ssm_groups * S + vd;
             if (!(e = shape(l.wqkv, cd, c_.dim, p + "attn_qkv")).empty()) return e;
@@ -431,7 +460,7 @@ std::string Engine::validate() const {
             if (!(e = shape(l.wk_b, c_.n_head * R, nope, p + "attn_k_b")).empty()) return e;
             if (!(e = shape(l.wv_b, c_.n_head * vd, R, p + "attn_v_b")).empty()) return e;
             if (!(e = shape(l.wo, c_.dim, c_.n_head * vd, p + "attn_output")).empty()) return e;
-        } else if (!(e = attn_shapes(l, p)).empty()) {
+        } else if (!(e = attn_shapes(i, l, p)).empty()) {
             return e;
         }
         if (c_.post_norms && !l.attn_post_norm) return p + "post_attention_norm is missing";
@@ -563,11 +592,12 @@ void Engine::rope_angles(int T, const int32_t *pos) {
     const int half = c_.rope_dims / 2;
     rot_.resize((size_t)T * half);
     if (!inv_freq_swa_.empty()) {  // gemma3's sliding layers: base rope_base_swa, no scaling
-        rot_swa_.resize((size_t)T * half);
+        const int hs = rope_dims_swa() / 2;
+        rot_swa_.resize((size_t)T * hs);
         for (int t = 0; t < T; ++t)
-            for (int i = 0; i < half; ++i) {
+            for (int i = 0; i < hs; ++i) {
                 const double th = (double)pos[t] * inv_freq_swa_[i];
-                rot_swa_[(size_t)t * half + i] = {(float)std::cos(th), (float)std::sin(th)};
+                rot_swa_[(size_t)t * hs + i] = {(float)std::cos(th), (float)std::sin(th)};
             }
     }
     const float ms = rope_mscale_;  // 1 but under YaRN or an attn_factor (then an exact no-op)
@@ -586,9 +616,10 @@ void Engine::rope_angles(int T, const int32_t *pos) {
         }
 }
 
-// Rotary embedding of v[T][heads][head_dim] with the angles of rope_angles (rot_ or rot_swa_).
-void Engine::rope(float *v, int T, int heads, const std::vector<std::pair<float, float>> &rot) const {
-    const int hd = c_.head_dim, half = c_.rope_dims / 2;
+// Rotary embedding of the first `dims` of each head of v[T][heads][hd] with the angles of
+// rope_angles (rot_ or rot_swa_, dims / 2 per token).
+void Engine::rope(float *v, int T, int heads, int hd, int dims, const std::vector<std::pair<float, float>> &rot) const {
+    const int half = dims / 2;
     for (int t = 0; t < T; ++t)
         for (int i = 0; i < half; ++i) {
             const float cs = rot[(size_t)t * half + i].first, sn = rot[(size_t)t * half + i].second;
@@ -699,7 +730,8 @@ static void attention_blocks(const float *q, int T, const int32_t *slots, const 
 // last `window` of them), with the layer's attention sink for its head if it has sinks.
 void Engine::attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out) {
     const LayerWeights &L = layers_[(size_t)layer];
-    const int hd = c_.head_dim, nh = c_.n_head, group = c_.n_head / c_.n_kv;
+    const int hd = hd_of(layer), nh = c_.n_head, n_kv = kv_of(layer), group = nh / n_kv;
+    const KvLayer &g = kvl(layer);
     int maxlen = 0;
     for (int t = 0; t < T; ++t) maxlen = pos[t] + 1 > maxlen ? pos[t] + 1 : maxlen;
     // (gemma3: q was scaled by attn_scale already, and the softmax takes q.k as it is)
@@ -715,17 +747,17 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
     auto first_key = [&](int t) { return L.window > 0 && pos[t] + 1 > L.window ? pos[t] + 1 - L.window : 0; };
     if (!quant && c_.kv_f16 && hd % 8 == 0 && (group > 1 || T > 1)) {
         const mla_f16_fn rows16 = kernel_table().mla.fn;
-        attention_blocks(q, T, slots, pos, out, nh, c_.n_kv, hd, maxlen, L.attn_sinks, threads, first_key,
+        attention_blocks(q, T, slots, pos, out, nh, n_kv, hd, maxlen, L.attn_sinks, threads, first_key,
                          [&](int kvh, int slot, int first, const float *qb, int nrows, const int32_t *lens,
                              const float *sinks, float *sc, float *ob) {
-            const size_t off = kv_offset(slot, layer, first, kvh);
-            rows16(qb, nrows, lens, k16_.data() + off, v16_.data() + off, hd, hd, hd, scale, sinks, cap, sc, ob);
+            rows16(qb, nrows, lens, k16_.data() + kv_k_at(slot, layer, first, kvh),
+                   v16_.data() + kv_v_at(slot, layer, first, kvh), hd, hd, hd, scale, sinks, cap, sc, ob);
         });
         return;
     }
     if (quant && (group > 1 || T > 1)) {  // the same blocks over the quantized cache's head rows
         const attn_q_rows_fn rowsq = kernel_table().attnq_rows.fn;
-        attention_blocks(q, T, slots, pos, out, nh, c_.n_kv, hd, maxlen, L.attn_sinks, threads, first_key,
+        attention_blocks(q, T, slots, pos, out, nh, n_kv, hd, maxlen, L.attn_sinks, threads, first_key,
                          [&](int kvh, int slot, int first, const float *qb, int nrows, const int32_t *lens,
                              const float *sinks, float *sc, float *ob) {
             thread_local std::vector<block_q8_0> qq;  // the rows as Q8_0, as attn_q_fn takes them
@@ -733,9 +765,9 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
             if (qq.size() < (size_t)nrows * nb) qq.resize((size_t)nrows * nb);
             for (int r = 0; r < nrows; ++r)
                 q8(qb + (size_t)r * hd, reinterpret_cast<uint8_t *>(qq.data() + (size_t)r * nb), hd);
-            const size_t r0 = kv_head_row(slot, layer, first, kvh);
-            rowsq(reinterpret_cast<const uint8_t *>(qq.data()), nrows, lens, c_.kv_k, kq_.data() + r0 * khead_, khead_,
-                  c_.kv_v, vq_.data() + r0 * vhead_, vhead_, hd, scale, sinks, cap, sc, ob);
+            rowsq(reinterpret_cast<const uint8_t *>(qq.data()), nrows, lens, c_.kv_k,
+                  kq_.data() + kv_k_at(slot, layer, first, kvh), g.krow, c_.kv_v,
+                  vq_.data() + kv_v_at(slot, layer, first, kvh), g.vrow, hd, scale, sinks, cap, sc, ob);
         });
         return;
     }
@@ -752,18 +784,17 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
             const int first = first_key(t);  // keys first..pos[t]
             const float sink = L.attn_sinks ? L.attn_sinks[h] : -INFINITY;
             const int len = pos[t] + 1 - first;
-            if (quant) {  // (head rows khead_ / vhead_ apart: head-major)
-                const size_t r = kv_head_row(slots[t], layer, first, kvh);
+            const size_t ko = kv_k_at(slots[t], layer, first, kvh), vo = kv_v_at(slots[t], layer, first, kvh);
+            if (quant) {  // (head rows krow / vrow bytes apart: head-major)
                 q8(qv, reinterpret_cast<uint8_t *>(qq), hd);
-                attnq(reinterpret_cast<const uint8_t *>(qq), c_.kv_k, kq_.data() + r * khead_, khead_, c_.kv_v,
-                      vq_.data() + r * vhead_, vhead_, len, hd, scale, sink, cap, sc.data(), o);
+                attnq(reinterpret_cast<const uint8_t *>(qq), c_.kv_k, kq_.data() + ko, g.krow, c_.kv_v,
+                      vq_.data() + vo, g.vrow, len, hd, scale, sink, cap, sc.data(), o);
                 continue;
             }
-            const size_t off = kv_offset(slots[t], layer, first, kvh);  // (rows hd apart: head-major)
-            if (c_.kv_f16)
-                attn16(qv, k16_.data() + off, v16_.data() + off, len, hd, hd, scale, sink, cap, sc.data(), o);
+            if (c_.kv_f16)  // (rows hd apart: head-major)
+                attn16(qv, k16_.data() + ko, v16_.data() + vo, len, hd, hd, scale, sink, cap, sc.data(), o);
             else
-                attend_f32(qv, k32_.data() + off, v32_.data() + off, len, hd, hd, scale, sink, cap, sc.data(), o);
+                attend_f32(qv, k32_.data() + ko, v32_.data() + vo, len, hd, hd, scale, sink, cap, sc.data(), o);
         }
     });
 }
@@ -794,7 +825,8 @@ static void head_norm(float *v, const float *w, int T, int heads, int hd, float 
             double ss = 0.0;
             for (int d = 0; d < hd; ++d) ss += (double)x[d] * x[d];
             const float s = (float)(1.0 / std::sqrt(ss / hd + eps));
-            for (int d = 0; d < hd; ++d) x[d] = x[d] * s * w[d];
+            if (w) for (int d = 0; d < hd; ++d) x[d] = x[d] * s * w[d];
+            else for (int d = 0; d < hd; ++d) x[d] = x[d] * s;  // (ggml_rms_norm alone)
         }
 }
 
@@ -920,9 +952,9 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
                 tlog_cut(s, n >= 2 && n <= kReplayMax ? -1 : first);
             }
     }
-    const int dim = c_.dim, hd = c_.head_dim, qd = c_.n_head * hd, kd = c_.n_kv * hd, ffn = c_.ffn;
-    x_.resize((size_t)T * dim); h_.resize((size_t)T * dim); q_.resize((size_t)T * qd);
-    k_.resize((size_t)T * kd); v_.resize((size_t)T * kd); att_.resize((size_t)T * qd);
+    const int dim = c_.dim, ffn = c_.ffn;
+    x_.resize((size_t)T * dim); h_.resize((size_t)T * dim); q_.resize((size_t)T * qd_max_);
+    k_.resize((size_t)T * kd_max_); v_.resize((size_t)T * kd_max_); att_.resize((size_t)T * qd_max_);
     g_.resize((size_t)T * ffn);  // (u_: only the unfused dense_ffn fallback)
 
     if (first) {
@@ -950,6 +982,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             mla_attention(l, h_.data(), T, slots, pos, h_.data());
             residual(h_.data(), T);
         } else {  // attention (the block keeps the loop's indentation up to its closing brace)
+        const int hd = hd_of(l), n_kv = kv_of(l), qd = c_.n_head * hd, kd = n_kv * hd;
         if (c_.ssm_parallel) {  // falcon-h1: the Mamba-2 mixer beside the attention, on the same input
             par_.resize((size_t)T * dim);
             mamba2(l, h_.data(), T, slots, par_.data());
@@ -967,6 +1000,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         } else {  // q, k, v: one dispatch, one quantized copy of h
             matmuls({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
         }
+        if (!L.wv.present()) std::memcpy(v_.data(), k_.data(), sizeof(float) * (size_t)T * kd);  // gemma4: v = k's projection
         add_bias(q_.data(), L.bq, T, qd);
         add_bias(k_.data(), L.bk, T, kd);
         add_bias(v_.data(), L.bv, T, kd);
@@ -975,46 +1009,48 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             if (L.k_norm) head_norm(k_.data(), L.k_norm, T, 1, kd, c_.eps);
         } else {
             if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
-            if (L.k_norm) head_norm(k_.data(), L.k_norm, T, c_.n_kv, hd, c_.eps);
+            if (L.k_norm) head_norm(k_.data(), L.k_norm, T, n_kv, hd, c_.eps);
         }
+        if (c_.v_norm) head_norm(v_.data(), nullptr, T, n_kv, hd, c_.eps);  // gemma4: ggml_rms_norm(Vcur)
         if (L.rope) {
-            const auto &rot = L.window > 0 && !inv_freq_swa_.empty() ? rot_swa_ : rot_;
-            rope(q_.data(), T, c_.n_head, rot);
-            rope(k_.data(), T, c_.n_kv, rot);
+            const bool swa = L.window > 0 && !inv_freq_swa_.empty();
+            const int dims = swa ? rope_dims_swa() : c_.rope_dims;
+            rope(q_.data(), T, c_.n_head, hd, dims, swa ? rot_swa_ : rot_);
+            rope(k_.data(), T, n_kv, hd, dims, swa ? rot_swa_ : rot_);
         }
         if (!qtemp_.empty())  // mistral3: ggml_mul(Qcur, inp_attn_scale) after rope
             for (int t = 0; t < T; ++t)
                 for (size_t i = 0; i < (size_t)qd; ++i) q_[(size_t)t * qd + i] *= qtemp_[(size_t)t];
         if (c_.attn_scale > 0.0f)  // gemma3: ggml_scale(Qcur, f_attention_scale) after rope
             for (size_t i = 0; i < (size_t)T * qd; ++i) q_[i] *= c_.attn_scale;
-        if (rot_k_) {  // a quantized cache: llama.cpp's rotations (rot_k_ / rot_v_ in engine.h)
-            fwht_rows(q_.data(), (size_t)T * qd / rot_k_, rot_k_);
-            fwht_rows(k_.data(), (size_t)T * kd / rot_k_, rot_k_);
+        const int rk = rot_k(hd), rv = rot_v(hd);
+        if (rk) {  // a quantized cache: llama.cpp's rotations (rot_k / rot_v in engine.h)
+            fwht_rows(q_.data(), (size_t)T * qd / rk, rk);
+            fwht_rows(k_.data(), (size_t)T * kd / rk, rk);
         }
-        if (rot_v_) fwht_rows(v_.data(), (size_t)T * kd / rot_v_, rot_v_);
+        if (rv) fwht_rows(v_.data(), (size_t)T * kd / rv, rv);
         for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
             const size_t src = (size_t)t * kd;
-            for (int h = 0; h < c_.n_kv; ++h) {  // (head-major: kv_head_row, kv_offset)
+            for (int h = 0; h < n_kv; ++h) {  // (head-major: kv_k_at, kv_v_at)
                 const size_t s = src + (size_t)h * hd;
+                const size_t ka = kv_k_at(slots[t], l, pos[t], h), va = kv_v_at(slots[t], l, pos[t], h);
                 if (kv_quant()) {  // as llama.cpp's set_rows writes its cache: from_float, block by block
-                    const size_t r = kv_head_row(slots[t], l, pos[t], h);
-                    kv_store_row(c_.kv_k, k_.data() + s, hd, kq_.data() + r * khead_);
-                    kv_store_row(c_.kv_v, v_.data() + s, hd, vq_.data() + r * vhead_);
+                    kv_store_row(c_.kv_k, k_.data() + s, hd, kq_.data() + ka);
+                    kv_store_row(c_.kv_v, v_.data() + s, hd, vq_.data() + va);
                     continue;
                 }
-                const size_t at = kv_offset(slots[t], l, pos[t], h);
                 if (c_.kv_f16) {
-                    for (int i = 0; i < hd; ++i) { k16_[at + i] = f32_to_fp16(k_[s + i]); v16_[at + i] = f32_to_fp16(v_[s + i]); }
+                    for (int i = 0; i < hd; ++i) { k16_[ka + i] = f32_to_fp16(k_[s + i]); v16_[va + i] = f32_to_fp16(v_[s + i]); }
                 } else {
-                    std::memcpy(k32_.data() + at, k_.data() + s, sizeof(float) * hd);
-                    std::memcpy(v32_.data() + at, v_.data() + s, sizeof(float) * hd);
+                    std::memcpy(k32_.data() + ka, k_.data() + s, sizeof(float) * hd);
+                    std::memcpy(v32_.data() + va, v_.data() + s, sizeof(float) * hd);
                 }
             }
         }
         const auto ta = now();
         attention(l, q_.data(), T, slots, pos, att_.data());
         if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
-        if (rot_v_) fwht_rows(att_.data(), (size_t)T * qd / rot_v_, rot_v_);  // undo v's rotation
+        if (rv) fwht_rows(att_.data(), (size_t)T * qd / rv, rv);  // undo v's rotation
         if (c_.attn_gate)  // ggml_sigmoid: 1 / (1 + exp(-x))
             for (size_t i = 0; i < (size_t)T * qd; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-agate_[i]));
         if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
@@ -1044,6 +1080,8 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
                 s.weight_bytes += mat_bytes(L.wgate) + mat_bytes(L.wup) + mat_bytes(L.wdown);
             }
         }
+        if (L.out_scale)  // gemma4: ggml_mul(cur, layer_output_scale), a [1] broadcast
+            for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] *= L.out_scale[0];
         if (stats_on_) {
             LayerStats &s = stats_[(size_t)l];
             s.calls += 1;
@@ -1090,9 +1128,10 @@ void Engine::hidden(const int32_t *rows, int n, float *out) const {
 }
 
 size_t Engine::kv_bytes(int n) const {
-    size_t kh, vh;
-    kv_head_bytes(&kh, &vh);
-    return (size_t)n_kv_layers_ * kv_heads_ * (size_t)n * (kh + vh);
+    const size_t el = kv_quant() ? 1 : c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    size_t b = 0;
+    for (const KvLayer &g : kvl_) b += (size_t)g.heads * n * (g.krow + g.vrow) * el;
+    return b;
 }
 
 // One position's K or V row (n_kv * head_dim floats) into the cache in `type`: Q8_0 by ggml's
@@ -1121,23 +1160,23 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
     }
     // [layer][K: kv heads][V: kv heads][n][head row], each head's n rows one contiguous run, as
     // they lie in the cache (a quantized one's blocks as they are)
-    size_t kh, vh;
-    kv_head_bytes(&kh, &vh);
-    const size_t krun = (size_t)n * kh, vrun = (size_t)n * vh;  // one head's K (V) rows
-    const size_t lrun = (krun + vrun) * kv_heads_;             // one layer's
+    const size_t el = kv_quant() ? 1 : c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
     uint8_t *k, *v;
     if (kv_quant()) k = kq_.data(), v = vq_.data();
     else if (c_.kv_f16) k = reinterpret_cast<uint8_t *>(k16_.data()), v = reinterpret_cast<uint8_t *>(v16_.data());
     else k = reinterpret_cast<uint8_t *>(k32_.data()), v = reinterpret_cast<uint8_t *>(v32_.data());
+    uint8_t *bl = buf;
     for (int l = 0; l < c_.n_layer; ++l) {
-        if (kv_index_[(size_t)l] < 0) continue;  // (another pipeline stage's layer)
-        uint8_t *bl = buf + (size_t)kv_index_[(size_t)l] * lrun;
-        for (int h = 0; h < kv_heads_; ++h) {
-            const size_t r = kv_head_row(slot, l, p0, h);
-            uint8_t *bk = bl + (size_t)h * krun, *bv = bl + (size_t)kv_heads_ * krun + (size_t)h * vrun;
-            if (save) { std::memcpy(bk, k + r * kh, krun); if (vh) std::memcpy(bv, v + r * vh, vrun); }
-            else { std::memcpy(k + r * kh, bk, krun); if (vh) std::memcpy(v + r * vh, bv, vrun); }
+        if (kv_index_[(size_t)l] < 0) continue;  // (another pipeline stage's layer, or no attention)
+        const KvLayer &g = kvl(l);
+        const size_t krun = (size_t)n * g.krow * el, vrun = (size_t)n * g.vrow * el;  // one head's K (V) rows
+        for (int h = 0; h < g.heads; ++h) {
+            uint8_t *ck = k + kv_k_at(slot, l, p0, h) * el, *cv = v + kv_v_at(slot, l, p0, h) * el;
+            uint8_t *bk = bl + (size_t)h * krun, *bv = bl + (size_t)g.heads * krun + (size_t)h * vrun;
+            if (save) { std::memcpy(bk, ck, krun); if (vrun) std::memcpy(bv, cv, vrun); }
+            else { std::memcpy(ck, bk, krun); if (vrun) std::memcpy(cv, bv, vrun); }
         }
+        bl += (size_t)g.heads * (krun + vrun);
     }
 }
 

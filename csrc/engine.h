@@ -114,6 +114,7 @@ struct LayerWeights {
     Mat wv_b;                             // attn_v_b [n_head * vd, R]: head h's rows at h * vd
     const float *q_a_norm = nullptr;      // [Rq]
     const float *kv_a_norm = nullptr;     // [R]
+    const float *out_scale = nullptr;     // gemma4's layer_output_scale [1]: the residual stream times it after the layer
 };
 
 // One item of the MoE expert pool's work list (moe.cpp): rows [r0, r1) of expert e's matrix.
@@ -257,6 +258,15 @@ struct EngineConfig {
     // split into expert_groups groups of consecutive ids; a group's score is the sum of its two best
     // selection scores; top-K is taken within the expert_groups_used best groups. 0: off.
     int expert_groups = 0, expert_groups_used = 0;
+    // Per-layer attention geometry (gemma4: a sliding layer has more, narrower KV heads than a full
+    // one): layer l has layer_kv[l] KV heads of layer_hd[l] dims and n_head query heads of the same
+    // width; empty: n_kv and head_dim everywhere (else they are the largest of the lists). The
+    // q / k / v widths, the layer's KV cache rows, its q / k norms and its rope follow.
+    std::vector<int> layer_kv, layer_hd;
+    int rope_dims_swa = 0;   // rotated dims of a sliding layer's head (its rope_base_swa rope); 0: rope_dims
+    // Gemma 4's values: v RMS-normed per head without a weight (ggml_rms_norm) before it is cached,
+    // and a layer without attn_v takes v = k's projection (before k's norm and rope).
+    bool v_norm = false;
 };
 // FFN gate activation: FFN_SWIGLU_OAI is gpt-oss's clamped SwiGLU (GLU_SWIGLU_OAI in kernels.h).
 // FFN_GELU is gemma's GeGLU (GLU_GEGLU).
@@ -384,25 +394,36 @@ private:
     void pre_norm(const float *w, int64_t T);     // h_ = rmsnorm(x_) (or x_: no pre-norms)
     void residual(const float *out, int64_t T);  // x_ += out (granite: times residual_scale)
     void rope_angles(int T, const int32_t *pos);  // fills rot_
-    void rope(float *v, int T, int heads, const std::vector<std::pair<float, float>> &rot) const;
+    void rope(float *v, int T, int heads, int hd, int dims, const std::vector<std::pair<float, float>> &rot) const;
+    int rope_dims_swa() const { return c_.rope_dims_swa > 0 ? c_.rope_dims_swa : c_.rope_dims; }
     void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);
     // The half / float cache is head-major, [slot][layer][kv head][pos][head_dim] (MLA: one head of
     // kv_row_ elements): one (slot, layer, kv head)'s keys, and its values, are each one contiguous
     // stream of rows head_dim apart. Decode reads them from DRAM past a few thousand positions,
     // and rows interleaved with the other heads' (n_kv * head_dim apart) streamed at half the
     // rate (the avx2 kernel, 3000 positions: 210 us a call against 100 us, BENCHMARKS.md).
-    // The quantized cache has the same order (kq_ / vq_: head rows of khead_ / vhead_ bytes).
-    size_t kv_head_row(int slot, int layer, int pos, int kvh) const {  // (slot, layer, kv head, pos)'s head row
-        return (((size_t)slot * n_kv_layers_ + kv_index_[(size_t)layer]) * kv_heads_ + kvh) * c_.n_ctx + pos;
+    // The quantized cache has the same order (kq_ / vq_: head rows of kvl_ krow / vrow bytes).
+    // Per attention layer (kv_index_) where its rows lie in a slot's cache and how wide they are: a head
+    // row is krow / vrow elements of the half / float cache (MLA: one head of kv_row_, V none) or
+    // krow / vrow bytes of a quantized one (its head_dim / 32 blocks).
+    struct KvLayer { int heads = 0, hd = 0; size_t k0 = 0, v0 = 0, krow = 0, vrow = 0; };
+    std::vector<KvLayer> kvl_;
+    size_t kslot_ = 0, vslot_ = 0;  // one slot's K (V) cache, elements or bytes
+    const KvLayer &kvl(int layer) const { return kvl_[(size_t)kv_index_[(size_t)layer]]; }
+    // (slot, layer, kv head, pos)'s K and V head rows: offsets into k16_ / k32_ / kq_ (and v...)
+    size_t kv_k_at(int slot, int layer, int pos, int kvh = 0) const {
+        const KvLayer &g = kvl(layer);
+        return (size_t)slot * kslot_ + g.k0 + ((size_t)kvh * c_.n_ctx + pos) * g.krow;
     }
-    size_t kv_offset(int slot, int layer, int pos, int kvh = 0) const {  // element offset of (slot, layer, pos, kv head)
-        return kv_head_row(slot, layer, pos, kvh) * kv_hrow_;
+    size_t kv_v_at(int slot, int layer, int pos, int kvh = 0) const {
+        const KvLayer &g = kvl(layer);
+        return (size_t)slot * vslot_ + g.v0 + ((size_t)kvh * c_.n_ctx + pos) * g.vrow;
     }
-    // Elements per cached position and layer: n_kv * head_dim in K and in V; MLA: mla_rank +
-    // rope_dims in K only (V is the first mla_rank of the same row; v16_ / v32_ stay empty).
-    size_t kv_row_ = 0;
-    int kv_heads_ = 1;     // heads of the half / float cache: n_kv (MLA: 1)
-    size_t kv_hrow_ = 0;   // elements of one head's row: head_dim (MLA: kv_row_)
+    size_t kv_row_ = 0;    // MLA: elements of a cached position, mla_rank + rope_dims
+    // layer l's KV heads and head width (EngineConfig::layer_kv / layer_hd)
+    int kv_of(int l) const { return c_.layer_kv.empty() ? c_.n_kv : c_.layer_kv[(size_t)l]; }
+    int hd_of(int l) const { return c_.layer_hd.empty() ? c_.head_dim : c_.layer_hd[(size_t)l]; }
+    size_t qd_max_ = 0, kd_max_ = 0;  // the widest layer's q and k / v rows
     bool mla() const { return c_.mla_rank > 0; }
     // The MLA attention block (csrc/mla.cpp): out[T][dim] = wo(attention) from the normed x[T][dim].
     void mla_attention(int layer, const float *x, int T, const int32_t *slots, const int32_t *pos, float *out);
@@ -462,25 +483,25 @@ private:
     std::vector<float> inv_freq_swa_;    // rope_base_swa > 0: the sliding layers' inverse frequencies
     std::vector<std::pair<float, float>> rot_swa_;  // and their rotations (as rot_)
     bool moe_layer(int l) const { return c_.n_expert > 0 && l >= c_.n_dense_lead; }
-    // head-major, [slot][layer][kv head][n_ctx][head_dim] (kv_offset), in half (kv_f16) or float32; one of each pair is empty
+    // head-major, [slot][layer][kv head][n_ctx][head_dim] (kv_k_at / kv_v_at), in half (kv_f16) or float32; one of each pair is empty
     // A quantized cache (kv_quant()): head-major as the half one, [slot][layer][kv head][n_ctx][head
-    // bytes] (kv_head_row), one head's row its head_dim / 32 blocks (khead_ / vhead_ bytes; V in
+    // bytes] (kv_k_at), one head's row its head_dim / 32 blocks (KvLayer krow / vrow bytes; V in
     // half if only K is quantized): a head's keys, and its values, are each one contiguous stream,
     // read once per GQA group by kernel_table().attnq_rows. k16_ ... empty.
     std::vector<uint8_t> kq_, vq_;
-    size_t khead_ = 0, vhead_ = 0;
     // llama.cpp's attention rotation of a quantized cache (llama-kv-cache.cpp attn_rot_k / _v):
-    // q and k times an orthonormal Walsh-Hadamard matrix of rot_k_ (the largest power of 2
-    // dividing head_dim) before k is stored, v times the 64-point one before it is stored and
-    // the attention output times it again after (H H = I). Exact arithmetic is unchanged; the
-    // quantization error is spread over the block. 0: off (an f16 side, or head_dim % 64 != 0).
-    int rot_k_ = 0, rot_v_ = 0;
-    // bytes of one head row of the K and of the V cache (MLA: V 0, its values are K's rows)
-    void kv_head_bytes(size_t *k, size_t *v) const {
-        const size_t el = c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-        *k = kv_quant() ? khead_ : kv_hrow_ * el;
-        *v = kv_quant() ? vhead_ : mla() ? 0 : kv_hrow_ * el;
+    // q and k times an orthonormal Walsh-Hadamard matrix of rot_k(hd) (the largest power of 2
+    // dividing the layer's head width) before k is stored, v times the 64-point one before it is
+    // stored and the attention output times it again after (H H = I). Exact arithmetic is
+    // unchanged; the quantization error is spread over the block. 0: off (an f16 side, or a head
+    // width not a multiple of 64).
+    int rot_k(int hd) const {
+        if (!kv_quant() || hd % 64) return 0;
+        int r = 64;
+        while (hd % (2 * r) == 0) r *= 2;
+        return r;
     }
+    int rot_v(int hd) const { return kv_quant() && hd % 64 == 0 && c_.kv_v != T_F16 ? 64 : 0; }
     bool kv_quant() const { return c_.kv_f16 && (c_.kv_k != T_F16 || c_.kv_v != T_F16); }
     std::vector<uint16_t> k16_, v16_;
     std::vector<float> k32_, v32_;

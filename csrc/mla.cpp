@@ -64,7 +64,7 @@ void Engine::mla_attention(int layer, const float *x, int T, const int32_t *slot
     for (int t = 0; t < T; ++t) rmsnorm(mkv_.data() + (size_t)t * dk, L.kv_a_norm, mkv_.data() + (size_t)t * dk, 1, R);
     // 2. the compressed cache: [c_kv | k_pe] of each token at its slot and position
     for (int t = 0; t < T; ++t) {
-        const size_t at = kv_offset(slots[t], layer, pos[t]);
+        const size_t at = kv_k_at(slots[t], layer, pos[t]);
         const float *src = mkv_.data() + (size_t)t * dk;
         for (int i = 0; i < dk; ++i) k16_[at + i] = f32_to_fp16(src[i]);  // (a half cache: the constructor)
     }
@@ -124,7 +124,7 @@ void Engine::mla_attention(int layer, const float *x, int T, const int32_t *slot
                 for (int h = I.h0; h < I.h1; ++h) lens[(size_t)((t - I.t0) * (I.h1 - I.h0) + h - I.h0)] = pos[t] + 1;
             const int maxlen = pos[I.t1 - 1] + 1;
             sc.resize((size_t)nrow * maxlen);
-            const size_t off = kv_offset(slots[I.t0], layer, 0);
+            const size_t off = kv_k_at(slots[I.t0], layer, 0);
             const float *qv = mlat_.data() + ((size_t)I.t0 * nh + I.h0) * dk;  // contiguous: all heads, or one token
             float *o = lat.data() + ((size_t)I.t0 * nh + I.h0) * R;
             kern(qv, nrow, lens.data(), k16_.data() + off, k16_.data() + off, dk, R, kv_row_, c_.mla_kq_scale, nullptr, 0.0f,

@@ -6,6 +6,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -96,6 +97,9 @@ class Term:
     def __init__(self, *args):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child
+            # (a runner started in the background of a shell without job control ignores SIGINT, and
+            # an ignored signal stays ignored across exec: Python would then never raise KeyboardInterrupt)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execve(sys.executable, CHAT + [str(a) for a in args], dict(os.environ, TERM="xterm"))
         self.buf = b""
 

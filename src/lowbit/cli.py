@@ -89,6 +89,10 @@ def _info_model(path: str) -> None:
     print(f"model     {path} ({os.path.getsize(path) / 1e9:.2f} GB)")
     heads = f"{c.n_head} heads / {c.n_kv} KV heads of {c.head_dim}" if not c.mla_rank else \
         f"{c.n_head} heads, MLA latent {c.mla_rank}"
+    if c.layer_hd:  # (gemma4: per-layer head widths and KV heads)
+        kinds = sorted(set(zip(c.layer_hd, c.layer_kv)))
+        heads = f"{c.n_head} heads, by layer " + " or ".join(
+            f"{sum(1 for x in zip(c.layer_hd, c.layer_kv) if x == k)} of {k[1]} KV heads of {k[0]}" for k in kinds)
     print(f"arch      {c.arch}: {c.n_layer} layers, width {c.dim}, {heads}, FFN {c.ffn}, vocab {c.vocab}, "
           f"trained context {c.train_ctx}")
     if c.n_expert:

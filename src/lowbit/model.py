@@ -173,7 +173,7 @@ from ._native import lib
 from .gguf import GGUFError
 
 ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qwen3moe": True, "olmoe": True,
-             "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "gemma2": True, "glm4moe": True, "qwen35": True,
+             "bitnet": True, "bitnet-b1.58": True, "gpt-oss": True, "gemma3": True, "gemma2": True, "gemma4": True, "glm4moe": True, "qwen35": True,
              "qwen35moe": True, "qwen3next": True, "deepseek2": False, "phi3": True, "smollm3": False,
              "mistral3": False, "granite": False, "granitemoe": False,
              "olmo2": True, "exaone4": True, "ernie4_5": False,
@@ -211,7 +211,7 @@ EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "so
 EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1, "sigmoid": 2}  # csrc/engine.h ExpertGating
 GATING_FUNC = {1: "softmax", 2: "sigmoid"}       # GGUF expert_gating_func (llama_expert_gating_func_type)
 SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
-FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "gemma2": "gelu", "nemotron_h": "relu2",
+FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "gemma2": "gelu", "gemma4": "gelu", "nemotron_h": "relu2",
            "nemotron_h_moe": "relu2"}  # FFN gate activation; default "silu"
 FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
@@ -335,6 +335,17 @@ class ModelConfig:
     mla_kq_scale: float = 0.0     # the softmax scale, llama.cpp's kq_scale
     expert_groups: int = 0        # group-limited routing (expert_group_count; 0/1: off)
     expert_groups_used: int = 0
+    # gemma4's per-layer attention geometry (csrc/engine.h EngineConfig::layer_kv / layer_hd): () when
+    # every layer has n_kv heads of head_dim (else those are the largest)
+    layer_kv: tuple = ()
+    layer_hd: tuple = ()
+    rope_dims_swa: int = 0        # the sliding layers' rotated dims (0: rope_dims)
+    v_norm: bool = False          # gemma4: v RMS-normed without weight; attn_v optional (v = k's projection)
+
+    def attn_dims(self, i: int) -> tuple[int, int]:
+        """Layer i's q and k (= v) widths."""
+        hd = self.layer_hd[i] if self.layer_hd else self.head_dim
+        return self.n_head * hd, (self.layer_kv[i] if self.layer_kv else self.n_kv) * hd
 
     @property
     def hybrid(self) -> bool:
@@ -390,6 +401,7 @@ class ModelConfig:
         return cls(
             arch=arch, n_layer=n_layer, dim=dim, n_head=n_head,
             n_kv=1 if pure_ssm else cls._n_kv(f, arch, key, n_head), head_dim=head_dim,
+            **cls._gemma4_fields(f, arch, key, n_layer, n_head, head_dim),
             ffn=ffn, vocab=emb.shape[0],
             train_ctx=key("context_length", 2048),
             eps=key("attention.layer_norm_rms_epsilon", md.get(f"{arch}.attention.layer_norm_epsilon", 1e-5), float),
@@ -472,9 +484,14 @@ class ModelConfig:
             return float(v)
         # (gemma2: llama.cpp's hparams defaults, 30 and 50, when the keys are absent)
         cap = cap_key("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0)
+        f32 = np.float32
+        if arch == "gemma4":  # (llama.cpp: f_attention_scale 1, q / k normed; the sliding layers' base
+            # rope.freq_base_swa, default the global one)
+            base = md.get(f"{arch}.rope.freq_base", 10000.0)
+            return dict(embd_scale=float(np.sqrt(f32(dim))), attn_scale=1.0, logit_softcap=cap, post_norms=True,
+                        rope_base_swa=float(md.get(f"{arch}.rope.freq_base_swa", base)))
         if arch not in ("gemma3", "gemma2"):
             return dict(logit_softcap=cap)
-        f32 = np.float32
         # the 27B: n_embd / n_head (integer division); gemma3's has 62 layers, gemma2's 46
         attn_den = dim // n_head if n_layer == (62 if arch == "gemma3" else 46) else head_dim
         # (gemma2: the sliding layers rotate with the global base unless the file gives theirs)
@@ -487,6 +504,40 @@ class ModelConfig:
         extra = dict(attn_softcap=cap_key("attn_logit_softcapping", 50.0)) if arch == "gemma2" else {}
         return dict(embd_scale=float(np.sqrt(f32(dim))), attn_scale=float(f32(1.0) / np.sqrt(f32(attn_den))),
                     rope_base_swa=float(base_swa or 0.0), logit_softcap=cap, post_norms=True, **extra)
+
+    @staticmethod
+    def _gemma4_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int, n_head: int, head_dim: int) -> dict:
+        """Gemma 4's per-layer attention as llama_model_gemma4 reads it ({} for other archs): the
+        sliding layers (sliding_window_pattern, a bool per layer) have heads of key_length_swa dims
+        rotating rope.dimension_count_swa of them, the full layers heads of key_length (their
+        "proportional" rope is rope_freqs' factors); head_count_kv one per layer (or one for all);
+        v RMS-normed, attn_v optional. Refused by name: per-layer embeddings (E2B / E4B), layers
+        sharing an earlier layer's KV, and the MoE layers (26B-A4B)."""
+        if arch != "gemma4":
+            return {}
+        md = f.metadata
+        if md.get(f"{arch}.embedding_length_per_layer_input", 0):
+            raise GGUFError(f"{f.path}: gemma4 with per-layer embeddings (Gemma 4 E2B / E4B) is not supported yet")
+        if md.get(f"{arch}.attention.shared_kv_layers", 0):
+            raise GGUFError(f"{f.path}: gemma4 with layers sharing an earlier layer's KV (attention.shared_kv_layers) "
+                            "is not supported yet")
+        if "blk.0.ffn_gate_inp.weight" in f.tensors or any(t.endswith("ffn_gate_inp.weight") for t in f.tensors):
+            raise GGUFError(f"{f.path}: gemma4's MoE layers (Gemma 4 26B-A4B) are not supported yet")
+        pat = md.get(f"{arch}.attention.sliding_window_pattern")
+        if not isinstance(pat, (list, tuple, np.ndarray)) or len(pat) < n_layer:
+            raise GGUFError(f"{f.path}: {arch}.attention.sliding_window_pattern must be a bool per layer")
+        hd_swa = key("attention.key_length_swa")
+        if key("attention.value_length_swa") != hd_swa or key("attention.value_length", head_dim) != head_dim:
+            raise GGUFError(f"{f.path}: gemma4 needs value widths equal to key widths (as llama.cpp)")
+        kv = md.get(f"{arch}.attention.head_count_kv")
+        kv = [int(x) for x in kv] if isinstance(kv, (list, tuple, np.ndarray)) else [key("attention.head_count_kv")] * n_layer
+        if len(kv) < n_layer or min(kv[:n_layer]) <= 0 or any(n_head % k for k in kv[:n_layer]):
+            raise GGUFError(f"{f.path}: {arch}.attention.head_count_kv = {kv} does not divide {n_head} heads per layer")
+        rot_swa = key("rope.dimension_count_swa", hd_swa)
+        if rot_swa > hd_swa or rot_swa % 2:
+            raise GGUFError(f"{f.path}: {arch}.rope.dimension_count_swa = {rot_swa} is not an even count <= {hd_swa}")
+        return dict(layer_kv=tuple(kv[:n_layer]), layer_hd=tuple(hd_swa if pat[i] else head_dim for i in range(n_layer)),
+                    rope_dims_swa=rot_swa, v_norm=True)
 
     @staticmethod
     def _llama_variant_fields(f: gguf.GGUFFile, arch: str, n_layer: int, key) -> dict:
@@ -605,6 +656,8 @@ class ModelConfig:
         v = f.metadata.get(f"{arch}.attention.head_count_kv")
         if not isinstance(v, (list, tuple, np.ndarray)):
             return key("attention.head_count_kv", n_head)
+        if arch == "gemma4":  # (one count per layer: the largest here, each layer's in layer_kv)
+            return max(int(x) for x in v)
         marked = {"short-conv": SHORTCONV_ARCHS, "Mamba-2": MAMBA2_ARCHS}
         kind = next((k for k, archs in marked.items() if arch in archs), None)
         counts = {int(x) for x in v} - ({0} if kind else set())
@@ -989,6 +1042,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
     drafter's engine has n_layer + 1 layers and holds only the last, an attention layer)."""
     n_layer = c.n_layer if n_layer is None else n_layer
     try:
+        whole = n_layer == c.n_layer  # (the MTP drafter's engine: one more layer, attention as the trunk's)
         return lib.Engine(n_layer, c.dim, c.n_head, c.n_kv, c.head_dim, c.ffn, c.vocab, n_ctx,
                           c.eps, c.rope_base, c.rope_scale, c.rope_dims, c.rope_neox, True, n_slots,
                           qk_norm_full=c.qk_norm_full, n_expert=c.n_expert, n_expert_used=c.n_expert_used,
@@ -1004,18 +1058,20 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           attn_temp_scale=c.attn_temp_scale, attn_temp_floor=c.attn_temp_floor,
                           residual_scale=c.residual_scale, logit_scale=c.logit_scale, pre_norms=c.pre_norms,
                           n_dense_lead=c.n_dense_lead, shexp_gated=c.shexp_gated,
-                          recurrent=[int(r) for r in c.recurrent] if n_layer == c.n_layer else [],
+                          recurrent=[int(r) for r in c.recurrent] if whole else [],
                           ssm_conv=c.ssm_conv, ssm_state=c.ssm_state, ssm_groups=c.ssm_groups,
                           ssm_heads=c.ssm_heads, ssm_kv_interleave=c.ssm_kv_interleave, shortconv=c.shortconv,
                           mamba2=c.mamba2, ssm_inner=c.ssm_inner, ssm_parallel=c.ssm_parallel,
                           mamba1=c.mamba1, ssm_dt_rank=c.ssm_dt_rank, ssm_dt_b_c_rms=c.ssm_dt_b_c_rms,
-                          layer_parts=list(c.layer_parts) if n_layer == c.n_layer else [], ffn_ungated=c.ffn_ungated,
+                          layer_parts=list(c.layer_parts) if whole else [], ffn_ungated=c.ffn_ungated,
                           attn_gate=c.attn_gate, rope_sections=list(c.rope_sections),
                           layer_begin=l0, layer_end=l1,
                           mla_rank=c.mla_rank, mla_v_dim=c.mla_v_dim, q_lora_rank=c.q_lora_rank,
                           mla_kq_scale=c.mla_kq_scale, expert_groups=c.expert_groups,
                           expert_groups_used=c.expert_groups_used,
-                          kv_k=KV_TYPES[kv_k], kv_v=KV_TYPES[kv_v])
+                          kv_k=KV_TYPES[kv_k], kv_v=KV_TYPES[kv_v],
+                          layer_kv=list(c.layer_kv) if whole else [], layer_hd=list(c.layer_hd) if whole else [],
+                          rope_dims_swa=c.rope_dims_swa, v_norm=c.v_norm)
     except MemoryError:  # the KV cache and the buffers, sized by n_ctx x n_slots, did not fit
         raise MemoryError(f"out of memory allocating the KV cache and buffers for a context of {n_ctx} "
                           f"positions x {n_slots} slot(s) (kv {kv_k}/{kv_v}): lower the context "
@@ -1055,9 +1111,10 @@ class Model:
         if self.n_slots < 1:
             raise ValueError("n_slots must be >= 1")
         self._keep = []  # arrays the engine points into
-        if (self.kv_k, self.kv_v) != ("f16", "f16") and c.head_dim % 32:
+        bad = [h for h in c.layer_hd or (c.head_dim,) if h % 32]
+        if (self.kv_k, self.kv_v) != ("f16", "f16") and bad:
             raise ValueError(f"a {self.kv_k}/{self.kv_v} KV cache needs head_dim a multiple of 32 "
-                             f"(this model's is {c.head_dim}); use kv='f16'")
+                             f"(this model's is {bad[0]}); use kv='f16'")
         if stages is not None and int(stages) != 1:
             if layers is not None:
                 raise ValueError("stages and layers exclude each other")
@@ -1223,7 +1280,7 @@ class Model:
                     _vec(slot, i, p + name)
             fused = {}  # slot -> (tensor, rows): a fused matrix's parts (phi3)
             if not rec and not c.mla_rank and p + "attn_qkv.weight" in self.file.tensors:
-                qd, kd = c.n_head * c.head_dim, c.n_kv * c.head_dim
+                qd, kd = c.attn_dims(i)
                 for slot, r in (("attn_q", (0, qd)), ("attn_k", (qd, qd + kd)), ("attn_v", (qd + kd, qd + 2 * kd))):
                     fused[slot] = (p + "attn_qkv.weight", r)
             up = self.file.tensors.get(p + "ffn_up.weight")
@@ -1231,6 +1288,8 @@ class Model:
                 fused["ffn_gate"] = (p + "ffn_up.weight", (0, c.ffn))
                 fused["ffn_up"] = (p + "ffn_up.weight", (c.ffn, 2 * c.ffn))
             for slot in (mixer if parts & 1 else ()) + (ffn if parts & 2 else ()):
+                if slot == "attn_v" and c.v_norm and "attn_v" not in fused and p + "attn_v.weight" not in self.file.tensors:
+                    continue  # (gemma4: v is k's projection)
                 if slot in fused:
                     _mat(slot, i, fused[slot][0], rows=fused[slot][1])
                     continue
@@ -1251,6 +1310,8 @@ class Model:
             if c.post_norms:  # gemma3
                 _vec("attn_post_norm", i, p + "post_attention_norm.weight")
                 _vec("ffn_post_norm", i, p + "post_ffw_norm.weight")
+            if p + "layer_output_scale.weight" in self.file.tensors:  # gemma4
+                _vec("layer_output_scale", i, p + "layer_output_scale.weight")
             if c.moe_bias:
                 for s in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
                     _vec(s + ".bias", i, p + s + ".bias")
@@ -1265,7 +1326,7 @@ class Model:
                 _vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
                 _vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")
             if c.qkv_bias and p + "attn_qkv.bias" in self.file.tensors:  # a fused bias (glm4): [q | k | v]
-                qd, kd = c.n_head * c.head_dim, c.n_kv * c.head_dim
+                qd, kd = c.attn_dims(i)
                 for s, r in (("attn_q", (0, qd)), ("attn_k", (qd, qd + kd)), ("attn_v", (qd + kd, qd + 2 * kd))):
                     self._vec(s + ".bias", i, p + "attn_qkv.bias", engine=engine, keep=keep, rows=r)
             elif c.qkv_bias:

@@ -16,6 +16,7 @@ weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of la
     synth_nemotron_h(path, pattern="M-*M-", ...)              nemotron_h / nemotron_h_moe / mamba2
     synth_falcon_h1(path, ...)                                falcon-h1 (attention and Mamba-2 side by side)
     synth_mamba(path, ...)                                    mamba (Mamba-1 alone; Falcon-Mamba with dt_b_c_rms)
+    synth_gemma4(path, ...)                                   gemma4 (dense; per-layer head widths)
     one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
 """
 from __future__ import annotations
@@ -343,6 +344,71 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         if arch in ("qwen3", "qwen3vl"):
             w.add(p + "attn_q_norm.weight", norm_weight(rng, hd))
             w.add(p + "attn_k_norm.weight", norm_weight(rng, hd))
+    w.close()
+    return str(path)
+
+
+def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads: int = 4, kv_heads: int = 2,
+                 kv_heads_full: int = 1, head_dim: int = 64, head_dim_full: int = 128, window: int = 64,
+                 swa_pattern: int = 3, rope_base: float = 1e6, rope_base_swa: float = 10000.0,
+                 rope_fraction_full: float = 0.25, rope_dims_swa: int | None = None, softcap: float = 30.0,
+                 v_shared_full: bool = True, out_scale: bool = True, ctx: int = 1024, wtype: str = "Q8_0",
+                 embd_type: str = "F32", seed: int = 0, vocab: dict | None = None, progress: bool = False) -> str:
+    """A Gemma 4 dense model (llama.cpp's gemma4, as convert_hf_to_gguf's Gemma4Model writes it) with
+    random weights: gemma3's scaled embeddings, pre- and post-norms and GeGLU; the sliding layers
+    (every layer but the last of each swa_pattern, a per-layer bool list in the file) have kv_heads
+    KV heads of head_dim (key_length_swa) rotating rope_dims_swa dims (None: all) with base
+    rope_base_swa; the full layers kv_heads_full heads of head_dim_full (key_length), rotating with
+    rope_base and the "proportional" rope's rope_freqs tensor (factor 1 for the first
+    rope_fraction_full of the pairs, 1e30 for the rest); head_count_kv one per layer. q / k norms
+    per head (scaled by head_dim^-1/4 each: the graph's softmax is unscaled), v RMS-normed by the
+    graph; v_shared_full: the full layers have no attn_v (Gemma 4's attention_k_eq_v, v = k's
+    projection); out_scale: a layer_output_scale per layer; softcap: final_logit_softcapping (0:
+    none). Always tied. Norm weights are stored as they are (Gemma 4's converter adds no 1)."""
+    swa = [(i % swa_pattern) < swa_pattern - 1 if swa_pattern else True for i in range(layers)]
+    rope_dims_swa = rope_dims_swa or head_dim
+    if rope_dims_swa > head_dim or rope_dims_swa % 2 or not 0 < rope_fraction_full <= 1:
+        raise ValueError("synth gemma4: rope_dims_swa must be even and <= head_dim, rope_fraction_full in (0, 1]")
+    rng = np.random.default_rng(seed)
+    vocab = vocab or default_vocab()
+    nv = vocab_size(vocab)
+    w = Writer(path, "gemma4", progress=progress, fit=True)
+    a = "gemma4"
+    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads,
+                 kv_heads=[kv_heads if s else kv_heads_full for s in swa], head_dim=head_dim_full, ctx=ctx,
+                 rope_base=rope_base, rope_dims=head_dim_full)
+    w.meta(f"{a}.attention.key_length_swa", int(head_dim))
+    w.meta(f"{a}.attention.value_length_swa", int(head_dim))
+    w.meta(f"{a}.rope.dimension_count_swa", int(rope_dims_swa))
+    w.meta(f"{a}.rope.freq_base_swa", float(rope_base_swa))
+    w.meta(f"{a}.attention.sliding_window", int(window))
+    w.meta(f"{a}.attention.sliding_window_pattern", [bool(s) for s in swa])
+    w.meta(f"{a}.attention.shared_kv_layers", 0)
+    w.meta(f"{a}.embedding_length_per_layer_input", 0)
+    if softcap:
+        w.meta(f"{a}.final_logit_softcapping", float(softcap))
+    add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=None, wtype=wtype, tied=True,
+             emb_std=1.0 / np.sqrt(dim))
+    n_rot = int(head_dim_full * rope_fraction_full / 2)
+    w.add("rope_freqs.weight", np.array([1.0] * n_rot + [1e30] * (head_dim_full // 2 - n_rot), np.float32))
+    for i in range(layers):
+        p, hd = f"blk.{i}.", head_dim if swa[i] else head_dim_full
+        kvh = kv_heads if swa[i] else kv_heads_full
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+        w.add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
+        w.add(p + "attn_k.weight", gauss(rng, kvh * hd, dim), wtype)
+        if swa[i] or not v_shared_full:
+            w.add(p + "attn_v.weight", gauss(rng, kvh * hd, dim), wtype)
+        w.add(p + "attn_output.weight", gauss(rng, dim, heads * hd), wtype)
+        qk = np.float32(hd ** -0.25)
+        w.add(p + "attn_q_norm.weight", norm_weight(rng, hd) * qk)
+        w.add(p + "attn_k_norm.weight", norm_weight(rng, hd) * qk)
+        w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
+        w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
+        add_glu(w, rng, p, width=ffn, dim=dim, wtype=wtype)
+        if out_scale:
+            w.add(p + "layer_output_scale.weight", np.array([rng.uniform(0.5, 1.0)], np.float32))
     w.close()
     return str(path)
 
@@ -1705,10 +1771,49 @@ def _add_mamba(ss) -> None:
         tied=a.tied, seed=a.seed, progress=_bar_on()))
 
 
+# Gemma 4 31B's published sizes as recalled (not checked offline; `lowbit synth gemma4 OUT --shape gemma-4-31b
+# --layers 8`: an 8-layer slice). The vocabulary stays SmolLM2's 49152 (Gemma 4's: 262144).
+GEMMA4_SHAPES = {
+    "gemma-4-31b": dict(layers=60, dim=5376, ffn=21504, heads=32, kv_heads=16, kv_heads_full=4, head_dim=256,
+                        head_dim_full=512, window=1024, swa_pattern=6, ctx=262144, arch="gemma4"),
+}
+
+
+def _add_gemma4(ss) -> None:
+    p = ss.add_parser("gemma4", help="a Gemma 4 dense model: sliding and full layers of different head widths",
+                      description="Write a Gemma 4 dense model (llama.cpp's gemma4) with random weights and SmolLM2's "
+                                  "vocabulary.")
+    _shape_options(p, layers=6, dim=256, ffn=512, heads=4, kv_heads=2)
+    p.add_argument("--arch", default="gemma4", choices=["gemma4"], help=argparse.SUPPRESS)
+    p.add_argument("--shape", default=None, choices=list(GEMMA4_SHAPES),
+                   help="a published model's sizes for every option not given "
+                        "(e.g. --shape gemma-4-31b --layers 8: an 8-layer slice)")
+    p.add_argument("--kv-heads-full", type=int, default=1, help="KV heads of the full-attention layers (1)")
+    p.add_argument("--head-dim", type=int, default=64, help="head width of the sliding layers (64)")
+    p.add_argument("--head-dim-full", type=int, default=128, help="head width of the full layers (128)")
+    p.add_argument("--window", type=int, default=64, help="the sliding layers' window (64)")
+    p.add_argument("--swa-pattern", type=int, default=3, help="period: every layer slides but the last of each (3)")
+    p.add_argument("--rope-dims-swa", type=int, default=None, help="rotated dims of a sliding layer (default all)")
+    p.add_argument("--rope-fraction-full", type=float, default=0.25,
+                   help="rotated fraction of a full layer's dims (its rope_freqs; 0.25)")
+    p.add_argument("--softcap", type=float, default=30.0, help="final_logit_softcapping (0: none; 30)")
+    p.add_argument("--v-full", dest="v_shared_full", action="store_false",
+                   help="the full layers have attn_v (default: none, v = k's projection)")
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd, also the head (default F32)")
+    p.set_defaults(synth=lambda a: synth_gemma4(
+        a.out, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
+        kv_heads_full=a.kv_heads_full, head_dim=a.head_dim, head_dim_full=a.head_dim_full, window=a.window,
+        swa_pattern=a.swa_pattern, rope_dims_swa=a.rope_dims_swa, rope_fraction_full=a.rope_fraction_full,
+        softcap=a.softcap, v_shared_full=a.v_shared_full, ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type,
+        seed=a.seed, progress=_bar_on()))
+    _with_shapes(p, GEMMA4_SHAPES)
+
+
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
 FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet, "lfm2": _add_lfm2,
             "granitehybrid": _add_granite_hybrid, "nemotron_h": _add_nemotron_h, "falcon-h1": _add_falcon_h1,
-            "mamba": _add_mamba}
+            "mamba": _add_mamba, "gemma4": _add_gemma4}
 
 
 def _bar_on() -> bool:

@@ -1,0 +1,169 @@
+"""Gemma 4 dense (llama.cpp's gemma4) on small synthetic files, against llama.cpp.
+
+gemma4 (lowbit.synth.synth_gemma4) is gemma3's layer (scaled embeddings, pre- and post-norms, GeGLU,
+q / k norms, a tied head, the final soft-cap) with a per-layer attention geometry: the sliding layers
+have more, narrower KV heads (key_length_swa) than the full layers (key_length), head_count_kv is one
+count per layer, the sliding layers rotate rope.dimension_count_swa dims with rope.freq_base_swa and
+the full layers all their dims with rope_freqs' "proportional" factors (1e30 past the rotated
+fraction); v is RMS-normed without a weight, a full layer without attn_v takes v = k's projection;
+the softmax is unscaled (q and k are normed); each layer's output is times layer_output_scale.
+The engine's side: EngineConfig::layer_kv / layer_hd / rope_dims_swa / v_norm (csrc/engine.h), a KV
+cache laid out per layer (KvLayer).
+
+Files: "g4" (6 layers, pattern sliding, sliding, full; 2 KV heads of 64 / 1 of 128; v = k in the full
+layers; a layer_output_scale per layer; Q8_0) and "g4-v" (4 layers alternating; 2 KV heads of 64 / 2
+of 256, attn_v everywhere, the sliding layers rotating 32 of their 64 dims, no soft-cap, no output
+scale; Q4_K where the rows allow). Parity as the other families: teacher-forced over llama.cpp's greedy
+run, top-1 >= 99% where llama.cpp's margin is >= 0.1, perplexity within 0.5%, each feature done wrong
+moves the logits; a q8_0 cache against llama.cpp's flash attention.
+"""
+import numpy as np
+import pytest
+
+import lowbit
+from llama_ref import (compare_top1, family_fixtures, features_matter, llama_greedy, load_edited, peer_llama,
+                       perplexity_matches)
+from lowbit.gguf import GGUFError
+from lowbit.synth import synth_gemma4
+
+FILES = {"g4": dict(seed=5),
+         "g4-v": dict(layers=4, swa_pattern=2, kv_heads_full=2, head_dim_full=256, v_shared_full=False,
+                      rope_dims_swa=32, softcap=0.0, out_scale=False, wtype="Q4_K", embd_type="F16", seed=6)}
+N_CTX = 640
+
+paths, case = family_fixtures("gemma4", synth_gemma4, FILES, N_CTX)  # (name, path, llama.cpp's greedy run) per file
+
+
+def test_config(case):
+    name, path, _ = case
+    m = lowbit.load(path, n_ctx=N_CTX)
+    c = m.config
+    assert c.arch == "gemma4" and c.rope_neox and c.tied_output and c.post_norms and c.v_norm and c.ffn_act == "gelu"
+    assert c.attn_scale == 1.0 and c.embd_scale == float(np.sqrt(np.float32(256))) and c.rope_base_swa == 10000.0
+    if name == "g4":
+        assert c.layer_kv == (2, 2, 1, 2, 2, 1) and c.layer_hd == (64, 64, 128, 64, 64, 128)
+        assert c.window == (64, 64, 0, 64, 64, 0) and c.rope_dims == 128 and c.rope_dims_swa == 64
+        assert (c.n_kv, c.head_dim, c.logit_softcap) == (2, 128, 30.0)
+    else:
+        assert c.layer_kv == (2, 2, 2, 2) and c.layer_hd == (64, 256, 64, 256) and c.rope_dims_swa == 32
+        assert c.logit_softcap == 0.0
+    # each layer caches its own heads: K and V, half
+    assert m.engine.kv_bytes(1) == sum(2 * 2 * k * h for k, h in zip(c.layer_kv, c.layer_hd))
+    assert m.engine.validate() == ""
+
+
+def test_teacher_forced_top1_matches_llama_cpp(case):
+    name, path, run = case
+    ours, ref, counted, agree = compare_top1(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
+    print(f"\n{name}: top-1 {agree}/{counted}, max |logit diff| {np.abs(ours - ref).max():.4f}")
+    assert counted >= 0.5 * len(ref) and agree >= 0.99 * counted
+
+
+def test_perplexity_matches_llama_cpp(case):
+    name, path, _ = case
+    perplexity_matches(path, N_CTX, peer_llama(path, N_CTX), name)
+
+
+def test_each_feature_matters(case, monkeypatch):
+    """Done wrong, each part moves the logits by > 0.5: v's norm, the sliding windows, the sliding
+    layers' rope base and rotated dims, the post-norms, the embedding scale; and (g4) the layer
+    output scales."""
+    name, path, run = case
+    c = lowbit.load(path, n_ctx=16).config
+    wrong = {"sliding windows": dict(window=tuple(w // 4 for w in c.window)),
+             "sliding layers' rope base": dict(rope_base_swa=1e6),
+             "post-norms": dict(post_norms=False), "embedding scale": dict(embd_scale=0.0)}
+    if name == "g4-v":  # (g4's full layers have no attn_v: they need v_norm's rule)
+        wrong |= {"v norm": dict(v_norm=False), "sliding layers' rotated dims": dict(rope_dims_swa=64)}
+    m, ours = features_matter(monkeypatch, path, N_CTX, run, wrong)
+    if name == "g4":
+        ids, ref = run
+        for i in range(m.config.n_layer):  # every layer_output_scale 1
+            m.engine.set_vec("layer_output_scale", i, np.ones(1, np.float32))
+        m.reset()
+        assert float(np.abs(m.forward(ids, all_logits=True) - ours).max()) > 0.5
+
+
+def test_chunks_and_threads_are_bitwise(paths):
+    """A token's logits do not depend on the chunking of its prompt or the thread count (I8), with
+    sliding windows shorter than the prompt."""
+    m = lowbit.load(paths["g4"], n_ctx=256, threads=2)
+    ids = m.tokenize("In a hole in the ground there lived a hobbit. Not a nasty, dirty, wet hole, filled with "
+                     "the ends of worms and an oozy smell, nor yet a dry, bare, sandy hole with nothing in it " * 2)
+    assert len(ids) > 64
+    whole = m.logits(ids, chunk=len(ids))
+    assert np.array_equal(whole, m.logits(ids, chunk=1)) and np.array_equal(whole, m.logits(ids, chunk=7))
+    one = lowbit.load(paths["g4"], n_ctx=256, threads=1)
+    assert np.array_equal(whole, one.logits(ids, chunk=len(ids)))
+
+
+def test_batched_slots_are_bitwise(paths):
+    """Two sequences in one batch give each its own logits bit for bit (the per-layer cache rows of
+    two slots do not overlap)."""
+    m = lowbit.load(paths["g4-v"], n_ctx=128, threads=2, n_slots=2)
+    a = m.tokenize("The quick brown fox jumps over the lazy dog.")
+    b = m.tokenize("A journey of a thousand miles begins with a single step, they say.")
+    la, lb = m.forward_batch([(0, a), (1, b)], all_logits=True)
+    assert np.array_equal(la, m.logits(a, chunk=len(a))) and np.array_equal(lb, m.logits(b, chunk=len(b)))
+
+
+def test_kv_copy_round_trip(paths):
+    """The prefix cache's save / load of a slot's rows (engine.kv_copy) over layers of two widths:
+    loaded into another slot, the next token's logits are bitwise those of the original slot."""
+    m = lowbit.load(paths["g4"], n_ctx=128, threads=2, n_slots=2)
+    ids = m.tokenize("Once upon a time there was a little engine that could pull a long train up a hill.")
+    n = len(ids) - 1
+    m.forward_batch([(0, ids[:n])])
+    buf = np.empty(m.engine.kv_bytes(n), np.uint8)
+    m.engine.kv_copy(0, 0, n, buf, True)
+    m.engine.kv_copy(1, 0, n, buf, False)
+    m.slot_pos[1] = n
+    m.slot_tokens[1] = list(ids[:n])
+    la, lb = m.forward_batch([(0, ids[n:]), (1, ids[n:])])
+    assert np.array_equal(la, lb)
+
+
+@pytest.mark.parametrize("kv", ["q8_0"])
+def test_quantized_cache_matches_llama_cpp_flash_attention(paths, kv):
+    """A q8_0 cache (each layer's rows at its own width, Hadamard-rotated by its own width as
+    llama.cpp's iSWA caches): top-1 >= 95% at margins >= 0.1 (test_kv_quant's bound)."""
+    from test_gpt_oss import PROMPT
+    from test_kv_quant import peer_llm
+    for name in ("g4", "g4-v"):
+        llm = peer_llm(paths[name], kv, n_ctx=160, n_threads=1)
+        ids, ref = llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), 100)
+        m = lowbit.load(paths[name], n_ctx=160, threads=2, kv=kv)
+        ours = m.forward(ids, all_logits=True)
+        top2 = np.sort(ref, 1)[:, -2:]
+        clear = top2[:, 1] - top2[:, 0] >= 0.1
+        agree = int((ours.argmax(1) == ref.argmax(1))[clear].sum())
+        print(f"\n{name} {kv}: top-1 {agree}/{int(clear.sum())}, max |logit diff| {np.abs(ours - ref).max():.3f}")
+        assert clear.sum() >= 40 and agree >= 0.95 * clear.sum()
+
+
+def test_unsupported_variants_are_refused_by_name(paths, monkeypatch):
+    """Gemma 4's per-layer embeddings (E2B / E4B), KV shared across layers, bad head counts or rope
+    dims: one GGUFError naming the problem, never a wrong answer."""
+    for meta, msg in ((dict(**{"gemma4.embedding_length_per_layer_input": 256}), "per-layer embeddings"),
+                      (dict(**{"gemma4.attention.shared_kv_layers": 2}), "shared_kv_layers"),
+                      (dict(**{"gemma4.attention.head_count_kv": [3, 3, 1, 2, 2, 1]}), "does not divide"),
+                      (dict(**{"gemma4.rope.dimension_count_swa": 96}), "dimension_count_swa"),
+                      (dict(**{"gemma4.attention.sliding_window_pattern": 3}), "a bool per layer")):
+        with pytest.raises(GGUFError, match=msg):
+            load_edited(monkeypatch, paths["g4"], **meta)
+
+
+def test_synth_cli_writes_gemma4(tmp_path, capsys):
+    from lowbit.cli import main
+    out = tmp_path / "g.gguf"
+    assert main(["synth", "gemma4", str(out), "--layers", "3", "--dim", "128", "--heads", "2", "--kv-heads", "2",
+                 "--kv-heads-full", "1", "--head-dim", "32", "--head-dim-full", "64", "--ffn", "256",
+                 "--window", "16", "--swa-pattern", "3"]) == 0
+    m = lowbit.load(str(out), n_ctx=32)
+    c = m.config
+    assert c.layer_kv == (2, 2, 1) and c.layer_hd == (32, 32, 64) and c.window == (16, 16, 0)
+    assert "blk.2.attn_v.weight" not in m.file.tensors and "blk.1.attn_v.weight" in m.file.tensors
+    assert m.forward([1, 2, 3]).shape == (1, c.vocab)
+    assert main(["info", "-m", str(out)]) == 0
+    assert "2 heads, by layer 2 of 2 KV heads of 32 or 1 of 1 KV heads of 64" in capsys.readouterr().out
+    assert main(["synth", "gemma4", str(tmp_path / "bad.gguf"), "--rope-dims-swa", "33"]) == 2
