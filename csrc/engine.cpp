@@ -299,6 +299,13 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "attn_q_norm") { need(c_.qk_norm_full ? qd : hd); l.q_norm = v; return; }
         if (name == "attn_k_norm") { need(c_.qk_norm_full ? kd : hd); l.k_norm = v; return; }
         if (name == "layer_output_scale") { need(1); l.out_scale = v; return; }  // gemma4
+        if (c_.moe_mlp) {  // gemma4's MoE layers
+            if (name == "ffn_post_norm_1") { need(c_.dim); l.ffn_post_norm_1 = v; return; }
+            if (name == "ffn_pre_norm_2") { need(c_.dim); l.ffn_pre_norm_2 = v; return; }
+            if (name == "ffn_post_norm_2") { need(c_.dim); l.ffn_post_norm_2 = v; return; }
+            if (name == "router_in_scale") { need(c_.dim); l.router_in_scale = v; return; }
+            if (name == "down_exps_scale") { need(c_.n_expert); l.down_exps_s = v; return; }
+        }
         if (name == "attn_q.bias") { need(qd); l.bq = v; return; }
         if (name == "attn_k.bias") { need(kd); l.bk = v; return; }
         if (name == "attn_v.bias") { need(kd); l.bv = v; return; }
@@ -480,6 +487,13 @@ std::string Engine::validate() const {
                 if (!(e = shape(l.sh_down, c_.dim, c_.shexp_ffn, p + "ffn_down_shexp")).empty()) return e;
                 if (c_.shexp_gated && !(e = shape(l.sh_gate_inp, 1, c_.dim, p + "ffn_gate_inp_shexp")).empty()) return e;
             }
+            if (c_.moe_mlp) {  // gemma4: the dense MLP beside, and its norms
+                if (!(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
+                if (!(e = shape(l.wup, c_.ffn, c_.dim, p + "ffn_up")).empty()) return e;
+                if (!(e = shape(l.wdown, c_.dim, c_.ffn, p + "ffn_down")).empty()) return e;
+                if (!l.ffn_post_norm_1 || !l.ffn_pre_norm_2 || !l.ffn_post_norm_2 || !l.router_in_scale)
+                    return p + "post_ffw_norm_1/pre_ffw_norm_2/post_ffw_norm_2/ffn_gate_inp.scale missing";
+            }
         } else {
             if (c_.ffn_ungated && l.wgate.present()) return p + "ffn_gate is set in a model whose FFNs have no gate";
             if (!c_.ffn_ungated && !(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
@@ -582,7 +596,8 @@ void Engine::rmsnorm(const float *x, const float *w, float *out, int T, int len)
         const float mean = (float)(ss / len);
         const float s = 1.0f / std::sqrt(mean + c_.eps);
         float *o = out + (size_t)t * len;
-        for (int i = 0; i < len; ++i) o[i] = xt[i] * s * w[i];
+        if (w) for (int i = 0; i < len; ++i) o[i] = xt[i] * s * w[i];
+        else for (int i = 0; i < len; ++i) o[i] = xt[i] * s;  // (ggml_rms_norm alone)
     }
 }
 
@@ -1067,7 +1082,8 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         if (!L.has_ffn) {  // a mixer-only layer (nemotron_h)
         } else if (moe_layer(l)) {
             mo_.resize((size_t)T * dim);
-            moe_ffn(l, h_.data(), T, mo_.data());
+            if (c_.moe_mlp) moe_beside_mlp(l, T, mo_.data());  // gemma4
+            else moe_ffn(l, h_.data(), T, mo_.data());
             if (L.ffn_post_norm) rmsnorm(mo_.data(), L.ffn_post_norm, mo_.data(), T, dim);
             residual(mo_.data(), T);
         } else {  // (a dense model, or one of glm4moe's leading dense layers)

@@ -115,6 +115,12 @@ struct LayerWeights {
     const float *q_a_norm = nullptr;      // [Rq]
     const float *kv_a_norm = nullptr;     // [R]
     const float *out_scale = nullptr;     // gemma4's layer_output_scale [1]: the residual stream times it after the layer
+    // Gemma 4's MoE layer (EngineConfig::moe_mlp; Engine::moe_beside_mlp): the norms of its dense MLP's
+    // output (post_ffw_norm_1), of the experts' input (pre_ffw_norm_2) and output (post_ffw_norm_2),
+    // the router input's per-channel scale (ffn_gate_inp.scale) [dim], and per expert a scale of
+    // its down projection's output (ffn_down_exps.scale, optional) [n_expert]
+    const float *ffn_post_norm_1 = nullptr, *ffn_pre_norm_2 = nullptr, *ffn_post_norm_2 = nullptr;
+    const float *router_in_scale = nullptr, *down_exps_s = nullptr;
 };
 
 // One item of the MoE expert pool's work list (moe.cpp): rows [r0, r1) of expert e's matrix.
@@ -267,6 +273,10 @@ struct EngineConfig {
     // Gemma 4's values: v RMS-normed per head without a weight (ggml_rms_norm) before it is cached,
     // and a layer without attn_v takes v = k's projection (before k's norm and rope).
     bool v_norm = false;
+    // Gemma 4's MoE layers: the routed experts beside a dense GeGLU MLP of width ffn (ffn_gate /
+    // ffn_up / ffn_down), each with its own norms (Engine::moe_beside_mlp), the router reading the
+    // residual stream RMS-normed without weight, times 1 / sqrt(dim) and router_in_scale.
+    bool moe_mlp = false;
 };
 // FFN gate activation: FFN_SWIGLU_OAI is gpt-oss's clamped SwiGLU (GLU_SWIGLU_OAI in kernels.h).
 // FFN_GELU is gemma's GeGLU (GLU_GEGLU).
@@ -465,7 +475,13 @@ private:
     size_t ssm_state_floats() const;
     // The MoE feed-forward (csrc/moe.cpp): out[T][dim] = sum over each token's top-K experts
     // (in rank order) of weight * expert(x), plus the shared expert if any.
-    void moe_ffn(int layer, const float *x, int T, float *out);
+    // router_x: the router's input [T][dim] when it is not x (gemma4)
+    void moe_ffn(int layer, const float *x, int T, float *out, const float *router_x = nullptr);
+    // Gemma 4's MoE FFN (EngineConfig::moe_mlp) of the residual x_ (h_: its ffn_norm): out[T][dim] =
+    // post_norm_1(MLP(h_)) + post_norm_2(experts(pre_norm_2(x_))), the router on
+    // rms(x_) / sqrt(dim) * router_in_scale (llama.cpp's gemma4 graph); h_ is overwritten
+    void moe_beside_mlp(int layer, int T, float *out);
+    std::vector<float> mlp_, rin_;  // its MLP output and router input
     void biased_topk(int layer, int T, bool sigmoid);
     void group_mask(float *score) const;  // group-limited routing (moe.cpp)  // sigmoid / softmax + exp_probs_b routing (moe.cpp)
     void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,

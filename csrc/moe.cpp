@@ -143,7 +143,7 @@ inline void wait_flag(const int32_t *flag) {
 }
 }  // namespace
 
-void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
+void Engine::moe_ffn(int layer, const float *x, int T, float *out, const float *router_x) {
     const LayerWeights &L = layers_[(size_t)layer];
     const int E = c_.n_expert, K = c_.n_expert_used, ef = c_.expert_ffn, dim = c_.dim;
     const int S = T * K;  // slots: (token, expert) pairs
@@ -153,11 +153,12 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
 
     // 1-2. router, softmax, top-K, weights
     rlog_.resize((size_t)T * E);
-    const float *rin = x;
+    const float *rin = router_x ? router_x : x;
     if (L.router.type == T_BF16 || L.router.type == T_F16) {
         rx_.resize((size_t)T * dim);
+        const float *src = rin;
         for (size_t i = 0; i < (size_t)T * dim; ++i)
-            rx_[i] = L.router.type == T_BF16 ? round_bf16(x[i]) : fp16_to_f32(f32_to_fp16(x[i]));
+            rx_[i] = L.router.type == T_BF16 ? round_bf16(src[i]) : fp16_to_f32(f32_to_fp16(src[i]));
         rin = rx_.data();
     }
     {   // the router of a decode step is tiny (E x dim): on the calling thread
@@ -336,6 +337,11 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out) {
             RowArgs a{D.w(it.e), D.m->stride, ys_.data() + s0 * db, db, ed_.data() + s0 * dim, (size_t)dim, ef,
                       D.m->scale, win > MAX_NT ? did : 0};
             (win > MAX_NT ? D.k->gemm.fn : D.k->rows[ntc].fn)(a, it.r0, it.r1, ntc);
+            if (L.down_exps_s) {  // gemma4: the expert's output scale (ggml_mul after mul_mat_id)
+                const float sc = L.down_exps_s[it.e];
+                for (int t = 0; t < ntc; ++t)
+                    for (int r = it.r0; r < it.r1; ++r) ed_[(s0 + t) * dim + r] *= sc;
+            }
             if (L.down_exps_b) {
                 const float *b = L.down_exps_b + (size_t)it.e * dim;
                 for (int t = 0; t < ntc; ++t)
@@ -501,6 +507,24 @@ void Engine::lookahead(int next, const float *x, int T) {
             ahead(N.up_exps, c_.expert_ffn, e);
             ahead(N.down_exps, dim, e);
         }
+}
+
+void Engine::moe_beside_mlp(int layer, int T, float *out) {
+    const LayerWeights &L = layers_[(size_t)layer];
+    const int dim = c_.dim;
+    const size_t n = (size_t)T * dim;
+    mlp_.resize(n);
+    dense_ffn(L.wgate, L.wup, L.wdown, h_.data(), T, mlp_.data());  // h_: ffn_norm(x_)
+    rmsnorm(mlp_.data(), L.ffn_post_norm_1, mlp_.data(), T, dim);
+    // the router's input: ggml_rms_norm, ggml_scale(1 / sqrtf(n_embd)), ggml_mul(ffn_gate_inp.scale)
+    rin_.resize(n);
+    rmsnorm(x_.data(), nullptr, rin_.data(), T, dim);
+    const float inv = 1.0f / std::sqrt((float)dim);
+    for (size_t i = 0; i < n; ++i) rin_[i] = rin_[i] * inv * L.router_in_scale[i % (size_t)dim];
+    rmsnorm(x_.data(), L.ffn_pre_norm_2, h_.data(), T, dim);  // the experts' input
+    moe_ffn(layer, h_.data(), T, out, rin_.data());
+    rmsnorm(out, L.ffn_post_norm_2, out, T, dim);
+    for (size_t i = 0; i < n; ++i) out[i] = mlp_[i] + out[i];  // ggml_add(cur_mlp, cur_moe)
 }
 
 }  // namespace lowbit

@@ -188,7 +188,7 @@ EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": Fals
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
                "qwen35moe": True, "qwen3next": True, "granitemoe": True,
                "ernie4_5-moe": True, "lfm2moe": True, "qwen3vlmoe": True, "granitehybrid": True,
-               "nemotron_h_moe": False}  # (nemotron_h_moe: expert_weights_norm decides)
+               "nemotron_h_moe": False, "gemma4": True}  # (nemotron_h_moe: expert_weights_norm decides)
 # Hybrid families: gated delta-net layers (csrc/deltanet.cpp) and gated full attention every
 # full_attention_interval-th layer; value head h reads q/k head h % H_k (qwen35*) or h / (H_v/H_k)
 # (qwen3next); rope: IMROPE sections (qwen35*) or plain neox (qwen3next).
@@ -341,6 +341,7 @@ class ModelConfig:
     layer_hd: tuple = ()
     rope_dims_swa: int = 0        # the sliding layers' rotated dims (0: rope_dims)
     v_norm: bool = False          # gemma4: v RMS-normed without weight; attn_v optional (v = k's projection)
+    moe_mlp: bool = False         # gemma4: its MoE layers run a dense MLP beside the experts (EngineConfig::moe_mlp)
 
     def attn_dims(self, i: int) -> tuple[int, int]:
         """Layer i's q and k (= v) widths."""
@@ -511,8 +512,9 @@ class ModelConfig:
         sliding layers (sliding_window_pattern, a bool per layer) have heads of key_length_swa dims
         rotating rope.dimension_count_swa of them, the full layers heads of key_length (their
         "proportional" rope is rope_freqs' factors); head_count_kv one per layer (or one for all);
-        v RMS-normed, attn_v optional. Refused by name: per-layer embeddings (E2B / E4B), layers
-        sharing an earlier layer's KV, and the MoE layers (26B-A4B)."""
+        v RMS-normed, attn_v optional; MoE layers (26B-A4B: ffn_gate_inp) with a dense MLP beside
+        the experts (moe_mlp). Refused by name: per-layer embeddings (E2B / E4B), layers sharing an
+        earlier layer's KV, the fused ffn_gate_up_exps, and MoE in some layers only."""
         if arch != "gemma4":
             return {}
         md = f.metadata
@@ -521,8 +523,12 @@ class ModelConfig:
         if md.get(f"{arch}.attention.shared_kv_layers", 0):
             raise GGUFError(f"{f.path}: gemma4 with layers sharing an earlier layer's KV (attention.shared_kv_layers) "
                             "is not supported yet")
-        if "blk.0.ffn_gate_inp.weight" in f.tensors or any(t.endswith("ffn_gate_inp.weight") for t in f.tensors):
-            raise GGUFError(f"{f.path}: gemma4's MoE layers (Gemma 4 26B-A4B) are not supported yet")
+        moe = [f"blk.{i}.ffn_gate_inp.weight" in f.tensors for i in range(n_layer)]
+        if any(moe) and not all(moe):
+            raise GGUFError(f"{f.path}: gemma4 with experts in some layers only is not supported")
+        if any(t.endswith("ffn_gate_up_exps.weight") for t in f.tensors):
+            raise GGUFError(f"{f.path}: gemma4's fused ffn_gate_up_exps is not supported yet (separate gate / up "
+                            "expert tensors are)")
         pat = md.get(f"{arch}.attention.sliding_window_pattern")
         if not isinstance(pat, (list, tuple, np.ndarray)) or len(pat) < n_layer:
             raise GGUFError(f"{f.path}: {arch}.attention.sliding_window_pattern must be a bool per layer")
@@ -537,7 +543,7 @@ class ModelConfig:
         if rot_swa > hd_swa or rot_swa % 2:
             raise GGUFError(f"{f.path}: {arch}.rope.dimension_count_swa = {rot_swa} is not an even count <= {hd_swa}")
         return dict(layer_kv=tuple(kv[:n_layer]), layer_hd=tuple(hd_swa if pat[i] else head_dim for i in range(n_layer)),
-                    rope_dims_swa=rot_swa, v_norm=True)
+                    rope_dims_swa=rot_swa, v_norm=True, moe_mlp=all(moe))
 
     @staticmethod
     def _llama_variant_fields(f: gguf.GGUFFile, arch: str, n_layer: int, key) -> dict:
@@ -883,7 +889,7 @@ class ModelConfig:
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_used_count = {used!r} must be an integer in "
                             f"1..{n_expert} ({ek})")
         qwen = ("qwen2moe", "qwen3moe", "qwen35moe", "qwen3next", "qwen3vlmoe")
-        if arch in ("gpt-oss", "glm4moe", "deepseek2", "ernie4_5-moe", "lfm2moe", "nemotron_h_moe"):
+        if arch in ("gpt-oss", "glm4moe", "deepseek2", "ernie4_5-moe", "lfm2moe", "nemotron_h_moe", "gemma4"):
             expert_ffn = key("expert_feed_forward_length")
         elif arch in qwen and f"{arch}.expert_feed_forward_length" in md:
             expert_ffn = key("expert_feed_forward_length")
@@ -910,7 +916,8 @@ class ModelConfig:
         parts, ungated = glm.pop("layer_parts", ()), glm.pop("ffn_ungated", False)  # (the hybrid fields' to give)
         lead = glm.get("n_dense_lead", 0)
         # (lfm2moe: llama.cpp does not read the key, so no scale)
-        scale = md.get(f"{arch}.expert_weights_scale", 0.0) if arch != "lfm2moe" else 0.0
+        # (gemma4: its graph passes a scale of 1 whatever the key)
+        scale = md.get(f"{arch}.expert_weights_scale", 0.0) if arch not in ("lfm2moe", "gemma4") else 0.0
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not np.isfinite(scale):
             raise GGUFError(f"{f.path}: metadata key {arch}.expert_weights_scale = {scale!r} is not a number")
         dim = key("embedding_length")
@@ -1071,7 +1078,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           expert_groups_used=c.expert_groups_used,
                           kv_k=KV_TYPES[kv_k], kv_v=KV_TYPES[kv_v],
                           layer_kv=list(c.layer_kv) if whole else [], layer_hd=list(c.layer_hd) if whole else [],
-                          rope_dims_swa=c.rope_dims_swa, v_norm=c.v_norm)
+                          rope_dims_swa=c.rope_dims_swa, v_norm=c.v_norm, moe_mlp=c.moe_mlp)
     except MemoryError:  # the KV cache and the buffers, sized by n_ctx x n_slots, did not fit
         raise MemoryError(f"out of memory allocating the KV cache and buffers for a context of {n_ctx} "
                           f"positions x {n_slots} slot(s) (kv {kv_k}/{kv_v}): lower the context "
@@ -1246,6 +1253,15 @@ class Model:
                     ffn += ("ffn_gate_inp_shexp",) * c.shexp_gated + ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
                 if c.exp_probs_b:
                     _vec("exp_probs_b", i, p + "exp_probs_b.bias")
+                if c.moe_mlp:  # gemma4: the dense MLP beside the experts, their norms and scales
+                    ffn += ("ffn_gate", "ffn_up", "ffn_down")
+                    for slot, name in (("ffn_post_norm_1", "post_ffw_norm_1.weight"),
+                                       ("ffn_pre_norm_2", "pre_ffw_norm_2.weight"),
+                                       ("ffn_post_norm_2", "post_ffw_norm_2.weight"),
+                                       ("router_in_scale", "ffn_gate_inp.scale")):
+                        _vec(slot, i, p + name)
+                    if p + "ffn_down_exps.scale" in self.file.tensors:
+                        _vec("down_exps_scale", i, p + "ffn_down_exps.scale")
             if c.ffn_ungated:  # (nemotron_h: MLPs, experts and the shared expert have no gate)
                 ffn = tuple(m for m in ffn if m not in ("ffn_gate", "ffn_gate_exps", "ffn_gate_shexp"))
             rec = i < len(c.recurrent) and bool(c.recurrent[i])  # (an MTP block: attention)
@@ -1294,7 +1310,8 @@ class Model:
                     _mat(slot, i, fused[slot][0], rows=fused[slot][1])
                     continue
                 _mat(slot, i, p + slot + ".weight")
-                if p + slot + ".scale" in self.file.tensors:  # llama.cpp bitnet's optional output scale
+                if p + slot + ".scale" in self.file.tensors and c.arch != "gemma4":  # llama.cpp bitnet's optional output
+                    # scale (gemma4's ffn_gate_inp / ffn_down_exps .scale are its router's and experts': above)
                     _vec(slot + ".scale", i, p + slot + ".scale")
             if c.pre_norms and parts == 3:
                 _vec("attn_norm", i, p + "attn_norm.weight")

@@ -352,7 +352,9 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
                  kv_heads_full: int = 1, head_dim: int = 64, head_dim_full: int = 128, window: int = 64,
                  swa_pattern: int = 3, rope_base: float = 1e6, rope_base_swa: float = 10000.0,
                  rope_fraction_full: float = 0.25, rope_dims_swa: int | None = None, softcap: float = 30.0,
-                 v_shared_full: bool = True, out_scale: bool = True, ctx: int = 1024, wtype: str = "Q8_0",
+                 v_shared_full: bool = True, out_scale: bool = True, experts: int = 0, top_k: int = 2,
+                 expert_ffn: int = 128, expert_type: str | None = None, router_type: str = "F32",
+                 down_scale: bool = True, ctx: int = 1024, wtype: str = "Q8_0",
                  embd_type: str = "F32", seed: int = 0, vocab: dict | None = None, progress: bool = False) -> str:
     """A Gemma 4 dense model (llama.cpp's gemma4, as convert_hf_to_gguf's Gemma4Model writes it) with
     random weights: gemma3's scaled embeddings, pre- and post-norms and GeGLU; the sliding layers
@@ -364,11 +366,19 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
     per head (scaled by head_dim^-1/4 each: the graph's softmax is unscaled), v RMS-normed by the
     graph; v_shared_full: the full layers have no attn_v (Gemma 4's attention_k_eq_v, v = k's
     projection); out_scale: a layer_output_scale per layer; softcap: final_logit_softcapping (0:
-    none). Always tied. Norm weights are stored as they are (Gemma 4's converter adds no 1)."""
+    none). Always tied. Norm weights are stored as they are (Gemma 4's converter adds no 1).
+    experts > 0: Gemma 4 26B-A4B's MoE layers: beside the dense GeGLU MLP of width ffn (its output
+    normed by post_ffw_norm_1), `experts` GeGLU experts of expert_ffn (expert_type, default wtype),
+    top_k of them routed by softmax and renormalised, their input pre_ffw_norm_2, their sum normed
+    by post_ffw_norm_2; the router (router_type) reads the residual RMS-normed, times 1 / sqrt(dim)
+    and ffn_gate_inp.scale (here sqrt(dim) x U(1.5, 2.5): logits of std ~2, few near-ties); down_scale: a
+    per-expert ffn_down_exps.scale in U(0.5, 1.5)."""
     swa = [(i % swa_pattern) < swa_pattern - 1 if swa_pattern else True for i in range(layers)]
     rope_dims_swa = rope_dims_swa or head_dim
     if rope_dims_swa > head_dim or rope_dims_swa % 2 or not 0 < rope_fraction_full <= 1:
         raise ValueError("synth gemma4: rope_dims_swa must be even and <= head_dim, rope_fraction_full in (0, 1]")
+    if experts and not 1 <= top_k <= experts:
+        raise ValueError(f"synth gemma4: top_k ({top_k}) must be in 1..experts ({experts})")
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
@@ -387,6 +397,9 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
     w.meta(f"{a}.embedding_length_per_layer_input", 0)
     if softcap:
         w.meta(f"{a}.final_logit_softcapping", float(softcap))
+    if experts:
+        for k, v in (("expert_count", experts), ("expert_used_count", top_k), ("expert_feed_forward_length", expert_ffn)):
+            w.meta(f"{a}.{k}", int(v))
     add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=None, wtype=wtype, tied=True,
              emb_std=1.0 / np.sqrt(dim))
     n_rot = int(head_dim_full * rope_fraction_full / 2)
@@ -407,6 +420,16 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
         w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
         w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
         add_glu(w, rng, p, width=ffn, dim=dim, wtype=wtype)
+        if experts:
+            w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
+            w.add(p + "ffn_gate_inp.scale", (np.sqrt(dim) * rng.uniform(1.5, 2.5, dim)).astype(np.float32))
+            for nm in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"):
+                w.add(p + nm + ".weight", norm_weight(rng, dim))
+            w.add(p + "ffn_gate_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type or wtype)
+            w.add(p + "ffn_up_exps.weight", gauss(rng, experts, expert_ffn, dim), expert_type or wtype)
+            w.add(p + "ffn_down_exps.weight", gauss(rng, experts, dim, expert_ffn), expert_type or wtype)
+            if down_scale:
+                w.add(p + "ffn_down_exps.scale", rng.uniform(0.5, 1.5, experts).astype(np.float32))
         if out_scale:
             w.add(p + "layer_output_scale.weight", np.array([rng.uniform(0.5, 1.0)], np.float32))
     w.close()
@@ -1771,11 +1794,15 @@ def _add_mamba(ss) -> None:
         tied=a.tied, seed=a.seed, progress=_bar_on()))
 
 
-# Gemma 4 31B's published sizes as recalled (not checked offline; `lowbit synth gemma4 OUT --shape gemma-4-31b
-# --layers 8`: an 8-layer slice). The vocabulary stays SmolLM2's 49152 (Gemma 4's: 262144).
+# Gemma 4's sizes as recalled, approximate (not checked offline: the layer counts are llama.cpp's
+# loader's, 60 and 30; the widths are from memory). `lowbit synth gemma4 OUT --shape gemma-4-31b
+# --layers 8`: an 8-layer slice. The vocabulary stays SmolLM2's 49152 (Gemma 4's: 262144).
 GEMMA4_SHAPES = {
     "gemma-4-31b": dict(layers=60, dim=5376, ffn=21504, heads=32, kv_heads=16, kv_heads_full=4, head_dim=256,
                         head_dim_full=512, window=1024, swa_pattern=6, ctx=262144, arch="gemma4"),
+    "gemma-4-26b-a4b": dict(layers=30, dim=2816, ffn=2112, heads=16, kv_heads=8, kv_heads_full=2, head_dim=256,
+                            head_dim_full=512, window=1024, swa_pattern=6, experts=128, top_k=8, expert_ffn=704,
+                            ctx=262144, arch="gemma4"),
 }
 
 
@@ -1799,13 +1826,18 @@ def _add_gemma4(ss) -> None:
     p.add_argument("--softcap", type=float, default=30.0, help="final_logit_softcapping (0: none; 30)")
     p.add_argument("--v-full", dest="v_shared_full", action="store_false",
                    help="the full layers have attn_v (default: none, v = k's projection)")
+    p.add_argument("--experts", type=int, default=0, help="routed experts beside each layer's MLP (0: dense; 26B-A4B)")
+    p.add_argument("--top-k", type=int, default=2, help="experts per token (2)")
+    p.add_argument("--expert-ffn", type=int, default=128, help="an expert's FFN width (128)")
+    p.add_argument("--expert-type", default=None, help="format of the expert tensors (default: --type)")
     p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
     p.add_argument("--embd-type", default="F32", help="format of token_embd, also the head (default F32)")
     p.set_defaults(synth=lambda a: synth_gemma4(
         a.out, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads,
         kv_heads_full=a.kv_heads_full, head_dim=a.head_dim, head_dim_full=a.head_dim_full, window=a.window,
         swa_pattern=a.swa_pattern, rope_dims_swa=a.rope_dims_swa, rope_fraction_full=a.rope_fraction_full,
-        softcap=a.softcap, v_shared_full=a.v_shared_full, ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type,
+        softcap=a.softcap, v_shared_full=a.v_shared_full, experts=a.experts, top_k=a.top_k,
+        expert_ffn=a.expert_ffn, expert_type=a.expert_type, ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type,
         seed=a.seed, progress=_bar_on()))
     _with_shapes(p, GEMMA4_SHAPES)
 
