@@ -135,6 +135,16 @@ def features_matter(monkeypatch, path, n_ctx: int, run, wrong: dict, tie: float 
     return m, ours
 
 
+def top1_matches(case, n_ctx: int, tie: float = ROUTE_TIE, least: float = 0.5) -> None:
+    """A family test's case (name, path, llama.cpp's greedy run): lowbit's teacher-forced top-1 agrees
+    with llama.cpp's at >= 99% of the judged positions (forced_logits), which are >= `least` of all."""
+    import lowbit
+    name, path, run = case
+    ours, ref, counted, agree = compare_top1(lowbit.load(path, n_ctx=n_ctx, threads=2), run, tie)
+    print(f"\n{name}: top-1 {agree}/{counted}, max |logit diff| {np.abs(ours - ref).max():.4f}")
+    assert counted >= least * len(ref) and agree >= 0.99 * counted
+
+
 def compare_top1(m, run, tie: float = ROUTE_TIE):
     """(lowbit's logits, llama.cpp's, positions judged, top-1 agreements there): forced_logits."""
     ours, ref, clear = forced_logits(m, run, tie)

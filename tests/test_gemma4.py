@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import (compare_top1, family_fixtures, features_matter, llama_greedy, load_edited, peer_llama,
-                       perplexity_matches)
+from llama_ref import (family_fixtures, features_matter, llama_greedy, load_edited, peer_llama,
+                       perplexity_matches, top1_matches)
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_gemma4
 
@@ -64,10 +64,7 @@ def test_config(case):
 
 
 def test_teacher_forced_top1_matches_llama_cpp(case):
-    name, path, run = case
-    ours, ref, counted, agree = compare_top1(lowbit.load(path, n_ctx=N_CTX, threads=2), run, TIE.get(name, 1e-3))
-    print(f"\n{name}: top-1 {agree}/{counted}, max |logit diff| {np.abs(ours - ref).max():.4f}")
-    assert counted >= 0.5 * len(ref) and agree >= 0.99 * counted
+    top1_matches(case, N_CTX, TIE.get(case[0], 1e-3))
 
 
 def test_perplexity_matches_llama_cpp(case):

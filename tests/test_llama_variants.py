@@ -46,7 +46,7 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import compare_top1, features_matter, llama_greedy, perplexity_matches
+from llama_ref import features_matter, llama_greedy, perplexity_matches, top1_matches
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_dense, synth_moe
 
@@ -158,10 +158,7 @@ def test_config(case):
 
 
 def test_teacher_forced_top1_matches_llama_cpp(case):
-    arch, path, run = case
-    ours, ref, counted, agree = compare_top1(lowbit.load(path, n_ctx=N_CTX, threads=2), run)
-    print(f"\n{arch}: top-1 {agree}/{counted}, max |logit diff| {np.abs(ours - ref).max():.4f}")
-    assert counted >= 0.5 * len(ref) and agree >= 0.99 * counted
+    top1_matches(case, N_CTX)
 
 
 def test_perplexity_matches_llama_cpp(case):

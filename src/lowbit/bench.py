@@ -274,7 +274,7 @@ def kv_cache_bytes(m, n: int) -> tuple[int, int]:
     attn_layers = len(c.attention_layers)
     if c.mla_rank:
         return ours, attn_layers * n * c.n_head * (c.head_dim + c.mla_v_dim) * 2
-    return ours, attn_layers * n * c.n_kv * c.head_dim * 2 * 2
+    return ours, sum(c.attn_dims(i)[1] for i in c.attention_layers) * n * 2 * 2  # (gemma4: each layer's width)
 
 
 def kv_read_per_token(m, p0: int, n: int) -> int:
@@ -284,12 +284,13 @@ def kv_read_per_token(m, p0: int, n: int) -> int:
     not counted."""
     c = m.config
     attn = c.attention_layers
-    per_layer = m.engine.kv_bytes(1) / max(1, len(attn))  # bytes of one position in one layer
+    widths = {i: c.attn_dims(i)[1] for i in attn}  # (gemma4: the layers' K widths differ)
+    unit = m.engine.kv_bytes(1) / max(1, sum(widths.values()))  # bytes of one position per K element
     total = 0.0
     for pos in range(p0, p0 + n):
         for i in attn:
             w = c.window[i] if i < len(c.window) else 0
-            total += per_layer * (min(pos + 1, w) if w else pos + 1)
+            total += unit * widths[i] * (min(pos + 1, w) if w else pos + 1)
     return int(total / max(1, n))
 
 

@@ -20,6 +20,8 @@ Families differ by config fields, not by copies of the model:
                                                    5:1 sliding-window layers with their own rope base
     gemma2        neox      -          -           gemma3's without q/k norms: 1:1 sliding-window layers, attention
                                                    scores and final logits soft-capped (cap * tanh(x / cap))
+    gemma4        neox      yes        -           gemma3's layer with per-layer head widths / KV heads (sliding
+                  (+freqs)                         vs full layers), v norms, k as v, output scales; MoE layers
     glm4moe       neox      optional   q/k/v       leading dense layers, then experts: sigmoid routing with
                   (partial)                        a selection bias, shared expert; an MTP layer skipped
     glm4          adjacent  -          q/k/v       dense (GLM-4-0414, GLM-Z1): fused attn_qkv (and bias) and gate/up
@@ -70,6 +72,20 @@ global layers' rope base unless rope.freq_base_swa is given; q times 1/sqrt(key_
 27B: 1/sqrt(n_embd / n_head)); every attention score soft-capped, s = cap * tanh(s / cap) with cap =
 attn_logit_softcapping (default 50), before the softmax, in every attention kernel (csrc/kernels.h
 softcap_scores); the final logits always capped by final_logit_softcapping (default 30).
+
+Gemma 4 (llama.cpp's gemma4 graph) as configuration: Gemma 3's scaled embeddings, pre- and post-norms,
+per-head q/k norms and GeGLU, with the softmax unscaled (f_attention_scale 1); the sliding layers
+(sliding_window_pattern, a bool per layer) have head_count_kv[l] KV heads of key_length_swa dims and
+rotate rope.dimension_count_swa of them with rope.freq_base_swa, the full layers have theirs of
+key_length dims and rotate all of them with rope.freq_base and the rope_freqs factors (1e30 past the
+"proportional" fraction: those pairs stay put); v RMS-normed without weight, and a layer without
+attn_v takes v = k's projection (before k's norm and rope); each layer's output times its
+layer_output_scale; final_logit_softcapping if given. Its MoE layers (26B-A4B, ffn_gate_inp in
+every layer) add to a dense GeGLU MLP (post_ffw_norm_1 on its output) the routed GeGLU experts
+(input pre_ffw_norm_2, output post_ffw_norm_2, softmax top-K renormalised, ffn_down_exps.scale per
+expert), the router on the residual RMS-normed without weight times 1 / sqrt(n_embd) and
+ffn_gate_inp.scale; the sum then takes the layer's post_ffw_norm. Refused by name: E2B / E4B's
+per-layer embeddings and KV shared across layers, a fused ffn_gate_up_exps.
 
 GLM-4.5 (llama.cpp's glm4moe) as configuration: block_count includes nextn_predict_layers MTP
 layers at the end, which the forward pass never runs: lowbit runs the first block_count -

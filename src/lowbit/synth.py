@@ -1125,9 +1125,7 @@ def _add_granite_hybrid(ss) -> None:
                                   "SmolLM2's vocabulary.")
     _shape_options(p, layers=4, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="granitehybrid", choices=["granitehybrid"])
-    p.add_argument("--shape", default=None, choices=list(GRANITE_HYBRID_SHAPES),
-                   help="a published model's sizes for every option not given "
-                        "(e.g. --shape granite-4.0-h-tiny --layers 8: an 8-layer slice)")
+    _shape_option(p, GRANITE_HYBRID_SHAPES, "granite-4.0-h-tiny")
     p.add_argument("--attn-layers", default=None,
                    help="comma-separated attention layers (default: layer 1, then every fourth); the rest Mamba-2")
     p.add_argument("--ssm-conv", type=int, default=4, help="the conv's kernel width (4)")
@@ -1582,6 +1580,12 @@ class _Given(argparse._StoreAction):
         namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
 
 
+def _shape_option(p: argparse.ArgumentParser, shapes: dict, example: str) -> None:
+    p.add_argument("--shape", default=None, choices=list(shapes),
+                   help=f"a published model's sizes for every option not given "
+                        f"(e.g. --shape {example} --layers 8: an 8-layer slice)")
+
+
 def _with_shapes(p: argparse.ArgumentParser, shapes: dict | None = None) -> None:
     """Lets p's --shape fill the size options (and --arch) not given from `shapes` (default
     HYBRID_SHAPES): wraps p's `synth`."""
@@ -1702,9 +1706,7 @@ def _add_falcon_h1(ss) -> None:
                                   "vocabulary.")
     _shape_options(p, layers=4, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="falcon-h1", choices=["falcon-h1"], help=argparse.SUPPRESS)
-    p.add_argument("--shape", default=None, choices=list(FALCON_H1_SHAPES),
-                   help="a published model's sizes for every option not given "
-                        "(e.g. --shape falcon-h1-7b --layers 8: an 8-layer slice)")
+    _shape_option(p, FALCON_H1_SHAPES, "falcon-h1-7b")
     p.add_argument("--head-dim", type=int, default=None, help="attention head width (default dim / heads)")
     p.add_argument("--ssm-inner", type=int, default=384, help="the Mamba-2 mixer's d_inner (384)")
     p.add_argument("--ssm-conv", type=int, default=4, help="the conv's kernel width (4)")
@@ -1812,9 +1814,7 @@ def _add_gemma4(ss) -> None:
                                   "vocabulary.")
     _shape_options(p, layers=6, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="gemma4", choices=["gemma4"], help=argparse.SUPPRESS)
-    p.add_argument("--shape", default=None, choices=list(GEMMA4_SHAPES),
-                   help="a published model's sizes for every option not given "
-                        "(e.g. --shape gemma-4-31b --layers 8: an 8-layer slice)")
+    _shape_option(p, GEMMA4_SHAPES, "gemma-4-31b")
     p.add_argument("--kv-heads-full", type=int, default=1, help="KV heads of the full-attention layers (1)")
     p.add_argument("--head-dim", type=int, default=64, help="head width of the sliding layers (64)")
     p.add_argument("--head-dim-full", type=int, default=128, help="head width of the full layers (128)")
