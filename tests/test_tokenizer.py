@@ -429,6 +429,59 @@ def test_sentencepiece_vocabulary(name, metadata, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# a Gemma 4 ("gemma4") vocabulary: BPE by merge rank on raw UTF-8
+
+def _gemma4_vocab(metadata, n_merges: int = 6000):
+    """A gemma4-model vocabulary grown from the default model's first BPE merges, as raw UTF-8 with
+    "▁" for space: every character used, each merge whose halves and result are valid text (its
+    rank kept), runs of 2 and 3 newlines as tokens, <pad> / <eos> / <bos> / <unk> and Gemma 4's
+    user-defined channel and tool tokens."""
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>"]
+    types = [3, 3, 3, 2, 4, 4, 4, 4]
+    raw = lambda t: bytes(_BYTE_DECODER[c] for c in t).decode("utf-8").replace(" ", "▁")  # noqa: E731
+    merges, seen, chars = [], set(tokens), set()
+    for m in metadata["tokenizer.ggml.merges"][:n_merges]:
+        a, b = m.split(" ", 1)
+        try:
+            ra, rb = raw(a), raw(b)
+        except UnicodeDecodeError:
+            continue
+        chars.update(ra + rb)
+        merges.append(f"{ra} {rb}")
+        for t in (ra, rb, ra + rb):
+            if t not in seen:
+                seen.add(t)
+                tokens.append(t)
+                types.append(1)
+    for c in sorted(chars - seen) + ["\n", "\n\n", "\n\n\n", "é", "ü"]:
+        if c not in seen:
+            seen.add(c)
+            tokens.append(c)
+            types.append(1)
+    return tokens, types, merges
+
+
+@needs_model
+def test_gemma4_vocabulary(metadata, specials, tmp_path):
+    """Gemma 4's tokenizer model against llama.cpp's: encode over the corpus (runs of newlines,
+    spaces as ▁, characters without a token dropped, user-defined tokens cut out), every token's
+    piece and attributes, and BOS always added (llama.cpp overrides add_bos_token for Gemma 4)."""
+    tokens, types, merges = _gemma4_vocab(metadata)
+    path = write_vocab_gguf(tmp_path / "g4.gguf", "gemma4", tokens, types, merges=merges, bos=2, eos=1, unk=3)
+    tok = Tokenizer.from_gguf(lowbit.gguf.open(path).metadata)
+    oracle = Oracle(path)
+    assert (tok.model, tok.bos_id, tok.eos_id, tok.add_bos, tok.add_space_prefix) == ("gemma4", 2, 1, True, False)
+    assert tok.add_bos == llama_cpp.llama_vocab_get_add_bos(oracle.vocab)
+    assert all(tok.piece(i) == oracle.piece(i) for i in range(tok.vocab_size))
+    assert tok.attrs == [llama_cpp.llama_vocab_get_attr(oracle.vocab, i) for i in range(tok.vocab_size)]
+    corpus = make_corpus(["<eos>", "<bos>", "<|channel>", "<tool_call|>"], 800, seed=11)
+    corpus += ["a\n\nb", "\n\n\n\nx", "x\n", "  two  spaces ", "café über\n\n", "\n", "tab\tand\r\nlines"]
+    compare(tok, oracle, corpus)
+    for s in corpus[-7:]:
+        assert tok.decode(tok.encode(s, add_bos=False)) == oracle.detokenize(oracle.tokenize(s, False)).decode()
+
+
+# ---------------------------------------------------------------------------------------------
 # errors
 
 def test_unknown_model_and_pre_tokenizer():

@@ -12,6 +12,10 @@ file was made for and what the parity tests compare against:
   lists for the file's `tokenizer.ggml.pre` (applied one after the other, each keeping the
   unmatched gaps as pieces: a `Split(..., "isolated")` each), then every piece is byte-mapped
   and merged by `tokenizer.ggml.merges` rank.
+- `tokenizer.ggml.model == "gemma4"` (Gemma 4): BPE by merge rank on raw UTF-8 (no byte mapping):
+  spaces become "▁", the text is split into runs of newlines and runs of anything else, a run of
+  newlines that is a token is that token, and the rest merge by `tokenizer.ggml.merges` rank;
+  BOS is always added (llama.cpp's override for Gemma 4).
 - `tokenizer.ggml.model == "llama"`: SentencePiece-style BPE. Spaces become "▁", a space is
   put in front of the text (and after every special token) when add_space_prefix is set, and
   adjacent symbols merge into the vocabulary token with the highest `tokenizer.ggml.scores`
@@ -172,8 +176,9 @@ for _names, _kind, _opts in [
     for _n in _names:
         _PRE[_n] = (_kind, frozenset(_opts))
 # Known to llama.cpp but not here: they need llama.cpp's hand-written splitters (kimi-k2,
-# afmoe, tiny_aya, cohere2moe, superbpe), SentencePiece-style BPE on raw UTF-8 (gemma4,
-# granite-embed-multi-311m, sarvam-moe, whitespace) or image tokens (chameleon).
+# afmoe, tiny_aya, cohere2moe, superbpe), SentencePiece-style BPE on raw UTF-8 under a gpt2 model
+# (granite-embed-multi-311m, sarvam-moe, whitespace) or image tokens (chameleon). (The gemma4 model's
+# own BPE on raw UTF-8 is supported: Tokenizer.model "gemma4".)
 SUPPORTED_PRE = tuple(sorted(_PRE))
 
 
@@ -254,21 +259,25 @@ _BYTE_LATIN1 = {ord(c): b for c, b in _BYTE_DECODER.items()}   # str.translate t
 _UNK_PLACEHOLDER = "\x00<missing byte>"
 
 
+_NEWLINE_RUNS = re.compile(r"[^\n]+|\n+")
+
+
 class Tokenizer:
     """A GGUF vocabulary that encodes and decodes exactly as llama.cpp does.
 
     Public attributes: bos_id, eos_id (None when the file has none), eog_ids (every token
     that ends generation, as llama.cpp's llama_vocab_is_eog), vocab_size, add_bos, add_eos,
-    add_space_prefix, model ("gpt2" or "llama"), pre (the tokenizer.ggml.pre string),
+    add_space_prefix, model ("gpt2", "llama" or "gemma4"), pre (the tokenizer.ggml.pre string),
     chat_template (None when the file has none), attrs (llama_token_attr bits per token).
     """
 
     def __init__(self, metadata: dict):
         md = metadata
         self.model = md.get("tokenizer.ggml.model")
-        if self.model not in ("gpt2", "llama"):
+        if self.model not in ("gpt2", "llama", "gemma4"):
             raise ValueError(f"unsupported tokenizer model {self.model!r} (tokenizer.ggml.model); "
-                             "supported: 'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE)")
+                             "supported: 'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE), "
+                             "'gemma4' (BPE on raw UTF-8)")
         tokens = md.get("tokenizer.ggml.tokens")
         if not isinstance(tokens, list) or not tokens:
             raise ValueError("the file has no tokenizer vocabulary (tokenizer.ggml.tokens)")
@@ -298,6 +307,10 @@ class Tokenizer:
             bos, eos, unk = 1, 2, 0
             self.add_bos, self.add_space_prefix = True, True
             self._regexes = None
+        elif self.model == "gemma4":  # (llama.cpp: special ids only from the file, pre "gemma4")
+            bos = eos = unk = None
+            self.add_bos, self.add_space_prefix = True, False
+            self.pre, self._regexes = "gemma4", None
         else:
             bos, eos, unk = 11, 11, None
             self.add_bos, self.add_space_prefix = False, False
@@ -333,7 +346,7 @@ class Tokenizer:
             fim[name] = special_id(f"tokenizer.ggml.fim_{name}_token_id", None)
             if deprecated and fim[name] is None:
                 fim[name] = special_id(f"tokenizer.ggml.{deprecated}_token_id", None)
-        if "tokenizer.ggml.add_bos_token" in md:
+        if "tokenizer.ggml.add_bos_token" in md and self.model != "gemma4":  # (llama.cpp overrides it to true)
             self.add_bos = bool(md["tokenizer.ggml.add_bos_token"])
         if "tokenizer.ggml.add_eos_token" in md:
             self.add_eos = bool(md["tokenizer.ggml.add_eos_token"])
@@ -431,10 +444,11 @@ class Tokenizer:
         from tokenizers import models, pre_tokenizers
 
         vocab = self._ids
-        if self.model == "gpt2":
+        if self.model in ("gpt2", "gemma4"):
             merges_raw = md.get("tokenizer.ggml.merges")
             if not merges_raw:
-                raise ValueError("byte-level BPE vocabulary without tokenizer.ggml.merges")
+                raise ValueError(f"{'byte-level ' if self.model == 'gpt2' else ''}BPE vocabulary without "
+                                 "tokenizer.ggml.merges")
             merges, seen = [], set()
             for m in merges_raw:
                 pos = m.find(" ", 1)   # llama.cpp splits at the first space after position 0
@@ -455,6 +469,8 @@ class Tokenizer:
             vocab[_UNK_PLACEHOLDER] = self.vocab_size
             hf = HFTokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=_UNK_PLACEHOLDER,
                                         fuse_unk=False, ignore_merges=self.ignore_merges))
+            if self.model == "gemma4":  # (encode splits the runs of newlines; characters as they are)
+                return hf
             hf.pre_tokenizer = pre_tokenizers.Sequence(
                 [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in self._regexes]
                 + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
@@ -481,7 +497,7 @@ class Tokenizer:
         if a & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED):
             return t.encode()
         if a & ATTR_NORMAL:
-            if self.model == "llama":
+            if self.model in ("llama", "gemma4"):
                 return t.replace("▁", " ").encode()
             # byte-level: each character stands for one byte (a character outside the
             # alphabet cannot occur in a valid file; it is kept as its UTF-8)
@@ -554,6 +570,17 @@ class Tokenizer:
                     f = " " + f
                 out.extend(self._hf.encode(f.replace(" ", "▁"), add_special_tokens=False).ids)
                 prev_special = False
+        elif self.model == "gemma4":  # (llama.cpp's gemma4 pre-tokenizer: "[^\n]+|[\n]+", spaces as ▁)
+            for f in frags:
+                if isinstance(f, int):
+                    out.append(f)
+                    continue
+                for run in _NEWLINE_RUNS.findall(f.replace(" ", "▁")):
+                    if run[0] == "\n" and run in self._ids:  # a run of newlines that is a token
+                        out.append(self._ids[run])
+                    else:
+                        out.extend(i for i in self._hf.encode(run, add_special_tokens=False).ids
+                                   if i != self.vocab_size)   # a character without a token: dropped
         else:
             for f in frags:
                 if isinstance(f, int):
