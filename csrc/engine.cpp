@@ -92,7 +92,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         }
         if (l < c_.layer_begin || l >= c_.layer_end) continue;  // another pipeline stage's layer: no state here
         if (rec) rec_index_[(size_t)l] = n_rec_layers_++;
-        if ((!rec || c.ssm_parallel) && L.has_mixer) kv_index_[(size_t)l] = n_kv_layers_++;  // (falcon-h1: both)
+        const bool shared = !c.kv_source.empty() && c.kv_source[(size_t)l] >= 0;  // (gemma4: set below)
+        if ((!rec || c.ssm_parallel) && L.has_mixer && !shared) kv_index_[(size_t)l] = n_kv_layers_++;  // (falcon-h1: both)
     }
     if (n_rec_layers_ > 0 && c.shortconv) {  // LFM2 (llama.cpp asserts l_cache > 1)
         if (c.ssm_conv < 2)
@@ -176,6 +177,27 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         kslot_ += (size_t)g.heads * c.n_ctx * g.krow;
         vslot_ += (size_t)g.heads * c.n_ctx * g.vrow;
     }
+    // gemma4's shared KV: a layer reads an earlier layer's rows (same geometry, this stage's)
+    if (!c.kv_source.empty() && c.kv_source.size() != (size_t)c.n_layer)
+        throw std::invalid_argument("engine: the KV-source list must have one entry per layer");
+    for (int l = 0; l < c.n_layer && !c.kv_source.empty(); ++l) {
+        const int src = c.kv_source[(size_t)l];
+        if (src < 0 || l < c_.layer_begin || l >= c_.layer_end) continue;
+        if (src >= l || src < c_.layer_begin || kv_index_[(size_t)src] < 0 || c.kv_source[(size_t)src] >= 0 ||
+            hd_of(src) != hd_of(l) || kv_of(src) != kv_of(l) || c.mla_rank > 0)
+            throw std::invalid_argument("engine: layer " + std::to_string(l) + " cannot read layer " +
+                                        std::to_string(src) + "'s KV (an earlier attention layer of this stage "
+                                        "with its own cache and the same heads)");
+        kv_index_[(size_t)l] = kv_index_[(size_t)src];
+    }
+    if (!c.layer_ffn.empty()) {
+        if (c.layer_ffn.size() != (size_t)c.n_layer)
+            throw std::invalid_argument("engine: the per-layer FFN widths need one entry per layer");
+        for (int f : c.layer_ffn)
+            if (f <= 0 || f > c.ffn) throw std::invalid_argument("engine: a layer's FFN width is outside 1..ffn");
+    }
+    if (c.ple_dim < 0 || (c.ple_dim > 0 && (c.layer_begin != 0 || c_.layer_end != c.n_layer)))
+        throw std::invalid_argument("engine: per-layer embeddings need every layer in one engine (no pipeline stages)");
     const size_t kn = (size_t)c.n_slots * kslot_, vn = (size_t)c.n_slots * vslot_;
     if (kv_quant()) { kq_.assign(kn, 0); vq_.assign(vn, 0); }
     else if (c.kv_f16) { k16_.assign(kn, 0); v16_.assign(vn, 0); }
@@ -258,6 +280,8 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
     if (n == "attn_kv_a_mqa") return &l.wkv_a;
     if (n == "attn_k_b") return &l.wk_b;
     if (n == "attn_v_b") return &l.wv_b;
+    if (n == "per_layer_inp_gate") return &l.ple_gate;  // gemma4 E2B / E4B
+    if (n == "per_layer_proj") return &l.ple_proj;
     return nullptr;
 }
 
@@ -268,6 +292,8 @@ void Engine::set_mat(const std::string &name, int layer, const Mat &m) {
     if (layer < 0) {
         if (name == "token_embd") { embd_ = m; return; }
         if (name == "output") { output_ = m; return; }
+        if (name == "per_layer_token_embd") { ple_embd_ = m; return; }  // gemma4 E2B / E4B
+        if (name == "per_layer_model_proj") { ple_model_proj_ = m; return; }
     } else if (layer < c_.n_layer) {
         if (Mat *s = mat_slot(layers_[(size_t)layer], name)) {
             const float keep = s->out_scale;  // set by a "<name>.scale" vector, in any order
@@ -287,6 +313,7 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
     };
     if (layer < 0) {
         if (name == "output_norm") { need(c_.dim); out_norm_ = v; return; }
+        if (name == "per_layer_proj_norm" && c_.ple_dim > 0) { need(c_.ple_dim); ple_proj_norm_ = v; return; }
         if (name == "rope_freqs") { need(c_.rope_dims / 2);  // per-pair frequency factors (llama3, phi3 LongRoPE)
             for (int i = 0; i < c_.rope_dims / 2; ++i)
                 inv_freq_[i] = (float)(std::pow((double)c_.rope_base, -2.0 * i / c_.rope_dims) / v[i]);
@@ -299,6 +326,7 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "attn_q_norm") { need(c_.qk_norm_full ? qd : hd); l.q_norm = v; return; }
         if (name == "attn_k_norm") { need(c_.qk_norm_full ? kd : hd); l.k_norm = v; return; }
         if (name == "layer_output_scale") { need(1); l.out_scale = v; return; }  // gemma4
+        if (name == "per_layer_post_norm" && c_.ple_dim > 0) { need(c_.dim); l.ple_post_norm = v; return; }
         if (c_.moe_mlp) {  // gemma4's MoE layers
             if (name == "ffn_post_norm_1") { need(c_.dim); l.ffn_post_norm_1 = v; return; }
             if (name == "ffn_pre_norm_2") { need(c_.dim); l.ffn_pre_norm_2 = v; return; }
@@ -403,8 +431,12 @@ std::string Engine::validate() const {
         const int qd = c_.n_head * hd_of(i), kd = kv_of(i) * hd_of(i);
         std::string e;
         if (!(e = shape(l.wq, c_.attn_gate ? 2 * qd : qd, c_.dim, p + "attn_q")).empty()) return e;
-        if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) return e;
-        if ((l.wv.present() || !c_.v_norm) && !(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) return e;
+        if (kv_shared(i)) {  // (gemma4: q alone; k and v are an earlier layer's)
+        } else if (!(e = shape(l.wk, kd, c_.dim, p + "attn_k")).empty()) {
+            return e;
+        } else if ((l.wv.present() || !c_.v_norm) && !(e = shape(l.wv, kd, c_.dim, p + "attn_v")).empty()) {
+            return e;
+        }
         const int dims = l.window > 0 && !inv_freq_swa_.empty() ? rope_dims_swa() : c_.rope_dims;
         if (l.rope && dims > hd_of(i))
             return "layer " + std::to_string(i) + " rotates " + std::to_string(dims) + " dims of " + std::to_string(hd_of(i)) + "-dim heads";
@@ -412,6 +444,12 @@ std::string Engine::validate() const {
     };
     std::string e;
     if (c_.layer_begin == 0 && !(e = shape(embd_, c_.vocab, c_.dim, "token_embd")).empty()) return e;
+    if (c_.ple_dim > 0) {
+        const int64_t w = (int64_t)c_.ple_dim * c_.n_layer;
+        if (!(e = shape(ple_embd_, c_.vocab, w, "per_layer_token_embd")).empty()) return e;
+        if (!(e = shape(ple_model_proj_, w, c_.dim, "per_layer_model_proj")).empty()) return e;
+        if (!ple_proj_norm_) return "per_layer_proj_norm is missing";
+    }
     if (c_.layer_end == c_.n_layer) {
         if (!(e = shape(output_, c_.vocab, c_.dim, "output")).empty()) return e;
         if (!out_norm_) return "output_norm is missing";
@@ -488,17 +526,22 @@ std::string Engine::validate() const {
                 if (c_.shexp_gated && !(e = shape(l.sh_gate_inp, 1, c_.dim, p + "ffn_gate_inp_shexp")).empty()) return e;
             }
             if (c_.moe_mlp) {  // gemma4: the dense MLP beside, and its norms
-                if (!(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
-                if (!(e = shape(l.wup, c_.ffn, c_.dim, p + "ffn_up")).empty()) return e;
-                if (!(e = shape(l.wdown, c_.dim, c_.ffn, p + "ffn_down")).empty()) return e;
+                if (!(e = shape(l.wgate, ffn_of(i), c_.dim, p + "ffn_gate")).empty()) return e;
+                if (!(e = shape(l.wup, ffn_of(i), c_.dim, p + "ffn_up")).empty()) return e;
+                if (!(e = shape(l.wdown, c_.dim, ffn_of(i), p + "ffn_down")).empty()) return e;
                 if (!l.ffn_post_norm_1 || !l.ffn_pre_norm_2 || !l.ffn_post_norm_2 || !l.router_in_scale)
                     return p + "post_ffw_norm_1/pre_ffw_norm_2/post_ffw_norm_2/ffn_gate_inp.scale missing";
             }
         } else {
             if (c_.ffn_ungated && l.wgate.present()) return p + "ffn_gate is set in a model whose FFNs have no gate";
-            if (!c_.ffn_ungated && !(e = shape(l.wgate, c_.ffn, c_.dim, p + "ffn_gate")).empty()) return e;
-            if (!(e = shape(l.wup, c_.ffn, c_.dim, p + "ffn_up")).empty()) return e;
-            if (!(e = shape(l.wdown, c_.dim, c_.ffn, p + "ffn_down")).empty()) return e;
+            if (!c_.ffn_ungated && !(e = shape(l.wgate, ffn_of(i), c_.dim, p + "ffn_gate")).empty()) return e;
+            if (!(e = shape(l.wup, ffn_of(i), c_.dim, p + "ffn_up")).empty()) return e;
+            if (!(e = shape(l.wdown, c_.dim, ffn_of(i), p + "ffn_down")).empty()) return e;
+        }
+        if (c_.ple_dim > 0) {  // gemma4 E2B / E4B's per-layer embedding block
+            if (!(e = shape(l.ple_gate, c_.ple_dim, c_.dim, p + "inp_gate")).empty()) return e;
+            if (!(e = shape(l.ple_proj, c_.dim, c_.ple_dim, p + "proj")).empty()) return e;
+            if (!l.ple_post_norm) return p + "post_norm is missing";
         }
     }
     return "";
@@ -977,6 +1020,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         for (int t = 0; t < T; ++t) deq(embd_.w + (size_t)tokens[t] * embd_.stride, x_.data() + (size_t)t * dim, dim, embd_.scale);
         if (c_.embd_scale > 0.0f)  // gemma: ggml_scale(inp, sqrtf(n_embd))
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] *= c_.embd_scale;
+        if (c_.ple_dim > 0) ple_inputs(tokens, T);  // gemma4 E2B / E4B
     } else {
         std::memcpy(x_.data(), x_in, sizeof(float) * (size_t)T * dim);
     }
@@ -1002,6 +1046,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             par_.resize((size_t)T * dim);
             mamba2(l, h_.data(), T, slots, par_.data());
         }
+        const bool shared = kv_shared(l);  // gemma4: k and v are an earlier layer's (its cache rows)
         if (c_.attn_gate) {  // attn_q: [q_h, gate_h] per head, split into q_ and agate_
             qg_.resize((size_t)T * 2 * qd);
             agate_.resize((size_t)T * qd);
@@ -1015,7 +1060,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         } else {  // q, k, v: one dispatch, one quantized copy of h
             matmuls({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
         }
-        if (!L.wv.present()) std::memcpy(v_.data(), k_.data(), sizeof(float) * (size_t)T * kd);  // gemma4: v = k's projection
+        if (!L.wv.present() && !shared) std::memcpy(v_.data(), k_.data(), sizeof(float) * (size_t)T * kd);  // gemma4: v = k's projection
         add_bias(q_.data(), L.bq, T, qd);
         add_bias(k_.data(), L.bk, T, kd);
         add_bias(v_.data(), L.bv, T, kd);
@@ -1024,14 +1069,14 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             if (L.k_norm) head_norm(k_.data(), L.k_norm, T, 1, kd, c_.eps);
         } else {
             if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
-            if (L.k_norm) head_norm(k_.data(), L.k_norm, T, n_kv, hd, c_.eps);
+            if (L.k_norm && !shared) head_norm(k_.data(), L.k_norm, T, n_kv, hd, c_.eps);
         }
-        if (c_.v_norm) head_norm(v_.data(), nullptr, T, n_kv, hd, c_.eps);  // gemma4: ggml_rms_norm(Vcur)
+        if (c_.v_norm && !shared) head_norm(v_.data(), nullptr, T, n_kv, hd, c_.eps);  // gemma4: ggml_rms_norm(Vcur)
         if (L.rope) {
             const bool swa = L.window > 0 && !inv_freq_swa_.empty();
             const int dims = swa ? rope_dims_swa() : c_.rope_dims;
             rope(q_.data(), T, c_.n_head, hd, dims, swa ? rot_swa_ : rot_);
-            rope(k_.data(), T, n_kv, hd, dims, swa ? rot_swa_ : rot_);
+            if (!shared) rope(k_.data(), T, n_kv, hd, dims, swa ? rot_swa_ : rot_);
         }
         if (!qtemp_.empty())  // mistral3: ggml_mul(Qcur, inp_attn_scale) after rope
             for (int t = 0; t < T; ++t)
@@ -1041,10 +1086,10 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         const int rk = rot_k(hd), rv = rot_v(hd);
         if (rk) {  // a quantized cache: llama.cpp's rotations (rot_k / rot_v in engine.h)
             fwht_rows(q_.data(), (size_t)T * qd / rk, rk);
-            fwht_rows(k_.data(), (size_t)T * kd / rk, rk);
+            if (!shared) fwht_rows(k_.data(), (size_t)T * kd / rk, rk);
         }
-        if (rv) fwht_rows(v_.data(), (size_t)T * kd / rv, rv);
-        for (int t = 0; t < T; ++t) {  // each token's k, v into its slot at its position
+        if (rv && !shared) fwht_rows(v_.data(), (size_t)T * kd / rv, rv);
+        for (int t = 0; t < T && !shared; ++t) {  // each token's k, v into its slot at its position
             const size_t src = (size_t)t * kd;
             for (int h = 0; h < n_kv; ++h) {  // (head-major: kv_k_at, kv_v_at)
                 const size_t s = src + (size_t)h * hd;
@@ -1096,6 +1141,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
                 s.weight_bytes += mat_bytes(L.wgate) + mat_bytes(L.wup) + mat_bytes(L.wdown);
             }
         }
+        if (c_.ple_dim > 0) ple_block(l, T);  // gemma4 E2B / E4B
         if (L.out_scale)  // gemma4: ggml_mul(cur, layer_output_scale), a [1] broadcast
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] *= L.out_scale[0];
         if (stats_on_) {
@@ -1129,6 +1175,36 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         const float inv = 1.0f / c_.logit_softcap, cap = c_.logit_softcap;
         for (size_t i = 0; i < (size_t)n_out * c_.vocab; ++i) logits[i] = std::tanh(logits[i] * inv) * cap;
     }
+}
+
+void Engine::ple_inputs(const int32_t *tokens, int T) {
+    const int P = c_.ple_dim, dim = c_.dim;
+    const size_t W = (size_t)P * c_.n_layer, n = (size_t)T * W;
+    ple_.resize(n);
+    ple_tmp_.resize(n);
+    matmul(ple_model_proj_, x_.data(), T, ple_.data());  // x_: the scaled embeddings
+    const float proj_scale = 1.0f / std::sqrt((float)dim), tok_scale = std::sqrt((float)P);
+    for (size_t i = 0; i < n; ++i) ple_[i] *= proj_scale;
+    rmsnorm(ple_.data(), ple_proj_norm_, ple_.data(), (int)(n / P), P);  // per layer's P values
+    const dequant_fn deq = kernel_entry(ple_embd_.type).dequant;
+    for (int t = 0; t < T; ++t) deq(ple_embd_.w + (size_t)tokens[t] * ple_embd_.stride, ple_tmp_.data() + t * W, (int64_t)W, ple_embd_.scale);
+    const float input_scale = 1.0f / std::sqrt(2.0f);
+    for (size_t i = 0; i < n; ++i) ple_[i] = (ple_[i] + ple_tmp_[i] * tok_scale) * input_scale;
+}
+
+void Engine::ple_block(int layer, int T) {
+    const LayerWeights &L = layers_[(size_t)layer];
+    const int P = c_.ple_dim, dim = c_.dim;
+    ple_tmp_.resize((size_t)T * P);
+    matmul(L.ple_gate, x_.data(), T, ple_tmp_.data());
+    const glu_fn glu = kernel_table().glu.fn;  // ggml_gelu then ggml_mul: GeGLU's epilogue, the same bits
+    for (int t = 0; t < T; ++t) {
+        float *g = ple_tmp_.data() + (size_t)t * P;
+        glu(g, ple_.data() + ((size_t)t * c_.n_layer + layer) * P, g, P, GLU_GEGLU);
+    }
+    matmul(L.ple_proj, ple_tmp_.data(), T, h_.data());
+    rmsnorm(h_.data(), L.ple_post_norm, h_.data(), T, dim);
+    for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] = x_[i] + h_[i];  // ggml_add(pe_in, cur)
 }
 
 void Engine::hidden(const int32_t *rows, int n, float *out) const {
@@ -1183,7 +1259,7 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
     else k = reinterpret_cast<uint8_t *>(k32_.data()), v = reinterpret_cast<uint8_t *>(v32_.data());
     uint8_t *bl = buf;
     for (int l = 0; l < c_.n_layer; ++l) {
-        if (kv_index_[(size_t)l] < 0) continue;  // (another pipeline stage's layer, or no attention)
+        if (kv_index_[(size_t)l] < 0 || kv_shared(l)) continue;  // (another stage's layer, no attention, or shared KV)
         const KvLayer &g = kvl(l);
         const size_t krun = (size_t)n * g.krow * el, vrun = (size_t)n * g.vrow * el;  // one head's K (V) rows
         for (int h = 0; h < g.heads; ++h) {

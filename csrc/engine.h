@@ -121,6 +121,10 @@ struct LayerWeights {
     // its down projection's output (ffn_down_exps.scale, optional) [n_expert]
     const float *ffn_post_norm_1 = nullptr, *ffn_pre_norm_2 = nullptr, *ffn_post_norm_2 = nullptr;
     const float *router_in_scale = nullptr, *down_exps_s = nullptr;
+    // Gemma 4 E2B / E4B's per-layer embedding block (EngineConfig::ple_dim = P): inp_gate [P, dim],
+    // proj [dim, P], post_norm [dim]
+    Mat ple_gate, ple_proj;
+    const float *ple_post_norm = nullptr;
 };
 
 // One item of the MoE expert pool's work list (moe.cpp): rows [r0, r1) of expert e's matrix.
@@ -277,6 +281,13 @@ struct EngineConfig {
     // ffn_up / ffn_down), each with its own norms (Engine::moe_beside_mlp), the router reading the
     // residual stream RMS-normed without weight, times 1 / sqrt(dim) and router_in_scale.
     bool moe_mlp = false;
+    // Gemma 4 E2B / E4B. ple_dim > 0: per-layer embeddings (Engine::ple_inputs / ple_block): each
+    // token gets per layer a ple_dim-vector from per_layer_token_embd and the projected embedding,
+    // which gates a small block after each layer. kv_source[l] >= 0: layer l keeps no KV of its own
+    // and attends over that earlier layer's cache (its q alone is computed); empty: every layer its
+    // own. layer_ffn: per-layer FFN widths (empty: ffn everywhere, else ffn is the largest).
+    int ple_dim = 0;
+    std::vector<int> kv_source, layer_ffn;
 };
 // FFN gate activation: FFN_SWIGLU_OAI is gpt-oss's clamped SwiGLU (GLU_SWIGLU_OAI in kernels.h).
 // FFN_GELU is gemma's GeGLU (GLU_GEGLU).
@@ -482,6 +493,16 @@ private:
     // rms(x_) / sqrt(dim) * router_in_scale (llama.cpp's gemma4 graph); h_ is overwritten
     void moe_beside_mlp(int layer, int T, float *out);
     std::vector<float> mlp_, rin_;  // its MLP output and router input
+    // Gemma 4 E2B / E4B's per-layer inputs of this call's tokens, ple_ [T][n_layer][ple_dim] (llama.cpp's
+    // project_per_layer_inputs): (RMSNorm(proj . x / sqrt(dim)) + per_layer_token_embd[token] sqrt(P)) / sqrt(2)
+    void ple_inputs(const int32_t *tokens, int T);
+    // after layer l: x_ += RMSNorm(proj . (gelu(inp_gate . x_) * ple_[t][l]))
+    void ple_block(int layer, int T);
+    Mat ple_embd_, ple_model_proj_;
+    const float *ple_proj_norm_ = nullptr;
+    std::vector<float> ple_, ple_tmp_;
+    bool kv_shared(int l) const { return !c_.kv_source.empty() && c_.kv_source[(size_t)l] >= 0; }
+    int ffn_of(int l) const { return c_.layer_ffn.empty() ? c_.ffn : c_.layer_ffn[(size_t)l]; }
     void biased_topk(int layer, int T, bool sigmoid);
     void group_mask(float *score) const;  // group-limited routing (moe.cpp)  // sigmoid / softmax + exp_probs_b routing (moe.cpp)
     void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,

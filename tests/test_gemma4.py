@@ -15,7 +15,9 @@ layers; a layer_output_scale per layer; Q8_0) and "g4-v" (4 layers alternating; 
 of 256, attn_v everywhere, the sliding layers rotating 32 of their 64 dims, no soft-cap, no output
 scale; Q4_K where the rows allow) and "g4-moe" (26B-A4B's MoE layers: 8 Q4_0 GeGLU experts, top 2,
 beside the dense MLP; the router on the residual's weightless RMSNorm times ffn_gate_inp.scale; a
-per-expert output scale). Parity as the other families: teacher-forced over llama.cpp's greedy
+per-expert output scale) and "g4-e" (E2B / E4B's layers: per-layer embeddings of 64, the last 3 of 6
+layers reading layers 1 and 2's KV, their FFNs twice as wide, Q8_0 per-layer and token embeddings).
+Parity as the other families: teacher-forced over llama.cpp's greedy
 run, top-1 >= 99% where llama.cpp's margin is >= 0.1, perplexity within 0.5%, each feature done wrong
 moves the logits; a q8_0 cache against llama.cpp's flash attention.
 """
@@ -31,7 +33,8 @@ from lowbit.synth import synth_gemma4
 FILES = {"g4": dict(seed=5),
          "g4-v": dict(layers=4, swa_pattern=2, kv_heads_full=2, head_dim_full=256, v_shared_full=False,
                       rope_dims_swa=32, softcap=0.0, out_scale=False, wtype="Q4_K", embd_type="F16", seed=6),
-         "g4-moe": dict(layers=4, swa_pattern=2, experts=8, top_k=2, expert_ffn=128, expert_type="Q4_0", seed=7)}
+         "g4-moe": dict(layers=4, swa_pattern=2, experts=8, top_k=2, expert_ffn=128, expert_type="Q4_0", seed=7),
+         "g4-e": dict(layers=6, swa_pattern=3, ple_dim=64, shared_kv=3, double_wide=True, embd_type="Q8_0", seed=8)}
 N_CTX = 640
 # positions judged: llama.cpp's margin >= 0.1 and, in g4-moe, no routing margin below 1e-2 in lowbit's
 # router at any layer (its softmax over 8 experts flips within 1e-2 on the two engines' float
@@ -54,12 +57,15 @@ def test_config(case):
     elif name == "g4-v":
         assert c.layer_kv == (2, 2, 2, 2) and c.layer_hd == (64, 256, 64, 256) and c.rope_dims_swa == 32
         assert c.logit_softcap == 0.0
-    else:
+    elif name == "g4-moe":
         assert (c.n_expert, c.n_expert_used, c.expert_ffn, c.ffn) == (8, 2, 128, 512)
         assert c.moe_mlp and c.expert_norm and c.expert_scale == 1.0 and c.expert_gating == "softmax"
-    assert c.moe_mlp == (name == "g4-moe")
-    # each layer caches its own heads: K and V, half
-    assert m.engine.kv_bytes(1) == sum(2 * 2 * k * h for k, h in zip(c.layer_kv, c.layer_hd))
+    else:
+        assert (c.ple_dim, c.kv_source, c.layer_ffn) == (64, (-1, -1, -1, 1, 1, 2), (512,) * 3 + (1024,) * 3)
+        assert c.attention_layers == [0, 1, 2] and c.ffn == 1024
+    assert c.moe_mlp == (name == "g4-moe") and (c.ple_dim > 0) == (name == "g4-e")
+    # each layer with its own cache holds its own heads: K and V, half
+    assert m.engine.kv_bytes(1) == sum(2 * 2 * c.layer_kv[i] * c.layer_hd[i] for i in c.attention_layers)
     assert m.engine.validate() == ""
 
 
@@ -85,9 +91,12 @@ def test_each_feature_matters(case, monkeypatch):
         wrong |= {"v norm": dict(v_norm=False), "sliding layers' rotated dims": dict(rope_dims_swa=64)}
     if name == "g4-moe":
         wrong |= {"the MLP beside the experts": dict(moe_mlp=False)}  # (renormalising: the post-norm cancels it)
+    if name == "g4-e":
+        wrong |= {"per-layer embeddings": dict(ple_dim=0)}
     m, ours = features_matter(monkeypatch, path, N_CTX, run, wrong, TIE.get(name, 1e-3))
     ids, c = run[0], m.config
-    ones = {"g4": [("layer_output_scale", 1)], "g4-moe": [("down_exps_scale", c.n_expert), ("router_in_scale", c.dim)]}
+    ones = {"g4": [("layer_output_scale", 1)], "g4-moe": [("down_exps_scale", c.n_expert), ("router_in_scale", c.dim)],
+            "g4-e": [("per_layer_post_norm", c.dim)]}
     for slot, n in ones.get(name, []):  # a scale vector of the file left out (all ones)
         keep = np.ones(n, np.float32)
         for i in range(c.n_layer):
@@ -97,10 +106,11 @@ def test_each_feature_matters(case, monkeypatch):
         m = lowbit.load(path, n_ctx=N_CTX, threads=2)
 
 
-@pytest.mark.parametrize("name", ["g4", "g4-moe"])
+@pytest.mark.parametrize("name", ["g4", "g4-moe", "g4-e"])
 def test_chunks_and_threads_are_bitwise(paths, name):
     """A token's logits do not depend on the chunking of its prompt or the thread count (I8), with
-    sliding windows shorter than the prompt (g4-moe: and the experts' windows and GEMM tier)."""
+    sliding windows shorter than the prompt (g4-moe: and the experts' windows and GEMM tier; g4-e:
+    each token's per-layer inputs, the layers reading others' KV)."""
     m = lowbit.load(paths[name], n_ctx=256, threads=2)
     ids = m.tokenize("In a hole in the ground there lived a hobbit. Not a nasty, dirty, wet hole, filled with "
                      "the ends of worms and an oozy smell, nor yet a dry, bare, sandy hole with nothing in it " * 2)
@@ -111,20 +121,23 @@ def test_chunks_and_threads_are_bitwise(paths, name):
     assert np.array_equal(whole, one.logits(ids, chunk=len(ids)))
 
 
-def test_batched_slots_are_bitwise(paths):
+@pytest.mark.parametrize("name", ["g4-v", "g4-e"])
+def test_batched_slots_are_bitwise(paths, name):
     """Two sequences in one batch give each its own logits bit for bit (the per-layer cache rows of
-    two slots do not overlap)."""
-    m = lowbit.load(paths["g4-v"], n_ctx=128, threads=2, n_slots=2)
+    two slots do not overlap; g4-e: nor do its shared layers' reads)."""
+    m = lowbit.load(paths[name], n_ctx=128, threads=2, n_slots=2)
     a = m.tokenize("The quick brown fox jumps over the lazy dog.")
     b = m.tokenize("A journey of a thousand miles begins with a single step, they say.")
     la, lb = m.forward_batch([(0, a), (1, b)], all_logits=True)
     assert np.array_equal(la, m.logits(a, chunk=len(a))) and np.array_equal(lb, m.logits(b, chunk=len(b)))
 
 
-def test_kv_copy_round_trip(paths):
-    """The prefix cache's save / load of a slot's rows (engine.kv_copy) over layers of two widths:
-    loaded into another slot, the next token's logits are bitwise those of the original slot."""
-    m = lowbit.load(paths["g4"], n_ctx=128, threads=2, n_slots=2)
+@pytest.mark.parametrize("name", ["g4", "g4-e"])
+def test_kv_copy_round_trip(paths, name):
+    """The prefix cache's save / load of a slot's rows (engine.kv_copy) over layers of two widths
+    (g4-e: the layers with their own cache only): loaded into another slot, the next token's logits
+    are bitwise those of the original slot."""
+    m = lowbit.load(paths[name], n_ctx=128, threads=2, n_slots=2)
     ids = m.tokenize("Once upon a time there was a little engine that could pull a long train up a hill.")
     n = len(ids) - 1
     m.forward_batch([(0, ids[:n])])
@@ -143,7 +156,7 @@ def test_quantized_cache_matches_llama_cpp_flash_attention(paths, kv):
     llama.cpp's iSWA caches): top-1 >= 95% at margins >= 0.1 (test_kv_quant's bound)."""
     from test_gpt_oss import PROMPT
     from test_kv_quant import peer_llm
-    for name in ("g4", "g4-v"):
+    for name in ("g4", "g4-v", "g4-e"):
         llm = peer_llm(paths[name], kv, n_ctx=160, n_threads=1)
         ids, ref = llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), 100)
         m = lowbit.load(paths[name], n_ctx=160, threads=2, kv=kv)
@@ -156,10 +169,10 @@ def test_quantized_cache_matches_llama_cpp_flash_attention(paths, kv):
 
 
 def test_unsupported_variants_are_refused_by_name(paths, monkeypatch):
-    """Gemma 4's per-layer embeddings (E2B / E4B), KV shared across layers, bad head counts or rope
-    dims: one GGUFError naming the problem, never a wrong answer."""
-    for meta, msg in ((dict(**{"gemma4.embedding_length_per_layer_input": 256}), "per-layer embeddings"),
-                      (dict(**{"gemma4.attention.shared_kv_layers": 2}), "shared_kv_layers"),
+    """Shared KV layers that do not follow a sliding and a full layer, bad head counts or rope dims:
+    one GGUFError naming the problem, never a wrong answer."""
+    for meta, msg in ((dict(**{"gemma4.attention.shared_kv_layers": 2}), "a sliding and a full layer"),
+                      (dict(**{"gemma4.embedding_length_per_layer_input": -1}), "per_layer_input"),
                       (dict(**{"gemma4.attention.head_count_kv": [3, 3, 1, 2, 2, 1]}), "does not divide"),
                       (dict(**{"gemma4.rope.dimension_count_swa": 96}), "dimension_count_swa"),
                       (dict(**{"gemma4.attention.sliding_window_pattern": 3}), "a bool per layer")):
@@ -186,3 +199,7 @@ def test_synth_cli_writes_gemma4(tmp_path, capsys):
     c = lowbit.load(str(out), n_ctx=32).config
     assert (c.n_expert, c.n_expert_used, c.expert_ffn, c.moe_mlp) == (4, 2, 64, True)
     assert main(["synth", "gemma4", str(tmp_path / "bad.gguf"), "--experts", "2", "--top-k", "3"]) == 2
+    assert main(["synth", "gemma4", str(out), "--ple-dim", "32", "--shared-kv", "3", "--double-wide"]) == 0
+    c = lowbit.load(str(out), n_ctx=32).config
+    assert (c.ple_dim, c.kv_source, c.layer_ffn) == (32, (-1, -1, -1, 1, 1, 2), (512,) * 3 + (1024,) * 3)
+    assert main(["synth", "gemma4", str(tmp_path / "bad.gguf"), "--shared-kv", "2"]) == 2

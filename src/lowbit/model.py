@@ -21,7 +21,8 @@ Families differ by config fields, not by copies of the model:
     gemma2        neox      -          -           gemma3's without q/k norms: 1:1 sliding-window layers, attention
                                                    scores and final logits soft-capped (cap * tanh(x / cap))
     gemma4        neox      yes        -           gemma3's layer with per-layer head widths / KV heads (sliding
-                  (+freqs)                         vs full layers), v norms, k as v, output scales; MoE layers
+                  (+freqs)                         vs full layers), v norms, k as v, output scales; MoE layers;
+                                                   E2B / E4B's per-layer embeddings and shared KV
     glm4moe       neox      optional   q/k/v       leading dense layers, then experts: sigmoid routing with
                   (partial)                        a selection bias, shared expert; an MTP layer skipped
     glm4          adjacent  -          q/k/v       dense (GLM-4-0414, GLM-Z1): fused attn_qkv (and bias) and gate/up
@@ -84,8 +85,12 @@ layer_output_scale; final_logit_softcapping if given. Its MoE layers (26B-A4B, f
 every layer) add to a dense GeGLU MLP (post_ffw_norm_1 on its output) the routed GeGLU experts
 (input pre_ffw_norm_2, output post_ffw_norm_2, softmax top-K renormalised, ffn_down_exps.scale per
 expert), the router on the residual RMS-normed without weight times 1 / sqrt(n_embd) and
-ffn_gate_inp.scale; the sum then takes the layer's post_ffw_norm. Refused by name: E2B / E4B's
-per-layer embeddings and KV shared across layers, a fused ffn_gate_up_exps.
+ffn_gate_inp.scale; the sum then takes the layer's post_ffw_norm. E2B / E4B: per-layer embeddings
+(per_layer_token_embd[token] * sqrt(P) plus the RMS-normed projection of the scaled embedding, over
+sqrt(2), per layer; after each layer x += post_norm(proj . (gelu(inp_gate . x) * that layer's input)))
+and the last attention.shared_kv_layers layers reading the KV of the last sliding / full layer
+before them (q alone computed), their FFNs as wide as feed_forward_length says per layer. Refused by
+name: a fused ffn_gate_up_exps.
 
 GLM-4.5 (llama.cpp's glm4moe) as configuration: block_count includes nextn_predict_layers MTP
 layers at the end, which the forward pass never runs: lowbit runs the first block_count -
@@ -358,6 +363,9 @@ class ModelConfig:
     rope_dims_swa: int = 0        # the sliding layers' rotated dims (0: rope_dims)
     v_norm: bool = False          # gemma4: v RMS-normed without weight; attn_v optional (v = k's projection)
     moe_mlp: bool = False         # gemma4: its MoE layers run a dense MLP beside the experts (EngineConfig::moe_mlp)
+    ple_dim: int = 0              # gemma4 E2B / E4B: per-layer embedding width (0: none)
+    kv_source: tuple = ()         # gemma4 E2B / E4B: per layer -1, or the earlier layer whose KV it reads
+    layer_ffn: tuple = ()         # per-layer FFN widths (gemma4's double-wide MLPs); (): ffn everywhere
 
     def attn_dims(self, i: int) -> tuple[int, int]:
         """Layer i's q and k (= v) widths."""
@@ -374,7 +382,8 @@ class ModelConfig:
         run both), and not an FFN alone (nemotron_h's MLP layers)."""
         return [i for i in range(self.n_layer)
                 if (self.ssm_parallel or not (i < len(self.recurrent) and self.recurrent[i]))
-                and (i >= len(self.layer_parts) or self.layer_parts[i] & 1)]
+                and (i >= len(self.layer_parts) or self.layer_parts[i] & 1)
+                and not (i < len(self.kv_source) and self.kv_source[i] >= 0)]  # (gemma4: shared KV)
 
     @classmethod
     def from_gguf(cls, f: gguf.GGUFFile) -> "ModelConfig":
@@ -413,6 +422,8 @@ class ModelConfig:
             ffn = max(ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer))
         elif pure_ssm:
             ffn = 1
+        elif arch == "gemma4" and isinstance(md.get(f"{arch}.feed_forward_length"), (list, tuple, np.ndarray)):
+            ffn = max(ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer))  # (each in layer_ffn)
         else:
             ffn = key("feed_forward_length") if not moe or f"{arch}.feed_forward_length" in md else moe["expert_ffn"]
         return cls(
@@ -529,16 +540,18 @@ class ModelConfig:
         rotating rope.dimension_count_swa of them, the full layers heads of key_length (their
         "proportional" rope is rope_freqs' factors); head_count_kv one per layer (or one for all);
         v RMS-normed, attn_v optional; MoE layers (26B-A4B: ffn_gate_inp) with a dense MLP beside
-        the experts (moe_mlp). Refused by name: per-layer embeddings (E2B / E4B), layers sharing an
-        earlier layer's KV, the fused ffn_gate_up_exps, and MoE in some layers only."""
+        the experts (moe_mlp); E2B / E4B's per-layer embeddings (embedding_length_per_layer_input)
+        and KV shared by the last attention.shared_kv_layers layers (each reads the last sliding or
+        full layer before them, llama.cpp's reuse rule), feed_forward_length per layer. Refused by
+        name: the fused ffn_gate_up_exps, MoE in some layers only."""
         if arch != "gemma4":
             return {}
         md = f.metadata
-        if md.get(f"{arch}.embedding_length_per_layer_input", 0):
-            raise GGUFError(f"{f.path}: gemma4 with per-layer embeddings (Gemma 4 E2B / E4B) is not supported yet")
-        if md.get(f"{arch}.attention.shared_kv_layers", 0):
-            raise GGUFError(f"{f.path}: gemma4 with layers sharing an earlier layer's KV (attention.shared_kv_layers) "
-                            "is not supported yet")
+        ple = md.get(f"{arch}.embedding_length_per_layer_input", 0) or 0
+        shared = md.get(f"{arch}.attention.shared_kv_layers", 0) or 0
+        for k, v in (("embedding_length_per_layer_input", ple), ("attention.shared_kv_layers", shared)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise GGUFError(f"{f.path}: metadata key {arch}.{k} = {v!r} is not an integer >= 0")
         moe = [f"blk.{i}.ffn_gate_inp.weight" in f.tensors for i in range(n_layer)]
         if any(moe) and not all(moe):
             raise GGUFError(f"{f.path}: gemma4 with experts in some layers only is not supported")
@@ -558,8 +571,19 @@ class ModelConfig:
         rot_swa = key("rope.dimension_count_swa", hd_swa)
         if rot_swa > hd_swa or rot_swa % 2:
             raise GGUFError(f"{f.path}: {arch}.rope.dimension_count_swa = {rot_swa} is not an even count <= {hd_swa}")
+        # shared KV (llama.cpp's reuse callback): layer il >= start reads layer start - 2 if it slides,
+        # start - 1 if not; those two must be a sliding and a full layer
+        start = n_layer - shared
+        if shared and (start < 2 or not pat[start - 2] or pat[start - 1]):
+            raise GGUFError(f"{f.path}: {arch}.attention.shared_kv_layers = {shared}: the two layers before the "
+                            "shared ones must be a sliding and a full layer")
+        src = tuple(-1 if i < start else start - (2 if pat[i] else 1) for i in range(n_layer)) if shared else ()
+        ff = md.get(f"{arch}.feed_forward_length")
+        lf = tuple(ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer)) \
+            if isinstance(ff, (list, tuple, np.ndarray)) else ()
         return dict(layer_kv=tuple(kv[:n_layer]), layer_hd=tuple(hd_swa if pat[i] else head_dim for i in range(n_layer)),
-                    rope_dims_swa=rot_swa, v_norm=True, moe_mlp=all(moe))
+                    rope_dims_swa=rot_swa, v_norm=True, moe_mlp=all(moe), ple_dim=int(ple), kv_source=src,
+                    layer_ffn=lf)
 
     @staticmethod
     def _llama_variant_fields(f: gguf.GGUFFile, arch: str, n_layer: int, key) -> dict:
@@ -1094,7 +1118,9 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           expert_groups_used=c.expert_groups_used,
                           kv_k=KV_TYPES[kv_k], kv_v=KV_TYPES[kv_v],
                           layer_kv=list(c.layer_kv) if whole else [], layer_hd=list(c.layer_hd) if whole else [],
-                          rope_dims_swa=c.rope_dims_swa, v_norm=c.v_norm, moe_mlp=c.moe_mlp)
+                          rope_dims_swa=c.rope_dims_swa, v_norm=c.v_norm, moe_mlp=c.moe_mlp,
+                          ple_dim=c.ple_dim if whole else 0, kv_source=list(c.kv_source) if whole else [],
+                          layer_ffn=list(c.layer_ffn) if whole else [])
     except MemoryError:  # the KV cache and the buffers, sized by n_ctx x n_slots, did not fit
         raise MemoryError(f"out of memory allocating the KV cache and buffers for a context of {n_ctx} "
                           f"positions x {n_slots} slot(s) (kv {kv_k}/{kv_v}): lower the context "
@@ -1249,6 +1275,10 @@ class Model:
         _vec = lambda *a: self._vec(*a, engine=engine, keep=keep)  # noqa: E731
         if own and l0 == 0:
             _mat("token_embd", -1, "token_embd.weight")
+        if own and c.ple_dim:  # gemma4 E2B / E4B's per-layer embeddings
+            _mat("per_layer_token_embd", -1, "per_layer_token_embd.weight")
+            _mat("per_layer_model_proj", -1, "per_layer_model_proj.weight")
+            _vec("per_layer_proj_norm", -1, "per_layer_proj_norm.weight")
         if own and l1 == c.n_layer:
             _mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
             _vec("output_norm", -1, OUTPUT_NORM.get(c.arch, "output_norm") + ".weight")
@@ -1322,6 +1352,8 @@ class Model:
             for slot in (mixer if parts & 1 else ()) + (ffn if parts & 2 else ()):
                 if slot == "attn_v" and c.v_norm and "attn_v" not in fused and p + "attn_v.weight" not in self.file.tensors:
                     continue  # (gemma4: v is k's projection)
+                if slot in ("attn_k", "attn_v") and i < len(c.kv_source) and c.kv_source[i] >= 0:
+                    continue  # (gemma4: an earlier layer's KV)
                 if slot in fused:
                     _mat(slot, i, fused[slot][0], rows=fused[slot][1])
                     continue
@@ -1345,6 +1377,10 @@ class Model:
                 _vec("ffn_post_norm", i, p + "post_ffw_norm.weight")
             if p + "layer_output_scale.weight" in self.file.tensors:  # gemma4
                 _vec("layer_output_scale", i, p + "layer_output_scale.weight")
+            if c.ple_dim:  # gemma4 E2B / E4B
+                _mat("per_layer_inp_gate", i, p + "inp_gate.weight")
+                _mat("per_layer_proj", i, p + "proj.weight")
+                _vec("per_layer_post_norm", i, p + "post_norm.weight")
             if c.moe_bias:
                 for s in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
                     _vec(s + ".bias", i, p + s + ".bias")
@@ -1354,7 +1390,8 @@ class Model:
                 engine.set_rope(i, False)
             if c.qk_norm and not rec:
                 _vec("attn_q_norm", i, p + "attn_q_norm.weight")
-                _vec("attn_k_norm", i, p + "attn_k_norm.weight")
+                if not (i < len(c.kv_source) and c.kv_source[i] >= 0):  # (gemma4: shared KV has no k norm)
+                    _vec("attn_k_norm", i, p + "attn_k_norm.weight")
             if c.sub_norm:
                 _vec("attn_sub_norm", i, p + "attn_sub_norm.weight")
                 _vec("ffn_sub_norm", i, p + "ffn_sub_norm.weight")

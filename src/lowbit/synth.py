@@ -354,7 +354,8 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
                  rope_fraction_full: float = 0.25, rope_dims_swa: int | None = None, softcap: float = 30.0,
                  v_shared_full: bool = True, out_scale: bool = True, experts: int = 0, top_k: int = 2,
                  expert_ffn: int = 128, expert_type: str | None = None, router_type: str = "F32",
-                 down_scale: bool = True, ctx: int = 1024, wtype: str = "Q8_0",
+                 down_scale: bool = True, ple_dim: int = 0, shared_kv: int = 0, double_wide: bool = False,
+                 ctx: int = 1024, wtype: str = "Q8_0",
                  embd_type: str = "F32", seed: int = 0, vocab: dict | None = None, progress: bool = False) -> str:
     """A Gemma 4 dense model (llama.cpp's gemma4, as convert_hf_to_gguf's Gemma4Model writes it) with
     random weights: gemma3's scaled embeddings, pre- and post-norms and GeGLU; the sliding layers
@@ -372,19 +373,30 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
     top_k of them routed by softmax and renormalised, their input pre_ffw_norm_2, their sum normed
     by post_ffw_norm_2; the router (router_type) reads the residual RMS-normed, times 1 / sqrt(dim)
     and ffn_gate_inp.scale (here sqrt(dim) x U(1.5, 2.5): logits of std ~2, few near-ties); down_scale: a
-    per-expert ffn_down_exps.scale in U(0.5, 1.5)."""
+    per-expert ffn_down_exps.scale in U(0.5, 1.5).
+    ple_dim > 0: E2B / E4B's per-layer embeddings (embedding_length_per_layer_input, per_layer_token_embd
+    [vocab, ple_dim x layers] in embd_type, per_layer_model_proj, per_layer_proj_norm; per layer
+    inp_gate, proj, post_norm). shared_kv: the last shared_kv layers have no attn_k / attn_v / k norm
+    (attention.shared_kv_layers; the two layers before them must be a sliding and a full one);
+    double_wide: those layers' FFNs twice as wide (feed_forward_length per layer, as the converter
+    writes use_double_wide_mlp)."""
     swa = [(i % swa_pattern) < swa_pattern - 1 if swa_pattern else True for i in range(layers)]
     rope_dims_swa = rope_dims_swa or head_dim
     if rope_dims_swa > head_dim or rope_dims_swa % 2 or not 0 < rope_fraction_full <= 1:
         raise ValueError("synth gemma4: rope_dims_swa must be even and <= head_dim, rope_fraction_full in (0, 1]")
     if experts and not 1 <= top_k <= experts:
         raise ValueError(f"synth gemma4: top_k ({top_k}) must be in 1..experts ({experts})")
+    start = layers - shared_kv
+    if shared_kv and (start < 2 or not swa[start - 2] or swa[start - 1]):
+        raise ValueError(f"synth gemma4: with shared_kv {shared_kv}, layers {start - 2} and {start - 1} must be a "
+                         "sliding and a full layer (choose --layers / --swa-pattern)")
+    ffns = [2 * ffn if double_wide and i >= start else ffn for i in range(layers)]
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
     w = Writer(path, "gemma4", progress=progress, fit=True)
     a = "gemma4"
-    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads,
+    write_header(w, vocab, layers=layers, dim=dim, ffn=ffns if double_wide and shared_kv else ffn, heads=heads,
                  kv_heads=[kv_heads if s else kv_heads_full for s in swa], head_dim=head_dim_full, ctx=ctx,
                  rope_base=rope_base, rope_dims=head_dim_full)
     w.meta(f"{a}.attention.key_length_swa", int(head_dim))
@@ -393,8 +405,8 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
     w.meta(f"{a}.rope.freq_base_swa", float(rope_base_swa))
     w.meta(f"{a}.attention.sliding_window", int(window))
     w.meta(f"{a}.attention.sliding_window_pattern", [bool(s) for s in swa])
-    w.meta(f"{a}.attention.shared_kv_layers", 0)
-    w.meta(f"{a}.embedding_length_per_layer_input", 0)
+    w.meta(f"{a}.attention.shared_kv_layers", int(shared_kv))
+    w.meta(f"{a}.embedding_length_per_layer_input", int(ple_dim))
     if softcap:
         w.meta(f"{a}.final_logit_softcapping", float(softcap))
     if experts:
@@ -402,6 +414,10 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
             w.meta(f"{a}.{k}", int(v))
     add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=None, wtype=wtype, tied=True,
              emb_std=1.0 / np.sqrt(dim))
+    if ple_dim:
+        w.add("per_layer_token_embd.weight", gauss(rng, nv, ple_dim * layers, scale=1.0 / np.sqrt(ple_dim)), embd_type)
+        w.add("per_layer_model_proj.weight", gauss(rng, ple_dim * layers, dim), wtype)
+        w.add("per_layer_proj_norm.weight", norm_weight(rng, ple_dim))
     n_rot = int(head_dim_full * rope_fraction_full / 2)
     w.add("rope_freqs.weight", np.array([1.0] * n_rot + [1e30] * (head_dim_full // 2 - n_rot), np.float32))
     for i in range(layers):
@@ -409,17 +425,24 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
         kvh = kv_heads if swa[i] else kv_heads_full
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
         w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+        own_kv = i < start
         w.add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
-        w.add(p + "attn_k.weight", gauss(rng, kvh * hd, dim), wtype)
-        if swa[i] or not v_shared_full:
+        if own_kv:
+            w.add(p + "attn_k.weight", gauss(rng, kvh * hd, dim), wtype)
+        if own_kv and (swa[i] or not v_shared_full):
             w.add(p + "attn_v.weight", gauss(rng, kvh * hd, dim), wtype)
         w.add(p + "attn_output.weight", gauss(rng, dim, heads * hd), wtype)
         qk = np.float32(hd ** -0.25)
         w.add(p + "attn_q_norm.weight", norm_weight(rng, hd) * qk)
-        w.add(p + "attn_k_norm.weight", norm_weight(rng, hd) * qk)
+        if own_kv:
+            w.add(p + "attn_k_norm.weight", norm_weight(rng, hd) * qk)
         w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
         w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
-        add_glu(w, rng, p, width=ffn, dim=dim, wtype=wtype)
+        add_glu(w, rng, p, width=ffns[i], dim=dim, wtype=wtype)
+        if ple_dim:
+            w.add(p + "inp_gate.weight", gauss(rng, ple_dim, dim), wtype)
+            w.add(p + "proj.weight", gauss(rng, dim, ple_dim), wtype)
+            w.add(p + "post_norm.weight", norm_weight(rng, dim))
         if experts:
             w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim), router_type)
             w.add(p + "ffn_gate_inp.scale", (np.sqrt(dim) * rng.uniform(1.5, 2.5, dim)).astype(np.float32))
@@ -1830,6 +1853,9 @@ def _add_gemma4(ss) -> None:
     p.add_argument("--top-k", type=int, default=2, help="experts per token (2)")
     p.add_argument("--expert-ffn", type=int, default=128, help="an expert's FFN width (128)")
     p.add_argument("--expert-type", default=None, help="format of the expert tensors (default: --type)")
+    p.add_argument("--ple-dim", type=int, default=0, help="per-layer embedding width (E2B / E4B; 0: none)")
+    p.add_argument("--shared-kv", type=int, default=0, help="the last N layers read earlier layers' KV (E2B / E4B)")
+    p.add_argument("--double-wide", action="store_true", help="the shared-KV layers' FFNs twice as wide")
     p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
     p.add_argument("--embd-type", default="F32", help="format of token_embd, also the head (default F32)")
     p.set_defaults(synth=lambda a: synth_gemma4(
@@ -1837,7 +1863,8 @@ def _add_gemma4(ss) -> None:
         kv_heads_full=a.kv_heads_full, head_dim=a.head_dim, head_dim_full=a.head_dim_full, window=a.window,
         swa_pattern=a.swa_pattern, rope_dims_swa=a.rope_dims_swa, rope_fraction_full=a.rope_fraction_full,
         softcap=a.softcap, v_shared_full=a.v_shared_full, experts=a.experts, top_k=a.top_k,
-        expert_ffn=a.expert_ffn, expert_type=a.expert_type, ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type,
+        expert_ffn=a.expert_ffn, expert_type=a.expert_type, ple_dim=a.ple_dim, shared_kv=a.shared_kv,
+        double_wide=a.double_wide, ctx=a.ctx, wtype=a.wtype, embd_type=a.embd_type,
         seed=a.seed, progress=_bar_on()))
     _with_shapes(p, GEMMA4_SHAPES)
 
