@@ -1152,7 +1152,8 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             s.weight_bytes += mat_bytes(L.wq) + mat_bytes(L.wk) + mat_bytes(L.wv) + mat_bytes(L.wo) +
                               mat_bytes(L.wqkv) + mat_bytes(L.wqkv_gate) + mat_bytes(L.ssm_alpha) +
                               mat_bytes(L.ssm_beta) + mat_bytes(L.ssm_ba) + mat_bytes(L.ssm_out) +
-                              mat_bytes(L.sc_in) + mat_bytes(L.sc_out) + mat_bytes(L.ssm_in);
+                              mat_bytes(L.sc_in) + mat_bytes(L.sc_out) + mat_bytes(L.ssm_in) +
+                              mat_bytes(L.ple_gate) + mat_bytes(L.ple_proj);
         }
     }
     if (hybrid())

@@ -203,3 +203,5 @@ def test_synth_cli_writes_gemma4(tmp_path, capsys):
     c = lowbit.load(str(out), n_ctx=32).config
     assert (c.ple_dim, c.kv_source, c.layer_ffn) == (32, (-1, -1, -1, 1, 1, 2), (512,) * 3 + (1024,) * 3)
     assert main(["synth", "gemma4", str(tmp_path / "bad.gguf"), "--shared-kv", "2"]) == 2
+    assert main(["info", "-m", str(out)]) == 0
+    assert "per-layer embeddings of 32, layers 3-5 read layers [1, 2]' KV" in capsys.readouterr().out

@@ -240,14 +240,14 @@ def model_work(path: str) -> dict:
     (`macs`: attention's QK and PV products and the output head are not counted) and the
     weight bytes a decode step reads (`bytes`: every layer matrix and the head; an MoE's
     expert tensors count top-k of their experts). token_embd is a lookup, not read whole, unless
-    it is also the head (tied embeddings: no output.weight)."""
+    it is also the head (tied embeddings: no output.weight); nor is Gemma 4's per_layer_token_embd."""
     from . import gguf
     g = gguf.open(path)
     arch = g.metadata.get("general.architecture", "")
     top_k = int(g.metadata.get(f"{arch}.expert_used_count", 0) or 0)
     macs = nbytes = 0
     for name, t in g.tensors.items():
-        if len(t.ne) < 2 or name.startswith("token_embd") or name.endswith("_norm.weight"):
+        if len(t.ne) < 2 or name.startswith(("token_embd", "per_layer_token_embd")) or name.endswith("_norm.weight"):
             continue
         if len(t.ne) == 3 and "_exps" in name:  # [experts, rows, n]
             share = min(top_k, t.ne[2]) / t.ne[2] if top_k else 1.0

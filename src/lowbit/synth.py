@@ -16,7 +16,7 @@ weights 1 + 0.1 N(0,1)), which keeps activations finite through any number of la
     synth_nemotron_h(path, pattern="M-*M-", ...)              nemotron_h / nemotron_h_moe / mamba2
     synth_falcon_h1(path, ...)                                falcon-h1 (attention and Mamba-2 side by side)
     synth_mamba(path, ...)                                    mamba (Mamba-1 alone; Falcon-Mamba with dt_b_c_rms)
-    synth_gemma4(path, ...)                                   gemma4 (dense; per-layer head widths)
+    synth_gemma4(path, ...)                                   gemma4 (per-layer head widths; MoE; E2B / E4B's PLE)
     one function per family; FAMILIES maps the CLI's KIND to (function, add-options)
 """
 from __future__ import annotations
@@ -1820,7 +1820,7 @@ def _add_mamba(ss) -> None:
 
 
 # Gemma 4's sizes as recalled, approximate (not checked offline: the layer counts are llama.cpp's
-# loader's, 60 and 30; the widths are from memory). `lowbit synth gemma4 OUT --shape gemma-4-31b
+# loader's, 60, 30 and 35; the widths, E2B's pattern and shared layers are from memory). `lowbit synth gemma4 OUT --shape gemma-4-31b
 # --layers 8`: an 8-layer slice. The vocabulary stays SmolLM2's 49152 (Gemma 4's: 262144).
 GEMMA4_SHAPES = {
     "gemma-4-31b": dict(layers=60, dim=5376, ffn=21504, heads=32, kv_heads=16, kv_heads_full=4, head_dim=256,
@@ -1828,12 +1828,16 @@ GEMMA4_SHAPES = {
     "gemma-4-26b-a4b": dict(layers=30, dim=2816, ffn=2112, heads=16, kv_heads=8, kv_heads_full=2, head_dim=256,
                             head_dim_full=512, window=1024, swa_pattern=6, experts=128, top_k=8, expert_ffn=704,
                             ctx=262144, arch="gemma4"),
+    "gemma-4-e2b": dict(layers=35, dim=1536, ffn=6144, heads=8, kv_heads=1, kv_heads_full=1, head_dim=256,
+                        head_dim_full=512, window=512, swa_pattern=5, ple_dim=256, shared_kv=20, ctx=131072,
+                        arch="gemma4"),
 }
 
 
 def _add_gemma4(ss) -> None:
-    p = ss.add_parser("gemma4", help="a Gemma 4 dense model: sliding and full layers of different head widths",
-                      description="Write a Gemma 4 dense model (llama.cpp's gemma4) with random weights and SmolLM2's "
+    p = ss.add_parser("gemma4", help="a Gemma 4 model (dense, --experts: 26B-A4B's MoE, --ple-dim / --shared-kv: "
+                                     "E2B / E4B's): sliding and full layers of different head widths",
+                      description="Write a Gemma 4 model (llama.cpp's gemma4) with random weights and SmolLM2's "
                                   "vocabulary.")
     _shape_options(p, layers=6, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="gemma4", choices=["gemma4"], help=argparse.SUPPRESS)
