@@ -93,7 +93,10 @@ def test_each_feature_matters(case, monkeypatch):
         wrong |= {"the MLP beside the experts": dict(moe_mlp=False)}  # (renormalising: the post-norm cancels it)
     if name == "g4-e":
         wrong |= {"per-layer embeddings": dict(ple_dim=0)}
-    m, ours = features_matter(monkeypatch, path, N_CTX, run, wrong, TIE.get(name, 1e-3))
+    # (g4-moe: a routing flip just past the 1e-2 tie bound moves later positions by up to ~0.7 at
+    # other levels (the scalar one); its parity is test_teacher_forced_top1_matches_llama_cpp's)
+    m, ours = features_matter(monkeypatch, path, N_CTX, run, wrong, TIE.get(name, 1e-3),
+                              match=None if name == "g4-moe" else 0.5)
     ids, c = run[0], m.config
     ones = {"g4": [("layer_output_scale", 1)], "g4-moe": [("down_exps_scale", c.n_expert), ("router_in_scale", c.dim)],
             "g4-e": [("per_layer_post_norm", c.dim)]}
