@@ -1029,113 +1029,19 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     for (int l = c_.layer_begin; l < c_.layer_end; ++l) {
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
-        if (L.has_mixer) pre_norm(L.attn_norm, T);
-        if (!L.has_mixer) {  // an FFN-only layer (nemotron_h)
-        } else if (L.recurrent && !c_.ssm_parallel) {  // hybrid models: a gated delta-net (or LFM2's short conv, a Mamba-2 mixer) in place of attention
-            if (c_.shortconv) shortconv(l, h_.data(), T, slots, h_.data());
-            else if (c_.mamba2) mamba2(l, h_.data(), T, slots, h_.data());
-            else if (c_.mamba1) mamba1(l, h_.data(), T, slots, h_.data());
-            else deltanet(l, h_.data(), T, slots, h_.data());
+        if (L.has_mixer) {  // (nemotron_h: an FFN-only layer has none)
+            pre_norm(L.attn_norm, T);
+            mixer_block(l, T, slots, pos);
             residual(h_.data(), T);
-        } else if (mla()) {  // DeepSeek's latent attention (csrc/mla.cpp)
-            mla_attention(l, h_.data(), T, slots, pos, h_.data());
-            residual(h_.data(), T);
-        } else {  // attention (the block keeps the loop's indentation up to its closing brace)
-        const int hd = hd_of(l), n_kv = kv_of(l), qd = c_.n_head * hd, kd = n_kv * hd;
-        if (c_.ssm_parallel) {  // falcon-h1: the Mamba-2 mixer beside the attention, on the same input
-            par_.resize((size_t)T * dim);
-            mamba2(l, h_.data(), T, slots, par_.data());
         }
-        const bool shared = kv_shared(l);  // gemma4: k and v are an earlier layer's (its cache rows)
-        if (c_.attn_gate) {  // attn_q: [q_h, gate_h] per head, split into q_ and agate_
-            qg_.resize((size_t)T * 2 * qd);
-            agate_.resize((size_t)T * qd);
-            matmuls({{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
-            for (int t = 0; t < T; ++t)
-                for (int hh = 0; hh < c_.n_head; ++hh) {
-                    const float *src = qg_.data() + ((size_t)t * c_.n_head + hh) * 2 * hd;
-                    std::memcpy(q_.data() + ((size_t)t * c_.n_head + hh) * hd, src, sizeof(float) * hd);
-                    std::memcpy(agate_.data() + ((size_t)t * c_.n_head + hh) * hd, src + hd, sizeof(float) * hd);
-                }
-        } else {  // q, k, v: one dispatch, one quantized copy of h
-            matmuls({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
-        }
-        if (!L.wv.present() && !shared) std::memcpy(v_.data(), k_.data(), sizeof(float) * (size_t)T * kd);  // gemma4: v = k's projection
-        add_bias(q_.data(), L.bq, T, qd);
-        add_bias(k_.data(), L.bk, T, kd);
-        add_bias(v_.data(), L.bv, T, kd);
-        if (c_.qk_norm_full) {  // olmoe: one RMSNorm over each token's whole q / k vector
-            if (L.q_norm) head_norm(q_.data(), L.q_norm, T, 1, qd, c_.eps);
-            if (L.k_norm) head_norm(k_.data(), L.k_norm, T, 1, kd, c_.eps);
-        } else {
-            if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
-            if (L.k_norm && !shared) head_norm(k_.data(), L.k_norm, T, n_kv, hd, c_.eps);
-        }
-        if (c_.v_norm && !shared) head_norm(v_.data(), nullptr, T, n_kv, hd, c_.eps);  // gemma4: ggml_rms_norm(Vcur)
-        if (L.rope) {
-            const bool swa = L.window > 0 && !inv_freq_swa_.empty();
-            const int dims = swa ? rope_dims_swa() : c_.rope_dims;
-            rope(q_.data(), T, c_.n_head, hd, dims, swa ? rot_swa_ : rot_);
-            if (!shared) rope(k_.data(), T, n_kv, hd, dims, swa ? rot_swa_ : rot_);
-        }
-        if (!qtemp_.empty())  // mistral3: ggml_mul(Qcur, inp_attn_scale) after rope
-            for (int t = 0; t < T; ++t)
-                for (size_t i = 0; i < (size_t)qd; ++i) q_[(size_t)t * qd + i] *= qtemp_[(size_t)t];
-        if (c_.attn_scale > 0.0f)  // gemma3: ggml_scale(Qcur, f_attention_scale) after rope
-            for (size_t i = 0; i < (size_t)T * qd; ++i) q_[i] *= c_.attn_scale;
-        const int rk = rot_k(hd), rv = rot_v(hd);
-        if (rk) {  // a quantized cache: llama.cpp's rotations (rot_k / rot_v in engine.h)
-            fwht_rows(q_.data(), (size_t)T * qd / rk, rk);
-            if (!shared) fwht_rows(k_.data(), (size_t)T * kd / rk, rk);
-        }
-        if (rv && !shared) fwht_rows(v_.data(), (size_t)T * kd / rv, rv);
-        for (int t = 0; t < T && !shared; ++t) {  // each token's k, v into its slot at its position
-            const size_t src = (size_t)t * kd;
-            for (int h = 0; h < n_kv; ++h) {  // (head-major: kv_k_at, kv_v_at)
-                const size_t s = src + (size_t)h * hd;
-                const size_t ka = kv_k_at(slots[t], l, pos[t], h), va = kv_v_at(slots[t], l, pos[t], h);
-                if (kv_quant()) {  // as llama.cpp's set_rows writes its cache: from_float, block by block
-                    kv_store_row(c_.kv_k, k_.data() + s, hd, kq_.data() + ka);
-                    kv_store_row(c_.kv_v, v_.data() + s, hd, vq_.data() + va);
-                    continue;
-                }
-                if (c_.kv_f16) {
-                    for (int i = 0; i < hd; ++i) { k16_[ka + i] = f32_to_fp16(k_[s + i]); v16_[va + i] = f32_to_fp16(v_[s + i]); }
-                } else {
-                    std::memcpy(k32_.data() + ka, k_.data() + s, sizeof(float) * hd);
-                    std::memcpy(v32_.data() + va, v_.data() + s, sizeof(float) * hd);
-                }
-            }
-        }
-        const auto ta = now();
-        attention(l, q_.data(), T, slots, pos, att_.data());
-        if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
-        if (rv) fwht_rows(att_.data(), (size_t)T * qd / rv, rv);  // undo v's rotation
-        if (c_.attn_gate)  // ggml_sigmoid: 1 / (1 + exp(-x))
-            for (size_t i = 0; i < (size_t)T * qd; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-agate_[i]));
-        if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
-        matmul(L.wo, att_.data(), T, h_.data());
-        add_bias(h_.data(), L.bo, T, dim);
-        if (L.attn_post_norm) rmsnorm(h_.data(), L.attn_post_norm, h_.data(), T, dim);  // gemma3
-        if (c_.ssm_parallel)  // falcon-h1: attn_out + ssm_out, then the residual
-            for (size_t i = 0; i < (size_t)T * dim; ++i) h_[i] += par_[i];
-        residual(h_.data(), T);
-        }  // attention
-
         const auto t1 = now();
-        if (L.has_ffn) pre_norm(L.ffn_norm, T);
-        if (!L.has_ffn) {  // a mixer-only layer (nemotron_h)
-        } else if (moe_layer(l)) {
-            mo_.resize((size_t)T * dim);
-            if (c_.moe_mlp) moe_beside_mlp(l, T, mo_.data());  // gemma4
-            else moe_ffn(l, h_.data(), T, mo_.data());
-            if (L.ffn_post_norm) rmsnorm(mo_.data(), L.ffn_post_norm, mo_.data(), T, dim);
-            residual(mo_.data(), T);
-        } else {  // (a dense model, or one of glm4moe's leading dense layers)
-            dense_ffn(L.wgate, L.wup, L.wdown, h_.data(), T, h_.data(), L.ffn_sub_norm);
-            if (L.ffn_post_norm) rmsnorm(h_.data(), L.ffn_post_norm, h_.data(), T, dim);  // gemma3
-            residual(h_.data(), T);
-            if (stats_on_) {
+        if (L.has_ffn) {  // (nemotron_h: a mixer-only layer has none)
+            pre_norm(L.ffn_norm, T);
+            const bool moe = moe_layer(l);
+            float *out = moe ? (mo_.resize((size_t)T * dim), mo_.data()) : h_.data();
+            ffn_block(l, h_.data(), T, out);
+            residual(out, T);
+            if (stats_on_ && !moe) {
                 LayerStats &s = stats_[(size_t)l];
                 s.t_ffn += seconds(t1, now());
                 s.weight_bytes += mat_bytes(L.wgate) + mat_bytes(L.wup) + mat_bytes(L.wdown);
@@ -1176,6 +1082,124 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         const float inv = 1.0f / c_.logit_softcap, cap = c_.logit_softcap;
         for (size_t i = 0; i < (size_t)n_out * c_.vocab; ++i) logits[i] = std::tanh(logits[i] * inv) * cap;
     }
+}
+
+// The mixer block of layer l: its output [T][dim] into h_ from the normed input in h_. A hybrid
+// model's recurrent layer runs its delta-net, LFM2's short conv or a Mamba mixer (Falcon-H1's
+// Mamba-2 runs beside the attention, in attention_block); DeepSeek's layers their latent
+// attention (csrc/mla.cpp); every other layer attention_block.
+void Engine::mixer_block(int l, int T, const int32_t *slots, const int32_t *pos) {
+    float *h = h_.data();
+    if (layers_[(size_t)l].recurrent && !c_.ssm_parallel) {
+        if (c_.shortconv) shortconv(l, h, T, slots, h);
+        else if (c_.mamba2) mamba2(l, h, T, slots, h);
+        else if (c_.mamba1) mamba1(l, h, T, slots, h);
+        else deltanet(l, h, T, slots, h);
+    } else if (mla()) {
+        mla_attention(l, h, T, slots, pos, h);
+    } else {
+        attention_block(l, T, slots, pos);
+    }
+}
+
+// The attention block of layer l (every family but MLA's): its output [T][dim] into h_, from the
+// normed input in h_ (q / k / v projections, biases, q / k norms, rope, the cache write, the
+// attention, the output projection and its post-norm); the caller adds the residual.
+void Engine::attention_block(int l, int T, const int32_t *slots, const int32_t *pos) {
+    const LayerWeights &L = layers_[(size_t)l];
+    const int dim = c_.dim;
+    const int hd = hd_of(l), n_kv = kv_of(l), qd = c_.n_head * hd, kd = n_kv * hd;
+    if (c_.ssm_parallel) {  // falcon-h1: the Mamba-2 mixer beside the attention, on the same input
+        par_.resize((size_t)T * dim);
+        mamba2(l, h_.data(), T, slots, par_.data());
+    }
+    const bool shared = kv_shared(l);  // gemma4: k and v are an earlier layer's (its cache rows)
+    if (c_.attn_gate) {  // attn_q: [q_h, gate_h] per head, split into q_ and agate_
+        qg_.resize((size_t)T * 2 * qd);
+        agate_.resize((size_t)T * qd);
+        matmuls({{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
+        for (int t = 0; t < T; ++t)
+            for (int hh = 0; hh < c_.n_head; ++hh) {
+                const float *src = qg_.data() + ((size_t)t * c_.n_head + hh) * 2 * hd;
+                std::memcpy(q_.data() + ((size_t)t * c_.n_head + hh) * hd, src, sizeof(float) * hd);
+                std::memcpy(agate_.data() + ((size_t)t * c_.n_head + hh) * hd, src + hd, sizeof(float) * hd);
+            }
+    } else {  // q, k, v: one dispatch, one quantized copy of h
+        matmuls({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
+    }
+    if (!L.wv.present() && !shared) std::memcpy(v_.data(), k_.data(), sizeof(float) * (size_t)T * kd);  // gemma4: v = k's projection
+    add_bias(q_.data(), L.bq, T, qd);
+    add_bias(k_.data(), L.bk, T, kd);
+    add_bias(v_.data(), L.bv, T, kd);
+    if (c_.qk_norm_full) {  // olmoe: one RMSNorm over each token's whole q / k vector
+        if (L.q_norm) head_norm(q_.data(), L.q_norm, T, 1, qd, c_.eps);
+        if (L.k_norm) head_norm(k_.data(), L.k_norm, T, 1, kd, c_.eps);
+    } else {
+        if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
+        if (L.k_norm && !shared) head_norm(k_.data(), L.k_norm, T, n_kv, hd, c_.eps);
+    }
+    if (c_.v_norm && !shared) head_norm(v_.data(), nullptr, T, n_kv, hd, c_.eps);  // gemma4: ggml_rms_norm(Vcur)
+    if (L.rope) {
+        const bool swa = L.window > 0 && !inv_freq_swa_.empty();
+        const int dims = swa ? rope_dims_swa() : c_.rope_dims;
+        rope(q_.data(), T, c_.n_head, hd, dims, swa ? rot_swa_ : rot_);
+        if (!shared) rope(k_.data(), T, n_kv, hd, dims, swa ? rot_swa_ : rot_);
+    }
+    if (!qtemp_.empty())  // mistral3: ggml_mul(Qcur, inp_attn_scale) after rope
+        for (int t = 0; t < T; ++t)
+            for (size_t i = 0; i < (size_t)qd; ++i) q_[(size_t)t * qd + i] *= qtemp_[(size_t)t];
+    if (c_.attn_scale > 0.0f)  // gemma3: ggml_scale(Qcur, f_attention_scale) after rope
+        for (size_t i = 0; i < (size_t)T * qd; ++i) q_[i] *= c_.attn_scale;
+    const int rk = rot_k(hd), rv = rot_v(hd);
+    if (rk) {  // a quantized cache: llama.cpp's rotations (rot_k / rot_v in engine.h)
+        fwht_rows(q_.data(), (size_t)T * qd / rk, rk);
+        if (!shared) fwht_rows(k_.data(), (size_t)T * kd / rk, rk);
+    }
+    if (rv && !shared) fwht_rows(v_.data(), (size_t)T * kd / rv, rv);
+    for (int t = 0; t < T && !shared; ++t) {  // each token's k, v into its slot at its position
+        const size_t src = (size_t)t * kd;
+        for (int h = 0; h < n_kv; ++h) {  // (head-major: kv_k_at, kv_v_at)
+            const size_t s = src + (size_t)h * hd;
+            const size_t ka = kv_k_at(slots[t], l, pos[t], h), va = kv_v_at(slots[t], l, pos[t], h);
+            if (kv_quant()) {  // as llama.cpp's set_rows writes its cache: from_float, block by block
+                kv_store_row(c_.kv_k, k_.data() + s, hd, kq_.data() + ka);
+                kv_store_row(c_.kv_v, v_.data() + s, hd, vq_.data() + va);
+                continue;
+            }
+            if (c_.kv_f16) {
+                for (int i = 0; i < hd; ++i) { k16_[ka + i] = f32_to_fp16(k_[s + i]); v16_[va + i] = f32_to_fp16(v_[s + i]); }
+            } else {
+                std::memcpy(k32_.data() + ka, k_.data() + s, sizeof(float) * hd);
+                std::memcpy(v32_.data() + va, v_.data() + s, sizeof(float) * hd);
+            }
+        }
+    }
+    const auto ta = now();
+    attention(l, q_.data(), T, slots, pos, att_.data());
+    if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
+    if (rv) fwht_rows(att_.data(), (size_t)T * qd / rv, rv);  // undo v's rotation
+    if (c_.attn_gate)  // ggml_sigmoid: 1 / (1 + exp(-x))
+        for (size_t i = 0; i < (size_t)T * qd; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-agate_[i]));
+    if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
+    matmul(L.wo, att_.data(), T, h_.data());
+    add_bias(h_.data(), L.bo, T, dim);
+    if (L.attn_post_norm) rmsnorm(h_.data(), L.attn_post_norm, h_.data(), T, dim);  // gemma3
+    if (c_.ssm_parallel)  // falcon-h1: attn_out + ssm_out, then the residual
+        for (size_t i = 0; i < (size_t)T * dim; ++i) h_[i] += par_[i];
+}
+
+// The FFN block of layer l: out[T][dim] (may alias x) from its normed input x[T][dim]: a dense
+// gated FFN, the experts (Gemma 4: its MLP beside them, reading h_ and x_), then the post-norm if
+// any; the caller adds the residual.
+void Engine::ffn_block(int l, const float *x, int T, float *out) {
+    const LayerWeights &L = layers_[(size_t)l];
+    if (moe_layer(l)) {
+        if (c_.moe_mlp) moe_beside_mlp(l, T, out);  // gemma4
+        else moe_ffn(l, x, T, out);
+    } else {  // (a dense model, or one of glm4moe's leading dense layers)
+        dense_ffn(L.wgate, L.wup, L.wdown, x, T, out, L.ffn_sub_norm);
+    }
+    if (L.ffn_post_norm) rmsnorm(out, L.ffn_post_norm, out, T, c_.dim);  // gemma3
 }
 
 void Engine::ple_inputs(const int32_t *tokens, int T) {

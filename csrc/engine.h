@@ -418,6 +418,11 @@ private:
     void rope(float *v, int T, int heads, int hd, int dims, const std::vector<std::pair<float, float>> &rot) const;
     int rope_dims_swa() const { return c_.rope_dims_swa > 0 ? c_.rope_dims_swa : c_.rope_dims; }
     void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);
+    // A layer is a mixer block and an FFN block, each read from the residual x_ through its
+    // pre-norm (h_) and added back to it (engine.cpp forward_layers):
+    void mixer_block(int layer, int T, const int32_t *slots, const int32_t *pos);      // h_ -> h_
+    void attention_block(int layer, int T, const int32_t *slots, const int32_t *pos);  // h_ -> h_
+    void ffn_block(int layer, const float *x, int T, float *out);                      // x -> out
     // The half / float cache is head-major, [slot][layer][kv head][pos][head_dim] (MLA: one head of
     // kv_row_ elements): one (slot, layer, kv head)'s keys, and its values, are each one contiguous
     // stream of rows head_dim apart. Decode reads them from DRAM past a few thousand positions,
