@@ -41,8 +41,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     if (!(c.embd_scale >= 0.0f) || !(c.attn_scale >= 0.0f) || !(c.rope_base_swa >= 0.0f) || !(c.logit_softcap >= 0.0f) ||
         !(c.attn_softcap >= 0.0f) || !std::isfinite(c.attn_softcap))
         throw std::invalid_argument("engine: embd_scale, attn_scale, rope_base_swa, logit_softcap and attn_softcap must be >= 0");
-    if (!(c.residual_scale >= 0.0f) || !(c.logit_scale >= 0.0f))
-        throw std::invalid_argument("engine: residual_scale and logit_scale must be >= 0");
+    if (!(c.residual_scale >= 0.0f) || !(c.logit_scale >= 0.0f) || !(c.logit_mult >= 0.0f))
+        throw std::invalid_argument("engine: residual_scale, logit_scale and logit_mult must be >= 0");
     if (!(c.attn_temp_scale >= 0.0f) || (c.attn_temp_scale > 0.0f && c.attn_temp_floor <= 0))
         throw std::invalid_argument("engine: attn_temp_scale must be >= 0, with a positive attn_temp_floor");
     if (c.n_expert < 0 || (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.expert_ffn <= 0)) ||
@@ -323,6 +323,12 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         const int hd = hd_of(layer), qd = c_.n_head * hd, kd = kv_of(layer) * hd;
         if (name == "attn_norm") { need(c_.dim); l.attn_norm = v; return; }
         if (name == "ffn_norm") { need(c_.dim); l.ffn_norm = v; return; }
+        if (c_.layer_norm && (name == "attn_q_norm" || name == "attn_k_norm")) {  // Command R+: one row per head
+            need(name == "attn_q_norm" ? qd : kd);
+            (name == "attn_q_norm" ? l.q_norm : l.k_norm) = v;
+            l.qk_norm_heads = true;
+            return;
+        }
         if (name == "attn_q_norm") { need(c_.qk_norm_full ? qd : hd); l.q_norm = v; return; }
         if (name == "attn_k_norm") { need(c_.qk_norm_full ? kd : hd); l.k_norm = v; return; }
         if (name == "layer_output_scale") { need(1); l.out_scale = v; return; }  // gemma4
@@ -409,7 +415,7 @@ void Engine::residual(const float *out, int64_t T) {
 
 // A block's input h_ from the residual x_: its RMSNorm, or (no pre-norms, olmo2) x_ as it is.
 void Engine::pre_norm(const float *w, int64_t T) {
-    if (c_.pre_norms) rmsnorm(x_.data(), w, h_.data(), T, c_.dim);
+    if (c_.pre_norms) norm(x_.data(), w, h_.data(), T, c_.dim);
     else std::memcpy(h_.data(), x_.data(), sizeof(float) * (size_t)T * c_.dim);
 }
 
@@ -457,7 +463,7 @@ std::string Engine::validate() const {
     for (int i = c_.layer_begin; i < c_.layer_end; ++i) {
         const LayerWeights &l = layers_[(size_t)i];
         const std::string p = "blk." + std::to_string(i) + ".";
-        if (c_.pre_norms && ((l.has_mixer && !l.attn_norm) || (l.has_ffn && !l.ffn_norm)))
+        if (c_.pre_norms && ((l.has_mixer && !l.attn_norm) || (l.has_ffn && !l.ffn_norm && !c_.parallel_ffn)))
             return p + "attn_norm/ffn_norm missing";
         if (c_.sub_norm && !l.attn_sub_norm) return p + "attn_sub_norm is missing";
         if (c_.sub_norm && !l.ffn_sub_norm) return p + "ffn_sub_norm is missing";
@@ -641,6 +647,27 @@ void Engine::rmsnorm(const float *x, const float *w, float *out, int T, int len)
         float *o = out + (size_t)t * len;
         if (w) for (int i = 0; i < len; ++i) o[i] = xt[i] * s * w[i];
         else for (int i = 0; i < len; ++i) o[i] = xt[i] * s;  // (ggml_rms_norm alone)
+    }
+}
+
+// out = (x - mean) / sqrt(var + eps) * w per token, rounded as ggml_norm then mul: the sum in
+// double, the mean in float; each centred square in float, summed in double, the variance and
+// 1/sqrt in float; then ((x - mean) * scale) * w.
+void Engine::layernorm(const float *x, const float *w, float *out, int T, int len) const {
+    for (int t = 0; t < T; ++t) {
+        const float *xt = x + (size_t)t * len;
+        float *o = out + (size_t)t * len;
+        double sum = 0.0;
+        for (int i = 0; i < len; ++i) sum += (double)xt[i];
+        const float mean = (float)sum / (float)len;
+        double ss = 0.0;
+        for (int i = 0; i < len; ++i) {
+            const float d = xt[i] - mean;
+            o[i] = d;
+            ss += (double)(d * d);
+        }
+        const float s = 1.0f / std::sqrt((float)(ss / len) + c_.eps);
+        for (int i = 0; i < len; ++i) o[i] = o[i] * s * w[i];
     }
 }
 
@@ -1029,13 +1056,21 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     for (int l = c_.layer_begin; l < c_.layer_end; ++l) {
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
-        if (L.has_mixer) {  // (nemotron_h: an FFN-only layer has none)
+        if (c_.parallel_ffn) {  // command-r: attention and the FFN on one norm's output; x + FFN + attention
+            pre_norm(L.attn_norm, T);
+            fin_.assign(h_.begin(), h_.begin() + (ptrdiff_t)T * dim);
+            mixer_block(l, T, slots, pos);
+            ffn_block(l, fin_.data(), T, fin_.data());
+            residual(fin_.data(), T);
+            residual(h_.data(), T);
+            if (stats_on_) stats_[(size_t)l].t_attn += seconds(t0, now());  // (both blocks)
+        } else if (L.has_mixer) {  // (nemotron_h: an FFN-only layer has none)
             pre_norm(L.attn_norm, T);
             mixer_block(l, T, slots, pos);
             residual(h_.data(), T);
         }
         const auto t1 = now();
-        if (L.has_ffn) {  // (nemotron_h: a mixer-only layer has none)
+        if (L.has_ffn && !c_.parallel_ffn) {  // (nemotron_h: a mixer-only layer has none)
             pre_norm(L.ffn_norm, T);
             const bool moe = moe_layer(l);
             float *out = moe ? (mo_.resize((size_t)T * dim), mo_.data()) : h_.data();
@@ -1072,12 +1107,14 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     if (!last) { std::memcpy(x_out, x_.data(), sizeof(float) * (size_t)T * dim); return; }
     if (n_out == 0) return;
     for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
-        rmsnorm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, h_.data() + (size_t)i * dim, 1, dim);
+        norm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, h_.data() + (size_t)i * dim, 1, dim);
     matmul(output_, h_.data(), n_out, logits);
     if (c_.logit_scale > 0.0f) {  // granite: ggml_scale(logits, 1.0f / f_logit_scale)
         const float s = 1.0f / c_.logit_scale;
         for (size_t i = 0; i < (size_t)n_out * c_.vocab; ++i) logits[i] *= s;
     }
+    if (c_.logit_mult > 0.0f)  // command-r / cohere2: ggml_scale(logits, f_logit_scale)
+        for (size_t i = 0; i < (size_t)n_out * c_.vocab; ++i) logits[i] *= c_.logit_mult;
     if (c_.logit_softcap > 0.0f) {  // gemma 2 style: scale by 1/cap, tanh, scale by cap (as ggml)
         const float inv = 1.0f / c_.logit_softcap, cap = c_.logit_softcap;
         for (size_t i = 0; i < (size_t)n_out * c_.vocab; ++i) logits[i] = std::tanh(logits[i] * inv) * cap;
@@ -1135,8 +1172,21 @@ void Engine::attention_block(int l, int T, const int32_t *slots, const int32_t *
         if (L.q_norm) head_norm(q_.data(), L.q_norm, T, 1, qd, c_.eps);
         if (L.k_norm) head_norm(k_.data(), L.k_norm, T, 1, kd, c_.eps);
     } else {
-        if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
-        if (L.k_norm && !shared) head_norm(k_.data(), L.k_norm, T, n_kv, hd, c_.eps);
+        if (L.qk_norm_heads) {  // Command R+: a LayerNorm per head, each head its own weight row
+            for (int t = 0; t < T; ++t)
+                for (int hh = 0; hh < c_.n_head; ++hh) {
+                    float *qh = q_.data() + ((size_t)t * c_.n_head + hh) * hd;
+                    layernorm(qh, L.q_norm + (size_t)hh * hd, qh, 1, hd);
+                }
+            for (int t = 0; t < T && !shared; ++t)
+                for (int hh = 0; hh < n_kv; ++hh) {
+                    float *kh = k_.data() + ((size_t)t * n_kv + hh) * hd;
+                    layernorm(kh, L.k_norm + (size_t)hh * hd, kh, 1, hd);
+                }
+        } else {
+            if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
+            if (L.k_norm && !shared) head_norm(k_.data(), L.k_norm, T, n_kv, hd, c_.eps);
+        }
     }
     if (c_.v_norm && !shared) head_norm(v_.data(), nullptr, T, n_kv, hd, c_.eps);  // gemma4: ggml_rms_norm(Vcur)
     if (L.rope) {
@@ -1241,7 +1291,7 @@ void Engine::hidden(const int32_t *rows, int n, float *out) const {
             throw std::invalid_argument("hidden: row " + std::to_string(rows[i]) + " outside the last call's " +
                                         std::to_string(T) + " tokens");
     for (int i = 0; i < n; ++i)
-        rmsnorm(x_.data() + (size_t)rows[i] * c_.dim, out_norm_, out + (size_t)i * c_.dim, 1, c_.dim);
+        norm(x_.data() + (size_t)rows[i] * c_.dim, out_norm_, out + (size_t)i * c_.dim, 1, c_.dim);
 }
 
 size_t Engine::kv_bytes(int n) const {

@@ -50,6 +50,7 @@ inline double seconds(Clock::time_point a, Clock::time_point b) { return std::ch
 struct LayerWeights {
     const float *attn_norm = nullptr, *ffn_norm = nullptr;  // [dim]
     const float *q_norm = nullptr, *k_norm = nullptr;       // [head_dim] (qwen3)
+    bool qk_norm_heads = false;   // q_norm [n_head][head_dim], k_norm [n_kv][head_dim] (Command R+)
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr; // [n_head*hd], [n_kv*hd] (qwen2)
     // BitNet sub-norms (EngineConfig::sub_norm): RMSNorm of the attention output before wo
     // [n_head*hd], and of the FFN activation before ffn_down [ffn].
@@ -196,6 +197,14 @@ struct EngineConfig {
     // their residual adds (0: none); the logits times 1 / logit_scale (0: none).
     float residual_scale = 0.0f;
     float logit_scale = 0.0f;
+    // Command-R / Cohere2 (llama.cpp's command-r, cohere2 graphs): every norm is a LayerNorm
+    // (ggml_norm: x - mean over the row, times 1 / sqrt(variance + eps), then times the weight; no
+    // bias); attention and the FFN both read attn_norm's output and the layer adds x + FFN +
+    // attention; the logits times logit_mult (0: none). Command R+'s per-head q / k norms are
+    // LayerNorms with one weight row per head (set_vec: n_head * head_dim values).
+    bool layer_norm = false;
+    bool parallel_ffn = false;
+    float logit_mult = 0.0f;
     bool post_norms = false;     // attn_post_norm and ffn_post_norm are required
     bool pre_norms = true;       // false: no attn_norm / ffn_norm, a block reads the residual as it is (olmo2)
     // GLM-4.5 (glm4moe) in an MoE model: its first n_dense_lead layers run a dense FFN of width
@@ -411,8 +420,15 @@ private:
     void matmuls(std::initializer_list<MatOut> mats, const float *x, int T);
     const uint8_t *quantize_input(const Mat &m, const float *x, int T, bool reuse_act, size_t *arb);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
+    // out = ggml_norm(x) * w per token (LayerNorm without bias; Command-R)
+    void layernorm(const float *x, const float *w, float *out, int T, int len) const;
+    // the model's norm (EngineConfig::layer_norm: layernorm, else rmsnorm)
+    void norm(const float *x, const float *w, float *out, int T, int len) const {
+        if (c_.layer_norm) layernorm(x, w, out, T, len);
+        else rmsnorm(x, w, out, T, len);
+    }
     std::vector<float> qtemp_;  // per token of the forward: the attention temperature (attn_temp_scale)
-    void pre_norm(const float *w, int64_t T);     // h_ = rmsnorm(x_) (or x_: no pre-norms)
+    void pre_norm(const float *w, int64_t T);     // h_ = norm(x_) (or x_: no pre-norms)
     void residual(const float *out, int64_t T);  // x_ += out (granite: times residual_scale)
     void rope_angles(int T, const int32_t *pos);  // fills rot_
     void rope(float *v, int T, int heads, int hd, int dims, const std::vector<std::pair<float, float>> &rot) const;
@@ -557,6 +573,7 @@ private:
     std::vector<int32_t> rpos_;          // [slot] tokens folded into the slot's recurrent state
     std::vector<float> dq_, dz_, dab_, dg_, db_, dout_;  // delta-net scratch
     std::vector<float> par_;  // falcon-h1: the Mamba-2 mixer's output beside the attention's [T][dim]
+    std::vector<float> fin_;  // command-r: the parallel FFN's input (attn_norm's output) and output [T][dim]
     // the replay log: [slot][rec layer][kReplayMax][conv_dim + 2 H_v] (conv input, decay, beta; LFM2: the conv input only),
     // allocated at the first call that logs; per slot its first position and token count
     std::vector<float> tlog_;

@@ -47,6 +47,10 @@ Families differ by config fields, not by copies of the model:
                                                    selection bias, top-K renormalised, ungated shared expert
     granitemoe    adjacent  -          -           granite's, with experts (top-K renormalised) and an
                                                    optional ungated shared expert (Granite 3 MoE)
+    command-r     adjacent  (R+: per   -           dense (Command R / R+, Aya): LayerNorms without bias, attention and
+                            head LN)               the FFN in parallel on one norm's output, logits times logit_scale
+    cohere2       adjacent  -          -           command-r's layer (Command R7B, Command A): 3:1 sliding layers,
+                                                   only they rotate (the global layers are NoPE)
 
 Phi-3 (llama.cpp's phi3) as configuration: a file's fused matrices are bound as row ranges of one
 tensor (no copy): attn_qkv's rows are [q | k | v], ffn_up's 2 x feed_forward_length rows are [gate |
@@ -202,7 +206,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
              "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True,
              "granitehybrid": False, "nemotron_h": False, "nemotron_h_moe": False, "mamba2": False,
-             "falcon-h1": True, "mamba": False}
+             "falcon-h1": True, "mamba": False, "command-r": False, "cohere2": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe", "nemotron_h_moe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -238,7 +242,8 @@ FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
             "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm",
             "seed_oss": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
-SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "gemma2": 2, "olmo2": 4, "exaone4": 4}  # llama.cpp's default sliding-window pattern per arch
+SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "gemma2": 2, "olmo2": 4, "exaone4": 4, "cohere2": 4}  # llama.cpp's default sliding-window pattern per arch
+LAYER_NORM_ARCHS = {"command-r", "cohere2"}  # every norm a LayerNorm (ggml_norm), its eps attention.layer_norm_epsilon
 SWA_IGNORED = {"phi3"}  # attention.sliding_window ignored, as llama.cpp's loader does (Phi SWA is off)
 DEFAULT_CTX = 2048
 
@@ -324,6 +329,11 @@ class ModelConfig:
     # 1 / logit_scale (0: off); its embedding_scale and attention.scale are embd_scale and attn_scale
     residual_scale: float = 0.0
     logit_scale: float = 0.0
+    # command-r / cohere2: every norm a LayerNorm without bias; attention and the FFN side by side on
+    # attn_norm's output (x + FFN + attention); the logits times logit_mult (0: off)
+    layer_norm: bool = False
+    parallel_ffn: bool = False
+    logit_mult: float = 0.0
     pre_norms: bool = True           # False (olmo2): no attn_norm / ffn_norm, only the post-norms
     post_norms: bool = False         # post_attention_norm / post_ffw_norm after attention / FFN
     # glm4moe
@@ -432,7 +442,8 @@ class ModelConfig:
             **cls._gemma4_fields(f, arch, key, n_layer, n_head, head_dim),
             ffn=ffn, vocab=emb.shape[0],
             train_ctx=key("context_length", 2048),
-            eps=key("attention.layer_norm_rms_epsilon", md.get(f"{arch}.attention.layer_norm_epsilon", 1e-5), float),
+            eps=key("attention.layer_norm_epsilon", 1e-5, float) if arch in LAYER_NORM_ARCHS else
+            key("attention.layer_norm_rms_epsilon", md.get(f"{arch}.attention.layer_norm_epsilon", 1e-5), float),
             rope_base=key("rope.freq_base", 10000.0, float),
             rope_scale=1.0 / factor if scaling in ("linear", "yarn") else 1.0,
             rope_dims=head_dim if pure_ssm else key("rope.dimension_count", head_dim),
@@ -628,6 +639,8 @@ class ModelConfig:
             if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 0:
                 raise GGUFError(f"{f.path}: metadata key {arch}.rope.freq_base_swa = {base!r} is not a positive number")
             return dict(pre_norms=False, post_norms=True, rope_base_swa=float(base))
+        if arch in ("command-r", "cohere2"):
+            return ModelConfig._cohere_fields(f, arch, n_layer)
         if arch == "exaone4":  # post-norms only; with sliding layers, only they rotate (global: NoPE)
             win = ModelConfig._windows(f, arch, n_layer)
             base = f.metadata.get(f"{arch}.rope.freq_base_swa")
@@ -679,6 +692,34 @@ class ModelConfig:
                 raise GGUFError(f"{f.path}: metadata key {arch}.rope.scaling.original_context_length = {floor!r} "
                                 "is not a positive integer (the attention temperature's floor)")
             out["attn_temp_floor"] = floor
+        return out
+
+    @staticmethod
+    def _cohere_fields(f: gguf.GGUFFile, arch: str, n_layer: int) -> dict:
+        """Command-R (command-r: Command R, Command R+, Aya 23 / Expanse) and Cohere2 (cohere2:
+        Command R7B, Command A) as llama.cpp's graphs: LayerNorms (no bias) before the blocks and
+        at the output, attention and the FFN in parallel on attn_norm's output, the logits times
+        logit_scale (optional for command-r, required for cohere2); Command R+'s per-head q / k
+        LayerNorms where the file has them (llama.cpp loads them for 64 layers or more). Cohere2:
+        3:1 sliding layers (attention.sliding_window required; pattern default 4), and only the
+        sliding layers rotate, with rope.freq_base (its graph ignores rope.freq_base_swa)."""
+        md, out = f.metadata, dict(layer_norm=True, parallel_ffn=True)
+        v = md.get(f"{arch}.logit_scale")
+        if v is None and arch == "cohere2":
+            raise GGUFError(f"{f.path}: metadata key {arch}.logit_scale is missing")
+        if v is not None:
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v) or v < 0:
+                raise GGUFError(f"{f.path}: metadata key {arch}.logit_scale = {v!r} is not a number >= 0")
+            out["logit_mult"] = float(np.float32(v))
+        want = arch == "command-r" and n_layer >= 64
+        if want != ("blk.0.attn_q_norm.weight" in f.tensors):
+            raise GGUFError(f"{f.path}: {arch} with {n_layer} layers " + ("needs" if want else "has") +
+                            " attn_q_norm / attn_k_norm (llama.cpp reads them for command-r files of 64 layers or "
+                            "more, and for no other)")
+        if arch == "cohere2":
+            if f"{arch}.attention.sliding_window" not in md:
+                raise GGUFError(f"{f.path}: metadata key {arch}.attention.sliding_window is missing")
+            out["rope_layers"] = tuple(w > 0 for w in ModelConfig._windows(f, arch, n_layer))
         return out
 
     @staticmethod
@@ -1120,7 +1161,8 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           layer_kv=list(c.layer_kv) if whole else [], layer_hd=list(c.layer_hd) if whole else [],
                           rope_dims_swa=c.rope_dims_swa, v_norm=c.v_norm, moe_mlp=c.moe_mlp,
                           ple_dim=c.ple_dim if whole else 0, kv_source=list(c.kv_source) if whole else [],
-                          layer_ffn=list(c.layer_ffn) if whole else [])
+                          layer_ffn=list(c.layer_ffn) if whole else [],
+                          layer_norm=c.layer_norm, parallel_ffn=c.parallel_ffn, logit_mult=c.logit_mult)
     except MemoryError:  # the KV cache and the buffers, sized by n_ctx x n_slots, did not fit
         raise MemoryError(f"out of memory allocating the KV cache and buffers for a context of {n_ctx} "
                           f"positions x {n_slots} slot(s) (kv {kv_k}/{kv_v}): lower the context "
@@ -1361,7 +1403,9 @@ class Model:
                 if p + slot + ".scale" in self.file.tensors and c.arch != "gemma4":  # llama.cpp bitnet's optional output
                     # scale (gemma4's ffn_gate_inp / ffn_down_exps .scale are its router's and experts': above)
                     _vec(slot + ".scale", i, p + slot + ".scale")
-            if c.pre_norms and parts == 3:
+            if c.parallel_ffn:  # (command-r: attn_norm before both blocks)
+                _vec("attn_norm", i, p + "attn_norm.weight")
+            elif c.pre_norms and parts == 3:
                 _vec("attn_norm", i, p + "attn_norm.weight")
                 fn = p + c.ffn_norm  # (falcon-h1's has no ".weight")
                 _vec("ffn_norm", i, fn if fn + ".weight" not in self.file.tensors and fn in self.file.tensors

@@ -71,9 +71,10 @@ def norm_weight(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, heads: int, kv_heads: int | list,
                  head_dim: int, ctx: int, rope_base: float = 10000.0, eps: float = 1e-6,
-                 rope_dims: int | None = None, value_length: int | None = None) -> None:
+                 rope_dims: int | None = None, value_length: int | None = None,
+                 eps_key: str = "attention.layer_norm_rms_epsilon") -> None:
     """The llama-style hyperparameters every family shares, then the vocabulary (kv_heads: one count,
-    or one per layer)."""
+    or one per layer; eps_key: the norm epsilon's key, a LayerNorm family's attention.layer_norm_epsilon)."""
     a = w.arch
     for key, val in [("block_count", layers), ("context_length", ctx), ("embedding_length", dim),
                      ("feed_forward_length", ffn), ("attention.head_count", heads),
@@ -82,7 +83,7 @@ def write_header(w: Writer, vocab: dict, *, layers: int, dim: int, ffn: int, hea
                      ("rope.dimension_count", rope_dims or head_dim)]:
         w.meta(f"{a}.{key}", [int(v) for v in val] if isinstance(val, (list, tuple)) else int(val))
     w.meta(f"{a}.rope.freq_base", float(rope_base))
-    w.meta(f"{a}.attention.layer_norm_rms_epsilon", float(eps))
+    w.meta(f"{a}.{eps_key}", float(eps))
     # (not "phi3" in the name: llama.cpp's vocabulary then sets attributes on Phi-3's own special
     # tokens, "</s>" among them, and fails on this vocabulary, which has none)
     w.meta("general.name", f"lowbit synthetic {a}".replace("phi3", "phi 3"))
@@ -102,7 +103,7 @@ def add_ends(w: Writer, rng: np.random.Generator, nv: int, dim: int, *, embd_typ
 
 
 def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, heads: int, kv_heads: int,
-                  head_dim: int, wtype: str, ffn_norm: str = "ffn_norm", fused: bool = False,
+                  head_dim: int, wtype: str, ffn_norm: str | None = "ffn_norm", fused: bool = False,
                   pre_norms: bool = True, qk_gain: float = 1.0) -> None:
     """A layer's two norms and its q/k/v/output matrices (in this order: the random draws, and so
     every seed's weights, depend on it). ffn_norm: the FFN norm's name (gpt-oss: post_attention_norm);
@@ -111,7 +112,8 @@ def add_attention(w: Writer, rng: np.random.Generator, p: str, *, dim: int, head
     keeps its softmax as sharp)."""
     if pre_norms:
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
-        w.add(p + ffn_norm + ".weight", norm_weight(rng, dim))
+        if ffn_norm:  # (None: command-r's one norm before attention and the FFN side by side)
+            w.add(p + ffn_norm + ".weight", norm_weight(rng, dim))
     if fused:
         w.add(p + "attn_qkv.weight", gauss(rng, (heads + 2 * kv_heads) * head_dim, dim), wtype)
     else:
@@ -130,7 +132,8 @@ def add_glu(w: Writer, rng: np.random.Generator, p: str, *, width: int, dim: int
     w.add(p + f"ffn_down{suffix}.weight", gauss(rng, dim, width), wtype)
 
 
-DENSE_ARCHS = ("llama", "qwen2", "qwen2vl", "qwen3", "qwen3vl", "exaone", "glm4", "minicpm", "seed_oss", "gemma3", "gemma2", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5")
+DENSE_ARCHS = ("llama", "qwen2", "qwen2vl", "qwen3", "qwen3vl", "exaone", "glm4", "minicpm", "seed_oss", "gemma3", "gemma2", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5",
+               "command-r", "cohere2")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
@@ -231,6 +234,14 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     granite (Granite 3.x): llama's tensors with GRANITE_SCALES and attention.scale = 1 / head_dim;
     its token embeddings have std 1/12 (the graph multiplies them by 12), an untied head std
     8/sqrt(dim) (the graph divides the logits by 8).
+
+    command-r (Command R / R+, Aya) and cohere2 (Command R7B, Command A): always tied; one
+    attn_norm per layer (a LayerNorm without bias: attention and the FFN read its output side by
+    side), attention.layer_norm_epsilon, logit_scale = 1 / sqrt(dim) (Command-R's 0.0625 at its
+    4096 > 256: here it keeps random logits of a real model's range). command-r with 64 layers or
+    more: per-head q / k LayerNorm weights ([heads][head_dim], Command R+'s). cohere2: sliding
+    windows of `window` positions on three of every four layers (swa_pattern None: no key,
+    llama.cpp's 4), the global layers unrotated.
     """
     if arch not in DENSE_ARCHS:
         raise ValueError(f"synth dense: arch must be one of {', '.join(DENSE_ARCHS)}, not {arch!r}")
@@ -241,6 +252,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     if nextn and not glm4:
         raise ValueError("synth dense: nextn (MTP blocks) is glm4's")
     mistral3, olmo2, exaone4 = arch == "mistral3", arch == "olmo2", arch == "exaone4"
+    cohere = arch in ("command-r", "cohere2")
     if orig_ctx and not ((phi3 or mistral3 or olmo2) and 0 < orig_ctx < ctx):
         raise ValueError(f"synth dense: orig_ctx is phi3's (LongRoPE) or mistral3's / olmo2's (YaRN), and below ctx "
                          f"({ctx}), not {orig_ctx}")
@@ -251,7 +263,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     nv = vocab_size(vocab)
     w = Writer(path, arch, progress=progress, fit=True)
     write_header(w, vocab, layers=layers + nextn, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd,
-                 ctx=ctx, rope_base=rope_base, rope_dims=rope_dims or (hd // 2 if glm4 else None))
+                 ctx=ctx, rope_base=rope_base, rope_dims=rope_dims or (hd // 2 if glm4 else None),
+                 eps_key="attention.layer_norm_epsilon" if cohere else "attention.layer_norm_rms_epsilon")
     if nextn:
         w.meta(f"{arch}.nextn_predict_layers", int(nextn))
     if phi3:
@@ -294,6 +307,13 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
             w.meta(f"{arch}.attention.sliding_window_pattern", int(swa_pattern))
         if rope_base_swa is not None:
             w.meta(f"{arch}.rope.freq_base_swa", float(rope_base_swa))
+    if cohere:
+        tied = True
+        w.meta(f"{arch}.logit_scale", float(1.0 / np.sqrt(dim)))
+        if arch == "cohere2":
+            w.meta(f"{arch}.attention.sliding_window", int(window))
+            if swa_pattern is not None:
+                w.meta(f"{arch}.attention.sliding_window_pattern", int(swa_pattern))
     if gemma:
         tied = True
         if window:
@@ -312,7 +332,10 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         p = f"blk.{i}."
         add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, fused=phi3 or glm4,
                       pre_norms=not (olmo2 or exaone4),
-                      ffn_norm="post_attention_norm" if arch == "seed_oss" else "ffn_norm")
+                      ffn_norm=None if cohere else "post_attention_norm" if arch == "seed_oss" else "ffn_norm")
+        if arch == "command-r" and layers >= 64:  # Command R+: a LayerNorm weight row per head
+            w.add(p + "attn_q_norm.weight", np.stack([norm_weight(rng, hd) for _ in range(heads)]))
+            w.add(p + "attn_k_norm.weight", np.stack([norm_weight(rng, hd) for _ in range(kv_heads)]))
         if glm4:
             w.add(p + "attn_qkv.bias", 0.1 * rng.standard_normal((heads + 2 * kv_heads) * hd).astype(np.float32))
             w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
@@ -1334,14 +1357,14 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / qwen3vl / glm4 / gemma3 / gemma2 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 / ernie4_5 model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / qwen3vl / glm4 / gemma3 / gemma2 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 / ernie4_5 / command-r / cohere2 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],
                    help="qwen35: hybrid gated delta-net / gated attention layers (see the --ssm-* options)")
     p.add_argument("--head-dim", type=int, default=None, help="per-head width (default: dim / heads)")
     p.add_argument("--window", type=int, default=512,
-                   help="gemma3 / gemma2 / olmo2: sliding window of the local layers (0: none; olmo2 0: OLMo 2); "
+                   help="gemma3 / gemma2 / olmo2 / cohere2: sliding window of the local layers (0: none; olmo2 0: OLMo 2); "
                         "phi3: the key llama.cpp ignores")
     p.add_argument("--orig-ctx", type=int, default=0,
                    help="phi3: LongRoPE's original context (factors long / short, attn_factor; 0: none); "
