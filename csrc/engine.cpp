@@ -313,6 +313,8 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
     };
     if (layer < 0) {
         if (name == "output_norm") { need(c_.dim); out_norm_ = v; return; }
+        if (name == "output_norm.bias" && c_.layer_norm) { need(c_.dim); out_norm_b_ = v; return; }
+        if (name == "output.bias") { need(c_.vocab); out_b_ = v; return; }
         if (name == "per_layer_proj_norm" && c_.ple_dim > 0) { need(c_.ple_dim); ple_proj_norm_ = v; return; }
         if (name == "rope_freqs") { need(c_.rope_dims / 2);  // per-pair frequency factors (llama3, phi3 LongRoPE)
             for (int i = 0; i < c_.rope_dims / 2; ++i)
@@ -323,6 +325,10 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         const int hd = hd_of(layer), qd = c_.n_head * hd, kd = kv_of(layer) * hd;
         if (name == "attn_norm") { need(c_.dim); l.attn_norm = v; return; }
         if (name == "ffn_norm") { need(c_.dim); l.ffn_norm = v; return; }
+        if (c_.layer_norm && name == "attn_norm.bias") { need(c_.dim); l.attn_norm_b = v; return; }
+        if (c_.layer_norm && name == "ffn_norm.bias") { need(c_.dim); l.ffn_norm_b = v; return; }
+        if (c_.ffn_ungated && name == "ffn_up.bias") { need(ffn_of(layer)); l.ffn_up_b = v; return; }
+        if (c_.ffn_ungated && name == "ffn_down.bias") { need(c_.dim); l.ffn_down_b = v; return; }
         if (c_.layer_norm && (name == "attn_q_norm" || name == "attn_k_norm")) {  // Command R+: one row per head
             need(name == "attn_q_norm" ? qd : kd);
             (name == "attn_q_norm" ? l.q_norm : l.k_norm) = v;
@@ -414,8 +420,8 @@ void Engine::residual(const float *out, int64_t T) {
 }
 
 // A block's input h_ from the residual x_: its RMSNorm, or (no pre-norms, olmo2) x_ as it is.
-void Engine::pre_norm(const float *w, int64_t T) {
-    if (c_.pre_norms) norm(x_.data(), w, h_.data(), T, c_.dim);
+void Engine::pre_norm(const float *w, const float *b, int64_t T) {
+    if (c_.pre_norms) norm(x_.data(), w, b, h_.data(), T, c_.dim);
     else std::memcpy(h_.data(), x_.data(), sizeof(float) * (size_t)T * c_.dim);
 }
 
@@ -652,8 +658,8 @@ void Engine::rmsnorm(const float *x, const float *w, float *out, int T, int len)
 
 // out = (x - mean) / sqrt(var + eps) * w per token, rounded as ggml_norm then mul: the sum in
 // double, the mean in float; each centred square in float, summed in double, the variance and
-// 1/sqrt in float; then ((x - mean) * scale) * w.
-void Engine::layernorm(const float *x, const float *w, float *out, int T, int len) const {
+// 1/sqrt in float; then ((x - mean) * scale) * w, then + b if there is one.
+void Engine::layernorm(const float *x, const float *w, const float *b, float *out, int T, int len) const {
     for (int t = 0; t < T; ++t) {
         const float *xt = x + (size_t)t * len;
         float *o = out + (size_t)t * len;
@@ -668,6 +674,7 @@ void Engine::layernorm(const float *x, const float *w, float *out, int T, int le
         }
         const float s = 1.0f / std::sqrt((float)(ss / len) + c_.eps);
         for (int i = 0; i < len; ++i) o[i] = o[i] * s * w[i];
+        if (b) for (int i = 0; i < len; ++i) o[i] += b[i];
     }
 }
 
@@ -926,16 +933,23 @@ static void add_bias(float *v, const float *b, int T, int len) {
 // one pool dispatch, x quantized once) when they pair with the same activation format,
 // else as two matmuls and the epilogue over the whole array (the same values either way).
 void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
-                       const float *sub_norm) {
-    if (!gate.present()) {  // nemotron_h's MLP: down(act(up . x)), ggml's relu then sqr (or silu)
+                       const float *sub_norm, const float *up_b, const float *down_b) {
+    if (!gate.present()) {  // an ungated MLP: down(act(up . x + up_b)) + down_b (nemotron_h: relu^2 or
+        // silu, ggml's relu then sqr; starcoder2 / phi2: ggml_gelu, biases)
         const size_t n = (size_t)T * up.rows;
         if (g_.size() < n) g_.resize(n);
         matmul(up, x, T, g_.data());
-        if (c_.ffn_act == FFN_RELU2)
+        add_bias(g_.data(), up_b, T, (int)up.rows);
+        if (c_.ffn_act == FFN_RELU2) {
             for (size_t i = 0; i < n; ++i) { const float r = g_[i] > 0.0f ? g_[i] : 0.0f; g_[i] = r * r; }
-        else
+        } else if (c_.ffn_act == FFN_GELU) {  // ggml_vec_gelu_f32 is GeGLU's epilogue with up = 1, bit for bit
+            if (ones_.size() < n) ones_.assign(n, 1.0f);
+            kernel_table().glu.fn(g_.data(), ones_.data(), g_.data(), (int64_t)n, GLU_GEGLU);
+        } else {
             for (size_t i = 0; i < n; ++i) g_[i] = silu_f32(g_[i]);
+        }
         matmul(down, g_.data(), T, out);
+        add_bias(out, down_b, T, (int)down.rows);
         return;
     }
     const size_t n = (size_t)T * gate.rows;
@@ -1057,7 +1071,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
         if (c_.parallel_ffn) {  // command-r: attention and the FFN on one norm's output; x + FFN + attention
-            pre_norm(L.attn_norm, T);
+            pre_norm(L.attn_norm, L.attn_norm_b, T);
             fin_.assign(h_.begin(), h_.begin() + (ptrdiff_t)T * dim);
             mixer_block(l, T, slots, pos);
             ffn_block(l, fin_.data(), T, fin_.data());
@@ -1065,13 +1079,13 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             residual(h_.data(), T);
             if (stats_on_) stats_[(size_t)l].t_attn += seconds(t0, now());  // (both blocks)
         } else if (L.has_mixer) {  // (nemotron_h: an FFN-only layer has none)
-            pre_norm(L.attn_norm, T);
+            pre_norm(L.attn_norm, L.attn_norm_b, T);
             mixer_block(l, T, slots, pos);
             residual(h_.data(), T);
         }
         const auto t1 = now();
         if (L.has_ffn && !c_.parallel_ffn) {  // (nemotron_h: a mixer-only layer has none)
-            pre_norm(L.ffn_norm, T);
+            pre_norm(L.ffn_norm, L.ffn_norm_b, T);
             const bool moe = moe_layer(l);
             float *out = moe ? (mo_.resize((size_t)T * dim), mo_.data()) : h_.data();
             ffn_block(l, h_.data(), T, out);
@@ -1107,12 +1121,15 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     if (!last) { std::memcpy(x_out, x_.data(), sizeof(float) * (size_t)T * dim); return; }
     if (n_out == 0) return;
     for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
-        norm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, h_.data() + (size_t)i * dim, 1, dim);
+        norm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, out_norm_b_, h_.data() + (size_t)i * dim, 1, dim);
     matmul(output_, h_.data(), n_out, logits);
     if (c_.logit_scale > 0.0f) {  // granite: ggml_scale(logits, 1.0f / f_logit_scale)
         const float s = 1.0f / c_.logit_scale;
         for (size_t i = 0; i < (size_t)n_out * c_.vocab; ++i) logits[i] *= s;
     }
+    if (out_b_)  // phi2: ggml_add(logits, output_b)
+        for (int i = 0; i < n_out; ++i)
+            for (int j = 0; j < c_.vocab; ++j) logits[(size_t)i * c_.vocab + j] += out_b_[j];
     if (c_.logit_mult > 0.0f)  // command-r / cohere2: ggml_scale(logits, f_logit_scale)
         for (size_t i = 0; i < (size_t)n_out * c_.vocab; ++i) logits[i] *= c_.logit_mult;
     if (c_.logit_softcap > 0.0f) {  // gemma 2 style: scale by 1/cap, tanh, scale by cap (as ggml)
@@ -1176,12 +1193,12 @@ void Engine::attention_block(int l, int T, const int32_t *slots, const int32_t *
             for (int t = 0; t < T; ++t)
                 for (int hh = 0; hh < c_.n_head; ++hh) {
                     float *qh = q_.data() + ((size_t)t * c_.n_head + hh) * hd;
-                    layernorm(qh, L.q_norm + (size_t)hh * hd, qh, 1, hd);
+                    layernorm(qh, L.q_norm + (size_t)hh * hd, nullptr, qh, 1, hd);
                 }
             for (int t = 0; t < T && !shared; ++t)
                 for (int hh = 0; hh < n_kv; ++hh) {
                     float *kh = k_.data() + ((size_t)t * n_kv + hh) * hd;
-                    layernorm(kh, L.k_norm + (size_t)hh * hd, kh, 1, hd);
+                    layernorm(kh, L.k_norm + (size_t)hh * hd, nullptr, kh, 1, hd);
                 }
         } else {
             if (L.q_norm) head_norm(q_.data(), L.q_norm, T, c_.n_head, hd, c_.eps);
@@ -1247,7 +1264,7 @@ void Engine::ffn_block(int l, const float *x, int T, float *out) {
         if (c_.moe_mlp) moe_beside_mlp(l, T, out);  // gemma4
         else moe_ffn(l, x, T, out);
     } else {  // (a dense model, or one of glm4moe's leading dense layers)
-        dense_ffn(L.wgate, L.wup, L.wdown, x, T, out, L.ffn_sub_norm);
+        dense_ffn(L.wgate, L.wup, L.wdown, x, T, out, L.ffn_sub_norm, L.ffn_up_b, L.ffn_down_b);
     }
     if (L.ffn_post_norm) rmsnorm(out, L.ffn_post_norm, out, T, c_.dim);  // gemma3
 }
@@ -1291,7 +1308,7 @@ void Engine::hidden(const int32_t *rows, int n, float *out) const {
             throw std::invalid_argument("hidden: row " + std::to_string(rows[i]) + " outside the last call's " +
                                         std::to_string(T) + " tokens");
     for (int i = 0; i < n; ++i)
-        norm(x_.data() + (size_t)rows[i] * c_.dim, out_norm_, out + (size_t)i * c_.dim, 1, c_.dim);
+        norm(x_.data() + (size_t)rows[i] * c_.dim, out_norm_, out_norm_b_, out + (size_t)i * c_.dim, 1, c_.dim);
 }
 
 size_t Engine::kv_bytes(int n) const {

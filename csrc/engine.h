@@ -49,6 +49,8 @@ inline double seconds(Clock::time_point a, Clock::time_point b) { return std::ch
 
 struct LayerWeights {
     const float *attn_norm = nullptr, *ffn_norm = nullptr;  // [dim]
+    const float *attn_norm_b = nullptr, *ffn_norm_b = nullptr;  // [dim] a LayerNorm's bias (starcoder2, phi2)
+    const float *ffn_up_b = nullptr, *ffn_down_b = nullptr;    // an ungated FFN's biases [ffn], [dim] (starcoder2, phi2)
     const float *q_norm = nullptr, *k_norm = nullptr;       // [head_dim] (qwen3)
     bool qk_norm_heads = false;   // q_norm [n_head][head_dim], k_norm [n_kv][head_dim] (Command R+)
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr; // [n_head*hd], [n_kv*hd] (qwen2)
@@ -202,6 +204,8 @@ struct EngineConfig {
     // bias); attention and the FFN both read attn_norm's output and the layer adds x + FFN +
     // attention; the logits times logit_mult (0: none). Command R+'s per-head q / k norms are
     // LayerNorms with one weight row per head (set_vec: n_head * head_dim values).
+    // StarCoder2 / Phi-2's LayerNorms have biases (set_vec attn_norm.bias, ffn_norm.bias,
+    // output_norm.bias), their ungated FFNs (ffn_ungated, ffn_act FFN_GELU) biases on up and down.
     bool layer_norm = false;
     bool parallel_ffn = false;
     float logit_mult = 0.0f;
@@ -420,15 +424,15 @@ private:
     void matmuls(std::initializer_list<MatOut> mats, const float *x, int T);
     const uint8_t *quantize_input(const Mat &m, const float *x, int T, bool reuse_act, size_t *arb);
     void rmsnorm(const float *x, const float *w, float *out, int T, int len) const;
-    // out = ggml_norm(x) * w per token (LayerNorm without bias; Command-R)
-    void layernorm(const float *x, const float *w, float *out, int T, int len) const;
-    // the model's norm (EngineConfig::layer_norm: layernorm, else rmsnorm)
-    void norm(const float *x, const float *w, float *out, int T, int len) const {
-        if (c_.layer_norm) layernorm(x, w, out, T, len);
+    // out = ggml_norm(x) * w (+ b) per token (a LayerNorm: Command-R's has no bias, StarCoder2's has)
+    void layernorm(const float *x, const float *w, const float *b, float *out, int T, int len) const;
+    // the model's norm (EngineConfig::layer_norm: layernorm with bias b, else rmsnorm)
+    void norm(const float *x, const float *w, const float *b, float *out, int T, int len) const {
+        if (c_.layer_norm) layernorm(x, w, b, out, T, len);
         else rmsnorm(x, w, out, T, len);
     }
     std::vector<float> qtemp_;  // per token of the forward: the attention temperature (attn_temp_scale)
-    void pre_norm(const float *w, int64_t T);     // h_ = norm(x_) (or x_: no pre-norms)
+    void pre_norm(const float *w, const float *b, int64_t T);  // h_ = norm(x_) (or x_: no pre-norms)
     void residual(const float *out, int64_t T);  // x_ += out (granite: times residual_scale)
     void rope_angles(int T, const int32_t *pos);  // fills rot_
     void rope(float *v, int T, int heads, int hd, int dims, const std::vector<std::pair<float, float>> &rot) const;
@@ -527,12 +531,15 @@ private:
     void biased_topk(int layer, int T, bool sigmoid);
     void group_mask(float *score) const;  // group-limited routing (moe.cpp)  // sigmoid / softmax + exp_probs_b routing (moe.cpp)
     void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
-                   const float *sub_norm = nullptr);  // sub_norm: bitnet's ffn_sub_norm [gate.rows]
+                   const float *sub_norm = nullptr,   // sub_norm: bitnet's ffn_sub_norm [gate.rows]
+                   const float *up_b = nullptr, const float *down_b = nullptr);  // an ungated FFN's biases
 
     EngineConfig c_;
     std::vector<LayerWeights> layers_;
     Mat embd_, output_;
-    const float *out_norm_ = nullptr;
+    const float *out_norm_ = nullptr, *out_norm_b_ = nullptr;  // the final norm [dim] (its bias: a LayerNorm's)
+    const float *out_b_ = nullptr;  // output.bias [vocab], added to the logits (phi2)
+    std::vector<float> ones_;       // 1.0f: an ungated GELU as GeGLU's epilogue times one (engine.cpp dense_ffn)
     std::vector<float> inv_freq_;        // per rotated pair: base^(-2i/d) / factor_i (YaRN: times its mix)
     float rope_pos_scale_ = 1.0f;        // positions times this (linear scaling; 1 under YaRN)
     float rope_mscale_ = 1.0f;           // cos / sin times this (YaRN's magnitude scale, an attn_factor; else 1)

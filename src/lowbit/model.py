@@ -51,6 +51,9 @@ Families differ by config fields, not by copies of the model:
                             head LN)               the FFN in parallel on one norm's output, logits times logit_scale
     cohere2       adjacent  -          -           command-r's layer (Command R7B, Command A): 3:1 sliding layers,
                                                    only they rotate (the global layers are NoPE)
+    starcoder2    neox      -          q/k/v/o     StarCoder2: LayerNorms with biases, an ungated GELU MLP with biases
+    phi2          neox      -          qkv/o       Phi-2: starcoder2's norms and MLP, the MLP beside the attention
+                  (partial)                        (command-r's), q times 1/sqrt(head_dim) after rope, a logit bias
 
 Phi-3 (llama.cpp's phi3) as configuration: a file's fused matrices are bound as row ranges of one
 tensor (no copy): attn_qkv's rows are [q | k | v], ffn_up's 2 x feed_forward_length rows are [gate |
@@ -206,7 +209,8 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "qwen3vl": True, "qwen3vlmoe": True, "glm4": False,
              "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True,
              "granitehybrid": False, "nemotron_h": False, "nemotron_h_moe": False, "mamba2": False,
-             "falcon-h1": True, "mamba": False, "command-r": False, "cohere2": False}
+             "falcon-h1": True, "mamba": False, "command-r": False, "cohere2": False,
+             "starcoder2": True, "phi2": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe", "nemotron_h_moe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -236,14 +240,14 @@ EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "so
 EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1, "sigmoid": 2}  # csrc/engine.h ExpertGating
 GATING_FUNC = {1: "softmax", 2: "sigmoid"}       # GGUF expert_gating_func (llama_expert_gating_func_type)
 SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
-FFN_ACT = {"bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "gemma2": "gelu", "gemma4": "gelu", "nemotron_h": "relu2",
+FFN_ACT = {"starcoder2": "gelu", "phi2": "gelu", "bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "gemma2": "gelu", "gemma4": "gelu", "nemotron_h": "relu2",
            "nemotron_h_moe": "relu2"}  # FFN gate activation; default "silu"
 FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
             "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm",
             "seed_oss": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
 SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "gemma2": 2, "olmo2": 4, "exaone4": 4, "cohere2": 4}  # llama.cpp's default sliding-window pattern per arch
-LAYER_NORM_ARCHS = {"command-r", "cohere2"}  # every norm a LayerNorm (ggml_norm), its eps attention.layer_norm_epsilon
+LAYER_NORM_ARCHS = {"command-r", "cohere2", "starcoder2", "phi2"}  # every norm a LayerNorm (ggml_norm), its eps attention.layer_norm_epsilon
 SWA_IGNORED = {"phi3"}  # attention.sliding_window ignored, as llama.cpp's loader does (Phi SWA is off)
 DEFAULT_CTX = 2048
 
@@ -641,6 +645,12 @@ class ModelConfig:
             return dict(pre_norms=False, post_norms=True, rope_base_swa=float(base))
         if arch in ("command-r", "cohere2"):
             return ModelConfig._cohere_fields(f, arch, n_layer)
+        if arch in ("starcoder2", "phi2"):  # LayerNorms with biases, an ungated GELU MLP with biases;
+            # phi2: attention beside the MLP on one norm's output, q times 1/sqrt(head_dim) after rope
+            # (its graph's ggml_scale, then an unscaled softmax), a logit bias
+            hd = key("attention.key_length", key("embedding_length") // key("attention.head_count"))
+            return dict(layer_norm=True, ffn_ungated=True, **(dict(
+                parallel_ffn=True, attn_scale=float(np.float32(1.0) / np.sqrt(np.float32(hd)))) if arch == "phi2" else {}))
         if arch == "exaone4":  # post-norms only; with sliding layers, only they rotate (global: NoPE)
             win = ModelConfig._windows(f, arch, n_layer)
             base = f.metadata.get(f"{arch}.rope.freq_base_swa")
@@ -1324,6 +1334,9 @@ class Model:
         if own and l1 == c.n_layer:
             _mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
             _vec("output_norm", -1, OUTPUT_NORM.get(c.arch, "output_norm") + ".weight")
+            if c.arch in ("starcoder2", "phi2"):  # (required, as llama.cpp's loaders have them)
+                for nm in ("output_norm.bias",) + ("output.bias",) * (c.arch == "phi2"):
+                    _vec(nm, -1, nm)
         if "rope_freqs.weight" in self.file.tensors:
             _vec("rope_freqs", -1, "rope_freqs.weight")
         elif "rope_factors_long.weight" in self.file.tensors:  # LongRoPE (phi3): by the context size,
@@ -1403,7 +1416,7 @@ class Model:
                 if p + slot + ".scale" in self.file.tensors and c.arch != "gemma4":  # llama.cpp bitnet's optional output
                     # scale (gemma4's ffn_gate_inp / ffn_down_exps .scale are its router's and experts': above)
                     _vec(slot + ".scale", i, p + slot + ".scale")
-            if c.parallel_ffn:  # (command-r: attn_norm before both blocks)
+            if c.parallel_ffn:  # (command-r, phi2: attn_norm before both blocks)
                 _vec("attn_norm", i, p + "attn_norm.weight")
             elif c.pre_norms and parts == 3:
                 _vec("attn_norm", i, p + "attn_norm.weight")
@@ -1414,6 +1427,9 @@ class Model:
                 _vec("attn_norm" if parts & 1 else "ffn_norm", i, p + "attn_norm.weight")
             if c.attn_out_bias:
                 _vec("attn_output.bias", i, p + "attn_output.bias")
+            if c.arch in ("starcoder2", "phi2"):  # (required, as llama.cpp's loaders have them)
+                for nm in ("attn_norm.bias",) + ("ffn_norm.bias",) * (not c.parallel_ffn) + ("ffn_up.bias", "ffn_down.bias"):
+                    _vec(nm, i, p + nm)
             if c.attn_sinks:
                 _vec("attn_sinks", i, p + "attn_sinks.weight")
             if c.post_norms:  # gemma3

@@ -133,7 +133,7 @@ def add_glu(w: Writer, rng: np.random.Generator, p: str, *, width: int, dim: int
 
 
 DENSE_ARCHS = ("llama", "qwen2", "qwen2vl", "qwen3", "qwen3vl", "exaone", "glm4", "minicpm", "seed_oss", "gemma3", "gemma2", "phi3", "smollm3", "mistral3", "granite", "olmo2", "exaone4", "ernie4_5",
-               "command-r", "cohere2")
+               "command-r", "cohere2", "starcoder2", "phi2")
 # granite's multipliers as Granite-3.3-2B's config has them (embedding, residual, logits; its
 # attention multiplier is 1 / head_dim, written per file)
 GRANITE_SCALES = {"embedding_scale": 12.0, "residual_scale": 0.22, "logit_scale": 8.0}
@@ -242,6 +242,12 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     more: per-head q / k LayerNorm weights ([heads][head_dim], Command R+'s). cohere2: sliding
     windows of `window` positions on three of every four layers (swa_pattern None: no key,
     llama.cpp's 4), the global layers unrotated.
+
+    starcoder2 (StarCoder2) and phi2 (Phi-2): LayerNorms with biases (attn_norm, ffn_norm,
+    output_norm), q / k / v and attn_output biases, an ungated GELU MLP (ffn_up, ffn_down) with
+    biases, attention.layer_norm_epsilon. phi2: one attn_norm (attention and the MLP side by side),
+    a fused attn_qkv with its bias, an untied head with output.bias; rope over rope_dims of a head
+    (Phi-2: 32 of 80).
     """
     if arch not in DENSE_ARCHS:
         raise ValueError(f"synth dense: arch must be one of {', '.join(DENSE_ARCHS)}, not {arch!r}")
@@ -253,6 +259,8 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
         raise ValueError("synth dense: nextn (MTP blocks) is glm4's")
     mistral3, olmo2, exaone4 = arch == "mistral3", arch == "olmo2", arch == "exaone4"
     cohere = arch in ("command-r", "cohere2")
+    biased = arch in ("starcoder2", "phi2")  # LayerNorms and matrices with biases, an ungated GELU MLP
+    bias = lambda n: (0.1 * rng.standard_normal(n)).astype(np.float32)  # noqa: E731
     if orig_ctx and not ((phi3 or mistral3 or olmo2) and 0 < orig_ctx < ctx):
         raise ValueError(f"synth dense: orig_ctx is phi3's (LongRoPE) or mistral3's / olmo2's (YaRN), and below ctx "
                          f"({ctx}), not {orig_ctx}")
@@ -264,7 +272,7 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
     w = Writer(path, arch, progress=progress, fit=True)
     write_header(w, vocab, layers=layers + nextn, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=hd,
                  ctx=ctx, rope_base=rope_base, rope_dims=rope_dims or (hd // 2 if glm4 else None),
-                 eps_key="attention.layer_norm_epsilon" if cohere else "attention.layer_norm_rms_epsilon")
+                 eps_key="attention.layer_norm_epsilon" if cohere or biased else "attention.layer_norm_rms_epsilon")
     if nextn:
         w.meta(f"{arch}.nextn_predict_layers", int(nextn))
     if phi3:
@@ -326,13 +334,29 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
             w.meta(f"{arch}.final_logit_softcapping", float(softcap or 30.0))
         if arch == "gemma2":
             w.meta(f"{arch}.attn_logit_softcapping", float(attn_softcap))
+    if arch == "phi2":
+        tied = False  # (llama.cpp's phi2 needs output.weight and output.bias)
     add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=head_type, wtype=wtype, tied=tied,
              emb_std=1.0 / np.sqrt(dim) if gemma else emb_std, head_std=head_std)
+    if biased:
+        w.add("output_norm.bias", bias(dim))
+        if arch == "phi2":
+            w.add("output.bias", bias(nv))
     for i in range(layers + nextn):
         p = f"blk.{i}."
-        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype, fused=phi3 or glm4,
-                      pre_norms=not (olmo2 or exaone4),
-                      ffn_norm=None if cohere else "post_attention_norm" if arch == "seed_oss" else "ffn_norm")
+        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=hd, wtype=wtype,
+                      fused=phi3 or glm4 or arch == "phi2", pre_norms=not (olmo2 or exaone4),
+                      ffn_norm=None if cohere or arch == "phi2" else "post_attention_norm" if arch == "seed_oss"
+                      else "ffn_norm")
+        if biased:
+            w.add(p + "attn_norm.bias", bias(dim))
+            if arch == "starcoder2":
+                w.add(p + "ffn_norm.bias", bias(dim))
+                for nm, rows in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
+                    w.add(p + f"attn_{nm}.bias", bias(rows))
+            else:
+                w.add(p + "attn_qkv.bias", bias((heads + 2 * kv_heads) * hd))
+            w.add(p + "attn_output.bias", bias(dim))
         if arch == "command-r" and layers >= 64:  # Command R+: a LayerNorm weight row per head
             w.add(p + "attn_q_norm.weight", np.stack([norm_weight(rng, hd) for _ in range(heads)]))
             w.add(p + "attn_k_norm.weight", np.stack([norm_weight(rng, hd) for _ in range(kv_heads)]))
@@ -346,6 +370,10 @@ def synth_dense(path, *, arch: str = "llama", layers: int = 2, dim: int = 256, f
                 w.add(p + f"nextn.{nm}.weight", norm_weight(rng, dim))
         if phi3 or glm4:  # one ffn_up of [gate | up] rows
             w.add(p + "ffn_up.weight", gauss(rng, 2 * ffn, dim), wtype)
+        elif biased:  # down(gelu(up . x + b) + b)
+            w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
+            w.add(p + "ffn_up.bias", bias(ffn))
+            w.add(p + "ffn_down.bias", bias(dim))
         else:
             w.add(p + "ffn_gate.weight", gauss(rng, ffn, dim), wtype)
             w.add(p + "ffn_up.weight", gauss(rng, ffn, dim), wtype)
@@ -1357,7 +1385,7 @@ def _shape_options(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, 
 
 
 def _add_dense(ss) -> None:
-    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / qwen3vl / glm4 / gemma3 / gemma2 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 / ernie4_5 / command-r / cohere2 model",
+    p = ss.add_parser("dense", help="a dense llama / qwen2 / qwen3 / qwen3vl / glm4 / gemma3 / gemma2 / phi3 / smollm3 / mistral3 / granite / olmo2 / exaone4 / ernie4_5 / command-r / cohere2 / starcoder2 / phi2 model",
                       description="Write a dense model with random weights and SmolLM2's vocabulary.")
     _shape_options(p, layers=2, dim=256, ffn=512, heads=4, kv_heads=2)
     p.add_argument("--arch", default="llama", choices=list(DENSE_ARCHS) + ["qwen35"],

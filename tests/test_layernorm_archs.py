@@ -1,17 +1,22 @@
-"""Command-R (llama.cpp's command-r: Command R, Command R+, Aya 23 / Expanse) and Cohere2 (cohere2:
-Command R7B, Command A) on small synthetic files, against llama.cpp.
+"""The LayerNorm families on small synthetic files, against llama.cpp: Command-R (llama.cpp's
+command-r: Command R, Command R+, Aya 23 / Expanse), Cohere2 (cohere2: Command R7B, Command A),
+StarCoder2 (starcoder2) and Phi-2 (phi2).
 
 What they need beyond llama's graph, as configuration of the one forward pass (lowbit/model.py
-_cohere_fields, csrc/engine.cpp):
-  - every norm a LayerNorm without bias (ggml_norm times the weight: Engine::layernorm), with
-    attention.layer_norm_epsilon;
+_cohere_fields and _llama_variant_fields, csrc/engine.cpp):
+  - every norm a LayerNorm (ggml_norm times the weight: Engine::layernorm), with
+    attention.layer_norm_epsilon; starcoder2's and phi2's with biases;
   - one norm per layer, attention and the FFN both reading its output, the layer adding
     x + FFN + attention (EngineConfig::parallel_ffn);
   - the logits times logit_scale (EngineConfig::logit_mult; granite's divides);
   - "command-r-plus" (64 layers: llama.cpp reads attn_q_norm / attn_k_norm exactly then): per-head
     q / k LayerNorms, each head its own weight row;
   - cohere2: sliding windows of 24 positions on three of every four layers, which alone rotate
-    (its global layers are NoPE).
+    (its global layers are NoPE);
+  - starcoder2: q / k / v / output biases, an ungated GELU MLP with biases (ggml_gelu: GeGLU's
+    epilogue times one);
+  - phi2: starcoder2's MLP beside the attention on one norm's output (as command-r), a fused
+    attn_qkv with its bias, q times 1/sqrt(head_dim) after a rope over 32 of its 80 dims, a logit bias.
 
 Parity as tests/test_llama_variants.py: teacher-forced over llama.cpp's greedy continuation,
 top-1 agreement >= 99% where llama.cpp's top-2 margin is >= 0.1, perplexity within 0.5% of
@@ -30,7 +35,10 @@ PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
 BASE = dict(layers=4, dim=256, ffn=512, heads=4, kv_heads=2, ctx=1024, embd_type="F16", wtype="Q8_0", seed=3)
 FILES = {"command-r": dict(BASE, arch="command-r"),
          "command-r-plus": dict(BASE, arch="command-r", layers=64, dim=64, heads=2, kv_heads=1, ffn=128),
-         "cohere2": dict(BASE, arch="cohere2", layers=8, window=24)}
+         "cohere2": dict(BASE, arch="cohere2", layers=8, window=24),
+         "starcoder2": dict(BASE, arch="starcoder2"),
+         "phi2": dict(BASE, arch="phi2", dim=320, heads=4, kv_heads=4, rope_dims=32)}
+COHERE = ("command-r", "command-r-plus", "cohere2")
 N_CTX = 640
 
 
@@ -51,8 +59,13 @@ def _peer(path):
 def test_config(case):
     name, path, _ = case
     c = lowbit.load(path, n_ctx=N_CTX).config
-    assert c.layer_norm and c.parallel_ffn and not c.rope_neox and c.tied_output
-    assert c.logit_mult == float(np.float32(1 / np.sqrt(FILES[name]["dim"])))
+    assert c.layer_norm and c.parallel_ffn == (name != "starcoder2") and c.rope_neox == (name not in COHERE)
+    if name not in COHERE:  # (starcoder2, phi2)
+        assert c.ffn_ungated and c.ffn_act == "gelu" and c.qkv_bias and c.attn_out_bias
+        assert c.rope_dims == (32 if name == "phi2" else 64) and not c.tied_output
+        assert c.attn_scale == (float(np.float32(1 / np.sqrt(np.float32(80)))) if name == "phi2" else 0.0)
+        return
+    assert c.tied_output and c.logit_mult == float(np.float32(1 / np.sqrt(FILES[name]["dim"])))
     assert c.qk_norm == (name == "command-r-plus")
     if name == "cohere2":
         assert c.window == (24, 24, 24, 0) * 2 and c.rope_layers == (True, True, True, False) * 2
@@ -72,10 +85,15 @@ def test_perplexity_matches_llama_cpp(case):
 def test_each_feature_matters(case, monkeypatch):
     """The same file with a feature done wrong no longer matches llama.cpp: no logit scale; RMSNorm
     in place of the LayerNorms; Command R+ without its per-head q / k norms; cohere2 rotating
-    its global layers, or without windows."""
+    its global layers, or without windows; starcoder2 without its q/k/v biases or with a SiLU MLP;
+    phi2 rotating the whole head, or without its q/k/v bias."""
     name, path, run = case
-    wrong = {"no logit scale": dict(logit_mult=0.0)}
-    if name == "command-r-plus":
+    wrong = {"no logit scale": dict(logit_mult=0.0)} if name in COHERE else {}
+    if name == "starcoder2":  # (the biases of the norms and the MLP: their binding is the arch's)
+        wrong.update({"no q/k/v bias": dict(qkv_bias=False), "SiLU MLP": dict(ffn_act="silu")})
+    elif name == "phi2":
+        wrong.update({"rope over the whole head": dict(rope_dims=80), "no q/k/v bias": dict(qkv_bias=False)})
+    elif name == "command-r-plus":
         wrong["no q/k norms"] = dict(qk_norm=False)
     else:  # (Command R+'s per-head norm weights are a LayerNorm's only)
         wrong["RMSNorm"] = dict(layer_norm=False)
