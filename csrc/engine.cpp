@@ -198,6 +198,10 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     }
     if (c.ple_dim < 0 || (c.ple_dim > 0 && (c.layer_begin != 0 || c_.layer_end != c.n_layer)))
         throw std::invalid_argument("engine: per-layer embeddings need every layer in one engine (no pipeline stages)");
+    if (c.altup < 0 || c.altup == 1 || (c.altup > 0 && (c.ple_dim <= 0 || c.altup_act < 0 || c.altup_act >= c.altup)) ||
+        c.sparse_layers < 0 || c.sparse_layers > c.n_layer)
+        throw std::invalid_argument("engine: altup streams must be 0 or >= 2 with per-layer embeddings and an active "
+                                    "stream among them; sparse layers within 0..n_layer");
     const size_t kn = (size_t)c.n_slots * kslot_, vn = (size_t)c.n_slots * vslot_;
     if (kv_quant()) { kq_.assign(kn, 0); vq_.assign(vn, 0); }
     else if (c.kv_f16) { k16_.assign(kn, 0); v16_.assign(vn, 0); }
@@ -282,6 +286,8 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
     if (n == "attn_v_b") return &l.wv_b;
     if (n == "per_layer_inp_gate") return &l.ple_gate;  // gemma4 E2B / E4B
     if (n == "per_layer_proj") return &l.ple_proj;
+    if (n == "laurel_l") return &l.laurel_l;  // gemma3n
+    if (n == "laurel_r") return &l.laurel_r;
     return nullptr;
 }
 
@@ -294,6 +300,8 @@ void Engine::set_mat(const std::string &name, int layer, const Mat &m) {
         if (name == "output") { output_ = m; return; }
         if (name == "per_layer_token_embd") { ple_embd_ = m; return; }  // gemma4 E2B / E4B
         if (name == "per_layer_model_proj") { ple_model_proj_ = m; return; }
+        if (name == "altup_proj" && c_.altup > 0) { altup_proj_ = m; return; }  // gemma3n
+        if (name == "altup_unembd_proj" && c_.altup > 0) { altup_unembd_ = m; return; }
     } else if (layer < c_.n_layer) {
         if (Mat *s = mat_slot(layers_[(size_t)layer], name)) {
             const float keep = s->out_scale;  // set by a "<name>.scale" vector, in any order
@@ -339,6 +347,15 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "attn_k_norm") { need(c_.qk_norm_full ? kd : hd); l.k_norm = v; return; }
         if (name == "layer_output_scale") { need(1); l.out_scale = v; return; }  // gemma4
         if (name == "per_layer_post_norm" && c_.ple_dim > 0) { need(c_.dim); l.ple_post_norm = v; return; }
+        if (c_.altup > 0) {  // gemma3n
+            const int64_t A = c_.altup;
+            if (name == "altup_router") { need(A * c_.dim); l.altup_router = v; return; }
+            if (name == "altup_router_norm") { need(c_.dim); l.altup_router_norm = v; return; }
+            if (name == "altup_predict_coef") { need(A * A * A); l.altup_predict = v; return; }
+            if (name == "altup_correct_coef") { need(A * A); l.altup_correct = v; return; }
+            if (name == "altup_correct_scale") { need(c_.dim); l.altup_correct_scale = v; return; }
+            if (name == "laurel_post_norm") { need(c_.dim); l.laurel_post_norm = v; return; }
+        }
         if (c_.moe_mlp) {  // gemma4's MoE layers
             if (name == "ffn_post_norm_1") { need(c_.dim); l.ffn_post_norm_1 = v; return; }
             if (name == "ffn_pre_norm_2") { need(c_.dim); l.ffn_pre_norm_2 = v; return; }
@@ -462,6 +479,11 @@ std::string Engine::validate() const {
         if (!(e = shape(ple_model_proj_, w, c_.dim, "per_layer_model_proj")).empty()) return e;
         if (!ple_proj_norm_) return "per_layer_proj_norm is missing";
     }
+    if (c_.altup > 0) {  // gemma3n's streams
+        const int64_t rows = (int64_t)(c_.altup - 1) * c_.dim;
+        if (!(e = shape(altup_proj_, rows, c_.dim, "altup_proj")).empty()) return e;
+        if (!(e = shape(altup_unembd_, rows, c_.dim, "altup_unembd_proj")).empty()) return e;
+    }
     if (c_.layer_end == c_.n_layer) {
         if (!(e = shape(output_, c_.vocab, c_.dim, "output")).empty()) return e;
         if (!out_norm_) return "output_norm is missing";
@@ -554,6 +576,14 @@ std::string Engine::validate() const {
             if (!(e = shape(l.ple_gate, c_.ple_dim, c_.dim, p + "inp_gate")).empty()) return e;
             if (!(e = shape(l.ple_proj, c_.dim, c_.ple_dim, p + "proj")).empty()) return e;
             if (!l.ple_post_norm) return p + "post_norm is missing";
+        }
+        if (c_.altup > 0) {  // gemma3n: AltUp's router and coefficients, LAuReL
+            if (!l.altup_router || !l.altup_router_norm || !l.altup_predict || !l.altup_correct ||
+                !l.altup_correct_scale || !l.laurel_post_norm)
+                return p + "altup_router / _norm / predict_coef / correct_coef / correct_scale or laurel_post_norm is missing";
+            if (!l.laurel_l.present() || !(e = shape(l.laurel_r, c_.dim, l.laurel_l.rows, p + "laurel_r")).empty())
+                return e.empty() ? p + "laurel_l is missing" : e;
+            if (!(e = shape(l.laurel_l, l.laurel_l.rows, c_.dim, p + "laurel_l")).empty()) return e;
         }
     }
     return "";
@@ -922,6 +952,23 @@ static void head_norm(float *v, const float *w, int T, int heads, int hd, float 
         }
 }
 
+// Gemma 3n's activation sparsity on g[T][n] in place, as llama.cpp's gaussian_topk: per row,
+// mean = sum / n, std = sqrt(sum((g - mean)^2) / (n - 1)) (sums in double, rounded to float),
+// g = relu(g - (mean + std * mul)).
+static void gaussian_topk(float *g, int T, int n, float mul) {
+    for (int t = 0; t < T; ++t) {
+        float *x = g + (size_t)t * n;
+        double s = 0.0;
+        for (int i = 0; i < n; ++i) s += (double)x[i];
+        const float mean = (float)s / (float)n;
+        double v = 0.0;
+        for (int i = 0; i < n; ++i) { const float d = x[i] - mean; v += (double)(d * d); }
+        const float sd = std::sqrt((float)v * (1.0f / (float)(n - 1)));
+        const float cut = mean + sd * mul;
+        for (int i = 0; i < n; ++i) { const float d = x[i] - cut; x[i] = d > 0.0f ? d : 0.0f; }
+    }
+}
+
 static void add_bias(float *v, const float *b, int T, int len) {
     if (!b) return;
     for (int t = 0; t < T; ++t)
@@ -933,7 +980,7 @@ static void add_bias(float *v, const float *b, int T, int len) {
 // one pool dispatch, x quantized once) when they pair with the same activation format,
 // else as two matmuls and the epilogue over the whole array (the same values either way).
 void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
-                       const float *sub_norm, const float *up_b, const float *down_b) {
+                       const float *sub_norm, const float *up_b, const float *down_b, bool sparse) {
     if (!gate.present()) {  // an ungated MLP: down(act(up . x + up_b)) + down_b (nemotron_h: relu^2 or
         // silu, ggml's relu then sqr; starcoder2 / phi2: ggml_gelu, biases)
         const size_t n = (size_t)T * up.rows;
@@ -961,7 +1008,7 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
     const int isa = cpu_info().selected;
     // (the fused path takes SiLU, ReLU^2 and GeGLU; gpt-oss's clamped SwiGLU runs the two
     // matmuls, then the reference epilogue)
-    if (fg.act == fu.act && kind != GLU_SWIGLU_OAI) {
+    if (fg.act == fu.act && kind != GLU_SWIGLU_OAI && !sparse) {
         if (collect_ && T >= 16) { record_act(gate, x, T); record_act(up, x, T); }  // (matmul's own hook)
         size_t arb;
         const uint8_t *act = quantize_input(gate, x, T, false, &arb);
@@ -973,6 +1020,7 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
         if (u_.size() < n) u_.resize(n);
         matmul(gate, x, T, g_.data());
         matmul(up, x, T, u_.data(), true);
+        if (sparse) gaussian_topk(g_.data(), T, (int)gate.rows, c_.sparse_std_mul);
         count_glu(kind, glu.isa, gate.rows, (int64_t)n);
         epilogue(g_.data(), u_.data(), g_.data(), (int64_t)n, kind);
     }
@@ -1061,7 +1109,8 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         for (int t = 0; t < T; ++t) deq(embd_.w + (size_t)tokens[t] * embd_.stride, x_.data() + (size_t)t * dim, dim, embd_.scale);
         if (c_.embd_scale > 0.0f)  // gemma: ggml_scale(inp, sqrtf(n_embd))
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] *= c_.embd_scale;
-        if (c_.ple_dim > 0) ple_inputs(tokens, T);  // gemma4 E2B / E4B
+        if (c_.ple_dim > 0) ple_inputs(tokens, T);  // gemma4 E2B / E4B, gemma3n
+        if (c_.altup > 0) altup_init(T);  // gemma3n
     } else {
         std::memcpy(x_.data(), x_in, sizeof(float) * (size_t)T * dim);
     }
@@ -1070,6 +1119,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     for (int l = c_.layer_begin; l < c_.layer_end; ++l) {
         const LayerWeights &L = layers_[(size_t)l];
         const auto t0 = now();
+        if (c_.altup > 0) altup_predict(l, T);  // gemma3n: x_ = the active stream's prediction
         if (c_.parallel_ffn) {  // command-r: attention and the FFN on one norm's output; x + FFN + attention
             pre_norm(L.attn_norm, L.attn_norm_b, T);
             fin_.assign(h_.begin(), h_.begin() + (ptrdiff_t)T * dim);
@@ -1080,8 +1130,14 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
             if (stats_on_) stats_[(size_t)l].t_attn += seconds(t0, now());  // (both blocks)
         } else if (L.has_mixer) {  // (nemotron_h: an FFN-only layer has none)
             pre_norm(L.attn_norm, L.attn_norm_b, T);
+            const bool lr = L.laurel_l.present();  // gemma3n: LAuReL beside the attention
+            if (lr) laurel(l, T);
             mixer_block(l, T, slots, pos);
             residual(h_.data(), T);
+            if (lr) {
+                const float s = 1.0f / std::sqrt(2.0f);
+                for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] = (x_[i] + lau_[i]) * s;
+            }
         }
         const auto t1 = now();
         if (L.has_ffn && !c_.parallel_ffn) {  // (nemotron_h: a mixer-only layer has none)
@@ -1096,7 +1152,8 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
                 s.weight_bytes += mat_bytes(L.wgate) + mat_bytes(L.wup) + mat_bytes(L.wdown);
             }
         }
-        if (c_.ple_dim > 0) ple_block(l, T);  // gemma4 E2B / E4B
+        if (c_.altup > 0) altup_correct(l, T);  // gemma3n (with its per-layer embedding block)
+        else if (c_.ple_dim > 0) ple_block(l, T);  // gemma4 E2B / E4B
         if (L.out_scale)  // gemma4: ggml_mul(cur, layer_output_scale), a [1] broadcast
             for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] *= L.out_scale[0];
         if (stats_on_) {
@@ -1108,7 +1165,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
                               mat_bytes(L.wqkv) + mat_bytes(L.wqkv_gate) + mat_bytes(L.ssm_alpha) +
                               mat_bytes(L.ssm_beta) + mat_bytes(L.ssm_ba) + mat_bytes(L.ssm_out) +
                               mat_bytes(L.sc_in) + mat_bytes(L.sc_out) + mat_bytes(L.ssm_in) +
-                              mat_bytes(L.ple_gate) + mat_bytes(L.ple_proj);
+                              mat_bytes(L.ple_gate) + mat_bytes(L.ple_proj) + mat_bytes(L.laurel_l) + mat_bytes(L.laurel_r);
         }
     }
     if (hybrid())
@@ -1118,6 +1175,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
                 if (n >= 2 && n <= kReplayMax) tlog_p0_[(size_t)s] = rpos_[(size_t)s], tlog_n_[(size_t)s] = n;
                 rpos_[(size_t)s] = next_pos[(size_t)s];
             }
+    if (c_.altup > 0) altup_merge(T);  // gemma3n: the streams back to one
     if (!last) { std::memcpy(x_out, x_.data(), sizeof(float) * (size_t)T * dim); return; }
     if (n_out == 0) return;
     for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
@@ -1264,39 +1322,9 @@ void Engine::ffn_block(int l, const float *x, int T, float *out) {
         if (c_.moe_mlp) moe_beside_mlp(l, T, out);  // gemma4
         else moe_ffn(l, x, T, out);
     } else {  // (a dense model, or one of glm4moe's leading dense layers)
-        dense_ffn(L.wgate, L.wup, L.wdown, x, T, out, L.ffn_sub_norm, L.ffn_up_b, L.ffn_down_b);
+        dense_ffn(L.wgate, L.wup, L.wdown, x, T, out, L.ffn_sub_norm, L.ffn_up_b, L.ffn_down_b, l < c_.sparse_layers);
     }
     if (L.ffn_post_norm) rmsnorm(out, L.ffn_post_norm, out, T, c_.dim);  // gemma3
-}
-
-void Engine::ple_inputs(const int32_t *tokens, int T) {
-    const int P = c_.ple_dim, dim = c_.dim;
-    const size_t W = (size_t)P * c_.n_layer, n = (size_t)T * W;
-    ple_.resize(n);
-    ple_tmp_.resize(n);
-    matmul(ple_model_proj_, x_.data(), T, ple_.data());  // x_: the scaled embeddings
-    const float proj_scale = 1.0f / std::sqrt((float)dim), tok_scale = std::sqrt((float)P);
-    for (size_t i = 0; i < n; ++i) ple_[i] *= proj_scale;
-    rmsnorm(ple_.data(), ple_proj_norm_, ple_.data(), (int)(n / P), P);  // per layer's P values
-    const dequant_fn deq = kernel_entry(ple_embd_.type).dequant;
-    for (int t = 0; t < T; ++t) deq(ple_embd_.w + (size_t)tokens[t] * ple_embd_.stride, ple_tmp_.data() + t * W, (int64_t)W, ple_embd_.scale);
-    const float input_scale = 1.0f / std::sqrt(2.0f);
-    for (size_t i = 0; i < n; ++i) ple_[i] = (ple_[i] + ple_tmp_[i] * tok_scale) * input_scale;
-}
-
-void Engine::ple_block(int layer, int T) {
-    const LayerWeights &L = layers_[(size_t)layer];
-    const int P = c_.ple_dim, dim = c_.dim;
-    ple_tmp_.resize((size_t)T * P);
-    matmul(L.ple_gate, x_.data(), T, ple_tmp_.data());
-    const glu_fn glu = kernel_table().glu.fn;  // ggml_gelu then ggml_mul: GeGLU's epilogue, the same bits
-    for (int t = 0; t < T; ++t) {
-        float *g = ple_tmp_.data() + (size_t)t * P;
-        glu(g, ple_.data() + ((size_t)t * c_.n_layer + layer) * P, g, P, GLU_GEGLU);
-    }
-    matmul(L.ple_proj, ple_tmp_.data(), T, h_.data());
-    rmsnorm(h_.data(), L.ple_post_norm, h_.data(), T, dim);
-    for (size_t i = 0; i < (size_t)T * dim; ++i) x_[i] = x_[i] + h_[i];  // ggml_add(pe_in, cur)
 }
 
 void Engine::hidden(const int32_t *rows, int n, float *out) const {

@@ -128,6 +128,13 @@ struct LayerWeights {
     // proj [dim, P], post_norm [dim]
     Mat ple_gate, ple_proj;
     const float *ple_post_norm = nullptr;
+    // Gemma 3n (EngineConfig::altup = A): the router [A][dim] and its norm [dim], the prediction
+    // coefficients [A * A][A], the correction coefficients [A][A] and scale [dim]; LAuReL's
+    // low-rank pair laurel_l [rank, dim], laurel_r [dim, rank] and its post-norm [dim]
+    const float *altup_router = nullptr, *altup_router_norm = nullptr, *altup_predict = nullptr;
+    const float *altup_correct = nullptr, *altup_correct_scale = nullptr;
+    Mat laurel_l, laurel_r;
+    const float *laurel_post_norm = nullptr;
 };
 
 // One item of the MoE expert pool's work list (moe.cpp): rows [r0, r1) of expert e's matrix.
@@ -301,6 +308,16 @@ struct EngineConfig {
     // own. layer_ffn: per-layer FFN widths (empty: ffn everywhere, else ffn is the largest).
     int ple_dim = 0;
     std::vector<int> kv_source, layer_ffn;
+    // Gemma 3n (llama.cpp's gemma3n graph; Engine::altup_*): altup > 0 residual streams per token
+    // ([T][altup][dim], stream altup_act the one the layers read). Before each layer the streams
+    // predict each other (altup_predict_coef of the router's modalities); the layer runs on the
+    // active prediction with LAuReL beside its attention (x = (x + attn + laurel) / sqrt 2); after
+    // it the streams are corrected by the layer's innovation and streams 1.. take the per-layer
+    // embedding block (ple_dim). The first sparse_layers layers' FFN gates keep only values above
+    // mean + sparse_std_mul * std of their row (gaussian top-k).
+    int altup = 0, altup_act = 0;
+    int sparse_layers = 0;
+    float sparse_std_mul = 0.0f;
 };
 // FFN gate activation: FFN_SWIGLU_OAI is gpt-oss's clamped SwiGLU (GLU_SWIGLU_OAI in kernels.h).
 // FFN_GELU is gemma's GeGLU (GLU_GEGLU).
@@ -521,18 +538,32 @@ private:
     // Gemma 4 E2B / E4B's per-layer inputs of this call's tokens, ple_ [T][n_layer][ple_dim] (llama.cpp's
     // project_per_layer_inputs): (RMSNorm(proj . x / sqrt(dim)) + per_layer_token_embd[token] sqrt(P)) / sqrt(2)
     void ple_inputs(const int32_t *tokens, int T);
-    // after layer l: x_ += RMSNorm(proj . (gelu(inp_gate . x_) * ple_[t][l]))
+    // after layer l: x_ += ple_out(l, x_) (gemma4; csrc/altup.cpp)
     void ple_block(int layer, int T);
+    // out[T][dim] = RMSNorm(proj . (gelu(inp_gate . in) * ple_[t][l])) (out may alias in)
+    void ple_out(int layer, const float *in, int T, float *out);
     Mat ple_embd_, ple_model_proj_;
     const float *ple_proj_norm_ = nullptr;
     std::vector<float> ple_, ple_tmp_;
+    // Gemma 3n's streams (EngineConfig::altup): altup_init (from the scaled embeddings in x_),
+    // altup_predict (streams_ -> preds_, x_ = the active prediction), altup_correct (the layer's
+    // output in x_ -> streams_, with the per-layer embedding block), altup_merge (streams_ -> x_)
+    void altup_init(int T);
+    void altup_predict(int layer, int T);
+    void altup_correct(int layer, int T);
+    void altup_merge(int T);
+    void altup_modalities(int layer, const float *x, int T, float *mod);  // tanh(router . rms(x) / dim) [T][A]
+    void laurel(int layer, int T);  // lau_ = h_ + RMSNorm(laurel_r . laurel_l . h_)
+    Mat altup_proj_, altup_unembd_;  // [(A-1) dim, dim]: streams 1.. from the embedding, and back
+    std::vector<float> streams_, preds_, lau_, amod_, atmp_;
     bool kv_shared(int l) const { return !c_.kv_source.empty() && c_.kv_source[(size_t)l] >= 0; }
     int ffn_of(int l) const { return c_.layer_ffn.empty() ? c_.ffn : c_.layer_ffn[(size_t)l]; }
     void biased_topk(int layer, int T, bool sigmoid);
     void group_mask(float *score) const;  // group-limited routing (moe.cpp)  // sigmoid / softmax + exp_probs_b routing (moe.cpp)
     void dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const float *x, int T, float *out,
                    const float *sub_norm = nullptr,   // sub_norm: bitnet's ffn_sub_norm [gate.rows]
-                   const float *up_b = nullptr, const float *down_b = nullptr);  // an ungated FFN's biases
+                   const float *up_b = nullptr, const float *down_b = nullptr,  // an ungated FFN's biases
+                   bool sparse = false);  // gemma3n: the gate's gaussian top-k (EngineConfig::sparse_layers)
 
     EngineConfig c_;
     std::vector<LayerWeights> layers_;

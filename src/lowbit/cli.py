@@ -103,9 +103,14 @@ def _info_model(path: str) -> None:
         print(f"windows   sliding-window layers: {sum(bool(w) for w in c.window)} of {c.n_layer} "
               f"(window {max(c.window)})")
     shared = [i for i, src in enumerate(c.kv_source) if src >= 0]
-    if c.ple_dim or shared:  # gemma4 E2B / E4B
-        print("gemma4    " + ", ".join([f"per-layer embeddings of {c.ple_dim}"] * bool(c.ple_dim) + [
-            f"layers {shared[0]}-{shared[-1]} read layers {sorted(set(c.kv_source[i] for i in shared))}' KV"] * bool(shared)))
+    if c.ple_dim or shared:  # gemma4 E2B / E4B, gemma3n
+        print(f"{c.arch:<9} " + ", ".join(
+            [f"{c.altup} residual streams (AltUp), LAuReL, sparse FFN gates in the first {c.sparse_layers} layers"] *
+            bool(c.altup) + [f"per-layer embeddings of {c.ple_dim}"] * bool(c.ple_dim) + ([
+                f"layers {shared[0]}-{shared[-1]} read layers {sorted(set(c.kv_source[i] for i in shared))}' KV"]
+                if shared else [])))
+    if c.layer_norm:  # command-r, cohere2, starcoder2, phi2
+        print("norms     LayerNorm" + " (attention and the FFN side by side on one norm's output)" * c.parallel_ffn)
     if c.attn_softcap or c.logit_softcap:  # gemma2 (gemma3: the final one, if its file has it)
         caps = [f"attention scores at {c.attn_softcap:g}"] * bool(c.attn_softcap) + \
             [f"final logits at {c.logit_softcap:g}"] * bool(c.logit_softcap)

@@ -20,6 +20,9 @@ Families differ by config fields, not by copies of the model:
                                                    5:1 sliding-window layers with their own rope base
     gemma2        neox      -          -           gemma3's without q/k norms: 1:1 sliding-window layers, attention
                                                    scores and final logits soft-capped (cap * tanh(x / cap))
+    gemma3n       neox      yes        -           gemma3's layer (Gemma 3n E2B / E4B) with v norms, 4:1 sliding layers,
+                                                   AltUp's 4 residual streams, LAuReL beside the attention,
+                                                   per-layer embeddings, sparse FFN gates, KV shared from layer 20
     gemma4        neox      yes        -           gemma3's layer with per-layer head widths / KV heads (sliding
                   (+freqs)                         vs full layers), v norms, k as v, output scales; MoE layers;
                                                    E2B / E4B's per-layer embeddings and shared KV
@@ -210,7 +213,7 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True,
              "granitehybrid": False, "nemotron_h": False, "nemotron_h_moe": False, "mamba2": False,
              "falcon-h1": True, "mamba": False, "command-r": False, "cohere2": False,
-             "starcoder2": True, "phi2": True}
+             "starcoder2": True, "phi2": True, "gemma3n": True}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe", "nemotron_h_moe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
@@ -240,13 +243,13 @@ EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "so
 EXPERT_GATING_ID = {"softmax": 0, "softmax_topk": 1, "sigmoid": 2}  # csrc/engine.h ExpertGating
 GATING_FUNC = {1: "softmax", 2: "sigmoid"}       # GGUF expert_gating_func (llama_expert_gating_func_type)
 SUB_NORM = {"bitnet", "bitnet-b1.58"}            # attn_sub_norm / ffn_sub_norm
-FFN_ACT = {"starcoder2": "gelu", "phi2": "gelu", "bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "gemma2": "gelu", "gemma4": "gelu", "nemotron_h": "relu2",
+FFN_ACT = {"starcoder2": "gelu", "phi2": "gelu", "gemma3n": "gelu", "bitnet-b1.58": "relu2", "gpt-oss": "swiglu_oai", "gemma3": "gelu", "gemma2": "gelu", "gemma4": "gelu", "nemotron_h": "relu2",
            "nemotron_h_moe": "relu2"}  # FFN gate activation; default "silu"
 FFN_ACT_ID = {"silu": 0, "relu2": 1, "swiglu_oai": 2, "gelu": 3}  # csrc/engine.h FfnAct
 FFN_NORM = {"gpt-oss": "post_attention_norm", "glm4moe": "post_attention_norm", "qwen35": "post_attention_norm",
             "qwen35moe": "post_attention_norm", "qwen3next": "post_attention_norm",
             "seed_oss": "post_attention_norm"}  # FFN input norm; default "ffn_norm"
-SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "gemma2": 2, "olmo2": 4, "exaone4": 4, "cohere2": 4}  # llama.cpp's default sliding-window pattern per arch
+SWA_PATTERN = {"gpt-oss": 2, "gemma3": 6, "gemma2": 2, "olmo2": 4, "exaone4": 4, "cohere2": 4, "gemma3n": 5}  # llama.cpp's default sliding-window pattern per arch
 LAYER_NORM_ARCHS = {"command-r", "cohere2", "starcoder2", "phi2"}  # every norm a LayerNorm (ggml_norm), its eps attention.layer_norm_epsilon
 SWA_IGNORED = {"phi3"}  # attention.sliding_window ignored, as llama.cpp's loader does (Phi SWA is off)
 DEFAULT_CTX = 2048
@@ -380,6 +383,9 @@ class ModelConfig:
     ple_dim: int = 0              # gemma4 E2B / E4B: per-layer embedding width (0: none)
     kv_source: tuple = ()         # gemma4 E2B / E4B: per layer -1, or the earlier layer whose KV it reads
     layer_ffn: tuple = ()         # per-layer FFN widths (gemma4's double-wide MLPs); (): ffn everywhere
+    # gemma3n: altup residual streams (0: none), the first sparse_layers layers' FFN gates gaussian top-k
+    altup: int = 0
+    sparse_layers: int = 0
 
     def attn_dims(self, i: int) -> tuple[int, int]:
         """Layer i's q and k (= v) widths."""
@@ -436,7 +442,7 @@ class ModelConfig:
             ffn = max(ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer))
         elif pure_ssm:
             ffn = 1
-        elif arch == "gemma4" and isinstance(md.get(f"{arch}.feed_forward_length"), (list, tuple, np.ndarray)):
+        elif arch in ("gemma4", "gemma3n") and isinstance(md.get(f"{arch}.feed_forward_length"), (list, tuple, np.ndarray)):
             ffn = max(ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer))  # (each in layer_ffn)
         else:
             ffn = key("feed_forward_length") if not moe or f"{arch}.feed_forward_length" in md else moe["expert_ffn"]
@@ -444,6 +450,7 @@ class ModelConfig:
             arch=arch, n_layer=n_layer, dim=dim, n_head=n_head,
             n_kv=1 if pure_ssm else cls._n_kv(f, arch, key, n_head), head_dim=head_dim,
             **cls._gemma4_fields(f, arch, key, n_layer, n_head, head_dim),
+            **cls._gemma3n_fields(f, arch, n_layer, dim),
             ffn=ffn, vocab=emb.shape[0],
             train_ctx=key("context_length", 2048),
             eps=key("attention.layer_norm_epsilon", 1e-5, float) if arch in LAYER_NORM_ARCHS else
@@ -528,6 +535,11 @@ class ModelConfig:
         # (gemma2: llama.cpp's hparams defaults, 30 and 50, when the keys are absent)
         cap = cap_key("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0)
         f32 = np.float32
+        if arch == "gemma3n":  # (llama.cpp: f_attention_scale 1; the logits capped at 30 whatever the file
+            # says; the sliding layers' base rope.freq_base_swa, default 10000)
+            base = md.get(f"{arch}.rope.freq_base_swa", 10000.0)
+            return dict(embd_scale=float(np.sqrt(f32(dim))), attn_scale=1.0, logit_softcap=30.0, post_norms=True,
+                        rope_base_swa=float(base))
         if arch == "gemma4":  # (llama.cpp: f_attention_scale 1, q / k normed; the sliding layers' base
             # rope.freq_base_swa, default the global one)
             base = md.get(f"{arch}.rope.freq_base", 10000.0)
@@ -547,6 +559,35 @@ class ModelConfig:
         extra = dict(attn_softcap=cap_key("attn_logit_softcapping", 50.0)) if arch == "gemma2" else {}
         return dict(embd_scale=float(np.sqrt(f32(dim))), attn_scale=float(f32(1.0) / np.sqrt(f32(attn_den))),
                     rope_base_swa=float(base_swa or 0.0), logit_softcap=cap, post_norms=True, **extra)
+
+    @staticmethod
+    def _gemma3n_fields(f: gguf.GGUFFile, arch: str, n_layer: int, dim: int) -> dict:
+        """Gemma 3n (E2B / E4B) as llama_model_gemma3n reads it ({} for other archs): AltUp's streams
+        (altup_proj's slices + 1; llama.cpp's n_altup 4, the first active), per-layer embeddings of
+        per_layer_token_embd's width / n_layer (llama.cpp: 256), v RMS-normed, the first 10 layers'
+        FFN gates sparse; from layer 20 on (llama.cpp's n_layer_kv_from_start) a layer keeps no KV
+        and reads layer 18's (if it slides) or 19's; feed_forward_length per layer or one."""
+        if arch != "gemma3n":
+            return {}
+        t = f.tensors.get("altup_proj.weight")
+        pe = f.tensors.get("per_layer_token_embd.weight")
+        if t is None or pe is None:
+            raise GGUFError(f"{f.path}: tensor {'altup_proj' if t is None else 'per_layer_token_embd'}.weight is missing")
+        slices = int(np.prod(t.shape)) // (dim * dim)
+        ple, rem = divmod(int(np.prod(pe.shape)) // pe.shape[0], n_layer)
+        if slices < 1 or rem:
+            raise GGUFError(f"{f.path}: altup_proj / per_layer_token_embd do not fit {n_layer} layers of width {dim}")
+        win = ModelConfig._windows(f, arch, n_layer)
+        start = 20
+        if n_layer > start and not (win[start - 2] and not win[start - 1]):
+            raise GGUFError(f"{f.path}: gemma3n's layers 18 and 19 must be a sliding and a full layer (their KV is "
+                            "read by the later layers)")
+        src = tuple(-1 if i < start else start - (2 if win[i] else 1) for i in range(n_layer)) if n_layer > start else ()
+        ff = f.metadata.get(f"{arch}.feed_forward_length")
+        lf = tuple(ModelConfig._per_layer(f, arch, "feed_forward_length", n_layer)) \
+            if isinstance(ff, (list, tuple, np.ndarray)) else ()
+        return dict(altup=slices + 1, ple_dim=ple, v_norm=True, sparse_layers=min(10, n_layer), kv_source=src,
+                    layer_ffn=lf)
 
     @staticmethod
     def _gemma4_fields(f: gguf.GGUFFile, arch: str, key, n_layer: int, n_head: int, head_dim: int) -> dict:
@@ -1172,7 +1213,9 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           rope_dims_swa=c.rope_dims_swa, v_norm=c.v_norm, moe_mlp=c.moe_mlp,
                           ple_dim=c.ple_dim if whole else 0, kv_source=list(c.kv_source) if whole else [],
                           layer_ffn=list(c.layer_ffn) if whole else [],
-                          layer_norm=c.layer_norm, parallel_ffn=c.parallel_ffn, logit_mult=c.logit_mult)
+                          layer_norm=c.layer_norm, parallel_ffn=c.parallel_ffn, logit_mult=c.logit_mult,
+                          altup=c.altup if whole else 0, sparse_layers=c.sparse_layers if whole else 0,
+                          sparse_std_mul=1.6448533535003662 if c.sparse_layers else 0.0)
     except MemoryError:  # the KV cache and the buffers, sized by n_ctx x n_slots, did not fit
         raise MemoryError(f"out of memory allocating the KV cache and buffers for a context of {n_ctx} "
                           f"positions x {n_slots} slot(s) (kv {kv_k}/{kv_v}): lower the context "
@@ -1331,6 +1374,9 @@ class Model:
             _mat("per_layer_token_embd", -1, "per_layer_token_embd.weight")
             _mat("per_layer_model_proj", -1, "per_layer_model_proj.weight")
             _vec("per_layer_proj_norm", -1, "per_layer_proj_norm.weight")
+        if own and c.altup:  # gemma3n's streams
+            _mat("altup_proj", -1, "altup_proj.weight")
+            _mat("altup_unembd_proj", -1, "altup_unembd_proj.weight")
         if own and l1 == c.n_layer:
             _mat("output", -1, "token_embd.weight" if c.tied_output else "output.weight")
             _vec("output_norm", -1, OUTPUT_NORM.get(c.arch, "output_norm") + ".weight")
@@ -1437,7 +1483,13 @@ class Model:
                 _vec("ffn_post_norm", i, p + "post_ffw_norm.weight")
             if p + "layer_output_scale.weight" in self.file.tensors:  # gemma4
                 _vec("layer_output_scale", i, p + "layer_output_scale.weight")
-            if c.ple_dim:  # gemma4 E2B / E4B
+            if c.altup:  # gemma3n: AltUp's router and coefficients, LAuReL
+                for nm in ("altup_router", "altup_router_norm", "altup_predict_coef", "altup_correct_coef",
+                           "altup_correct_scale", "laurel_post_norm"):
+                    _vec(nm, i, p + nm + ".weight")
+                _mat("laurel_l", i, p + "laurel_l.weight")
+                _mat("laurel_r", i, p + "laurel_r.weight")
+            if c.ple_dim:  # gemma4 E2B / E4B, gemma3n
                 _mat("per_layer_inp_gate", i, p + "inp_gate.weight")
                 _mat("per_layer_proj", i, p + "proj.weight")
                 _vec("per_layer_post_norm", i, p + "post_norm.weight")

@@ -510,6 +510,67 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
     return str(path)
 
 
+def synth_gemma3n(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads: int = 4, kv_heads: int = 2,
+                  head_dim: int = 64, window: int = 64, swa_pattern: int | None = None, rope_base: float = 1e6,
+                  rope_base_swa: float | None = None, ple_dim: int = 256, laurel_rank: int = 64, altup: int = 4,
+                  router_std: float | None = None, ctx: int = 1024, wtype: str = "Q8_0", embd_type: str = "F32", seed: int = 0,
+                  vocab: dict | None = None, progress: bool = False) -> str:
+    """A Gemma 3n model (llama.cpp's gemma3n, as convert_hf_to_gguf's Gemma3NModel writes it) with
+    random weights: gemma3's scaled embeddings, pre- and post-norms, per-head q / k norms (scaled by
+    head_dim^-1/4 each, as synth_gemma4's; v RMS-normed by the graph) and GeGLU; sliding windows of `window` positions on every layer but
+    the last of each swa_pattern (None: no key, llama.cpp's 5), rope_base_swa for them (None: no
+    key, llama.cpp's 10000); `altup` residual streams (altup_proj / altup_unembd_proj [altup - 1,
+    dim, dim], per layer altup_router [altup, dim] and its norm, altup_predict_coef [altup^2,
+    altup], altup_correct_coef [altup, altup] and altup_correct_scale); LAuReL (laurel_l [rank,
+    dim], laurel_r [dim, rank], laurel_post_norm); per-layer embeddings of ple_dim (llama.cpp
+    reads 256: its n_embd_altup); every layer writes its k / v (llama.cpp loads them, and from
+    layer 20 on reads layer 18's or 19's cache instead). Always tied; no final_logit_softcapping
+    key (llama.cpp caps at 30 regardless). llama.cpp fixes the rest: 4 streams, the first active,
+    the first 10 layers' gates sparse. router_std (None: sqrt(dim)): the graph divides the router's
+    input by dim, so sqrt(dim) gives modalities tanh(N(0, 1)) and streams mixed by ~0.2 each
+    (a deep model mixed that much is chaotic: a smaller std keeps it tame)."""
+    rng = np.random.default_rng(seed)
+    vocab = vocab or default_vocab()
+    nv = vocab_size(vocab)
+    a = "gemma3n"
+    w = Writer(path, a, progress=progress, fit=True)
+    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                 ctx=ctx, rope_base=rope_base)
+    w.meta(f"{a}.attention.sliding_window", int(window))
+    if swa_pattern is not None:
+        w.meta(f"{a}.attention.sliding_window_pattern", int(swa_pattern))
+    if rope_base_swa is not None:
+        w.meta(f"{a}.rope.freq_base_swa", float(rope_base_swa))
+    add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=None, wtype=wtype, tied=True, emb_std=1.0 / np.sqrt(dim))
+    w.add("altup_proj.weight", gauss(rng, altup - 1, dim, dim), wtype)
+    w.add("altup_unembd_proj.weight", gauss(rng, altup - 1, dim, dim), wtype)
+    w.add("per_layer_token_embd.weight", gauss(rng, nv, ple_dim * layers, scale=1.0 / np.sqrt(ple_dim)), embd_type)
+    w.add("per_layer_model_proj.weight", gauss(rng, ple_dim * layers, dim), wtype)
+    w.add("per_layer_proj_norm.weight", norm_weight(rng, ple_dim))
+    for i in range(layers):
+        p = f"blk.{i}."
+        add_attention(w, rng, p, dim=dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim, wtype=wtype)
+        qk = np.float32(head_dim ** -0.25)  # (the graph's softmax is unscaled: as synth_gemma4)
+        w.add(p + "attn_q_norm.weight", norm_weight(rng, head_dim) * qk)
+        w.add(p + "attn_k_norm.weight", norm_weight(rng, head_dim) * qk)
+        w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
+        w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
+        add_glu(w, rng, p, width=ffn, dim=dim, wtype=wtype)
+        w.add(p + "inp_gate.weight", gauss(rng, ple_dim, dim), wtype)
+        w.add(p + "proj.weight", gauss(rng, dim, ple_dim), wtype)
+        w.add(p + "post_norm.weight", norm_weight(rng, dim))
+        w.add(p + "altup_router.weight", gauss(rng, altup, dim, scale=router_std or np.sqrt(dim)))
+        w.add(p + "altup_router_norm.weight", norm_weight(rng, dim))
+        w.add(p + "altup_predict_coef.weight", gauss(rng, altup * altup, altup, scale=0.2))
+        w.add(p + "altup_correct_coef.weight", gauss(rng, altup, altup, scale=0.2))
+        w.add(p + "altup_correct_scale.weight", norm_weight(rng, dim))
+        w.add(p + "laurel_l.weight", gauss(rng, laurel_rank, dim), wtype)
+        w.add(p + "laurel_r.weight", gauss(rng, dim, laurel_rank), wtype)
+        w.add(p + "laurel_post_norm.weight", norm_weight(rng, dim))
+    w.close()
+    return str(path)
+
+
 MOE_ARCHS = {"qwen3moe": "qwen3moe", "qwen2moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama", "gpt-oss": "gpt-oss",
              "glm4moe": "glm4moe", "deepseek2": "deepseek2", "granitemoe": "granitemoe",
              "ernie4_5-moe": "ernie4_5-moe", "qwen3vlmoe": "qwen3vlmoe"}
@@ -1924,10 +1985,36 @@ def _add_gemma4(ss) -> None:
     _with_shapes(p, GEMMA4_SHAPES)
 
 
+# Gemma 3n E2B's sizes as recalled (approximate, not checked offline: 30 layers as llama.cpp's loader
+# names E2B, 35 E4B). The vocabulary stays SmolLM2's 49152 (Gemma 3n's: 262144).
+GEMMA3N_SHAPES = {"gemma-3n-e2b": dict(layers=30, dim=2048, ffn=8192, heads=8, kv_heads=2, head_dim=256, window=512,
+                                       ple_dim=256, laurel_rank=64, ctx=32768, arch="gemma3n")}
+
+
+def _add_gemma3n(ss) -> None:
+    p = ss.add_parser("gemma3n", help="a Gemma 3n model (E2B / E4B): AltUp streams, LAuReL, per-layer embeddings",
+                      description="Write a Gemma 3n model (llama.cpp's gemma3n) with random weights and SmolLM2's "
+                                  "vocabulary.")
+    _shape_options(p, layers=6, dim=256, ffn=512, heads=4, kv_heads=2)
+    p.add_argument("--arch", default="gemma3n", choices=["gemma3n"], help=argparse.SUPPRESS)
+    _shape_option(p, GEMMA3N_SHAPES, "gemma-3n-e2b")
+    p.add_argument("--head-dim", type=int, default=64, help="head width (64)")
+    p.add_argument("--window", type=int, default=64, help="the sliding layers' window (64)")
+    p.add_argument("--ple-dim", type=int, default=256, help="per-layer embedding width (256: llama.cpp reads no other)")
+    p.add_argument("--laurel-rank", type=int, default=64, help="LAuReL rank (64: llama.cpp reads no other)")
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd, also the head (default F32)")
+    p.set_defaults(synth=lambda a: synth_gemma3n(
+        a.out, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
+        window=a.window, ple_dim=a.ple_dim, laurel_rank=a.laurel_rank, ctx=a.ctx, wtype=a.wtype,
+        embd_type=a.embd_type, seed=a.seed, progress=_bar_on()))
+    _with_shapes(p, GEMMA3N_SHAPES)
+
+
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
 FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet, "lfm2": _add_lfm2,
             "granitehybrid": _add_granite_hybrid, "nemotron_h": _add_nemotron_h, "falcon-h1": _add_falcon_h1,
-            "mamba": _add_mamba, "gemma4": _add_gemma4}
+            "mamba": _add_mamba, "gemma4": _add_gemma4, "gemma3n": _add_gemma3n}
 
 
 def _bar_on() -> bool:
