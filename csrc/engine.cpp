@@ -581,9 +581,9 @@ std::string Engine::validate() const {
             if (!l.altup_router || !l.altup_router_norm || !l.altup_predict || !l.altup_correct ||
                 !l.altup_correct_scale || !l.laurel_post_norm)
                 return p + "altup_router / _norm / predict_coef / correct_coef / correct_scale or laurel_post_norm is missing";
-            if (!l.laurel_l.present() || !(e = shape(l.laurel_r, c_.dim, l.laurel_l.rows, p + "laurel_r")).empty())
-                return e.empty() ? p + "laurel_l is missing" : e;
+            if (!l.laurel_l.present()) return p + "laurel_l is missing";
             if (!(e = shape(l.laurel_l, l.laurel_l.rows, c_.dim, p + "laurel_l")).empty()) return e;
+            if (!(e = shape(l.laurel_r, c_.dim, l.laurel_l.rows, p + "laurel_r")).empty()) return e;
         }
     }
     return "";

@@ -27,11 +27,10 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import features_matter, llama_greedy, perplexity_matches, top1_matches
+from llama_ref import family_fixtures, features_matter, peer_llama, perplexity_matches, top1_matches
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_dense
 
-PROMPT = b"Once upon a time, in a small village by the sea, the quick brown fox"
 BASE = dict(layers=4, dim=256, ffn=512, heads=4, kv_heads=2, ctx=1024, embd_type="F16", wtype="Q8_0", seed=3)
 FILES = {"command-r": dict(BASE, arch="command-r"),
          "command-r-plus": dict(BASE, arch="command-r", layers=64, dim=64, heads=2, kv_heads=1, ffn=128),
@@ -42,18 +41,7 @@ COHERE = ("command-r", "command-r-plus", "cohere2")
 N_CTX = 640
 
 
-@pytest.fixture(scope="module", params=sorted(FILES))
-def case(request, tmp_path_factory):
-    """(name, path, llama.cpp's greedy run: token ids and their logits)."""
-    name = request.param
-    path = synth_dense(tmp_path_factory.mktemp(name) / f"{name}.gguf", **FILES[name])
-    llm = _peer(path)
-    return name, path, llama_greedy(llm, llm.tokenize(PROMPT, add_bos=False), 540)
-
-
-def _peer(path):
-    from lowbit import peer
-    return peer.Llama(str(path), n_ctx=N_CTX, logits_all=True, verbose=False, n_threads=1)
+paths, case = family_fixtures("layernorm", synth_dense, FILES, N_CTX)  # (name, path, llama.cpp's greedy run) per file
 
 
 def test_config(case):
@@ -79,7 +67,7 @@ def test_teacher_forced_top1_matches_llama_cpp(case):
 
 def test_perplexity_matches_llama_cpp(case):
     name, path, _ = case
-    perplexity_matches(path, N_CTX, _peer(path), name)
+    perplexity_matches(path, N_CTX, peer_llama(path, N_CTX), name)
 
 
 def test_each_feature_matters(case, monkeypatch):
