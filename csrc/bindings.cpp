@@ -629,7 +629,7 @@ NB_MODULE(_lowbit, m) {
                             std::vector<int> layer_kv, std::vector<int> layer_hd, int rope_dims_swa, bool v_norm,
                             bool moe_mlp, int ple_dim, std::vector<int> kv_source, std::vector<int> layer_ffn,
                             bool layer_norm, bool parallel_ffn, float logit_mult,
-                            int altup, int altup_act, int sparse_layers, float sparse_std_mul) {
+                            int altup, int altup_act, int sparse_layers, float sparse_std_mul, std::vector<uint8_t> moe_layers) {
             EngineConfig c;
             c.n_layer = n_layer; c.dim = dim; c.n_head = n_head; c.n_kv = n_kv; c.head_dim = head_dim; c.ffn = ffn;
             c.vocab = vocab; c.n_ctx = n_ctx; c.eps = eps; c.rope_base = rope_base; c.rope_scale = rope_scale;
@@ -663,6 +663,7 @@ NB_MODULE(_lowbit, m) {
             c.ple_dim = ple_dim; c.kv_source = std::move(kv_source); c.layer_ffn = std::move(layer_ffn);
             c.layer_norm = layer_norm; c.parallel_ffn = parallel_ffn; c.logit_mult = logit_mult;
             c.altup = altup; c.altup_act = altup_act; c.sparse_layers = sparse_layers; c.sparse_std_mul = sparse_std_mul;
+            c.moe_layers = std::move(moe_layers);
             new (e) Engine(c);
         }, nb::arg("n_layer"), nb::arg("dim"), nb::arg("n_head"), nb::arg("n_kv"), nb::arg("head_dim"),
            nb::arg("ffn"), nb::arg("vocab"), nb::arg("n_ctx"), nb::arg("eps"), nb::arg("rope_base"),
@@ -691,7 +692,8 @@ NB_MODULE(_lowbit, m) {
            nb::arg("rope_dims_swa") = 0, nb::arg("v_norm") = false, nb::arg("moe_mlp") = false,
            nb::arg("ple_dim") = 0, nb::arg("kv_source") = std::vector<int>(), nb::arg("layer_ffn") = std::vector<int>(),
            nb::arg("layer_norm") = false, nb::arg("parallel_ffn") = false, nb::arg("logit_mult") = 0.0f,
-           nb::arg("altup") = 0, nb::arg("altup_act") = 0, nb::arg("sparse_layers") = 0, nb::arg("sparse_std_mul") = 0.0f)
+           nb::arg("altup") = 0, nb::arg("altup_act") = 0, nb::arg("sparse_layers") = 0, nb::arg("sparse_std_mul") = 0.0f,
+           nb::arg("moe_layers") = std::vector<uint8_t>())
         // The arrays passed to set_mat / set_vec must outlive the engine (model.py keeps them).
         .def("set_mat", [](Engine &e, const std::string &name, int layer, int type, U8In raw, int64_t n, float scale) {
             Mat mt;

@@ -36,6 +36,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     if (c.yarn_ext_factor != 0.0f && (!(c.rope_scale > 0.0f && c.rope_scale <= 1.0f) || c.yarn_orig_ctx <= 0))
         throw std::invalid_argument("engine: YaRN needs a frequency scale in (0, 1] and an original context");
     if (c.n_slots < 1) throw std::invalid_argument("engine: n_slots must be >= 1");
+    if (!c.moe_layers.empty() && c.moe_layers.size() != (size_t)c.n_layer)
+        throw std::invalid_argument("engine: the MoE-layer list must have one entry per layer");
     if (c.n_dense_lead < 0 || c.n_dense_lead > c.n_layer)
         throw std::invalid_argument("engine: n_dense_lead " + std::to_string(c.n_dense_lead) + " outside 0..n_layer");
     if (!(c.embd_scale >= 0.0f) || !(c.attn_scale >= 0.0f) || !(c.rope_base_swa >= 0.0f) || !(c.logit_softcap >= 0.0f) ||
@@ -384,6 +386,9 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
             if (name == "ssm_dt.bias") { need(di); l.ssm_dt = v; return; }
             if (name == "ssm_a") { need(di * c_.ssm_state); l.ssm_a = v; return; }
             if (name == "ssm_d") { need(di); l.ssm_d = v; return; }
+            if (name == "ssm_dt_norm") { need(c_.ssm_dt_rank); l.ssm_dt_norm = v; return; }  // jamba
+            if (name == "ssm_b_norm") { need(c_.ssm_state); l.ssm_b_norm = v; return; }
+            if (name == "ssm_c_norm") { need(c_.ssm_state); l.ssm_c_norm = v; return; }
         } else if (l.recurrent && c_.mamba2) {
             const int64_t H = c_.ssm_heads, cd = conv_dim();
             if (name == "ssm_conv1d") { need(cd * c_.ssm_conv); l.ssm_conv1d = v; return; }
@@ -508,6 +513,8 @@ std::string Engine::validate() const {
             if (!(e = shape(l.ssm_out, c_.dim, di, p + "ssm_out")).empty()) return e;
             if (!l.ssm_conv1d || !l.ssm_conv1d_b || !l.ssm_dt || !l.ssm_a || !l.ssm_d)
                 return p + "ssm_conv1d/ssm_conv1d.bias/ssm_dt.bias/ssm_a/ssm_d missing";
+            if ((l.ssm_dt_norm != nullptr) != (l.ssm_b_norm != nullptr) || (l.ssm_b_norm != nullptr) != (l.ssm_c_norm != nullptr))
+                return p + "ssm_dt_norm / ssm_b_norm / ssm_c_norm: all three or none";
         } else if (l.recurrent && c_.mamba2) {
             const int64_t H = c_.ssm_heads, di = c_.ssm_inner, cd = conv_dim();
             if (!(e = shape(l.ssm_in, di + cd + H, c_.dim, p + "ssm_in")).empty()) return e;

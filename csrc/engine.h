@@ -100,6 +100,7 @@ struct LayerWeights {
     Mat ssm_in;                           // ssm_in [2 d_inner + 2 G N + H, dim]: z, x|B|C (the conv's input), dt
     const float *ssm_conv1d_b = nullptr;  // [conv_dim] added after the conv, before its silu (null: none)
     const float *ssm_d = nullptr;         // [H] the skip: y += x * D per head
+    const float *ssm_dt_norm = nullptr, *ssm_b_norm = nullptr, *ssm_c_norm = nullptr;  // Jamba's Mamba-1: [R], [N], [N]
     // Mamba-1 (EngineConfig::mamba1; csrc/mamba1.cpp), with d_inner = ssm_inner, N = ssm_state, R =
     // ssm_dt_rank: ssm_in [2 d_inner, dim] (x, z), ssm_conv1d [d_inner][K] and its bias, ssm_x
     // [R + 2 N, d_inner] (dt, B, C), ssm_dtw [d_inner, R] (dt_proj) and its bias in ssm_dt [d_inner],
@@ -222,6 +223,9 @@ struct EngineConfig {
     // ffn (ffn_gate / ffn_up / ffn_down) instead of the experts; shexp_gated false: the shared
     // expert is added as it is (qwen2moe's is times sigmoid(ffn_gate_inp_shexp . x)).
     int n_dense_lead = 0;
+    // Jamba: per layer 1 where the FFN is the experts, 0 where it is dense (empty: every layer from
+    // n_dense_lead on)
+    std::vector<uint8_t> moe_layers;
     bool shexp_gated = true;
     // Hybrid models (qwen35, qwen35moe, qwen3next): layers marked in `recurrent` are gated
     // delta-net linear attention (csrc/deltanet.cpp), the others gated full attention. A slot
@@ -578,7 +582,9 @@ private:
     std::vector<std::pair<float, float>> rot_;  // [T][rope_dims/2] (cos, sin) of this call's positions
     std::vector<float> inv_freq_swa_;    // rope_base_swa > 0: the sliding layers' inverse frequencies
     std::vector<std::pair<float, float>> rot_swa_;  // and their rotations (as rot_)
-    bool moe_layer(int l) const { return c_.n_expert > 0 && l >= c_.n_dense_lead; }
+    bool moe_layer(int l) const {
+        return c_.n_expert > 0 && (c_.moe_layers.empty() ? l >= c_.n_dense_lead : c_.moe_layers[(size_t)l] != 0);
+    }
     // head-major, [slot][layer][kv head][n_ctx][head_dim] (kv_k_at / kv_v_at), in half (kv_f16) or float32; one of each pair is empty
     // A quantized cache (kv_quant()): head-major as the half one, [slot][layer][kv head][n_ctx][head
     // bytes] (kv_k_at), one head's row its head_dim / 32 blocks (KvLayer krow / vrow bytes; V in

@@ -6,7 +6,7 @@
 //   2. per token, in order, per channel: the causal depthwise conv over the last K inputs plus
 //      ssm_conv1d.bias, then silu (Engine::conv_runs, shared with Mamba-2, the delta-net, LFM2).
 //   3. x_db[T][R + 2 N] = ssm_x . x_conv: dt_in [R], B [N], C [N]; with ssm_dt_b_c_rms (Falcon-Mamba)
-//      each RMS-normed without a weight (ggml's rms_norm: squares summed in double); then
+//      each RMS-normed without a weight (Jamba: with ssm_dt_norm / ssm_b_norm / ssm_c_norm, times each) (ggml's rms_norm: squares summed in double); then
 //      dt[d_inner] = ssm_dt . dt_in + ssm_dt.bias, and dt_i = softplus(dt_i) (ggml's).
 //   4. the scan per (slot, channel i), tokens in order, on the state s[i][N] (ggml's Mamba-1 loop):
 //      s_j = (s_j * expf(dt_i * A[i][j])) + (B_j * (x_i dt_i)); y_i = sum_j s_j C_j in j order.
@@ -57,10 +57,14 @@ void Engine::mamba1(int layer, const float *x, int T, const int32_t *slots, floa
     db_.resize((size_t)T * 2 * N);
     for (int t = 0; t < T; ++t) {
         float *row = xdb.data() + (size_t)t * (R + 2 * N);
-        if (c_.ssm_dt_b_c_rms) {
+        if (c_.ssm_dt_b_c_rms || L.ssm_dt_norm) {  // (Jamba: each then times its weight, ggml_mul)
             rms_plain(row, R, c_.eps);
             rms_plain(row + R, N, c_.eps);
             rms_plain(row + R + N, N, c_.eps);
+            if (L.ssm_dt_norm) {
+                for (int i = 0; i < R; ++i) row[i] *= L.ssm_dt_norm[i];
+                for (int i = 0; i < N; ++i) row[R + i] *= L.ssm_b_norm[i], row[R + N + i] *= L.ssm_c_norm[i];
+            }
         }
         std::memcpy(dtin.data() + (size_t)t * R, row, sizeof(float) * R);
         std::memcpy(db_.data() + (size_t)t * 2 * N, row + R, sizeof(float) * 2 * N);

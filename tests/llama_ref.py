@@ -113,7 +113,8 @@ def forced_logits(m, run, tie: float = ROUTE_TIE):
     clear = top2[:, 1] - top2[:, 0] >= 0.1
     c = m.config
     for layer in range(c.n_dense_lead, c.n_layer if c.n_expert else 0):
-        if c.layer_parts and c.layer_parts[layer] != 2:  # (nemotron_h_moe: a mixer layer routes nothing)
+        if (c.layer_parts and c.layer_parts[layer] != 2) or not c.moe_at(layer):  # (nemotron_h_moe: a mixer
+            # layer routes nothing; jamba: nor does a dense one)
             continue
         clear &= np.array(m.engine.last_route_margins(layer)) >= tie
     return ours, ref, clear

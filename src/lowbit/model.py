@@ -213,14 +213,14 @@ ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen2moe": True, "qw
              "minicpm": False, "seed_oss": True, "qwen2vl": True, "exaone": True,
              "granitehybrid": False, "nemotron_h": False, "nemotron_h_moe": False, "mamba2": False,
              "falcon-h1": True, "mamba": False, "command-r": False, "cohere2": False,
-             "starcoder2": True, "phi2": True, "gemma3n": True}
+             "starcoder2": True, "phi2": True, "gemma3n": True, "jamba": False}
 MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "glm4moe", "qwen35moe", "qwen3next", "deepseek2",
              "granitemoe", "ernie4_5-moe", "lfm2moe", "qwen3vlmoe", "nemotron_h_moe"}  # and llama with expert_count > 0 (mixtral)
 EXPERT_NORM = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False, "gpt-oss": False,
                "glm4moe": False, "deepseek2": False,  # glm4moe, deepseek2: expert_weights_norm decides (default false)
                "qwen35moe": True, "qwen3next": True, "granitemoe": True,
                "ernie4_5-moe": True, "lfm2moe": True, "qwen3vlmoe": True, "granitehybrid": True,
-               "nemotron_h_moe": False, "gemma4": True}  # (nemotron_h_moe: expert_weights_norm decides)
+               "nemotron_h_moe": False, "gemma4": True, "jamba": False}  # (nemotron_h_moe: expert_weights_norm decides)
 # Hybrid families: gated delta-net layers (csrc/deltanet.cpp) and gated full attention every
 # full_attention_interval-th layer; value head h reads q/k head h % H_k (qwen35*) or h / (H_v/H_k)
 # (qwen3next); rope: IMROPE sections (qwen35*) or plain neox (qwen3next).
@@ -236,7 +236,7 @@ SHORTCONV_ARCHS = {"lfm2", "lfm2moe"}
 # summed before the residual; the converter folds Falcon-H1's multipliers into the weights
 MAMBA2_ARCHS = {"granitehybrid", "nemotron_h", "nemotron_h_moe", "mamba2", "falcon-h1"}
 # Mamba-1 (mamba: Mamba, Falcon-Mamba): every layer a Mamba-1 mixer alone after attn_norm (csrc/mamba1.cpp)
-MAMBA1_ARCHS = {"mamba"}
+MAMBA1_ARCHS = {"mamba", "jamba"}  # (jamba: Mamba-1 layers beside NoPE attention layers, experts on some layers)
 OUTPUT_NORM = {"lfm2": "token_embd_norm", "lfm2moe": "token_embd_norm"}  # the final norm's tensor; default "output_norm"
 SHARED_EXPERT_ARCHS = {"qwen2moe", "qwen35moe", "qwen3next"}
 EXPERT_GATING = {"gpt-oss": "softmax_topk", "glm4moe": "sigmoid"}  # default "softmax" (over all, then top-K)
@@ -345,6 +345,7 @@ class ModelConfig:
     post_norms: bool = False         # post_attention_norm / post_ffw_norm after attention / FFN
     # glm4moe
     n_dense_lead: int = 0            # leading dense layers of an MoE model
+    moe_layers: tuple = ()           # jamba: per layer True where the FFN is the experts (): from n_dense_lead on
     shexp_gated: bool = True         # the shared expert times sigmoid(ffn_gate_inp_shexp . x) (qwen2moe)
     exp_probs_b: bool = False        # blk.N.exp_probs_b.bias: the expert selection bias
     n_nextn: int = 0                 # MTP layers after the n_layer run ones (the first drafts: lowbit.mtp)
@@ -391,6 +392,10 @@ class ModelConfig:
         """Layer i's q and k (= v) widths."""
         hd = self.layer_hd[i] if self.layer_hd else self.head_dim
         return self.n_head * hd, (self.layer_kv[i] if self.layer_kv else self.n_kv) * hd
+
+    def moe_at(self, i: int) -> bool:
+        """Layer i's FFN is the experts."""
+        return bool(self.n_expert) and (bool(self.moe_layers[i]) if self.moe_layers else i >= self.n_dense_lead)
 
     @property
     def hybrid(self) -> bool:
@@ -796,7 +801,7 @@ class ModelConfig:
             return key("attention.head_count_kv", n_head)
         if arch == "gemma4":  # (one count per layer: the largest here, each layer's in layer_kv)
             return max(int(x) for x in v)
-        marked = {"short-conv": SHORTCONV_ARCHS, "Mamba-2": MAMBA2_ARCHS}
+        marked = {"short-conv": SHORTCONV_ARCHS, "Mamba-2": MAMBA2_ARCHS, "Mamba-1": {"jamba"}}
         kind = next((k for k, archs in marked.items() if arch in archs), None)
         counts = {int(x) for x in v} - ({0} if kind else set())
         if kind and not counts and len(v):  # no attention layer at all: the count is never used
@@ -887,16 +892,29 @@ class ModelConfig:
         """Mamba-1 (mamba) as llama.cpp's loader reads it: every layer a Mamba-1 mixer alone after
         attn_norm; ssm.conv_kernel, ssm.inner_size (d_inner, 2 x embedding_length: llama.cpp's only
         expansion), ssm.state_size (N), ssm.time_step_rank (dt's rank R), ssm.dt_b_c_rms (Falcon-Mamba:
-        dt, B and C RMS-normed without weights; default false). Jamba's weighted dt / B / C norms are
-        refused by name."""
+        dt, B and C RMS-normed without weights; default false).
+        Jamba (jamba): a layer is a Mamba-1 mixer where attention.head_count_kv (one per layer) is 0,
+        else attention without rope; dt, B and C RMS-normed with weights (ssm_dt_norm, ssm_b_norm,
+        ssm_c_norm); every layer then an FFN: the experts where the layer has ffn_gate_inp (softmax,
+        top-K not renormalised), else a dense SwiGLU."""
         inner, state, rank, conv = (key("ssm.inner_size"), key("ssm.state_size"), key("ssm.time_step_rank"),
                                     key("ssm.conv_kernel"))
         if inner != 2 * key("embedding_length"):
             raise GGUFError(f"{f.path}: {arch}.ssm.inner_size = {inner} must be 2 x embedding_length (llama.cpp's "
                             "only expansion)")
         norm = next((t for t in f.tensors if t.endswith((".ssm_dt_norm.weight", ".ssm_b_norm.weight"))), None)
+        if arch == "jamba":
+            kv = f.metadata.get(f"{arch}.attention.head_count_kv")
+            if not isinstance(kv, (list, tuple, np.ndarray)) or len(kv) < n_layer:
+                raise GGUFError(f"{f.path}: {arch}.attention.head_count_kv must be one count per layer (0: a Mamba "
+                                "layer)")
+            rec = tuple(int(kv[i]) == 0 for i in range(n_layer))
+            moe = tuple(f"blk.{i}.ffn_gate_inp.weight" in f.tensors for i in range(n_layer))
+            return dict(recurrent=rec, ssm_conv=conv, ssm_state=state, ssm_inner=inner, ssm_dt_rank=rank,
+                        mamba1=True, rope_layers=(False,) * n_layer, moe_layers=moe if any(moe) else ())
         if norm:
-            raise GGUFError(f"{f.path}: tensor {norm!r}: weighted dt / B / C norms (Jamba's) are not supported")
+            raise GGUFError(f"{f.path}: tensor {norm!r}: weighted dt / B / C norms are Jamba's (arch jamba), not "
+                            f"{arch}'s")
         rms = f.metadata.get(f"{arch}.ssm.dt_b_c_rms", False)
         if not isinstance(rms, bool):
             raise GGUFError(f"{f.path}: metadata key {arch}.ssm.dt_b_c_rms = {rms!r} is not a bool")
@@ -1057,6 +1075,8 @@ class ModelConfig:
         for i in range(lead, n_layer):
             if parts and parts[i] != 2:  # (nemotron_h_moe: only its FFN layers have experts)
                 continue
+            if arch == "jamba" and f"blk.{i}.ffn_gate_inp.weight" not in f.tensors:  # (a dense layer)
+                continue
             for nm, want, k in (("ffn_gate_inp", (n_expert, dim), ek),
                                 ("ffn_gate_exps", (n_expert, expert_ffn, dim), "expert_feed_forward_length"),
                                 ("ffn_up_exps", (n_expert, expert_ffn, dim), "expert_feed_forward_length"),
@@ -1215,6 +1235,7 @@ def make_engine(c: ModelConfig, n_ctx: int, n_slots: int, l0: int, l1: int, kv_k
                           layer_ffn=list(c.layer_ffn) if whole else [],
                           layer_norm=c.layer_norm, parallel_ffn=c.parallel_ffn, logit_mult=c.logit_mult,
                           altup=c.altup if whole else 0, sparse_layers=c.sparse_layers if whole else 0,
+                          moe_layers=[int(x) for x in c.moe_layers] if whole else [],
                           sparse_std_mul=1.6448533535003662 if c.sparse_layers else 0.0)
     except MemoryError:  # the KV cache and the buffers, sized by n_ctx x n_slots, did not fit
         raise MemoryError(f"out of memory allocating the KV cache and buffers for a context of {n_ctx} "
@@ -1394,7 +1415,7 @@ class Model:
             p = f"blk.{i}."
             parts = c.layer_parts[i] if i < len(c.layer_parts) else 3  # (nemotron_h: a mixer or an FFN)
             ffn = ("ffn_gate", "ffn_up", "ffn_down")
-            if c.n_expert and i >= c.n_dense_lead and parts & 2:  # (glm4moe: its leading layers are dense)
+            if c.moe_at(i) and parts & 2:  # (glm4moe: its leading layers are dense; jamba: every other)
                 ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
                 if c.shexp_ffn:
                     ffn += ("ffn_gate_inp_shexp",) * c.shexp_gated + ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
@@ -1425,7 +1446,8 @@ class Model:
             elif rec and c.mamba1:  # a Mamba-1 mixer (csrc/mamba1.cpp)
                 mixer = ("ssm_in", "ssm_x", "ssm_dt", "ssm_out")
                 for slot, name in (("ssm_conv1d", "ssm_conv1d.weight"), ("ssm_conv1d.bias", "ssm_conv1d.bias"),
-                                   ("ssm_dt.bias", "ssm_dt.bias"), ("ssm_a", "ssm_a"), ("ssm_d", "ssm_d")):
+                                   ("ssm_dt.bias", "ssm_dt.bias"), ("ssm_a", "ssm_a"), ("ssm_d", "ssm_d")) + \
+                        tuple((n, n + ".weight") for n in ("ssm_dt_norm", "ssm_b_norm", "ssm_c_norm")) * (c.arch == "jamba"):
                     _vec(slot, i, p + name)
             elif rec and c.mamba2:  # a Mamba-2 mixer (csrc/mamba2.cpp), falcon-h1's beside the attention
                 mixer = ("ssm_in", "ssm_out") + (mixer if c.ssm_parallel else ())

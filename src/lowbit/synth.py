@@ -1894,16 +1894,78 @@ def synth_mamba(path, *, layers: int = 4, dim: int = 256, ssm_state: int = 16, s
     for i in range(layers):
         p = f"blk.{i}."
         w.add(p + "attn_norm.weight", norm_weight(rng, dim))
-        w.add(p + "ssm_in.weight", gauss(rng, 2 * inner, dim), wtype)
-        w.add(p + "ssm_conv1d.weight", gauss(rng, inner, ssm_conv, scale=0.5))
-        w.add(p + "ssm_conv1d.bias", (0.5 * rng.standard_normal(inner)).astype(np.float32))
-        w.add(p + "ssm_x.weight", gauss(rng, R + 2 * N, inner), wtype)
-        w.add(p + "ssm_dt.weight", gauss(rng, inner, R) * np.float32(0.5))
-        w.add(p + "ssm_dt.bias", np.log(np.expm1(rng.uniform(1e-3, 1e-1, inner))).astype(np.float32))
-        a_log = np.log(np.arange(1, N + 1, dtype=np.float64))[None, :] + 0.1 * rng.standard_normal((inner, N))
-        w.add(p + "ssm_a", (-np.exp(a_log)).astype(np.float32))
-        w.add(p + "ssm_d", rng.uniform(0.5, 1.5, inner).astype(np.float32))
-        w.add(p + "ssm_out.weight", gauss(rng, dim, inner), wtype)
+        add_mamba1(w, rng, p, dim=dim, inner=inner, N=N, R=R, ssm_conv=ssm_conv, wtype=wtype)
+    w.close()
+    return str(path)
+
+
+def add_mamba1(w: Writer, rng: np.random.Generator, p: str, *, dim: int, inner: int, N: int, R: int, ssm_conv: int,
+               wtype: str, norms: bool = False) -> None:
+    """A Mamba-1 mixer's tensors (synth_mamba's), in this order (the random draws depend on it);
+    norms: Jamba's dt / B / C norm weights after them."""
+    w.add(p + "ssm_in.weight", gauss(rng, 2 * inner, dim), wtype)
+    w.add(p + "ssm_conv1d.weight", gauss(rng, inner, ssm_conv, scale=0.5))
+    w.add(p + "ssm_conv1d.bias", (0.5 * rng.standard_normal(inner)).astype(np.float32))
+    w.add(p + "ssm_x.weight", gauss(rng, R + 2 * N, inner), wtype)
+    w.add(p + "ssm_dt.weight", gauss(rng, inner, R) * np.float32(0.5))
+    w.add(p + "ssm_dt.bias", np.log(np.expm1(rng.uniform(1e-3, 1e-1, inner))).astype(np.float32))
+    a_log = np.log(np.arange(1, N + 1, dtype=np.float64))[None, :] + 0.1 * rng.standard_normal((inner, N))
+    w.add(p + "ssm_a", (-np.exp(a_log)).astype(np.float32))
+    w.add(p + "ssm_d", rng.uniform(0.5, 1.5, inner).astype(np.float32))
+    w.add(p + "ssm_out.weight", gauss(rng, dim, inner), wtype)
+    if norms:
+        for nm, n in (("ssm_dt_norm", R), ("ssm_b_norm", N), ("ssm_c_norm", N)):
+            w.add(p + nm + ".weight", norm_weight(rng, n))
+
+
+def synth_jamba(path, *, layers: int = 4, dim: int = 256, ffn: int = 512, heads: int = 4, kv_heads: int = 2,
+                attn_period: int = 4, attn_offset: int = 2, experts: int = 8, top_k: int = 2, expert_period: int = 2,
+                expert_offset: int = 1, ssm_state: int = 16, ssm_conv: int = 4, dt_rank: int | None = None,
+                ctx: int = 1024, wtype: str = "Q8_0", expert_type: str | None = None, embd_type: str = "F32",
+                seed: int = 0, vocab: dict | None = None, progress: bool = False) -> str:
+    """A Jamba model (llama.cpp's jamba, as convert_hf_to_gguf writes it) with random weights: layer i
+    attention (no rope) where i % attn_period == attn_offset, else a Mamba-1 mixer (synth_mamba's,
+    d_inner = 2 dim) with its dt / B / C norm weights; head_count_kv one per layer (0: Mamba); every
+    layer then ffn_norm and the experts (ffn_gate_inp, softmax top_k of `experts` SwiGLUs of ffn,
+    in expert_type) where i % expert_period == expert_offset (experts 0: none), else a dense SwiGLU
+    of ffn. Jamba v0.1 / 1.5: attention 1 in 8 at offset 4, experts 1 in 2 at offset 1."""
+    inner, N, R = 2 * dim, ssm_state, -(-dim // 16) if dt_rank is None else dt_rank
+    attn = [i % attn_period == attn_offset for i in range(layers)]
+    moe = [bool(experts) and i % expert_period == expert_offset for i in range(layers)]
+    if experts and not 1 <= top_k <= experts:
+        raise ValueError(f"synth jamba: top_k ({top_k}) must be in 1..experts ({experts})")
+    rng = np.random.default_rng(seed)
+    vocab = vocab or default_vocab()
+    nv = vocab_size(vocab)
+    w = Writer(path, "jamba", progress=progress, fit=True)
+    a = w.arch
+    hd = dim // heads
+    write_header(w, vocab, layers=layers, dim=dim, ffn=ffn, heads=heads,
+                 kv_heads=[kv_heads if x else 0 for x in attn], head_dim=hd, ctx=ctx)
+    for k, v in (("ssm.conv_kernel", ssm_conv), ("ssm.inner_size", inner), ("ssm.state_size", N),
+                 ("ssm.time_step_rank", R)):
+        w.meta(f"{a}.{k}", int(v))
+    if experts:
+        w.meta(f"{a}.expert_count", int(experts))
+        w.meta(f"{a}.expert_used_count", int(top_k))
+    add_ends(w, rng, nv, dim, embd_type=embd_type, head_type=None, wtype=wtype, tied=False)
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add(p + "attn_norm.weight", norm_weight(rng, dim))
+        if attn[i]:
+            w.add(p + "attn_q.weight", gauss(rng, heads * hd, dim), wtype)
+            w.add(p + "attn_k.weight", gauss(rng, kv_heads * hd, dim), wtype)
+            w.add(p + "attn_v.weight", gauss(rng, kv_heads * hd, dim), wtype)
+            w.add(p + "attn_output.weight", gauss(rng, dim, heads * hd), wtype)
+        else:
+            add_mamba1(w, rng, p, dim=dim, inner=inner, N=N, R=R, ssm_conv=ssm_conv, wtype=wtype, norms=True)
+        w.add(p + "ffn_norm.weight", norm_weight(rng, dim))
+        if moe[i]:
+            w.add(p + "ffn_gate_inp.weight", gauss(rng, experts, dim))
+            for nm, shape in (("gate", (experts, ffn, dim)), ("up", (experts, ffn, dim)), ("down", (experts, dim, ffn))):
+                w.add(p + f"ffn_{nm}_exps.weight", gauss(rng, *shape), expert_type or wtype)
+        else:
+            add_glu(w, rng, p, width=ffn, dim=dim, wtype=wtype)
     w.close()
     return str(path)
 
@@ -2011,10 +2073,29 @@ def _add_gemma3n(ss) -> None:
     _with_shapes(p, GEMMA3N_SHAPES)
 
 
+def _add_jamba(ss) -> None:
+    p = ss.add_parser("jamba", help="a Jamba model: Mamba-1 and attention layers, experts on every other layer",
+                      description="Write a Jamba model (llama.cpp's jamba) with random weights and SmolLM2's vocabulary.")
+    _shape_options(p, layers=4, dim=256, ffn=512, heads=4, kv_heads=2)
+    p.add_argument("--attn-period", type=int, default=4, help="one attention layer in this many (4; Jamba: 8)")
+    p.add_argument("--attn-offset", type=int, default=2, help="the attention layer's place in its period (2; Jamba: 4)")
+    p.add_argument("--experts", type=int, default=8, help="experts (8; 0: every FFN dense)")
+    p.add_argument("--top-k", type=int, default=2, help="experts per token (2)")
+    p.add_argument("--ssm-state", type=int, default=16, help="the Mamba state size N per channel (16)")
+    p.add_argument("--type", dest="wtype", default="Q8_0", help="format of the layer matrices (default Q8_0)")
+    p.add_argument("--expert-type", default=None, help="format of the expert tensors (default: --type)")
+    p.add_argument("--embd-type", default="F32", help="format of token_embd (default F32)")
+    p.set_defaults(synth=lambda a: synth_jamba(
+        a.out, layers=a.layers, dim=a.dim, ffn=a.ffn, heads=a.heads, kv_heads=a.kv_heads, attn_period=a.attn_period,
+        attn_offset=a.attn_offset, experts=a.experts, top_k=a.top_k, ssm_state=a.ssm_state, ctx=a.ctx,
+        wtype=a.wtype, expert_type=a.expert_type, embd_type=a.embd_type, seed=a.seed, progress=_bar_on()))
+
+
 # KIND -> function adding its sub-parser (each sets `synth`: args -> path written)
 FAMILIES = {"dense": _add_dense, "moe": _add_moe, "bitnet": _add_bitnet, "lfm2": _add_lfm2,
             "granitehybrid": _add_granite_hybrid, "nemotron_h": _add_nemotron_h, "falcon-h1": _add_falcon_h1,
-            "mamba": _add_mamba, "gemma4": _add_gemma4, "gemma3n": _add_gemma3n}
+            "mamba": _add_mamba, "gemma4": _add_gemma4, "gemma3n": _add_gemma3n,
+            "jamba": _add_jamba}
 
 
 def _bar_on() -> bool:
