@@ -98,7 +98,8 @@ def _info_model(path: str) -> None:
     if c.n_expert:
         print(f"experts   {c.n_expert}, top {c.n_expert_used} of width {c.expert_ffn}, gating {c.expert_gating}"
               + (f", shared expert {c.shexp_ffn}" if c.shexp_ffn else "")
-              + (f", first {c.n_dense_lead} layers dense" if c.n_dense_lead else ""))
+              + (f", first {c.n_dense_lead} layers dense" if c.n_dense_lead else "")
+              + (f", on {sum(map(bool, c.moe_layers))} of {c.n_layer} layers" if c.moe_layers else ""))
     if any(c.window):
         print(f"windows   sliding-window layers: {sum(bool(w) for w in c.window)} of {c.n_layer} "
               f"(window {max(c.window)})")
