@@ -15,7 +15,8 @@ layers, and around it:
   - from layer 20 on a layer keeps no KV and reads layer 18's (sliding) or 19's (full).
 
 Files: "g3n" (6 layers, width 256, the streams mixed by ~0.2 per layer) and "g3n-kv" (22 layers,
-the last two reading layers 18 and 19's KV, mixed weakly), llama.cpp's fixed widths (per-layer embeddings of 256, LAuReL rank 64, 4 streams).
+the last two reading layer 18's KV, the streams mixed weakly and the blocks scaled down), llama.cpp's
+fixed widths (per-layer embeddings of 256, LAuReL rank 64, 4 streams).
 Parity as the other families: teacher-forced over llama.cpp's greedy run, top-1 >= 99% where
 llama.cpp's margin is >= 0.1, perplexity within 0.5%, each feature done wrong moves the logits.
 """
@@ -27,9 +28,10 @@ from llama_ref import family_fixtures, features_matter, perplexity_matches, peer
 from lowbit.synth import synth_gemma3n
 
 FILES = {"g3n": dict(layers=6, embd_type="Q8_0", seed=3),
-         # (per_layer_token_embd: 49152 x 5632; 22 layers of streams mixed as strongly as g3n's are chaotic:
-         # llama.cpp's own flash and plain attention differ by a median 2 there)
-         "g3n-kv": dict(layers=22, embd_type="Q4_0", router_std=0.25, seed=5)}
+         # (per_layer_token_embd: 49152 x 5632. 22 random layers as g3n's are chaotic: llama.cpp's own flash
+         # and plain attention paths differ on them by a median 2 (0.27 with weakly mixed streams); with
+         # weakly mixed streams and blocks scaled by 0.3, by a median 0.09 (max 0.12), as other families)
+         "g3n-kv": dict(layers=22, embd_type="Q4_0", router_std=0.25, block_scale=0.3, seed=6)}
 N_CTX = 640
 
 paths, case = family_fixtures("gemma3n", synth_gemma3n, FILES, N_CTX)  # (name, path, llama.cpp's greedy run) per file
@@ -65,9 +67,7 @@ def test_each_feature_matters(case, monkeypatch):
              "one rope base": dict(rope_base_swa=0.0)}
     if name == "g3n-kv":
         wrong = {"own KV in every layer": dict(kv_source=())}
-    # (g3n-kv's 22 layers amplify rounding: llama.cpp's own flash and plain attention paths differ on it
-    # by up to 0.86 (median 0.27) over 317 positions; lowbit's right model is within 0.58 of llama.cpp)
-    features_matter(monkeypatch, path, N_CTX, run, wrong, match=1.0 if name == "g3n-kv" else 0.5)
+    features_matter(monkeypatch, path, N_CTX, run, wrong)
 
 
 def test_streams_and_laurel_matter(paths):

@@ -513,7 +513,7 @@ def synth_gemma4(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads
 def synth_gemma3n(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, heads: int = 4, kv_heads: int = 2,
                   head_dim: int = 64, window: int = 64, swa_pattern: int | None = None, rope_base: float = 1e6,
                   rope_base_swa: float | None = None, ple_dim: int = 256, laurel_rank: int = 64, altup: int = 4,
-                  router_std: float | None = None, ctx: int = 1024, wtype: str = "Q8_0", embd_type: str = "F32", seed: int = 0,
+                  router_std: float | None = None, block_scale: float = 1.0, ctx: int = 1024, wtype: str = "Q8_0", embd_type: str = "F32", seed: int = 0,
                   vocab: dict | None = None, progress: bool = False) -> str:
     """A Gemma 3n model (llama.cpp's gemma3n, as convert_hf_to_gguf's Gemma3NModel writes it) with
     random weights: gemma3's scaled embeddings, pre- and post-norms, per-head q / k norms (scaled by
@@ -528,7 +528,9 @@ def synth_gemma3n(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, head
     key (llama.cpp caps at 30 regardless). llama.cpp fixes the rest: 4 streams, the first active,
     the first 10 layers' gates sparse. router_std (None: sqrt(dim)): the graph divides the router's
     input by dim, so sqrt(dim) gives modalities tanh(N(0, 1)) and streams mixed by ~0.2 each
-    (a deep model mixed that much is chaotic: a smaller std keeps it tame)."""
+    (a deep model mixed that much is chaotic: a smaller std keeps it tame); block_scale: the
+    attention's and the FFN's post-norm weights times this (< 1: each layer adds less, a deep random
+    model is less sensitive to rounding)."""
     rng = np.random.default_rng(seed)
     vocab = vocab or default_vocab()
     nv = vocab_size(vocab)
@@ -553,8 +555,8 @@ def synth_gemma3n(path, *, layers: int = 6, dim: int = 256, ffn: int = 512, head
         qk = np.float32(head_dim ** -0.25)  # (the graph's softmax is unscaled: as synth_gemma4)
         w.add(p + "attn_q_norm.weight", norm_weight(rng, head_dim) * qk)
         w.add(p + "attn_k_norm.weight", norm_weight(rng, head_dim) * qk)
-        w.add(p + "post_attention_norm.weight", norm_weight(rng, dim))
-        w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim))
+        w.add(p + "post_attention_norm.weight", norm_weight(rng, dim) * np.float32(block_scale))
+        w.add(p + "post_ffw_norm.weight", norm_weight(rng, dim) * np.float32(block_scale))
         add_glu(w, rng, p, width=ffn, dim=dim, wtype=wtype)
         w.add(p + "inp_gate.weight", gauss(rng, ple_dim, dim), wtype)
         w.add(p + "proj.weight", gauss(rng, dim, ple_dim), wtype)
