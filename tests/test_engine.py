@@ -209,11 +209,11 @@ def test_bad_inputs(model, tmp_path):
 def test_unsupported_architecture_is_named(tmp_path):
     sys.path.insert(0, os.path.dirname(__file__))
     from gguf_bytes import STR, U32, build
-    data = build([("general.architecture", STR, "jamba"), ("jamba.block_count", U32, 1)],
+    data = build([("general.architecture", STR, "rwkv7"), ("rwkv7.block_count", U32, 1)],
                  [("token_embd.weight", 0, (8, 4), bytes(128))])
     p = tmp_path / "m.gguf"
     p.write_bytes(data)
-    with pytest.raises(GGUFError, match="architecture 'jamba' is not supported"):
+    with pytest.raises(GGUFError, match="architecture 'rwkv7' is not supported"):
         lowbit.load(str(p))
 
 

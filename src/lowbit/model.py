@@ -1285,6 +1285,9 @@ class Model:
                 raise ValueError("stages and layers exclude each other")
             if (self.kv_k, self.kv_v) != ("f16", "f16"):
                 raise ValueError("a pipeline (stages) keeps an f16 KV cache: kv='q8_0' / 'q4_0' is not supported there yet")
+            if c.ple_dim:  # (checked before any Ray process starts; the engine refuses it too)
+                raise ValueError(f"{c.arch}: per-layer embeddings need every layer in one engine: a pipeline of "
+                                 "stages is not supported for this model")
             from .distributed.pipeline import PipelineEngine
             self.layers = (0, c.n_layer)
             self.engine = PipelineEngine(self.path, c, self.n_ctx, self.n_slots, int(stages), threads=threads,

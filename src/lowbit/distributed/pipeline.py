@@ -164,33 +164,39 @@ class PipelineEngine:
         self.ranges = split_layers(layer_bytes(f, c.n_layer), self.n_stages, head=int(head))
         del f
         self.cluster = Cluster(address)
-        ray = self.ray = self.cluster.ray
-        from ray.util.placement_group import placement_group, remove_placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-        self._remove_pg = remove_placement_group
-        # one bundle per stage; SPREAD puts them on different machines when there are several
-        # (STRICT_SPREAD would refuse a one-machine cluster)
-        self.pg = placement_group([{"CPU": 1}] * self.n_stages, strategy=placement)
-        ray.get(self.pg.ready(), timeout=120)
-        actor = ray.remote(Stage)
-        self.stages = [actor.options(num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
-            placement_group=self.pg, placement_group_bundle_index=i)).remote(path, n_ctx, n_slots, r, threads, lookahead,
-                                                                  memory, mlock)
-            for i, r in enumerate(self.ranges)]
-        self.stage_info = ray.get([s.info.remote() for s in self.stages])  # (waits for every load; raises its error)
-        if compiled is None:
-            compiled = os.environ.get("LOWBIT_RAY_COMPILED", "1") != "0"
-        self._dag = None
-        if compiled:
-            from ray.dag import InputNode
-            with InputNode() as inp:
-                node = inp
-                for s in self.stages:
-                    node = s.run.bind(node)
-            # a stage may take long on a big prompt chunk (Ray's default waits: 10 s); micro-batches
-            # in flight: up to K per forward_batch
-            self._dag = node.experimental_compile(_submit_timeout=3600,
-                                                  _max_inflight_executions=max(10, 2 * self.n_stages))
+        self.stages, self.pg, self._dag = [], None, None
+        try:  # (a stage that fails to load: its actors, the placement group and the cluster are released)
+            ray = self.ray = self.cluster.ray
+            from ray.util.placement_group import placement_group, remove_placement_group
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+            self._remove_pg = remove_placement_group
+            # one bundle per stage; SPREAD puts them on different machines when there are several
+            # (STRICT_SPREAD would refuse a one-machine cluster)
+            self.pg = placement_group([{"CPU": 1}] * self.n_stages, strategy=placement)
+            ray.get(self.pg.ready(), timeout=120)
+            actor = ray.remote(Stage)
+            self.stages = [actor.options(num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=self.pg, placement_group_bundle_index=i)).remote(path, n_ctx, n_slots, r, threads, lookahead,
+                                                                      memory, mlock)
+                for i, r in enumerate(self.ranges)]
+            self.stage_info = ray.get([s.info.remote() for s in self.stages])  # (waits for every load; raises its error)
+            if compiled is None:
+                compiled = os.environ.get("LOWBIT_RAY_COMPILED", "1") != "0"
+            self._dag = None
+            if compiled:
+                from ray.dag import InputNode
+                with InputNode() as inp:
+                    node = inp
+                    for s in self.stages:
+                        node = s.run.bind(node)
+                # a stage may take long on a big prompt chunk (Ray's default waits: 10 s); micro-batches
+                # in flight: up to K per forward_batch
+                self._dag = node.experimental_compile(_submit_timeout=3600,
+                                                      _max_inflight_executions=max(10, 2 * self.n_stages))
+        except BaseException:
+            PipelineEngine._shutdown(self._dag, self.stages, self.pg, getattr(self, "_remove_pg", lambda pg: None),
+                                     self.cluster, self.cluster.ray)
+            raise
         self._lock = threading.Lock()  # one forward at a time (as the native engine)
         self._closed = False
         self._finalizer = weakref.finalize(self, PipelineEngine._shutdown, self._dag, self.stages, self.pg,
