@@ -117,20 +117,20 @@ void Engine::altup_predict(int layer, int T) {
     for (int t = 0; t < T; ++t)  // the router reads the active stream
         std::memcpy(x_.data() + (size_t)t * dim, streams_.data() + (size_t)t * S + (size_t)act * dim, sizeof(float) * dim);
     altup_modalities(layer, x_.data(), T, amod_.data());
-    std::vector<float> C((size_t)A * A);
+    float C[64];  // [A][A] (A <= 8: the engine's check)
     for (int t = 0; t < T; ++t) {
         const float *m = amod_.data() + (size_t)t * A;
         for (int o = 0; o < A * A; ++o) {  // predict_coef row o (= j * A + k) . m
             float d = 0.0f;
             for (int a = 0; a < A; ++a) d += L.altup_predict[(size_t)o * A + a] * m[a];
-            C[(size_t)o] = d;
+            C[o] = d;
         }
         const float *st = streams_.data() + (size_t)t * S;
         float *pr = preds_.data() + (size_t)t * S;
         for (int j = 0; j < A; ++j)
             for (int e = 0; e < dim; ++e) {
                 float d = 0.0f;
-                for (int k = 0; k < A; ++k) d += st[(size_t)k * dim + e] * C[(size_t)j * A + k];
+                for (int k = 0; k < A; ++k) d += st[(size_t)k * dim + e] * C[j * A + k];
                 pr[(size_t)j * dim + e] = d + st[(size_t)j * dim + e];
             }
         std::memcpy(x_.data() + (size_t)t * dim, pr + (size_t)act * dim, sizeof(float) * dim);
@@ -178,7 +178,7 @@ void Engine::altup_merge(int T) {
     const int A = c_.altup, act = c_.altup_act, dim = c_.dim;
     const size_t S = (size_t)A * dim;
     atmp_.resize((size_t)T * dim);
-    std::vector<float> u((size_t)T * (A - 1) * dim);
+    std::vector<float> &u = preds_;  // (free after the last layer's correction: [A-1][T][dim] of its [T][A][dim])
     for (int i = 1; i < A; ++i) {  // slice i - 1 of altup_unembd_proj on stream i
         for (int t = 0; t < T; ++t)
             std::memcpy(atmp_.data() + (size_t)t * dim, streams_.data() + (size_t)t * S + (size_t)i * dim, sizeof(float) * dim);

@@ -200,9 +200,9 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     }
     if (c.ple_dim < 0 || (c.ple_dim > 0 && (c.layer_begin != 0 || c_.layer_end != c.n_layer)))
         throw std::invalid_argument("engine: per-layer embeddings need every layer in one engine (no pipeline stages)");
-    if (c.altup < 0 || c.altup == 1 || (c.altup > 0 && (c.ple_dim <= 0 || c.altup_act < 0 || c.altup_act >= c.altup)) ||
+    if (c.altup < 0 || c.altup == 1 || c.altup > 8 || (c.altup > 0 && (c.ple_dim <= 0 || c.altup_act < 0 || c.altup_act >= c.altup)) ||
         c.sparse_layers < 0 || c.sparse_layers > c.n_layer)
-        throw std::invalid_argument("engine: altup streams must be 0 or >= 2 with per-layer embeddings and an active "
+        throw std::invalid_argument("engine: altup streams must be 0 or 2..8 with per-layer embeddings and an active "
                                     "stream among them; sparse layers within 0..n_layer");
     const size_t kn = (size_t)c.n_slots * kslot_, vn = (size_t)c.n_slots * vslot_;
     if (kv_quant()) { kq_.assign(kn, 0); vq_.assign(vn, 0); }
@@ -342,7 +342,6 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (c_.layer_norm && (name == "attn_q_norm" || name == "attn_k_norm")) {  // Command R+: one row per head
             need(name == "attn_q_norm" ? qd : kd);
             (name == "attn_q_norm" ? l.q_norm : l.k_norm) = v;
-            l.qk_norm_heads = true;
             return;
         }
         if (name == "attn_q_norm") { need(c_.qk_norm_full ? qd : hd); l.q_norm = v; return; }
@@ -1254,7 +1253,7 @@ void Engine::attention_block(int l, int T, const int32_t *slots, const int32_t *
         if (L.q_norm) head_norm(q_.data(), L.q_norm, T, 1, qd, c_.eps);
         if (L.k_norm) head_norm(k_.data(), L.k_norm, T, 1, kd, c_.eps);
     } else {
-        if (L.qk_norm_heads) {  // Command R+: a LayerNorm per head, each head its own weight row
+        if (c_.layer_norm && L.q_norm) {  // Command R+: a LayerNorm per head, each head its own weight row (set_vec)
             for (int t = 0; t < T; ++t)
                 for (int hh = 0; hh < c_.n_head; ++hh) {
                     float *qh = q_.data() + ((size_t)t * c_.n_head + hh) * hd;

@@ -52,7 +52,6 @@ struct LayerWeights {
     const float *attn_norm_b = nullptr, *ffn_norm_b = nullptr;  // [dim] a LayerNorm's bias (starcoder2, phi2)
     const float *ffn_up_b = nullptr, *ffn_down_b = nullptr;    // an ungated FFN's biases [ffn], [dim] (starcoder2, phi2)
     const float *q_norm = nullptr, *k_norm = nullptr;       // [head_dim] (qwen3)
-    bool qk_norm_heads = false;   // q_norm [n_head][head_dim], k_norm [n_kv][head_dim] (Command R+)
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr; // [n_head*hd], [n_kv*hd] (qwen2)
     // BitNet sub-norms (EngineConfig::sub_norm): RMSNorm of the attention output before wo
     // [n_head*hd], and of the FFN activation before ffn_down [ffn].
