@@ -46,7 +46,7 @@ import numpy as np
 import pytest
 
 import lowbit
-from llama_ref import features_matter, llama_greedy, perplexity_matches, top1_matches
+from llama_ref import ROUTE_TIE, features_matter, llama_greedy, perplexity_matches, top1_matches
 from lowbit.gguf import GGUFError
 from lowbit.synth import synth_dense, synth_moe
 
@@ -177,6 +177,7 @@ def test_each_feature_matters(case, monkeypatch):
     neox rope (its 4th IMROPE section rotates by position 0) or adjacent pairs; qwen3vlmoe not
     renormalised or with adjacent pairs."""
     arch, path, run = case
+    tie = ROUTE_TIE
     if arch == "smollm3":
         wrong = {"rope everywhere": dict(rope_layers=())}
     elif arch == "ernie4_5":
@@ -184,6 +185,10 @@ def test_each_feature_matters(case, monkeypatch):
     elif arch == "ernie4_5-moe":
         wrong = {"no selection bias": dict(exp_probs_b=False), "top-K not renormalised": dict(expert_norm=False),
                  "no shared expert": dict(shexp_ffn=0)}
+        # (its selection scores are probabilities plus the bias: on a Zen 5 host llama.cpp's AVX-512 build
+        # routed position 447 otherwise at a 0.0039 margin (2.3 in logits, the positions around it 0.05),
+        # so near-ties are judged out at 1e-2 here, as for jamba and g4-moe)
+        tie = 1e-2
     elif arch.startswith("granitemoe"):
         wrong = {"top-K not renormalised": dict(expert_norm=False), "no residual scale": dict(residual_scale=0.0)}
         if arch.endswith("shared"):
@@ -216,7 +221,7 @@ def test_each_feature_matters(case, monkeypatch):
     else:
         wrong = {"no temperature": dict(attn_temp_scale=0.0, attn_temp_floor=0),
                  "floor 257": dict(attn_temp_floor=257), "beta_fast 16": dict(yarn_beta_fast=16.0)}
-    features_matter(monkeypatch, path, N_CTX, run, wrong)
+    features_matter(monkeypatch, path, N_CTX, run, wrong, tie)
 
 
 def test_bad_temperature_key_is_a_clear_error(tmp_path):
