@@ -29,6 +29,11 @@
 // token:  sum_k (q_k + 128) w_k = sum_k q_k w_k + 128 * W,   C = 128 * sum_s sc[s] * W_s.
 // So Q6_K's offset of 32 needs no bsums term (it is in the signed codes, hence in C), and
 // only the MINS formats read the activations' block sums (4 vpdpwssd: pairs of 32-sums).
+// Q4_K and Q5_K (D::UW) swap the roles instead: their codes u are unsigned already, so the
+// broadcast weight dword is vpdpbusd's unsigned operand and the panel keeps the activations
+// signed (no +128, C = 0): the tile's decode is a nibble split and a store, without the per
+// sub-block code sums C needs (their vpsadbw chains were 12% of an 8B-shaped prefill, perf).
+// The integer sums are the same either way, so the results are bitwise unchanged.
 // Bounds (int32, exact): a sub-block's |dot| <= 32 * 255 * 32 = 261120; times |sc| <= 128 and
 // summed over 8 or 16 sub-blocks: < 2^29.
 //
@@ -145,6 +150,9 @@ LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm256_add_epi32(acc, _mm256
 #define LB_GK_PRESUM16 1
 constexpr int ksum16(int wmax) { return 32767 / (2 * 255 * wmax); }
 constexpr bool presum16(int wmax) { return ksum16(wmax) >= 4; }
+// The same with the roles swapped (UW: unsigned weight codes 0..wmax against signed activations,
+// |a| <= 128): K * 2 * 128 * WMAX <= 32767 (Q4_K 8 dwords, Q5_K 4)
+constexpr int ksum16_uw(int wmax) { return 32767 / (2 * 128 * wmax); }
 // The sign trick for codes too wide for vdot (Q8_0's -128..127; LB_GK_SIGN, GQ8_0::SIGN): the
 // activations SIGNED in the panel (no +128), the weight as two broadcast dwords, its codes' |w|
 // (vpabsb: -128 gives the byte 0x80, i.e. 128 as vpmaddubsw's unsigned operand) and w itself;
@@ -170,7 +178,7 @@ LB_GK_INLINE VI vdot_sign(VI acc, VI a, VI wabs, VI w) {
     return s;
 }
 // acc[r][v] += the sum over dwords g in [g0, g1) of act_at(v, g) x w_at(r, g), g1 - g0 <= K
-template <int R, int V, class ActAt, class WAt>
+template <int R, int V, bool UW = false, class ActAt, class WAt>
 LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_at) {
     const VI ones = _mm256_set1_epi16(1);
     VI p[R][V];
@@ -192,7 +200,7 @@ LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_a
             const VI w = vset1(w_at(r, g));
             #pragma GCC unroll 16
             for (int v = 0; v < V; ++v) {
-                const VI t = _mm256_maddubs_epi16(a[v], w);
+                const VI t = UW ? _mm256_maddubs_epi16(w, a[v]) : _mm256_maddubs_epi16(a[v], w);
                 VI x = _mm256_add_epi16(p[r][v], t);
                 __asm__("" : "+v"(x));  // in order (as vdot's fence; on a scalar: an array element
                 p[r][v] = x;            // in an asm keeps the array in memory)
@@ -235,7 +243,7 @@ static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 
 // One 16-token group's activations of one super-block.
 struct alignas(64) ActSB {
-    uint8_t q[64][LANES * 4];  // [dword dw][lane l * 4 + k]: token l's q[4 dw + k] + 128
+    uint8_t q[64][LANES * 4];  // [dword dw][lane l * 4 + k]: token l's q[4 dw + k] + 128 (D::UW: q)
     int32_t bs[4][LANES];      // [pair p][lane]: int16 (s[2p], s[2p + 1]) of token l, s[j] the sum
                                // of its 32 q of sub-block j (bsums[2j] + bsums[2j + 1], |s| <= 4096)
     float d[LANES];            // [lane]: token l's d_a (0 for lanes past the chunk)
@@ -244,7 +252,7 @@ struct alignas(64) ActSB {
 struct alignas(64) RowSB {
     int32_t sc[16];      // sub-block scales (8 of 32 codes: Q4_K, Q5_K; 16 of 16: Q6_K)
     int32_t mn[4];       // MINS: int16 pairs (mn[2p], mn[2p + 1]) against the activations' bs[p]
-    int32_t C;           // 128 * sum_s sc[s] * W_s (the +128 of the activations)
+    int32_t C;           // 128 * sum_s sc[s] * W_s (the +128 of the activations; 0 for D::UW)
     float d, dmin;
 };
 
@@ -255,12 +263,6 @@ LB_GK_INLINE float f16(const uint8_t *p) {
 }
 LB_GK_INLINE int32_t pair16(int a, int b) { return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a); }
 
-// Sum of the 32 bytes (codes) of a sub-block: U_s
-LB_GK_INLINE int32_t usum32(__m256i u) {
-    const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
-    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    return (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
-}
 LB_GK_INLINE void usum16x2(__m256i u, int32_t *a, int32_t *b) {  // the two 16-byte halves
     const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
     const __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
@@ -294,22 +296,20 @@ LB_GK_INLINE void scale_min_k4(const uint8_t *q, int *sc, int *mn) {
 struct GQ4K {
     static constexpr int NSUB = 8;
     static constexpr bool MINS = true;
+    static constexpr bool UW = true;  // unsigned codes x signed activations: no +128, no C
     static constexpr int WMAX = 15;  // codes u: 0..15
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         int sc[8], mn[8];
         scale_min_k4(x + 4, sc, mn);
         const __m256i k0F = _mm256_set1_epi8(0x0F);
-        int64_t C = 0;
         for (int c = 0; c < 4; ++c) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 16 + 32 * c));
-            const __m256i lo = _mm256_and_si256(q, k0F), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), k0F);
-            _mm256_storeu_si256((__m256i *)(u + 64 * c), lo);
-            _mm256_storeu_si256((__m256i *)(u + 64 * c + 32), hi);
-            C += (int64_t)sc[2 * c] * usum32(lo) + (int64_t)sc[2 * c + 1] * usum32(hi);
+            _mm256_storeu_si256((__m256i *)(u + 64 * c), _mm256_and_si256(q, k0F));
+            _mm256_storeu_si256((__m256i *)(u + 64 * c + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), k0F));
         }
         for (int s = 0; s < 8; ++s) m.sc[s] = sc[s];
         for (int p = 0; p < 4; ++p) m.mn[p] = pair16(mn[2 * p], mn[2 * p + 1]);
-        m.C = (int32_t)(128 * C);
+        m.C = 0;
         m.d = f16(x), m.dmin = f16(x + 2);
     }
 };
@@ -318,13 +318,13 @@ struct GQ4K {
 struct GQ5K {
     static constexpr int NSUB = 8;
     static constexpr bool MINS = true;
+    static constexpr bool UW = true;
     static constexpr int WMAX = 31;  // codes u: 0..31
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         int sc[8], mn[8];
         scale_min_k4(x + 4, sc, mn);
         const __m256i k0F = _mm256_set1_epi8(0x0F), k10 = _mm256_set1_epi8(0x10);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(x + 16));
-        int64_t C = 0;
         for (int c = 0; c < 4; ++c) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 48 + 32 * c));
             // bit 2c of qh to bit 4 (low), bit 2c + 1 to bit 4 (high)
@@ -334,11 +334,10 @@ struct GQ5K {
             const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), k0F), hh);
             _mm256_storeu_si256((__m256i *)(u + 64 * c), lo);
             _mm256_storeu_si256((__m256i *)(u + 64 * c + 32), hi);
-            C += (int64_t)sc[2 * c] * usum32(lo) + (int64_t)sc[2 * c + 1] * usum32(hi);
         }
         for (int s = 0; s < 8; ++s) m.sc[s] = sc[s];
         for (int p = 0; p < 4; ++p) m.mn[p] = pair16(mn[2 * p], mn[2 * p + 1]);
-        m.C = (int32_t)(128 * C);
+        m.C = 0;
         m.d = f16(x), m.dmin = f16(x + 2);
     }
 };
@@ -349,6 +348,7 @@ struct GQ5K {
 struct GQ6K {
     static constexpr int NSUB = 16;
     static constexpr bool MINS = false;
+    static constexpr bool UW = false;  // signed codes x activations + 128, C
     static constexpr int WMAX = 32;  // codes q: -32..31
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         const int8_t *scv = (const int8_t *)(x + 192);
@@ -390,7 +390,8 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
 #define u(r) (u0 + (size_t)(r) * us)
 #define m(r) (m0 + (size_t)(r) * ms)
 #define act(v) (act0 + (size_t)(v) * ms)
-    static_assert(D::WMAX <= W_MAX, "this level's vdot is not exact for the format's codes");
+    static_assert(D::UW ? 2 * D::WMAX * 128 <= 32767 : D::WMAX <= W_MAX,
+                  "this level's vdot is not exact for the format's codes");
     constexpr int DW = 64 / D::NSUB;  // dwords per sub-block
     // The float accumulators live in res (L1), loaded and stored once per super-block and
     // (row, lane vector): the registers go to the integer sums (no spills under GCC or clang, I7).
@@ -410,11 +411,11 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = vset1(0);
 #if defined(LB_GK_PRESUM16)
-            if constexpr (presum16(D::WMAX)) {  // Q4_K
-                constexpr int K = ksum16(D::WMAX);
+            if constexpr ((D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX)) >= 4) {  // Q4_K, Q5_K
+                constexpr int K = D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX);
                 #pragma GCC unroll 16
                 for (int g0 = 0; g0 < DW; g0 += K)
-                    vdots16<R, V>(dt, g0, std::min(g0 + K, DW),
+                    vdots16<R, V, D::UW>(dt, g0, std::min(g0 + K, DW),
                                   [&](int v, int g) { return vld((const void *)act(v)[b].q[s * DW + g]); },
                                   [&](int r, int g) {
                                       int32_t wv;
@@ -435,7 +436,7 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                     std::memcpy(&wv, u(r) + (size_t)b * QK + 4 * dw, 4);
                     const VI w = vset1(wv);
                     #pragma GCC unroll 16
-                    for (int v = 0; v < V; ++v) dt[r][v] = vdot(dt[r][v], a[v], w);
+                    for (int v = 0; v < V; ++v) dt[r][v] = D::UW ? vdot(dt[r][v], w, a[v]) : vdot(dt[r][v], a[v], w);
                 }
             }
             #pragma GCC unroll 16
@@ -464,7 +465,7 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
             const VI C = vset1(m(r)[b].C);
             #pragma GCC unroll 16
             for (int v = 0; v < V; ++v) {
-                I[r][v] = vsub(I[r][v], C);
+                if constexpr (!D::UW) I[r][v] = vsub(I[r][v], C);
                 const VF da = fld(act(v)[b].d);
                 float *o = res + (size_t)(r * MAXV + v) * LANES;
                 VF acc = ffma(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v]), fldu(o));
@@ -484,6 +485,8 @@ template <class D>
 constexpr MkFn<D> kMk[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm<D,);
 
 // ---- the activation panel: nt tokens of Q8_K rows -> ceil(nt / 16) groups of nb ActSB -----
+// (X128: each byte + 128, for the formats whose codes are vpdpbusd's signed operand; !D::UW)
+template <bool X128>
 __attribute__((noinline)) void build_act_panel(const uint8_t *act, size_t act_stride, int nt, int64_t nb, ActSB *panel) {
     const int ng = (nt + LANES - 1) / LANES;
     for (int g = 0; g < ng; ++g)
@@ -491,8 +494,8 @@ __attribute__((noinline)) void build_act_panel(const uint8_t *act, size_t act_st
             ActSB &P = panel[(size_t)g * (size_t)nb + (size_t)b];
             for (int l = 0; l < LANES; ++l) {
                 const int t = g * LANES + l;
-                if (t >= nt) {  // absent tokens: activations 0 (bytes 128), bsums 0, d 0
-                    for (int dw = 0; dw < 64; ++dw) std::memset(P.q[dw] + 4 * l, 0x80, 4);
+                if (t >= nt) {  // absent tokens: activations 0 (bytes 128 or 0), bsums 0, d 0
+                    for (int dw = 0; dw < 64; ++dw) std::memset(P.q[dw] + 4 * l, X128 ? 0x80 : 0, 4);
                     for (int p = 0; p < 4; ++p) P.bs[p][l] = 0;
                     P.d[l] = 0.0f;
                     continue;
@@ -501,7 +504,7 @@ __attribute__((noinline)) void build_act_panel(const uint8_t *act, size_t act_st
                 for (int dw = 0; dw < 64; ++dw) {
                     uint32_t v;
                     std::memcpy(&v, y + Q8K_QS + 4 * dw, 4);
-                    v ^= 0x80808080u;  // q + 128 per byte
+                    if (X128) v ^= 0x80808080u;  // q + 128 per byte
                     std::memcpy(P.q[dw] + 4 * l, &v, 4);
                 }
                 int16_t bsum[16];  // of 16 q each
@@ -598,7 +601,7 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     const int64_t nb = a.n / QK;
     const int ng = (nt + LANES - 1) / LANES;
     ActSB *panel = (ActSB *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActSB));
-    if (!panel_holds(key, a, nt)) build_act_panel(a.act, a.act_stride, nt, nb, panel);
+    if (!panel_holds(key, a, nt)) build_act_panel<!D::UW>(a.act, a.act_stride, nt, nb, panel);
     // rows per tile: their codes and metadata about 256 KB (L2), a multiple of 4, 4..64
     const size_t per_row = (size_t)nb * (QK + sizeof(RowSB));
     int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
