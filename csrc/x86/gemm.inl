@@ -143,8 +143,9 @@ LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm256_add_epi32(acc, _mm256
 // The microkernels' inner loop at avx2 for the narrow codes (LB_GK_PRESUM16): the vpmaddubsw
 // products of K consecutive dwords summed in int16 lanes (vpaddw), then one vpmaddwd with ones
 // into int32. Exact while no int16 sum saturates or wraps: K * 2 * 255 * WMAX <= 32767, so
-// K = ksum16(WMAX): Q4_0 (8) 8 dwords, Q4_K and Q4_1 (15) 4; Q5_K (31) and Q6_K (32) would
-// have 2, and take vdot (presum16: K >= 4; at 2 the 3-row microkernels spilled). A quarter to
+// K = ksum16(WMAX): Q4_0 (8) 8 dwords, Q4_1 (15) 4; Q6_K (32) would have 2, and takes vdot
+// (presum16: K >= 4; at 2 the 3-row microkernels spilled); Q4_K and Q5_K, unsigned codes against
+// signed activations (D::UW), ksum16_uw: 8 and 4 dwords (Q5_K: 1.4x its vdot). A quarter to
 // an eighth of vdot's vpmaddwd, which Zen 3 issues on the same 2 pipes as vpmaddubsw (Q4_K's
 // windows / gemm at 64 tokens: 1.08 with vdot at 4 rows, 1.33 so).
 #define LB_GK_PRESUM16 1
