@@ -28,7 +28,8 @@ struct RowArgs {
     // Nonzero: names the activations of one matmul call (new_act_id, csrc/matmul.h): calls with
     // the same id, pointer, stride, n and nt read the same bytes, so a GEMM may reuse the
     // activation panel it built for the first of them (each thread builds it once per call,
-    // not once per row part or GLU tile). 0: no promise (row kernels ignore it).
+    // not once per row part or GLU tile), and the legacy window kernels their re-layout
+    // (csrc/x86/legacy.inl, prepare). 0: no promise.
     uint64_t act_id = 0;
 };
 using rows_fn = void (*)(const RowArgs &a, int64_t r0, int64_t r1, int nt);

@@ -63,7 +63,8 @@ static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &b
 struct RowsPlan {
     const RowJob *j;
     bool gemm;
-    uint64_t id;   // the GEMM's activation panel (once per thread, call and matrix)
+    uint64_t id;   // names the call's activations (RowArgs::act_id): the GEMM's panel and the
+                   // window kernels' re-layout are built once per thread, call and matrix
     int64_t tile;  // rows per tile
 };
 
@@ -79,7 +80,7 @@ static void rows_piece(const RowsPlan &p, const uint8_t *act, size_t act_stride,
     for (int64_t t0 = 0; t0 < nt; t0 += MAX_NT) {
         const int ntc = (int)((nt - t0) < MAX_NT ? (nt - t0) : MAX_NT);
         RowArgs a{j.w, j.w_stride, act + (size_t)t0 * act_stride, act_stride, j.out + (size_t)t0 * j.out_stride,
-                  j.out_stride, n, j.w_scale};
+                  j.out_stride, n, j.w_scale, p.id};
         j.e->rows[ntc].fn(a, j.r0 + tb, j.r0 + te, ntc);
     }
 }
@@ -109,7 +110,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         else check_and_count(*j.f, *j.e, isa, nt, rows);
         const int64_t tile = !gemm && windows > 1 ? (j.w_stride >= kTileBytes ? 1 : (int64_t)(kTileBytes / j.w_stride))
                                                   : rows;
-        plan[(size_t)k] = RowsPlan{&j, gemm, gemm ? new_act_id() : 0, tile};
+        plan[(size_t)k] = RowsPlan{&j, gemm, new_act_id(), tile};
         total += rows;
     }
     for_row_tiles(total, total, threads, [&](int64_t b, int64_t e) {
@@ -171,11 +172,11 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
             // result does not depend on where the range starts), token t's at G[t * tr + r]
             if (gate.w) {  // (no gate: an ungated FFN, below)
                 RowArgs a{gate.w + (size_t)tb * gate.stride, gate.stride, act_g + (size_t)t0 * act_g_stride,
-                          act_g_stride, G, (size_t)tr, n, gate.scale, gemm ? act_id : 0};
+                          act_g_stride, G, (size_t)tr, n, gate.scale, act_id};
                 (gemm ? gate.e->gemm.fn : gate.e->rows[ntc].fn)(a, 0, tr, ntc);
             }
             RowArgs b{up.w + (size_t)tb * up.stride, up.stride, act_u + (size_t)t0 * act_u_stride,
-                      act_u_stride, U, (size_t)tr, n, up.scale, gemm ? act_id : 0};
+                      act_u_stride, U, (size_t)tr, n, up.scale, act_id};
             (gemm ? up.e->gemm.fn : up.e->rows[ntc].fn)(b, 0, tr, ntc);
             if (gate.out_scale != 1.0f)
                 for (int64_t i = 0; i < tr * ntc; ++i) G[i] *= gate.out_scale;
