@@ -32,6 +32,26 @@ struct RowArgs {
     // (csrc/x86/legacy.inl, prepare). 0: no promise.
     uint64_t act_id = 0;
 };
+
+// What a thread's buffer derived from a call's activations holds (a GEMM's panel, a window
+// kernel's re-layout): act_holds(k, a, nt, layout) is true when a names the same activations
+// (non-zero act_id, pointer, stride, n) for the same nt and layout (an id of the buffer's
+// format, for a buffer several layouts share; nullptr for one buffer per layout), so the
+// buffer can be reused; otherwise k records a and the caller rebuilds.
+struct ActKey {
+    uint64_t id = 0;
+    const uint8_t *act = nullptr;
+    size_t stride = 0;
+    int64_t n = 0;
+    int nt = 0;
+    const void *layout = nullptr;
+};
+inline bool act_holds(ActKey &k, const RowArgs &a, int nt, const void *layout = nullptr) {
+    const bool hit = a.act_id != 0 && k.id == a.act_id && k.act == a.act && k.stride == a.act_stride && k.n == a.n &&
+                     k.nt == nt && k.layout == layout;
+    k = ActKey{a.act_id, a.act, a.act_stride, a.n, nt, layout};
+    return hit;
+}
 using rows_fn = void (*)(const RowArgs &a, int64_t r0, int64_t r1, int nt);
 
 // Dequantize one row of n weights (n a multiple of the block) into float32.

@@ -412,8 +412,8 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = vset1(0);
 #if defined(LB_GK_PRESUM16)
-            if constexpr ((D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX)) >= 4) {  // Q4_K, Q5_K
-                constexpr int K = D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX);
+            constexpr int K = D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX);
+            if constexpr (K >= 4) {  // Q4_K, Q5_K (Q6_K: 2, vdot)
                 #pragma GCC unroll 16
                 for (int g0 = 0; g0 < DW; g0 += K)
                     vdots16<R, V, D::UW>(dt, g0, std::min(g0 + K, DW),
@@ -463,10 +463,9 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                     for (int v = 0; v < V; ++v) M[v] = vdot16(M[v], vld((const void *)act(v)[b].bs[p]), c);
                 }
             }
-            const VI C = vset1(m(r)[b].C);
             #pragma GCC unroll 16
             for (int v = 0; v < V; ++v) {
-                if constexpr (!D::UW) I[r][v] = vsub(I[r][v], C);
+                if constexpr (!D::UW) I[r][v] = vsub(I[r][v], vset1(m(r)[b].C));
                 const VF da = fld(act(v)[b].d);
                 float *o = res + (size_t)(r * MAXV + v) * LANES;
                 VF acc = ffma(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v]), fldu(o));
@@ -579,30 +578,15 @@ inline void scatter_res(const RowArgs &a, const float *res, int64_t rq, int R, i
             }
 }
 
-// The activations a thread's panel holds (RowArgs::act_id): a call with the same id, pointer,
-// stride, n and nt reuses it (the row parts and GLU tiles of one matmul), anything else rebuilds.
-struct PanelKey {
-    uint64_t id = 0;
-    const uint8_t *act = nullptr;
-    size_t stride = 0;
-    int64_t n = 0;
-    int nt = 0;
-};
-inline bool panel_holds(PanelKey &k, const RowArgs &a, int nt) {
-    const bool hit = a.act_id != 0 && k.id == a.act_id && k.act == a.act && k.stride == a.act_stride && k.n == a.n &&
-                     k.nt == nt;
-    k = PanelKey{a.act_id, a.act, a.act_stride, a.n, nt};
-    return hit;
-}
 
 template <class D, size_t BYTES>
 void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
-    static thread_local PanelKey key;
+    static thread_local ActKey key;  // (the panel: kernels.h act_holds)
     const int64_t nb = a.n / QK;
     const int ng = (nt + LANES - 1) / LANES;
     ActSB *panel = (ActSB *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActSB));
-    if (!panel_holds(key, a, nt)) build_act_panel<!D::UW>(a.act, a.act_stride, nt, nb, panel);
+    if (!act_holds(key, a, nt)) build_act_panel<!D::UW>(a.act, a.act_stride, nt, nb, panel);
     // rows per tile: their codes and metadata about 256 KB (L2), a multiple of 4, 4..64
     const size_t per_row = (size_t)nb * (QK + sizeof(RowSB));
     int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
@@ -931,11 +915,11 @@ __attribute__((noinline)) void decode_tile_legacy(const RowArgs &a, int64_t rb, 
 template <class D>
 void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
-    static thread_local PanelKey key;
+    static thread_local ActKey key;  // (the panel: kernels.h act_holds)
     const int64_t nb = a.n / 32;
     const int ng = (nt + LANES - 1) / LANES;
     ActBlk *panel = (ActBlk *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActBlk));
-    if (!panel_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1, !D::SIGN>(a.act, a.act_stride, nt, nb, panel);
+    if (!act_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1, !D::SIGN>(a.act, a.act_stride, nt, nb, panel);
     const size_t per_row = (size_t)nb * (D::CODES + sizeof(RowBlk));
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
     constexpr int MR = kMr<D>;
@@ -1075,11 +1059,11 @@ __attribute__((noinline)) void decode_tile_i2s(const RowArgs &a, int64_t rb, int
 
 void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
-    static thread_local PanelKey key;
+    static thread_local ActKey key;  // (the panel: kernels.h act_holds)
     const int ng = (nt + LANES - 1) / LANES;
     const size_t act_gs = sizeof(ActI2s) + (size_t)(a.n / 4) * LANES * 4;
     uint8_t *panel = (uint8_t *)act_s.get((size_t)ng * act_gs);
-    if (!panel_holds(key, a, nt)) build_act_panel_i2s(a.act, a.act_stride, nt, a.n, panel, act_gs);
+    if (!act_holds(key, a, nt)) build_act_panel_i2s(a.act, a.act_stride, nt, a.n, panel, act_gs);
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / (size_t)a.n) & ~(int64_t)3, 4, 64);
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * (size_t)a.n + (size_t)RT * 4 + (size_t)MAXR * MAXV * LANES * 4 + 64);
     int32_t *neg = (int32_t *)(codes + (size_t)RT * (size_t)a.n);

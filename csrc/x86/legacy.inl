@@ -369,21 +369,10 @@ LB_LG_INLINE uint8_t *scratch(size_t bytes) {
     if (buf.size() < lines) buf.resize(lines);
     return reinterpret_cast<uint8_t *>(buf.data());
 }
-
-// What the thread's scratch holds: the layout (tag: the prepare instance) of the activations a
-// call named act_id (RowArgs::act_id) at act, act_stride, nb. A call with the same non-zero id,
-// pointer, stride and layout reads the same bytes (kernels.h), so the re-layout is reused: a
-// dispatch's parts and a GLU's tiles (gate, then up, on one input) prepare once per thread.
-struct PrepKey {
-    const void *tag = nullptr;
-    uint64_t id = 0;
-    const uint8_t *act = nullptr;
-    size_t stride = 0;
-    int64_t nb = 0;
-};
-LB_LG_INLINE PrepKey &prep_key() {
-    static thread_local PrepKey k;
-    return k;
+// What the thread's scratch holds (every layout shares it, so the key names the layout too)
+LB_LG_INLINE ActKey &scratch_key() {
+    static thread_local ActKey key;
+    return key;
 }
 
 template <class F, int NT>
@@ -392,12 +381,10 @@ __attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int64_t nb) {
     constexpr int ABYTES = F::kQ8_1 ? 36 : 34, AQS = F::kQ8_1 ? 4 : 2;
     const int64_t G = (nb + 7) / 8;
     uint8_t *base = scratch((size_t)G * Y::kGroup);
-    PrepKey &key = prep_key();
-    const void *tag = reinterpret_cast<const void *>(&prepare<F, NT>);
-    if (a.act_id != 0 && key.tag == tag && key.id == a.act_id && key.act == a.act && key.stride == a.act_stride &&
-        key.nb == nb)
-        return base;
-    key = PrepKey{a.act_id != 0 ? tag : nullptr, a.act_id, a.act, a.act_stride, nb};
+    // The scratch (shared by every layout) already holds this call's activations in this layout
+    // (kernels.h act_holds; layout: this instance): a dispatch's parts and a GLU's gate and up
+    // tiles re-lay them out once per thread.
+    if (act_holds(scratch_key(), a, NT, reinterpret_cast<const void *>(&prepare<F, NT>))) return base;
     std::memset(base, 0, (size_t)G * Y::kGroup);  // phantom blocks / tokens: codes, scales, sums 0
     for (int t = 0; t < NT; ++t) {
         const uint8_t *at = a.act + (size_t)t * a.act_stride;
