@@ -66,7 +66,7 @@ void Engine::mla_attention(int layer, const float *x, int T, const int32_t *slot
     for (int t = 0; t < T; ++t) {
         const size_t at = kv_k_at(slots[t], layer, pos[t]);
         const float *src = mkv_.data() + (size_t)t * dk;
-        for (int i = 0; i < dk; ++i) k16_[at + i] = f32_to_fp16(src[i]);  // (a half cache: the constructor)
+        f32_to_fp16_row(src, k16_.data() + at, dk);  // (a half cache: the constructor)
     }
     // 3. the absorbed queries [T][nh][q_abs (R) | q_pe (rope)]: head h's q_nope through wk_b[h]
     mlat_.resize((size_t)T * nh * dk);
