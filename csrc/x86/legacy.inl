@@ -53,8 +53,8 @@
 // Activations are read-only and shared by every row, so each call first converts their fp16
 // scales, sums their codes and re-lays them out (prepare(): O(nt * n), a thread-local buffer;
 // layout at Lay), grouped by 8 blocks so a row streams through it in order. The weights are
-// read in place; their fp16 scales are gathered 8 blocks at a time (at avx2 by general-register
-// loads, group_halves_gpr: Zen 3 microcodes vpgatherdd).
+// read in place; their fp16 scales are read 8 blocks at a time by general-register loads
+// (group_halves_gpr: Zen 3 to Zen 5 run vpgatherdd as many vector uops).
 //
 // ---- Integer bounds (I1) ---------------------------------------------------------------------
 // dpbusd: int32 lanes, |sum| <= 32 * 255 * 127 + 128 * 32 * 127 < 2^21: exact, and exact as float.
@@ -118,8 +118,6 @@ constexpr C32 kOnes16 = rep8(0x0001000100010001ull);
 // Q5: qh bytes 0, 1 spread over each half; all bits but a byte's own set
 constexpr C32 kSpread = rep16({0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1});
 constexpr C32 kOthers = rep8(0x7fbfdfeff7fbfdfeull);
-// group scales: dword (d, next half) -> d halves to qwords 0 / 2, the next halves to 1 / 3
-constexpr C32 kPackCtl = rep16({0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15});
 
 LB_LG_INLINE __m256i K(const C32 &c) {
     const C32 *p = &c;
@@ -610,8 +608,21 @@ LB_LG_INLINE __m256i tt_hadd(__m256i lo, __m256i hi, const uint8_t *r, int corr_
 }
 
 // ---- one group of 8 blocks --------------------------------------------------------------------
-// Tail group of n < 8 blocks, in class order L: kTailMask[n] all ones on the lanes of blocks
-// 0..n-1, TailOffsets<B>::v[n] their byte offsets (0 elsewhere).
+// 8 fp16 at stride B (the group's d, or its m at + 2) as floats in class order L, without a
+// gather: two qwords of 4 halves packed in general registers, idle next to the vector pipes.
+// Zen 3 runs vpgatherdd as microcode (it was a quarter of the direct path's time); on Zen 5
+// (avx512) the gather's removal made the window kernels 1.14-1.33x faster at 1 token and
+// 1.14-1.18x at 8 (Q4_0, Q4_1, Q8_0; BENCHMARKS.md). TAIL: the n < 8 blocks of a row's last
+// group; the others read as 0 (a branch on n, the same for every row of a call).
+template <int B, bool TAIL = false>
+LB_LG_INLINE __m256 group_halves_gpr(const uint8_t *wg, int n = 8) {
+    const auto h = [&](int i) { return (!TAIL || i < n) ? (uint64_t)ld16(wg + i * B) : (uint64_t)0; };
+    const uint64_t even = h(0) | h(2) << 16 | h(4) << 32 | h(6) << 48, odd = h(1) | h(3) << 16 | h(5) << 32 | h(7) << 48;
+    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)even), (long long)odd, 1));
+}
+
+// Tail group of n < 8 blocks at avx2 / avx2vnni, in class order L: kTailMask[n] all ones on the
+// lanes of blocks 0..n-1, TailOffsets<B>::v[n] their byte offsets (0 elsewhere).
 alignas(32) constexpr int32_t kTailMask[8][8] = {
     {0, 0, 0, 0, 0, 0, 0, 0},   {-1, 0, 0, 0, 0, 0, 0, 0},   {-1, 0, 0, 0, -1, 0, 0, 0},
     {-1, -1, 0, 0, -1, 0, 0, 0}, {-1, -1, 0, 0, -1, -1, 0, 0}, {-1, -1, -1, 0, -1, -1, 0, 0},
@@ -629,55 +640,23 @@ struct TailOffsets {  // byte offsets of the tail's blocks, in class order L
     static constexpr T t = make();
     static constexpr const int32_t (&v)[8][8] = t.v;
 };
+// group scales: dword (d, next half) -> d halves to qwords 0 / 2, the next halves to 1 / 3
+constexpr C32 kPackCtl = rep16({0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15});
 
-// 8 fp16 at stride B (the group's d, or its m at + 2) as floats in class order L, without a
-// gather (Zen 3 runs vpgatherdd as microcode: it was a quarter of the direct path's time):
-// two qwords of 4 halves packed in general registers, idle next to the vector pipes.
-template <int B>
-LB_LG_INLINE __m256 group_halves_gpr(const uint8_t *wg) {
-    const auto h = [&](int i) { return (uint64_t)ld16(wg + i * B); };
-    const uint64_t even = h(0) | h(2) << 16 | h(4) << 32 | h(6) << 48, odd = h(1) | h(3) << 16 | h(5) << 32 | h(7) << 48;
-    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)even), (long long)odd, 1));
-}
-
-// d_w (and m_w) of the group's blocks in class order L, fp16 -> float; missing blocks read 0.
-template <class F, bool TAIL>
-LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &mw) {
+// group_scales of a tail group at avx2 / avx2vnni by a gather: missing blocks re-read block 0
+// (inside the row), then are zeroed.
+template <class F>
+LB_LG_INLINE void group_scales_gather(const uint8_t *wg, int nrem, __m256 &dw, __m256 &mw) {
     constexpr int B = F::kBytes;
-#if LB_LG_LEVEL == 1
-    if constexpr (kE8M0Scale<F> && !TAIL) {  // avx2: scalar loads, not the gather (mxfp4.inl)
-        dw = e8m0_half_ps(e8m0_group<B>(wg));
-        mw = _mm256_setzero_ps();
-        return;
-    }
-    if constexpr (!kE8M0Scale<F> && !TAIL) {  // avx2: general registers, not the gather
-        dw = group_halves_gpr<B>(wg);
-        mw = F::kM ? group_halves_gpr<B>(wg + 2) : _mm256_setzero_ps();
-        return;
-    }
-#endif
-    const __m256i idx = _mm256_setr_epi32(0, 2 * B, 4 * B, 6 * B, 1 * B, 3 * B, 5 * B, 7 * B);
-    __m256i g;
-    if constexpr (!TAIL) {
-        g = _mm256_i32gather_epi32((const int *)wg, idx, 1);
-    } else {
-#if LB_LG_LEVEL == 3
-        // lanes (class order L) of blocks 0..nrem-1; the others read nothing and stay 0
-        const unsigned k = ((1u << ((nrem + 1) / 2)) - 1) | (((1u << (nrem / 2)) - 1) << 4);
-        g = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), (__mmask8)k, idx, wg, 1);
-#else
-        // missing blocks re-read block 0 (inside the row), then are zeroed
-        const __m256i have = _mm256_load_si256((const __m256i *)kTailMask[nrem]);
-        // (asm: GCC 12 leaves a dead stack store of a loaded gather index, which I7 counts)
-        __m256i all, idx_t;
-        __asm__("vmovdqa (%[tab]), %[i]\n\t"
-                "vpcmpeqd %[m], %[m], %[m]\n\t"
-                "vpgatherdd %[m], (%[base],%[i],1), %[g]"
-                : [g] "=&x"(g), [m] "=&x"(all), [i] "=&x"(idx_t)
-                : [base] "r"(wg), [tab] "r"(TailOffsets<B>::v[nrem]), "m"(*(const uint8_t(*)[8 * B])wg));
-        g = _mm256_and_si256(g, have);
-#endif
-    }
+    const __m256i have = _mm256_load_si256((const __m256i *)kTailMask[nrem]);
+    // (asm: GCC 12 leaves a dead stack store of a loaded gather index, which I7 counts)
+    __m256i g, all, idx_t;
+    __asm__("vmovdqa (%[tab]), %[i]\n\t"
+            "vpcmpeqd %[m], %[m], %[m]\n\t"
+            "vpgatherdd %[m], (%[base],%[i],1), %[g]"
+            : [g] "=&x"(g), [m] "=&x"(all), [i] "=&x"(idx_t)
+            : [base] "r"(wg), [tab] "r"(TailOffsets<B>::v[nrem]), "m"(*(const uint8_t(*)[8 * B])wg));
+    g = _mm256_and_si256(g, have);
     if constexpr (kE8M0Scale<F>) {  // the dword's low byte is e (mxfp4.inl)
         dw = e8m0_half_ps(g);
         mw = _mm256_setzero_ps();
@@ -689,6 +668,25 @@ LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &
     else mw = _mm256_setzero_ps();
 }
 
+// d_w (and m_w) of the group's blocks in class order L, as floats; missing blocks read 0.
+template <class F, bool TAIL>
+LB_LG_INLINE void group_scales(const uint8_t *wg, int nrem, __m256 &dw, __m256 &mw) {
+    constexpr int B = F::kBytes;
+    // general registers, not a gather (group_halves_gpr); a row's tail group too at avx512 (at
+    // avx2 / avx2vnni the tail's extra general-register work made GCC spill a ymm of Q4_1's, Q5_1's
+    // and MXFP4's kernels: I7)
+    if constexpr (TAIL && LB_LG_LEVEL != 3) {
+        group_scales_gather<F>(wg, nrem, dw, mw);
+    } else if constexpr (kE8M0Scale<F>) {
+        // (a missing block's e = 0 gives 2^-128, as the gather it replaced did: its codes and
+        // activations are 0)
+        dw = e8m0_half_ps(e8m0_group<B, TAIL>(wg, nrem));
+        mw = _mm256_setzero_ps();
+    } else {
+        dw = group_halves_gpr<B, TAIL>(wg, nrem);
+        mw = F::kM ? group_halves_gpr<B, TAIL>(wg + 2, nrem) : _mm256_setzero_ps();
+    }
+}
 // per_unit_scales: [d_b x4 | d_b+1 x4] (and the same of m) for the pair of blocks at b, as
 // TV<2>::unit_scale makes them from group_scales; `two` false: block b+1 is absent (0).
 constexpr C32 halves_idx(int i) {  // vpermps index: dword i in lanes 0..3, dword i + 2 in 4..7

@@ -13,8 +13,8 @@
 // (pair16 + hadd16 in tt_hadd and BT, or kK16 = 4 maddubs on the int16-partial path):
 // <= 8 * 24 * 127 = 24384 < 32767.
 //
-// The block's scale enters where an fp16 d would: group_scales gathers the dword at each block's
-// start (its low byte is e; avx2's full groups: 8 byte loads, e8m0_group) and e8m0_half_ps
+// The block's scale enters where an fp16 d would: group_scales reads the byte at each block's
+// start (e: 8 byte loads, e8m0_group) and e8m0_half_ps
 // turns e into the float 2^(e - 128), bit for bit the reference's e8m0_half (normal for e >= 2,
 // the denormals 2^-128 / 2^-127 for e = 0, 1).
 // The float step is then the legacy one: S = d_w * d_a, acc = fma((float)isum, S, acc).
@@ -55,13 +55,14 @@ LB_LG_INLINE __m256 e8m0_half_ps(__m256i g) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(den, normal, _mm256_cmpgt_epi32(e, K(kOne32))));
 }
 
-// avx2: the e bytes of a full group's blocks (B bytes apart), in class order L, as dword lanes,
-// by 8 scalar byte loads packed in a GPR (the integer ports idle in these kernels) instead of
-// group_scales' ymm gather (many vector uops on Zen 3). The row's tail group keeps the gather.
-template <int B>
-LB_LG_INLINE __m256i e8m0_group(const uint8_t *wg) {
+// The e bytes of a group's blocks (B bytes apart), in class order L, as dword lanes, by 8 scalar
+// byte loads packed in a GPR (the integer ports idle in these kernels) instead of a ymm gather
+// (many vector uops on Zen 3 to Zen 5). TAIL: the row's last n < 8 blocks; the others read 0.
+template <int B, bool TAIL = false>
+LB_LG_INLINE __m256i e8m0_group(const uint8_t *wg, int n = 8) {
     constexpr int L[8] = {0, 2, 4, 6, 1, 3, 5, 7};
     uint64_t e = 0;
-    for (int i = 0; i < 8; ++i) e |= (uint64_t)wg[L[i] * B] << (8 * i);
+    for (int i = 0; i < 8; ++i)
+        if (!TAIL || L[i] < n) e |= (uint64_t)wg[L[i] * B] << (8 * i);
     return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)e));
 }
