@@ -1219,8 +1219,9 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     if (c_.altup > 0) altup_merge(T);  // gemma3n: the streams back to one
     if (!last) { std::memcpy(x_out, x_.data(), sizeof(float) * (size_t)T * dim); return; }
     if (n_out == 0) return;
-    for (int i = 0; i < n_out; ++i)  // the output rows' final norm, packed (rows of h_ are free now)
-        norm(x_.data() + (size_t)out_rows[i] * dim, out_norm_, out_norm_b_, h_.data() + (size_t)i * dim, 1, dim);
+    for (int i = 0; i < n_out; ++i)  // the output rows, packed (rows of h_ are free now), then their final norm
+        std::memcpy(h_.data() + (size_t)i * dim, x_.data() + (size_t)out_rows[i] * dim, sizeof(float) * (size_t)dim);
+    norm(h_.data(), out_norm_, out_norm_b_, h_.data(), n_out, dim);
     matmul(output_, h_.data(), n_out, logits);
     if (c_.logit_scale > 0.0f) {  // granite: ggml_scale(logits, 1.0f / f_logit_scale)
         const float s = 1.0f / c_.logit_scale;

@@ -37,14 +37,18 @@ static void check_and_count(const Format &f, const KernelEntry &e, int isa, int6
 // row's result never depends on the split: I3) and calls body(tb, te) on each tile. Parts,
 // not threads: up to 4 per thread (of >= 16 rows), claimed dynamically by the pool, so a
 // thread descheduled by another process delays at most one small part.
-// Parts per thread of a dispatch: 4 (a descheduled thread delays at most a quarter of its
-// share). One part per thread streams each thread's rows in one run; measured on a quiet Zen 3
-// (decode of the default model at 64 positions, BENCHMARKS.md 2026-12-02 evening) within noise
-// of 4 (5.8-6.3 against 6.0-6.3 ms per token). LOWBIT_PARTS=N overrides (A/B runs, tests of I3).
+// Parts per thread of a dispatch: 2 (a descheduled thread delays at most half of its share;
+// the other thread takes its unclaimed part). Each part is a claim on a counter both cores
+// write, a kernel call's setup, and a jump in each thread's stream of rows. On a quiet Zen 5
+// (BENCHMARKS.md, 2026-12-04 (5)), the default model's decode step 1.09x and its 8-token step
+// 1.12x faster with 2 than with 4 (medians of 8 alternated runs); 1 was within noise of 2; the
+// 8B-shaped slice's decode and prefill unchanged; with a CPU hog beside them 2 and 4 were equal.
+// (On a quiet Zen 3, 1 and 4 were within noise: BENCHMARKS.md 2026-12-02 evening.)
+// LOWBIT_PARTS=N overrides (A/B runs, tests of I3).
 static const int64_t kPartsPerThread = [] {
     const char *e = std::getenv("LOWBIT_PARTS");
     const long v = e && *e ? std::atol(e) : 0;
-    return v > 0 ? (int64_t)v : (int64_t)4;
+    return v > 0 ? (int64_t)v : (int64_t)2;
 }();
 template <class Body>
 static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body) {
