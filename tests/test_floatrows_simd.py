@@ -172,3 +172,24 @@ def test_subnormal_and_nonfinite_weights(rng, name, level):
     # row 0 (all subnormal weights): exact products, tiny but not flushed to zero
     r0 = x.astype(np.float64) @ w64[0]
     assert np.all(ours[:, 0] != 0) and np.abs(ours[:, 0] - r0).max() <= 1e-5 * np.abs(r0).max()
+
+
+@pytest.mark.parametrize("level", SIMD)
+@pytest.mark.parametrize("name", FLOAT)
+@pytest.mark.parametrize("nt", [1, 2, 3])
+def test_prefetching_calls_are_bitwise_the_small_calls(name, level, nt):
+    """Calls over >= 2 MB of 2-byte rows at 1 or 2 tokens prefetch the next tile's rows
+    (floatrows.inl, kPrefetchBytes): the same arithmetic, so bitwise the rows run as small
+    calls (which do not prefetch), and within float32 accumulation of the float64 sums."""
+    rng = np.random.default_rng(7)
+    n, rows = 2560 + 8, 460  # a tail; 460 x 5136 bytes = 2.4 MB of F16 / BF16 rows
+    raw, w64 = encode(name, rng.standard_normal((rows, n)))
+    x = rng.standard_normal((nt, n)).astype(np.float32)
+    big = run(name, raw, act(x), n, level)
+    small = np.zeros_like(big)
+    for r0 in range(0, rows, 50):
+        run(name, raw, act(x), n, level, out=small, r0=r0, r1=min(rows, r0 + 50))
+    diff = np.flatnonzero(big.view(np.uint32) != small.view(np.uint32))
+    assert diff.size == 0, f"first differing (token, row): {np.unravel_index(diff[0], big.shape)}"
+    ref = x.astype(np.float64) @ w64.T
+    np.testing.assert_allclose(big, ref, rtol=0, atol=1e-3 * np.sqrt(n))

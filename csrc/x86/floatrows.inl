@@ -45,6 +45,7 @@
 #include <type_traits>
 
 #include "../kernels.h"
+#include "prefetch.h"
 
 #ifndef LOWBIT_ISA
 #error "define LOWBIT_ISA and LOWBIT_NS before including floatrows.inl"
@@ -250,12 +251,15 @@ __attribute__((noinline)) void rows_tail(const uint8_t *w, const float *x, int64
 // start at zero when k0 == 0, else from acc; after the columns they go back to acc, or,
 // when `last`, are summed and stored (then the tail). acc holds R * NT vectors, row-major
 // (row q, token t at (q * NT + t) * V); it is only touched when k0 > 0 or !last.
+#define LB_FR_PF(q, t)                                                                   \
+    if constexpr ((q) < R)                                                               \
+        _mm_prefetch((const char *)(((q) < 4 ? wb : wb4) + LB_FR_OFF(q, ws, ws3)) + R * ws, _MM_HINT_T0);
 #define LB_FR_LOAD(q, t)                                                                 \
     if constexpr ((q) < R && (t) < NT) c##q##t = vloadx(acc + ((q) * NT + (t)) * V);
 #define LB_FR_SAVE(q, t)                                                                 \
     if constexpr ((q) < R && (t) < NT) vstore(acc + ((q) * NT + (t)) * V, c##q##t);
 
-template <class D, int NT, int R>
+template <class D, int NT, int R, bool PF>
 __attribute__((noinline)) void rows_tile(const RowArgs &a, int64_t r, int64_t k0, int64_t k1, float *acc, bool last) {
     static_assert(R >= 1 && R <= 8 && NT >= 1 && NT <= 8, "tile shape");
     // Addressing with few general registers (11 row and token pointers + loop state would
@@ -276,6 +280,13 @@ __attribute__((noinline)) void rows_tile(const RowArgs &a, int64_t r, int64_t k0
     for (int64_t m = (k1 - k0) / V; m > 0; --m) {
 #define LB_FR_X(t) vloadx((const float *)(((t) < 4 ? xb : xb4) + LB_FR_OFF(t, xs, xs3)))
 #define LB_FR_W(q) D::load((const uint8_t *)(((q) < 4 ? wb : wb4) + LB_FR_OFF(q, ws, ws3)), 0)
+        // PF (rows_nt): each row's line at the same column of the next tile (R rows on) is
+        // asked for, once per line per row (V * esize bytes a step: F16's 32 at avx512 ask
+        // every other step). The hardware prefetchers follow R streams per thread poorly.
+        if constexpr (PF) {
+            constexpr int64_t every = V * D::esize >= 64 ? 1 : 64 / (V * D::esize);
+            if (every == 1 || m % every == 0) { LB_FR_ROWS(LB_FR_PF, 0) }
+        }
         LB_FR_PAIRS(LB_FR_STEP)
 #undef LB_FR_W
 #undef LB_FR_X
@@ -302,14 +313,15 @@ __attribute__((noinline)) void rows_tile(const RowArgs &a, int64_t r, int64_t k0
 #undef LB_FR_STORE
 #undef LB_FR_LOAD
 #undef LB_FR_SAVE
+#undef LB_FR_PF
 
 // Rows [r, r1) over columns [k0, k1): whole tiles of R rows, then the leftover rows in
 // tiles of R / 2, R / 4, .., 1. Row r's accumulators live at acc + (r - r_first) * NT * V.
-template <class D, int NT, int R>
+template <class D, int NT, int R, bool PF>
 LB_FR_INLINE void rows_from(const RowArgs &a, int64_t r, int64_t r1, int64_t k0, int64_t k1, float *acc,
                             bool last) {
-    for (; r + R <= r1; r += R, acc += R * NT * V) rows_tile<D, NT, R>(a, r, k0, k1, acc, last);
-    if constexpr (R > 1) rows_from<D, NT, R / 2>(a, r, r1, k0, k1, acc, last);
+    for (; r + R <= r1; r += R, acc += R * NT * V) rows_tile<D, NT, R, PF>(a, r, k0, k1, acc, last);
+    if constexpr (R > 1) rows_from<D, NT, R / 2, PF>(a, r, r1, k0, k1, acc, last);
 }
 
 // Column blocking. A tile reads every activation vector of its NT tokens once per pass
@@ -332,7 +344,7 @@ inline float *block_acc() {
     return buf;
 }
 
-template <class D, int NT>
+template <class D, int NT, bool PF>
 void rows_blocked(const RowArgs &a, int64_t r0, int64_t r1) {
     constexpr int R = rows_per_tile<NT>();
     const int64_t nfull = a.n - a.n % V;
@@ -343,20 +355,33 @@ void rows_blocked(const RowArgs &a, int64_t r0, int64_t r1) {
         const int64_t b1 = b0 + kBlockRows < r1 ? b0 + kBlockRows : r1;
         for (int64_t k0 = 0;; k0 += kc) {
             const int64_t k1 = k0 + kc < nfull ? k0 + kc : nfull;
-            rows_from<D, NT, R>(a, b0, b1, k0, k1, acc, k1 == nfull);
+            rows_from<D, NT, R, PF>(a, b0, b1, k0, k1, acc, k1 == nfull);
             if (k1 == nfull) break;
         }
     }
 }
 
+// Software prefetch of the rows (rows_tile's PF) for windows of 1 or 2 tokens over at least
+// kPrefetchBytes of rows in the call: memory-bound, where R streams per thread are more than
+// the hardware prefetchers follow well. Zen 5, one thread, 256 MB of rows, n = 2560, fastest
+// of 7 (BENCHMARKS.md 2026-12-04 (5)): F16 1.18x at one token, 1.6x at two; BF16 1.1-1.15x,
+// 1.4-1.7x; F32 lost 7-18% at one token (it goes without). Rows in L2 (192 rows) lost 20-40%
+// with it: calls over fewer bytes go without.
+constexpr int64_t kPrefetchBytes = (int64_t)2 << 20;
+
 // The table entry for a window of NT tokens (nt == NT; the table dispatches per nt).
 template <class D, int NT>
 void rows_nt(const RowArgs &a, int64_t r0, int64_t r1, int) {
+    // (no prefetching instances of wider windows; F32 lost 7-18% with it at one token)
+    constexpr bool kPF = kPrefetchAhead > 0 && NT <= 2 && D::esize == 2;
+    const bool pf = kPF && (r1 - r0) * (int64_t)a.w_stride >= kPrefetchBytes;
 #if LB_FR_512
     if constexpr (std::is_same_v<D, DecF32>)
-        if ((((uintptr_t)a.w | (uintptr_t)a.w_stride) & 63) == 32) return rows_blocked<DecF32Halves, NT>(a, r0, r1);
+        if ((((uintptr_t)a.w | (uintptr_t)a.w_stride) & 63) == 32)
+            return pf ? rows_blocked<DecF32Halves, NT, kPF>(a, r0, r1) : rows_blocked<DecF32Halves, NT, false>(a, r0, r1);
 #endif
-    rows_blocked<D, NT>(a, r0, r1);
+    if (pf) rows_blocked<D, NT, kPF>(a, r0, r1);
+    else rows_blocked<D, NT, false>(a, r0, r1);
 }
 
 #define LB_FR_STR2(x) #x
