@@ -280,9 +280,9 @@ __attribute__((noinline)) void rows_tile(const RowArgs &a, int64_t r, int64_t k0
     for (int64_t m = (k1 - k0) / V; m > 0; --m) {
 #define LB_FR_X(t) vloadx((const float *)(((t) < 4 ? xb : xb4) + LB_FR_OFF(t, xs, xs3)))
 #define LB_FR_W(q) D::load((const uint8_t *)(((q) < 4 ? wb : wb4) + LB_FR_OFF(q, ws, ws3)), 0)
-        // PF (rows_nt): each row's line at the same column of the next tile (R rows on) is
-        // asked for, once per line per row (V * esize bytes a step: F16's 32 at avx512 ask
-        // every other step). The hardware prefetchers follow R streams per thread poorly.
+        // PF (rows_nt, rows_blocked: R = 1): the line at the same column of the next tile's
+        // rows (R rows on) is asked for, once per line per row (V * esize bytes a step: F16's
+        // 32 at avx512 ask every other step).
         if constexpr (PF) {
             constexpr int64_t every = V * D::esize >= 64 ? 1 : 64 / (V * D::esize);
             if (every == 1 || m % every == 0) { LB_FR_ROWS(LB_FR_PF, 0) }
@@ -346,7 +346,9 @@ inline float *block_acc() {
 
 template <class D, int NT, bool PF>
 void rows_blocked(const RowArgs &a, int64_t r0, int64_t r1) {
-    constexpr int R = rows_per_tile<NT>();
+    // (a prefetching call streams one row at a time: R = 1 read F16 rows at one token and 2
+    // threads at 45-48 GB/s against 38-42 with R = 2 and 36-40 with R = 8, Zen 5, 256 MB)
+    constexpr int R = PF ? 1 : rows_per_tile<NT>();
     const int64_t nfull = a.n - a.n % V;
     // one pass when the activations (about) fit in L1
     const int64_t kc = nfull <= kChunk<NT> + kChunk<NT> / 2 ? nfull : kChunk<NT>;
@@ -361,12 +363,14 @@ void rows_blocked(const RowArgs &a, int64_t r0, int64_t r1) {
     }
 }
 
-// Software prefetch of the rows (rows_tile's PF) for windows of 1 or 2 tokens over at least
-// kPrefetchBytes of rows in the call: memory-bound, where R streams per thread are more than
-// the hardware prefetchers follow well. Zen 5, one thread, 256 MB of rows, n = 2560, fastest
-// of 7 (BENCHMARKS.md 2026-12-04 (5)): F16 1.18x at one token, 1.6x at two; BF16 1.1-1.15x,
-// 1.4-1.7x; F32 lost 7-18% at one token (it goes without). Rows in L2 (192 rows) lost 20-40%
-// with it: calls over fewer bytes go without.
+// Windows of 1 or 2 tokens over at least kPrefetchBytes of 2-byte rows in the call are
+// memory-bound: they stream one row at a time (R = 1, not the 8 streams of an R = 8 tile,
+// which the hardware prefetchers follow poorly) and prefetch the next row's line (rows_tile's
+// PF). Zen 5, 256 MB of rows, n = 2560 (BENCHMARKS.md 2026-12-04 (5)): F16 and BF16 at one
+// token 1.17-1.2x faster on one thread (36.5 GB/s), 1.15-1.25x on two (45-48 GB/s, ggml's
+// vec_dot 0.86-1.10x of it); at two tokens 1.4-1.7x. F32 lost 7-18% at one token (it goes
+// without); rows in L2 (192 rows) lost 20-40% with the prefetch (calls over fewer bytes go
+// without).
 constexpr int64_t kPrefetchBytes = (int64_t)2 << 20;
 
 // The table entry for a window of NT tokens (nt == NT; the table dispatches per nt).
