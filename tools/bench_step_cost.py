@@ -1,8 +1,11 @@
 """What one batched forward of N decode tokens (N slots, one token each) costs relative to one
-token: the ceiling of `lowbit serve`'s N-client throughput (N / cost). One thread, CPU time,
+token: the ceiling of `lowbit serve`'s N-client throughput (N / cost). CPU time of all threads,
 median of 12 interleaved repetitions. BENCHMARKS.md, "Serving at scale".
 
     PYTHONPATH=build/dev:src python tools/bench_step_cost.py [threads]
+
+With --loop N SECONDS: N-token steps back to back for SECONDS, printing the wall time per step
+(for A/B runs of two builds or settings, alternated: BENCHMARKS.md, round of 2026-12-04 (5)).
 """
 import sys
 import time
@@ -11,6 +14,11 @@ import numpy as np
 
 import lowbit
 
+loop = None
+if "--loop" in sys.argv:
+    i = sys.argv.index("--loop")
+    loop = (int(sys.argv[i + 1]), float(sys.argv[i + 2]))
+    del sys.argv[i:i + 3]
 m = lowbit.load(None, n_ctx=1024, threads=int(sys.argv[1]) if len(sys.argv) > 1 else 1, n_slots=16)
 ids = m.tokenize("Once upon a time, in a kingdom by the sea, there lived")
 for s in range(16):
@@ -26,6 +34,17 @@ def step(n):
         m.rewind(m.slot_pos[s] - 1, s)
     return dt
 
+
+if loop:
+    n, secs = loop
+    k, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < secs:
+        m.forward_batch([(s, [42]) for s in range(n)])
+        for s in range(n):
+            m.rewind(m.slot_pos[s] - 1, s)
+        k += 1
+    print(f"{n} tokens: {(time.perf_counter() - t0) / k * 1e3:.2f} ms wall per step ({k} steps)")
+    sys.exit(0)
 
 res = {n: [] for n in (1, 2, 4, 8, 16)}
 for _ in range(12):
