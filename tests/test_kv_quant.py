@@ -450,3 +450,27 @@ def test_every_architecture_matches_llama_cpp_with_q8_0(arch, tmp_path):
     agree = int((ours.argmax(1) == ref.argmax(1))[clear].sum())
     print(f"\n{arch} q8_0: top-1 {agree}/{int(clear.sum())}")
     assert clear.sum() >= 15 and agree >= 0.95 * clear.sum()
+
+
+def test_half_cache_rows_round_as_vcvtps2ph():
+    """The half cache's writes (fp16.h f32_to_fp16_row, branch-free so it vectorises): every float
+    rounds to nearest even as numpy's float16 does, for finite values (normals, subnormals, the
+    overflow to inf at 65520, ties) and infinities; a NaN becomes a quiet NaN with its top payload
+    bits (F16C's vcvtps2ph). Random bit patterns over the whole float range, and the edges."""
+    rng = np.random.default_rng(5)
+    edges = np.array([0.0, -0.0, 65504.0, 65519.99, 65520.0, -65520.0, 2.0**-14, 2.0**-24, 2.0**-25,
+                      1.5 * 2.0**-25, 2.0**-25 + 2.0**-40, 3 * 2.0**-25, 1 + 2.0**-11, 1 + 3 * 2.0**-11,
+                      np.inf, -np.inf, 1e-45, -1e-45, 3.4e38], np.float32)
+    bits = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32)
+    near = (rng.integers(0x33000000, 0x47800000, 1 << 18, dtype=np.uint64).astype(np.uint32)
+            & ~np.uint32(0xfff)) | np.uint32(0x1000)  # ties of the normal and subnormal ranges
+    x = np.concatenate([edges, bits.view(np.float32), near.view(np.float32),
+                        np.array([0x7f800001, 0xffc00000, 0x7fbfffff, 0x7fffe000], np.uint32).view(np.float32)])
+    got = lib.kv_store_row(F16, x)[0].view(np.uint16)
+    nan = np.isnan(x)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).view(np.uint16)
+    u = x.view(np.uint32)
+    want = np.where(nan, ((u >> 16) & 0x8000) | 0x7e00 | ((u >> 13) & 0x3ff), want).astype(np.uint16)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, f"{bad.size} differ, first {x[bad[0]]!r} (bits {u[bad[0]]:#010x}): {got[bad[0]]:#06x} vs {want[bad[0]]:#06x}"
