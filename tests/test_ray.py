@@ -448,3 +448,28 @@ def test_serve_stages_pipeline_replica():
         assert not left, [cmdline(p)[:80] for p in left]
     finally:
         srv.stop()
+
+
+def test_sigterm_while_serve_starts_is_a_clean_stop():
+    """SIGTERM while Serve is still starting (its controller is up, the app may not be): lowbit's
+    handler is already in place, so the server finishes starting, shuts down and exits 0, and none
+    of its processes stay (before, Ray's own handler could take such a SIGTERM: exit 15)."""
+    from serve_util import Server
+    srv = Server("--ray", "--parallel", "1", "--ctx", "128")
+    try:
+        end = time.monotonic() + 180
+        seen: set[int] = set()
+        while time.monotonic() < end:
+            seen |= descendants(srv.proc.pid)
+            if any(cmdline(p).startswith("ray::ServeController") for p in seen):
+                break
+            assert srv.proc.poll() is None, srv.output()
+            time.sleep(0.02)
+        else:
+            pytest.fail("Serve's controller never started")
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(120) == 0, srv.output()
+        left = wait_gone(seen | descendants(srv.proc.pid))
+        assert not left, [cmdline(p)[:80] for p in left]
+    finally:
+        srv.stop()

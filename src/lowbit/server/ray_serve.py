@@ -220,6 +220,20 @@ def serve_ray(o: Options, host: str, port: int, address: str | None, ingress: st
         # HAProxy's drain on shutdown (Ray's default: up to 120 s): a few seconds
         os.environ.setdefault("RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S", "5")
     cluster = Cluster(address)
+    stop = stop or threading.Event()
+    handlers, up = {}, threading.Event()
+
+    # SIGINT / SIGTERM set `stop` from here on, during Serve's start too (serve.run polls with
+    # sleeps after the proxy already answers; a SIGTERM there met Ray's own handler, which exits
+    # 15): a stop asked for while starting is a clean shutdown once the app is up. A second one
+    # while it starts gives up on the start (KeyboardInterrupt), as a first one used to.
+    def on_signal(*_):
+        if stop.is_set() and not up.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, on_signal)
     try:
         from ray import serve
         serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"})
@@ -230,17 +244,9 @@ def serve_ray(o: Options, host: str, port: int, address: str | None, ingress: st
               f"{f', {o.stages} pipeline stages each' if o.stages > 1 else ''}, ingress {ingress}, "
               f"{'cluster ' + address if address else 'local Ray cluster'}; ready in {time.monotonic() - t0:.1f} s)",
               file=out, flush=True)
-        stop = stop or threading.Event()
-        handlers = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                handlers[sig] = signal.signal(sig, lambda *_: stop.set())
-        try:
-            while not stop.wait(0.5):
-                pass
-        finally:
-            for sig, h in handlers.items():
-                signal.signal(sig, h)
+        up.set()
+        while not stop.wait(0.5):
+            pass
         print("lowbit serve --ray: shutting down", file=out, flush=True)
         # Serve's own shutdown, bounded: it can wait on a proxy's drain (HAProxy's hard stop); a
         # local cluster's processes all end with it below anyway
@@ -259,5 +265,7 @@ def serve_ray(o: Options, host: str, port: int, address: str | None, ingress: st
             print(f"lowbit serve --ray: Serve's shutdown: {why}", file=out, flush=True)
     finally:
         cluster.close()
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
     print("lowbit serve --ray: stopped", file=out, flush=True)
     return 0
