@@ -26,50 +26,31 @@ inline float fp16_to_f32(uint16_t h) {
 }
 
 // Round to nearest even; NaN keeps its top payload bits and is quieted (as F16C does).
-inline uint16_t f32_to_fp16(float f) {
-    const uint32_t x = f32_to_bits(f);
-    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    const uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));  // NaN
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds to >= 65520: inf
-    if (ax < 0x38800000u) {  // result is subnormal (or zero) in half
-        if (ax < 0x33000000u) return sign;  // < 2^-25: rounds to 0 (2^-25 ties to even 0)
-        const uint32_t e = ax >> 23;
-        const uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-        const uint32_t shift = 126u - e;  // 14 + (113 - e) - 1 ... value = m * 2^(e-150), half ulp 2^-24
-        uint32_t r = m >> shift;
-        const uint32_t rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
-        if (rem > halfway || (rem == halfway && (r & 1u))) ++r;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = ((ax >> 13) - (112u << 10));
-    const uint32_t rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
-    return (uint16_t)(sign | r);
-}
-
-// f32_to_fp16 of n floats, without branches, so the compiler vectorises it (the attention
-// cache's writes: a decode step of 8 tokens stores 8 x 2 x n_kv x head_dim halves per layer).
-// The same halves as f32_to_fp16 for all 2^32 inputs (checked exhaustively when written):
+// Without branches, so a loop of it vectorises (f32_to_fp16_row: the attention cache's writes, a
+// decode step of 8 tokens storing 8 x 2 x n_kv x head_dim halves per layer); the same halves as
+// the branchy integer form it replaced, for all 2^32 inputs (checked exhaustively):
 //   normal results: add the rounding bias (0xfff, plus the lowest kept mantissa bit: ties to
 //     even) to the rebased float bits and drop 13 bits; a carry into the exponent is right,
 //     up to inf at >= 65520;
 //   subnormal results (|f| < 2^-14): f + 0.5f rounds f to a multiple of 2^-24 in the float
-//     unit (nearest even), which leaves the half's mantissa in the low bits of 0.5f's bits;
+//     unit (nearest even: the default rounding mode, which lowbit never changes), leaving the
+//     half's mantissa in the low bits of 0.5f's bits;
 //   inf and NaN (|f| >= 2^16: the overflow is the normal path's carry above 2^16 too).
+inline uint16_t f32_to_fp16(float f) {
+    const uint32_t u = f32_to_bits(f);
+    const uint32_t sign = (u >> 16) & 0x8000u, ax = u & 0x7fffffffu;
+    const uint32_t norm = (ax - (112u << 23) + 0xfffu + ((ax >> 13) & 1u)) >> 13;
+    const uint32_t sub = f32_to_bits(bits_to_f32(ax) + 0.5f) - 0x3f000000u;
+    // (selects as masks: a conditional expression here is a branch to GCC's vectoriser)
+    const uint32_t nan = 0u - (uint32_t)(ax > 0x7f800000u), over = 0u - (uint32_t)(ax >= 0x47800000u),
+                   under = 0u - (uint32_t)(ax < 0x38800000u);
+    const uint32_t big = 0x7c00u | (nan & (0x200u | ((ax >> 13) & 0x3ffu)));
+    const uint32_t r = (over & big) | (~over & ((under & sub) | (~under & norm)));
+    return (uint16_t)(sign | r);
+}
+
 inline void f32_to_fp16_row(const float *x, uint16_t *h, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        const uint32_t u = f32_to_bits(x[i]);
-        const uint32_t sign = (u >> 16) & 0x8000u, ax = u & 0x7fffffffu;
-        const uint32_t norm = (ax - (112u << 23) + 0xfffu + ((ax >> 13) & 1u)) >> 13;
-        const uint32_t sub = f32_to_bits(bits_to_f32(ax) + 0.5f) - 0x3f000000u;
-        // (selects as masks: a conditional expression here is a branch to GCC's vectoriser)
-        const uint32_t nan = 0u - (uint32_t)(ax > 0x7f800000u), over = 0u - (uint32_t)(ax >= 0x47800000u),
-                       under = 0u - (uint32_t)(ax < 0x38800000u);
-        const uint32_t big = 0x7c00u | (nan & (0x200u | ((ax >> 13) & 0x3ffu)));
-        const uint32_t r = (over & big) | (~over & ((under & sub) | (~under & norm)));
-        h[i] = (uint16_t)(sign | r);
-    }
+    for (int64_t i = 0; i < n; ++i) h[i] = f32_to_fp16(x[i]);
 }
 
 inline float bf16_to_f32(uint16_t h) { return bits_to_f32((uint32_t)h << 16); }

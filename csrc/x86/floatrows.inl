@@ -251,9 +251,6 @@ __attribute__((noinline)) void rows_tail(const uint8_t *w, const float *x, int64
 // start at zero when k0 == 0, else from acc; after the columns they go back to acc, or,
 // when `last`, are summed and stored (then the tail). acc holds R * NT vectors, row-major
 // (row q, token t at (q * NT + t) * V); it is only touched when k0 > 0 or !last.
-#define LB_FR_PF(q, t)                                                                   \
-    if constexpr ((q) < R)                                                               \
-        _mm_prefetch((const char *)(((q) < 4 ? wb : wb4) + LB_FR_OFF(q, ws, ws3)) + R * ws, _MM_HINT_T0);
 #define LB_FR_LOAD(q, t)                                                                 \
     if constexpr ((q) < R && (t) < NT) c##q##t = vloadx(acc + ((q) * NT + (t)) * V);
 #define LB_FR_SAVE(q, t)                                                                 \
@@ -280,12 +277,12 @@ __attribute__((noinline)) void rows_tile(const RowArgs &a, int64_t r, int64_t k0
     for (int64_t m = (k1 - k0) / V; m > 0; --m) {
 #define LB_FR_X(t) vloadx((const float *)(((t) < 4 ? xb : xb4) + LB_FR_OFF(t, xs, xs3)))
 #define LB_FR_W(q) D::load((const uint8_t *)(((q) < 4 ? wb : wb4) + LB_FR_OFF(q, ws, ws3)), 0)
-        // PF (rows_nt, rows_blocked: R = 1): the line at the same column of the next tile's
-        // rows (R rows on) is asked for, once per line per row (V * esize bytes a step: F16's
-        // 32 at avx512 ask every other step).
+        // PF (rows_nt; one row per tile): the line at the same column of the next row is asked
+        // for, once per line (V * esize bytes a step: F16's 32 at avx512 ask every other step)
         if constexpr (PF) {
+            static_assert(R == 1, "a prefetching call streams one row at a time");
             constexpr int64_t every = V * D::esize >= 64 ? 1 : 64 / (V * D::esize);
-            if (every == 1 || m % every == 0) { LB_FR_ROWS(LB_FR_PF, 0) }
+            if (every == 1 || m % every == 0) _mm_prefetch((const char *)(wb + ws), _MM_HINT_T0);
         }
         LB_FR_PAIRS(LB_FR_STEP)
 #undef LB_FR_W
@@ -313,7 +310,6 @@ __attribute__((noinline)) void rows_tile(const RowArgs &a, int64_t r, int64_t k0
 #undef LB_FR_STORE
 #undef LB_FR_LOAD
 #undef LB_FR_SAVE
-#undef LB_FR_PF
 
 // Rows [r, r1) over columns [k0, k1): whole tiles of R rows, then the leftover rows in
 // tiles of R / 2, R / 4, .., 1. Row r's accumulators live at acc + (r - r_first) * NT * V.
@@ -376,16 +372,14 @@ constexpr int64_t kPrefetchBytes = (int64_t)2 << 20;
 // The table entry for a window of NT tokens (nt == NT; the table dispatches per nt).
 template <class D, int NT>
 void rows_nt(const RowArgs &a, int64_t r0, int64_t r1, int) {
-    // (no prefetching instances of wider windows; F32 lost 7-18% with it at one token)
-    constexpr bool kPF = kPrefetchAhead > 0 && NT <= 2 && D::esize == 2;
-    const bool pf = kPF && (r1 - r0) * (int64_t)a.w_stride >= kPrefetchBytes;
 #if LB_FR_512
     if constexpr (std::is_same_v<D, DecF32>)
-        if ((((uintptr_t)a.w | (uintptr_t)a.w_stride) & 63) == 32)
-            return pf ? rows_blocked<DecF32Halves, NT, kPF>(a, r0, r1) : rows_blocked<DecF32Halves, NT, false>(a, r0, r1);
+        if ((((uintptr_t)a.w | (uintptr_t)a.w_stride) & 63) == 32) return rows_blocked<DecF32Halves, NT, false>(a, r0, r1);
 #endif
-    if (pf) rows_blocked<D, NT, kPF>(a, r0, r1);
-    else rows_blocked<D, NT, false>(a, r0, r1);
+    // (2-byte rows only: F32 lost 7-18% with it at one token; no prefetching instances of wider windows)
+    if constexpr (kPrefetchAhead > 0 && NT <= 2 && D::esize == 2)
+        if ((r1 - r0) * (int64_t)a.w_stride >= kPrefetchBytes) return rows_blocked<D, NT, true>(a, r0, r1);
+    rows_blocked<D, NT, false>(a, r0, r1);
 }
 
 #define LB_FR_STR2(x) #x
