@@ -46,7 +46,7 @@ def test_simd_levels_have_a_gemm_and_scalar_has_none():
             assert g is not None and g[0].startswith(f"gemm_i2_s_i8_s_{lv}") and g[1] == lv, g
 
 
-@pytest.mark.parametrize("rows", [1, 7, 37])
+@pytest.mark.parametrize("rows", [1, 7, 37, 150])  # 150: several row tiles, the last partial
 @pytest.mark.parametrize("level", GEMM_LEVELS)
 def test_gemm_bitwise_equals_windows_and_reference(rng, level, rows):
     nb = 23

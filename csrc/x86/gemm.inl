@@ -532,9 +532,12 @@ struct Scratch {
 };
 
 // The next row tile's raw bytes pulled towards L2 while the current tile computes, in equal
-// slices before each microkernel call. For a matrix streamed from DRAM the tile's decode would
-// otherwise wait on memory, and the compute phases would leave the bus idle (Zen 5, Q8_0 rows
-// of n = 512 from DRAM: the GEMM at 16 tokens ran 2x slower than the windows without it).
+// slices before each microkernel call of the tile's LAST pass over the chunk's tokens. For a
+// matrix streamed from DRAM the tile's decode would otherwise wait on memory, and the compute
+// phases would leave the bus idle (Zen 5, Q8_0 rows of n = 512 from DRAM: the GEMM at 16 tokens
+// ran 2x slower than the windows without it). Only the last pass: a long chunk's earlier passes
+// stream its activation panel (2.3 MB per tile at 512 tokens x n = 4096) through L2, which would
+// evict lines pulled then (perf, an 8B-shaped prefill: the decode's loads 12.7% of the samples).
 struct NextTile {
     const char *p = nullptr;
     size_t left = 0, slice = 0;
@@ -550,6 +553,46 @@ struct NextTile {
         p += n, left -= n;
     }
 };
+
+// Floats of a tile's result buffer (tile_loop): RT rows x MAXV lane vectors.
+constexpr size_t tile_res_floats(int64_t rt) { return (size_t)rt * MAXV * LANES; }
+
+// The tile loop every GEMM here shares. Rows [r0, r1) go in tiles of RT (decode(rb, re) lays a
+// tile's codes out once per call); each tile takes passes of MAXV lane vectors (MAXV * LANES
+// tokens), each pass every group of MR rows: mk(i0, R, g0, V, res) for the tile's rows i0 ..
+// i0 + R - 1 and lane vectors g0 .. g0 + V - 1, res the group's slice of the tile's result buffer
+// tres (tile row i, vector v, lane l at (i * MAXV + v) * LANES + l: the layout a microkernel writes). After a pass, each of its tokens' results for the tile's rows
+// go to out as one contiguous run (out[t][rb .. re)): per microkernel call they would be R floats
+// in each of 32 lines, a line written by several calls (5% of an 8B-shaped prefill's samples).
+template <class Decode, class Mk>
+LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT, int MR, int nt, float *tres,
+                            const Decode &decode, const Mk &mk) {
+    const int ng = (nt + LANES - 1) / LANES;
+    NextTile next;
+    for (int64_t rb = r0; rb < r1; rb += RT) {
+        const int64_t re = std::min(rb + RT, r1);
+        decode(rb, re);
+        next.start(a, re, r1, RT, (re - rb + MR - 1) / MR);
+        for (int g0 = 0; g0 < ng; g0 += MAXV) {
+            const int V = std::min(MAXV, ng - g0);
+            const bool last = g0 + MAXV >= ng;
+            for (int64_t rq = rb; rq < re; rq += MR) {
+                const int R = (int)std::min<int64_t>(MR, re - rq);
+                if (last) next.step();
+                mk(rq - rb, R, g0, V, tres + (size_t)(rq - rb) * MAXV * LANES);
+            }
+            const int rows = (int)(re - rb);
+            for (int v = 0; v < V; ++v)
+                for (int l = 0; l < LANES; ++l) {
+                    const int t = (g0 + v) * LANES + l;
+                    if (t >= nt) break;
+                    float *o = a.out + (size_t)t * a.out_stride + (size_t)rb;
+                    const float *src = tres + (size_t)v * LANES + l;
+                    for (int i = 0; i < rows; ++i) o[i] = src[(size_t)i * MAXV * LANES];
+                }
+        }
+    }
+}
 
 // Rows [rb, re) decoded into the tile's codes and metadata (not inlined: the decoders' small
 // scale arrays live on the stack, and this is once per row and call, not per token).
@@ -567,17 +610,6 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
     }
 }
 
-// A microkernel's R rows x V lane vectors (res[(r * MAXV + v) * LANES + lane], rows from rq,
-// tokens from lane vector g0) into out[t][r]; lanes past the chunk's nt tokens are dropped.
-inline void scatter_res(const RowArgs &a, const float *res, int64_t rq, int R, int g0, int V, int nt) {
-    for (int i = 0; i < R; ++i)
-        for (int v = 0; v < V; ++v)
-            for (int l = 0; l < LANES; ++l) {
-                const int t = (g0 + v) * LANES + l;
-                if (t < nt) a.out[(size_t)t * a.out_stride + (size_t)(rq + i)] = res[(i * MAXV + v) * LANES + l];
-            }
-}
-
 
 template <class D, size_t BYTES>
 void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
@@ -590,25 +622,14 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     // rows per tile: their codes and metadata about 256 KB (L2), a multiple of 4, 4..64
     const size_t per_row = (size_t)nb * (QK + sizeof(RowSB));
     int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
-    uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * per_row + (size_t)MAXR * MAXV * LANES * sizeof(float));
+    uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * per_row + tile_res_floats(RT) * sizeof(float));
     RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
-    float *res = (float *)(meta + (size_t)RT * (size_t)nb);
-    NextTile next;
-    for (int64_t rb = r0; rb < r1; rb += RT) {
-        const int64_t re = std::min(rb + RT, r1);
-        decode_tile<D, BYTES>(a, rb, re, nb, codes, meta);
-        next.start(a, re, r1, RT, (int64_t)((ng + MAXV - 1) / MAXV) * ((re - rb + MAXR - 1) / MAXR));
-        for (int g0 = 0; g0 < ng; g0 += MAXV) {
-            const int V = std::min(MAXV, ng - g0);
-            for (int64_t rq = rb; rq < re; rq += MAXR) {
-                const int R = (int)std::min<int64_t>(MAXR, re - rq);
-                next.step();
-                kMk<D>[R][V](codes + (size_t)(rq - rb) * (size_t)nb * QK, meta + (size_t)(rq - rb) * (size_t)nb,
-                             panel + (size_t)g0 * (size_t)nb, nb, res);
-                scatter_res(a, res, rq, R, g0, V, nt);
-            }
-        }
-    }
+    float *tres = (float *)(meta + (size_t)RT * (size_t)nb);
+    tile_loop(a, r0, r1, RT, MAXR, nt, tres, [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
+              [&](int64_t i0, int R, int g0, int V, float *res) {
+                  kMk<D>[R][V](codes + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
+                               panel + (size_t)g0 * (size_t)nb, nb, res);
+              });
 }
 
 // ============================================================================================
@@ -923,27 +944,16 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     const size_t per_row = (size_t)nb * (D::CODES + sizeof(RowBlk));
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
     constexpr int MR = kMr<D>;
-    const size_t tail = (size_t)9 * MAXR_LEG * MAXV * LANES * sizeof(float);  // 8 classes + the result
+    const size_t tail = ((size_t)8 * MAXR_LEG * MAXV * LANES + tile_res_floats(RT)) * sizeof(float);  // 8 classes + tres
     int8_t *codes = (int8_t *)row_s.get((size_t)RT * per_row + tail + 64);
     RowBlk *meta = (RowBlk *)(codes + (size_t)RT * (size_t)nb * D::CODES);
     float *cls = (float *)(((uintptr_t)(meta + (size_t)RT * (size_t)nb) + 63) & ~(uintptr_t)63);
-    float *res = cls + (size_t)8 * MAXR_LEG * MAXV * LANES;
-    NextTile next;
-    for (int64_t rb = r0; rb < r1; rb += RT) {
-        const int64_t re = std::min(rb + RT, r1);
-        decode_tile_legacy<D>(a, rb, re, nb, codes, meta);
-        next.start(a, re, r1, RT, (int64_t)((ng + MAXV - 1) / MAXV) * ((re - rb + MR - 1) / MR));
-        for (int g0 = 0; g0 < ng; g0 += MAXV) {
-            const int V = std::min(MAXV, ng - g0);
-            for (int64_t rq = rb; rq < re; rq += MR) {
-                const int R = (int)std::min<int64_t>(MR, re - rq);
-                next.step();
-                mk_legacy<D>(R, V, codes + (size_t)(rq - rb) * (size_t)nb * D::CODES, meta + (size_t)(rq - rb) * (size_t)nb,
-                             panel + (size_t)g0 * (size_t)nb, nb, cls, res);
-                scatter_res(a, res, rq, R, g0, V, nt);
-            }
-        }
-    }
+    float *tres = cls + (size_t)8 * MAXR_LEG * MAXV * LANES;
+    tile_loop(a, r0, r1, RT, MR, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_legacy<D>(a, rb, re, nb, codes, meta); },
+              [&](int64_t i0, int R, int g0, int V, float *res) {
+                  mk_legacy<D>(R, V, codes + (size_t)i0 * (size_t)nb * D::CODES, meta + (size_t)i0 * (size_t)nb,
+                               panel + (size_t)g0 * (size_t)nb, nb, cls, res);
+              });
 }
 
 // ============================================================================================
@@ -1065,22 +1075,14 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     uint8_t *panel = (uint8_t *)act_s.get((size_t)ng * act_gs);
     if (!act_holds(key, a, nt)) build_act_panel_i2s(a.act, a.act_stride, nt, a.n, panel, act_gs);
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / (size_t)a.n) & ~(int64_t)3, 4, 64);
-    uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * (size_t)a.n + (size_t)RT * 4 + (size_t)MAXR * MAXV * LANES * 4 + 64);
+    uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * (size_t)a.n + (size_t)RT * 4 + tile_res_floats(RT) * 4 + 64);
     int32_t *neg = (int32_t *)(codes + (size_t)RT * (size_t)a.n);
-    float *res = (float *)(((uintptr_t)(neg + RT) + 63) & ~(uintptr_t)63);
-    for (int64_t rb = r0; rb < r1; rb += RT) {
-        const int64_t re = std::min(rb + RT, r1);
-        decode_tile_i2s(a, rb, re, codes, neg);
-        for (int g0 = 0; g0 < ng; g0 += MAXV) {
-            const int V = std::min(MAXV, ng - g0);
-            for (int64_t rq = rb; rq < re; rq += MAXR) {
-                const int R = (int)std::min<int64_t>(MAXR, re - rq);
-                kMkI2s[R][V](codes + (size_t)(rq - rb) * (size_t)a.n, neg + (rq - rb), panel + (size_t)g0 * act_gs, act_gs,
-                             a.n, a.w_scale, res);
-                scatter_res(a, res, rq, R, g0, V, nt);
-            }
-        }
-    }
+    float *tres = (float *)(((uintptr_t)(neg + RT) + 63) & ~(uintptr_t)63);
+    tile_loop(a, r0, r1, RT, MAXR, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
+              [&](int64_t i0, int R, int g0, int V, float *res) {
+                  kMkI2s[R][V](codes + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
+                               a.w_scale, res);
+              });
 }
 
 #define LB_GK_STR2(x) #x
