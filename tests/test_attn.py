@@ -155,7 +155,8 @@ def test_shared_rows_with_their_own_lengths_are_bitwise_the_rows_alone(level, ro
 
 
 @pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("length,hd,kd", [(1, 64, 64), (9, 64, 128), (70, 128, 256), (333, 256, 512), (17, 8, 24)])
+@pytest.mark.parametrize("length,hd,kd", [(1, 64, 64), (9, 64, 128), (70, 128, 256), (333, 256, 512), (17, 8, 24),
+                                          (45, 88, 96)])  # 88: 64 + 16 + 8 dims (every chunk width)
 @pytest.mark.parametrize("sinks", [False, True])
 def test_gqa_group_is_bitwise_the_rows_alone(level, length, hd, kd, sinks):
     """A GQA group's heads in one call of the shared-rows kernel (what the engine runs for a group:

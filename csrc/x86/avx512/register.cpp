@@ -17,6 +17,7 @@ void register_glu(KernelTable &t);
 void register_gemm(KernelTable &t);  // the GEMM tier's k-quants (gemm.cpp)
 void register_delta(KernelTable &t);
 void register_attn_q(KernelTable &t);  // attn_q.cpp (csrc/x86/attn_q.inl)
+void register_attn(KernelTable &t);    // attn.cpp: the half cache's shared-rows kernel
 }  // namespace avx512
 
 void register_avx512(KernelTable &t) {
@@ -30,6 +31,7 @@ void register_avx512(KernelTable &t) {
     avx512::register_gemm(t);
     avx512::register_delta(t);
     avx512::register_attn_q(t);
+    avx512::register_attn(t);
     (void)t;
 }
 
