@@ -51,16 +51,22 @@ inline __m256 reduce_pairs(__m512 p0, __m512 p1, __m512 p2, __m512 p3) {
 template <int HB>
 inline void scores_rows8(const float *const *q, const float *kp, int nc, float *const *dst, __m256 vscale) {
     __m512 acc[HB][4];
+    #pragma GCC unroll 16
     for (int h = 0; h < HB; ++h)
+        #pragma GCC unroll 16
         for (int p = 0; p < 4; ++p) acc[h][p] = _mm512_setzero_ps();
     for (int c = 0; c < nc; ++c) {
         __m512 kv[4];
+        #pragma GCC unroll 16
         for (int p = 0; p < 4; ++p) kv[p] = _mm512_loadu_ps(kp + ((size_t)p * nc + c) * 16);
+        #pragma GCC unroll 16
         for (int h = 0; h < HB; ++h) {
             const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[h] + 8 * c));
+            #pragma GCC unroll 16
             for (int p = 0; p < 4; ++p) acc[h][p] = _mm512_fmadd_ps(qv, kv[p], acc[h][p]);
         }
     }
+    #pragma GCC unroll 16
     for (int h = 0; h < HB; ++h)
         _mm256_storeu_ps(dst[h], _mm256_mul_ps(reduce_pairs(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), vscale));
 }
@@ -69,20 +75,28 @@ inline void scores_rows8(const float *const *q, const float *kp, int nc, float *
 template <int HB, int DC, bool PF>
 inline void mla_pv16(const float *sc, size_t ld, const uint16_t *C, size_t kd, int j0, int j1, int d0, float *out, int dv) {
     __m512 acc[HB][DC];
+    #pragma GCC unroll 16
     for (int h = 0; h < HB; ++h)
+        #pragma GCC unroll 16
         for (int c = 0; c < DC; ++c) acc[h][c] = _mm512_loadu_ps(out + (size_t)h * dv + d0 + 16 * c);
     for (int j = j0; j < j1; ++j) {
         const uint16_t *v = C + (size_t)j * kd + d0;
         if constexpr (PF)
+            #pragma GCC unroll 16
             for (int c = 0; c < DC; c += 2) _mm_prefetch((const char *)(v + (size_t)KB * kd + 16 * c), _MM_HINT_T0);
         __m512 vv[DC];
+        #pragma GCC unroll 16
         for (int c = 0; c < DC; ++c) vv[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + 16 * c)));
+        #pragma GCC unroll 16
         for (int h = 0; h < HB; ++h) {
             const __m512 p = _mm512_set1_ps(sc[(size_t)h * ld + j]);
+            #pragma GCC unroll 16
             for (int c = 0; c < DC; ++c) acc[h][c] = _mm512_fmadd_ps(p, vv[c], acc[h][c]);
         }
     }
+    #pragma GCC unroll 16
     for (int h = 0; h < HB; ++h)
+        #pragma GCC unroll 16
         for (int c = 0; c < DC; ++c) _mm512_storeu_ps(out + (size_t)h * dv + d0 + 16 * c, acc[h][c]);
 }
 
