@@ -536,8 +536,10 @@ struct Scratch {
 // matrix streamed from DRAM the tile's decode would otherwise wait on memory, and the compute
 // phases would leave the bus idle (Zen 5, Q8_0 rows of n = 512 from DRAM: the GEMM at 16 tokens
 // ran 2x slower than the windows without it). Only the last pass: a long chunk's earlier passes
-// stream its activation panel (2.3 MB per tile at 512 tokens x n = 4096) through L2, which would
-// evict lines pulled then (perf, an 8B-shaped prefill: the decode's loads 12.7% of the samples).
+// stream its activation panel (2.3 MB per tile at 512 tokens x n = 4096) through L2, which could
+// evict lines pulled then. (Measured on Zen 5, 512-token prefill of an 8B-shaped slice: the last
+// pass, the last ~512 KB of panel traffic, or every pass were within noise of each other; the
+// tile decode's loads took 2-12% of the samples from run to run with any of them.)
 struct NextTile {
     const char *p = nullptr;
     size_t left = 0, slice = 0;
