@@ -176,8 +176,8 @@ inline __m256 scores_1x8(const float *qh, const T *k, int hd, size_t kd) {
 // A row that sees fewer keys than another of the call gets probability 0 for the keys beyond its
 // own (0 * v adds nothing to a sum for finite v): its result does not depend on the other rows.
 // Scores: the level's scores8 over each group of 8 keys; values: keys in blocks of KB (their
-// rows stay in L1 / L2 while every row group and dim chunk reads them), 4 rows (the last 1-3
-// together) per pass of the level's pv_rows.
+// rows stay in L1 / L2 while every row group and dim chunk reads them), L::kPvRows rows (the
+// last ones together) per pass of the level's pv_rows.
 constexpr int KB = 32;
 
 // PF: also ask for the same dims of the row KB keys on (the next block's rows arrive while this
@@ -208,12 +208,23 @@ inline void mla_pv_rows(const float *sc, size_t ld, const uint16_t *C, size_t kd
     for (; d0 < dv; d0 += 8) mla_pv<HB, 1, PF>(sc, ld, C, kd, j0, j1, d0, out, dv);
 }
 
-// the last 1-3 rows of a call together (the level's pv_rows with HB = rest)
+// the last 1 .. L::kPvRows - 1 rows of a call together (the level's pv_rows with HB = rest)
 template <class L, bool PF>
 inline void mla_pv_rest(int rest, const float *sc, size_t ld, const uint16_t *C, size_t kd, int j0, int j1, float *out, int dv) {
-    if (rest == 3) L::template pv_rows<3, PF>(sc, ld, C, kd, j0, j1, out, dv);
-    else if (rest == 2) L::template pv_rows<2, PF>(sc, ld, C, kd, j0, j1, out, dv);
-    else L::template pv_rows<1, PF>(sc, ld, C, kd, j0, j1, out, dv);
+    switch (rest) {
+        case 1: return L::template pv_rows<1, PF>(sc, ld, C, kd, j0, j1, out, dv);
+        case 2: return L::template pv_rows<2, PF>(sc, ld, C, kd, j0, j1, out, dv);
+        case 3: return L::template pv_rows<3, PF>(sc, ld, C, kd, j0, j1, out, dv);
+        default: break;
+    }
+    if constexpr (L::kPvRows > 4) {
+        switch (rest) {
+            case 4: return L::template pv_rows<4, PF>(sc, ld, C, kd, j0, j1, out, dv);
+            case 5: return L::template pv_rows<5, PF>(sc, ld, C, kd, j0, j1, out, dv);
+            case 6: return L::template pv_rows<6, PF>(sc, ld, C, kd, j0, j1, out, dv);
+            default: return L::template pv_rows<7, PF>(sc, ld, C, kd, j0, j1, out, dv);
+        }
+    }
 }
 
 template <class L>
@@ -272,19 +283,20 @@ void mla_f16_simd(const float *q, int nq, const int32_t *lens, const uint16_t *C
         probs_half(s, len, mx, sink);
         for (j = len; j < maxlen; ++j) s[j] = 0.0f;
     }
-    // values: out[r] = sum_j p_rj V_j[0..dv), keys in blocks of KB, rows by 4 (each group up to
-    // its longest row)
+    // values: out[r] = sum_j p_rj V_j[0..dv), keys in blocks of KB, rows by G = L::kPvRows
+    // (each group up to its longest row)
+    constexpr int G = L::kPvRows;
     for (size_t i = 0; i < (size_t)nq * dv; ++i) out[i] = 0.0f;
     for (int j0 = 0; j0 < maxlen; j0 += KB) {
         const int j1 = std::min(maxlen, j0 + KB);
         int r = 0;
-        for (; r + 4 <= nq; r += 4) {
-            const int m = std::max(std::max(lens[r], lens[r + 1]), std::max(lens[r + 2], lens[r + 3]));
+        for (; r + G <= nq; r += G) {
+            const int m = *std::max_element(lens + r, lens + r + G);
             if (m <= j0) continue;
-            if (r == 0) L::template pv_rows<4, kPrefetchAhead != 0>(sc, ld, V, kd, j0, std::min(j1, m), out, dv);
-            else L::template pv_rows<4, false>(sc + (size_t)r * ld, ld, V, kd, j0, std::min(j1, m), out + (size_t)r * dv, dv);
+            if (r == 0) L::template pv_rows<G, kPrefetchAhead != 0>(sc, ld, V, kd, j0, std::min(j1, m), out, dv);
+            else L::template pv_rows<G, false>(sc + (size_t)r * ld, ld, V, kd, j0, std::min(j1, m), out + (size_t)r * dv, dv);
         }
-        // the last 1-3 rows together (a GQA group of 3 or 2 heads at decode: each value row
+        // the last 1 .. G-1 rows together (a GQA group of 3 or 2 heads at decode: each value row
         // widened once for them, not once per row; a row's sums are the same in any grouping)
         const int rest = nq - r;
         const int m = rest ? *std::max_element(lens + r, lens + nq) : 0;
@@ -292,7 +304,7 @@ void mla_f16_simd(const float *q, int nq, const int32_t *lens, const uint16_t *C
             const float *s = sc + (size_t)r * ld;
             float *o = out + (size_t)r * dv;
             if (r) mla_pv_rest<L, false>(rest, s, ld, V, kd, j0, std::min(j1, m), o, dv);
-            else mla_pv_rest<L, kPrefetchAhead != 0>(rest, s, ld, V, kd, j0, std::min(j1, m), o, dv);  // (no group of 4 asked)
+            else mla_pv_rest<L, kPrefetchAhead != 0>(rest, s, ld, V, kd, j0, std::min(j1, m), o, dv);  // (no full group asked)
         }
     }
 }

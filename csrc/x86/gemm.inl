@@ -43,8 +43,9 @@
 // super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld + vpaddd) + 4 vpdpwssd
 // (MINS formats only) + 6 float ops.
 //
-// Blocking: a call decodes its rows in tiles of <= 64 rows (their codes <= ~256 KB, L2), and
-// runs every 32-token pair of lane vectors over each 4-row group of the tile.
+// Blocking (tile_loop, shared by every GEMM here): a call decodes its rows in tiles of <= 64 rows
+// (their codes <= ~256 KB, L2), and runs every 32-token pair of lane vectors over each 4-row
+// group of the tile; a pass's results reach out[t] as one contiguous run of the tile's rows.
 // (GCC 12's avx512 intrinsics trip -Wmaybe-uninitialized in every caller, as in kquants.inl)
 #pragma GCC diagnostic push
 #if !defined(__clang__)

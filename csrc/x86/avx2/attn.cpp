@@ -91,6 +91,7 @@ struct Ymm {
             _mm256_storeu_ps(sc + (size_t)r * ld, _mm256_mul_ps(scores_1x8(qr + (size_t)r * dk, k8, dk, (size_t)dk), vscale));
         }
     }
+    static constexpr int kPvRows = 4;  // rows per values pass: 4 x 16 dims of accumulators
     template <int HB, bool PF>
     static void pv_rows(const float *sc, size_t ld, const uint16_t *C, size_t kd, int j0, int j1, float *out, int dv) {
         mla_pv_rows<HB, PF>(sc, ld, C, kd, j0, j1, out, dv);

@@ -7,8 +7,9 @@
 //     avx2's ymm of that key. The keys are widened pair-interleaved (kp below) and 4 rows x 8
 //     keys take 16 accumulators (8 loads per 16 FMAs). The reduction (reduce_pairs) forms each
 //     key's ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)), reduce1's tree, by the same adds.
-//   Values: 4 rows x 64 dims of accumulators per pass (16 zmm), each lane fma(p_j, v_j, acc)
-//     over j in increasing order, as avx2's mla_pv; a row's last dims by 16, then by 8 (ymm).
+//   Values: 4 rows x 64 dims or 8 rows x 32 dims of accumulators per pass (16 zmm), each lane
+//     fma(p_j, v_j, acc) over j in increasing order, as avx2's mla_pv; a row's last dims by 16,
+//     then by 8 (ymm).
 // (GCC 12's avx512 intrinsics trip -Wmaybe-uninitialized in every caller, as in kquants.inl)
 #pragma GCC diagnostic push
 #if !defined(__clang__)
@@ -133,10 +134,14 @@ struct Zmm {
             else scores_rows8<1>(q, kp, nc, dst, vscale);
         }
     }
+    // Rows per values pass: 8 (a GQA group of 8, Qwen3.6's, widens each value row once for all
+    // its heads); up to 4 rows take 64 dims a pass, more rows 32 (16 accumulators either way).
+    static constexpr int kPvRows = 8;
     template <int HB, bool PF>
     static void pv_rows(const float *sc, size_t ld, const uint16_t *C, size_t kd, int j0, int j1, float *out, int dv) {
+        constexpr int DC = HB <= 4 ? 4 : 2;
         int d0 = 0;
-        for (; d0 + 64 <= dv; d0 += 64) mla_pv16<HB, 4, PF>(sc, ld, C, kd, j0, j1, d0, out, dv);
+        for (; d0 + 16 * DC <= dv; d0 += 16 * DC) mla_pv16<HB, DC, PF>(sc, ld, C, kd, j0, j1, d0, out, dv);
         for (; d0 + 16 <= dv; d0 += 16) mla_pv16<HB, 1, PF>(sc, ld, C, kd, j0, j1, d0, out, dv);
         for (; d0 < dv; d0 += 8) mla_pv<HB, 1, PF>(sc, ld, C, kd, j0, j1, d0, out, dv);
     }
