@@ -1093,27 +1093,33 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 
 // Chunks of at least this many tokens take the GEMM (run_rows, glu_rows, the MoE experts);
 // LOWBIT_KQ_GEMM_MIN_NT=N overrides it (read once, at registration; 0 turns the GEMM off).
-// Measured on Zen 4 (BENCHMARKS.md, issue 18: bench kernels --nt 16,32,64,256 --n 4096,
-// windows / gemm): k-quants 0.99-1.32x at 16 tokens, 1.35-1.69x at 32, 2.1-2.5x at 256.
-constexpr int kKqGemmMinNt = 32;
-// Q6_K at avx2vnni (3 rows x 8 tokens per microkernel) wins only from 64 tokens (Zen 5, AVX-VNNI:
-// 0.66x at 16, 0.87x at 32, 1.08x at 64, 1.29x at 256); at avx512 it takes the k-quant gate.
+// Measured on Zen 5 (BENCHMARKS.md, round of 2026-12-05: bench kernels --formats Q4_K,Q5_K,Q6_K
+// --nt 9,12,16,24 --n 512,2048,4096 --mb 64 --clock cpu --stat min, windows / gemm), after the
+// GEMM's unsigned Q4_K / Q5_K operands and its tile loop:
+//   avx512    Q4_K, Q5_K 0.96-1.13 at 9 tokens, 1.14-1.33 at 12, 1.15-1.69 at 16, 1.53-1.79 at 24;
+//             Q6_K 0.57-0.71 at 9, 0.92-1.06 at 16, 1.17-1.31 at 24;
+//   avx2vnni  Q4_K, Q5_K 0.74-0.98 at 12, 1.09-1.24 at 16, 1.18-1.39 at 24; Q6_K 0.83-0.90 at 16,
+//             0.97-1.04 at 24 (and, earlier: 0.87 at 32, 1.08 at 64, 1.29 at 256).
+// So 16 for Q4_K and Q5_K at both VNNI levels (12 would gain a little more on Zen 5; Zen 4
+// measured 0.99-1.32x at 16 before those changes, so 16 is the margin kept for other CPUs), Q6_K
+// from 24 at avx512 and 64 at avx2vnni. A 256-expert MoE's prompt gives its experts ~16 tokens
+// each (512 x top-8 / 256), so they now take the GEMM.
 // At avx2 (Zen 3, BENCHMARKS.md "avx2 GEMM tier (Zen 3)": bench kernels --n 4096 --mb 64 --clock
 // cpu --stat min, windows / gemm at 16, 32, 64, 256 tokens): Q4_K 1.03, 1.17, 1.33, 1.29 (its
 // int16 sums: 4 dwords per vpmaddwd); Q5_K 0.88, 1.02, 1.04, 1.32 and Q6_K 0.78, 0.95, 1.00,
-// 1.27 (2 dwords: vdot's vpmaddwd each): Q5_K from 64, Q6_K from 128 tokens.
+// 1.27 (2 dwords: vdot's vpmaddwd each): Q4_K from 32, Q5_K from 64, Q6_K from 128 tokens.
 #if defined(__AVX512F__)
-constexpr int kQ5kGemmMinNt = kKqGemmMinNt, kQ6kGemmMinNt = kKqGemmMinNt;
+constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 24;
 #elif defined(__AVXVNNI__)
-constexpr int kQ5kGemmMinNt = kKqGemmMinNt, kQ6kGemmMinNt = 64;
+constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 64;
 #else
-constexpr int kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
+constexpr int kKqGemmMinNt = 32, kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
 #endif
 // The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT). Measured on Zen 4 with 32 KB
 // window tiles: 1.7-2.4x at 16 tokens; on Zen 5 with the 512 KB tiles of csrc/matmul.cpp, whose
 // windows no longer re-lay out their activations every 20 rows: 0.74-1.73x at 16 tokens with
 // the rows in L3 (n = 4096), 0.67-0.79x with them in DRAM (n = 512..2048), and 1.0-1.7x at 32
-// in both; so 32, as for the k-quants (a server step of 16 decode tokens runs as two windows).
+// in both; so 32 (a server step of 16 decode tokens runs as two windows).
 // At avx2 (Zen 3, as above): Q4_0 0.83, 1.00, 1.14, 1.19; Q4_1 0.82, 0.96, 1.08, 1.01: from 64;
 // Q8_0 (the sign trick, BENCHMARKS.md "Q8_0 GEMM at avx2 (Zen 3)") 0.86-0.87, 0.99-1.00,
 // 1.02-1.06, 1.11-1.14 in two runs: from 64 too.
