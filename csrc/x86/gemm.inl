@@ -560,6 +560,21 @@ struct NextTile {
 // Floats of a tile's result buffer (tile_loop): RT rows x MAXV lane vectors.
 constexpr size_t tile_res_floats(int64_t rt) { return (size_t)rt * MAXV * LANES; }
 
+// A pass's results (tres, tile_loop's layout) to out[t][rb .. rb + rows) for its tokens t < nt.
+// Not inlined: clang vectorises the strided copy with gathers whose index vectors, hoisted into
+// the caller, would be saved around every microkernel call (I7's check_spills).
+__attribute__((noinline)) inline void store_pass(const RowArgs &a, const float *tres, int64_t rb, int rows, int g0,
+                                                 int V, int nt) {
+    for (int v = 0; v < V; ++v)
+        for (int l = 0; l < LANES; ++l) {
+            const int t = (g0 + v) * LANES + l;
+            if (t >= nt) return;
+            float *o = a.out + (size_t)t * a.out_stride + (size_t)rb;
+            const float *src = tres + (size_t)v * LANES + l;
+            for (int i = 0; i < rows; ++i) o[i] = src[(size_t)i * MAXV * LANES];
+        }
+}
+
 // The tile loop every GEMM here shares. Rows [r0, r1) go in tiles of RT (decode(rb, re) lays a
 // tile's codes out once per call); each tile takes passes of MAXV lane vectors (MAXV * LANES
 // tokens), each pass every group of MR rows: mk(i0, R, g0, V, res) for the tile's rows i0 ..
@@ -584,15 +599,7 @@ LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT
                 if (last) next.step();
                 mk(rq - rb, R, g0, V, tres + (size_t)(rq - rb) * MAXV * LANES);
             }
-            const int rows = (int)(re - rb);
-            for (int v = 0; v < V; ++v)
-                for (int l = 0; l < LANES; ++l) {
-                    const int t = (g0 + v) * LANES + l;
-                    if (t >= nt) break;
-                    float *o = a.out + (size_t)t * a.out_stride + (size_t)rb;
-                    const float *src = tres + (size_t)v * LANES + l;
-                    for (int i = 0; i < rows; ++i) o[i] = src[(size_t)i * MAXV * LANES];
-                }
+            store_pass(a, tres, rb, (int)(re - rb), g0, V, nt);
         }
     }
 }
