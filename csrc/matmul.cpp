@@ -36,7 +36,7 @@ static void check_and_count(const Format &f, const KernelEntry &e, int isa, int6
 // One pool dispatch: part i takes its contiguous share of [0, rows) (split_range, so a
 // row's result never depends on the split: I3) and calls body(tb, te) on each tile. Parts,
 // not threads: up to kPartsPerThread per thread (of >= 16 rows), claimed dynamically by the
-// pool, so a thread descheduled by another process delays at most one part.
+// pool.
 // Parts per thread of a dispatch: 2 (a descheduled thread delays at most half of its share;
 // the other thread takes its unclaimed part). Each part is a claim on a counter both cores
 // write, a kernel call's setup, and a jump in each thread's stream of rows. On a quiet Zen 5

@@ -579,9 +579,10 @@ __attribute__((noinline)) inline void store_pass(const RowArgs &a, const float *
 // tile's codes out once per call); each tile takes passes of MAXV lane vectors (MAXV * LANES
 // tokens), each pass every group of MR rows: mk(i0, R, g0, V, res) for the tile's rows i0 ..
 // i0 + R - 1 and lane vectors g0 .. g0 + V - 1, res the group's slice of the tile's result buffer
-// tres (tile row i, vector v, lane l at (i * MAXV + v) * LANES + l: the layout a microkernel writes). After a pass, each of its tokens' results for the tile's rows
-// go to out as one contiguous run (out[t][rb .. re)): per microkernel call they would be R floats
-// in each of 32 lines, a line written by several calls (5% of an 8B-shaped prefill's samples).
+// tres (tile row i, vector v, lane l at (i * MAXV + v) * LANES + l: the layout a microkernel
+// writes). After a pass, store_pass sends each of its tokens' results for the tile's rows to out
+// as one contiguous run (out[t][rb .. re)); per microkernel call they would be R floats in each
+// of 32 lines, a line written by several calls (5% of an 8B-shaped prefill's samples).
 template <class Decode, class Mk>
 LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT, int MR, int nt, float *tres,
                             const Decode &decode, const Mk &mk) {
