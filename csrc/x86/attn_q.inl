@@ -437,6 +437,7 @@ void attend_group_k(const uint8_t *qq, int nq, const int32_t *lens, int v_type, 
     else attend_group<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
 }
 
+#ifndef LB_AQ_ZMM_ROWS  // (avx512 has its own shared-rows kernel: csrc/x86/avx512/attn_q.cpp)
 void attend_q_group_simd(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
                         int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks,
                         float softcap, float *sc, float *out) {
@@ -444,8 +445,11 @@ void attend_q_group_simd(const uint8_t *qq, int nq, const int32_t *lens, int k_t
     else attend_group_k<T_Q4_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
 }
 
+#endif
+
 }  // namespace
 
+#ifndef LB_AQ_ZMM_ROWS
 void register_attn_q(KernelTable &t) {
 #if LB_AQ_VNNI
     t.attnq = AttnQKernel{attend_q_simd, "attn_q_avx512", ISA_AVX512};
@@ -455,6 +459,8 @@ void register_attn_q(KernelTable &t) {
     t.attnq_rows = AttnQRowsKernel{attend_q_group_simd, "attn_q_rows_avx2", LOWBIT_ISA};
 #endif
 }
+
+#endif
 
 }  // namespace LOWBIT_NS
 }  // namespace lowbit
