@@ -157,7 +157,8 @@ def test_rows_kernel_is_each_row_alone_bitwise(kt, vt, group, sinks):
     length, scale = 77, 0.125
     for hd, lens in ((64, [length - 2 + u for u in range(3) for _ in range(group)]),   # 3 tokens x group
                      (128, list(rng.permutation([1, 8, 9, 15, 16, 17, 31, 33, length] * group)[:2 * group + 1])),
-                     (32, [1] * group)):
+                     (32, [1] * group),
+                     (256, [length] * group + [length - 20] * group)):  # Qwen3.6's head_dim, 2 tokens
         q = rng.standard_normal((len(lens), hd)).astype(np.float32)
         K, V = rows(rng, kt, length, hd), rows(rng, vt, length, hd)
         sk = list(rng.uniform(-1, 4, len(lens)).astype(np.float32)) if sinks else []

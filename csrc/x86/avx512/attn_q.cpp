@@ -62,6 +62,7 @@ inline void decode16(const uint8_t *k, size_t ks, int n, int nb, Keys16 &d) {
         const size_t o = (size_t)b * kbytes<KT>();
         alignas(32) uint16_t dh[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
         __m512i z[8];
+        #pragma GCC unroll 16
         for (int i = 0; i < 8; ++i) {
             __m256i a = _mm256_setzero_si256(), c = a;
             if (i < n) a = ucodes<KT>(k + (size_t)i * ks + o), std::memcpy(dh + i, k + (size_t)i * ks + o, 2);
@@ -70,16 +71,19 @@ inline void decode16(const uint8_t *k, size_t ks, int n, int nb, Keys16 &d) {
         }
         // rows r0..r7 of dwords (per half): unpack 32, unpack 64, then the 128-bit lanes
         __m512i t[8], s[8];
+        #pragma GCC unroll 16
         for (int p = 0; p < 4; ++p) {
             t[2 * p] = _mm512_unpacklo_epi32(z[2 * p], z[2 * p + 1]);
             t[2 * p + 1] = _mm512_unpackhi_epi32(z[2 * p], z[2 * p + 1]);
         }
+        #pragma GCC unroll 16
         for (int p = 0; p < 2; ++p) {  // s[4p + 0..3]: dwords (0,4), (1,5), (2,6), (3,7) of rows 4p..4p+3
             s[4 * p + 0] = _mm512_unpacklo_epi64(t[4 * p], t[4 * p + 2]);
             s[4 * p + 1] = _mm512_unpackhi_epi64(t[4 * p], t[4 * p + 2]);
             s[4 * p + 2] = _mm512_unpacklo_epi64(t[4 * p + 1], t[4 * p + 3]);
             s[4 * p + 3] = _mm512_unpackhi_epi64(t[4 * p + 1], t[4 * p + 3]);
         }
+        #pragma GCC unroll 16
         for (int c = 0; c < 4; ++c) {
             _mm512_store_si512(d.u[b][c], _mm512_permutex2var_epi64(s[c], lo_idx, s[4 + c]));
             _mm512_store_si512(d.u[b][c + 4], _mm512_permutex2var_epi64(s[c], hi_idx, s[4 + c]));
@@ -88,33 +92,39 @@ inline void decode16(const uint8_t *k, size_t ks, int n, int nb, Keys16 &d) {
     }
 }
 
-// Rows q[0..HB) against the 16 decoded keys: dst[h][0..n) = the scores times scale. qoff[h][b]:
-// off * the sum of row h's block-b codes.
+// Rows rows[0..HB) of q (nb blocks each) against the 16 decoded keys: their scores times scale
+// to sc[r * ld + j ..], the first n. qoff[r * nb + b]: off * the sum of row r's block-b codes.
 template <int KT, int HB>
-inline void score16(const Keys16 &d, const block_q8_0 *const *q, const int32_t *const *qoff, int nb, float *const *dst,
-                    int n, __m512 vscale) {
+inline void score16(const Keys16 &d, const block_q8_0 *q, const int32_t *qoff, int nb, const int32_t *rows, float *sc,
+                    size_t ld, int j, int n, __m512 vscale) {
     __m512 s[HB];
+    #pragma GCC unroll 16
     for (int h = 0; h < HB; ++h) s[h] = _mm512_setzero_ps();
     for (int b = 0; b < nb; ++b) {
         __m512i acc[HB];
-        for (int h = 0; h < HB; ++h) acc[h] = _mm512_set1_epi32(-qoff[h][b]);
+        #pragma GCC unroll 16
+        for (int h = 0; h < HB; ++h) acc[h] = _mm512_set1_epi32(-qoff[(size_t)rows[h] * nb + b]);
+        #pragma GCC unroll 16
         for (int dw = 0; dw < 8; ++dw) {
             const __m512i u = _mm512_load_si512(d.u[b][dw]);
+            #pragma GCC unroll 16
             for (int h = 0; h < HB; ++h) {
                 int32_t y;
-                std::memcpy(&y, q[h][b].qs + 4 * dw, 4);
+                std::memcpy(&y, q[(size_t)rows[h] * nb + b].qs + 4 * dw, 4);
                 acc[h] = _mm512_dpbusd_epi32(acc[h], u, _mm512_set1_epi32(y));
             }
         }
         const __m512 dk = _mm512_load_ps(d.dk[b]);
+        #pragma GCC unroll 16
         for (int h = 0; h < HB; ++h) {  // kterm: (float)isum * (dk * dq) (Q8_0), ((float)isum * dk) * dq (Q4_0)
-            const __m512 f = _mm512_cvtepi32_ps(acc[h]), dq = _mm512_set1_ps(_cvtsh_ss(q[h][b].d));
+            const __m512 f = _mm512_cvtepi32_ps(acc[h]), dq = _mm512_set1_ps(_cvtsh_ss(q[(size_t)rows[h] * nb + b].d));
             const __m512 term = KT == T_Q8_0 ? _mm512_mul_ps(f, _mm512_mul_ps(dk, dq)) : _mm512_mul_ps(_mm512_mul_ps(f, dk), dq);
             s[h] = _mm512_add_ps(s[h], term);
         }
     }
     const __mmask16 m = (__mmask16)((1u << n) - 1);
-    for (int h = 0; h < HB; ++h) _mm512_mask_storeu_ps(dst[h], m, _mm512_mul_ps(s[h], vscale));
+    #pragma GCC unroll 16
+    for (int h = 0; h < HB; ++h) _mm512_mask_storeu_ps(sc + (size_t)rows[h] * ld + j, m, _mm512_mul_ps(s[h], vscale));
 }
 
 // block b of a V row (values 32b .. 32b + 31) widened to float into dst, exactly (vload16's
@@ -149,18 +159,25 @@ inline void vwiden32(const uint8_t *row, int b, float *dst) {
 template <int HB, int DC>
 inline void pv16(const float *e, size_t ld, const float *vf, int hd, int j0, int j1, int d0, float *out) {
     __m512 acc[HB][DC];
+    #pragma GCC unroll 16
     for (int h = 0; h < HB; ++h)
+        #pragma GCC unroll 16
         for (int c = 0; c < DC; ++c) acc[h][c] = _mm512_loadu_ps(out + (size_t)h * hd + d0 + 16 * c);
     for (int j = j0; j < j1; ++j) {
         const float *v = vf + (size_t)(j - j0) * hd + d0;
         __m512 vv[DC];
+        #pragma GCC unroll 16
         for (int c = 0; c < DC; ++c) vv[c] = _mm512_loadu_ps(v + 16 * c);
+        #pragma GCC unroll 16
         for (int h = 0; h < HB; ++h) {
             const __m512 p = _mm512_set1_ps(e[(size_t)h * ld + j]);
+            #pragma GCC unroll 16
             for (int c = 0; c < DC; ++c) acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(vv[c], p));
         }
     }
+    #pragma GCC unroll 16
     for (int h = 0; h < HB; ++h)
+        #pragma GCC unroll 16
         for (int c = 0; c < DC; ++c) _mm512_storeu_ps(out + (size_t)h * hd + d0 + 16 * c, acc[h][c]);
 }
 
@@ -180,27 +197,19 @@ inline void pv_rows_n(int hb, const float *e, size_t ld, const float *vf, int hd
     pv_dims<HB>(e, ld, vf, hd, j0, j1, out);
 }
 
+// score16 for the live rows, by 4, then the last 1-3
 template <int KT>
 inline void score_rows(const Keys16 &d, const block_q8_0 *q, const int32_t *qoff, int nb, const int32_t *live, int nlive,
                        float *sc, size_t ld, int j, int n, __m512 vscale) {
-    for (int i = 0; i < nlive; i += 4) {
-        const int hb = std::min(4, nlive - i);
-        const block_q8_0 *qr[4];
-        const int32_t *qo[4];
-        float *dst[4];
-        for (int h = 0; h < hb; ++h) {
-            const int r = live[i + h];
-            qr[h] = q + (size_t)r * nb, qo[h] = qoff + (size_t)r * nb, dst[h] = sc + (size_t)r * ld + j;
-        }
-        if (hb == 4) score16<KT, 4>(d, qr, qo, nb, dst, n, vscale);
-        else if (hb == 3) score16<KT, 3>(d, qr, qo, nb, dst, n, vscale);
-        else if (hb == 2) score16<KT, 2>(d, qr, qo, nb, dst, n, vscale);
-        else score16<KT, 1>(d, qr, qo, nb, dst, n, vscale);
-    }
+    int i = 0;
+    for (; i + 4 <= nlive; i += 4) score16<KT, 4>(d, q, qoff, nb, live + i, sc, ld, j, n, vscale);
+    if (nlive - i == 3) score16<KT, 3>(d, q, qoff, nb, live + i, sc, ld, j, n, vscale);
+    else if (nlive - i == 2) score16<KT, 2>(d, q, qoff, nb, live + i, sc, ld, j, n, vscale);
+    else if (nlive - i == 1) score16<KT, 1>(d, q, qoff, nb, live + i, sc, ld, j, n, vscale);
 }
 
 template <int KT, int VT>
-void attend_rows(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *K, size_t ks, const uint8_t *V,
+void attend_group_zmm(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *K, size_t ks, const uint8_t *V,
                  size_t vs, int hd, float scale, const float *sinks, float softcap, float *sc, float *out) {
     const auto *q = reinterpret_cast<const block_q8_0 *>(qq);
     const int nb = hd / QK;
@@ -276,25 +285,25 @@ void attend_rows(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *
 }
 
 template <int KT>
-void attend_rows_k(const uint8_t *qq, int nq, const int32_t *lens, int v_type, const uint8_t *K, size_t ks,
+void attend_group_zmm_k(const uint8_t *qq, int nq, const int32_t *lens, int v_type, const uint8_t *K, size_t ks,
                    const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float softcap, float *sc, float *out) {
-    if (v_type == T_Q8_0) attend_rows<KT, T_Q8_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-    else if (v_type == T_Q4_0) attend_rows<KT, T_Q4_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-    else attend_rows<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    if (v_type == T_Q8_0) attend_group_zmm<KT, T_Q8_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    else if (v_type == T_Q4_0) attend_group_zmm<KT, T_Q4_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    else attend_group_zmm<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
 }
 
-void attn_q_rows_avx512(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
+void attend_q_group_zmm(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
                         int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks,
                         float softcap, float *sc, float *out) {
-    if (k_type == T_Q8_0) attend_rows_k<T_Q8_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-    else attend_rows_k<T_Q4_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    if (k_type == T_Q8_0) attend_group_zmm_k<T_Q8_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    else attend_group_zmm_k<T_Q4_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
 }
 
 }  // namespace
 
 void register_attn_q(KernelTable &t) {
     t.attnq = AttnQKernel{attend_q_simd, "attn_q_avx512", ISA_AVX512};
-    t.attnq_rows = AttnQRowsKernel{attn_q_rows_avx512, "attn_q_rows_avx512", ISA_AVX512};
+    t.attnq_rows = AttnQRowsKernel{attend_q_group_zmm, "attn_q_rows_avx512", ISA_AVX512};
 }
 
 }  // namespace avx512
