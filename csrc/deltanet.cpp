@@ -203,33 +203,33 @@ void Engine::conv_runs(int layer, float *buf, bool silu_out, const SlotRuns &r) 
     const size_t csf = conv_state_floats();
     // per (run, block of 64 channels): each channel's tokens in order; no value's operation order
     // depends on the split
-    const int64_t CB = 64, nblk = (cd + CB - 1) / CB, items = (int64_t)r.slot.size() * nblk;
+    const int64_t CB = kConvBlock, nblk = (cd + CB - 1) / CB, items = (int64_t)r.slot.size() * nblk;
     const int parts = (int)std::min<int64_t>(items, threads > 1 ? (int64_t)threads * 4 : 1);
     ThreadPool::instance().run(parts, [&](int i, int nth) {
         int64_t b, e;
         split_range(items, i, nth, &b, &e);
-        // The block's state and weights transposed (tap j of channel c0 + i at [j][i]), so the
-        // loops over channels are contiguous and vectorise: each channel's sum is still
-        // 0 + s_0 w_0 + .. + s_{K-2} w_{K-2} + x w_{K-1} (+ b), in that order (the same bits).
-        thread_local std::vector<float> sT, wT;
-        sT.resize((size_t)std::max(K - 1, 1) * CB), wT.resize((size_t)K * CB);
+        // The block's state and taps transposed (tap j of channel c0 + i at [j][i]; the taps once
+        // at load, LayerWeights::conv_wT), so the loops over channels are contiguous and
+        // vectorise: each channel's sum is still 0 + s_0 w_0 + .. + s_{K-2} w_{K-2} + x w_{K-1}
+        // (+ b), in that order (the same bits).
+        thread_local std::vector<float> sT;
+        sT.resize((size_t)std::max(K - 1, 1) * CB);
         float sum[CB];
         for (int64_t it = b; it < e; ++it) {
             const int run = (int)(it / nblk), c0 = (int)(it % nblk * CB), nc = std::min(cd, c0 + (int)CB) - c0;
             float *st = conv_st_.data() + ((size_t)r.slot[(size_t)run] * n_rec_layers_ + rl) * csf;
-            for (int i = 0; i < nc; ++i) {
+            const float *wT = L.conv_wT.data() + (size_t)(it % nblk) * K * CB;
+            for (int i = 0; i < nc; ++i)
                 for (int j = 0; j < K - 1; ++j) sT[(size_t)j * CB + i] = st[(size_t)(c0 + i) * (K - 1) + j];
-                for (int j = 0; j < K; ++j) wT[(size_t)j * CB + i] = L.ssm_conv1d[(size_t)(c0 + i) * K + j];
-            }
             const float *bias = L.ssm_conv1d_b ? L.ssm_conv1d_b + c0 : nullptr;  // (Mamba-2: ggml_add after ggml_ssm_conv)
             for (int k = r.off[(size_t)run]; k < r.off[(size_t)run + 1]; ++k) {
                 float *xt = buf + (size_t)r.tok[(size_t)k] * cd + c0;
                 for (int i = 0; i < nc; ++i) sum[i] = 0.0f;
                 for (int j = 0; j < K - 1; ++j) {
-                    const float *sj = sT.data() + (size_t)j * CB, *wj = wT.data() + (size_t)j * CB;
+                    const float *sj = sT.data() + (size_t)j * CB, *wj = wT + (size_t)j * CB;
                     for (int i = 0; i < nc; ++i) sum[i] += sj[i] * wj[i];
                 }
-                const float *wl = wT.data() + (size_t)(K - 1) * CB;
+                const float *wl = wT + (size_t)(K - 1) * CB;
                 for (int i = 0; i < nc; ++i) sum[i] += xt[i] * wl[i];
                 if (bias)
                     for (int i = 0; i < nc; ++i) sum[i] += bias[i];

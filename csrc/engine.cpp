@@ -315,6 +315,19 @@ void Engine::set_mat(const std::string &name, int layer, const Mat &m) {
     throw std::invalid_argument("engine: unknown matrix " + name);
 }
 
+// A recurrent layer's conv taps ssm_conv1d [channels][K], and their copy per block of kConvBlock
+// channels transposed (tap j of channel c0 + i at [block][j][i], 0 past the last channel), which
+// conv_runs reads: built once here, not per call.
+void Engine::set_conv_taps(LayerWeights &l, const float *v, int64_t len) {
+    const int K = c_.ssm_conv;
+    const int64_t ch = len / K, nblk = (ch + kConvBlock - 1) / kConvBlock;
+    l.ssm_conv1d = v;
+    l.conv_wT.assign((size_t)(nblk * K * kConvBlock), 0.0f);
+    for (int64_t c = 0; c < ch; ++c)
+        for (int j = 0; j < K; ++j)
+            l.conv_wT[(size_t)(((c / kConvBlock) * K + j) * kConvBlock + c % kConvBlock)] = v[c * K + j];
+}
+
 void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t len) {
     auto need = [&](int64_t want) {
         if (len != want)
@@ -377,10 +390,10 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
         if (name == "attn_kv_a_norm" && c_.mla_rank > 0) { need(c_.mla_rank); l.kv_a_norm = v; return; }
         if (name == "exp_probs_b" && c_.n_expert > 0) { need(c_.n_expert); l.exp_probs_b = v; return; }  // glm4moe
         if (l.recurrent && c_.shortconv) {  // LFM2
-            if (name == "shortconv.conv") { need((int64_t)c_.dim * c_.ssm_conv); l.ssm_conv1d = v; return; }
+            if (name == "shortconv.conv") { need((int64_t)c_.dim * c_.ssm_conv); set_conv_taps(l, v, len); return; }
         } else if (l.recurrent && c_.mamba1) {
             const int64_t di = c_.ssm_inner;
-            if (name == "ssm_conv1d") { need(di * c_.ssm_conv); l.ssm_conv1d = v; return; }
+            if (name == "ssm_conv1d") { need(di * c_.ssm_conv); set_conv_taps(l, v, len); return; }
             if (name == "ssm_conv1d.bias") { need(di); l.ssm_conv1d_b = v; return; }
             if (name == "ssm_dt.bias") { need(di); l.ssm_dt = v; return; }
             if (name == "ssm_a") { need(di * c_.ssm_state); l.ssm_a = v; return; }
@@ -390,7 +403,7 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
             if (name == "ssm_c_norm") { need(c_.ssm_state); l.ssm_c_norm = v; return; }
         } else if (l.recurrent && c_.mamba2) {
             const int64_t H = c_.ssm_heads, cd = conv_dim();
-            if (name == "ssm_conv1d") { need(cd * c_.ssm_conv); l.ssm_conv1d = v; return; }
+            if (name == "ssm_conv1d") { need(cd * c_.ssm_conv); set_conv_taps(l, v, len); return; }
             if (name == "ssm_conv1d.bias") { need(cd); l.ssm_conv1d_b = v; return; }
             if (name == "ssm_dt.bias") { need(H); l.ssm_dt = v; return; }
             if (name == "ssm_a") { need(H); l.ssm_a = v; return; }
@@ -398,7 +411,7 @@ void Engine::set_vec(const std::string &name, int layer, const float *v, int64_t
             if (name == "ssm_norm") { need(c_.ssm_inner); l.ssm_norm = v; return; }
         } else if (l.recurrent) {
             const int64_t S = c_.ssm_state, Hv = c_.ssm_heads, cd = (2 * (int64_t)c_.ssm_groups + Hv) * S;
-            if (name == "ssm_conv1d") { need(cd * c_.ssm_conv); l.ssm_conv1d = v; return; }
+            if (name == "ssm_conv1d") { need(cd * c_.ssm_conv); set_conv_taps(l, v, len); return; }
             if (name == "ssm_dt.bias") { need(Hv); l.ssm_dt = v; return; }
             if (name == "ssm_a") { need(Hv); l.ssm_a = v; return; }
             if (name == "ssm_norm") { need(S); l.ssm_norm = v; return; }

@@ -47,6 +47,9 @@ using Clock = std::chrono::steady_clock;
 inline Clock::time_point now() { return Clock::now(); }
 inline double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// Channels per block of the recurrent layers' conv1d (Engine::conv_runs; LayerWeights::conv_wT).
+constexpr int kConvBlock = 64;
+
 struct LayerWeights {
     const float *attn_norm = nullptr, *ffn_norm = nullptr;  // [dim]
     const float *attn_norm_b = nullptr, *ffn_norm_b = nullptr;  // [dim] a LayerNorm's bias (starcoder2, phi2)
@@ -86,6 +89,8 @@ struct LayerWeights {
     Mat ssm_ba;                           // [2 H_v, dim] (qwen3next): per q/k head g, [beta (r), alpha (r)], r = H_v / H_k
     Mat ssm_out;                          // [dim, H_v * S]
     const float *ssm_conv1d = nullptr;    // [conv_dim][K]: channel c's causal kernel, oldest tap first
+    std::vector<float> conv_wT;           // the same taps per block of kConvBlock channels, transposed:
+                                          // [conv_dim / kConvBlock, rounded up][K][kConvBlock] (conv_runs)
     const float *ssm_dt = nullptr;        // [H_v] bias of alpha
     const float *ssm_a = nullptr;         // [H_v] -exp(A_log) as the converter stores it
     const float *ssm_norm = nullptr;      // [S] RMSNorm weight of each head's output
@@ -510,6 +515,7 @@ private:
     // c: the K-1 inputs in the slot's conv state, oldest first, then this token's; the sum in tap
     // order; the state shifts by one input), plus the layer's conv bias if any (Mamba-2), then silu
     // if `silu_out` (delta-net, Mamba-2) or as it is (LFM2).
+    void set_conv_taps(LayerWeights &l, const float *v, int64_t len);  // ssm_conv1d and its conv_wT
     void conv_runs(int layer, float *buf, bool silu_out, const SlotRuns &r);
     // The replay log rows (engine.h rstate_replay) of the runs of 2..kReplayMax tokens: row(t, dst)
     // writes token t's tlog_row() floats.
