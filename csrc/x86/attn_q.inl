@@ -27,8 +27,13 @@ namespace lowbit {
 namespace LOWBIT_NS {
 namespace {
 
+// VNNI's vpdpbusd on ymm: AVX512-VNNI (avx512) or AVX-VNNI (avx2vnni, the VEX form)
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define LB_AQ_VNNI 1
+#define LB_DPBUSD256 _mm256_dpbusd_epi32
+#elif defined(__AVXVNNI__)
+#define LB_AQ_VNNI 1
+#define LB_DPBUSD256 _mm256_dpbusd_avx_epi32
 #else
 #define LB_AQ_VNNI 0
 #endif
@@ -43,7 +48,7 @@ inline float h2f(const uint8_t *p) {
 // while each pair u_2i y_2i + u_2i+1 y_2i+1 fits int16, as maddubs needs: |u| <= 128, |y| <= 127)
 inline __m256i dotu32(__m256i u, __m256i y) {
 #if LB_AQ_VNNI
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
+    return LB_DPBUSD256(_mm256_setzero_si256(), u, y);
 #else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
 #endif
@@ -69,6 +74,19 @@ inline int32_t hsum1_i(__m256i a) {
 }
 
 template <int KT> constexpr size_t kbytes() { return KT == T_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0); }
+
+// Block b of a K row as 32 UNSIGNED codes in value order, for the kernels with keys in lanes
+// (vpdpbusd's unsigned operand): Q8_0's code + 128 (the sign bit flipped), Q4_0's nibbles
+// (values 0..15: the low nibbles of bytes 0..15, 16..31 their high nibbles). The offset (128 or
+// 8) comes back per query row and block: dot(u - off, q) = dot(u, q) - off * sum(q), exact.
+template <int KT> constexpr int32_t uoff() { return KT == T_Q8_0 ? 128 : 8; }
+template <int KT>
+inline __m256i ucodes(const uint8_t *blk) {
+    if (KT == T_Q8_0)
+        return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 2)), _mm256_set1_epi8(-128));
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2)), m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
+}
 
 // block b of a K row as 32 int8 codes in value order (Q4_0: nibble - 8; low nibbles are values 0..15)
 template <int KT>
@@ -282,6 +300,65 @@ inline __m256 score8_decoded(const Keys8 &d, const block_q8_0 *q, const int32_t 
     return s;
 }
 
+#if LB_AQ_VNNI
+// With VNNI (avx2vnni; avx512 has its own kernel on zmm, csrc/x86/avx512/attn_q.cpp): KEYS IN
+// LANES. 8 keys' blocks decoded to unsigned codes (ucodes) and transposed once for all rows:
+// dword lane i of u[b][dw] = key i's codes 4dw .. 4dw + 3. One vpdpbusd then takes 4 codes of 8
+// keys against one broadcast dword of a row, so a block's 8 vpdpbusd leave each key's exact
+// block sum in its lane (no horizontal sums, no vpsignb per row); the float steps are
+// score8_decoded's, lane for lane.
+struct Keys8T {
+    alignas(32) uint32_t u[512 / QK][8][8];  // [block][dword][key]
+    alignas(32) float dk[512 / QK][8];       // [block][key]
+};
+
+// keys 0..n-1 (n <= 8) of rows k, k + ks, ...; keys n..7 as zero codes of scale 0 (their lanes unused)
+template <int KT>
+inline void decode8t(const uint8_t *k, size_t ks, int n, int nb, Keys8T &d) {
+    for (int b = 0; b < nb; ++b) {
+        const size_t o = (size_t)b * kbytes<KT>();
+        alignas(16) uint16_t dh[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        __m256i r[8];
+        for (int i = 0; i < 8; ++i) {
+            r[i] = _mm256_setzero_si256();
+            if (i < n) r[i] = ucodes<KT>(k + (size_t)i * ks + o), std::memcpy(dh + i, k + (size_t)i * ks + o, 2);
+        }
+        // 8 x 8 dwords: unpack 32, unpack 64, then the 128-bit halves
+        const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+        const __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+        const __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+        const __m256i s[8] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),   // dwords (0,4), (1,5)
+                              _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3),   // (2,6), (3,7): keys 0-3
+                              _mm256_unpacklo_epi64(t4, t6), _mm256_unpackhi_epi64(t4, t6),
+                              _mm256_unpacklo_epi64(t5, t7), _mm256_unpackhi_epi64(t5, t7)};  // keys 4-7
+        for (int c = 0; c < 4; ++c) {
+            _mm256_store_si256(reinterpret_cast<__m256i *>(d.u[b][c]), _mm256_permute2x128_si256(s[c], s[4 + c], 0x20));
+            _mm256_store_si256(reinterpret_cast<__m256i *>(d.u[b][c + 4]), _mm256_permute2x128_si256(s[c], s[4 + c], 0x31));
+        }
+        _mm256_store_ps(d.dk[b], _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i *>(dh))));
+    }
+}
+
+// one row's unscaled scores against the 8 decoded keys (lane = key), score8_decoded's float
+// steps; qoff[b]: uoff * the sum of the row's block-b codes
+template <int KT>
+inline __m256 score8t(const Keys8T &d, const block_q8_0 *q, const int32_t *qoff, int nb) {
+    __m256 s = _mm256_setzero_ps();
+    for (int b = 0; b < nb; ++b) {
+        __m256i isum = _mm256_set1_epi32(-qoff[b]);
+        #pragma GCC unroll 8
+        for (int dw = 0; dw < 8; ++dw) {
+            int32_t y;
+            std::memcpy(&y, q[b].qs + 4 * dw, 4);
+            isum = LB_DPBUSD256(isum, _mm256_load_si256(reinterpret_cast<const __m256i *>(d.u[b][dw])), _mm256_set1_epi32(y));
+        }
+        s = _mm256_add_ps(s, kterm<KT>(isum, _mm256_load_ps(d.dk[b]), _mm256_set1_ps(_cvtsh_ss(q[b].d))));
+    }
+    return s;
+}
+#endif
+
 // values d0 .. d0 + 15 (d0 a multiple of 16) of a V row, exactly, as two vectors (VT_F32: a row
 // already widened to float)
 constexpr int VT_F32 = -1;
@@ -365,24 +442,36 @@ void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t 
     thread_local std::vector<int32_t> q8s;
     thread_local std::vector<float> inv;
     inv.resize((size_t)nq);
-    if (KT == T_Q4_0) {
+    if (KT == T_Q4_0 || LB_AQ_VNNI) {  // (VNNI: keys in lanes, both K types' offsets)
         q8s.resize((size_t)nq * nb);
         for (size_t i = 0; i < (size_t)nq * nb; ++i) {
             int32_t t = 0;
             for (int k = 0; k < QK; ++k) t += q[i].qs[k];
-            q8s[i] = 8 * t;
+            q8s[i] = (LB_AQ_VNNI ? uoff<KT>() : 8) * t;
         }
     }
     // scores: 8 keys decoded at a time, then every row that sees any of them (a row's lanes past
     // its own length are computed and never read); the decoded keys per thread, off the stack
+#if LB_AQ_VNNI
+    thread_local Keys8T d;
+#else
     thread_local Keys8 d;
+#endif
     const __m256 vscale = _mm256_set1_ps(scale);
     for (int j = 0; j < maxlen; j += 8) {
         const int n = std::min(8, maxlen - j);
+#if LB_AQ_VNNI
+        decode8t<KT>(K + (size_t)j * ks, ks, n, nb, d);
+#else
         decode8<KT>(K + (size_t)j * ks, ks, n, nb, d);
+#endif
         for (int r = 0; r < nq; ++r) {
             if (lens[r] <= j) continue;
+#if LB_AQ_VNNI
+            const __m256 s = _mm256_mul_ps(score8t<KT>(d, q + (size_t)r * nb, q8s.data() + (size_t)r * nb, nb), vscale);
+#else
             const __m256 s = _mm256_mul_ps(score8_decoded<KT>(d, q + (size_t)r * nb, q8s.data() + (size_t)r * nb, nb), vscale);
+#endif
             float *o = sc + (size_t)r * ld + j;
             if (n == 8) _mm256_storeu_ps(o, s);
             else {
@@ -451,9 +540,9 @@ void attend_q_group_simd(const uint8_t *qq, int nq, const int32_t *lens, int k_t
 
 #ifndef LB_AQ_ZMM_ROWS
 void register_attn_q(KernelTable &t) {
-#if LB_AQ_VNNI
-    t.attnq = AttnQKernel{attend_q_simd, "attn_q_avx512", ISA_AVX512};
-    t.attnq_rows = AttnQRowsKernel{attend_q_group_simd, "attn_q_rows_avx512", ISA_AVX512};
+#if LB_AQ_VNNI  // (avx2vnni: avx512 registers its own, csrc/x86/avx512/attn_q.cpp)
+    t.attnq = AttnQKernel{attend_q_simd, "attn_q_avx2vnni", LOWBIT_ISA};
+    t.attnq_rows = AttnQRowsKernel{attend_q_group_simd, "attn_q_rows_avx2vnni", LOWBIT_ISA};
 #else
     t.attnq = AttnQKernel{attend_q_simd, "attn_q_avx2", LOWBIT_ISA};
     t.attnq_rows = AttnQRowsKernel{attend_q_group_simd, "attn_q_rows_avx2", LOWBIT_ISA};

@@ -14,6 +14,7 @@ void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
 void register_act(KernelTable &t);
 void register_gemm(KernelTable &t);  // the GEMM tier (gemm.cpp)
+void register_attn_q(KernelTable &t);  // the quantized cache's attention (attn_q.cpp)
 }  // namespace avx2vnni
 
 void register_avx2vnni(KernelTable &t) {
@@ -24,6 +25,7 @@ void register_avx2vnni(KernelTable &t) {
     avx2vnni::register_iquants(t);
     avx2vnni::register_act(t);
     avx2vnni::register_gemm(t);
+    avx2vnni::register_attn_q(t);
     (void)t;
 }
 

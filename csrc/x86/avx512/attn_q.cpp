@@ -41,16 +41,6 @@ struct Keys16 {
     alignas(64) float dk[512 / QK][16];      // [block][key]: the block's scale
 };
 
-// Block b of a K row as 32 unsigned codes in value order: Q8_0's code + 128 (xor of the sign
-// bit), Q4_0's nibbles (values 0..15 are the low nibbles of bytes 0..15, 16..31 the high ones).
-template <int KT>
-inline __m256i ucodes(const uint8_t *blk) {
-    if (KT == T_Q8_0)
-        return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 2)), _mm256_set1_epi8(-128));
-    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2)), m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
-}
-
 // Keys k, k + ks, ..., the first n of 16 (n >= 1), into d. Per block: z[i] = [key i | key i + 8]
 // (8 dwords each), then an 8 x 8 dword transpose in both 256-bit halves at once: dword lane l of
 // u[dw] = key l's dword dw (lanes 0-7 keys 0-7, lanes 8-15 keys 8-15).
@@ -224,7 +214,7 @@ void attend_group_zmm(const uint8_t *qq, int nq, const int32_t *lens, const uint
     for (size_t i = 0; i < (size_t)nq * nb; ++i) {
         int32_t t = 0;
         for (int k = 0; k < QK; ++k) t += q[i].qs[k];
-        qoff[i] = (KT == T_Q8_0 ? 128 : 8) * t;
+        qoff[i] = uoff<KT>() * t;
     }
     // scores, 16 keys at a time for the rows that see any of them (a row's lanes past its own
     // length are computed and never read); the rows `ahead` keys on are asked for meanwhile
