@@ -10,7 +10,7 @@ side: its nq calls), median of the rounds; the ratio per-row / shared.
 --qwen36: instead, Qwen3.6-35B-A3B's decode step at 32K positions (a GQA group of 8 rows, head_dim
 256; 2 caches in turn, DRAM), the shared kernel alone: us per call and its multiply-adds per second
 (scores and values: 2 x rows x keys x head_dim). A/B two builds by running it with each build's
-directory first on PYTHONPATH, interleaved (BENCHMARKS.md, "Quantized cache at avx512").
+directory first on PYTHONPATH, interleaved (BENCHMARKS.md, round of 2026-12-05 (7)).
 """
 import argparse
 import statistics

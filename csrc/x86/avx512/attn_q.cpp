@@ -16,7 +16,7 @@
 //     acc + v * p over the keys in order, as attn_q.inl's pv_rows.
 // So every row's output is bitwise attn_q.inl's, hence the scalar reference's (kernels.h
 // attn_q_rows_fn; tests/test_kv_quant.py). Measured on Qwen3.6's group of 8 at 32K positions,
-// head_dim 256, Q8_0 K and V: BENCHMARKS.md, "Quantized cache at avx512".
+// head_dim 256, Q8_0 K and V: BENCHMARKS.md, round of 2026-12-05 (7).
 #define LOWBIT_ISA ISA_AVX512
 #define LOWBIT_NS avx512
 #define LB_AQ_ZMM_ROWS
@@ -200,7 +200,7 @@ inline void score_rows(const Keys16 &d, const block_q8_0 *q, const int32_t *qoff
 
 template <int KT, int VT>
 void attend_group_zmm(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t *K, size_t ks, const uint8_t *V,
-                 size_t vs, int hd, float scale, const float *sinks, float softcap, float *sc, float *out) {
+                      size_t vs, int hd, float scale, const float *sinks, float softcap, float *sc, float *out) {
     const auto *q = reinterpret_cast<const block_q8_0 *>(qq);
     const int nb = hd / QK;
     int maxlen = 0;
@@ -276,7 +276,7 @@ void attend_group_zmm(const uint8_t *qq, int nq, const int32_t *lens, const uint
 
 template <int KT>
 void attend_group_zmm_k(const uint8_t *qq, int nq, const int32_t *lens, int v_type, const uint8_t *K, size_t ks,
-                   const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float softcap, float *sc, float *out) {
+                        const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float softcap, float *sc, float *out) {
     if (v_type == T_Q8_0) attend_group_zmm<KT, T_Q8_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
     else if (v_type == T_Q4_0) attend_group_zmm<KT, T_Q4_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
     else attend_group_zmm<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
