@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../formats.h"
@@ -95,6 +96,19 @@ inline __m256i kcodes(const uint8_t *blk) {
     const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2)), m = _mm_set1_epi8(0x0F);
     const __m256i c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
     return _mm256_sub_epi8(c, _mm256_set1_epi8(8));
+}
+
+// f(KT, VT) as std::integral_constant's for the call's cache types (k_type T_Q8_0 / T_Q4_0,
+// v_type T_F16 / T_Q8_0 / T_Q4_0: the engine checks): one place maps the types to the templates.
+template <class F>
+inline void by_kv_types(int k_type, int v_type, const F &f) {
+    auto with_v = [&](auto kt) {
+        if (v_type == T_Q8_0) f(kt, std::integral_constant<int, T_Q8_0>{});
+        else if (v_type == T_Q4_0) f(kt, std::integral_constant<int, T_Q4_0>{});
+        else f(kt, std::integral_constant<int, T_F16>{});
+    };
+    if (k_type == T_Q8_0) with_v(std::integral_constant<int, T_Q8_0>{});
+    else with_v(std::integral_constant<int, T_Q4_0>{});
 }
 
 // the block's float term: (float)isum * (dk * dq) (Q8_0) or ((float)isum * dk) * dq (Q4_0)
@@ -222,19 +236,11 @@ void attend(const uint8_t *qq, const uint8_t *K, size_t ks, const uint8_t *V, si
     for (; d0 < hd; d0 += 32) pv_chunk<VT, 4>(sc, V, vs, len, d0, inv, out);
 }
 
-template <int KT>
-void attend_k(const uint8_t *qq, int v_type, const uint8_t *K, size_t ks, const uint8_t *V, size_t vs, int len,
-              int hd, float scale, float sink, float softcap, float *sc, float *out) {
-    if (v_type == T_Q8_0) attend<KT, T_Q8_0>(qq, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
-    else if (v_type == T_Q4_0) attend<KT, T_Q4_0>(qq, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
-    else attend<KT, T_F16>(qq, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
-}
-
-// k_type T_Q8_0 / T_Q4_0, v_type T_F16 / T_Q8_0 / T_Q4_0 (the engine checks), hd a multiple of 32
 void attend_q_simd(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, int v_type, const uint8_t *V,
                    size_t vs, int len, int hd, float scale, float sink, float softcap, float *sc, float *out) {
-    if (k_type == T_Q8_0) attend_k<T_Q8_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
-    else attend_k<T_Q4_0>(qq, v_type, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
+    by_kv_types(k_type, v_type, [&](auto kt, auto vt) {
+        attend<decltype(kt)::value, decltype(vt)::value>(qq, K, ks, V, vs, len, hd, scale, sink, softcap, sc, out);
+    });
 }
 
 // ---- rows sharing one head's cache rows (attn_q_rows_fn: a GQA group's heads, a prompt block) ----
@@ -244,6 +250,30 @@ void attend_q_simd(const uint8_t *qq, int k_type, const uint8_t *K, size_t ks, i
 // once (their codes unpacked, their 8 scales widened) for every row that sees any of them, and a
 // value row is widened once per 16 dims for up to 4 rows (mla_f16_avx2's scheme: keys in blocks
 // of KB while the row groups and dim chunks read them, each row's 16 dims in registers).
+
+// qoff[i] = off * the sum of block i's codes, for n Q8_0 blocks of the query rows (the offset
+// of the unsigned key codes, ucodes / decode8: it comes back per row and block)
+inline void block_code_sums(const block_q8_0 *q, size_t n, int32_t off, std::vector<int32_t> &qoff) {
+    qoff.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        int32_t t = 0;
+        for (int k = 0; k < QK; ++k) t += q[i].qs[k];
+        qoff[i] = off * t;
+    }
+}
+
+// Each row's softmax over its own keys and sink, in place in sc (rows ld apart), inv[r] its
+// 1 / sum; its weights past its keys up to maxlen 0 (0 * v adds nothing to a sum that is never
+// -0, for finite v: a row's sums are those of its own keys)
+inline void softmax_per_row(float *sc, size_t ld, int nq, const int32_t *lens, int maxlen, const float *sinks,
+                         float softcap, float *inv) {
+    for (int r = 0; r < nq; ++r) {
+        float *e = sc + (size_t)r * ld;
+        if (softcap > 0.0f) softcap_scores8(e, lens[r], softcap);
+        inv[r] = softmax_row(e, lens[r], sinks ? sinks[r] : -INFINITY);
+        for (int j = lens[r]; j < maxlen; ++j) e[j] = 0.0f;
+    }
+}
 
 // 8 keys' blocks, decoded: u the unsigned operand of dotu32 (K Q8_0: |k|; K Q4_0: the nibbles
 // 0..15, with dot(u - 8, q) = dot(u, q) - 8 sum(q) exact in int32, so no sign step per row),
@@ -282,9 +312,9 @@ inline void decode8(const uint8_t *k, size_t ks, int n, int nb, Keys8 &d) {
 }
 
 // one row's unscaled scores against the 8 decoded keys (lane = key), score8's float steps;
-// q8s[b]: 8 * the sum of the row's block-b codes (K Q4_0)
+// qoff[b]: 8 * the sum of the row's block-b codes (K Q4_0: block_code_sums)
 template <int KT>
-inline __m256 score8_decoded(const Keys8 &d, const block_q8_0 *q, const int32_t *q8s, int nb) {
+inline __m256 score8_decoded(const Keys8 &d, const block_q8_0 *q, const int32_t *qoff, int nb) {
     __m256 s = _mm256_setzero_ps();
     for (int b = 0; b < nb; ++b) {
         const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q[b].qs));
@@ -294,7 +324,7 @@ inline __m256 score8_decoded(const Keys8 &d, const block_q8_0 *q, const int32_t 
             return dotu32(u, _mm256_sign_epi8(y, _mm256_load_si256(reinterpret_cast<const __m256i *>(d.s[b][i]))));
         };
         __m256i isum = hsum8_i(dot(0), dot(1), dot(2), dot(3), dot(4), dot(5), dot(6), dot(7));
-        if (KT == T_Q4_0) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(q8s[b]));
+        if (KT == T_Q4_0) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(qoff[b]));
         s = _mm256_add_ps(s, kterm<KT>(isum, _mm256_load_ps(d.dk[b]), _mm256_set1_ps(_cvtsh_ss(q[b].d))));
     }
     return s;
@@ -439,17 +469,10 @@ void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t 
     int maxlen = 0;
     for (int r = 0; r < nq; ++r) maxlen = lens[r] > maxlen ? lens[r] : maxlen;
     const size_t ld = (size_t)maxlen;  // sc's row stride
-    thread_local std::vector<int32_t> q8s;
+    thread_local std::vector<int32_t> qoff;
     thread_local std::vector<float> inv;
     inv.resize((size_t)nq);
-    if (KT == T_Q4_0 || LB_AQ_VNNI) {  // (VNNI: keys in lanes, both K types' offsets)
-        q8s.resize((size_t)nq * nb);
-        for (size_t i = 0; i < (size_t)nq * nb; ++i) {
-            int32_t t = 0;
-            for (int k = 0; k < QK; ++k) t += q[i].qs[k];
-            q8s[i] = (LB_AQ_VNNI ? uoff<KT>() : 8) * t;
-        }
-    }
+    if (KT == T_Q4_0 || LB_AQ_VNNI) block_code_sums(q, (size_t)nq * nb, uoff<KT>(), qoff);  // (VNNI: both K types)
     // scores: 8 keys decoded at a time, then every row that sees any of them (a row's lanes past
     // its own length are computed and never read); the decoded keys per thread, off the stack
 #if LB_AQ_VNNI
@@ -468,9 +491,9 @@ void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t 
         for (int r = 0; r < nq; ++r) {
             if (lens[r] <= j) continue;
 #if LB_AQ_VNNI
-            const __m256 s = _mm256_mul_ps(score8t<KT>(d, q + (size_t)r * nb, q8s.data() + (size_t)r * nb, nb), vscale);
+            const __m256 s = _mm256_mul_ps(score8t<KT>(d, q + (size_t)r * nb, qoff.data() + (size_t)r * nb, nb), vscale);
 #else
-            const __m256 s = _mm256_mul_ps(score8_decoded<KT>(d, q + (size_t)r * nb, q8s.data() + (size_t)r * nb, nb), vscale);
+            const __m256 s = _mm256_mul_ps(score8_decoded<KT>(d, q + (size_t)r * nb, qoff.data() + (size_t)r * nb, nb), vscale);
 #endif
             float *o = sc + (size_t)r * ld + j;
             if (n == 8) _mm256_storeu_ps(o, s);
@@ -481,14 +504,7 @@ void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t 
             }
         }
     }
-    // each row's softmax over its own keys and sink; its weights past them 0 (0 * v adds nothing
-    // to a sum that is never -0, for finite v: the row's sums are those of its own keys)
-    for (int r = 0; r < nq; ++r) {
-        float *e = sc + (size_t)r * ld;
-        if (softcap > 0.0f) softcap_scores8(e, lens[r], softcap);
-        inv[(size_t)r] = softmax_row(e, lens[r], sinks ? sinks[r] : -INFINITY);
-        for (int j = lens[r]; j < maxlen; ++j) e[j] = 0.0f;
-    }
+    softmax_per_row(sc, ld, nq, lens, maxlen, sinks, softcap, inv.data());
     // values: keys in blocks of KB, rows by 4 (the last 1-3 together), each group up to its longest
     // row; past one group of rows, the block's values are widened to float once (exactly: the
     // same values) for all the groups
@@ -518,20 +534,13 @@ void attend_group(const uint8_t *qq, int nq, const int32_t *lens, const uint8_t 
     }
 }
 
-template <int KT>
-void attend_group_k(const uint8_t *qq, int nq, const int32_t *lens, int v_type, const uint8_t *K, size_t ks,
-                   const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float softcap, float *sc, float *out) {
-    if (v_type == T_Q8_0) attend_group<KT, T_Q8_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-    else if (v_type == T_Q4_0) attend_group<KT, T_Q4_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-    else attend_group<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-}
-
 #ifndef LB_AQ_ZMM_ROWS  // (avx512 has its own shared-rows kernel: csrc/x86/avx512/attn_q.cpp)
 void attend_q_group_simd(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
                         int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks,
                         float softcap, float *sc, float *out) {
-    if (k_type == T_Q8_0) attend_group_k<T_Q8_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-    else attend_group_k<T_Q4_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    by_kv_types(k_type, v_type, [&](auto kt, auto vt) {
+        attend_group<decltype(kt)::value, decltype(vt)::value>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    });
 }
 
 #endif

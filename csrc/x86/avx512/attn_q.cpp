@@ -210,12 +210,7 @@ void attend_group_zmm(const uint8_t *qq, int nq, const int32_t *lens, const uint
     thread_local std::vector<float> inv, vf;
     thread_local Keys16 d;
     inv.resize((size_t)nq);
-    qoff.resize((size_t)nq * nb);
-    for (size_t i = 0; i < (size_t)nq * nb; ++i) {
-        int32_t t = 0;
-        for (int k = 0; k < QK; ++k) t += q[i].qs[k];
-        qoff[i] = uoff<KT>() * t;
-    }
+    block_code_sums(q, (size_t)nq * nb, uoff<KT>(), qoff);
     // scores, 16 keys at a time for the rows that see any of them (a row's lanes past its own
     // length are computed and never read); the rows `ahead` keys on are asked for meanwhile
     const __m512 vscale = _mm512_set1_ps(scale);
@@ -238,14 +233,7 @@ void attend_group_zmm(const uint8_t *qq, int nq, const int32_t *lens, const uint
         decode16<KT>(kj, ks, n, nb, d);
         score_rows<KT>(d, q, qoff.data(), nb, live.data(), (int)live.size(), sc, ld, j, n, vscale);
     }
-    // each row's softmax over its own keys and sink; its weights past them 0 (0 * v adds nothing
-    // to a sum that is never -0, for finite v)
-    for (int r = 0; r < nq; ++r) {
-        float *e = sc + (size_t)r * ld;
-        if (softcap > 0.0f) softcap_scores8(e, lens[r], softcap);
-        inv[(size_t)r] = softmax_row(e, lens[r], sinks ? sinks[r] : -INFINITY);
-        for (int j = lens[r]; j < maxlen; ++j) e[j] = 0.0f;
-    }
+    softmax_per_row(sc, ld, nq, lens, maxlen, sinks, softcap, inv.data());
     // values: keys in blocks of KB widened once, rows by 8 (the rest together), each group up
     // to its longest row
     vf.resize((size_t)KB * hd);
@@ -274,19 +262,12 @@ void attend_group_zmm(const uint8_t *qq, int nq, const int32_t *lens, const uint
     }
 }
 
-template <int KT>
-void attend_group_zmm_k(const uint8_t *qq, int nq, const int32_t *lens, int v_type, const uint8_t *K, size_t ks,
-                        const uint8_t *V, size_t vs, int hd, float scale, const float *sinks, float softcap, float *sc, float *out) {
-    if (v_type == T_Q8_0) attend_group_zmm<KT, T_Q8_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-    else if (v_type == T_Q4_0) attend_group_zmm<KT, T_Q4_0>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-    else attend_group_zmm<KT, T_F16>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-}
-
 void attend_q_group_zmm(const uint8_t *qq, int nq, const int32_t *lens, int k_type, const uint8_t *K, size_t ks,
                         int v_type, const uint8_t *V, size_t vs, int hd, float scale, const float *sinks,
                         float softcap, float *sc, float *out) {
-    if (k_type == T_Q8_0) attend_group_zmm_k<T_Q8_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
-    else attend_group_zmm_k<T_Q4_0>(qq, nq, lens, v_type, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    by_kv_types(k_type, v_type, [&](auto kt, auto vt) {
+        attend_group_zmm<decltype(kt)::value, decltype(vt)::value>(qq, nq, lens, K, ks, V, vs, hd, scale, sinks, softcap, sc, out);
+    });
 }
 
 }  // namespace
