@@ -85,11 +85,13 @@ static const KernelEntry &entry(int id, int isa) {
     return kernel_entry_at(id, isa);
 }
 
-// path: 0 = as dispatched; 1 = row kernels in windows of <= 8 only (the GEMM off); 2 = the
-// entry's GEMM for every nt (tests and benchmarks compare the two paths of one level).
+// path: 0 = as dispatched; 1 = the row kernels only (the GEMM off: the wide window where it
+// takes, windows of <= 8); 2 = the entry's GEMM for every nt; 3 = windows of <= 8 only (the
+// GEMM and the wide window off). Tests and benchmarks compare the paths of one level.
 static KernelEntry with_path(const KernelEntry &e, int path) {
     KernelEntry c = e;
-    if (path == 1) c.gemm = RowKernel{}, c.gemm_min_nt = 0;
+    if (path == 1 || path == 3) c.gemm = RowKernel{}, c.gemm_min_nt = 0;
+    if (path == 3) c.wide = RowKernel{}, c.wide_max_n = 0;
     if (path == 2) {
         if (!e.gemm.fn) throw std::invalid_argument("this format has no GEMM at this level");
         c.gemm_min_nt = 1;
@@ -466,6 +468,13 @@ NB_MODULE(_lowbit, m) {
         run_rows(f, e, level, w, rb, a, arb, nt, o, (size_t)rows, n, w_scale, r0, r1, threads_or_default(threads));
     }, nb::arg("id"), nb::arg("raw"), nb::arg("act"), nb::arg("n"), nb::arg("w_scale"), nb::arg("out"),
        nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1, nb::arg("path") = 0);
+    m.def("wide_kernel", [](int id, int isa) -> nb::object {
+        fmt(id);
+        const KernelEntry &e = entry(id, isa);
+        if (!e.wide.fn) return nb::none();
+        return nb::make_tuple(std::string(e.wide.name), std::string(isa_name(e.wide.isa)), e.wide_max_n);
+    }, nb::arg("id"), nb::arg("isa") = -1,
+       "(wide-window kernel name, level, max n: chunks take 16 tokens at a time through it for n <= max n) or None.");
     m.def("gemm_kernel", [](int id, int isa) -> nb::object {
         fmt(id);
         const KernelEntry &e = entry(id, isa);

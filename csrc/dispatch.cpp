@@ -204,6 +204,12 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
         dst.gemm = off ? RowKernel{} : src.gemm;
         dst.gemm_min_nt = off ? 0 : src.gemm_min_nt;
     }
+    // The wide window likewise; LOWBIT_NO_WIDE=1 removes every one (windows of <= 8 instead).
+    if (src.wide.fn) {
+        const bool off = turned_off("wide", src.wide.isa) || turned_off(src.wide.name, src.wide.isa);
+        dst.wide = off ? RowKernel{} : src.wide;
+        dst.wide_max_n = off ? 0 : src.wide_max_n;
+    }
     if (src.dequant) dst.dequant = src.dequant;
     take(dst.quant_act, src.quant_act);
     if (src.quant_w) dst.quant_w = src.quant_w;
@@ -333,13 +339,15 @@ struct Counter {
     long long n() const { return calls.load(std::memory_order_relaxed); }
     void reset() { calls = 0, rows = 0, values = 0; }
 };
-static Counter g_rows_ctr[65][MAX_NT + 1][ISA_COUNT], g_glu_ctr[4][ISA_COUNT], g_quant_ctr[65][ISA_COUNT];
+// g_rows_ctr[slot][nt]: nt 0 the GEMM, 1..MAX_NT the windows, MAX_NT + 1 the wide window
+static Counter g_rows_ctr[65][MAX_NT + 2][ISA_COUNT], g_glu_ctr[4][ISA_COUNT], g_quant_ctr[65][ISA_COUNT];
 static int slot_of(int id) { return id == T_I8_S ? 64 : (id >= 0 && id < 64 ? id : -1); }
 static int id_of(int slot) { return slot == 64 ? T_I8_S : slot; }
 
 void count_call(int type_id, int nt, int isa, int64_t rows) {
     const int s = slot_of(type_id);
-    if (s < 0 || nt < 0 || nt > MAX_NT || isa < 0 || isa >= ISA_COUNT) return;
+    if (nt == WIDE_NT) nt = MAX_NT + 1;
+    if (s < 0 || nt < 0 || nt > MAX_NT + 1 || isa < 0 || isa >= ISA_COUNT) return;
     g_rows_ctr[s][nt][isa].add(rows, 0);
 }
 void count_glu(int kind, int isa, int64_t rows, int64_t values) {
@@ -355,11 +363,12 @@ void count_quant(int type_id, int isa, int64_t rows, int64_t values) {
 std::vector<CallStat> call_stats() {
     std::vector<CallStat> out;
     for (int s = 0; s < 65; ++s)
-        for (int nt = 0; nt <= MAX_NT; ++nt)
+        for (int k = 0; k <= MAX_NT + 1; ++k)
             for (int l = 0; l < ISA_COUNT; ++l)
-                if (const Counter &c = g_rows_ctr[s][nt][l]; c.n()) {
+                if (const Counter &c = g_rows_ctr[s][k][l]; c.n()) {
                     const KernelEntry &e = kernel_entry_at(id_of(s), l);
-                    out.push_back({id_of(s), nt, nt ? e.rows[nt].name : e.gemm.name, c.n(), c.rows.load()});
+                    const int nt = k > MAX_NT ? WIDE_NT : k;
+                    out.push_back({id_of(s), nt, nt ? window_kernel(e, nt).name : e.gemm.name, c.n(), c.rows.load()});
                 }
     return out;
 }

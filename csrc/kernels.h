@@ -83,6 +83,8 @@ const char *isa_name(int isa);
 int isa_rank(int isa);
 
 constexpr int MAX_NT = 8;
+// The wide window (KernelEntry::wide): 16 tokens per pass over a row, where a level has one.
+constexpr int WIDE_NT = 16;
 constexpr int MAX_TYPE_ID = 1024 + 8;
 
 // One slot of the kernel table: the function a level registered, its name (what `lowbit info`
@@ -99,6 +101,13 @@ using RowKernel = KernelSlot<rows_fn>;
 
 struct KernelEntry {
     RowKernel rows[MAX_NT + 1];       // indexed by nt (1..8)
+    // Optional wide window: the row-kernel contract at nt = WIDE_NT, each row decoded once per
+    // 16 tokens rather than once per 8, bitwise the rows[] kernels' per-token results (I2).
+    // A chunk that takes no GEMM goes WIDE_NT tokens at a time through it while at least
+    // WIDE_NT remain and n <= wide_max_n (set by the level: the kernel's per-row activation
+    // records must stay in L1), the rest in windows of <= 8 (next_window). Counted as nt = 16.
+    RowKernel wide;
+    int64_t wide_max_n = 0;
     // Optional GEMM for a prompt chunk: the row-kernel contract with any nt >= 1 (the kernel
     // tiles tokens itself), bitwise the row kernels' result per token (I2) and per row (I3).
     // run_rows calls it once per row tile for the whole token range when nt >= gemm_min_nt
@@ -109,6 +118,20 @@ struct KernelEntry {
     KernelSlot<quant_act_fn> quant_act;  // activation formats: e.g. "quant_act_q8_0_avx2"
     quant_w_fn quant_w = nullptr;
 };
+
+// The window that takes a chunk's next tokens when no GEMM does: WIDE_NT tokens (e.wide) or
+// up to MAX_NT (e.rows[]); `left` tokens remain, n values per token. Both matrices of a fused
+// GLU take the same windows (glu_window).
+inline int next_window(const KernelEntry &e, int64_t left, int64_t n) {
+    if (e.wide.fn && left >= WIDE_NT && n <= e.wide_max_n) return WIDE_NT;
+    return left < MAX_NT ? (int)left : MAX_NT;
+}
+inline int glu_window(const KernelEntry &g, const KernelEntry &u, int64_t left, int64_t n) {
+    const int a = next_window(g, left, n), b = next_window(u, left, n);
+    return a == b ? a : (int)(left < MAX_NT ? left : MAX_NT);
+}
+// The kernel of a window of ntc tokens (next_window's answer).
+inline const RowKernel &window_kernel(const KernelEntry &e, int ntc) { return ntc > MAX_NT ? e.wide : e.rows[ntc]; }
 
 // A level's row kernel templated on its window: rows[nt] = make(std::integral_constant<int, nt>)
 // for nt = 1..MAX_NT, all under one name, e.g.

@@ -10,7 +10,8 @@
 namespace lowbit {
 
 // out[t * out_stride + r] = dot(W[r], act[t]) for r in [r0, r1), t < nt, through entry e's
-// row kernels in windows of <= 8 tokens, rows split over `threads` pool threads.
+// GEMM (when its gate admits nt) or its row kernels in windows of <= 8 tokens (or 16: the wide
+// window, next_window), rows split over `threads` pool threads.
 // isa: the level whose table `e` is (for the call counters).
 void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, size_t w_stride,
               const uint8_t *act, size_t act_stride, int64_t nt, float *out, size_t out_stride,
@@ -76,8 +77,9 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
 uint64_t new_act_id();
 // Whether entry e's GEMM takes a chunk of nt tokens (it has one and its gate admits nt).
 bool gemm_takes(const KernelEntry &e, int64_t nt);
-// Rows per tile of glu_rows for a window count: about 32 KB of gate + up weight rows, so
-// they stay in L1/L2 while every window reads them.
-int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt);
+// Rows per tile of glu_rows for a chunk of nt tokens of n values: one window (or the GEMM): a
+// fixed count; several windows: kTileBytes of gate + up weight rows, so they stay in L2 while
+// every window reads them.
+int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt, int64_t n);
 
 }  // namespace lowbit

@@ -1127,11 +1127,18 @@ constexpr int kKqGemmMinNt = 32, kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
 // window tiles: 1.7-2.4x at 16 tokens; on Zen 5 with the 512 KB tiles of csrc/matmul.cpp, whose
 // windows no longer re-lay out their activations every 20 rows: 0.74-1.73x at 16 tokens with
 // the rows in L3 (n = 4096), 0.67-0.79x with them in DRAM (n = 512..2048), and 1.0-1.7x at 32
-// in both; so 32 (a server step of 16 decode tokens runs as two windows).
+// in both; so 32 (at avx2vnni: a server step of 16 decode tokens runs as two windows).
 // At avx2 (Zen 3, as above): Q4_0 0.83, 1.00, 1.14, 1.19; Q4_1 0.82, 0.96, 1.08, 1.01: from 64;
 // Q8_0 (the sign trick, BENCHMARKS.md "Q8_0 GEMM at avx2 (Zen 3)") 0.86-0.87, 0.99-1.00,
 // 1.02-1.06, 1.11-1.14 in two runs: from 64 too.
-#if defined(__AVX512F__) || defined(__AVXVNNI__)
+// At avx512 the windows include the 16-token wide window (csrc/x86/legacy.inl), against which
+// (Zen 5, BENCHMARKS.md round (8): us per row and token, 1 MB of rows, GEMM / windows at
+// 32, 40, 48, 64, 96 tokens) Q4_0, Q4_1, Q8_0: n = 576 0.93-0.99, 1.01-1.08, 0.90-0.96,
+// 0.80-0.85, 0.77-0.80; n = 1536 and 2048 0.98-1.17, 1.07-1.25, 0.84-1.14, 0.85-0.99, 0.80-0.93:
+// so 48.
+#if defined(__AVX512F__)
+constexpr int kLegacyGemmMinNt = 48;
+#elif defined(__AVXVNNI__)
 constexpr int kLegacyGemmMinNt = 32;
 #else
 constexpr int kLegacyGemmMinNt = 64;

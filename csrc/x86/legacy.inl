@@ -70,6 +70,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <unistd.h>
+
 #include "../kernels.h"
 #include "../ref/iq_tables.h"
 #include "prefetch.h"
@@ -292,7 +294,7 @@ struct Plan { int tt, bt; };  // TT chunks of 4 tokens, then BT tokens
 // chunk is not flat: it skips the maddubs of absent tokens; the plan is kept, not re-measured.)
 constexpr Plan plan(int nt) {
 #if LB_LG_LEVEL == 3
-    return nt <= 3 ? Plan{0, nt} : nt == 4 ? Plan{1, 0} : nt == 5 ? Plan{1, 1} : Plan{2, 0};
+    return nt <= 3 ? Plan{0, nt} : nt == 4 ? Plan{1, 0} : nt == 5 ? Plan{1, 1} : nt <= 8 ? Plan{2, 0} : Plan{4, 0};
 #else
     return nt <= 2 ? Plan{0, nt} : nt <= 4 ? Plan{1, 0} : nt == 5 ? Plan{1, 1} : Plan{2, 0};
 #endif
@@ -474,17 +476,26 @@ template <int W>
 struct Acc {
     using V = typename TV<W>::V;
     V t00, t01, t02, t03, t10, t11, t12, t13;  // TT: chunk c, unit u -> t<c><u>
+    V t20, t21, t30, t31;                      // chunks 2, 3 (the wide window: avx512, W = 4)
     __m256 b0, b1, b2;                         // BT tokens
+    Acc() {
+        t00 = t01 = t02 = t03 = t10 = t11 = t12 = t13 = t20 = t21 = t30 = t31 = TV<W>::zerof();
+        b0 = b1 = b2 = _mm256_setzero_ps();
+    }
 };
 template <int C, int U, class A>
 LB_LG_INLINE auto &tacc(A &a) {
-    static_assert(C < 2 && U < 4, "");
+    static_assert(C < 4 && U < 4 && (C < 2 || U < 2), "");
     if constexpr (C == 0) {
         if constexpr (U == 0) return a.t00; else if constexpr (U == 1) return a.t01;
         else if constexpr (U == 2) return a.t02; else return a.t03;
-    } else {
+    } else if constexpr (C == 1) {
         if constexpr (U == 0) return a.t10; else if constexpr (U == 1) return a.t11;
         else if constexpr (U == 2) return a.t12; else return a.t13;
+    } else if constexpr (C == 2) {
+        if constexpr (U == 0) return a.t20; else return a.t21;
+    } else {
+        if constexpr (U == 0) return a.t30; else return a.t31;
     }
 }
 template <int J, class A>
@@ -544,6 +555,39 @@ LB_LG_INLINE void tt_int(typename TV<W>::I lo, typename TV<W>::I hi, const uint8
     tt_step<F, W, 5, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
     tt_step<F, W, 6, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
     tt_step<F, W, 7, NC>(lo, hi, r0, r1, i0, i1, s0, s1);
+}
+
+// The wide window's four TT chunks (records r[0..3]; VNNI, so one dpbusd per chunk and k):
+// each broadcast code dword u serves 4 chunks x 4 tokens. The same integers as tt_int's.
+template <int W, int K>
+LB_LG_INLINE void tt_step4(typename TV<W>::I lo, typename TV<W>::I hi, const uint8_t *const *r,
+                           typename TV<W>::I &i0, typename TV<W>::I &i1, typename TV<W>::I &i2,
+                           typename TV<W>::I &i3) {
+    using T = TV<W>;
+    constexpr int V = 16 * W;
+    const typename T::I u = T::template code<K>(lo, hi);
+    i0 = T::dpb(i0, u, T::ld(r[0] + V * K));
+    i1 = T::dpb(i1, u, T::ld(r[1] + V * K));
+    i2 = T::dpb(i2, u, T::ld(r[2] + V * K));
+    i3 = T::dpb(i3, u, T::ld(r[3] + V * K));
+}
+template <class F, int W>
+LB_LG_INLINE void tt_int4(typename TV<W>::I lo, typename TV<W>::I hi, const uint8_t *const *r, typename TV<W>::I &i0,
+                          typename TV<W>::I &i1, typename TV<W>::I &i2, typename TV<W>::I &i3, int corr_off) {
+    static_assert(kVnni && W > 0, "the wide window is a VNNI level's");
+    using T = TV<W>;
+    i0 = F::kOff ? T::ld(r[0] + corr_off) : T::zero();
+    i1 = F::kOff ? T::ld(r[1] + corr_off) : T::zero();
+    i2 = F::kOff ? T::ld(r[2] + corr_off) : T::zero();
+    i3 = F::kOff ? T::ld(r[3] + corr_off) : T::zero();
+    tt_step4<W, 0>(lo, hi, r, i0, i1, i2, i3);
+    tt_step4<W, 1>(lo, hi, r, i0, i1, i2, i3);
+    tt_step4<W, 2>(lo, hi, r, i0, i1, i2, i3);
+    tt_step4<W, 3>(lo, hi, r, i0, i1, i2, i3);
+    tt_step4<W, 4>(lo, hi, r, i0, i1, i2, i3);
+    tt_step4<W, 5>(lo, hi, r, i0, i1, i2, i3);
+    tt_step4<W, 6>(lo, hi, r, i0, i1, i2, i3);
+    tt_step4<W, 7>(lo, hi, r, i0, i1, i2, i3);
 }
 
 // Unsigned codes (kK16 >= 2), one token, one pair (Alo at ra, Ahi at ra + 128): int16 lanes
@@ -766,7 +810,17 @@ LB_LG_INLINE void unit(const uint8_t *wg, const uint8_t *rg, int nrem, __m256 dw
         else decode_quad<F>(wg + U * W * F::kBytes, nu, lo, hi);
 #endif
     }
-    if constexpr (Y::P.tt > 0) {
+    if constexpr (Y::P.tt == 4) {  // the wide window: 4 chunks, the group's scales
+        if (nu > 0) {
+            const uint8_t *r[4] = {rg + Y::tt_rec(0, U), rg + Y::tt_rec(1, U), rg + Y::tt_rec(2, U), rg + Y::tt_rec(3, U)};
+            typename T::I i0, i1, i2, i3;
+            tt_int4<F, W>(lo, hi, r, i0, i1, i2, i3, Y::kCORR);
+            tt_float<F, NT, 0, U, false>(i0, r[0], dw, mw, acc);
+            tt_float<F, NT, 1, U, false>(i1, r[1], dw, mw, acc);
+            tt_float<F, NT, 2, U, false>(i2, r[2], dw, mw, acc);
+            tt_float<F, NT, 3, U, false>(i3, r[3], dw, mw, acc);
+        }
+    } else if constexpr (Y::P.tt > 0) {
         if (nu > 0) {
             const uint8_t *r0 = rg + Y::tt_rec(0, U), *r1 = rg + Y::tt_rec(Y::P.tt > 1 ? 1 : 0, U);
             typename T::I i0, i1;
@@ -913,16 +967,13 @@ LB_LG_INLINE void finish_bt(A &acc, const RowArgs &a, int64_t r) {
 template <class F, int NT>
 __attribute__((noinline)) void rows_nt(const RowArgs &a, int64_t r0, int64_t r1) {
     using Y = Lay<F, NT>;
-    using T = TV<Y::W>;
     const int64_t nb = a.n / QK, full = nb / 8;
     const int nrem = (int)(nb % 8);
     if (r1 <= r0) return;
     const uint8_t *prep = prepare<F, NT>(a, nb);
     for (int64_t r = r0; r < r1; ++r) {
         const uint8_t *w = a.w + (size_t)r * a.w_stride;
-        const typename T::V z = T::zerof();
-        const __m256 zb = _mm256_setzero_ps();
-        Acc<Y::W> acc{z, z, z, z, z, z, z, z, zb, zb, zb};
+        Acc<Y::W> acc;
         const uint8_t *rg = prep;
         for (int64_t g = 0; g < full; ++g, rg += Y::kGroup) {
             prefetch_ahead(w + g * 8 * F::kBytes, 8 * F::kBytes);
@@ -933,6 +984,27 @@ __attribute__((noinline)) void rows_nt(const RowArgs &a, int64_t r0, int64_t r1)
         finish_bt<NT, 0>(acc, a, r);
     }
 }
+
+#if LB_LG_LEVEL == 3
+// The wide window (KernelEntry::wide): rows_nt<F, 16>, four TT chunks sharing each broadcast
+// code dword and each row's decode. Its gate: a row streams through the 16 tokens' records
+// (kGroup / 8 bytes per block: 640 for every format here), and they must stay in L1 with the
+// weight lines passing through. Measured on Zen 5 (L1D 48 KB; BENCHMARKS.md, round (8):
+// 16 tokens, us per row and token, two 8-token windows / the wide window): Q4_1 and Q8_0 1.16-1.26x
+// faster up to n = 2048 (40 KB of records), 0.81x / 0.59x at 2560 (50 KB), 0.48x / 0.43x at
+// 3072. So n such that the records fill at most 85% of L1D (n <= 2048 at 48 KB, 1376 at 32 KB).
+template <class F>
+int64_t wide_max_n() {
+    long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    if (l1 <= 0) l1 = 32 * 1024;
+    const int64_t per_block = (int64_t)Lay<F, 16>::kGroup / 8;
+    return (int64_t)(0.85 * (double)l1) / per_block * QK;
+}
+#endif
+
+// rows_nt<F, NT> as a rows_fn (nt is NT)
+template <class F, int NT>
+void rows_nt_any(const RowArgs &a, int64_t r0, int64_t r1, int) { rows_nt<F, NT>(a, r0, r1); }
 
 template <class F>
 void rows(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
@@ -966,6 +1038,19 @@ void register_legacy(KernelTable &t) {
     t.set_rows_all(T_IQ4_NL, rows<FIQ4_NL>, LB_LG_NAME("iq4_nl", "q8_0"), LOWBIT_ISA);
     t.set_rows_all(T_MXFP4, rows<FMXFP4>, LB_LG_NAME("mxfp4", "q8_0"), LOWBIT_ISA);
 #undef LB_LG_NAME
+#if LB_LG_LEVEL == 3
+#define LB_LG_WIDE(id, F, w, a)                                                                                  \
+    t.at(id).wide = RowKernel{&rows_nt_any<F, 16>, "rows16_" w "_" a "_" LB_LG_STR(LOWBIT_NS), LOWBIT_ISA}; \
+    t.at(id).wide_max_n = wide_max_n<F>()
+    LB_LG_WIDE(T_Q4_0, FQ4_0, "q4_0", "q8_0");
+    LB_LG_WIDE(T_Q4_1, FQ4_1, "q4_1", "q8_1");
+    LB_LG_WIDE(T_Q5_0, FQ5_0, "q5_0", "q8_0");
+    LB_LG_WIDE(T_Q5_1, FQ5_1, "q5_1", "q8_1");
+    LB_LG_WIDE(T_Q8_0, FQ8_0, "q8_0", "q8_0");
+    LB_LG_WIDE(T_IQ4_NL, FIQ4_NL, "iq4_nl", "q8_0");
+    LB_LG_WIDE(T_MXFP4, FMXFP4, "mxfp4", "q8_0");
+#undef LB_LG_WIDE
+#endif
 }
 
 }  // namespace LOWBIT_NS

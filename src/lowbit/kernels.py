@@ -291,7 +291,8 @@ def quant_act_kernel(fmt) -> tuple[str, str] | None:
 
 def stats() -> list[dict]:
     """Kernel calls since the last reset: which row kernel ran, per format and window (nt = 0:
-    the format's GEMM, one call per matmul whatever its token count); then the GLU epilogue's
+    the format's GEMM, one call per matmul whatever its token count; nt = 16: the wide window,
+    lib.wide_kernel); then the GLU epilogue's
     calls (format None, op "silu" / "relu2", values = rows x tokens); then the activation
     quantizers' (format: the activation format, op "quantize", rows = tokens, values = rows x
     n)."""

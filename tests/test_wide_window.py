@@ -1,0 +1,189 @@
+"""The wide window (KernelEntry::wide, csrc/x86/legacy.inl rows_nt<F, 16>): avx512's legacy-format
+row kernels at 16 tokens per pass over a row (four token-transposed chunks sharing each row's
+decode and each broadcast code dword), for a chunk that takes no GEMM.
+
+Its contract is the row kernels' at nt = 16 and its promise is bitwise theirs per token (I2: the
+same integer sums per (token, block), the same float steps in the same class order), so:
+  - every legacy format, widths of 1..65 blocks (class tails, the gate's widest n), 1..37 rows
+    (the last row alone), 16..40 tokens (the wide window, then windows of <= 8), one and two
+    threads and a row sub-range (I3): bitwise matmul_act's windows of <= 8 (path 3);
+  - extreme codes and activations (every sum an exact integer): exactly ggml's vec_dot;
+  - the gate: n above wide_max_n (the records would leave L1) takes windows of <= 8, and the
+    counters name the kernel that ran (nt = 16); LOWBIT_NO_WIDE=1 removes it (a subprocess);
+  - the engine: the default model's logits for a prompt in chunks of 16 and 20 tokens (the wide
+    window, its GEMM gate being 32) are bitwise the chunk-of-1 logits.
+matmul_act's `path`: 1 the row kernels (the wide window where it takes), 3 windows of <= 8 only.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import LEVELS
+
+from lowbit import kernels as K
+from lowbit._native import lib
+from lowbit.formats import BY_NAME as F
+
+FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"]
+ISA = list(lib.isa_names())
+WIDE_LEVELS = [lv for lv in LEVELS if lv == "avx512"]  # the levels with a wide window (written here)
+NEEDS = pytest.mark.skipif(not WIDE_LEVELS, reason="the wide window is avx512's: needs CPU flags avx512f avx512bw "
+                                                   "avx512vl avx512_vnni and LOWBIT_MAX_ISA >= avx512")
+
+
+def l1d_bytes():
+    """L1D as `getconf LEVEL1_DCACHE_SIZE` reports it (glibc's sysconf, which the library reads)."""
+    try:
+        v = int(subprocess.run(["getconf", "LEVEL1_DCACHE_SIZE"], capture_output=True, text=True).stdout.strip())
+    except (OSError, ValueError):
+        v = 0
+    return v if v > 0 else 32 * 1024
+
+
+# The gate as legacy.inl states it: the 16 tokens' records (640 bytes per block: 4 chunks x 8
+# dwords x 16 lanes, and per chunk 16 lanes of d_a and of the offset or s term) fill at most 85%
+# of L1D.
+MAX_N = int(0.85 * l1d_bytes()) // 640 * 32
+
+
+def mm(name, raw, act, n, level, path, threads=1, r0=0, r1=None):
+    rows = raw.shape[0]
+    out = np.full((act.shape[0], rows), np.float32(-7.25))
+    lib.matmul_act(F[name].id, raw, act, n, 1.0, out, r0, rows if r1 is None else r1, threads, ISA.index(level), path)
+    return out
+
+
+def check_same(got, want, what, name, n):
+    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+    if bad.size:
+        t, r = bad[0]
+        raise AssertionError(f"{what}: {len(bad)} outputs differ; first token {t} row {r} ({name}, {n // 32} blocks, "
+                             f"block group {(n // 32 - 1) // 8}): wide {got[t, r]!r} windows {want[t, r]!r}")
+
+
+def test_levels_with_a_wide_window():
+    act = {"Q4_1": "q8_1", "Q5_1": "q8_1"}
+    for lv in LEVELS:
+        for name in FORMATS + ["Q4_K", "Q6_K", "I2_S"]:
+            w = lib.wide_kernel(F[name].id, ISA.index(lv))
+            if lv in WIDE_LEVELS and name in FORMATS:
+                want = f"rows16_{name.lower()}_{act.get(name, 'q8_0')}_avx512"
+                assert w is not None and tuple(w) == (want, "avx512", MAX_N), w
+            else:
+                assert w is None, (lv, name, w)
+
+
+@NEEDS
+@pytest.mark.parametrize("name", FORMATS)
+def test_wide_bitwise_equals_windows(ggml, rng, name):
+    level = WIDE_LEVELS[0]
+    for nb in (1, 3, 8, 9, 18, 48, MAX_N // 32):
+        n = nb * 32
+        for rows in (1, 7, 37):
+            w = rng.standard_normal((rows, n)).astype(np.float32)
+            w[rows // 2, n // 3] = 30.0  # an outlier block
+            raw = ggml.quantize(name, w)
+            act = lib.quantize_act(F[F[name].act].id, (rng.standard_normal((40, n)) * 2.0).astype(np.float32),
+                                   ISA.index(level))
+            for nt in (16, 17, 23, 31, 40):
+                want = mm(name, raw, act[:nt], n, level, 3)
+                check_same(mm(name, raw, act[:nt], n, level, 1), want, f"nt={nt}, rows={rows}", name, n)
+                if rows == 37 and nt in (16, 40):
+                    check_same(mm(name, raw, act[:nt], n, level, 1, threads=2), want, f"nt={nt}, 2 threads", name, n)
+                    got = mm(name, raw, act[:nt], n, level, 1, r0=5, r1=30)
+                    check_same(got[:, 5:30], want[:, 5:30], f"nt={nt}, rows 5..29", name, n)
+
+
+@NEEDS
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("pattern", [0xFF, 0x00, 0xAA, "random"])
+def test_wide_exact_at_the_extremes(ggml, rng, name, pattern):
+    """Extreme codes under scales of 1 and activation codes of +-127 (every d_a = 1): each sum is
+    an exact integer, so the wide window equals ggml's vec_dot exactly (I1)."""
+    level = WIDE_LEVELS[0]
+    f = F[name]
+    rows, nb = 5, 19
+    if pattern == "random":
+        raw = rng.integers(0, 256, (rows, nb, f.bytes), dtype=np.uint8)
+    else:
+        raw = np.full((rows, nb, f.bytes), pattern, np.uint8)
+    one = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
+    if name == "MXFP4":
+        raw[:, :, 0] = 128  # e8m0 2^(128-127), halved: w = kvalues_mxfp4[code] exactly
+    else:
+        raw[:, :, 0:2] = one
+    if name in ("Q4_1", "Q5_1"):
+        raw[:, :, 2:4] = one
+    raw = raw.reshape(rows, nb * f.bytes)
+    n = 32 * nb
+    q = np.full(n, 127.0)
+    alt = np.where(np.arange(n) % 2, 127.0, -127.0)
+    mixed = np.where(np.arange(n) % 32 == 0, 127.0, rng.integers(-127, 128, n))
+    x = np.stack([q, -q, alt, -alt, mixed, -mixed, q[::-1], mixed[::-1]] * 2).astype(np.float32)  # 16 tokens
+    act = lib.quantize_act(F[f.act].id, x, 0)
+    ref = ggml.vec_dot(name, raw, act, n).astype(np.float32)
+    np.testing.assert_array_equal(mm(name, raw, act, n, level, 1), ref, err_msg=f"{name}/{pattern}")
+
+
+@NEEDS
+def test_gate_and_counters(ggml, rng):
+    level = WIDE_LEVELS[0]
+    K.reset_stats()
+    for n in (MAX_N, MAX_N + 32):
+        raw = ggml.quantize("Q4_1", rng.standard_normal((9, n)).astype(np.float32))
+        act = lib.quantize_act(F["Q8_1"].id, rng.standard_normal((20, n)).astype(np.float32), ISA.index(level))
+        K.reset_stats()
+        check_same(mm("Q4_1", raw, act, n, level, 1), mm("Q4_1", raw, act, n, level, 3), f"n={n}", "Q4_1", n)
+        ran = sorted({(s["nt"], s["kernel"]) for s in K.stats() if s["format"] == "Q4_1"})
+        win = lib.kernel(F["Q4_1"].id, 8, ISA.index(level))[0]
+        if n <= MAX_N:  # path 1 (16 + 4), then path 3 (8 + 8 + 4)
+            assert ran == [(4, win), (8, win), (16, "rows16_q4_1_q8_1_avx512")], ran
+        else:
+            assert ran == [(4, win), (8, win)], ran
+
+
+_CHILD = r"""
+import json
+from lowbit._native import lib
+from lowbit.formats import BY_NAME as F
+print(json.dumps({"wide": lib.wide_kernel(F["Q4_0"].id), "disabled": lib.cpu_info()["disabled"]}))
+"""
+
+
+@NEEDS
+def test_switched_off():
+    if lib.cpu_info()["selected"] not in WIDE_LEVELS:
+        pytest.skip("the dispatched level is below avx512 (LOWBIT_MAX_ISA)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOWBIT_NO_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    res = {}
+    for tag, extra in (("on", {}), ("off", {"LOWBIT_NO_WIDE": "1"})):
+        p = subprocess.run([sys.executable, "-c", _CHILD], env={**env, **extra}, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        res[tag] = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["on"]["wide"][0] == "rows16_q4_0_q8_0_avx512" and "wide" not in res["on"]["disabled"], res
+    assert res["off"]["wide"] is None and "wide" in res["off"]["disabled"], res
+
+
+@NEEDS
+def test_engine_chunks_through_the_wide_window():
+    import lowbit
+    if lib.cpu_info()["selected"] not in WIDE_LEVELS:
+        pytest.skip("the dispatched level is below avx512 (LOWBIT_MAX_ISA)")
+    m = lowbit.load(None, n_ctx=128, threads=2)  # the default model: Q4_1 layers, a Q8_0 head
+    ids = (m.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole.",
+                      add_bos=False) * 4)[:40]
+    m.reset()
+    base = m.logits(ids, chunk=1)
+    for chunk in (16, 20):
+        m.reset()
+        K.reset_stats()
+        got = m.logits(ids, chunk=chunk)
+        ran = {s["kernel"] for s in K.stats() if s["nt"] == 16}
+        assert ran == {"rows16_q4_1_q8_1_avx512", "rows16_q8_0_q8_0_avx512"}, ran
+        bad = np.argwhere(got.view(np.uint32) != base.view(np.uint32))
+        assert bad.size == 0, f"chunk {chunk}: position {bad[0][0]} differs from chunk 1"
