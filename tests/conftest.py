@@ -41,3 +41,32 @@ def rng(request):
 def pytest_report_header(config):
     c = lib.cpu_info()
     return f"lowbit: CPU {c['model']}; levels under test: {', '.join(LEVELS)} (selected {c['selected']})"
+
+
+def legacy_extremes(rng, name, rows, nb, pattern):
+    """Raw rows of a legacy format (Q4_0 .. Q8_0, IQ4_NL, MXFP4) whose every dot with activation
+    codes +-127 under d_a = 1 is an exact integer: code bytes all `pattern` (or random), every
+    block's scale 1 (MXFP4: e8m0 128, halved: w = kvalues_mxfp4[code]) and m = 1 (Q4_1 / Q5_1)."""
+    from lowbit.formats import BY_NAME
+    f = BY_NAME[name]
+    if pattern == "random":
+        raw = rng.integers(0, 256, (rows, nb, f.bytes), dtype=np.uint8)
+    else:
+        raw = np.full((rows, nb, f.bytes), pattern, np.uint8)
+    one = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
+    if name == "MXFP4":
+        raw[:, :, 0] = 128
+    else:
+        raw[:, :, 0:2] = one
+    if name in ("Q4_1", "Q5_1"):
+        raw[:, :, 2:4] = one
+    return raw.reshape(rows, nb * f.bytes)
+
+
+def assert_bitwise(got, want, what, where, a="got", b="want"):
+    """got and want ([tokens][rows] floats) bit for bit; else the count and the first that differs."""
+    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+    if bad.size:
+        t, r = bad[0]
+        raise AssertionError(f"{what}: {len(bad)} outputs differ; first token {t} row {r} ({where}): "
+                             f"{a} {got[t, r]!r} {b} {want[t, r]!r}")

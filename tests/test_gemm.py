@@ -33,7 +33,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import LEVELS
+from conftest import LEVELS, assert_bitwise
 
 from lowbit._native import lib
 from lowbit.formats import BY_NAME as F
@@ -78,11 +78,7 @@ def q8k(x, level, fmt="Q8_K"):
 
 
 def check_same(got, want, what, name, n):
-    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
-    if bad.size:
-        t, r = bad[0]
-        raise AssertionError(f"{what}: {len(bad)} outputs differ; first token {t} row {r} ({name}, "
-                             f"{n // BLOCK[name]} blocks): gemm {got[t, r]!r} windows {want[t, r]!r}")
+    assert_bitwise(got, want, what, f"{name}, {n // BLOCK[name]} blocks", "gemm", "windows")
 
 
 def test_levels_with_a_gemm():

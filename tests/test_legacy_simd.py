@@ -9,7 +9,7 @@ floats (same integer sums, same float operations), and worst-case codes in full 
 """
 import numpy as np
 import pytest
-from conftest import FMA_LEVELS, LEVELS, REFERENCE_LEVELS
+from conftest import FMA_LEVELS, LEVELS, REFERENCE_LEVELS, legacy_extremes
 
 from lowbit._native import lib
 from lowbit.formats import BY_NAME as F
@@ -111,18 +111,7 @@ def test_integer_sums_worst_case_full_groups(ggml, rng, name, pattern):
     +-127; all sums are exact integers, so every level must equal ggml exactly."""
     f = F[name]
     rows, nb = 3, 19
-    if pattern == "random":
-        raw = rng.integers(0, 256, (rows, nb, f.bytes), dtype=np.uint8)
-    else:
-        raw = np.full((rows, nb, f.bytes), pattern, np.uint8)
-    one = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
-    if name == "MXFP4":
-        raw[:, :, 0] = 128  # e8m0 2^(128-127), halved: w = kvalues_mxfp4[code] exactly
-    else:
-        raw[:, :, 0:2] = one
-    if name in ("Q4_1", "Q5_1"):
-        raw[:, :, 2:4] = one  # m = 1: every m * s term is an integer too
-    raw = raw.reshape(rows, nb * f.bytes)
+    raw = legacy_extremes(rng, name, rows, nb, pattern)
     n = 32 * nb
     for q in (np.full(n, 127.0), np.full(n, -127.0), np.where(np.arange(n) % 2, 127.0, -127.0),
               np.where(np.arange(n) % 32 == 0, 127.0, rng.integers(-127, 128, n))):  # d_a = 1 in every block

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import LEVELS
+from conftest import LEVELS, assert_bitwise, legacy_extremes
 
 from lowbit import kernels as K
 from lowbit._native import lib
@@ -57,11 +57,7 @@ def mm(name, raw, act, n, level, path, threads=1, r0=0, r1=None):
 
 
 def check_same(got, want, what, name, n):
-    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
-    if bad.size:
-        t, r = bad[0]
-        raise AssertionError(f"{what}: {len(bad)} outputs differ; first token {t} row {r} ({name}, {n // 32} blocks, "
-                             f"block group {(n // 32 - 1) // 8}): wide {got[t, r]!r} windows {want[t, r]!r}")
+    assert_bitwise(got, want, what, f"{name}, {n // 32} blocks", "wide", "windows")
 
 
 def test_levels_with_a_wide_window():
@@ -106,18 +102,7 @@ def test_wide_exact_at_the_extremes(ggml, rng, name, pattern):
     level = WIDE_LEVELS[0]
     f = F[name]
     rows, nb = 5, 19
-    if pattern == "random":
-        raw = rng.integers(0, 256, (rows, nb, f.bytes), dtype=np.uint8)
-    else:
-        raw = np.full((rows, nb, f.bytes), pattern, np.uint8)
-    one = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
-    if name == "MXFP4":
-        raw[:, :, 0] = 128  # e8m0 2^(128-127), halved: w = kvalues_mxfp4[code] exactly
-    else:
-        raw[:, :, 0:2] = one
-    if name in ("Q4_1", "Q5_1"):
-        raw[:, :, 2:4] = one
-    raw = raw.reshape(rows, nb * f.bytes)
+    raw = legacy_extremes(rng, name, rows, nb, pattern)
     n = 32 * nb
     q = np.full(n, 127.0)
     alt = np.where(np.arange(n) % 2, 127.0, -127.0)

@@ -6,6 +6,9 @@ median of 12 interleaved repetitions. BENCHMARKS.md, "Serving at scale".
 
 With --loop N SECONDS: N-token steps back to back for SECONDS, printing the wall time per step
 (for A/B runs of two builds or settings, alternated: BENCHMARKS.md, round of 2026-12-04 (5)).
+With --ctx N: each slot first holds an N-token prompt (default: a 13-token one), as a server's
+requests do after a few hundred tokens: the attention's share of a step grows with it
+(BENCHMARKS.md, round (8)).
 """
 import sys
 import time
@@ -15,12 +18,19 @@ import numpy as np
 import lowbit
 
 loop = None
+ctx = 0
+if "--ctx" in sys.argv:
+    i = sys.argv.index("--ctx")
+    ctx = int(sys.argv[i + 1])
+    del sys.argv[i:i + 2]
 if "--loop" in sys.argv:
     i = sys.argv.index("--loop")
     loop = (int(sys.argv[i + 1]), float(sys.argv[i + 2]))
     del sys.argv[i:i + 3]
 m = lowbit.load(None, n_ctx=1024, threads=int(sys.argv[1]) if len(sys.argv) > 1 else 1, n_slots=16)
 ids = m.tokenize("Once upon a time, in a kingdom by the sea, there lived")
+if ctx:
+    ids = (ids * (ctx // len(ids) + 1))[:ctx]
 for s in range(16):
     m.rewind(0, s)
     m.forward_batch([(s, ids)])
@@ -43,7 +53,8 @@ if loop:
         for s in range(n):
             m.rewind(m.slot_pos[s] - 1, s)
         k += 1
-    print(f"{n} tokens: {(time.perf_counter() - t0) / k * 1e3:.2f} ms wall per step ({k} steps)")
+    at = f" at {len(ids)} positions" if ctx else ""
+    print(f"{n} tokens{at}: {(time.perf_counter() - t0) / k * 1e3:.2f} ms wall per step ({k} steps)")
     sys.exit(0)
 
 res = {n: [] for n in (1, 2, 4, 8, 16)}
