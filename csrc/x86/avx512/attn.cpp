@@ -72,6 +72,39 @@ inline void scores_rows8(const float *const *q, const float *kp, int nc, float *
         _mm256_storeu_ps(dst[h], _mm256_mul_ps(reduce_pairs(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), vscale));
 }
 
+// The same for up to 4 rows (a decode step's GQA group), the 8 keys at C, C + kd, .. C + 7 kd
+// widened in registers as each dims chunk c is needed (kp's pairs, the same exact values), not
+// stored to kp and loaded back once per row: the same FMAs on the same operands, in the same
+// order. (With one group of rows the store and the reloads were most of the widening's cost:
+// BENCHMARKS.md, round (8).)
+template <int HB>
+inline void scores_rows8_direct(const float *const *q, const uint16_t *C, size_t kd, int nc, float *const *dst,
+                                __m256 vscale) {
+    __m512 acc[HB][4];
+    #pragma GCC unroll 16
+    for (int h = 0; h < HB; ++h)
+        #pragma GCC unroll 16
+        for (int p = 0; p < 4; ++p) acc[h][p] = _mm512_setzero_ps();
+    for (int c = 0; c < nc; ++c) {
+        __m512 kv[4];
+        #pragma GCC unroll 16
+        for (int p = 0; p < 4; ++p) {
+            const uint16_t *k0 = C + (size_t)(2 * p) * kd + 8 * c, *k1 = k0 + kd;
+            kv[p] = _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)k1),
+                                                     _mm_loadu_si128((const __m128i *)k0)));
+        }
+        #pragma GCC unroll 16
+        for (int h = 0; h < HB; ++h) {
+            const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[h] + 8 * c));
+            #pragma GCC unroll 16
+            for (int p = 0; p < 4; ++p) acc[h][p] = _mm512_fmadd_ps(qv, kv[p], acc[h][p]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int h = 0; h < HB; ++h)
+        _mm256_storeu_ps(dst[h], _mm256_mul_ps(reduce_pairs(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), vscale));
+}
+
 // out[h][d0 .. d0 + 16 DC) += sum_j p_hj V_j[..] for keys j0..j1-1 (mla_pv's lanes on zmm).
 template <int HB, int DC, bool PF>
 inline void mla_pv16(const float *sc, size_t ld, const uint16_t *C, size_t kd, int j0, int j1, int d0, float *out, int dv) {
@@ -109,6 +142,20 @@ struct Zmm {
     static void scores8(const float *qr, int dk, const int32_t *live, size_t nlive, const uint16_t *C, size_t kd,
                         int ahead, float *kp, float *sc, size_t ld, __m256 vscale) {
         const int nc = dk / 8;
+        const float *q[4];
+        float *dst[4];
+        if (nlive <= 4) {  // one group of rows: the keys widened in registers (scores_rows8_direct)
+            if constexpr (kPrefetchAhead > 0)
+                for (int k = 0; k < 8; ++k)
+                    for (int b = 0; b < 2 * dk; b += 64) _mm_prefetch((const char *)(C + (size_t)(ahead + k) * kd) + b, _MM_HINT_T0);
+            const int n = (int)nlive;
+            for (int h = 0; h < n; ++h) q[h] = qr + (size_t)live[h] * dk, dst[h] = sc + (size_t)live[h] * ld;
+            if (n == 4) scores_rows8_direct<4>(q, C, kd, nc, dst, vscale);
+            else if (n == 3) scores_rows8_direct<3>(q, C, kd, nc, dst, vscale);
+            else if (n == 2) scores_rows8_direct<2>(q, C, kd, nc, dst, vscale);
+            else scores_rows8_direct<1>(q, C, kd, nc, dst, vscale);
+            return;
+        }
         for (int p = 0; p < 4; ++p) {
             const uint16_t *k0 = C + (size_t)(2 * p) * kd, *k1 = k0 + kd;
             if constexpr (kPrefetchAhead > 0)
@@ -122,8 +169,6 @@ struct Zmm {
                 _mm512_storeu_ps(kp + ((size_t)p * nc + c) * 16, _mm512_cvtph_ps(h));
             }
         }
-        const float *q[4];
-        float *dst[4];
         size_t i = 0;
         for (; i < nlive; i += 4) {
             const int n = (int)std::min<size_t>(4, nlive - i);
