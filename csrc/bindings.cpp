@@ -91,7 +91,7 @@ static const KernelEntry &entry(int id, int isa) {
 static KernelEntry with_path(const KernelEntry &e, int path) {
     KernelEntry c = e;
     if (path == 1 || path == 3) c.gemm = RowKernel{}, c.gemm_min_nt = 0;
-    if (path == 3) c.wide = RowKernel{}, c.wide_max_n = 0;
+    if (path == 3) c.wide = RowKernel{};
     if (path == 2) {
         if (!e.gemm.fn) throw std::invalid_argument("this format has no GEMM at this level");
         c.gemm_min_nt = 1;
@@ -472,9 +472,9 @@ NB_MODULE(_lowbit, m) {
         fmt(id);
         const KernelEntry &e = entry(id, isa);
         if (!e.wide.fn) return nb::none();
-        return nb::make_tuple(std::string(e.wide.name), std::string(isa_name(e.wide.isa)), e.wide_max_n);
+        return nb::make_tuple(std::string(e.wide.name), std::string(isa_name(e.wide.isa)));
     }, nb::arg("id"), nb::arg("isa") = -1,
-       "(wide-window kernel name, level, max n: chunks take 16 tokens at a time through it for n <= max n) or None.");
+       "(wide-window kernel name, level: chunks take 16 tokens at a time through it) or None.");
     m.def("gemm_kernel", [](int id, int isa) -> nb::object {
         fmt(id);
         const KernelEntry &e = entry(id, isa);

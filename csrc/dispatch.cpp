@@ -208,7 +208,6 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
     if (src.wide.fn) {
         const bool off = turned_off("wide", src.wide.isa) || turned_off(src.wide.name, src.wide.isa);
         dst.wide = off ? RowKernel{} : src.wide;
-        dst.wide_max_n = off ? 0 : src.wide_max_n;
     }
     if (src.dequant) dst.dequant = src.dequant;
     take(dst.quant_act, src.quant_act);

@@ -104,10 +104,8 @@ struct KernelEntry {
     // Optional wide window: the row-kernel contract at nt = WIDE_NT, each row decoded once per
     // 16 tokens rather than once per 8, bitwise the rows[] kernels' per-token results (I2).
     // A chunk that takes no GEMM goes WIDE_NT tokens at a time through it while at least
-    // WIDE_NT remain and n <= wide_max_n (set by the level: the kernel's per-row activation
-    // records must stay in L1), the rest in windows of <= 8 (next_window). Counted as nt = 16.
+    // WIDE_NT remain, the rest in windows of <= 8 (next_window). Counted as nt = 16.
     RowKernel wide;
-    int64_t wide_max_n = 0;
     // Optional GEMM for a prompt chunk: the row-kernel contract with any nt >= 1 (the kernel
     // tiles tokens itself), bitwise the row kernels' result per token (I2) and per row (I3).
     // run_rows calls it once per row tile for the whole token range when nt >= gemm_min_nt
@@ -120,14 +118,14 @@ struct KernelEntry {
 };
 
 // The window that takes a chunk's next tokens when no GEMM does: WIDE_NT tokens (e.wide) or
-// up to MAX_NT (e.rows[]); `left` tokens remain, n values per token. Both matrices of a fused
-// GLU take the same windows (glu_window).
-inline int next_window(const KernelEntry &e, int64_t left, int64_t n) {
-    if (e.wide.fn && left >= WIDE_NT && n <= e.wide_max_n) return WIDE_NT;
+// up to MAX_NT (e.rows[]); `left` tokens remain. Both matrices of a fused GLU take the same
+// windows (glu_window).
+inline int next_window(const KernelEntry &e, int64_t left) {
+    if (e.wide.fn && left >= WIDE_NT) return WIDE_NT;
     return left < MAX_NT ? (int)left : MAX_NT;
 }
-inline int glu_window(const KernelEntry &g, const KernelEntry &u, int64_t left, int64_t n) {
-    const int a = next_window(g, left, n), b = next_window(u, left, n);
+inline int glu_window(const KernelEntry &g, const KernelEntry &u, int64_t left) {
+    const int a = next_window(g, left), b = next_window(u, left);
     return a == b ? a : (int)(left < MAX_NT ? left : MAX_NT);
 }
 // The kernel of a window of ntc tokens (next_window's answer).

@@ -26,18 +26,18 @@ static const size_t kTileBytes = [] {
 
 // Each window's kernel must exist; count it once per call (per window, not per tile). With
 // `other`, e is one matrix of a fused GLU and other the other's: their common windows.
-static void check_and_count(const Format &f, const KernelEntry &e, int isa, int64_t nt, int64_t n, int64_t rows,
+static void check_and_count(const Format &f, const KernelEntry &e, int isa, int64_t nt, int64_t rows,
                             const KernelEntry *other = nullptr) {
     for (int64_t t0 = 0, ntc; t0 < nt; t0 += ntc) {
-        ntc = other ? glu_window(e, *other, nt - t0, n) : next_window(e, nt - t0, n);
+        ntc = other ? glu_window(e, *other, nt - t0) : next_window(e, nt - t0);
         if (!window_kernel(e, (int)ntc).fn) throw std::invalid_argument(std::string("no row kernel for ") + f.name);
         count_call(f.id, (int)ntc, isa, rows);
     }
 }
 // How many windows a chunk of nt tokens takes (no GEMM).
-static int64_t window_count(const KernelEntry &e, int64_t nt, int64_t n) {
+static int64_t window_count(const KernelEntry &e, int64_t nt) {
     int64_t w = 0;
-    for (int64_t t0 = 0; t0 < nt; t0 += next_window(e, nt - t0, n)) ++w;
+    for (int64_t t0 = 0; t0 < nt; t0 += next_window(e, nt - t0)) ++w;
     return w;
 }
 
@@ -90,7 +90,7 @@ static void rows_piece(const RowsPlan &p, const uint8_t *act, size_t act_stride,
         return;
     }
     for (int64_t t0 = 0, ntc; t0 < nt; t0 += ntc) {
-        ntc = next_window(*j.e, nt - t0, n);
+        ntc = next_window(*j.e, nt - t0);
         RowArgs a{j.w, j.w_stride, act + (size_t)t0 * act_stride, act_stride, j.out + (size_t)t0 * j.out_stride,
                   j.out_stride, n, j.w_scale, p.id};
         window_kernel(*j.e, (int)ntc).fn(a, j.r0 + tb, j.r0 + te, (int)ntc);
@@ -118,8 +118,8 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         // rows itself and builds its activation panel once per call: one call per part.
         const bool gemm = gemm_takes(*j.e, nt);
         if (gemm) count_call(j.f->id, 0, isa, rows);
-        else check_and_count(*j.f, *j.e, isa, nt, n, rows);
-        const int64_t tile = !gemm && window_count(*j.e, nt, n) > 1 ? (j.w_stride >= kTileBytes ? 1 : (int64_t)(kTileBytes / j.w_stride))
+        else check_and_count(*j.f, *j.e, isa, nt, rows);
+        const int64_t tile = !gemm && window_count(*j.e, nt) > 1 ? (j.w_stride >= kTileBytes ? 1 : (int64_t)(kTileBytes / j.w_stride))
                                                   : rows;
         plan[(size_t)k] = RowsPlan{&j, gemm, new_act_id(), tile};
         total += rows;
@@ -149,14 +149,14 @@ uint64_t new_act_id() {
 
 bool gemm_takes(const KernelEntry &e, int64_t nt) { return e.gemm.fn && e.gemm_min_nt > 0 && nt >= e.gemm_min_nt; }
 
-int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt, int64_t n) {
+int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
     // The GEMM (both matrices have one that takes nt tokens): 256 rows per call, so that its
     // activation panel (built once per call) is amortised over many rows; scratch 2 x 256 x nt.
     if (gemm_takes(*gate.e, nt) && gemm_takes(*up.e, nt)) return 256;
     // One window (decode, a short verify window): the weights are read once whatever the
     // tile; 128 rows keep the scratch (128 x nt x 2 floats) in L1 for the epilogue.
     // Several windows: gate and up rows of kTileBytes, re-read from L2 by each window.
-    if (glu_window(*gate.e, *up.e, nt, n) >= nt) return 128;
+    if (glu_window(*gate.e, *up.e, nt) >= nt) return 128;
     const size_t per_row = gate.stride + up.stride;
     return per_row >= kTileBytes ? 1 : (int64_t)(kTileBytes / per_row);
 }
@@ -170,14 +170,14 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
     // "window" of nt tokens); otherwise the windows of glu_window (16 or <= 8 tokens). Per token
     // the same values either way (I8), and the epilogue below is per token.
     const bool gemm = gemm_takes(*gate.e, nt) && gemm_takes(*up.e, nt);
-    const int64_t wmax = gemm ? nt : glu_window(*gate.e, *up.e, nt, n);  // the widest window
+    const int64_t wmax = gemm ? nt : glu_window(*gate.e, *up.e, nt);  // the widest window
     const int64_t tmax = tile < re - rb ? tile : re - rb;
     const size_t need = (size_t)2 * (size_t)tmax * (size_t)wmax;
     if (scratch.size() < need) scratch.resize(need);
     for (int64_t tb = rb; tb < re; tb += tile) {
         const int64_t te = tb + tile < re ? tb + tile : re, tr = te - tb;
         for (int64_t t0 = 0, ntc; t0 < nt; t0 += ntc) {
-            ntc = gemm ? nt : glu_window(*gate.e, *up.e, nt - t0, n);
+            ntc = gemm ? nt : glu_window(*gate.e, *up.e, nt - t0);
             float *G = scratch.data(), *U = G + (size_t)tr * ntc;
             // the tile's rows seen as rows [0, tr) of a matrix starting at row tb (I3: a row's
             // result does not depend on where the range starts), token t's at G[t * tr + r]
@@ -225,11 +225,11 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
         count_call(gate.f->id, 0, isa, rows);
         count_call(up.f->id, 0, isa, rows);
     } else {
-        check_and_count(*gate.f, *gate.e, isa, nt, n, rows, up.e);
-        check_and_count(*up.f, *up.e, isa, nt, n, rows, gate.e);
+        check_and_count(*gate.f, *gate.e, isa, nt, rows, up.e);
+        check_and_count(*up.f, *up.e, isa, nt, rows, gate.e);
     }
     count_glu(kind, glu.isa, rows, rows * nt);
-    const int64_t tile = glu_tile_rows(gate, up, nt, n);
+    const int64_t tile = glu_tile_rows(gate, up, nt);
     const uint64_t id = new_act_id();
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
         glu_rows(gate, act, act_stride, up, act, act_stride, nt, n, glu.fn, kind, tb, te, tile, out, out_stride,

@@ -283,12 +283,12 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out, const float *
         if (glu_gemm) { if (!ungated) count_call(G.m->type, 0, isa, ef); count_call(U.m->type, 0, isa, ef); }
         if (gemm_takes(*D.k, cnt)) count_call(D.m->type, 0, isa, dim);
         for (int t0c = 0, ntc; !glu_gemm && t0c < cnt; t0c += ntc) {  // (as glu_rows)
-            ntc = glu_window(*G.k, *U.k, cnt - t0c, dim);
+            ntc = glu_window(*G.k, *U.k, cnt - t0c);
             if (!ungated) count_call(G.m->type, ntc, isa, ef);
             count_call(U.m->type, ntc, isa, ef);
         }
         for (int t0c = 0, ntc; !gemm_takes(*D.k, cnt) && t0c < cnt; t0c += ntc) {  // (as the down items)
-            ntc = next_window(*D.k, cnt - t0c, ef);
+            ntc = next_window(*D.k, cnt - t0c);
             count_call(D.m->type, ntc, isa, dim);
         }
         if (ecount_[(size_t)e] > 0 && !ungated) count_glu(kind, glu.isa, ef, (int64_t)ecount_[(size_t)e] * ef);
@@ -325,7 +325,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out, const float *
             const float *bg = L.gate_exps_b ? L.gate_exps_b + (size_t)it.e * ef : nullptr;
             const float *bu = L.up_exps_b ? L.up_exps_b + (size_t)it.e * ef : nullptr;
             glu_rows(g, xg + (size_t)off * gb, gb, u, xu + (size_t)off * ub, ub, cnt, dim, epilogue, kind, it.r0,
-                     it.r1, glu_tile_rows(g, u, cnt, dim), eg_.data() + (size_t)off * ef, (size_t)ef, bg, bu, gid);
+                     it.r1, glu_tile_rows(g, u, cnt), eg_.data() + (size_t)off * ef, (size_t)ef, bg, bu, gid);
             if (__atomic_sub_fetch(&eleft_[(size_t)it.e], 1, __ATOMIC_ACQ_REL) == 0) {
                 quant_span(qd, eg_.data(), off, off + cnt, ef, (size_t)ef, ys_.data(), db);
                 __atomic_store_n(&eready_[(size_t)it.e], 1, __ATOMIC_RELEASE);
@@ -336,7 +336,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out, const float *
         // the expert's tokens in windows (next_window), or all of them in one GEMM call (I8)
         const bool gemm = gemm_takes(*D.k, cnt);
         for (int64_t t0c = 0, ntc; t0c < cnt; t0c += ntc) {
-            ntc = gemm ? cnt : next_window(*D.k, cnt - t0c, ef);
+            ntc = gemm ? cnt : next_window(*D.k, cnt - t0c);
             const size_t s0 = (size_t)(off + t0c);
             RowArgs a{D.w(it.e), D.m->stride, ys_.data() + s0 * db, db, ed_.data() + s0 * dim, (size_t)dim, ef,
                       D.m->scale, gemm ? did : 0};

@@ -4,12 +4,16 @@ decode and each broadcast code dword), for a chunk that takes no GEMM.
 
 Its contract is the row kernels' at nt = 16 and its promise is bitwise theirs per token (I2: the
 same integer sums per (token, block), the same float steps in the same class order), so:
-  - every legacy format, widths of 1..65 blocks (class tails, the gate's widest n), 1..37 rows
-    (the last row alone), 16..40 tokens (the wide window, then windows of <= 8), one and two
-    threads and a row sub-range (I3): bitwise matmul_act's windows of <= 8 (path 3);
+  - every legacy format, widths of 1..65 blocks (class tails), 1..37 rows (the last row alone),
+    16..40 tokens (the wide window, then windows of <= 8), one and two threads and a row
+    sub-range (I3): bitwise matmul_act's windows of <= 8 (path 3);
+  - rows long enough that the kernels go in slices of K (legacy.inl rows_sliced: the windows'
+    records past 85% of L1D; 2304..14336 values, 71 rows: three tiles of 32, the last partial):
+    the wide window and every window size 1..8 bitwise the same kernels unsliced (the same rows
+    cut into lengths that need no slice are not the same sums, so the check is against windows
+    of other sizes, which slice elsewhere or not at all, and against the reference within I5);
   - extreme codes and activations (every sum an exact integer): exactly ggml's vec_dot;
-  - the gate: n above wide_max_n (the records would leave L1) takes windows of <= 8, and the
-    counters name the kernel that ran (nt = 16); LOWBIT_NO_WIDE=1 removes it (a subprocess);
+  - the counters name the kernel that ran (nt = 16); LOWBIT_NO_WIDE=1 removes it (a subprocess);
   - the engine: the default model's logits for a prompt in chunks of 16 and 20 tokens (the wide
     window, its GEMM gate being 32) are bitwise the chunk-of-1 logits.
 matmul_act's `path`: 1 the row kernels (the wide window where it takes), 3 windows of <= 8 only.
@@ -21,7 +25,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import LEVELS, assert_bitwise, legacy_extremes
+from conftest import FMA_LEVELS, LEVELS, assert_bitwise, legacy_extremes
 
 from lowbit import kernels as K
 from lowbit._native import lib
@@ -32,21 +36,6 @@ ISA = list(lib.isa_names())
 WIDE_LEVELS = [lv for lv in LEVELS if lv == "avx512"]  # the levels with a wide window (written here)
 NEEDS = pytest.mark.skipif(not WIDE_LEVELS, reason="the wide window is avx512's: needs CPU flags avx512f avx512bw "
                                                    "avx512vl avx512_vnni and LOWBIT_MAX_ISA >= avx512")
-
-
-def l1d_bytes():
-    """L1D as `getconf LEVEL1_DCACHE_SIZE` reports it (glibc's sysconf, which the library reads)."""
-    try:
-        v = int(subprocess.run(["getconf", "LEVEL1_DCACHE_SIZE"], capture_output=True, text=True).stdout.strip())
-    except (OSError, ValueError):
-        v = 0
-    return v if v > 0 else 32 * 1024
-
-
-# The gate as legacy.inl states it: the 16 tokens' records (640 bytes per block: 4 chunks x 8
-# dwords x 16 lanes, and per chunk 16 lanes of d_a and of the offset or s term) fill at most 85%
-# of L1D.
-MAX_N = int(0.85 * l1d_bytes()) // 640 * 32
 
 
 def mm(name, raw, act, n, level, path, threads=1, r0=0, r1=None):
@@ -67,7 +56,7 @@ def test_levels_with_a_wide_window():
             w = lib.wide_kernel(F[name].id, ISA.index(lv))
             if lv in WIDE_LEVELS and name in FORMATS:
                 want = f"rows16_{name.lower()}_{act.get(name, 'q8_0')}_avx512"
-                assert w is not None and tuple(w) == (want, "avx512", MAX_N), w
+                assert w is not None and tuple(w) == (want, "avx512"), w
             else:
                 assert w is None, (lv, name, w)
 
@@ -76,7 +65,7 @@ def test_levels_with_a_wide_window():
 @pytest.mark.parametrize("name", FORMATS)
 def test_wide_bitwise_equals_windows(ggml, rng, name):
     level = WIDE_LEVELS[0]
-    for nb in (1, 3, 8, 9, 18, 48, MAX_N // 32):
+    for nb in (1, 3, 8, 9, 18, 48, 65):
         n = nb * 32
         for rows in (1, 7, 37):
             w = rng.standard_normal((rows, n)).astype(np.float32)
@@ -114,61 +103,39 @@ def test_wide_exact_at_the_extremes(ggml, rng, name, pattern):
 
 
 @NEEDS
-def test_gate_and_counters(ggml, rng):
+def test_counters():
     level = WIDE_LEVELS[0]
+    n = 256
+    raw = np.zeros((9, n // 32 * F["Q4_1"].bytes), np.uint8)
+    act = lib.quantize_act(F["Q8_1"].id, np.ones((20, n), np.float32), ISA.index(level))
     K.reset_stats()
-    for n in (MAX_N, MAX_N + 32):
-        raw = ggml.quantize("Q4_1", rng.standard_normal((9, n)).astype(np.float32))
-        act = lib.quantize_act(F["Q8_1"].id, rng.standard_normal((20, n)).astype(np.float32), ISA.index(level))
-        K.reset_stats()
-        check_same(mm("Q4_1", raw, act, n, level, 1), mm("Q4_1", raw, act, n, level, 3), f"n={n}", "Q4_1", n)
-        ran = sorted({(s["nt"], s["kernel"]) for s in K.stats() if s["format"] == "Q4_1"})
-        win = lib.kernel(F["Q4_1"].id, 8, ISA.index(level))[0]
-        if n <= MAX_N:  # path 1 (16 + 4), then path 3 (8 + 8 + 4)
-            assert ran == [(4, win), (8, win), (16, "rows16_q4_1_q8_1_avx512")], ran
-        else:
-            assert ran == [(4, win), (8, win)], ran
+    mm("Q4_1", raw, act, n, level, 1)  # 16 + 4
+    mm("Q4_1", raw, act, n, level, 3)  # 8 + 8 + 4
+    ran = sorted({(s["nt"], s["calls"], s["kernel"]) for s in K.stats() if s["format"] == "Q4_1"})
+    win = lib.kernel(F["Q4_1"].id, 8, ISA.index(level))[0]
+    assert ran == [(4, 2, win), (8, 2, win), (16, 1, "rows16_q4_1_q8_1_avx512")], ran
 
 
-_CHILD = r"""
-import json
-from lowbit._native import lib
-from lowbit.formats import BY_NAME as F
-print(json.dumps({"wide": lib.wide_kernel(F["Q4_0"].id), "disabled": lib.cpu_info()["disabled"]}))
-"""
-
-
-@NEEDS
-def test_switched_off():
-    if lib.cpu_info()["selected"] not in WIDE_LEVELS:
-        pytest.skip("the dispatched level is below avx512 (LOWBIT_MAX_ISA)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOWBIT_NO_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    res = {}
-    for tag, extra in (("on", {}), ("off", {"LOWBIT_NO_WIDE": "1"})):
-        p = subprocess.run([sys.executable, "-c", _CHILD], env={**env, **extra}, capture_output=True, text=True,
-                           timeout=120)
-        assert p.returncode == 0, p.stderr
-        res[tag] = json.loads(p.stdout.strip().splitlines()[-1])
-    assert res["on"]["wide"][0] == "rows16_q4_0_q8_0_avx512" and "wide" not in res["on"]["disabled"], res
-    assert res["off"]["wide"] is None and "wide" in res["off"]["disabled"], res
-
-
-@NEEDS
-def test_engine_chunks_through_the_wide_window():
-    import lowbit
-    if lib.cpu_info()["selected"] not in WIDE_LEVELS:
-        pytest.skip("the dispatched level is below avx512 (LOWBIT_MAX_ISA)")
-    m = lowbit.load(None, n_ctx=128, threads=2)  # the default model: Q4_1 layers, a Q8_0 head
-    ids = (m.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole.",
-                      add_bos=False) * 4)[:40]
-    m.reset()
-    base = m.logits(ids, chunk=1)
-    for chunk in (16, 20):
-        m.reset()
-        K.reset_stats()
-        got = m.logits(ids, chunk=chunk)
-        ran = {s["kernel"] for s in K.stats() if s["nt"] == 16}
-        assert ran == {"rows16_q4_1_q8_1_avx512", "rows16_q8_0_q8_0_avx512"}, ran
-        bad = np.argwhere(got.view(np.uint32) != base.view(np.uint32))
-        assert bad.size == 0, f"chunk {chunk}: position {bad[0][0]} differs from chunk 1"
+# Rows whose window records pass 85% of L1D go in slices of K (legacy.inl rows_sliced). For every
+# window size the kernel with slices must give the unsliced kernel's floats; there is no unsliced
+# kernel to call at these widths, so: the window sizes, which slice at different widths (at 48 KB
+# of L1D at avx512: 16 tokens above 2048 values, 8 above 4096, 5 above 6656, 1 not below 33K; the
+# avx2 levels' records differ), agree bitwise with each other and with ggml within I5. At every
+# level with the window kernels' FMA arithmetic (the levels agree bitwise: test_legacy_simd).
+@pytest.mark.parametrize("level", [lv for lv in FMA_LEVELS if lv in ("avx2", "avx2vnni", "avx512")])
+@pytest.mark.parametrize("name", FORMATS)
+def test_long_rows_in_slices_bitwise(ggml, rng, name, level):
+    for n in (2304, 4128, 14336):
+        rows = 71
+        w = rng.standard_normal((rows, n)).astype(np.float32)
+        w[3, n - 5] = 25.0  # an outlier in the last slice
+        raw = ggml.quantize(name, w)
+        act = lib.quantize_act(F[F[name].act].id, (rng.standard_normal((16, n)) * 2.0).astype(np.float32),
+                               ISA.index(level))
+        one = np.concatenate([mm(name, raw, act[t:t + 1], n, level, 3) for t in range(16)])
+        runs = [(nt, 3) for nt in (2, 4, 5, 8)] + ([(16, 1)] if level in WIDE_LEVELS else [])
+        for nt, path in runs:
+            got = mm(name, raw, act[:nt], n, level, path)
+            check_same(got, one[:nt], f"n={n}, {nt} tokens, path {path}, {level}", name, n)
+        ref = ggml.vec_dot(name, raw, act, n)
+        np.testing.assert_allclose(one, ref, rtol=0, atol=1e-5 * np.abs(ref).max())

@@ -8,7 +8,7 @@ With --loop N SECONDS: N-token steps back to back for SECONDS, printing the wall
 (for A/B runs of two builds or settings, alternated: BENCHMARKS.md, round of 2026-12-04 (5)).
 With --ctx N: each slot first holds an N-token prompt (default: a 13-token one), as a server's
 requests do after a few hundred tokens: the attention's share of a step grows with it
-(BENCHMARKS.md, round (8)).
+(BENCHMARKS.md, round (8)). With --model PATH: that GGUF instead of the default model.
 """
 import sys
 import time
@@ -19,6 +19,11 @@ import lowbit
 
 loop = None
 ctx = 0
+model = None
+if "--model" in sys.argv:
+    i = sys.argv.index("--model")
+    model = sys.argv[i + 1]
+    del sys.argv[i:i + 2]
 if "--ctx" in sys.argv:
     i = sys.argv.index("--ctx")
     ctx = int(sys.argv[i + 1])
@@ -27,7 +32,7 @@ if "--loop" in sys.argv:
     i = sys.argv.index("--loop")
     loop = (int(sys.argv[i + 1]), float(sys.argv[i + 2]))
     del sys.argv[i:i + 3]
-m = lowbit.load(None, n_ctx=1024, threads=int(sys.argv[1]) if len(sys.argv) > 1 else 1, n_slots=16)
+m = lowbit.load(model, n_ctx=1024, threads=int(sys.argv[1]) if len(sys.argv) > 1 else 1, n_slots=16)
 ids = m.tokenize("Once upon a time, in a kingdom by the sea, there lived")
 if ctx:
     ids = (ids * (ctx // len(ids) + 1))[:ctx]

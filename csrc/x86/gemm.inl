@@ -1131,14 +1131,12 @@ constexpr int kKqGemmMinNt = 32, kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
 // At avx2 (Zen 3, as above): Q4_0 0.83, 1.00, 1.14, 1.19; Q4_1 0.82, 0.96, 1.08, 1.01: from 64;
 // Q8_0 (the sign trick, BENCHMARKS.md "Q8_0 GEMM at avx2 (Zen 3)") 0.86-0.87, 0.99-1.00,
 // 1.02-1.06, 1.11-1.14 in two runs: from 64 too.
-// At avx512 the windows include the 16-token wide window (csrc/x86/legacy.inl), against which
-// (Zen 5, BENCHMARKS.md round (8): us per row and token, 1 MB of rows, GEMM / windows at
-// 32, 40, 48, 64, 96 tokens) Q4_0, Q4_1, Q8_0: n = 576 0.93-0.99, 1.01-1.08, 0.90-0.96,
-// 0.80-0.85, 0.77-0.80; n = 1536 and 2048 0.98-1.17, 1.07-1.25, 0.84-1.14, 0.85-0.99, 0.80-0.93:
-// so 48.
-#if defined(__AVX512F__)
-constexpr int kLegacyGemmMinNt = 48;
-#elif defined(__AVXVNNI__)
+// At avx512 the windows include the 16-token wide window (csrc/x86/legacy.inl); against it
+// (Zen 5, BENCHMARKS.md round (8): 1 MB of rows, one thread, GEMM / windows at 32, 48, 64
+// tokens, Q4_0 / Q4_1 / Q8_0) the GEMM is 0.91-0.98, 0.89-0.93, 0.80-0.83 at n = 576, 1.02-1.19,
+// 0.95-1.08, 0.88-0.99 at 1536 and 2048, 0.81-1.06, 0.75-1.03, 0.76-0.92 at 4096 and 14336:
+// the wide window wins at 32-47 tokens only for the middle widths, so 32 here too.
+#if defined(__AVX512F__) || defined(__AVXVNNI__)
 constexpr int kLegacyGemmMinNt = 32;
 #else
 constexpr int kLegacyGemmMinNt = 64;

@@ -65,6 +65,7 @@
 // Activation codes are ggml's Q8_0/Q8_1 codes, in [-127, 127].
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -964,6 +965,85 @@ LB_LG_INLINE void finish_bt(A &acc, const RowArgs &a, int64_t r) {
     }
 }
 
+// ---- long rows: slices of K -------------------------------------------------------------------
+// A row streams through the window's activation records (Lay::kGroup bytes per group of 8
+// blocks: 2560 at 8 tokens, 5120 at 16), which must stay in L1: past it every record load of
+// every row comes from L2 (n = 14336 at 8 tokens: 143 KB of records; the windows ran at 0.45x of
+// their per-MAC speed at n = 4096; BENCHMARKS.md, round (8)). So rows whose records pass 85% of
+// L1D go in slices of that many groups: for a tile of kSliceTileRows rows (their weights stay in
+// L2 across the slices), slice by slice, each row's accumulators saved between slices and loaded
+// back. A row's blocks still go through the same steps in block order (the classes' fma chains
+// continue across a slice's end; BT's pending sums end with each group), so every result is
+// bitwise the unsliced one.
+constexpr int64_t kSliceTileRows = 32;
+// d = s for the accumulators window NT uses (a whole Acc would move unused vectors, and GCC
+// routes that copy through the stack: I7)
+template <int NT, int C = 0, int U = 0, class A>
+LB_LG_INLINE void acc_copy(A &d, const A &s) {
+    constexpr Plan P = plan(NT);
+    constexpr int NU = 8 / unit_width(NT);
+    if constexpr (C < P.tt && U < NU) {
+        tacc<C, U>(d) = tacc<C, U>(s);
+        acc_copy<NT, C, U + 1>(d, s);
+    } else if constexpr (C < P.tt) {
+        acc_copy<NT, C + 1, 0>(d, s);
+    } else {
+        if constexpr (P.bt > 0) d.b0 = s.b0;
+        if constexpr (P.bt > 1) d.b1 = s.b1;
+        if constexpr (P.bt > 2) d.b2 = s.b2;
+    }
+}
+template <class F, int NT>
+int64_t slice_groups() {
+    static const int64_t g = [] {
+        long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+        if (l1 <= 0) l1 = 32 * 1024;
+        return std::max<int64_t>(1, (int64_t)(0.85 * (double)l1) / (int64_t)Lay<F, NT>::kGroup);
+    }();
+    return g;
+}
+
+// Rows [tb, te) of one slice, groups [g0, g1) (records from rg0); first: the accumulators start
+// at 0, else from buf; last: the row's tail group and its results, else the accumulators to buf.
+// (Its own function: the tile and slice loops' variables beside the group loop's would cost
+// general registers the group's scale loads need; GCC then parks them in xmm: I7.)
+template <class F, int NT>
+__attribute__((noinline)) void slice_rows(const RowArgs &a, int64_t tb, int64_t te, const uint8_t *rg0, int64_t g0,
+                                          int64_t g1, int nrem, bool first, bool last, Acc<Lay<F, NT>::W> *buf) {
+    using Y = Lay<F, NT>;
+    for (int64_t r = tb; r < te; ++r) {
+        const uint8_t *w = a.w + (size_t)r * a.w_stride;
+        Acc<Y::W> acc;
+        if (!first) acc_copy<NT>(acc, buf[r - tb]);
+        const uint8_t *rg = rg0;
+        for (int64_t g = g0; g < g1; ++g, rg += Y::kGroup) {
+            prefetch_ahead(w + g * 8 * F::kBytes, 8 * F::kBytes);
+            group<F, NT, false>(w + g * 8 * F::kBytes, rg, 8, acc);
+        }
+        if (!last) {
+            acc_copy<NT>(buf[r - tb], acc);
+            continue;
+        }
+        if (nrem) group<F, NT, true>(w + g1 * 8 * F::kBytes, rg, nrem, acc);
+        finish_tt<NT, 0>(acc, a, r);
+        finish_bt<NT, 0>(acc, a, r);
+    }
+}
+
+template <class F, int NT>
+void rows_sliced(const RowArgs &a, int64_t r0, int64_t r1, const uint8_t *prep, int64_t full, int nrem) {
+    using Y = Lay<F, NT>;
+    static thread_local Acc<Y::W> buf[kSliceTileRows];
+    const int64_t S = slice_groups<F, NT>();
+    for (int64_t tb = r0; tb < r1; tb += kSliceTileRows) {
+        const int64_t te = std::min(tb + kSliceTileRows, r1);
+        for (int64_t g0 = 0; g0 < full; g0 += S) {
+            const int64_t g1 = std::min(g0 + S, full);
+            slice_rows<F, NT>(a, tb, te, prep + (size_t)g0 * Y::kGroup, g0, g1, nrem, g0 == 0, g1 == full, buf);
+        }
+    }
+}
+
 template <class F, int NT>
 __attribute__((noinline)) void rows_nt(const RowArgs &a, int64_t r0, int64_t r1) {
     using Y = Lay<F, NT>;
@@ -971,6 +1051,7 @@ __attribute__((noinline)) void rows_nt(const RowArgs &a, int64_t r0, int64_t r1)
     const int nrem = (int)(nb % 8);
     if (r1 <= r0) return;
     const uint8_t *prep = prepare<F, NT>(a, nb);
+    if (full > slice_groups<F, NT>()) return rows_sliced<F, NT>(a, r0, r1, prep, full, nrem);
     for (int64_t r = r0; r < r1; ++r) {
         const uint8_t *w = a.w + (size_t)r * a.w_stride;
         Acc<Y::W> acc;
@@ -985,22 +1066,6 @@ __attribute__((noinline)) void rows_nt(const RowArgs &a, int64_t r0, int64_t r1)
     }
 }
 
-#if LB_LG_LEVEL == 3
-// The wide window (KernelEntry::wide): rows_nt<F, 16>, four TT chunks sharing each broadcast
-// code dword and each row's decode. Its gate: a row streams through the 16 tokens' records
-// (kGroup / 8 bytes per block: 640 for every format here), and they must stay in L1 with the
-// weight lines passing through. Measured on Zen 5 (L1D 48 KB; BENCHMARKS.md, round (8):
-// 16 tokens, us per row and token, two 8-token windows / the wide window): Q4_1 and Q8_0 1.16-1.26x
-// faster up to n = 2048 (40 KB of records), 0.81x / 0.59x at 2560 (50 KB), 0.48x / 0.43x at
-// 3072. So n such that the records fill at most 85% of L1D (n <= 2048 at 48 KB, 1376 at 32 KB).
-template <class F>
-int64_t wide_max_n() {
-    long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
-    if (l1 <= 0) l1 = 32 * 1024;
-    const int64_t per_block = (int64_t)Lay<F, 16>::kGroup / 8;
-    return (int64_t)(0.85 * (double)l1) / per_block * QK;
-}
-#endif
 
 // rows_nt<F, NT> as a rows_fn (nt is NT)
 template <class F, int NT>
@@ -1039,9 +1104,12 @@ void register_legacy(KernelTable &t) {
     t.set_rows_all(T_MXFP4, rows<FMXFP4>, LB_LG_NAME("mxfp4", "q8_0"), LOWBIT_ISA);
 #undef LB_LG_NAME
 #if LB_LG_LEVEL == 3
-#define LB_LG_WIDE(id, F, w, a)                                                                                  \
-    t.at(id).wide = RowKernel{&rows_nt_any<F, 16>, "rows16_" w "_" a "_" LB_LG_STR(LOWBIT_NS), LOWBIT_ISA}; \
-    t.at(id).wide_max_n = wide_max_n<F>()
+// The wide window (KernelEntry::wide): rows_nt<F, 16>, four TT chunks sharing each broadcast code
+// dword and each row's decode (rows of any length: rows_sliced). Against two 8-token windows
+// (BENCHMARKS.md, round (8); Zen 5, one thread): 1.17-1.49x at n = 576 .. 2048 and 16 tokens,
+// 1.11-1.48x at n = 2304 .. 14336 (both sliced there), every format.
+#define LB_LG_WIDE(id, F, w, a) \
+    t.at(id).wide = RowKernel{&rows_nt_any<F, 16>, "rows16_" w "_" a "_" LB_LG_STR(LOWBIT_NS), LOWBIT_ISA}
     LB_LG_WIDE(T_Q4_0, FQ4_0, "q4_0", "q8_0");
     LB_LG_WIDE(T_Q4_1, FQ4_1, "q4_1", "q8_1");
     LB_LG_WIDE(T_Q5_0, FQ5_0, "q5_0", "q8_0");

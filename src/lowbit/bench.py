@@ -23,7 +23,7 @@ input, same run; I8_S is lowbit's own format and has none). Reported in ns per v
 ggml/lowbit (> 1: lowbit is faster).
 
 nt > 8 times matmul's own path (row tiles, windows of 8, the 16-token wide window where the level
-has one and n admits it, or the format's GEMM when its gate admits nt) and names what ran; for a format with a GEMM at the level (`lowbit info`: the k-quants
+has one, or the format's GEMM when its gate admits nt) and names what ran; for a format with a GEMM at the level (`lowbit info`: the k-quants
 and legacy formats from avx2, I2_S) it also times both paths of the level, forced ("windows" /
 "gemm" columns, and their ratio: > 1 means the GEMM is faster).
 """
@@ -49,11 +49,11 @@ DEFAULT_FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K
 DISTINCT_ROWS = 256
 
 
-def _windows_name(f: Format, nt: int, n: int) -> str:
+def _windows_name(f: Format, nt: int) -> str:
     """The kernels of a chunk of nt > 8 tokens that no GEMM takes, as matmul cuts it
-    (kernels.h next_window): 16 tokens at a time through the wide window while it admits n."""
+    (kernels.h next_window): 16 tokens at a time through the wide window while 16 remain."""
     wide, parts, left = lib.wide_kernel(f.id), [], nt
-    while wide is not None and left >= 16 and n <= wide[2]:
+    while wide is not None and left >= 16:
         parts.append(wide[0])
         left -= 16
     parts += [lib.kernel(f.id, 8)[0]] * (-(-left // 8))
@@ -125,7 +125,7 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
             else:  # matmul's path, and both of its paths forced when the format has a GEMM
                 t_ours = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 0)
                 on = gemm is not None and gemm[2] > 0 and nt >= gemm[2]
-                kname = gemm[0] if on else _windows_name(f, nt, n)
+                kname = gemm[0] if on else _windows_name(f, nt)
                 if gemm is not None:
                     t_win = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 1)
                     t_gemm = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 2)

@@ -70,7 +70,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"{f.name:<8} {f.act:<5} {f.block:>5} {f.bytes:>5}  {kern}" + ("  (all nt)" if same else ""))
         wd = lib.wide_kernel(f.id)
         if wd:  # the 16-token wide window (KernelEntry::wide) and its gate
-            print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {wd[0]}  16 tokens a pass, rows of n <= {wd[2]}")
+            print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {wd[0]}  16 tokens a pass (chunks of 16 and more)")
         g = lib.gemm_kernel(f.id)
         if g:  # a prompt chunk's GEMM (KernelEntry::gemm) and its gate
             gate = f"for chunks of >= {g[2]} tokens" if g[2] > 0 else "off (LOWBIT_I2S_GEMM_MIN_NT=N turns it on)"
@@ -138,7 +138,7 @@ def _info_model(path: str) -> None:
     for fmt, (n, b) in sorted(by.items(), key=lambda kv: -kv[1][1]):
         k, g = lib.kernel(fmt.id, 1), lib.gemm_kernel(fmt.id)
         wd = lib.wide_kernel(fmt.id)
-        win = f"windows of 16 ({wd[0]}, n <= {wd[2]}) and <= 8 tokens" if wd else "windows of <= 8 tokens"
+        win = f"windows of 16 ({wd[0]}) and <= 8 tokens" if wd else "windows of <= 8 tokens"
         gemm = f"{g[0]} from {g[2]} tokens" if g and g[2] > 0 else win
         print(f"          {fmt.name:<7} {n:>7} {b / 1e6:>8.1f}  {k[0] if k else '(not a matrix)':<27} "
               f"{gemm if k else ''}")
