@@ -140,6 +140,8 @@ def _info_model(path: str) -> None:
         wd = lib.wide_kernel(fmt.id)
         win = f"windows of 16 ({wd[0]}) and <= 8 tokens" if wd else "windows of <= 8 tokens"
         gemm = f"{g[0]} from {g[2]} tokens" if g and g[2] > 0 else win
+        if wd and g and g[2] > 16:  # (the wide window takes 16 tokens a pass, below the GEMM's gate)
+            gemm = f"{wd[0]} from 16, {gemm}"
         print(f"          {fmt.name:<7} {n:>7} {b / 1e6:>8.1f}  {k[0] if k else '(not a matrix)':<27} "
               f"{gemm if k else ''}")
     w = model_work(path)
