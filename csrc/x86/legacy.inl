@@ -1003,18 +1003,19 @@ int64_t slice_groups() {
     return g;
 }
 
-// Rows [tb, te) of one slice, groups [g0, g1) (records from rg0); first: the accumulators start
-// at 0, else from buf; last: the row's tail group and its results, else the accumulators to buf.
+// Rows [tb, te) of one slice, groups [g0, g1) (records from rg0): the accumulators from buf (zeros
+// before the first slice); last: the row's tail group and its results, else the accumulators
+// back to buf.
 // (Its own function: the tile and slice loops' variables beside the group loop's would cost
 // general registers the group's scale loads need; GCC then parks them in xmm: I7.)
 template <class F, int NT>
 __attribute__((noinline)) void slice_rows(const RowArgs &a, int64_t tb, int64_t te, const uint8_t *rg0, int64_t g0,
-                                          int64_t g1, int nrem, bool first, bool last, Acc<Lay<F, NT>::W> *buf) {
+                                          int64_t g1, int nrem, bool last, Acc<Lay<F, NT>::W> *buf) {
     using Y = Lay<F, NT>;
     for (int64_t r = tb; r < te; ++r) {
         const uint8_t *w = a.w + (size_t)r * a.w_stride;
         Acc<Y::W> acc;
-        if (!first) acc_copy<NT>(acc, buf[r - tb]);
+        acc_copy<NT>(acc, buf[r - tb]);
         const uint8_t *rg = rg0;
         for (int64_t g = g0; g < g1; ++g, rg += Y::kGroup) {
             prefetch_ahead(w + g * 8 * F::kBytes, 8 * F::kBytes);
@@ -1033,13 +1034,16 @@ __attribute__((noinline)) void slice_rows(const RowArgs &a, int64_t tb, int64_t 
 template <class F, int NT>
 void rows_sliced(const RowArgs &a, int64_t r0, int64_t r1, const uint8_t *prep, int64_t full, int nrem) {
     using Y = Lay<F, NT>;
-    static thread_local Acc<Y::W> buf[kSliceTileRows];
+    // (the accumulators start from zeros in buf, not from a branch in slice_rows: the compilers
+    // otherwise merge the two starts through a stack slot or run out of general registers, I7)
+    static thread_local Acc<Y::W> buf[kSliceTileRows], zero;
     const int64_t S = slice_groups<F, NT>();
     for (int64_t tb = r0; tb < r1; tb += kSliceTileRows) {
         const int64_t te = std::min(tb + kSliceTileRows, r1);
+        for (int64_t i = 0; i < te - tb; ++i) acc_copy<NT>(buf[i], zero);
         for (int64_t g0 = 0; g0 < full; g0 += S) {
             const int64_t g1 = std::min(g0 + S, full);
-            slice_rows<F, NT>(a, tb, te, prep + (size_t)g0 * Y::kGroup, g0, g1, nrem, g0 == 0, g1 == full, buf);
+            slice_rows<F, NT>(a, tb, te, prep + (size_t)g0 * Y::kGroup, g0, g1, nrem, g1 == full, buf);
         }
     }
 }
