@@ -47,10 +47,10 @@ inline __m256 reduce_pairs(__m512 p0, __m512 p1, __m512 p2, __m512 p3) {
     return _mm256_set_m128(_mm_unpackhi_ps(e, o), _mm_unpacklo_ps(e, o));
 }
 
-// HB rows q[h] against the 8 widened keys kp (pair p, dims 8c..8c+7 at kp + (p * nc + c) * 16):
-// dst[h][0..7] = score * scale.
-template <int HB>
-inline void scores_rows8(const float *const *q, const float *kp, int nc, float *const *dst, __m256 vscale) {
+// HB rows q[h] against 8 keys: pair(p, c) gives the zmm [key 2p | key 2p + 1] of dims 8c..8c+7
+// as floats; dst[h][0..7] = score * scale.
+template <int HB, class Pair>
+inline void scores_rows8_by(const float *const *q, int nc, float *const *dst, __m256 vscale, const Pair &pair) {
     __m512 acc[HB][4];
     #pragma GCC unroll 16
     for (int h = 0; h < HB; ++h)
@@ -59,7 +59,7 @@ inline void scores_rows8(const float *const *q, const float *kp, int nc, float *
     for (int c = 0; c < nc; ++c) {
         __m512 kv[4];
         #pragma GCC unroll 16
-        for (int p = 0; p < 4; ++p) kv[p] = _mm512_loadu_ps(kp + ((size_t)p * nc + c) * 16);
+        for (int p = 0; p < 4; ++p) kv[p] = pair(p, c);
         #pragma GCC unroll 16
         for (int h = 0; h < HB; ++h) {
             const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[h] + 8 * c));
@@ -72,6 +72,12 @@ inline void scores_rows8(const float *const *q, const float *kp, int nc, float *
         _mm256_storeu_ps(dst[h], _mm256_mul_ps(reduce_pairs(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), vscale));
 }
 
+// The keys already widened pair-interleaved into kp (pair p, dims 8c..8c+7 at kp + (p * nc + c) * 16).
+template <int HB>
+inline void scores_rows8(const float *const *q, const float *kp, int nc, float *const *dst, __m256 vscale) {
+    scores_rows8_by<HB>(q, nc, dst, vscale, [&](int p, int c) { return _mm512_loadu_ps(kp + ((size_t)p * nc + c) * 16); });
+}
+
 // The same for up to 4 rows (a decode step's GQA group), the 8 keys at C, C + kd, .. C + 7 kd
 // widened in registers as each dims chunk c is needed (kp's pairs, the same exact values), not
 // stored to kp and loaded back once per row: the same FMAs on the same operands, in the same
@@ -80,29 +86,10 @@ inline void scores_rows8(const float *const *q, const float *kp, int nc, float *
 template <int HB>
 inline void scores_rows8_direct(const float *const *q, const uint16_t *C, size_t kd, int nc, float *const *dst,
                                 __m256 vscale) {
-    __m512 acc[HB][4];
-    #pragma GCC unroll 16
-    for (int h = 0; h < HB; ++h)
-        #pragma GCC unroll 16
-        for (int p = 0; p < 4; ++p) acc[h][p] = _mm512_setzero_ps();
-    for (int c = 0; c < nc; ++c) {
-        __m512 kv[4];
-        #pragma GCC unroll 16
-        for (int p = 0; p < 4; ++p) {
-            const uint16_t *k0 = C + (size_t)(2 * p) * kd + 8 * c, *k1 = k0 + kd;
-            kv[p] = _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)k1),
-                                                     _mm_loadu_si128((const __m128i *)k0)));
-        }
-        #pragma GCC unroll 16
-        for (int h = 0; h < HB; ++h) {
-            const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[h] + 8 * c));
-            #pragma GCC unroll 16
-            for (int p = 0; p < 4; ++p) acc[h][p] = _mm512_fmadd_ps(qv, kv[p], acc[h][p]);
-        }
-    }
-    #pragma GCC unroll 16
-    for (int h = 0; h < HB; ++h)
-        _mm256_storeu_ps(dst[h], _mm256_mul_ps(reduce_pairs(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), vscale));
+    scores_rows8_by<HB>(q, nc, dst, vscale, [&](int p, int c) {
+        const uint16_t *k0 = C + (size_t)(2 * p) * kd + 8 * c, *k1 = k0 + kd;
+        return _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)k1), _mm_loadu_si128((const __m128i *)k0)));
+    });
 }
 
 // out[h][d0 .. d0 + 16 DC) += sum_j p_hj V_j[..] for keys j0..j1-1 (mla_pv's lanes on zmm).
