@@ -37,14 +37,16 @@
 // Bounds (int32, exact): a sub-block's |dot| <= 32 * 255 * 32 = 261120; times |sc| <= 128 and
 // summed over 8 or 16 sub-blocks: < 2^29.
 //
-// Microkernel (mk_*): R <= 4 rows x V <= 2 lane vectors (32 tokens; avx2vnni and avx2 3 x 1 of
-// 8), registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (18 of 32
-// zmm at R = 4, V = 2); the float accumulators stay in L1 (one load and store per super-block), the mins sums M are formed row by row after the sub-block loop. Per
+// Microkernel (mk_*): R <= 4 rows x V <= 3 lane vectors (48 tokens; avx2vnni and avx2 3 x 1 of
+// 8), registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (28 of 32
+// zmm at R = 4, V = 3); the float accumulators stay in L1 (one load and store per super-block,
+// re-read after a compiler barrier: carried in registers they spilled at V = 3, I7), the mins
+// sums M are formed row by row after the sub-block loop. Per
 // super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld + vpaddd) + 4 vpdpwssd
 // (MINS formats only) + 6 float ops.
 //
 // Blocking (tile_loop, shared by every GEMM here): a call decodes its rows in tiles of <= 64 rows
-// (their codes <= ~256 KB, L2), and runs every 32-token pair of lane vectors over each 4-row
+// (their codes <= ~256 KB, L2), and runs every pass of <= 3 lane vectors (48 tokens) over each 4-row
 // group of the tile; a pass's results reach out[t] as one contiguous run of the tile's rows.
 // (GCC 12's avx512 intrinsics trip -Wmaybe-uninitialized in every caller, as in kquants.inl)
 #pragma GCC diagnostic push
@@ -84,13 +86,18 @@ constexpr int QK = 256;     // values per super-block
 #if defined(__AVX512F__)
 constexpr int LANES = 16;   // tokens per vector
 constexpr int MAXR = 4;     // rows per microkernel
-constexpr int MAXV = 2;     // lane vectors per microkernel: R x V x 3 + V of 32 registers
+// lane vectors per microkernel (its tokens: V x 16). The k-quant and I2_S GEMMs take 3 (their
+// 4 x 3 sub-block dots and sums: 24 of 32 zmm); the legacy GEMM takes MAXV_LEG = 2 (its 4 x 3
+// spilled under clang). Zen 5, bench kernels --nt 512,48 --n 4096, 4 x 3 against 4 x 2: Q4_K
+// 1.05-1.10x at 512 tokens, 1.07-1.10x at 48; Q6_K 1.0-1.1x, 1.1x; I2_S 1.09x.
+constexpr int MAXV = 3;
+constexpr int MAXV_LEG = 2;
 // a microkernel table [R][V] (R <= MAXR, V <= MAXV; index 0 unused): LB_GK_TABLE(mk_x<D,) is
 // {&mk_x<D, R, V>}, LB_GK_TABLE(mk_y<) is {&mk_y<R, V>}
 #define LB_GK_TABLE(...)                                                                      \
-    {{nullptr, nullptr, nullptr},                                                             \
-     {nullptr, &__VA_ARGS__ 1, 1>, &__VA_ARGS__ 1, 2>}, {nullptr, &__VA_ARGS__ 2, 1>, &__VA_ARGS__ 2, 2>}, \
-     {nullptr, &__VA_ARGS__ 3, 1>, &__VA_ARGS__ 3, 2>}, {nullptr, &__VA_ARGS__ 4, 1>, &__VA_ARGS__ 4, 2>}}
+    {{nullptr, nullptr, nullptr, nullptr},                                                             \
+     {nullptr, &__VA_ARGS__ 1, 1>, &__VA_ARGS__ 1, 2>, &__VA_ARGS__ 1, 3>}, {nullptr, &__VA_ARGS__ 2, 1>, &__VA_ARGS__ 2, 2>, &__VA_ARGS__ 2, 3>}, \
+     {nullptr, &__VA_ARGS__ 3, 1>, &__VA_ARGS__ 3, 2>, &__VA_ARGS__ 3, 3>}, {nullptr, &__VA_ARGS__ 4, 1>, &__VA_ARGS__ 4, 2>, &__VA_ARGS__ 4, 3>}}
 using VI = __m512i;
 using VF = __m512;
 LB_GK_INLINE VI vset1(int32_t x) { return _mm512_set1_epi32(x); }
@@ -119,6 +126,7 @@ constexpr int MAXR = 3;
 #define LB_GK_TABLE(...) \
     {{nullptr, nullptr}, {nullptr, &__VA_ARGS__ 1, 1>}, {nullptr, &__VA_ARGS__ 2, 1>}, {nullptr, &__VA_ARGS__ 3, 1>}}
 constexpr int MAXV = 1;
+constexpr int MAXV_LEG = 1;
 using VI = __m256i;
 using VF = __m256;
 LB_GK_INLINE VI vset1(int32_t x) { return _mm256_set1_epi32(x); }
@@ -440,6 +448,11 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                     #pragma GCC unroll 16
                     for (int v = 0; v < V; ++v) dt[r][v] = D::UW ? vdot(dt[r][v], w, a[v]) : vdot(dt[r][v], a[v], w);
                 }
+#if defined(__clang__)
+                // the next dword's loads wait for this one's dots: clang otherwise loaded 4 dwords'
+                // activations ahead and spilled 3 sums at V = 3 (I7; GCC does not, and spilled with it)
+                __asm__ volatile("" : : "v"(dt[R - 1][V - 1]) : "memory");
+#endif
             }
             #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
@@ -451,6 +464,7 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
         // Row by row (so that only V vectors of M are live besides I and acc): M (the mins
         // term), the activations' +128 out of I, then the float steps (header):
         //   acc = fma(d * d_a, I, acc);   acc = fnmadd(dmin * d_a, M, acc)
+        __asm__ volatile("" ::: "memory");  // acc from res, not from registers (header)
         #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             VI M[V];
@@ -576,7 +590,7 @@ __attribute__((noinline)) inline void store_pass(const RowArgs &a, const float *
 }
 
 // The tile loop every GEMM here shares. Rows [r0, r1) go in tiles of RT (decode(rb, re) lays a
-// tile's codes out once per call); each tile takes passes of MAXV lane vectors (MAXV * LANES
+// tile's codes out once per call); each tile takes passes of PV <= MAXV lane vectors (PV * LANES
 // tokens), each pass every group of MR rows: mk(i0, R, g0, V, res) for the tile's rows i0 ..
 // i0 + R - 1 and lane vectors g0 .. g0 + V - 1, res the group's slice of the tile's result buffer
 // tres (tile row i, vector v, lane l at (i * MAXV + v) * LANES + l: the layout a microkernel
@@ -584,7 +598,7 @@ __attribute__((noinline)) inline void store_pass(const RowArgs &a, const float *
 // as one contiguous run (out[t][rb .. re)); per microkernel call they would be R floats in each
 // of 32 lines, a line written by several calls (5% of an 8B-shaped prefill's samples).
 template <class Decode, class Mk>
-LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT, int MR, int nt, float *tres,
+LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT, int MR, int PV, int nt, float *tres,
                             const Decode &decode, const Mk &mk) {
     const int ng = (nt + LANES - 1) / LANES;
     NextTile next;
@@ -592,9 +606,9 @@ LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT
         const int64_t re = std::min(rb + RT, r1);
         decode(rb, re);
         next.start(a, re, r1, RT, (re - rb + MR - 1) / MR);
-        for (int g0 = 0; g0 < ng; g0 += MAXV) {
-            const int V = std::min(MAXV, ng - g0);
-            const bool last = g0 + MAXV >= ng;
+        for (int g0 = 0; g0 < ng; g0 += PV) {
+            const int V = std::min(PV, ng - g0);
+            const bool last = g0 + PV >= ng;
             for (int64_t rq = rb; rq < re; rq += MR) {
                 const int R = (int)std::min<int64_t>(MR, re - rq);
                 if (last) next.step();
@@ -636,7 +650,7 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * per_row + tile_res_floats(RT) * sizeof(float));
     RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
     float *tres = (float *)(meta + (size_t)RT * (size_t)nb);
-    tile_loop(a, r0, r1, RT, MAXR, nt, tres, [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
+    tile_loop(a, r0, r1, RT, MAXR, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   kMk<D>[R][V](codes + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
                                panel + (size_t)g0 * (size_t)nb, nb, res);
@@ -889,7 +903,7 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 template <class D>
 using MkLegacyFn = void (*)(const int8_t *, const RowBlk *, const ActBlk *, int64_t, float *, float *);
 // mk_gemm_legacy<D, R, V> for R in 1..MR, V in 1..VV (the tails of a tile and of the chunk)
-template <class D, int MR = kMr<D>, int VV = MAXV>
+template <class D, int MR = kMr<D>, int VV = MAXV_LEG>
 LB_GK_INLINE void mk_legacy(int R, int V, const int8_t *w0, const RowBlk *m0, const ActBlk *act0, int64_t nb,
                             float *cls, float *res) {
     if constexpr (MR > 1)
@@ -960,7 +974,7 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     RowBlk *meta = (RowBlk *)(codes + (size_t)RT * (size_t)nb * D::CODES);
     float *cls = (float *)(((uintptr_t)(meta + (size_t)RT * (size_t)nb) + 63) & ~(uintptr_t)63);
     float *tres = cls + (size_t)8 * MAXR_LEG * MAXV * LANES;
-    tile_loop(a, r0, r1, RT, MR, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_legacy<D>(a, rb, re, nb, codes, meta); },
+    tile_loop(a, r0, r1, RT, MR, MAXV_LEG, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_legacy<D>(a, rb, re, nb, codes, meta); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   mk_legacy<D>(R, V, codes + (size_t)i0 * (size_t)nb * D::CODES, meta + (size_t)i0 * (size_t)nb,
                                panel + (size_t)g0 * (size_t)nb, nb, cls, res);
@@ -1089,7 +1103,7 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * (size_t)a.n + (size_t)RT * 4 + tile_res_floats(RT) * 4 + 64);
     int32_t *neg = (int32_t *)(codes + (size_t)RT * (size_t)a.n);
     float *tres = (float *)(((uintptr_t)(neg + RT) + 63) & ~(uintptr_t)63);
-    tile_loop(a, r0, r1, RT, MAXR, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
+    tile_loop(a, r0, r1, RT, MAXR, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   kMkI2s[R][V](codes + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
                                a.w_scale, res);
