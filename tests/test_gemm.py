@@ -51,8 +51,8 @@ NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GE
 # every level; avx2's Q8_0 by the sign trick (its codes are too wide for vdot's vpmaddubsw).
 GEMM_FORMATS = {"avx512": ALL, "avx2vnni": ALL, "avx2": ALL}
 # The gates (gemm_min_nt) as measured per level (gemm.inl: kKqGemmMinNt ...), per format
-GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 24},
-         "avx2vnni": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 64},
+GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 16},
+         "avx2vnni": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 24},
          "avx2": {"Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q5_0": 128, "Q5_1": 128, "Q8_0": 64}}
 
 

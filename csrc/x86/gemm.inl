@@ -273,13 +273,6 @@ LB_GK_INLINE float f16(const uint8_t *p) {
 }
 LB_GK_INLINE int32_t pair16(int a, int b) { return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a); }
 
-LB_GK_INLINE void usum16x2(__m256i u, int32_t *a, int32_t *b) {  // the two 16-byte halves
-    const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
-    const __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
-    *a = (int32_t)(_mm_cvtsi128_si64(lo) + _mm_extract_epi64(lo, 1));
-    *b = (int32_t)(_mm_cvtsi128_si64(hi) + _mm_extract_epi64(hi, 1));
-}
-
 // Sum of 32 signed bytes (two halves of a legacy block's decoded codes)
 LB_GK_INLINE int32_t wsum32(__m128i lo, __m128i hi) {
     const __m256i x = _mm256_cvtepi8_epi16(lo), y = _mm256_cvtepi8_epi16(hi);
@@ -363,9 +356,14 @@ struct GQ6K {
     static constexpr bool UW = false;  // signed codes x activations + 128, C
     static constexpr int WMAX = 32;  // codes q: -32..31
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
-        const int8_t *scv = (const int8_t *)(x + 192);
+        // C = 128 * sum_j sc[j] * W_j, W_j = U_j - 512 (U_j: the sum of sub-block j's 16 codes
+        // u): sum_j sc[j] U_j as one dot of the codes u against their sub-block's scale (a byte
+        // each: vpmaddubsw's pairs <= 2 * 63 * 128, then vpmaddwd with ones), less 512 sum_j sc[j]
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + 192));
+        const __m256i sc2 = _mm256_broadcastsi128_si256(sc8);
         const __m256i k0F = _mm256_set1_epi8(0x0F), k30 = _mm256_set1_epi8(0x30), k20 = _mm256_set1_epi8(0x20);
-        int32_t U[16];
+        const __m256i ones16 = _mm256_set1_epi16(1);
+        __m256i cs = _mm256_setzero_si256();
         for (int h = 0; h < 2; ++h) {
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x + 64 * h));
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x + 64 * h + 32));
@@ -380,14 +378,26 @@ struct GQ6K {
             _mm256_storeu_si256((__m256i *)(o + 32), _mm256_sub_epi8(v1, k20));
             _mm256_storeu_si256((__m256i *)(o + 64), _mm256_sub_epi8(v2, k20));
             _mm256_storeu_si256((__m256i *)(o + 96), _mm256_sub_epi8(v3, k20));
-            usum16x2(v0, &U[8 * h + 0], &U[8 * h + 1]);
-            usum16x2(v1, &U[8 * h + 2], &U[8 * h + 3]);
-            usum16x2(v2, &U[8 * h + 4], &U[8 * h + 5]);
-            usum16x2(v3, &U[8 * h + 6], &U[8 * h + 7]);
+            const __m256i v[4] = {v0, v1, v2, v3};
+            for (int c = 0; c < 4; ++c) {  // v[c]: sub-blocks j = 8h + 2c (bytes 0..15), j + 1
+                const int j = 8 * h + 2 * c;
+                const __m256i sj = _mm256_shuffle_epi8(
+                    sc2, _mm256_setr_m128i(_mm_set1_epi8((char)j), _mm_set1_epi8((char)(j + 1))));
+                cs = _mm256_add_epi32(cs, _mm256_madd_epi16(_mm256_maddubs_epi16(v[c], sj), ones16));
+            }
         }
-        int64_t C = 0;
-        for (int j = 0; j < 16; ++j) m.sc[j] = scv[j], C += (int64_t)scv[j] * (U[j] - 16 * 32);  // W_j = U_j - 512
-        m.C = (int32_t)(128 * C);
+        __m128i c4 = _mm_add_epi32(_mm256_castsi256_si128(cs), _mm256_extracti128_si256(cs, 1));
+        c4 = _mm_add_epi32(c4, _mm_shuffle_epi32(c4, 0x4E));
+        c4 = _mm_add_epi32(c4, _mm_shuffle_epi32(c4, 0xB1));
+        const __m256i scl = _mm256_cvtepi8_epi32(sc8), sch = _mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8));
+        _mm256_storeu_si256((__m256i *)m.sc, scl);
+        _mm256_storeu_si256((__m256i *)(m.sc + 8), sch);
+        __m256i ss = _mm256_add_epi32(scl, sch);  // sum_j sc[j]
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(ss), _mm256_extracti128_si256(ss, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        // |sum sc U| <= 16 * 128 * 1008, |512 sum sc| <= 2^20: int32; times 128 < 2^31 (bounds above)
+        m.C = 128 * (_mm_cvtsi128_si32(c4) - 512 * _mm_cvtsi128_si32(s4));
         m.d = f16(x + 208), m.dmin = 0.0f;
     }
 };
@@ -1173,16 +1183,21 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 //             0.97-1.04 at 24 (and, earlier: 0.87 at 32, 1.08 at 64, 1.29 at 256).
 // So 16 for Q4_K and Q5_K at both VNNI levels (12 would gain a little more on Zen 5; Zen 4
 // measured 0.99-1.32x at 16 before those changes, so 16 is the margin kept for other CPUs), Q6_K
-// from 24 at avx512 and 64 at avx2vnni. A 256-expert MoE's prompt gives its experts ~16 tokens
+// from 24 at avx512 and 64 at avx2vnni. Then Q6_K's tile decode took its C with one vpmaddubsw
+// per 32 codes (was a vpsadbw and four extracts per 32, and a scalar loop): Zen 5, bench kernels
+// --formats Q6_K --nt 12,16,20,24,32,48,64 --n 4096 --mb 16 --cpu 1 --stat min, windows / gemm:
+// avx512 1.08, 1.42-1.44, 1.28-1.32, 1.54-1.59, 2.06-2.09, 2.29, 2.27-2.36; avx2vnni 0.86-0.93,
+// 1.19-1.29, 1.07-1.12, 1.29-1.43, 1.33-1.51, 1.39-1.56, 1.44-1.58. So Q6_K from 16 at avx512
+// (as Q4_K) and 24 at avx2vnni (a margin for its other CPUs). A 256-expert MoE's prompt gives its experts ~16 tokens
 // each (512 x top-8 / 256), so they now take the GEMM.
 // At avx2 (Zen 3, BENCHMARKS.md "avx2 GEMM tier (Zen 3)": bench kernels --n 4096 --mb 64 --clock
 // cpu --stat min, windows / gemm at 16, 32, 64, 256 tokens): Q4_K 1.03, 1.17, 1.33, 1.29 (its
 // int16 sums: 4 dwords per vpmaddwd); Q5_K 0.88, 1.02, 1.04, 1.32 and Q6_K 0.78, 0.95, 1.00,
 // 1.27 (2 dwords: vdot's vpmaddwd each): Q4_K from 32, Q5_K from 64, Q6_K from 128 tokens.
 #if defined(__AVX512F__)
-constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 24;
+constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 16;
 #elif defined(__AVXVNNI__)
-constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 64;
+constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 24;
 #else
 constexpr int kKqGemmMinNt = 32, kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
 #endif
