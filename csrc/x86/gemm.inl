@@ -88,8 +88,9 @@ constexpr int LANES = 16;   // tokens per vector
 constexpr int MAXR = 4;     // rows per microkernel
 // lane vectors per microkernel (its tokens: V x 16). The k-quant and I2_S GEMMs take 3 (their
 // 4 x 3 sub-block dots and sums: 24 of 32 zmm); the legacy GEMM takes MAXV_LEG = 2 (its 4 x 3
-// spilled under clang). Zen 5, bench kernels --nt 512,48 --n 4096, 4 x 3 against 4 x 2: Q4_K
-// 1.05-1.10x at 512 tokens, 1.07-1.10x at 48; Q6_K 1.0-1.1x, 1.1x; I2_S 1.09x.
+// spilled under clang). Zen 5, bench kernels --nt 512,48 --n 4096, 4 x 3 against 4 x 2 (builds
+// alternated, BENCHMARKS.md round (9)): Q4_K 1.03-1.11x at 512 tokens, 1.0-1.19x at 48; Q6_K
+// 1.0-1.04x at 512; I2_S 1.08x at 512, 1.28x at 48; 3 x 3 was 0.8-0.9x of 4 x 3.
 constexpr int MAXV = 3;
 constexpr int MAXV_LEG = 2;
 // a microkernel table [R][V] (R <= MAXR, V <= MAXV; index 0 unused): LB_GK_TABLE(mk_x<D,) is
