@@ -116,6 +116,50 @@ def test_counters():
     assert ran == [(4, 2, win), (8, 2, win), (16, 1, "rows16_q4_1_q8_1_avx512")], ran
 
 
+_CHILD = r"""
+import json
+from lowbit._native import lib
+from lowbit.formats import BY_NAME as F
+print(json.dumps({"wide": lib.wide_kernel(F["Q4_0"].id), "disabled": lib.cpu_info()["disabled"]}))
+"""
+
+
+@NEEDS
+def test_switched_off():
+    if lib.cpu_info()["selected"] not in WIDE_LEVELS:
+        pytest.skip("the dispatched level is below avx512 (LOWBIT_MAX_ISA)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOWBIT_NO_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    res = {}
+    for tag, extra in (("on", {}), ("off", {"LOWBIT_NO_WIDE": "1"})):
+        p = subprocess.run([sys.executable, "-c", _CHILD], env={**env, **extra}, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        res[tag] = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["on"]["wide"][0] == "rows16_q4_0_q8_0_avx512" and "wide" not in res["on"]["disabled"], res
+    assert res["off"]["wide"] is None and "wide" in res["off"]["disabled"], res
+
+
+@NEEDS
+def test_engine_chunks_through_the_wide_window():
+    import lowbit
+    if lib.cpu_info()["selected"] not in WIDE_LEVELS:
+        pytest.skip("the dispatched level is below avx512 (LOWBIT_MAX_ISA)")
+    m = lowbit.load(None, n_ctx=128, threads=2)  # the default model: Q4_1 layers, a Q8_0 head
+    ids = (m.tokenize("In a hole in the ground there lived a hobbit, not a nasty dirty wet hole.",
+                      add_bos=False) * 4)[:40]
+    m.reset()
+    base = m.logits(ids, chunk=1)
+    for chunk in (16, 20):
+        m.reset()
+        K.reset_stats()
+        got = m.logits(ids, chunk=chunk)
+        ran = {s["kernel"] for s in K.stats() if s["nt"] == 16}
+        assert ran == {"rows16_q4_1_q8_1_avx512", "rows16_q8_0_q8_0_avx512"}, ran
+        bad = np.argwhere(got.view(np.uint32) != base.view(np.uint32))
+        assert bad.size == 0, f"chunk {chunk}: position {bad[0][0]} differs from chunk 1"
+
+
 # Rows whose window records pass 85% of L1D go in slices of K (legacy.inl rows_sliced). For every
 # window size the kernel with slices must give the unsliced kernel's floats; there is no unsliced
 # kernel to call at these widths, so: the window sizes, which slice at different widths (at 48 KB
