@@ -482,6 +482,7 @@ private:
     size_t kslot_ = 0, vslot_ = 0;  // one slot's K (V) cache, elements or bytes
     const KvLayer &kvl(int layer) const { return kvl_[(size_t)kv_index_[(size_t)layer]]; }
     // (slot, layer, kv head, pos)'s K and V head rows: offsets into k16_ / k32_ / kq_ (and v...)
+    void prefetch_kv_rows(int l, int T, const int32_t *slots, const int32_t *pos) const;
     size_t kv_k_at(int slot, int layer, int pos, int kvh = 0) const {
         const KvLayer &g = kvl(layer);
         return (size_t)slot * kslot_ + g.k0 + ((size_t)kvh * c_.n_ctx + pos) * g.krow;
