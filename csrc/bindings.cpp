@@ -94,7 +94,7 @@ static KernelEntry with_path(const KernelEntry &e, int path) {
     if (path == 3) c.wide = RowKernel{};
     if (path == 2) {
         if (!e.gemm.fn) throw std::invalid_argument("this format has no GEMM at this level");
-        c.gemm_min_nt = 1;
+        c.gemm_min_nt = 1, c.gemm_tail = 0;  // (every token through the GEMM)
     }
     return c;
 }
@@ -482,6 +482,13 @@ NB_MODULE(_lowbit, m) {
         return nb::make_tuple(std::string(e.gemm.name), std::string(isa_name(e.gemm.isa)), e.gemm_min_nt);
     }, nb::arg("id"), nb::arg("isa") = -1,
        "(GEMM kernel name, level, min nt: run_rows uses it for windows >= min nt) or None.");
+    m.def("gemm_tail", [](int id, int isa) -> nb::object {
+        fmt(id);
+        const KernelEntry &e = entry(id, isa);
+        if (!e.gemm.fn) return nb::none();
+        return nb::make_tuple(e.gemm_lanes, e.gemm_tail);
+    }, nb::arg("id"), nb::arg("isa") = -1,
+       "(tokens per GEMM lane vector, the longest tail past whole vectors the windows take) or None.");
 
     // The fused FFN gate/up: out[nt, rows] = glu(gate . act_t, up . act_t) (run_rows_glu).
     // gate and up: raw rows of formats gid / uid that pair with one activation format; act:

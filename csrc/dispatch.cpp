@@ -203,6 +203,7 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
         const bool off = turned_off("gemm", src.gemm.isa) || turned_off(src.gemm.name, src.gemm.isa);
         dst.gemm = off ? RowKernel{} : src.gemm;
         dst.gemm_min_nt = off ? 0 : src.gemm_min_nt;
+        dst.gemm_lanes = src.gemm_lanes, dst.gemm_tail = src.gemm_tail;
     }
     // The wide window likewise; LOWBIT_NO_WIDE=1 removes every one (windows of <= 8 instead).
     if (src.wide.fn) {

@@ -112,6 +112,12 @@ struct KernelEntry {
     // (set by the registering level from its measurements; 0 = never). Counted as nt = 0.
     RowKernel gemm;
     int gemm_min_nt = 0;
+    // The GEMM's tokens per lane vector (its passes run whole vectors, a chunk's last one padded)
+    // and the longest tail it leaves to the windows: a chunk of nt tokens whose last
+    // nt % gemm_lanes tokens are at most gemm_tail runs the rest through the GEMM and those
+    // through the windows (gemm_tokens), each token bitwise as either tier alone would give it
+    // (I8). 0: the GEMM takes every token of its chunks.
+    int gemm_lanes = 0, gemm_tail = 0;
     dequant_fn dequant = nullptr;
     KernelSlot<quant_act_fn> quant_act;  // activation formats: e.g. "quant_act_q8_0_avx2"
     quant_w_fn quant_w = nullptr;
@@ -127,6 +133,20 @@ inline int next_window(const KernelEntry &e, int64_t left) {
 inline int glu_window(const KernelEntry &g, const KernelEntry &u, int64_t left) {
     const int a = next_window(g, left), b = next_window(u, left);
     return a == b ? a : (int)(left < MAX_NT ? left : MAX_NT);
+}
+// How many of a chunk's nt tokens (from its first) the GEMM takes: 0 (below its gate: the
+// windows take the chunk), nt, or nt less a tail of <= gemm_tail tokens that the windows take
+// (a padded lane vector of the GEMM costs as much as a whole one; a short window less).
+inline int64_t gemm_tokens(const KernelEntry &e, int64_t nt) {
+    if (!e.gemm.fn || e.gemm_min_nt <= 0 || nt < e.gemm_min_nt) return 0;
+    const int64_t tail = e.gemm_lanes > 0 ? nt % e.gemm_lanes : 0;
+    return tail > 0 && tail <= e.gemm_tail && nt - tail >= e.gemm_min_nt ? nt - tail : nt;
+}
+// The same for a fused gate / up pair (glu_rows): both take the same tokens through their
+// GEMMs, or (their tails disagree) all of them, or neither a GEMM.
+inline int64_t glu_gemm_tokens(const KernelEntry &g, const KernelEntry &u, int64_t nt) {
+    const int64_t a = gemm_tokens(g, nt), b = gemm_tokens(u, nt);
+    return a == b ? a : a && b ? nt : 0;
 }
 // The kernel of a window of ntc tokens (next_window's answer).
 inline const RowKernel &window_kernel(const KernelEntry &e, int ntc) { return ntc > MAX_NT ? e.wide : e.rows[ntc]; }

@@ -74,7 +74,7 @@ static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &b
 // are the matrix's own, exactly as a run_rows call on it alone would pick them.
 struct RowsPlan {
     const RowJob *j;
-    bool gemm;
+    int64_t gemm;  // the tokens the GEMM takes (gemm_tokens: 0, nt, or nt less a tail for the windows)
     uint64_t id;   // names the call's activations (RowArgs::act_id): the GEMM's panel and the
                    // window kernels' re-layout are built once per thread, call and matrix
     int64_t tile;  // rows per tile
@@ -84,12 +84,10 @@ struct RowsPlan {
 static void rows_piece(const RowsPlan &p, const uint8_t *act, size_t act_stride, int64_t nt, int64_t n, int64_t tb,
                        int64_t te) {
     const RowJob &j = *p.j;
-    if (p.gemm) {
+    if (p.gemm)
         j.e->gemm.fn(RowArgs{j.w, j.w_stride, act, act_stride, j.out, j.out_stride, n, j.w_scale, p.id}, j.r0 + tb,
-                     j.r0 + te, (int)nt);
-        return;
-    }
-    for (int64_t t0 = 0, ntc; t0 < nt; t0 += ntc) {
+                     j.r0 + te, (int)p.gemm);
+    for (int64_t t0 = p.gemm, ntc; t0 < nt; t0 += ntc) {
         ntc = next_window(*j.e, nt - t0);
         RowArgs a{j.w, j.w_stride, act + (size_t)t0 * act_stride, act_stride, j.out + (size_t)t0 * j.out_stride,
                   j.out_stride, n, j.w_scale, p.id};
@@ -116,11 +114,13 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         // The entry's GEMM, when it has one and the chunk is long enough, takes all nt tokens of
         // a tile in one call (same tiles, same per-token results: KernelEntry::gemm); it tiles its
         // rows itself and builds its activation panel once per call: one call per part.
-        const bool gemm = gemm_takes(*j.e, nt);
+        // (A GEMM that leaves a tail to the windows goes tile by tile too, so the windows find
+        // the tile's rows in L2.)
+        const int64_t gemm = gemm_tokens(*j.e, nt);
         if (gemm) count_call(j.f->id, 0, isa, rows);
-        else check_and_count(*j.f, *j.e, isa, nt, rows);
-        const int64_t tile = !gemm && window_count(*j.e, nt) > 1 ? (j.w_stride >= kTileBytes ? 1 : (int64_t)(kTileBytes / j.w_stride))
-                                                  : rows;
+        if (gemm < nt) check_and_count(*j.f, *j.e, isa, nt - gemm, rows);
+        const bool tiled = gemm ? gemm < nt : window_count(*j.e, nt) > 1;
+        const int64_t tile = tiled ? (j.w_stride >= kTileBytes ? 1 : (int64_t)(kTileBytes / j.w_stride)) : rows;
         plan[(size_t)k] = RowsPlan{&j, gemm, new_act_id(), tile};
         total += rows;
     }
@@ -152,7 +152,7 @@ bool gemm_takes(const KernelEntry &e, int64_t nt) { return e.gemm.fn && e.gemm_m
 int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
     // The GEMM (both matrices have one that takes nt tokens): 256 rows per call, so that its
     // activation panel (built once per call) is amortised over many rows; scratch 2 x 256 x nt.
-    if (gemm_takes(*gate.e, nt) && gemm_takes(*up.e, nt)) return 256;
+    if (glu_gemm_tokens(*gate.e, *up.e, nt)) return 256;
     // One window (decode, a short verify window): the weights are read once whatever the
     // tile; 128 rows keep the scratch (128 x nt x 2 floats) in L1 for the epilogue.
     // Several windows: gate and up rows of kTileBytes, re-read from L2 by each window.
@@ -169,26 +169,27 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
     // The GEMM, when both matrices have one for nt tokens, takes the whole chunk per tile (one
     // "window" of nt tokens); otherwise the windows of glu_window (16 or <= 8 tokens). Per token
     // the same values either way (I8), and the epilogue below is per token.
-    const bool gemm = gemm_takes(*gate.e, nt) && gemm_takes(*up.e, nt);
-    const int64_t wmax = gemm ? nt : glu_window(*gate.e, *up.e, nt);  // the widest window
+    const int64_t gemm = glu_gemm_tokens(*gate.e, *up.e, nt);
+    const int64_t wmax = std::max<int64_t>(gemm, glu_window(*gate.e, *up.e, nt));  // the widest window
     const int64_t tmax = tile < re - rb ? tile : re - rb;
     const size_t need = (size_t)2 * (size_t)tmax * (size_t)wmax;
     if (scratch.size() < need) scratch.resize(need);
     for (int64_t tb = rb; tb < re; tb += tile) {
         const int64_t te = tb + tile < re ? tb + tile : re, tr = te - tb;
         for (int64_t t0 = 0, ntc; t0 < nt; t0 += ntc) {
-            ntc = gemm ? nt : glu_window(*gate.e, *up.e, nt - t0);
+            const bool g = t0 < gemm;  // (the GEMM's tokens first, then the windows' tail)
+            ntc = g ? gemm : glu_window(*gate.e, *up.e, nt - t0);
             float *G = scratch.data(), *U = G + (size_t)tr * ntc;
             // the tile's rows seen as rows [0, tr) of a matrix starting at row tb (I3: a row's
             // result does not depend on where the range starts), token t's at G[t * tr + r]
             if (gate.w) {  // (no gate: an ungated FFN, below)
                 RowArgs a{gate.w + (size_t)tb * gate.stride, gate.stride, act_g + (size_t)t0 * act_g_stride,
                           act_g_stride, G, (size_t)tr, n, gate.scale, act_id};
-                (gemm ? gate.e->gemm.fn : window_kernel(*gate.e, (int)ntc).fn)(a, 0, tr, (int)ntc);
+                (g ? gate.e->gemm.fn : window_kernel(*gate.e, (int)ntc).fn)(a, 0, tr, (int)ntc);
             }
             RowArgs b{up.w + (size_t)tb * up.stride, up.stride, act_u + (size_t)t0 * act_u_stride,
                       act_u_stride, U, (size_t)tr, n, up.scale, act_id};
-            (gemm ? up.e->gemm.fn : window_kernel(*up.e, (int)ntc).fn)(b, 0, tr, (int)ntc);
+            (g ? up.e->gemm.fn : window_kernel(*up.e, (int)ntc).fn)(b, 0, tr, (int)ntc);
             if (gate.out_scale != 1.0f)
                 for (int64_t i = 0; i < tr * ntc; ++i) G[i] *= gate.out_scale;
             if (up.out_scale != 1.0f)
@@ -221,12 +222,14 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
     if (gate.f->act != up.f->act)
         throw std::invalid_argument(std::string("gate (") + gate.f->name + ") and up (" + up.f->name +
                                     ") pair with different activation formats: run them apart");
-    if (gemm_takes(*gate.e, nt) && gemm_takes(*up.e, nt)) {
+    const int64_t gemm = glu_gemm_tokens(*gate.e, *up.e, nt);
+    if (gemm) {
         count_call(gate.f->id, 0, isa, rows);
         count_call(up.f->id, 0, isa, rows);
-    } else {
-        check_and_count(*gate.f, *gate.e, isa, nt, rows, up.e);
-        check_and_count(*up.f, *up.e, isa, nt, rows, gate.e);
+    }
+    if (gemm < nt) {
+        check_and_count(*gate.f, *gate.e, isa, nt - gemm, rows, up.e);
+        check_and_count(*up.f, *up.e, isa, nt - gemm, rows, gate.e);
     }
     count_glu(kind, glu.isa, rows, rows * nt);
     const int64_t tile = glu_tile_rows(gate, up, nt);

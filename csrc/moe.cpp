@@ -279,15 +279,15 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out, const float *
     eg_.resize((size_t)S * ef);
     for (int e = 0; e < E; ++e) {
         const int cnt = ecount_[(size_t)e];
-        const bool glu_gemm = gemm_takes(*G.k, cnt) && gemm_takes(*U.k, cnt);  // (as glu_rows)
+        const int glu_gemm = (int)glu_gemm_tokens(*G.k, *U.k, cnt), down_gemm = (int)gemm_tokens(*D.k, cnt);  // (as glu_rows)
         if (glu_gemm) { if (!ungated) count_call(G.m->type, 0, isa, ef); count_call(U.m->type, 0, isa, ef); }
-        if (gemm_takes(*D.k, cnt)) count_call(D.m->type, 0, isa, dim);
-        for (int t0c = 0, ntc; !glu_gemm && t0c < cnt; t0c += ntc) {  // (as glu_rows)
+        if (down_gemm) count_call(D.m->type, 0, isa, dim);
+        for (int t0c = glu_gemm, ntc; t0c < cnt; t0c += ntc) {  // (as glu_rows)
             ntc = glu_window(*G.k, *U.k, cnt - t0c);
             if (!ungated) count_call(G.m->type, ntc, isa, ef);
             count_call(U.m->type, ntc, isa, ef);
         }
-        for (int t0c = 0, ntc; !gemm_takes(*D.k, cnt) && t0c < cnt; t0c += ntc) {  // (as the down items)
+        for (int t0c = down_gemm, ntc; t0c < cnt; t0c += ntc) {  // (as the down items)
             ntc = next_window(*D.k, cnt - t0c);
             count_call(D.m->type, ntc, isa, dim);
         }
@@ -333,14 +333,16 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out, const float *
             return;
         }
         wait_flag(&eready_[(size_t)it.e]);
-        // the expert's tokens in windows (next_window), or all of them in one GEMM call (I8)
-        const bool gemm = gemm_takes(*D.k, cnt);
+        // the expert's tokens in windows (next_window), or in one GEMM call and a tail of
+        // windows (gemm_tokens; I8)
+        const int64_t gemm = gemm_tokens(*D.k, cnt);
         for (int64_t t0c = 0, ntc; t0c < cnt; t0c += ntc) {
-            ntc = gemm ? cnt : next_window(*D.k, cnt - t0c);
+            const bool g = t0c < gemm;
+            ntc = g ? gemm : next_window(*D.k, cnt - t0c);
             const size_t s0 = (size_t)(off + t0c);
             RowArgs a{D.w(it.e), D.m->stride, ys_.data() + s0 * db, db, ed_.data() + s0 * dim, (size_t)dim, ef,
-                      D.m->scale, gemm ? did : 0};
-            (gemm ? D.k->gemm.fn : window_kernel(*D.k, (int)ntc).fn)(a, it.r0, it.r1, (int)ntc);
+                      D.m->scale, g ? did : 0};
+            (g ? D.k->gemm.fn : window_kernel(*D.k, (int)ntc).fn)(a, it.r0, it.r1, (int)ntc);
             if (L.down_exps_s) {  // gemma4: the expert's output scale (ggml_mul after mul_mat_id)
                 const float sc = L.down_exps_s[it.e];
                 for (int t = 0; t < ntc; ++t)

@@ -15,6 +15,8 @@ reference and ggml within I5, and exactly on integer-exact inputs):
     (Q6_K's -32, Q4_0's -8), fp16 scales of 1.0 and activations +127 / -128 / mixed: exact
     integer sums, bitwise again (at avx2: the int16 saturation bound of vpmaddubsw);
   - every token count 1..40 on 13 rows (microkernel and lane tails);
+  - as dispatched, a chunk's short tail past whole lane vectors through the windows (gemm_tokens),
+    bitwise, the counters naming the GEMM and the tail's window;
   - counters name the GEMM (nt = 0) for a 64-token matmul and the row kernel for 8 tokens;
     LOWBIT_KQ_GEMM_MIN_NT moves the gate, LOWBIT_NO_GEMM=1 removes it (a subprocess each);
   - avx2's Q8_0 (the sign trick): codes -128 / 127 against activations -127 / 127 give the exact
@@ -51,9 +53,13 @@ NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GE
 # every level; avx2's Q8_0 by the sign trick (its codes are too wide for vdot's vpmaddubsw).
 GEMM_FORMATS = {"avx512": ALL, "avx2vnni": ALL, "avx2": ALL}
 # The gates (gemm_min_nt) as measured per level (gemm.inl: kKqGemmMinNt ...), per format
-GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 16},
+GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12},
          "avx2vnni": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 24},
          "avx2": {"Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q5_0": 128, "Q5_1": 128, "Q8_0": 64}}
+
+# Tokens per lane vector of each level's GEMM, and the longest tail past whole vectors that the
+# windows take (gemm.inl: LANES, kGemmTail)
+LANES_TAIL = {"avx512": (16, 4), "avx2vnni": (8, 4), "avx2": (8, 4)}
 
 
 def gemm_cases(*names):
@@ -160,6 +166,41 @@ def test_gemm_every_token_count(ggml, rng, name, level):
     act = q8k(rng.standard_normal((40, n)) * 3.0, level, ACT[name])
     for nt in range(1, 41):
         check_same(mm(name, raw, act[:nt], n, level, 2), mm(name, raw, act[:nt], n, level, 1), f"nt={nt}", name, n)
+
+
+@NEEDS
+@pytest.mark.parametrize("level,name", gemm_cases(*ALL))
+def test_gemm_tail_goes_to_the_windows(ggml, rng, name, level):
+    """As dispatched (path 0), a chunk whose tokens past its last whole lane vector are at most
+    the level's tail: the GEMM takes the whole vectors, the windows the tail (gemm_tokens). Each
+    token bitwise the windows alone (I8), and the counters name exactly the kernels that ran."""
+    from lowbit import kernels as K
+    isa = ISA.index(level)
+    lanes, tail = lib.gemm_tail(F[name].id, isa)
+    assert (lanes, tail) == LANES_TAIL[level]
+    gate, gemm_name = GATES[level][name], lib.gemm_kernel(F[name].id, isa)[0]
+    rows, nb = 13, 2 if BLOCK[name] == 256 else 11
+    n = nb * BLOCK[name]
+    raw = ggml.quantize(name, rng.standard_normal((rows, n)).astype(np.float32))
+    nts = sorted({lanes + 1, lanes + tail, lanes + tail + 1, 2 * lanes + 1, 2 * lanes + tail, 4 * lanes + 2,
+                  4 * lanes + tail + 1, gate, gate + 1})
+    act = q8k(rng.standard_normal((max(nts), n)) * 3.0, level, ACT[name])
+    split_seen = False
+    for nt in nts:
+        whole = nt // lanes * lanes
+        t = nt - whole if 0 < nt - whole <= tail and whole >= gate else 0
+        K.reset_stats()
+        got = mm(name, raw, act[:nt], n, level, 0)
+        ran = sorted({(s["nt"], s["kernel"]) for s in K.stats() if s["format"] == name})
+        check_same(got, mm(name, raw, act[:nt], n, level, 1), f"nt={nt} as dispatched", name, n)
+        if nt < gate:
+            assert all(k != 0 for k, _ in ran), (nt, ran)
+        elif t:
+            split_seen = True
+            assert ran == sorted({(0, gemm_name), (t, lib.kernel(F[name].id, t, isa)[0])}), (nt, ran)
+        else:
+            assert ran == [(0, gemm_name)], (nt, ran)
+    assert split_seen
 
 
 _CHILD = r"""

@@ -1188,12 +1188,17 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // 1.19-1.29, 1.07-1.12, 1.29-1.43, 1.33-1.51, 1.39-1.56, 1.44-1.58. So Q6_K from 16 at avx512
 // (as Q4_K) and 24 at avx2vnni (a margin for its other CPUs). A 256-expert MoE's prompt gives its experts ~16 tokens
 // each (512 x top-8 / 256), so they now take the GEMM.
+// Then Zen 4 (avx512, BENCHMARKS.md round (10): --nt 9,10,12,14 --n 2048,4096,14336 --mb 16 --cpu 1
+// --stat min, windows / gemm): Q4_K 1.16-1.17, 1.20-1.28, 1.42-1.44, 1.64-1.82; Q5_K 1.26-1.28,
+// 1.34-1.38, 1.46-1.50, 1.74-1.79; Q6_K 1.04-1.09, 1.12-1.21, 1.23-1.32, 1.46-1.56; and Zen 5's
+// round (9) Q4_K / Q5_K 1.07-1.19 at 9, Q6_K 1.08 at 12. So at avx512 every window above 8 tokens
+// takes the GEMM for Q4_K and Q5_K, and from 12 for Q6_K (the margin: 1.04 at 9 on Zen 4).
 // At avx2 (Zen 3, BENCHMARKS.md "avx2 GEMM tier (Zen 3)": bench kernels --n 4096 --mb 64 --clock
 // cpu --stat min, windows / gemm at 16, 32, 64, 256 tokens): Q4_K 1.03, 1.17, 1.33, 1.29 (its
 // int16 sums: 4 dwords per vpmaddwd); Q5_K 0.88, 1.02, 1.04, 1.32 and Q6_K 0.78, 0.95, 1.00,
 // 1.27 (2 dwords: vdot's vpmaddwd each): Q4_K from 32, Q5_K from 64, Q6_K from 128 tokens.
 #if defined(__AVX512F__)
-constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 16;
+constexpr int kKqGemmMinNt = 9, kQ5kGemmMinNt = 9, kQ6kGemmMinNt = 12;
 #elif defined(__AVXVNNI__)
 constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 24;
 #else
@@ -1229,16 +1234,26 @@ constexpr int kQ5GemmMinNt = 128;
 #endif
 // The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
 constexpr int kI2sLanesGemmMinNt = 16;
+// The longest tail of a chunk (its tokens past the last whole lane vector) that the windows take
+// instead of a padded GEMM pass (KernelEntry::gemm_tail; LOWBIT_GEMM_TAIL). Zen 4, one thread,
+// `bench kernels --nt ... --n 2560 --mb 16 --cpu 1 --stat min`, tail 4 against 0 (BENCHMARKS.md,
+// round (10)): avx512 at 17, 18, 20 tokens Q4_K 1.40, 1.25, 1.15x and I2_S 1.5, 1.45, 1.32x; at
+// 33 and 36 Q4_1, Q8_0, Q6_K 1.25-1.3x and 1.1-1.18x; tails of 6 about even, 8 lost (Q4_K
+// 0.88x at 24); avx2 (8 lanes) Q4_K at 33..36 1.11, 1.09, 1.06, 1.05x.
+constexpr int kGemmTail = 4;
 
 }  // namespace
 
 void register_gemm(KernelTable &t) {
     const char *g = std::getenv("LOWBIT_KQ_GEMM_MIN_NT");
     const int min_nt = g && *g ? std::atoi(g) : kKqGemmMinNt;
+    const char *gt = std::getenv("LOWBIT_GEMM_TAIL");
+    const int tail = gt && *gt ? std::atoi(gt) : kGemmTail;
     auto set = [&](int id, rows_fn fn, const char *name, int gate) {
         auto &e = t.at(id);
         e.gemm = RowKernel{fn, name, LOWBIT_ISA};
         e.gemm_min_nt = gate;
+        e.gemm_lanes = LANES, e.gemm_tail = tail;
     };
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
     set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS),
@@ -1261,6 +1276,7 @@ void register_gemm(KernelTable &t) {
     auto &ei = t.at(T_I2_S);
     ei.gemm = RowKernel{&gemm_i2s, "gemm_i2_s_i8_s_" LB_GK_STR(LOWBIT_NS), LOWBIT_ISA};
     ei.gemm_min_nt = gi && *gi ? std::atoi(gi) : kI2sLanesGemmMinNt;
+    ei.gemm_lanes = LANES, ei.gemm_tail = tail;
 #else
     (void)&gemm_i2s;
 #endif

@@ -74,6 +74,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         g = lib.gemm_kernel(f.id)
         if g:  # a prompt chunk's GEMM (KernelEntry::gemm) and its gate
             gate = f"for chunks of >= {g[2]} tokens" if g[2] > 0 else "off (LOWBIT_I2S_GEMM_MIN_NT=N turns it on)"
+            lanes, tail = lib.gemm_tail(f.id)
+            if g[2] > 0 and tail > 0:  # (gemm_tokens: a short tail past whole lane vectors)
+                gate += f", a tail of <= {tail} past multiples of {lanes} through the windows"
             print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {g[0]}  {gate}")
     if args.model:
         print()
