@@ -111,11 +111,11 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
     for (int k = 0; k < n_jobs; ++k) {
         const RowJob &j = jobs[k];
         const int64_t rows = j.r1 - j.r0;
-        // The entry's GEMM, when it has one and the chunk is long enough, takes all nt tokens of
-        // a tile in one call (same tiles, same per-token results: KernelEntry::gemm); it tiles its
-        // rows itself and builds its activation panel once per call: one call per part.
-        // (A GEMM that leaves a tail to the windows goes tile by tile too, so the windows find
-        // the tile's rows in L2.)
+        // The entry's GEMM, when it has one and the chunk is long enough, takes the chunk's tokens
+        // (gemm_tokens: all, or all but a short tail for the windows) in one call per tile (same
+        // per-token results: KernelEntry::gemm); it tiles its rows itself and builds its
+        // activation panel once per call: one call per part. (A GEMM that leaves a tail goes
+        // tile by tile, so the tail's windows find the tile's rows in L2.)
         const int64_t gemm = gemm_tokens(*j.e, nt);
         if (gemm) count_call(j.f->id, 0, isa, rows);
         if (gemm < nt) check_and_count(*j.f, *j.e, isa, nt - gemm, rows);
@@ -152,7 +152,10 @@ bool gemm_takes(const KernelEntry &e, int64_t nt) { return e.gemm.fn && e.gemm_m
 int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
     // The GEMM (both matrices have one that takes nt tokens): 256 rows per call, so that its
     // activation panel (built once per call) is amortised over many rows; scratch 2 x 256 x nt.
-    if (glu_gemm_tokens(*gate.e, *up.e, nt)) return 256;
+    // With a tail for the windows (glu_gemm_tokens < nt): kTileBytes of rows, as below.
+    const int64_t gemm = glu_gemm_tokens(*gate.e, *up.e, nt);
+    if (gemm == nt) return 256;
+    if (gemm) return std::max<int64_t>(16, (int64_t)(kTileBytes / (gate.stride + up.stride)));
     // One window (decode, a short verify window): the weights are read once whatever the
     // tile; 128 rows keep the scratch (128 x nt x 2 floats) in L1 for the epilogue.
     // Several windows: gate and up rows of kTileBytes, re-read from L2 by each window.
@@ -166,9 +169,10 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
               int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride,
               const float *bias_g, const float *bias_u, uint64_t act_id) {
     thread_local std::vector<float> scratch;  // [ntc][tr] gate values, then [ntc][tr] up values
-    // The GEMM, when both matrices have one for nt tokens, takes the whole chunk per tile (one
-    // "window" of nt tokens); otherwise the windows of glu_window (16 or <= 8 tokens). Per token
-    // the same values either way (I8), and the epilogue below is per token.
+    // The GEMM, when both matrices have one for nt tokens, takes the chunk per tile (one "window"
+    // of its tokens: glu_gemm_tokens), the windows of glu_window (16 or <= 8 tokens) the rest (a
+    // short tail, or the whole chunk below the gate). Per token the same values either way (I8),
+    // and the epilogue below is per token.
     const int64_t gemm = glu_gemm_tokens(*gate.e, *up.e, nt);
     const int64_t wmax = std::max<int64_t>(gemm, glu_window(*gate.e, *up.e, nt));  // the widest window
     const int64_t tmax = tile < re - rb ? tile : re - rb;
