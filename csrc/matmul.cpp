@@ -147,7 +147,6 @@ uint64_t new_act_id() {
     return next.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool gemm_takes(const KernelEntry &e, int64_t nt) { return e.gemm.fn && e.gemm_min_nt > 0 && nt >= e.gemm_min_nt; }
 
 int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
     // The GEMM (both matrices have one that takes nt tokens): 256 rows per call, so that its

@@ -75,8 +75,6 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
 // A fresh RowArgs::act_id (never 0): one per matmul call whose activations stay unchanged for
 // the call.
 uint64_t new_act_id();
-// Whether entry e's GEMM takes a chunk of nt tokens (it has one and its gate admits nt).
-bool gemm_takes(const KernelEntry &e, int64_t nt);
 // Rows per tile of glu_rows for a chunk of nt tokens: one window (or the GEMM): a fixed count;
 // several windows: kTileBytes of gate + up weight rows, so they stay in L2 while every window
 // reads them.
