@@ -1287,32 +1287,24 @@ void Engine::mixer_block(int l, int T, const int32_t *slots, const int32_t *pos)
     }
 }
 
-// The attention block of layer l (every family but MLA's): its output [T][dim] into h_, from the
-// normed input in h_ (q / k / v projections, biases, q / k norms, rope, the cache write, the
-// attention, the output projection and its post-norm); the caller adds the residual.
 // The cache lines this call's tokens' K and V rows go to, fetched for writing while the q / k /
 // v matmuls run. Each step writes new positions, whose lines the weight stream has pushed out of
 // the caches (or never held): stored one by one after the matmuls they stall the caller on DRAM,
 // the other threads idle (a 16-token step of the default model on Zen 4: ~7% of it).
-void Engine::prefetch_kv_rows(int l, int T, const int32_t *slots, const int32_t *pos) const {
-    const int hd = hd_of(l), n_kv = kv_of(l);
+void Engine::prefetch_kv_rows(int l, int T, const int32_t *slots, const int32_t *pos) {
     const KvLayer &g = kvl(l);
-    const auto fetch = prefetch_lines;
+    const size_t el = kv_el();
+    const uint8_t *k = kv_base(false), *v = kv_base(true);
     for (int t = 0; t < T; ++t)
-        for (int h = 0; h < n_kv; ++h) {
-            const size_t ka = kv_k_at(slots[t], l, pos[t], h), va = kv_v_at(slots[t], l, pos[t], h);
-            if (kv_quant()) {
-                fetch(kq_.data() + ka, g.krow), fetch(vq_.data() + va, g.vrow);
-            } else if (c_.kv_f16) {
-                fetch((const uint8_t *)(k16_.data() + ka), 2 * (size_t)hd);
-                fetch((const uint8_t *)(v16_.data() + va), 2 * (size_t)hd);
-            } else {
-                fetch((const uint8_t *)(k32_.data() + ka), 4 * (size_t)hd);
-                fetch((const uint8_t *)(v32_.data() + va), 4 * (size_t)hd);
-            }
+        for (int h = 0; h < g.heads; ++h) {
+            prefetch_lines(k + kv_k_at(slots[t], l, pos[t], h) * el, g.krow * el);
+            prefetch_lines(v + kv_v_at(slots[t], l, pos[t], h) * el, g.vrow * el);
         }
 }
 
+// The attention block of layer l (every family but MLA's): its output [T][dim] into h_, from the
+// normed input in h_ (q / k / v projections, biases, q / k norms, rope, the cache write, the
+// attention, the output projection and its post-norm); the caller adds the residual.
 void Engine::attention_block(int l, int T, const int32_t *slots, const int32_t *pos) {
     const LayerWeights &L = layers_[(size_t)l];
     const int dim = c_.dim;
@@ -1438,7 +1430,7 @@ void Engine::hidden(const int32_t *rows, int n, float *out) const {
 }
 
 size_t Engine::kv_bytes(int n) const {
-    const size_t el = kv_quant() ? 1 : c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t el = kv_el();
     size_t b = 0;
     for (const KvLayer &g : kvl_) b += (size_t)g.heads * n * (g.krow + g.vrow) * el;
     return b;
@@ -1466,11 +1458,8 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
     }
     // [layer][K: kv heads][V: kv heads][n][head row], each head's n rows one contiguous run, as
     // they lie in the cache (a quantized one's blocks as they are)
-    const size_t el = kv_quant() ? 1 : c_.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    uint8_t *k, *v;
-    if (kv_quant()) k = kq_.data(), v = vq_.data();
-    else if (c_.kv_f16) k = reinterpret_cast<uint8_t *>(k16_.data()), v = reinterpret_cast<uint8_t *>(v16_.data());
-    else k = reinterpret_cast<uint8_t *>(k32_.data()), v = reinterpret_cast<uint8_t *>(v32_.data());
+    const size_t el = kv_el();
+    uint8_t *k = kv_base(false), *v = kv_base(true);
     uint8_t *bl = buf;
     for (int l = 0; l < c_.n_layer; ++l) {
         if (kv_index_[(size_t)l] < 0 || kv_shared(l)) continue;  // (another stage's layer, no attention, or shared KV)

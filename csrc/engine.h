@@ -481,8 +481,16 @@ private:
     std::vector<KvLayer> kvl_;
     size_t kslot_ = 0, vslot_ = 0;  // one slot's K (V) cache, elements or bytes
     const KvLayer &kvl(int layer) const { return kvl_[(size_t)kv_index_[(size_t)layer]]; }
+    // Bytes per unit of kv_k_at's offsets (1: a quantized cache's offsets are bytes), and the K
+    // (v false) or V cache as bytes, whichever of kq_ / k16_ / k32_ (vq_ ...) holds it.
+    size_t kv_el() const { return kv_quant() ? 1 : c_.kv_f16 ? sizeof(uint16_t) : sizeof(float); }
+    uint8_t *kv_base(bool v) {
+        if (kv_quant()) return v ? vq_.data() : kq_.data();
+        if (c_.kv_f16) return reinterpret_cast<uint8_t *>(v ? v16_.data() : k16_.data());
+        return reinterpret_cast<uint8_t *>(v ? v32_.data() : k32_.data());
+    }
+    void prefetch_kv_rows(int l, int T, const int32_t *slots, const int32_t *pos);
     // (slot, layer, kv head, pos)'s K and V head rows: offsets into k16_ / k32_ / kq_ (and v...)
-    void prefetch_kv_rows(int l, int T, const int32_t *slots, const int32_t *pos) const;
     size_t kv_k_at(int slot, int layer, int pos, int kvh = 0) const {
         const KvLayer &g = kvl(layer);
         return (size_t)slot * kslot_ + g.k0 + ((size_t)kvh * c_.n_ctx + pos) * g.krow;

@@ -23,6 +23,8 @@ static const size_t kTileBytes = [] {
     const long kb = e && *e ? std::atol(e) : 0;
     return kb > 0 ? (size_t)kb * 1024 : (size_t)512 * 1024;
 }();
+// Rows of per_row bytes in one tile (at least one)
+static int64_t rows_in_tile(size_t per_row) { return per_row >= kTileBytes ? 1 : (int64_t)(kTileBytes / per_row); }
 
 // Each window's kernel must exist; count it once per call (per window, not per tile). With
 // `other`, e is one matrix of a fused GLU and other the other's: their common windows.
@@ -120,7 +122,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         if (gemm) count_call(j.f->id, 0, isa, rows);
         if (gemm < nt) check_and_count(*j.f, *j.e, isa, nt - gemm, rows);
         const bool tiled = gemm ? gemm < nt : window_count(*j.e, nt) > 1;
-        const int64_t tile = tiled ? (j.w_stride >= kTileBytes ? 1 : (int64_t)(kTileBytes / j.w_stride)) : rows;
+        const int64_t tile = tiled ? rows_in_tile(j.w_stride) : rows;
         plan[(size_t)k] = RowsPlan{&j, gemm, new_act_id(), tile};
         total += rows;
     }
@@ -151,16 +153,14 @@ uint64_t new_act_id() {
 int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
     // The GEMM (both matrices have one that takes nt tokens): 256 rows per call, so that its
     // activation panel (built once per call) is amortised over many rows; scratch 2 x 256 x nt.
-    // With a tail for the windows (glu_gemm_tokens < nt): kTileBytes of rows, as below.
     const int64_t gemm = glu_gemm_tokens(*gate.e, *up.e, nt);
     if (gemm == nt) return 256;
-    if (gemm) return std::max<int64_t>(16, (int64_t)(kTileBytes / (gate.stride + up.stride)));
     // One window (decode, a short verify window): the weights are read once whatever the
     // tile; 128 rows keep the scratch (128 x nt x 2 floats) in L1 for the epilogue.
-    // Several windows: gate and up rows of kTileBytes, re-read from L2 by each window.
-    if (glu_window(*gate.e, *up.e, nt) >= nt) return 128;
-    const size_t per_row = gate.stride + up.stride;
-    return per_row >= kTileBytes ? 1 : (int64_t)(kTileBytes / per_row);
+    // Several windows, or the GEMM and a tail of windows: gate and up rows of kTileBytes,
+    // re-read from L2 by each window.
+    if (!gemm && glu_window(*gate.e, *up.e, nt) >= nt) return 128;
+    return rows_in_tile(gate.stride + up.stride);
 }
 
 void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
