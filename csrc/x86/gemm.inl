@@ -38,7 +38,7 @@
 // summed over 8 or 16 sub-blocks: < 2^29.
 //
 // Microkernel (mk_*): R <= 4 rows x V <= 3 lane vectors (48 tokens; avx2vnni and avx2 3 x 1 of
-// 8), registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (28 of 32
+// 8; a pass of one vector at avx512 takes R <= MAXR1 = 8 rows), registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (28 of 32
 // zmm at R = 4, V = 3); the float accumulators stay in L1 (one load and store per super-block,
 // re-read after a compiler barrier: carried in registers they spilled at V = 3, I7), the mins
 // sums M are formed row by row after the sub-block loop. Per
@@ -57,9 +57,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "../kernels.h"
@@ -93,6 +95,11 @@ constexpr int MAXR = 4;     // rows per microkernel
 // 1.0-1.04x at 512; I2_S 1.08x at 512, 1.28x at 48; 3 x 3 was 0.8-0.9x of 4 x 3.
 constexpr int MAXV = 3;
 constexpr int MAXV_LEG = 2;
+// rows per microkernel in a pass of ONE lane vector (a chunk of <= 16 tokens, or a chunk's last
+// 16): 4 rows x 1 vector are only 4 chains of vpdpbusd, fewer than its latency x issue width
+// (Zen 4: 4 x 1, Zen 5: 4 x 2 per cycle), and load a broadcast weight per vpdpbusd; 8 rows x 1
+// are 8 chains in 18 zmm. (Measured: BENCHMARKS.md round (11).)
+constexpr int MAXR1 = 8;
 // a microkernel table [R][V] (R <= MAXR, V <= MAXV; index 0 unused): LB_GK_TABLE(mk_x<D,) is
 // {&mk_x<D, R, V>}, LB_GK_TABLE(mk_y<) is {&mk_y<R, V>}
 #define LB_GK_TABLE(...)                                                                      \
@@ -128,6 +135,7 @@ constexpr int MAXR = 3;
     {{nullptr, nullptr}, {nullptr, &__VA_ARGS__ 1, 1>}, {nullptr, &__VA_ARGS__ 2, 1>}, {nullptr, &__VA_ARGS__ 3, 1>}}
 constexpr int MAXV = 1;
 constexpr int MAXV_LEG = 1;
+constexpr int MAXR1 = MAXR;  // (every pass is of one vector here)
 using VI = __m256i;
 using VF = __m256;
 LB_GK_INLINE VI vset1(int32_t x) { return _mm256_set1_epi32(x); }
@@ -508,6 +516,13 @@ template <class D>
 using MkFn = void (*)(const uint8_t *, const RowSB *, const ActSB *, int64_t, float *);
 template <class D>
 constexpr MkFn<D> kMk[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm<D,);
+// the microkernels of one-vector passes, [R] for R <= MAXR1 (index 0 unused)
+template <class D, size_t... I>
+constexpr std::array<MkFn<D>, sizeof...(I) + 1> mk1_table(std::index_sequence<I...>) {
+    return {{nullptr, &mk_gemm<D, (int)I + 1, 1>...}};
+}
+template <class D>
+constexpr std::array<MkFn<D>, MAXR1 + 1> kMk1 = mk1_table<D>(std::make_index_sequence<MAXR1>());
 
 // ---- the activation panel: nt tokens of Q8_K rows -> ceil(nt / 16) groups of nb ActSB -----
 // (X128: each byte + 128, for the formats whose codes are vpdpbusd's signed operand; !D::UW)
@@ -648,26 +663,29 @@ __attribute__((noinline)) inline void store_pass(const RowArgs &a, const float *
 
 // The tile loop every GEMM here shares. Rows [r0, r1) go in tiles of RT (decode(rb, re) lays a
 // tile's codes out once per call); each tile takes passes of PV <= MAXV lane vectors (PV * LANES
-// tokens), each pass every group of MR rows: mk(i0, R, g0, V, res) for the tile's rows i0 ..
-// i0 + R - 1 and lane vectors g0 .. g0 + V - 1, res the group's slice of the tile's result buffer
+// tokens), each pass every group of MR rows (MR1 in a pass of one vector): mk(i0, R, g0, V, res)
+// for the tile's rows i0 .. i0 + R - 1 and lane vectors g0 .. g0 + V - 1, res the group's slice of
+// the tile's result buffer
 // tres (tile row i, vector v, lane l at (i * MAXV + v) * LANES + l: the layout a microkernel
 // writes). After a pass, store_pass sends each of its tokens' results for the tile's rows to out
 // as one contiguous run (out[t][rb .. re)); per microkernel call they would be R floats in each
 // of 32 lines, a line written by several calls (5% of an 8B-shaped prefill's samples).
 template <class Decode, class Mk>
-LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT, int MR, int PV, int nt, float *tres,
-                            const Decode &decode, const Mk &mk) {
+LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT, int MR, int MR1, int PV, int nt,
+                            float *tres, const Decode &decode, const Mk &mk) {
     const int ng = (nt + LANES - 1) / LANES;
+    const int mr_last = ng - (ng - 1) / PV * PV == 1 ? MR1 : MR;  // the last pass's rows per call
     NextTile next;
     for (int64_t rb = r0; rb < r1; rb += RT) {
         const int64_t re = std::min(rb + RT, r1);
         decode(rb, re);
-        next.start(a, re, r1, RT, (re - rb + MR - 1) / MR);
+        next.start(a, re, r1, RT, (re - rb + mr_last - 1) / mr_last);
         for (int g0 = 0; g0 < ng; g0 += PV) {
             const int V = std::min(PV, ng - g0);
             const bool last = g0 + PV >= ng;
-            for (int64_t rq = rb; rq < re; rq += MR) {
-                const int R = (int)std::min<int64_t>(MR, re - rq);
+            const int mr = V == 1 ? MR1 : MR;
+            for (int64_t rq = rb; rq < re; rq += mr) {
+                const int R = (int)std::min<int64_t>(mr, re - rq);
                 if (last) next.step();
                 mk(rq - rb, R, g0, V, tres + (size_t)(rq - rb) * MAXV * LANES);
             }
@@ -707,9 +725,9 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * per_row + tile_res_floats(RT) * sizeof(float));
     RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
     float *tres = (float *)(meta + (size_t)RT * (size_t)nb);
-    tile_loop(a, r0, r1, RT, MAXR, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
+    tile_loop(a, r0, r1, RT, MAXR, MAXR1, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
-                  kMk<D>[R][V](codes + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
+                  (V == 1 ? kMk1<D>[R] : kMk<D>[R][V])(codes + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
                                panel + (size_t)g0 * (size_t)nb, nb, res);
               });
 }
@@ -1031,7 +1049,7 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     RowBlk *meta = (RowBlk *)(codes + (size_t)RT * (size_t)nb * D::CODES);
     float *cls = (float *)(((uintptr_t)(meta + (size_t)RT * (size_t)nb) + 63) & ~(uintptr_t)63);
     float *tres = cls + (size_t)8 * MAXR_LEG * MAXV * LANES;
-    tile_loop(a, r0, r1, RT, MR, MAXV_LEG, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_legacy<D>(a, rb, re, nb, codes, meta); },
+    tile_loop(a, r0, r1, RT, MR, MR, MAXV_LEG, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_legacy<D>(a, rb, re, nb, codes, meta); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   mk_legacy<D>(R, V, codes + (size_t)i0 * (size_t)nb * D::CODES, meta + (size_t)i0 * (size_t)nb,
                                panel + (size_t)g0 * (size_t)nb, nb, cls, res);
@@ -1097,6 +1115,11 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
 
 using MkI2sFn = void (*)(const uint8_t *, const int32_t *, const uint8_t *, size_t, int64_t, float, float *);
 constexpr MkI2sFn kMkI2s[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm_i2s<);
+template <size_t... I>
+constexpr std::array<MkI2sFn, sizeof...(I) + 1> mk1_table_i2s(std::index_sequence<I...>) {
+    return {{nullptr, &mk_gemm_i2s<(int)I + 1, 1>...}};
+}
+constexpr std::array<MkI2sFn, MAXR1 + 1> kMkI2s1 = mk1_table_i2s(std::make_index_sequence<MAXR1>());
 
 // nt I8_S rows (float scale, int32 sum, int8 q[n]) -> ceil(nt / 16) groups of act_gs bytes
 __attribute__((noinline)) void build_act_panel_i2s(const uint8_t *act, size_t act_stride, int nt, int64_t n,
@@ -1160,9 +1183,9 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * (size_t)a.n + (size_t)RT * 4 + tile_res_floats(RT) * 4 + 64);
     int32_t *neg = (int32_t *)(codes + (size_t)RT * (size_t)a.n);
     float *tres = (float *)(((uintptr_t)(neg + RT) + 63) & ~(uintptr_t)63);
-    tile_loop(a, r0, r1, RT, MAXR, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
+    tile_loop(a, r0, r1, RT, MAXR, MAXR1, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
-                  kMkI2s[R][V](codes + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
+                  (V == 1 ? kMkI2s1[R] : kMkI2s[R][V])(codes + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
                                a.w_scale, res);
               });
 }
