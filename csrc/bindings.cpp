@@ -493,8 +493,9 @@ NB_MODULE(_lowbit, m) {
     // The fused FFN gate/up: out[nt, rows] = glu(gate . act_t, up . act_t) (run_rows_glu).
     // gate and up: raw rows of formats gid / uid that pair with one activation format; act:
     // x quantized once to it. isa >= 0: that level's row kernels and epilogue.
+    // qid >= 0: out also quantized to that activation format by the dispatch (ActOut), returned.
     m.def("matmul_glu", [](int gid, U8In graw, float g_scale, int uid, U8In uraw, float u_scale, U8In act,
-                           int64_t n, int kind, F32Out out, int threads, int isa) {
+                           int64_t n, int kind, F32Out out, int threads, int isa, int qid) -> nb::object {
         const Format &fg = fmt(gid), &fu = fmt(uid);
         const size_t gs = check_weights(fg, graw, n), us = check_weights(fu, uraw, n);
         if (fg.act != fu.act)
@@ -512,10 +513,29 @@ NB_MODULE(_lowbit, m) {
         const int level = isa < 0 ? cpu_info().selected : isa;
         const uint8_t *a = act.data();
         float *o = out.data();
-        nb::gil_scoped_release nogil;
-        run_rows_glu(G, U, glu, kind, level, a, arb, nt, o, (size_t)rows, n, rows, threads_or_default(threads));
+        ActOut q{};
+        nb::object qarr = nb::none();
+        if (qid >= 0) {
+            const Format &qf = fmt(qid);
+            if (!ActOut::blockwise(qf.id))
+                throw std::invalid_argument(std::string(qf.name) + " is not quantized block by block (Q8_0, Q8_1, Q8_K)");
+            if (rows % qf.block != 0)
+                throw std::invalid_argument(std::string(qf.name) + ": its blocks of " + std::to_string(qf.block) +
+                                            " do not divide the " + std::to_string(rows) + " rows");
+            const size_t qrb = row_bytes(&qf, rows);
+            uint8_t *qp;
+            qarr = nb::cast(new_array<uint8_t>((size_t)nt, qrb, &qp));
+            q = ActOut{entry(qid, isa).quant_act.fn, qf.block, (size_t)qf.bytes, qp, qrb};
+        }
+        {
+            nb::gil_scoped_release nogil;
+            run_rows_glu(G, U, glu, kind, level, a, arb, nt, o, (size_t)rows, n, rows, threads_or_default(threads),
+                         q.fn ? &q : nullptr);
+        }
+        return qarr;
     }, nb::arg("gid"), nb::arg("graw"), nb::arg("g_scale"), nb::arg("uid"), nb::arg("uraw"), nb::arg("u_scale"),
-       nb::arg("act"), nb::arg("n"), nb::arg("kind"), nb::arg("out"), nb::arg("threads") = 0, nb::arg("isa") = -1);
+       nb::arg("act"), nb::arg("n"), nb::arg("kind"), nb::arg("out"), nb::arg("threads") = 0, nb::arg("isa") = -1,
+       nb::arg("qid") = -1);
 
     // The GLU epilogue alone: out[i] = act(g[i]) * u[i] over flat float32 arrays.
     m.def("glu", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> g,

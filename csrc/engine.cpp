@@ -1087,7 +1087,23 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
         const RowMat G{&fg, &kernel_entry(fg.id), gate.w, gate.stride, gate.scale, gate.out_scale};
         const RowMat U{&fu, &kernel_entry(fu.id), up.w, up.stride, up.scale, up.out_scale};
         const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
-        run_rows_glu(G, U, glu, kind, isa, act, arb, T, g_.data(), (size_t)gate.rows, gate.n, gate.rows, threads);
+        // down's input quantized by the dispatch that makes it (ActOut), unless a norm comes between
+        const Format &ad = *format_by_id(format_by_id(down.type)->act);
+        ActOut q{};
+        if (!sub_norm && ActOut::blockwise(ad.id) && gate.rows % ad.block == 0 && down.n == gate.rows) {
+            const size_t drb = row_bytes(&ad, gate.rows);
+            if (act_next_.size() < drb * T) act_next_.resize(drb * T);
+            q = ActOut{kernel_entry(ad.id).quant_act.fn, ad.block, (size_t)ad.bytes, act_next_.data(), drb};
+        }
+        run_rows_glu(G, U, glu, kind, isa, act, arb, T, g_.data(), (size_t)gate.rows, gate.n, gate.rows, threads,
+                     q.fn ? &q : nullptr);
+        if (q.fn) {  // act_ now holds down's input (matmul below: reuse_act)
+            std::swap(act_, act_next_);
+            act_type_ = ad.id;
+            count_quant(ad.id, kernel_entry(ad.id).quant_act.isa, T, (int64_t)T * gate.rows);
+            matmul(down, g_.data(), T, out, true);
+            return;
+        }
     } else {
         if (u_.size() < n) u_.resize(n);
         matmul(gate, x, T, g_.data());

@@ -60,14 +60,18 @@ static const int64_t kPartsPerThread = [] {
     const long v = e && *e ? std::atol(e) : 0;
     return v > 0 ? (int64_t)v : (int64_t)2;
 }();
+// align: every part starts at a multiple of it (rows a multiple of it; ActOut's blocks).
 template <class Body>
-static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body) {
+static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body, int64_t align = 1) {
+    const int64_t units = rows / align;
     int64_t parts = threads > 1 ? std::min<int64_t>((int64_t)threads * kPartsPerThread, rows / 16) : 1;
-    if (parts < threads) parts = std::min<int64_t>(threads, rows);
+    if (parts < threads) parts = std::min<int64_t>(threads, units);
+    parts = std::min(parts, units);
     if (parts < 1) parts = 1;
     ThreadPool::instance().run((int)parts, [&](int i, int nthr) {
         int64_t b, en;
-        split_range(rows, i, nthr, &b, &en);
+        split_range(units, i, nthr, &b, &en);
+        b *= align, en *= align;
         for (int64_t tb = b; tb < en; tb += tile) body(tb, tb + tile < en ? tb + tile : en);
     });
 }
@@ -166,7 +170,7 @@ int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
 void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
               const uint8_t *act_u, size_t act_u_stride, int64_t nt, int64_t n, glu_fn glu, int kind,
               int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride,
-              const float *bias_g, const float *bias_u, uint64_t act_id) {
+              const float *bias_g, const float *bias_u, uint64_t act_id, const ActOut *q) {
     thread_local std::vector<float> scratch;  // [ntc][tr] gate values, then [ntc][tr] up values
     // The GEMM, when both matrices have one for nt tokens, takes the chunk per tile (one "window"
     // of its tokens: glu_gemm_tokens), the windows of glu_window (16 or <= 8 tokens) the rest (a
@@ -210,16 +214,21 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
                     }
                 continue;
             }
-            for (int t = 0; t < ntc; ++t)
-                glu(G + (size_t)t * tr, U + (size_t)t * tr, out + (size_t)(t0 + t) * out_stride + tb, tr, kind);
+            for (int t = 0; t < ntc; ++t) {
+                float *o = out + (size_t)(t0 + t) * out_stride + tb;
+                glu(G + (size_t)t * tr, U + (size_t)t * tr, o, tr, kind);
+                if (q) q->fn(o, q->dst + (size_t)(t0 + t) * q->stride + (size_t)(tb / q->block) * q->block_bytes, tr);
+            }
         }
     }
 }
 
 void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, int kind, int isa,
                   const uint8_t *act, size_t act_stride, int64_t nt, float *out, size_t out_stride, int64_t n,
-                  int64_t rows, int threads) {
+                  int64_t rows, int threads, const ActOut *q) {
     if (!glu.fn) throw std::invalid_argument("no GLU epilogue at this level");
+    if (q && (q->block <= 0 || rows % q->block != 0))
+        throw std::invalid_argument("run_rows_glu: the quantized output's blocks do not divide the rows");
     if (kind != GLU_SILU && kind != GLU_RELU2 && kind != GLU_GEGLU)
         throw std::invalid_argument("unknown GLU kind " + std::to_string(kind));
     if (gate.f->act != up.f->act)
@@ -235,12 +244,15 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
         check_and_count(*up.f, *up.e, isa, nt - gemm, rows, gate.e);
     }
     count_glu(kind, glu.isa, rows, rows * nt);
-    const int64_t tile = glu_tile_rows(gate, up, nt);
+    const int64_t align = q ? q->block : 1;
+    const int64_t tile = std::max(align, glu_tile_rows(gate, up, nt) / align * align);
     const uint64_t id = new_act_id();
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
         glu_rows(gate, act, act_stride, up, act, act_stride, nt, n, glu.fn, kind, tb, te, tile, out, out_stride,
-                 nullptr, nullptr, id);
-    });
+                 nullptr, nullptr, id, q);
+    }, align);
 }
+
+bool ActOut::blockwise(int act_format) { return act_format == T_Q8_0 || act_format == T_Q8_1 || act_format == T_Q8_K; }
 
 }  // namespace lowbit

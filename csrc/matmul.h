@@ -49,6 +49,23 @@ struct RowMat {
     float out_scale = 1.0f;
 };
 
+// The GLU's output quantized by the thread that made it, tile by tile, right after the
+// epilogue (still in L1), into the next matmul's activation format: token t's values [tb, te)
+// of a tile become its blocks tb / block .. te / block - 1 at dst + t * stride. Bitwise one
+// quantization of the whole row afterwards, for formats whose blocks are quantized each from
+// its own values alone (Q8_0, Q8_1, Q8_K: ActOut::blockwise). run_rows_glu then starts every
+// part and tile of rows at a multiple of `block`. Without it the caller quantized the whole
+// output alone while the other threads waited (4.9% of a 16-token serving step's samples, the
+// values read back from the cores that wrote them).
+struct ActOut {
+    quant_act_fn fn = nullptr;
+    int64_t block = 0;       // values per block
+    size_t block_bytes = 0;  // bytes per block
+    uint8_t *dst = nullptr;
+    size_t stride = 0;       // bytes per token
+    static bool blockwise(int act_format);
+};
+
 // out[t * out_stride + r] = glu(gate_t_r, up_t_r) (glu_fn contract in kernels.h, kind
 // GLU_SILU or GLU_RELU2) for every row r < rows of gate and up and t < nt, where gate_t_r =
 // dot(G[r], act[t]) * gate.out_scale and likewise for up. One pool dispatch: each thread
@@ -57,20 +74,23 @@ struct RowMat {
 // to run_rows(gate) + run_rows(up) + out_scale + glu over the whole array (the same kernels
 // on the same windows; I2, I3; the epilogue is elementwise). gate and up share the
 // activation format (act is one quantized copy of x; the caller checks), rows and n.
+// q (optional): out also quantized where it is made (ActOut), for the down projection.
 void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, int kind, int isa,
                   const uint8_t *act, size_t act_stride, int64_t nt, float *out, size_t out_stride, int64_t n,
-                  int64_t rows, int threads);
+                  int64_t rows, int threads, const ActOut *q = nullptr);
 
 // The per-thread body of run_rows_glu, also the MoE expert pool's: rows [rb, re) of gate
 // (against act_g) and up (against act_u), nt tokens, in tiles of `tile` rows (scratch:
 // thread-local). Writes out[t * out_stride + r] for r in [rb, re) only. No counting.
 // bias_g / bias_u (optional, indexed by row): added to gate / up after out_scale, before the
 // epilogue (gpt-oss's expert biases). gate.w null: an ungated FFN (nemotron_h's experts), out =
-// relu(up)^2 (gate.e, gate.stride: up's, for the tiling and the GEMM choice).
+// relu(up)^2 (gate.e, gate.stride: up's, for the tiling and the GEMM choice). q (optional):
+// as run_rows_glu's (rb, re and tile then multiples of q->block).
 void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
               const uint8_t *act_u, size_t act_u_stride, int64_t nt, int64_t n, glu_fn glu, int kind,
               int64_t rb, int64_t re, int64_t tile, float *out, size_t out_stride,
-              const float *bias_g = nullptr, const float *bias_u = nullptr, uint64_t act_id = 0);
+              const float *bias_g = nullptr, const float *bias_u = nullptr, uint64_t act_id = 0,
+              const ActOut *q = nullptr);
 
 // A fresh RowArgs::act_id (never 0): one per matmul call whose activations stay unchanged for
 // the call.

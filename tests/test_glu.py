@@ -258,6 +258,51 @@ def test_matmul_glu_threads(ggml, rng, name):
             assert same_bits(a, want)
 
 
+def first_bad_block(got, want, block_bytes):
+    """(token, block) of the first block where two quantized outputs differ (a failure's message)."""
+    t, b = np.argwhere(got != want)[0]
+    return int(t), int(b) // block_bytes
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("gate_fmt,out_fmt", [("Q4_1", "Q8_1"), ("Q4_K", "Q8_K"), ("Q4_0", "Q8_0")])
+def test_glu_output_quantized_by_its_dispatch(ggml, rng, gate_fmt, out_fmt, level):
+    """ActOut (csrc/matmul.h): the thread that makes a tile of the GLU's output quantizes it into the
+    down projection's activation format. The bytes equal one quantization of the whole output
+    afterwards (the level's quantizer, block by block), and the floats are unchanged: for windows,
+    the 16-token window, the GEMM with a tail (35), 1 and 2 threads, and row counts of 1, 3 and 7
+    blocks of 256 (so the threads' parts, which start at block edges, are uneven)."""
+    bb = {"Q8_0": 34, "Q8_1": 36, "Q8_K": 292}[out_fmt]
+    blk = {"Q8_0": 32, "Q8_1": 32, "Q8_K": 256}[out_fmt]
+    for rows in (256, 768, 1792):
+        rg, _ = weights(ggml, rng, gate_fmt, rows)
+        ru, _ = weights(ggml, rng, gate_fmt, rows)
+        x = (rng.standard_normal((35, N)) * 3).astype(np.float32)
+        for nt in (1, 8, 16, 35):
+            act = lib.quantize_act(F[F[gate_fmt].act].id, x[:nt], ISA[level])
+            for threads in (1, 2):
+                out = np.empty((nt, rows), np.float32)
+                q = lib.matmul_glu(F[gate_fmt].id, rg, 1.0, F[gate_fmt].id, ru, 1.0, act, N, KINDS["silu"], out,
+                                   threads, ISA[level], F[out_fmt].id)
+                want_f = K.matmul_glu(gate_fmt, rg, ru, x[:nt], threads=1, isa=level)
+                assert same_bits(out, want_f), (gate_fmt, level, rows, nt, threads)
+                want = lib.quantize_act(F[out_fmt].id, want_f, ISA[level])
+                assert q.shape == want.shape and np.array_equal(q, want), \
+                    (gate_fmt, out_fmt, level, rows, nt, threads, "first bad (token, block):",
+                     first_bad_block(q, want, bb), f"blocks of {blk}")
+
+
+def test_glu_output_quantized_checks_its_format(ggml, rng):
+    rg, _ = weights(ggml, rng, "Q4_K", 64)
+    x = rng.standard_normal((2, N)).astype(np.float32)
+    act = lib.quantize_act(F["Q8_K"].id, x, -1)
+    out = np.empty((2, 64), np.float32)
+    with pytest.raises(ValueError, match="block by block"):
+        lib.matmul_glu(F["Q4_K"].id, rg, 1.0, F["Q4_K"].id, rg, 1.0, act, N, 0, out, 1, -1, F["I8_S"].id)
+    with pytest.raises(ValueError, match="do not divide the 64 rows"):
+        lib.matmul_glu(F["Q4_K"].id, rg, 1.0, F["Q4_K"].id, rg, 1.0, act, N, 0, out, 1, -1, F["Q8_K"].id)
+
+
 def test_matmul_glu_close_to_float64(ggml, rng):
     """Sanity against the math: silu(G x) * (U x) with dequantized weights, within the
     activation rounding (~1e-2 relative to the largest output)."""
