@@ -52,6 +52,7 @@
 #include <cstring>
 
 #include "../kernels.h"
+#include "hsum.h"
 
 #ifndef LOWBIT_ISA
 #error "define LOWBIT_ISA and LOWBIT_NS before including act.inl"
@@ -125,13 +126,6 @@ inline __m256i block_codes(const float *x, __m256 id, uint8_t *qs) {
     return _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
 }
 
-inline int32_t hsum_i32(__m256i s) {  // wrapping, as paddd; any order
-    __m128i s4 = _mm_add_epi32(_mm256_extracti128_si256(s, 1), _mm256_castsi256_si128(s));
-    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-    return _mm_cvtsi128_si32(s4);
-}
-
 // Two ways through a row, the same operations on every value (so the same bytes):
 //   8 blocks at a time: the 8 amax trees, then d, id, the fp16 scales and Q8_1's d * sum
 //     for the 8 blocks as one vector each (lane j = block j; divps / mulps / cvtdq2ps are
@@ -189,7 +183,7 @@ void quant_q8_legacy(const float *x, uint8_t *dst, int64_t n) {
         const uint16_t dh = fp16_ggml(d);
         std::memcpy(yb, &dh, 2);
         if constexpr (Q8_1) {
-            const uint16_t sh = fp16_ggml(d * (float)hsum_i32(s));
+            const uint16_t sh = fp16_ggml(d * (float)hsum8_i32(s));
             std::memcpy(yb + 2, &sh, 2);
         }
     }
@@ -337,7 +331,7 @@ void quant_act_i8_s(const float *x, uint8_t *dst, int64_t n) {
         acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
         _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + k), pack_sat8(i0, i1, i2, i3));
     }
-    int32_t sum = hsum_i32(acc);
+    int32_t sum = hsum8_i32(acc);
     for (int64_t k = nv; k < n; ++k) {
         const int v = i8s_code_scalar(x[k], scale);
         q[k] = (uint8_t)(int8_t)v;

@@ -19,6 +19,7 @@
 
 #include "../formats.h"
 #include "../kernels.h"
+#include "hsum.h"
 
 #ifndef LOWBIT_ISA
 #error "define LOWBIT_ISA and LOWBIT_NS before including attn_q.inl"
@@ -68,11 +69,6 @@ inline __m256i hsum8_i(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i a
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-inline int32_t hsum1_i(__m256i a) {
-    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    const __m128i t = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1)));
-}
 
 template <int KT> constexpr size_t kbytes() { return KT == T_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0); }
 
@@ -147,7 +143,7 @@ inline float score1(const uint8_t *k, const block_q8_0 *q, int nb) {
     for (int b = 0; b < nb; ++b) {
         const uint8_t *blk = k + (size_t)b * kbytes<KT>();
         const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q[b].qs));
-        s = s + kterm1<KT>(hsum1_i(dot32(kcodes<KT>(blk), y)), h2f(blk), _cvtsh_ss(q[b].d));
+        s = s + kterm1<KT>(hsum8_i32(dot32(kcodes<KT>(blk), y)), h2f(blk), _cvtsh_ss(q[b].d));
     }
     return s;
 }

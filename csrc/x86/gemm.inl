@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "hsum.h"
 #include "prefetch.h"
 
 #ifndef LOWBIT_ISA
@@ -282,18 +283,11 @@ LB_GK_INLINE float f16(const uint8_t *p) {
 }
 LB_GK_INLINE int32_t pair16(int a, int b) { return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a); }
 
-// The sum of 8 int32 lanes (integers: any order is exact)
-LB_GK_INLINE int32_t hsum8(__m256i s) {
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-    return _mm_cvtsi128_si32(h);
-}
 
 // Sum of 32 signed bytes (two halves of a legacy block's decoded codes)
 LB_GK_INLINE int32_t wsum32(__m128i lo, __m128i hi) {
     const __m256i x = _mm256_cvtepi8_epi16(lo), y = _mm256_cvtepi8_epi16(hi);
-    return hsum8(_mm256_madd_epi16(_mm256_add_epi16(x, y), _mm256_set1_epi16(1)));
+    return hsum8_i32(_mm256_madd_epi16(_mm256_add_epi16(x, y), _mm256_set1_epi16(1)));
 }
 
 // Q4_K / Q5_K 6-bit scales and mins (ggml's scale_min_k4) into a RowSB: sc[0..7] as int32 and
@@ -403,7 +397,7 @@ struct GQ6K {
         _mm256_storeu_si256((__m256i *)m.sc, scl);
         _mm256_storeu_si256((__m256i *)(m.sc + 8), sch);
         // |sum sc U| <= 16 * 128 * 1008, |512 sum sc| <= 2^20: int32; times 128 < 2^31 (bounds above)
-        m.C = 128 * (hsum8(cs) - 512 * hsum8(_mm256_add_epi32(scl, sch)));
+        m.C = 128 * (hsum8_i32(cs) - 512 * hsum8_i32(_mm256_add_epi32(scl, sch)));
         m.d = f16(x + 208), m.dmin = 0.0f;
     }
 };

@@ -76,6 +76,7 @@
 #include "../formats.h"
 #include "../kernels.h"
 #include "../ref/iq_tables.h"
+#include "hsum.h"
 #include "prefetch.h"
 
 #ifndef LOWBIT_ISA
@@ -728,12 +729,6 @@ LB_IQ_INLINE VY octet(VY q03, VY q47) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(q03, q47, 0x20), _mm256_permute2x128_si256(q03, q47, 0x31));
 }
 
-LB_IQ_INLINE int32_t hsum_i32(VY x) {
-    VX s = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
 
 // Per-thread scratch of a call: the d of every token's block i in lane t of row i (zero for
 // t >= nt), and the decoded-block buffer of the two-chunk windows below.
@@ -839,7 +834,7 @@ __attribute__((noinline)) void rows_window(const RowArgs &a, int64_t r0, int64_t
                 });
                 if constexpr (NT == 1) {
                     (void)i1; (void)i2; (void)i3; (void)i4; (void)i5; (void)i6; (void)i7;
-                    int0 = hsum_i32(i0);
+                    int0 = hsum8_i32(i0);
                 } else if constexpr (NT <= 4) {
                     (void)i4; (void)i5; (void)i6; (void)i7;
                     const VY q = quad(i0, i1, i2, i3);
@@ -972,7 +967,7 @@ __attribute__((noinline)) void rows_one(const RowArgs &a, int64_t r0, int64_t r1
         }
         for (; i < nb; ++i) {
             const uint8_t *wb = w + (size_t)i * D::kBytes;
-            float xf = (float)hsum_i32(block_one<D>(wb, a.act + (size_t)i * kQ8));
+            float xf = (float)hsum8_i32(block_one<D>(wb, a.act + (size_t)i * kQ8));
             if constexpr (D::kPost != 1.0f) xf = D::kPost * xf;
             sumf = sumf + (_cvtsh_ss(D::half(wb)) * y[i].d) * xf;
         }

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "hsum.h"
 #include "prefetch.h"
 
 #ifndef LOWBIT_ISA
@@ -186,14 +187,7 @@ LB_TN_INLINE VY fold512(VZ v) {
 }
 #endif
 
-// ---- exact horizontal sums -------------------------------------------------------------------
-LB_TN_INLINE int32_t hsum_i32(VY v) {
-    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 1));
-    return _mm_cvtsi128_si32(x);
-}
-
+// ---- exact horizontal sums (hsum8_i32: hsum.h) ------------------------------------------------
 // hpack<K>(m0..m3): lane t of the low half + lane t of the high half = sum of the 8 lanes of m_t
 // (t < K; the other lanes repeat token 0's or 2's partial sums and are never read).
 template <int K>
@@ -382,10 +376,10 @@ LB_TN_INLINE void i2s_decode_planes(const uint8_t *w, uint8_t *c, int64_t nb) {
 // tokens 5..8 are reduced together (pack8) so the reduction needs few registers.
 #define LB_I2S_SUMS(v)                                                                              \
     if constexpr (NT <= 4) {                                                                        \
-        if constexpr (NT > 0) LB_PUT(0, hsum_i32(v##0));                                            \
-        if constexpr (NT > 1) LB_PUT(1, hsum_i32(v##1));                                            \
-        if constexpr (NT > 2) LB_PUT(2, hsum_i32(v##2));                                            \
-        if constexpr (NT > 3) LB_PUT(3, hsum_i32(v##3));                                            \
+        if constexpr (NT > 0) LB_PUT(0, hsum8_i32(v##0));                                            \
+        if constexpr (NT > 1) LB_PUT(1, hsum8_i32(v##1));                                            \
+        if constexpr (NT > 2) LB_PUT(2, hsum8_i32(v##2));                                            \
+        if constexpr (NT > 3) LB_PUT(3, hsum8_i32(v##3));                                            \
     } else {                                                                                        \
         const VY u8 = pack8<(NT > 4 ? NT : 5)>(v##0, v##1, v##2, v##3, v##4, v##5, v##6, v##7);     \
         const __m128i xa = _mm256_castsi256_si128(u8), xb = _mm256_extracti128_si256(u8, 1);        \
@@ -465,7 +459,7 @@ LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r, size_t t0
                 }
                 fold();
             }
-            LB_PUT(0, hsum_i32(u));
+            LB_PUT(0, hsum8_i32(u));
         } else {
         // s_t: int16 partials of the current fold group; u_t (NT <= 4) or u8 (NT > 4, lane t =
         // token t, packed by pack8) the int32 sums.
@@ -495,7 +489,7 @@ LB_TN_INLINE void i2s_row(const Src &src, const RowArgs &a, int64_t r, size_t t0
             }
         }
         if constexpr (NT <= 4) {
-#define LB_SUM(t) if constexpr (NT > t) LB_PUT(t, hsum_i32(u##t));
+#define LB_SUM(t) if constexpr (NT > t) LB_PUT(t, hsum8_i32(u##t));
             LB_TN_EACH(LB_SUM)
 #undef LB_SUM
         } else {
