@@ -206,17 +206,16 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
                     if (bias_g) G[(size_t)t * tr + i] += bias_g[tb + i];
                     if (bias_u) U[(size_t)t * tr + i] += bias_u[tb + i];
                 }
-            if (!gate.w) {  // ungated (nemotron_h's experts): relu(up)^2, ggml's relu then sqr
-                for (int t = 0; t < ntc; ++t)
-                    for (int64_t i = 0; i < tr; ++i) {
-                        const float v = U[(size_t)t * tr + i], r = v > 0.0f ? v : 0.0f;
-                        out[(size_t)(t0 + t) * out_stride + tb + i] = r * r;
-                    }
-                continue;
-            }
             for (int t = 0; t < ntc; ++t) {
                 float *o = out + (size_t)(t0 + t) * out_stride + tb;
-                glu(G + (size_t)t * tr, U + (size_t)t * tr, o, tr, kind);
+                if (!gate.w) {  // ungated (nemotron_h's experts): relu(up)^2, ggml's relu then sqr
+                    for (int64_t i = 0; i < tr; ++i) {
+                        const float v = U[(size_t)t * tr + i], r = v > 0.0f ? v : 0.0f;
+                        o[i] = r * r;
+                    }
+                } else {
+                    glu(G + (size_t)t * tr, U + (size_t)t * tr, o, tr, kind);
+                }
                 if (q) q->fn(o, q->dst + (size_t)(t0 + t) * q->stride + (size_t)(tb / q->block) * q->block_bytes, tr);
             }
         }
