@@ -48,3 +48,11 @@ def test_measure_reports_per_round_counts(server, eog_ban):
 def test_an_http_error_is_raised(server):
     with pytest.raises(RuntimeError, match="HTTP 400"):
         bench._stream(server.url, "x", -5, {}, time.perf_counter())  # max_tokens < -1: a 400
+
+
+def test_step_ceiling_times_both_steps():
+    """bench serve's engine ceiling: both step times measured and the ratio formed from them."""
+    from lowbit.model import default_model_path
+    r = bench.step_ceiling(default_model_path(), 1, 3, secs=0.05, reps=1)
+    assert r["one_ms"] > 0 and r["many_ms"] > 0
+    assert r["ceiling"] == pytest.approx(3 * r["one_ms"] / r["many_ms"])

@@ -6,6 +6,7 @@ median of 12 interleaved repetitions. BENCHMARKS.md, "Serving at scale".
 
 With --loop N SECONDS: N-token steps back to back for SECONDS, printing the wall time per step
 (for A/B runs of two builds or settings, alternated: BENCHMARKS.md, round of 2026-12-04 (5)).
+`lowbit bench serve` prints the same ceiling for its --clients (lowbit/server/bench.py step_ceiling).
 With --ctx N: each slot first holds an N-token prompt (default: a 13-token one), as a server's
 requests do after a few hundred tokens: the attention's share of a step grows with it
 (BENCHMARKS.md, round (8)). With --model PATH: that GGUF instead of the default model.
@@ -51,15 +52,11 @@ def step(n):
 
 
 if loop:
+    from lowbit.server.bench import decode_steps
     n, secs = loop
-    k, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < secs:
-        m.forward_batch([(s, [42]) for s in range(n)])
-        for s in range(n):
-            m.rewind(m.slot_pos[s] - 1, s)
-        k += 1
+    per = decode_steps(m, n, secs)
     at = f" at {len(ids)} positions" if ctx else ""
-    print(f"{n} tokens{at}: {(time.perf_counter() - t0) / k * 1e3:.2f} ms wall per step ({k} steps)")
+    print(f"{n} tokens{at}: {per * 1e3:.2f} ms wall per step (steps back to back for {secs:g} s)")
     sys.exit(0)
 
 res = {n: [] for n in (1, 2, 4, 8, 16)}

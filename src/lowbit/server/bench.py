@@ -10,7 +10,9 @@ concurrent streaming clients, --tokens tokens each (the end-of-generation tokens
 logit_bias, so every client gets exactly --tokens tokens), greedy, /v1/completions with a
 different prompt per client. Reported per server, medians over --rounds rounds:
   - aggregate tokens/s: all clients' tokens / wall time from the first request to the last token;
-  - time to first token (the first chunk with text), p50 and p99 over all rounds' clients.
+  - time to first token (the first chunk with text), p50 and p99 over all rounds' clients;
+  - lowbit's engine step ceiling: --clients x one batched decode step of one sequence / one of
+    --clients sequences (step_ceiling, the server stopped), the ratio the step itself allows.
 Then lowbit alone serves --rss-requests short requests from --clients clients while its resident
 memory (VmRSS) is sampled: it should not grow past what the KV slots take at start.
 llama-cpp-python's server runs with --interrupt_requests False: it queues concurrent requests
@@ -166,6 +168,37 @@ def _rss(proc: _Proc, clients: int, requests: int, bias: dict, out) -> dict:
     return {"start": samples[0], "end": samples[-1], "max": max(samples)}
 
 
+def decode_steps(m, n: int, secs: float) -> float:
+    """Wall seconds per batched decode step of slots 0..n-1 (one token each, rewound after each
+    step so the positions stay put), steps back to back for `secs` seconds."""
+    k, t0 = 0, time.perf_counter()
+    while k == 0 or time.perf_counter() - t0 < secs:
+        m.forward_batch([(s, [42]) for s in range(n)])
+        for s in range(n):
+            m.rewind(m.slot_pos[s] - 1, s)
+        k += 1
+    return (time.perf_counter() - t0) / k
+
+
+def step_ceiling(model_path: str, threads: int, n: int, secs: float = 1.5, reps: int = 3) -> dict:
+    """The engine's own bound on n clients' throughput against one client's: n * t(1) / t(n), t(k)
+    the wall time of one batched decode step of k sequences (decode_steps; medians of `reps`
+    alternations), each sequence past a short prompt. Measured in this process with no server
+    running. A `bench serve` ratio near it is bound by the step, not by the server around it."""
+    import lowbit
+    m = lowbit.load(model_path, n_ctx=256, threads=threads, n_slots=n)
+    ids = m.tokenize(PROMPTS[0])
+    for s in range(n):
+        m.rewind(0, s)
+        m.forward_batch([(s, ids)])
+    one, many = [], []
+    for _ in range(reps):
+        one.append(decode_steps(m, 1, secs))
+        many.append(decode_steps(m, n, secs))
+    t1, tn = statistics.median(one), statistics.median(many)
+    return {"one_ms": t1 * 1e3, "many_ms": tn * 1e3, "ceiling": n * t1 / tn}
+
+
 def bench_serve(model_path: str | None, threads: int, clients: int, tokens: int, rounds: int, rss_requests: int,
                 llama: bool = True, out=sys.stdout) -> dict:
     from .. import gguf
@@ -188,6 +221,7 @@ def bench_serve(model_path: str | None, threads: int, clients: int, tokens: int,
         res["rss_after_load"] = kv_mb
     finally:
         lb.stop()
+    res["step"] = step_ceiling(path, threads, clients)  # (the server stopped: the cores are the engine's)
     if llama:  # llama-cpp-python's server, in the configuration that survives here (lowbit.peer)
         from .. import peer
         try:
@@ -224,6 +258,9 @@ def bench_serve(model_path: str | None, threads: int, clients: int, tokens: int,
     row(f"{clients} clients aggregate tok/s", "many", "{:.1f}")
     print(f"{'aggregate / 1 client':34} {L['many'] / L['one']:>14.2f} "
           f"{(ll['many'] / ll['one']) if ll else float('nan'):>17.2f}", file=out)
+    st = res["step"]
+    print(f"{'engine step ceiling':34} {st['ceiling']:>14.2f}   ({clients} x {st['one_ms']:.2f} ms one-token step / "
+          f"{st['many_ms']:.2f} ms {clients}-token step)", file=out)
     print(f"{'TTFT p50 / p99 (ms)':34} {L['ttft50'] * 1e3:>7.0f} / {L['ttft99'] * 1e3:<5.0f}"
           + (f" {ll['ttft50'] * 1e3:>9.0f} / {ll['ttft99'] * 1e3:<5.0f}" if ll else ""), file=out)
     if ll:
