@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -855,6 +856,19 @@ static void attend_f32(const float *qv, const float *K, const float *V, int len,
     }
 }
 
+// ActOut on (the default) or off (LOWBIT_NO_ACT_OUT=1: the caller quantizes after the dispatch;
+// the same bytes either way, a switch for A/B runs and for the test that says so)
+static const bool kActOut = [] {
+    const char *e = std::getenv("LOWBIT_NO_ACT_OUT");
+    return !(e && *e && *e != '0');
+}();
+
+// Heads h0 .. h0 + nheads - 1 of token t's attention output (at o) into the o projection's
+// activation row (ActOut): whole blocks, as hd % qo.block == 0.
+static void quantize_heads(const ActOut &qo, const float *o, int t, int h0, int nheads, int hd) {
+    qo.fn(o, qo.dst + (size_t)t * qo.stride + (size_t)h0 * hd / qo.block * qo.block_bytes, (int64_t)nheads * hd);
+}
+
 // The blocked attention of both caches (the shared-rows kernels: mla_f16_fn over the half cache,
 // attn_q_rows_fn over a quantized one), per (block of tokens, kv head): a GQA group's heads share
 // their key and value rows, and so do the tokens of a prompt chunk in one slot, so one kernel call
@@ -871,7 +885,7 @@ static void attend_f32(const float *qv, const float *K, const float *V, int len,
 template <class FirstKey, class Kern>
 static void attention_blocks(const float *q, int T, const int32_t *slots, const int32_t *pos, float *out, int nh,
                              int n_kv, int hd, int maxlen, const float *attn_sinks, int threads,
-                             const FirstKey &first_key, const Kern &kern) {
+                             const FirstKey &first_key, const Kern &kern, const ActOut *qo) {
     const int group = nh / n_kv;
     // tokens per block: up to 16 (measured: 4 / 8 / 16 gave 1.34 / 1.37 / 1.37x the per-token
     // calls' prefill, 2048 tokens, one thread), fewer when the scores (rows x keys floats) would
@@ -913,16 +927,19 @@ static void attention_blocks(const float *q, int T, const int32_t *slots, const 
             }
             kern(kvh, (int)slots[t0], first, qb.data(), nt * group, lens.data(), attn_sinks ? sk.data() : nullptr,
                  sc.data(), ob.data());
-            for (int u = 0; u < nt; ++u)
-                std::memcpy(out + ((size_t)(t0 + u) * nh + h0) * hd, ob.data() + (size_t)u * group * hd,
-                            sizeof(float) * group * hd);
+            for (int u = 0; u < nt; ++u) {
+                float *o = out + ((size_t)(t0 + u) * nh + h0) * hd;
+                std::memcpy(o, ob.data() + (size_t)u * group * hd, sizeof(float) * group * hd);
+                if (qo) quantize_heads(*qo, o, t0 + u, h0, group, hd);
+            }
         }
     });
 }
 
 // Token t attends to positions 0..pos[t] of its own slot slots[t] (a sliding-window layer: the
 // last `window` of them), with the layer's attention sink for its head if it has sinks.
-void Engine::attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out) {
+void Engine::attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out,
+                       const ActOut *qo) {
     const LayerWeights &L = layers_[(size_t)layer];
     const int hd = hd_of(layer), nh = c_.n_head, n_kv = kv_of(layer), group = nh / n_kv;
     const KvLayer &g = kvl(layer);
@@ -946,7 +963,7 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
                              const float *sinks, float *sc, float *ob) {
             rows16(qb, nrows, lens, k16_.data() + kv_k_at(slot, layer, first, kvh),
                    v16_.data() + kv_v_at(slot, layer, first, kvh), hd, hd, hd, scale, sinks, cap, sc, ob);
-        });
+        }, qo);
         return;
     }
     if (quant && (group > 1 || T > 1)) {  // the same blocks over the quantized cache's head rows
@@ -962,7 +979,7 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
             rowsq(reinterpret_cast<const uint8_t *>(qq.data()), nrows, lens, c_.kv_k,
                   kq_.data() + kv_k_at(slot, layer, first, kvh), g.krow, c_.kv_v,
                   vq_.data() + kv_v_at(slot, layer, first, kvh), g.vrow, hd, scale, sinks, cap, sc, ob);
-        });
+        }, qo);
         return;
     }
     const int64_t parts = threads > 1 ? std::min<int64_t>(items, (int64_t)threads * 4) : 1;  // see run_rows
@@ -983,12 +1000,12 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
                 q8(qv, reinterpret_cast<uint8_t *>(qq), hd);
                 attnq(reinterpret_cast<const uint8_t *>(qq), c_.kv_k, kq_.data() + ko, g.krow, c_.kv_v,
                       vq_.data() + vo, g.vrow, len, hd, scale, sink, cap, sc.data(), o);
-                continue;
-            }
-            if (c_.kv_f16)  // (rows hd apart: head-major)
+            } else if (c_.kv_f16) {  // (rows hd apart: head-major)
                 attn16(qv, k16_.data() + ko, v16_.data() + vo, len, hd, hd, scale, sink, cap, sc.data(), o);
-            else
+            } else {
                 attend_f32(qv, k32_.data() + ko, v32_.data() + vo, len, hd, hd, scale, sink, cap, sc.data(), o);
+            }
+            if (qo) quantize_heads(*qo, o, t, h, 1, hd);
         }
     });
 }
@@ -1090,7 +1107,7 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
         // down's input quantized by the dispatch that makes it (ActOut), unless a norm comes between
         const Format &ad = *format_by_id(format_by_id(down.type)->act);
         ActOut q{};
-        if (!sub_norm && ActOut::blockwise(ad.id) && gate.rows % ad.block == 0 && down.n == gate.rows) {
+        if (kActOut && !sub_norm && ActOut::blockwise(ad.id) && gate.rows % ad.block == 0 && down.n == gate.rows) {
             const size_t drb = row_bytes(&ad, gate.rows);
             if (act_next_.size() < drb * T) act_next_.resize(drb * T);
             q = ActOut{kernel_entry(ad.id).quant_act.fn, ad.block, (size_t)ad.bytes, act_next_.data(), drb};
@@ -1405,14 +1422,27 @@ void Engine::attention_block(int l, int T, const int32_t *slots, const int32_t *
             }
         }
     }
+    // wo's input quantized by the attention's threads (ActOut) when nothing comes between
+    const Format &ao = *format_by_id(format_by_id(L.wo.type)->act);
+    ActOut qo{};
+    if (kActOut && !rv && !c_.attn_gate && !L.attn_sub_norm && ActOut::blockwise(ao.id) && hd % ao.block == 0 && L.wo.n == qd) {
+        const size_t orb = row_bytes(&ao, qd);
+        if (act_next_.size() < orb * T) act_next_.resize(orb * T);
+        qo = ActOut{kernel_entry(ao.id).quant_act.fn, ao.block, (size_t)ao.bytes, act_next_.data(), orb};
+    }
     const auto ta = now();
-    attention(l, q_.data(), T, slots, pos, att_.data());
+    attention(l, q_.data(), T, slots, pos, att_.data(), qo.fn ? &qo : nullptr);
     if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
+    if (qo.fn) {  // act_ now holds wo's input (matmul below: reuse_act)
+        std::swap(act_, act_next_);
+        act_type_ = ao.id;
+        count_quant(ao.id, kernel_entry(ao.id).quant_act.isa, T, (int64_t)T * qd);
+    }
     if (rv) fwht_rows(att_.data(), (size_t)T * qd / rv, rv);  // undo v's rotation
     if (c_.attn_gate)  // ggml_sigmoid: 1 / (1 + exp(-x))
         for (size_t i = 0; i < (size_t)T * qd; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-agate_[i]));
     if (L.attn_sub_norm) rmsnorm(att_.data(), L.attn_sub_norm, att_.data(), T, qd);  // bitnet: before wo
-    matmul(L.wo, att_.data(), T, h_.data());
+    matmul(L.wo, att_.data(), T, h_.data(), qo.fn != nullptr);
     add_bias(h_.data(), L.bo, T, dim);
     if (L.attn_post_norm) rmsnorm(h_.data(), L.attn_post_norm, h_.data(), T, dim);  // gemma3
     if (c_.ssm_parallel)  // falcon-h1: attn_out + ssm_out, then the residual

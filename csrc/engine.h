@@ -22,6 +22,8 @@
 
 namespace lowbit {
 
+struct ActOut;  // csrc/matmul.h
+
 // ggml's scalar silu and softplus (ggml_silu_f32, ggml_compute_softplus_f32), as the blocks'
 // elementwise steps use them (csrc/deltanet.cpp, csrc/mamba2.cpp, the ungated FFN).
 inline float silu_f32(float x) { return x / (1.0f + std::exp(-x)); }
@@ -462,7 +464,10 @@ private:
     void rope_angles(int T, const int32_t *pos);  // fills rot_
     void rope(float *v, int T, int heads, int hd, int dims, const std::vector<std::pair<float, float>> &rot) const;
     int rope_dims_swa() const { return c_.rope_dims_swa > 0 ? c_.rope_dims_swa : c_.rope_dims; }
-    void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out);
+    // qo (optional): out also quantized by the threads that compute it (ActOut, csrc/matmul.h;
+    // the caller checks hd % qo->block == 0), for the o projection
+    void attention(int layer, const float *q, int T, const int32_t *slots, const int32_t *pos, float *out,
+                   const ActOut *qo = nullptr);
     // A layer is a mixer block and an FFN block, each read from the residual x_ through its
     // pre-norm (h_) and added back to it (engine.cpp forward_layers):
     void mixer_block(int layer, int T, const int32_t *slots, const int32_t *pos);      // h_ -> h_
