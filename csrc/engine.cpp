@@ -863,10 +863,25 @@ static const bool kActOut = [] {
     return !(e && *e && *e != '0');
 }();
 
-// Heads h0 .. h0 + nheads - 1 of token t's attention output (at o) into the o projection's
-// activation row (ActOut): whole blocks, as hd % qo.block == 0.
-static void quantize_heads(const ActOut &qo, const float *o, int t, int h0, int nheads, int hd) {
-    qo.fn(o, qo.dst + (size_t)t * qo.stride + (size_t)h0 * hd / qo.block * qo.block_bytes, (int64_t)nheads * hd);
+// An ActOut into act_next_ for m's input (T tokens of m.n values), if `ok` (nothing comes between
+// the producer and m), ActOut is on, m's activation format is quantized block by block and its
+// blocks divide `unit` (the values one thread makes whole: the GLU's rows, a head); else fn null.
+ActOut Engine::act_out_begin(const Mat &m, int64_t unit, int T, bool ok) {
+    const Format &af = *format_by_id(format_by_id(m.type)->act);
+    if (!ok || !kActOut || !ActOut::blockwise(af.id) || unit % af.block != 0) return ActOut{};
+    const size_t rb = row_bytes(&af, m.n);
+    if (act_next_.size() < rb * T) act_next_.resize(rb * T);
+    return ActOut{kernel_entry(af.id).quant_act.fn, af.block, (size_t)af.bytes, act_next_.data(), rb};
+}
+
+// After the producer's dispatch filled q: act_ holds m's input (the next matmul of m: reuse_act),
+// counted as one quantization, as quantize_input would have.
+void Engine::act_out_take(const ActOut &q, const Mat &m, int T) {
+    if (!q.fn) return;
+    const int af = format_by_id(m.type)->act;
+    std::swap(act_, act_next_);
+    act_type_ = af;
+    count_quant(af, kernel_entry(af).quant_act.isa, T, (int64_t)T * m.n);
 }
 
 // The blocked attention of both caches (the shared-rows kernels: mla_f16_fn over the half cache,
@@ -930,7 +945,7 @@ static void attention_blocks(const float *q, int T, const int32_t *slots, const 
             for (int u = 0; u < nt; ++u) {
                 float *o = out + ((size_t)(t0 + u) * nh + h0) * hd;
                 std::memcpy(o, ob.data() + (size_t)u * group * hd, sizeof(float) * group * hd);
-                if (qo) quantize_heads(*qo, o, t0 + u, h0, group, hd);
+                if (qo) qo->put(o, t0 + u, (int64_t)h0 * hd, (int64_t)group * hd);
             }
         }
     });
@@ -1005,7 +1020,7 @@ void Engine::attention(int layer, const float *q, int T, const int32_t *slots, c
             } else {
                 attend_f32(qv, k32_.data() + ko, v32_.data() + vo, len, hd, hd, scale, sink, cap, sc.data(), o);
             }
-            if (qo) quantize_heads(*qo, o, t, h, 1, hd);
+            if (qo) qo->put(o, t, (int64_t)h * hd, hd);
         }
     });
 }
@@ -1097,6 +1112,7 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
     const int isa = cpu_info().selected;
     // (the fused path takes SiLU, ReLU^2 and GeGLU; gpt-oss's clamped SwiGLU runs the two
     // matmuls, then the reference epilogue)
+    bool pre = false;  // down's input already quantized (ActOut)
     if (fg.act == fu.act && kind != GLU_SWIGLU_OAI && !sparse) {
         if (collect_ && T >= 16) { record_act(gate, x, T); record_act(up, x, T); }  // (matmul's own hook)
         size_t arb;
@@ -1105,22 +1121,11 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
         const RowMat U{&fu, &kernel_entry(fu.id), up.w, up.stride, up.scale, up.out_scale};
         const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
         // down's input quantized by the dispatch that makes it (ActOut), unless a norm comes between
-        const Format &ad = *format_by_id(format_by_id(down.type)->act);
-        ActOut q{};
-        if (kActOut && !sub_norm && ActOut::blockwise(ad.id) && gate.rows % ad.block == 0 && down.n == gate.rows) {
-            const size_t drb = row_bytes(&ad, gate.rows);
-            if (act_next_.size() < drb * T) act_next_.resize(drb * T);
-            q = ActOut{kernel_entry(ad.id).quant_act.fn, ad.block, (size_t)ad.bytes, act_next_.data(), drb};
-        }
+        const ActOut q = act_out_begin(down, gate.rows, T, !sub_norm && down.n == gate.rows);
         run_rows_glu(G, U, glu, kind, isa, act, arb, T, g_.data(), (size_t)gate.rows, gate.n, gate.rows, threads,
                      q.fn ? &q : nullptr);
-        if (q.fn) {  // act_ now holds down's input (matmul below: reuse_act)
-            std::swap(act_, act_next_);
-            act_type_ = ad.id;
-            count_quant(ad.id, kernel_entry(ad.id).quant_act.isa, T, (int64_t)T * gate.rows);
-            matmul(down, g_.data(), T, out, true);
-            return;
-        }
+        act_out_take(q, down, T);
+        pre = q.fn != nullptr;
     } else {
         if (u_.size() < n) u_.resize(n);
         matmul(gate, x, T, g_.data());
@@ -1130,7 +1135,7 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
         epilogue(g_.data(), u_.data(), g_.data(), (int64_t)n, kind);
     }
     if (sub_norm) rmsnorm(g_.data(), sub_norm, g_.data(), T, (int)gate.rows);  // bitnet: before ffn_down
-    matmul(down, g_.data(), T, out);
+    matmul(down, g_.data(), T, out, pre);
 }
 
 void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool all_logits) {
@@ -1422,22 +1427,13 @@ void Engine::attention_block(int l, int T, const int32_t *slots, const int32_t *
             }
         }
     }
-    // wo's input quantized by the attention's threads (ActOut) when nothing comes between
-    const Format &ao = *format_by_id(format_by_id(L.wo.type)->act);
-    ActOut qo{};
-    if (kActOut && !rv && !c_.attn_gate && !L.attn_sub_norm && ActOut::blockwise(ao.id) && hd % ao.block == 0 && L.wo.n == qd) {
-        const size_t orb = row_bytes(&ao, qd);
-        if (act_next_.size() < orb * T) act_next_.resize(orb * T);
-        qo = ActOut{kernel_entry(ao.id).quant_act.fn, ao.block, (size_t)ao.bytes, act_next_.data(), orb};
-    }
+    // wo's input quantized by the attention's threads (ActOut, a head's values whole blocks) when
+    // nothing comes between
+    const ActOut qo = act_out_begin(L.wo, hd, T, !rv && !c_.attn_gate && !L.attn_sub_norm && L.wo.n == qd);
     const auto ta = now();
     attention(l, q_.data(), T, slots, pos, att_.data(), qo.fn ? &qo : nullptr);
     if (stats_on_) stats_[(size_t)l].t_attn_core += seconds(ta, now());
-    if (qo.fn) {  // act_ now holds wo's input (matmul below: reuse_act)
-        std::swap(act_, act_next_);
-        act_type_ = ao.id;
-        count_quant(ao.id, kernel_entry(ao.id).quant_act.isa, T, (int64_t)T * qd);
-    }
+    act_out_take(qo, L.wo, T);
     if (rv) fwht_rows(att_.data(), (size_t)T * qd / rv, rv);  // undo v's rotation
     if (c_.attn_gate)  // ggml_sigmoid: 1 / (1 + exp(-x))
         for (size_t i = 0; i < (size_t)T * qd; ++i) att_[i] *= 1.0f / (1.0f + std::exp(-agate_[i]));

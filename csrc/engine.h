@@ -654,7 +654,11 @@ private:
     size_t tlog_b() const { return c_.shortconv ? 0 : c_.mamba1 ? 2 * (size_t)c_.ssm_state : (size_t)c_.ssm_heads; }
     std::vector<uint8_t> act_;
     int act_type_ = -1;  // format of what act_ holds (-1: nothing reusable)
-    std::vector<uint8_t> act_next_;  // the GLU's output quantized by its dispatch (ActOut), then swapped into act_
+    // a matmul's input quantized by the dispatch that makes it (ActOut: the GLU's output, the
+    // attention's), then swapped into act_ (act_out_begin / act_out_take, engine.cpp)
+    std::vector<uint8_t> act_next_;
+    ActOut act_out_begin(const Mat &m, int64_t unit, int T, bool ok);
+    void act_out_take(const ActOut &q, const Mat &m, int T);
     int threads_ = 0;
     // MoE scratch (csrc/moe.cpp)
     std::vector<float> rlog_, rx_, wsel_, eg_, ed_, sh_, mo_;

@@ -64,10 +64,8 @@ static const int64_t kPartsPerThread = [] {
 template <class Body>
 static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body, int64_t align = 1) {
     const int64_t units = rows / align;
-    int64_t parts = threads > 1 ? std::min<int64_t>((int64_t)threads * kPartsPerThread, rows / 16) : 1;
-    if (parts < threads) parts = std::min<int64_t>(threads, units);
-    parts = std::min(parts, units);
-    if (parts < 1) parts = 1;
+    const int64_t want = threads > 1 ? std::max<int64_t>(threads, std::min<int64_t>((int64_t)threads * kPartsPerThread, rows / 16)) : 1;
+    const int64_t parts = std::clamp<int64_t>(want, 1, units);
     ThreadPool::instance().run((int)parts, [&](int i, int nthr) {
         int64_t b, en;
         split_range(units, i, nthr, &b, &en);
@@ -216,7 +214,7 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
                 } else {
                     glu(G + (size_t)t * tr, U + (size_t)t * tr, o, tr, kind);
                 }
-                if (q) q->fn(o, q->dst + (size_t)(t0 + t) * q->stride + (size_t)(tb / q->block) * q->block_bytes, tr);
+                if (q) q->put(o, t0 + t, tb, tr);
             }
         }
     }

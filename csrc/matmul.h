@@ -63,6 +63,10 @@ struct ActOut {
     size_t block_bytes = 0;  // bytes per block
     uint8_t *dst = nullptr;
     size_t stride = 0;       // bytes per token
+    // token t's values [x0, x0 + n) (at v; x0 and n multiples of block) into their blocks
+    void put(const float *v, int64_t t, int64_t x0, int64_t n) const {
+        fn(v, dst + (size_t)t * stride + (size_t)(x0 / block) * block_bytes, n);
+    }
     static bool blockwise(int act_format);
 };
 
