@@ -37,13 +37,13 @@
 // Bounds (int32, exact): a sub-block's |dot| <= 32 * 255 * 32 = 261120; times |sc| <= 128 and
 // summed over 8 or 16 sub-blocks: < 2^29.
 //
-// Microkernel (mk_*): R <= 4 rows x V <= 3 lane vectors (48 tokens; avx2vnni and avx2 3 x 1 of
-// 8; a pass of one vector at avx512 takes R <= MAXR1 = 8 rows), registers: V activation vectors, R x V sub-block dots, R x V super-block sums I (28 of 32
-// zmm at R = 4, V = 3); the float accumulators stay in L1 (one load and store per super-block,
-// re-read after a compiler barrier: carried in registers they spilled at V = 3, I7), the mins
-// sums M are formed row by row after the sub-block loop. Per
-// super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld + vpaddd) + 4 vpdpwssd
-// (MINS formats only) + 6 float ops.
+// Microkernel (mk_*): R <= 4 rows x V <= 3 lane vectors (48 tokens; avx2vnni and avx2 3 x 1 of 8;
+// a pass of one vector at avx512 takes R <= MAXR1 = 8 rows), registers: V activation vectors, R x
+// V sub-block dots, R x V super-block sums I (28 of 32 zmm at R = 4, V = 3); the float
+// accumulators stay in L1 (one load and store per super-block, re-read after a compiler barrier:
+// carried in registers they spilled at V = 3, I7), the mins sums M are formed row by row after the
+// sub-block loop. Per super-block and (row, 16 tokens): 64 vpdpbusd + 8 or 16 (vpmulld + vpaddd) +
+// 4 vpdpwssd (MINS formats only) + 6 float ops.
 //
 // Blocking (tile_loop, shared by every GEMM here): a call decodes its rows in tiles of <= 64 rows
 // (their codes <= ~256 KB, L2), and runs every pass of <= 3 lane vectors (48 tokens) over each 4-row
@@ -57,11 +57,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "../kernels.h"
@@ -102,7 +100,11 @@ constexpr int MAXV_LEG = 2;
 // are 8 chains in 18 zmm. (Measured: BENCHMARKS.md round (11).)
 constexpr int MAXR1 = 8;
 // a microkernel table [R][V] (R <= MAXR, V <= MAXV; index 0 unused): LB_GK_TABLE(mk_x<D,) is
-// {&mk_x<D, R, V>}, LB_GK_TABLE(mk_y<) is {&mk_y<R, V>}
+// {&mk_x<D, R, V>}, LB_GK_TABLE(mk_y<) is {&mk_y<R, V>}; LB_GK_TABLE1 the one-vector passes'
+// [R] (R <= MAXR1): {&mk_x<D, R, 1>}
+#define LB_GK_TABLE1(...)                                                                                   \
+    {nullptr, &__VA_ARGS__ 1, 1>, &__VA_ARGS__ 2, 1>, &__VA_ARGS__ 3, 1>, &__VA_ARGS__ 4, 1>, &__VA_ARGS__ 5, 1>, \
+     &__VA_ARGS__ 6, 1>, &__VA_ARGS__ 7, 1>, &__VA_ARGS__ 8, 1>}
 #define LB_GK_TABLE(...)                                                                      \
     {{nullptr, nullptr, nullptr, nullptr},                                                             \
      {nullptr, &__VA_ARGS__ 1, 1>, &__VA_ARGS__ 1, 2>, &__VA_ARGS__ 1, 3>}, {nullptr, &__VA_ARGS__ 2, 1>, &__VA_ARGS__ 2, 2>, &__VA_ARGS__ 2, 3>}, \
@@ -137,6 +139,7 @@ constexpr int MAXR = 3;
 constexpr int MAXV = 1;
 constexpr int MAXV_LEG = 1;
 constexpr int MAXR1 = MAXR;  // (every pass is of one vector here)
+#define LB_GK_TABLE1(...) {nullptr, &__VA_ARGS__ 1, 1>, &__VA_ARGS__ 2, 1>, &__VA_ARGS__ 3, 1>}
 using VI = __m256i;
 using VF = __m256;
 LB_GK_INLINE VI vset1(int32_t x) { return _mm256_set1_epi32(x); }
@@ -510,13 +513,8 @@ template <class D>
 using MkFn = void (*)(const uint8_t *, const RowSB *, const ActSB *, int64_t, float *);
 template <class D>
 constexpr MkFn<D> kMk[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm<D,);
-// the microkernels of one-vector passes, [R] for R <= MAXR1 (index 0 unused)
-template <class D, size_t... I>
-constexpr std::array<MkFn<D>, sizeof...(I) + 1> mk1_table(std::index_sequence<I...>) {
-    return {{nullptr, &mk_gemm<D, (int)I + 1, 1>...}};
-}
 template <class D>
-constexpr std::array<MkFn<D>, MAXR1 + 1> kMk1 = mk1_table<D>(std::make_index_sequence<MAXR1>());
+constexpr MkFn<D> kMk1[MAXR1 + 1] = LB_GK_TABLE1(mk_gemm<D,);  // one-vector passes
 
 // ---- the activation panel: nt tokens of Q8_K rows -> ceil(nt / 16) groups of nb ActSB -----
 // (X128: each byte + 128, for the formats whose codes are vpdpbusd's signed operand; !D::UW)
@@ -659,11 +657,11 @@ __attribute__((noinline)) inline void store_pass(const RowArgs &a, const float *
 // tile's codes out once per call); each tile takes passes of PV <= MAXV lane vectors (PV * LANES
 // tokens), each pass every group of MR rows (MR1 in a pass of one vector): mk(i0, R, g0, V, res)
 // for the tile's rows i0 .. i0 + R - 1 and lane vectors g0 .. g0 + V - 1, res the group's slice of
-// the tile's result buffer
-// tres (tile row i, vector v, lane l at (i * MAXV + v) * LANES + l: the layout a microkernel
-// writes). After a pass, store_pass sends each of its tokens' results for the tile's rows to out
-// as one contiguous run (out[t][rb .. re)); per microkernel call they would be R floats in each
-// of 32 lines, a line written by several calls (5% of an 8B-shaped prefill's samples).
+// the tile's result buffer tres (tile row i, vector v, lane l at (i * MAXV + v) * LANES + l: the
+// layout a microkernel writes). After a pass, store_pass sends each of its tokens' results for the
+// tile's rows to out as one contiguous run (out[t][rb .. re)); per microkernel call they would be
+// R floats in each of 32 lines, a line written by several calls (5% of an 8B-shaped prefill's
+// samples).
 template <class Decode, class Mk>
 LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT, int MR, int MR1, int PV, int nt,
                             float *tres, const Decode &decode, const Mk &mk) {
@@ -1109,11 +1107,7 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
 
 using MkI2sFn = void (*)(const uint8_t *, const int32_t *, const uint8_t *, size_t, int64_t, float, float *);
 constexpr MkI2sFn kMkI2s[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm_i2s<);
-template <size_t... I>
-constexpr std::array<MkI2sFn, sizeof...(I) + 1> mk1_table_i2s(std::index_sequence<I...>) {
-    return {{nullptr, &mk_gemm_i2s<(int)I + 1, 1>...}};
-}
-constexpr std::array<MkI2sFn, MAXR1 + 1> kMkI2s1 = mk1_table_i2s(std::make_index_sequence<MAXR1>());
+constexpr MkI2sFn kMkI2s1[MAXR1 + 1] = LB_GK_TABLE1(mk_gemm_i2s<);  // one-vector passes
 
 // nt I8_S rows (float scale, int32 sum, int8 q[n]) -> ceil(nt / 16) groups of act_gs bytes
 __attribute__((noinline)) void build_act_panel_i2s(const uint8_t *act, size_t act_stride, int nt, int64_t n,
