@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -20,6 +21,7 @@
 #include "matmul.h"
 #include "quant/quant.h"
 #include "ref/ref.h"
+#include "repack.h"
 #include "threadpool.h"
 #include "x86/prefetch.h"  // kPrefetchAhead (cpu_info)
 
@@ -83,6 +85,17 @@ static const KernelEntry &entry(int id, int isa) {
         throw std::invalid_argument(std::string("ISA level ") + isa_name(isa) +
                                     " is not available here (CPU, build or LOWBIT_MAX_ISA)");
     return kernel_entry_at(id, isa);
+}
+
+// Q4_K rows repacked to the R8 layout into r8 (benchmarks and tests of that layout's kernels)
+static const uint8_t *repack_for_bench(const Format &f, const U8In &raw, int64_t n, int64_t rows, size_t rb,
+                                       std::vector<uint8_t> &r8, int isa) {
+    if (f.id != T_Q4_K) throw std::invalid_argument(std::string(f.name) + " has no repacked layout (Q4_K has: R8)");
+    if (!entry(kQ4kR8Id, isa).rows[1].fn) throw std::invalid_argument("no kernels for Q4_K's R8 layout at this level");
+    if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
+    r8.resize((size_t)rows * rb);
+    repack_q4_k_r8(raw.data(), rb, rows, n, r8.data());
+    return r8.data();
 }
 
 // path: 0 = as dispatched; 1 = the row kernels only (the GEMM off: the wide window where it
@@ -169,7 +182,7 @@ NB_MODULE(_lowbit, m) {
     });
 
     m.def("kernel", [](int id, int nt, int isa) -> nb::object {
-        fmt(id);
+        if (id != kQ4kR8Id) fmt(id);  // (kQ4kR8Id: Q4_K's R8 layout, repack.h)
         if (nt < 1 || nt > MAX_NT) throw std::invalid_argument("nt must be in 1..8");
         const RowKernel &k = entry(id, isa).rows[nt];
         if (!k.fn) return nb::none();
@@ -450,8 +463,10 @@ NB_MODULE(_lowbit, m) {
 
     // The engine's call: activations already quantized (act[nt, act_row_bytes]), output
     // written into out[nt, rows] for rows [r0, r1) only.
+    // repacked: the rows (Q4_K) repacked to the R8 layout first (csrc/repack.h), run by that
+    // layout's entry at the level (an error where the level has none, or rows % 8 != 0)
     m.def("matmul_act", [](int id, U8In raw, U8In act, int64_t n, float w_scale, F32Out out,
-                           int64_t r0, int64_t r1, int threads, int isa, int path) {
+                           int64_t r0, int64_t r1, int threads, int isa, int path, bool repacked) {
         const Format &f = fmt(id);
         const size_t rb = check_weights(f, raw, n);
         const Format &af = fmt(f.act);
@@ -461,13 +476,39 @@ NB_MODULE(_lowbit, m) {
         if (r0 < 0 || r1 > rows || r0 > r1) throw std::invalid_argument("row range [r0, r1) outside [0, rows)");
         const uint8_t *w = raw.data(), *a = act.data();
         float *o = out.data();
+        std::vector<uint8_t> r8;
+        if (repacked) {
+            w = repack_for_bench(f, raw, n, rows, rb, r8, isa);
+        }
         // throws here, with the GIL, if the level is not available
-        const KernelEntry e = with_path(entry(id, isa), path);
+        const KernelEntry e = with_path(entry(repacked ? kQ4kR8Id : id, isa), path);
         const int level = isa < 0 ? cpu_info().selected : isa;
         nb::gil_scoped_release nogil;
         run_rows(f, e, level, w, rb, a, arb, nt, o, (size_t)rows, n, w_scale, r0, r1, threads_or_default(threads));
     }, nb::arg("id"), nb::arg("raw"), nb::arg("act"), nb::arg("n"), nb::arg("w_scale"), nb::arg("out"),
-       nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1, nb::arg("path") = 0);
+       nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1, nb::arg("path") = 0,
+       nb::arg("repacked") = false);
+    m.def("has_repacked", [](int id) { return repacked_entry(id) != nullptr; }, nb::arg("id"));
+    m.def("repack_q4_k_r8", [](U8In raw, int64_t n) {
+        const Format &f = fmt(T_Q4_K);
+        const size_t rb = check_weights(f, raw, n);
+        const int64_t rows = (int64_t)raw.shape(0);
+        if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
+        uint8_t *p;
+        auto res = new_array<uint8_t>((size_t)rows, rb, &p);
+        repack_q4_k_r8(raw.data(), rb, rows, n, p);
+        return res;
+    }, nb::arg("raw"), nb::arg("n"));
+    m.def("unpack_q4_k_r8", [](U8In raw, int64_t n) {
+        const Format &f = fmt(T_Q4_K);
+        const size_t rb = check_weights(f, raw, n);
+        const int64_t rows = (int64_t)raw.shape(0);
+        if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
+        uint8_t *p;
+        auto res = new_array<uint8_t>((size_t)rows, rb, &p);
+        for (int64_t r = 0; r < rows; ++r) unpack_q4_k_r8_row(raw.data(), rb, r, n, p + (size_t)r * rb);
+        return res;
+    }, nb::arg("raw"), nb::arg("n"));
     m.def("wide_kernel", [](int id, int isa) -> nb::object {
         fmt(id);
         const KernelEntry &e = entry(id, isa);
@@ -476,7 +517,7 @@ NB_MODULE(_lowbit, m) {
     }, nb::arg("id"), nb::arg("isa") = -1,
        "(wide-window kernel name, level: chunks take 16 tokens at a time through it) or None.");
     m.def("gemm_kernel", [](int id, int isa) -> nb::object {
-        fmt(id);
+        if (id != kQ4kR8Id) fmt(id);  // (kQ4kR8Id: Q4_K's R8 layout)
         const KernelEntry &e = entry(id, isa);
         if (!e.gemm.fn) return nb::none();
         return nb::make_tuple(std::string(e.gemm.name), std::string(isa_name(e.gemm.isa)), e.gemm_min_nt);
@@ -561,7 +602,9 @@ NB_MODULE(_lowbit, m) {
     // ---- benchmark loops (lowbit bench) ----
     m.def("set_bench_thread_clock", &set_bench_thread_clock, nb::arg("on"),
           "time the bench_* loops with the calling thread's CPU time (one thread) instead of wall time");
-    m.def("bench_rows", [](int id, U8In raw, U8In act, int64_t n, float w_scale, int threads, int reps, int isa) {
+    // repacked (bench_rows, bench_matmul): Q4_K rows timed in the R8 layout (repacked once, first)
+    m.def("bench_rows", [](int id, U8In raw, U8In act, int64_t n, float w_scale, int threads, int reps, int isa,
+                           bool repacked) {
         const Format &f = fmt(id);
         const size_t rb = check_weights(f, raw, n);
         const size_t arb = row_bytes(&fmt(f.act), n);
@@ -569,14 +612,17 @@ NB_MODULE(_lowbit, m) {
         if ((size_t)act.shape(1) != arb || nt < 1 || nt > MAX_NT) throw std::invalid_argument("bad activations");
         const int64_t rows = (int64_t)raw.shape(0);
         std::vector<float> out((size_t)nt * rows);
-        RowArgs a{raw.data(), rb, act.data(), arb, out.data(), (size_t)rows, n, w_scale};
-        const KernelEntry &e = entry(id, isa);
+        std::vector<uint8_t> r8;
+        const uint8_t *w = repacked ? repack_for_bench(f, raw, n, rows, rb, r8, isa) : raw.data();
+        RowArgs a{w, rb, act.data(), arb, out.data(), (size_t)rows, n, w_scale};
+        const KernelEntry &e = entry(repacked ? kQ4kR8Id : id, isa);
         nb::gil_scoped_release nogil;
         return bench_rows(e, a, rows, nt, threads_or_default(threads), reps);
-    });
+    }, nb::arg("id"), nb::arg("raw"), nb::arg("act"), nb::arg("n"), nb::arg("w_scale"), nb::arg("threads"),
+       nb::arg("reps"), nb::arg("isa") = -1, nb::arg("repacked") = false);
     // the matmul path itself (run_rows: tiles, windows or the GEMM), any nt; path as matmul_act's
     m.def("bench_matmul", [](int id, U8In raw, U8In act, int64_t n, float w_scale, int threads, int reps, int isa,
-                             int path) {
+                             int path, bool repacked) {
         const Format &f = fmt(id);
         const size_t rb = check_weights(f, raw, n);
         const size_t arb = row_bytes(&fmt(f.act), n);
@@ -584,13 +630,15 @@ NB_MODULE(_lowbit, m) {
         if ((size_t)act.shape(1) != arb || nt < 1) throw std::invalid_argument("bad activations");
         const int64_t rows = (int64_t)raw.shape(0);
         std::vector<float> out((size_t)nt * rows);
-        const KernelEntry e = with_path(entry(id, isa), path);
+        std::vector<uint8_t> r8;
+        const uint8_t *w = repacked ? repack_for_bench(f, raw, n, rows, rb, r8, isa) : raw.data();
+        const KernelEntry e = with_path(entry(repacked ? kQ4kR8Id : id, isa), path);
         const int level = isa < 0 ? cpu_info().selected : isa;
         nb::gil_scoped_release nogil;
-        return bench_matmul(f, e, level, raw.data(), rb, act.data(), arb, nt, out.data(), n, w_scale, rows,
+        return bench_matmul(f, e, level, w, rb, act.data(), arb, nt, out.data(), n, w_scale, rows,
                             threads_or_default(threads), reps);
     }, nb::arg("id"), nb::arg("raw"), nb::arg("act"), nb::arg("n"), nb::arg("w_scale"), nb::arg("threads"),
-       nb::arg("reps"), nb::arg("isa") = -1, nb::arg("path") = 0);
+       nb::arg("reps"), nb::arg("isa") = -1, nb::arg("path") = 0, nb::arg("repacked") = false);
     m.def("bench_vec_dot", [](uintptr_t fn, U8In raw, U8In act, int64_t n, int threads, int reps) {
         const int64_t rows = (int64_t)raw.shape(0);
         const int nt = (int)act.shape(0);
@@ -863,6 +911,11 @@ NB_MODULE(_lowbit, m) {
         }, nb::arg("rows"), nb::arg("out"))
         .def_prop_ro("layer_range", [](const Engine &e) { return nb::make_tuple(e.layer_begin(), e.layer_end()); })
         // The prefix cache: buf (uint8, kv_bytes(n) bytes) <-> KV positions [p0, p0 + n) of a slot.
+        .def("repacked_sources", [](const Engine &e) {
+            std::vector<std::pair<uintptr_t, size_t>> out;
+            for (const auto &[p, n] : e.repacked_sources()) out.emplace_back((uintptr_t)p, n);
+            return out;
+        }, "(address, bytes) of each bound matrix set_mat repacked (its bytes no longer read)")
         .def("kv_bytes", &Engine::kv_bytes)
         .def("kv_copy", [](Engine &e, int slot, int p0, int n,
                            nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> buf, bool save) {

@@ -1,4 +1,5 @@
 #include "engine.h"
+#include "repack.h"
 
 #include <algorithm>
 #include <chrono>
@@ -294,13 +295,41 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
     return nullptr;
 }
 
+// m's rows into the selected level's repacked layout for its format, if there is one and it
+// takes m: every block of block_rows rows (the whole matrix, or one expert's) a multiple of the
+// layout's 8 rows. The copy is the engine's (repacked_), built by the pool's threads; m.w and
+// m.k then point to it and its kernels. Nothing else reads a matrix's bytes but its kernels
+// (embeddings, read row by row by dequant, are never repacked).
+void Engine::repack(Mat &m, int64_t block_rows) {
+    const KernelEntry *k = repacked_entry(m.type);
+    if (!k || m.rows <= 0 || m.rows % kR8Rows || block_rows <= 0 || block_rows % kR8Rows) return;
+    const size_t bytes = (size_t)m.rows * m.stride;
+    uint8_t *p = static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    if (!p) throw std::bad_alloc();
+    repacked_.emplace_back(p, [](uint8_t *q) { std::free(q); });
+    const int64_t groups = m.rows / kR8Rows;
+    const uint8_t *src = m.w;
+    const size_t stride = m.stride;
+    const int64_t n = m.n;
+    ThreadPool::instance().run(ThreadPool::instance().size(), [&](int i, int nth) {
+        int64_t g0, g1;
+        split_range(groups, i, nth, &g0, &g1);
+        repack_q4_k_r8(src + (size_t)g0 * kR8Rows * stride, stride, (g1 - g0) * kR8Rows, n,
+                       p + (size_t)g0 * kR8Rows * stride);
+    });
+    repacked_src_.emplace_back(m.w, bytes);
+    m.src = m.w;
+    m.w = p;
+    m.k = k;
+}
+
 void Engine::set_mat(const std::string &name, int layer, const Mat &m) {
     const Format *f = format_by_id(m.type);
     if (!f || !f->weight || m.n % f->block || row_bytes(f, m.n) != m.stride)
         throw std::invalid_argument("engine: " + name + ": bad weight matrix");
     if (layer < 0) {
         if (name == "token_embd") { embd_ = m; return; }
-        if (name == "output") { output_ = m; return; }
+        if (name == "output") { output_ = m; repack(output_, output_.rows); return; }
         if (name == "per_layer_token_embd") { ple_embd_ = m; return; }  // gemma4 E2B / E4B
         if (name == "per_layer_model_proj") { ple_model_proj_ = m; return; }
         if (name == "altup_proj" && c_.altup > 0) { altup_proj_ = m; return; }  // gemma3n
@@ -310,6 +339,10 @@ void Engine::set_mat(const std::string &name, int layer, const Mat &m) {
             const float keep = s->out_scale;  // set by a "<name>.scale" vector, in any order
             *s = m;
             s->out_scale = keep;
+            // the experts' 3-D tensors: each expert's rows are a block of their own
+            const bool exps = name == "ffn_gate_exps" || name == "ffn_up_exps" || name == "ffn_down_exps";
+            const int64_t per = !exps ? m.rows : name == "ffn_down_exps" ? c_.dim : c_.expert_ffn;
+            if (!exps || (c_.n_expert > 0 && m.rows == (int64_t)c_.n_expert * per)) repack(*s, per);
             return;
         }
     }
@@ -650,7 +683,7 @@ const uint8_t *Engine::quantize_input(const Mat &m, const float *x, int T, bool 
 // y[T][m.rows] = x[T][m.n] . W^T: quantize x to the weight's activation format, run the
 // row kernels (the dispatcher's choice), threaded over rows.
 void Engine::record_act(const Mat &m, const float *x, int T, int mat, int n_mat, const int32_t *tok) {
-    ActSums &a = acts_[m.w];
+    ActSums &a = acts_[m.src ? m.src : m.w];  // (the tensor as bound: lowbit.imatrix maps it to its name)
     if (a.sums.empty()) {
         a.n = m.n;
         a.sums.assign((size_t)n_mat * (size_t)m.n, 0.0);
@@ -667,7 +700,7 @@ void Engine::record_act(const Mat &m, const float *x, int T, int mat, int n_mat,
 void Engine::matmul(const Mat &m, const float *x, int T, float *out, bool reuse_act) {
     if (collect_ && T >= 16) record_act(m, x, T);
     const Format &f = *format_by_id(m.type);
-    const KernelEntry &e = kernel_entry(f.id);
+    const KernelEntry &e = entry_of(m);
     size_t arb;
     const uint8_t *act = quantize_input(m, x, T, reuse_act, &arb);
     int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
@@ -696,7 +729,7 @@ void Engine::matmuls(std::initializer_list<MatOut> mats, const float *x, int T) 
         jobs.clear();
         for (const MatOut &mo : group) {
             const Format &f = *format_by_id(mo.m->type);
-            jobs.push_back(RowJob{&f, &kernel_entry(f.id), mo.m->w, mo.m->stride, mo.m->scale, mo.out,
+            jobs.push_back(RowJob{&f, &entry_of(*mo.m), mo.m->w, mo.m->stride, mo.m->scale, mo.out,
                                   (size_t)mo.m->rows, 0, mo.m->rows});
         }
         run_rows_multi(jobs.data(), (int)jobs.size(), cpu_info().selected, a, arb, T, n, threads);
@@ -1117,8 +1150,8 @@ void Engine::dense_ffn(const Mat &gate, const Mat &up, const Mat &down, const fl
         if (collect_ && T >= 16) { record_act(gate, x, T); record_act(up, x, T); }  // (matmul's own hook)
         size_t arb;
         const uint8_t *act = quantize_input(gate, x, T, false, &arb);
-        const RowMat G{&fg, &kernel_entry(fg.id), gate.w, gate.stride, gate.scale, gate.out_scale};
-        const RowMat U{&fu, &kernel_entry(fu.id), up.w, up.stride, up.scale, up.out_scale};
+        const RowMat G{&fg, &entry_of(gate), gate.w, gate.stride, gate.scale, gate.out_scale};
+        const RowMat U{&fu, &entry_of(up), up.w, up.stride, up.scale, up.out_scale};
         const int threads = threads_ > 0 ? threads_ : ThreadPool::instance().size();
         // down's input quantized by the dispatch that makes it (ActOut), unless a norm comes between
         const ActOut q = act_out_begin(down, gate.rows, T, !sub_norm && down.n == gate.rows);

@@ -12,8 +12,10 @@
 #include <cmath>
 #include <functional>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <initializer_list>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -40,8 +42,13 @@ struct Mat {
     // family): y = (W x) * out_scale, one float multiply per output as ggml_mul does.
     // set_mat keeps the value a previous set_vec("<matrix>.scale") gave it.
     float out_scale = 1.0f;
+    // The kernels of the layout w is in: nullptr, the format's own (kernel_entry(type)); else a
+    // repacked layout's (Engine::set_mat repacks Q4_K matrices at load: csrc/repack.h)
+    const KernelEntry *k = nullptr;
+    const uint8_t *src = nullptr;  // the bytes as bound, when w is a repacked copy (names the matrix: record_act)
     bool present() const { return type >= 0; }
 };
+inline const KernelEntry &entry_of(const Mat &m) { return m.k ? *m.k : kernel_entry(m.type); }
 
 // Bytes of a weight matrix's rows (what one pass over it streams).
 inline double mat_bytes(const Mat &m) { return m.present() ? (double)m.rows * (double)m.stride : 0.0; }
@@ -342,7 +349,12 @@ void kv_store_row(int type, const float *x, int64_t n, uint8_t *dst);
 class Engine {
 public:
     explicit Engine(const EngineConfig &c);
+    // Binds a weight matrix. Q4_K matrices go to the selected level's repacked layout when it
+    // has one (kernels.h repacked_entry; csrc/repack.h): a copy the engine owns, the source's
+    // bytes no longer read (repacked_sources lists them; LOWBIT_NO_REPACK=1: none).
     void set_mat(const std::string &name, int layer, const Mat &m);
+    // (address, bytes) of every source matrix set_mat repacked: its caller may drop their pages
+    const std::vector<std::pair<const uint8_t *, size_t>> &repacked_sources() const { return repacked_src_; }
     void set_vec(const std::string &name, int layer, const float *v, int64_t len);
     // Sliding-window attention for one layer: its queries see the last `window` positions (0: all).
     void set_window(int layer, int window);
@@ -627,6 +639,10 @@ private:
     std::vector<uint16_t> k16_, v16_;
     std::vector<float> k32_, v32_;
     std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_;
+    // repacked weight matrices (set_mat), and where their sources were
+    std::vector<std::shared_ptr<uint8_t>> repacked_;  // (shared: read-only after load)
+    std::vector<std::pair<const uint8_t *, size_t>> repacked_src_;
+    void repack(Mat &m, int64_t block_rows);
     std::vector<float> qg_, agate_;      // gated attention: attn_q's output [T][n_head][2][hd], the gate [T][qd]
     // Hybrid models: attention layers' index into the KV cache, recurrent layers' into the states
     std::vector<int> kv_index_, rec_index_;

@@ -119,6 +119,9 @@ struct KernelEntry {
     // (I8). 0: the GEMM takes every token of its chunks.
     int gemm_lanes = 0, gemm_tail = 0;
     dequant_fn dequant = nullptr;
+    // The id the call counters file this entry's calls under, when it is not the format's: a
+    // repacked layout's entry (KernelTable::q4k_r8) counts apart from its format's own.
+    int count_id = -1;
     KernelSlot<quant_act_fn> quant_act;  // activation formats: e.g. "quant_act_q8_0_avx2"
     quant_w_fn quant_w = nullptr;
 };
@@ -173,6 +176,16 @@ const KernelEntry &kernel_entry(int type_id);
 bool iq_grid_by_loads();
 
 // Each level's registration function overwrites the entries it implements.
+// The call counters' id of the Q4_K R8 layout's kernels (KernelTable::q4k_r8): not a format
+// (format_by_id knows nothing of it); lowbit.kernels.stats() names their calls Q4_K, with
+// the R8 kernels' names.
+constexpr int kQ4kR8Id = 1002;
+// The selected level's entry for a matrix of this format in its repacked layout, or nullptr
+// (no such layout for the format here).
+const KernelEntry *repacked_entry(int type_id);
+// The id a call of entry e on a matrix of format f is counted under (count_call).
+inline int count_id(int format_id, const KernelEntry &e) { return e.count_id >= 0 ? e.count_id : format_id; }
+
 struct KernelTable;
 void register_scalar(KernelTable &t);
 void register_avx2(KernelTable &t);      // csrc/x86/avx2/register.cpp (AVX2+FMA+F16C, no VNNI)
@@ -326,6 +339,12 @@ using ScanKernel = KernelSlot<scan_fn>;
 struct KernelTable {
     KernelEntry e[64];
     KernelEntry i8s;  // T_I8_S (id above 64)
+    // Q4_K rows repacked 8 at a time (csrc/repack.h), where a level has kernels for that layout
+    // (rows[] and gemm; empty elsewhere): the engine repacks its Q4_K matrices at load when the
+    // selected level's entry has rows (Engine::set_mat; LOWBIT_NO_REPACK=1 keeps them as read).
+    // The row-kernel contract of csrc/kernels.h on the repacked bytes, bitwise the Q4_K entry's
+    // per token and row (I2, I3, I8). Counted under kQ4kR8Id.
+    KernelEntry q4k_r8;
     AttnKernel attn;  // the engine's attention over a half KV cache
     MlaKernel mla;    // DeepSeek's latent attention over a half cache
     AttnQKernel attnq;  // and over a quantized one
@@ -333,8 +352,8 @@ struct KernelTable {
     GluKernel glu;    // the FFN's gate/up epilogue
     DeltaKernel delta;  // the delta-net state update (hybrid Qwen models)
     ScanKernel scan;    // the Mamba-2 state update (granitehybrid)
-    KernelEntry &at(int id) { return id == T_I8_S ? i8s : e[id]; }
-    const KernelEntry &at(int id) const { return id == T_I8_S ? i8s : e[id]; }
+    KernelEntry &at(int id) { return id == T_I8_S ? i8s : id == kQ4kR8Id ? q4k_r8 : e[id]; }
+    const KernelEntry &at(int id) const { return id == T_I8_S ? i8s : id == kQ4kR8Id ? q4k_r8 : e[id]; }
     void set_rows_all(int id, rows_fn f, const char *name, int isa) {
         for (int nt = 1; nt <= MAX_NT; ++nt) at(id).rows[nt] = RowKernel{f, name, isa};
     }

@@ -33,7 +33,7 @@ static void check_and_count(const Format &f, const KernelEntry &e, int isa, int6
     for (int64_t t0 = 0, ntc; t0 < nt; t0 += ntc) {
         ntc = other ? glu_window(e, *other, nt - t0) : next_window(e, nt - t0);
         if (!window_kernel(e, (int)ntc).fn) throw std::invalid_argument(std::string("no row kernel for ") + f.name);
-        count_call(f.id, (int)ntc, isa, rows);
+        count_call(count_id(f.id, e), (int)ntc, isa, rows);
     }
 }
 // How many windows a chunk of nt tokens takes (no GEMM).
@@ -121,7 +121,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         // activation panel once per call: one call per part. (A GEMM that leaves a tail goes
         // tile by tile, so the tail's windows find the tile's rows in L2.)
         const int64_t gemm = gemm_tokens(*j.e, nt);
-        if (gemm) count_call(j.f->id, 0, isa, rows);
+        if (gemm) count_call(count_id(j.f->id, *j.e), 0, isa, rows);
         if (gemm < nt) check_and_count(*j.f, *j.e, isa, nt - gemm, rows);
         const bool tiled = gemm ? gemm < nt : window_count(*j.e, nt) > 1;
         const int64_t tile = tiled ? rows_in_tile(j.w_stride) : rows;
@@ -233,8 +233,8 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
                                     ") pair with different activation formats: run them apart");
     const int64_t gemm = glu_gemm_tokens(*gate.e, *up.e, nt);
     if (gemm) {
-        count_call(gate.f->id, 0, isa, rows);
-        count_call(up.f->id, 0, isa, rows);
+        count_call(count_id(gate.f->id, *gate.e), 0, isa, rows);
+        count_call(count_id(up.f->id, *up.e), 0, isa, rows);
     }
     if (gemm < nt) {
         check_and_count(*gate.f, *gate.e, isa, nt - gemm, rows, up.e);

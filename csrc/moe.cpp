@@ -257,9 +257,9 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out, const float *
     // (ungated experts, nemotron_h: G stands for up, its rows never read: glu_rows gets no gate)
     const bool ungated = c_.ffn_ungated;
     const Mat &gm = ungated ? L.up_exps : L.gate_exps;
-    const ExpertMat G{&gm, ef, &kernel_entry(gm.type)};
-    const ExpertMat U{&L.up_exps, ef, &kernel_entry(L.up_exps.type)};
-    const ExpertMat D{&L.down_exps, dim, &kernel_entry(L.down_exps.type)};
+    const ExpertMat G{&gm, ef, &entry_of(gm)};
+    const ExpertMat U{&L.up_exps, ef, &entry_of(L.up_exps)};
+    const ExpertMat D{&L.down_exps, dim, &entry_of(L.down_exps)};
     for (const ExpertMat *m : {&G, &U, &D})
         for (int nt = 1; nt <= MAX_NT; ++nt)
             if (!m->k->rows[nt].fn) throw std::invalid_argument("moe: no row kernel for an expert matrix's format");
@@ -288,16 +288,17 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out, const float *
     for (int e = 0; e < E; ++e) {
         const int cnt = ecount_[(size_t)e];
         const int glu_gemm = (int)glu_gemm_tokens(*G.k, *U.k, cnt), down_gemm = (int)gemm_tokens(*D.k, cnt);  // (as glu_rows)
-        if (glu_gemm) { if (!ungated) count_call(G.m->type, 0, isa, ef); count_call(U.m->type, 0, isa, ef); }
-        if (down_gemm) count_call(D.m->type, 0, isa, dim);
+        const int cg = count_id(G.m->type, *G.k), cu = count_id(U.m->type, *U.k), cdn = count_id(D.m->type, *D.k);
+        if (glu_gemm) { if (!ungated) count_call(cg, 0, isa, ef); count_call(cu, 0, isa, ef); }
+        if (down_gemm) count_call(cdn, 0, isa, dim);
         for (int t0c = glu_gemm, ntc; t0c < cnt; t0c += ntc) {  // (as glu_rows)
             ntc = glu_window(*G.k, *U.k, cnt - t0c);
-            if (!ungated) count_call(G.m->type, ntc, isa, ef);
-            count_call(U.m->type, ntc, isa, ef);
+            if (!ungated) count_call(cg, ntc, isa, ef);
+            count_call(cu, ntc, isa, ef);
         }
         for (int t0c = down_gemm, ntc; t0c < cnt; t0c += ntc) {  // (as the down items)
             ntc = next_window(*D.k, cnt - t0c);
-            count_call(D.m->type, ntc, isa, dim);
+            count_call(cdn, ntc, isa, dim);
         }
         if (ecount_[(size_t)e] > 0 && !ungated) count_glu(kind, glu.isa, ef, (int64_t)ecount_[(size_t)e] * ef);
     }

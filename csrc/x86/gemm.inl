@@ -60,6 +60,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../kernels.h"
@@ -686,11 +687,92 @@ LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT
     }
 }
 
+#if defined(__AVX512F__)
+// Q4_K's R8 layout (csrc/repack.h; its windows: csrc/x86/avx512/kq_r8.cpp): the same codes and
+// metadata as GQ4K's, so the same microkernels and the same results (I8). A tile's whole groups
+// of 8 rows take each chunk's 8 code dwords of the 8 rows as an 8 x 8 dword transpose; rows of a
+// group the tile cuts, one row at a time (a gather per chunk).
+struct GQ4K_R8 : GQ4K {
+    static constexpr bool R8 = true;
+};
+// Row j's scales, mins, d and dmin from an R8 group's super-block o
+LB_GK_INLINE void r8_meta(const uint8_t *o, int j, RowSB &m) {
+    uint8_t q[12];
+    std::memcpy(q, o + 32 + 4 * j, 4);
+    std::memcpy(q + 4, o + 64 + 4 * j, 4);
+    std::memcpy(q + 8, o + 96 + 4 * j, 4);
+    scales_mins_k4(q, m);
+    m.C = 0;
+    m.d = f16(o + 2 * j), m.dmin = f16(o + 16 + 2 * j);
+}
+LB_GK_INLINE void r8_codes(__m256i q, uint8_t *u) {
+    const __m256i k0F = _mm256_set1_epi8(0x0F);
+    _mm256_storeu_si256((__m256i *)u, _mm256_and_si256(q, k0F));
+    _mm256_storeu_si256((__m256i *)(u + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), k0F));
+}
+__attribute__((noinline)) void decode_tile_r8(const RowArgs &a, int64_t rb, int64_t re, int64_t nb, uint8_t *codes,
+                                              RowSB *meta) {
+    const size_t ucodes = (size_t)nb * QK;  // codes per row in the tile
+    for (int64_t r = rb; r < re;) {
+        const int j0 = (int)(r % 8);
+        const uint8_t *base = a.w + (size_t)(r - j0) * a.w_stride;
+        if (j0 == 0 && r + 8 <= re) {  // rows r .. r + 7: one whole group
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *o = base + (size_t)b * 1152;
+                prefetch_ahead(o, 1152);
+                for (int j = 0; j < 8; ++j) r8_meta(o, j, meta[(size_t)(r - rb + j) * (size_t)nb + (size_t)b]);
+                for (int c = 0; c < 4; ++c) {
+                    const uint8_t *q = o + 128 + 256 * c;
+                    const auto v = [&](int k) { return _mm256_loadu_si256((const __m256i *)(q + 32 * k)); };
+                    const __m256i t0 = _mm256_unpacklo_epi32(v(0), v(1)), t1 = _mm256_unpackhi_epi32(v(0), v(1));
+                    const __m256i t2 = _mm256_unpacklo_epi32(v(2), v(3)), t3 = _mm256_unpackhi_epi32(v(2), v(3));
+                    const __m256i t4 = _mm256_unpacklo_epi32(v(4), v(5)), t5 = _mm256_unpackhi_epi32(v(4), v(5));
+                    const __m256i t6 = _mm256_unpacklo_epi32(v(6), v(7)), t7 = _mm256_unpackhi_epi32(v(6), v(7));
+                    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+                    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+                    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+                    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+                    uint8_t *u = codes + (size_t)(r - rb) * ucodes + (size_t)b * QK + 64 * (size_t)c;
+                    r8_codes(_mm256_permute2x128_si256(u0, u4, 0x20), u);
+                    r8_codes(_mm256_permute2x128_si256(u1, u5, 0x20), u + ucodes);
+                    r8_codes(_mm256_permute2x128_si256(u2, u6, 0x20), u + 2 * ucodes);
+                    r8_codes(_mm256_permute2x128_si256(u3, u7, 0x20), u + 3 * ucodes);
+                    r8_codes(_mm256_permute2x128_si256(u0, u4, 0x31), u + 4 * ucodes);
+                    r8_codes(_mm256_permute2x128_si256(u1, u5, 0x31), u + 5 * ucodes);
+                    r8_codes(_mm256_permute2x128_si256(u2, u6, 0x31), u + 6 * ucodes);
+                    r8_codes(_mm256_permute2x128_si256(u3, u7, 0x31), u + 7 * ucodes);
+                }
+            }
+            r += 8;
+        } else {  // row r alone: dword k of chunk c at 128 + 256 c + 32 k + 4 j0
+            const __m256i idx = _mm256_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224);
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *o = base + (size_t)b * 1152;
+                r8_meta(o, j0, meta[(size_t)(r - rb) * (size_t)nb + (size_t)b]);
+                for (int c = 0; c < 4; ++c)
+                    r8_codes(_mm256_i32gather_epi32((const int *)(o + 128 + 256 * c + 4 * j0), idx, 1),
+                             codes + (size_t)(r - rb) * ucodes + (size_t)b * QK + 64 * (size_t)c);
+            }
+            r += 1;
+        }
+    }
+}
+template <class D, class = void>
+struct IsR8 : std::false_type {};
+template <class D>
+struct IsR8<D, std::void_t<decltype(D::R8)>> : std::true_type {};
+#else
+template <class D>
+struct IsR8 : std::false_type {};
+inline void decode_tile_r8(const RowArgs &, int64_t, int64_t, int64_t, uint8_t *, RowSB *) {}
+#endif
+
 // Rows [rb, re) decoded into the tile's codes and metadata (not inlined: the decoders' small
 // scale arrays live on the stack, and this is once per row and call, not per token).
 template <class D, size_t BYTES>
 __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t re, int64_t nb, uint8_t *codes,
                                            RowSB *meta) {
+    if constexpr (IsR8<D>::value) return decode_tile_r8(a, rb, re, nb, codes, meta);
     for (int64_t r = rb; r < re; ++r) {
         const uint8_t *w = a.w + (size_t)r * a.w_stride;
         uint8_t *u = codes + (size_t)(r - rb) * (size_t)nb * QK;
@@ -1267,6 +1349,13 @@ void register_gemm(KernelTable &t) {
         e.gemm_lanes = LANES, e.gemm_tail = tail;
     };
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
+#if defined(__AVX512F__)
+    // Q4_K's R8 layout (its windows: register_kq_r8, 1.6-1.8x the row-major windows): its GEMM
+    // from 16 tokens (Zen 4, `bench kernels --formats Q4_K_R8 --stat min --cpu 1`, windows / gemm:
+    // n = 2048 0.88, 0.96, 1.01, 1.05, 1.23 at 12..16; n = 4096 0.78, 0.94, 1.03 at 12, 14, 16);
+    // LOWBIT_KQ_GEMM_MIN_NT sets it with Q4_K's
+    set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 16);
+#endif
     set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS),
         g && *g ? min_nt : kQ5kGemmMinNt);
     set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS),

@@ -41,7 +41,7 @@ from .formats import formats as all_formats
 from .formats import get as get_format
 from . import plot
 from ._native import lib
-from .kernels import quantize, split_tensor
+from .kernels import quantize, repacked_layouts, split_tensor
 
 DEFAULT_FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                    "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "IQ1_S",
@@ -49,14 +49,19 @@ DEFAULT_FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K
 DISTINCT_ROWS = 256
 
 
-def _windows_name(f: Format, nt: int) -> str:
+# lib's id of the kernels of Q4_K's R8 layout (csrc/kernels.h kQ4kR8Id): `--formats Q4_K_R8`
+R8_KERNEL_ID = 1002
+
+
+def _windows_name(f: Format, nt: int, kid: int | None = None) -> str:
     """The kernels of a chunk of nt > 8 tokens that no GEMM takes, as matmul cuts it
-    (kernels.h next_window): 16 tokens at a time through the wide window while 16 remain."""
-    wide, parts, left = lib.wide_kernel(f.id), [], nt
+    (kernels.h next_window): 16 tokens at a time through the wide window while 16 remain.
+    kid: the kernels' id when not the format's (R8_KERNEL_ID)."""
+    wide, parts, left = (lib.wide_kernel(f.id) if kid in (None, f.id) else None), [], nt
     while wide is not None and left >= 16:
         parts.append(wide[0])
         left -= 16
-    parts += [lib.kernel(f.id, 8)[0]] * (-(-left // 8))
+    parts += [lib.kernel(f.id if kid is None else kid, 8)[0]] * (-(-left // 8))
     return " + ".join(f"{k} x{parts.count(k)}" for k in dict.fromkeys(parts))
 
 
@@ -99,8 +104,15 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
         print(f"{'format':<8} {'nt':>2}  {'lowbit kernel':<28} {'lowbit us/row/tok':>17} "
               f"{'ggml us/row/tok':>15} {'ggml/lowbit':>11} {'lowbit GB/s':>11}", file=out)
     for name in formats:
-        f = get_format(name)
+        # Q4_K_R8: Q4_K's rows in the layout the engine repacks them to at load (csrc/repack.h),
+        # its kernels; ggml's vec_dot on the same rows as the file has them
+        r8 = name.upper() == "Q4_K_R8"
+        f = get_format("Q4_K" if r8 else name)
+        kid = R8_KERNEL_ID if r8 else f.id
+        label = "Q4_K_R8" if r8 else f.name
         rows = nrows or max(64, int(mb * 2**20) // f.row_bytes(n))
+        if r8:
+            rows = -(-rows // 8) * 8
         raw = _weights(f, n, rows, rng, ggml)
         w_scale = 0.5
         ggml_ok = f.name != "I2_S"
@@ -110,25 +122,25 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
         for nt in nts:
             x = rng.standard_normal((nt, n)).astype(np.float32)
             act = x.view(np.uint8).reshape(nt, -1) if f.act == "F32" else lib.quantize_act(BY_NAME[f.act].id, x)
-            gemm = lib.gemm_kernel(f.id) if nt > 8 else None
+            gemm = lib.gemm_kernel(kid) if nt > 8 else None
             t_win = t_gemm = None
             if nt <= 8 and stat == "min":  # interleaved single runs, each side's fastest
                 gact = ggml.from_float(gtype, x) if ggml_ok else None
-                ts = [(lib.bench_rows(f.id, raw, act, n, w_scale, threads, 1, -1),
+                ts = [(lib.bench_rows(f.id, raw, act, n, w_scale, threads, 1, -1, r8),
                        lib.bench_vec_dot(addr, raw, gact, n, threads, 1) if ggml_ok else None) for _ in range(reps)]
                 t_ours = min(t[0] for t in ts)
                 t_ggml_min = min(t[1] for t in ts) if ggml_ok else None
-                kname = lib.kernel(f.id, nt)[0]
+                kname = lib.kernel(kid, nt)[0]
             elif nt <= 8:
-                t_ours = lib.bench_rows(f.id, raw, act, n, w_scale, threads, reps, -1)
-                kname = lib.kernel(f.id, nt)[0]
+                t_ours = lib.bench_rows(f.id, raw, act, n, w_scale, threads, reps, -1, r8)
+                kname = lib.kernel(kid, nt)[0]
             else:  # matmul's path, and both of its paths forced when the format has a GEMM
-                t_ours = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 0)
+                t_ours = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 0, r8)
                 on = gemm is not None and gemm[2] > 0 and nt >= gemm[2]
-                kname = gemm[0] if on else _windows_name(f, nt)
+                kname = gemm[0] if on else _windows_name(f, nt, kid)
                 if gemm is not None:
-                    t_win = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 1)
-                    t_gemm = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 2)
+                    t_win = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 1, r8)
+                    t_gemm = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 2, r8)
             t_ggml = None
             if nt <= 8 and stat == "min":
                 t_ggml = t_ggml_min
@@ -136,7 +148,7 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
                 gact = ggml.from_float(gtype, x)
                 t_ggml = lib.bench_vec_dot(addr, raw, gact, n, threads, reps)
             per = lambda t: t / (rows * nt) * 1e6  # noqa: E731
-            r = dict(format=f.name, nt=nt, kernel=kname, rows=rows, n=n, threads=threads,
+            r = dict(format=label, nt=nt, kernel=kname, rows=rows, n=n, threads=threads,
                      lowbit_us_per_row_token=per(t_ours),
                      ggml_us_per_row_token=per(t_ggml) if t_ggml else None,
                      ratio=(t_ggml / t_ours) if t_ggml else None,
@@ -151,7 +163,7 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
                 if t_gemm is not None:
                     extra = (f"   windows {r['windows_us_per_row_token']:.4f} gemm {r['gemm_us_per_row_token']:.4f}"
                              f" windows/gemm {r['windows_over_gemm']:.2f}")
-                print(f"{f.name:<8} {nt:>2}  {kname:<28} {r['lowbit_us_per_row_token']:17.4f} {g} {ratio} "
+                print(f"{label:<8} {nt:>2}  {kname:<28} {r['lowbit_us_per_row_token']:17.4f} {g} {ratio} "
                       f"{r['lowbit_gbps']:11.1f}{extra}", file=out, flush=True)
     return _finish(results, out, as_json)
 
@@ -750,7 +762,17 @@ def _pin_and_formats(a) -> list[str]:
         os.sched_setaffinity(0, {a.cpu})
     if a.n <= 0 or a.n % 256:
         raise ValueError("--n must be a positive multiple of 256")
-    return [get_format(s.strip()).name for s in a.formats.split(",") if s.strip()]
+    names = []
+    for s in a.formats.split(","):
+        if not s.strip():
+            continue
+        if s.strip().upper() == "Q4_K_R8":  # Q4_K's repacked layout (bench_kernels)
+            if "Q4_K" not in repacked_layouts():
+                raise ValueError("Q4_K_R8: this level has no kernels for Q4_K's R8 layout (avx512 has)")
+            names.append("Q4_K_R8")
+        else:
+            names.append(get_format(s.strip()).name)
+    return names
 
 
 def add_parser(sub) -> None:

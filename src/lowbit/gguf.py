@@ -107,6 +107,29 @@ class GGUFFile:
         self.memory = "mmap"  # where the bytes live: gguf.open's memory argument
         self.locked = False   # pinned by mlock
 
+    def drop_pages(self, ranges) -> int:
+        """Give back the resident pages of byte ranges [(address, bytes), ...] of this file's map
+        that nothing reads any more (matrices the engine repacked into its own copy): with
+        memory "mmap" only (a map of the file reads them again from it if they are ever touched;
+        the copies of "copy" / "hugepages" would read back as zeros) and not under mlock.
+        Returns the bytes given back."""
+        if self.memory != "mmap" or self.locked or self._mm is None or not ranges or not hasattr(mmap, "MADV_DONTNEED"):
+            return 0
+        base = int(np.frombuffer(self._mm, dtype=np.uint8).ctypes.data)
+        size, page, done = len(self._mm), mmap.PAGESIZE, 0
+        for addr, nbytes in ranges:
+            off = int(addr) - base
+            if off < 0 or off + int(nbytes) > size:
+                continue  # not in this file's map
+            start, end = -(-off // page) * page, (off + int(nbytes)) // page * page
+            if end > start:
+                try:
+                    self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+                    done += end - start
+                except OSError:
+                    pass
+        return done
+
     def close(self) -> None:
         """Drop this file's references to the mapping (views handed out keep it alive)."""
         self.tensors = {}

@@ -132,10 +132,12 @@ def dequantize(fmt, raw, n: int | None = None, w_scale: float | None = None) -> 
 
 def matmul_act(fmt, raw, act, n: int | None = None, *, out: np.ndarray | None = None,
                r0: int = 0, r1: int | None = None, threads: int | None = None,
-               w_scale: float | None = None) -> np.ndarray:
+               w_scale: float | None = None, repacked: bool = False) -> np.ndarray:
     """out[t, r] = W[r] . act[t] for rows [r0, r1), act already quantized (uint8[nt, act_row_bytes]).
 
-    Rows outside [r0, r1) of ``out`` are left as they were.
+    Rows outside [r0, r1) of ``out`` are left as they were. repacked: run the rows (Q4_K, a
+    multiple of 8 of them) in the layout the engine repacks them to at load (csrc/repack.h),
+    by that layout's kernels (ValueError where this level has none: repacked_layouts()).
     """
     f = get_format(fmt)
     raw, n = _weights(f, raw, n)
@@ -155,8 +157,16 @@ def matmul_act(fmt, raw, act, n: int | None = None, *, out: np.ndarray | None = 
         out = np.zeros((nt, rows), dtype=np.float32)
     elif out.dtype != np.float32 or out.shape != (nt, rows) or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous float32 array of shape {(nt, rows)}")
-    lib.matmul_act(f.id, raw, act, int(n), _w_scale(f, w_scale), out, int(r0), int(r1), _threads(threads))
+    lib.matmul_act(f.id, raw, act, int(n), _w_scale(f, w_scale), out, int(r0), int(r1), _threads(threads),
+                   repacked=bool(repacked))
     return out
+
+
+def repacked_layouts() -> list[str]:
+    """The formats whose matrices the engine repacks at load at this level (csrc/repack.h):
+    ["Q4_K"] where the selected level has kernels for Q4_K's R8 layout, else []. The engine's
+    LOWBIT_NO_REPACK=1 keeps every matrix as the file has it."""
+    return ["Q4_K"] if lib.has_repacked(BY_NAME["Q4_K"].id) else []
 
 
 def matmul(fmt, raw, x=None, *, threads: int | None = None, w_scale: float | None = None) -> np.ndarray:

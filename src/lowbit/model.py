@@ -1305,6 +1305,9 @@ class Model:
         # computes; pays off when the file is not in the page cache. Never changes results.
         self.engine.set_lookahead(bool(lookahead) and c.n_expert > 0)
         self._bind_weights()
+        # matrices the engine repacked at load into its own copy (lowbit.kernels.repacked_layouts):
+        # their pages of the file's map are not read again, so the process gives them back
+        self.file.drop_pages(self.engine.repacked_sources())
         self._init_slots()
 
     def _init_slots(self) -> None:

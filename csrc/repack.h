@@ -1,0 +1,32 @@
+// Load-time repacked weight layouts: the same bytes as a GGUF tensor's rows, reordered so that
+// a kernel reads several rows' values side by side. Built by the engine at load (Engine::set_mat)
+// for the level whose kernels read them (kernels.h: KernelTable::q4k_r8), never stored in a file.
+//
+// Q4_K, 8 rows at a time ("R8"). Rows 8g .. 8g+7 of a matrix (rows a multiple of 8) occupy the
+// same 8 * stride bytes as before, as nb = n / 256 groups of 1152 bytes (8 rows x 144), group b
+// holding super-block b of each of the 8 rows j:
+//   [0, 16)      fp16 d of rows 0..7                 [16, 32)   fp16 dmin of rows 0..7
+//   [32, 64)     scale bytes 0..3 of rows 0..7 (4 bytes per row, row j at 4j)
+//   [64, 96)     scale bytes 4..7 of rows 0..7       [96, 128)  scale bytes 8..11 of rows 0..7
+//   [128, 1152)  for chunk c = 0..3, dword k = 0..7: qs[32c + 4k .. 32c + 4k + 3] of rows 0..7
+//                (32 bytes at 128 + (8c + k) * 32, row j at 4j)
+// So one 32-byte load is dword k of a chunk for 8 rows: its low nibbles are weights
+// 64c + 4k .. +3 (sub-block 2c) and its high nibbles weights 64c + 32 + 4k .. +3 (sub-block
+// 2c + 1), one int32 lane per row, the operand a dot product against one broadcast activation
+// dword needs (csrc/x86/avx512/kq_r8.cpp). Nothing is added or dropped: the memory is the same.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace lowbit {
+
+constexpr int kR8Rows = 8;
+constexpr size_t kR8Group = 8 * 144;  // bytes of one super-block of 8 rows
+
+// rows [0, rows) of a Q4_K matrix (row r at w + r * stride, stride = n / 256 * 144), rows a
+// multiple of 8, into out (the same size; not overlapping w).
+void repack_q4_k_r8(const uint8_t *w, size_t stride, int64_t rows, int64_t n, uint8_t *out);
+// Row r of an R8 matrix (at r8, row stride `stride`) back into Q4_K's 144-byte super-blocks.
+void unpack_q4_k_r8_row(const uint8_t *r8, size_t stride, int64_t r, int64_t n, uint8_t *row);
+
+}  // namespace lowbit

@@ -1,0 +1,202 @@
+// Q4_K x Q8_K row kernels on Q4_K's R8 layout (csrc/repack.h: 8 rows' super-blocks interleaved
+// by code dword), at the avx512 level (256-bit vectors: AVX512-VNNI with VL). The contract is
+// csrc/kernels.h's on the repacked bytes: out[t * out_stride + r] for r in [r0, r1), t < nt, any
+// range (a group of 8 rows cut by the range is computed whole and only its rows in it stored).
+//
+// Lanes are ROWS: lane j of every vector belongs to row 8g + j of the group. One 32-byte load is
+// code dword k of chunk c for the 8 rows; its low nibbles (sub-block 2c) and high nibbles
+// (sub-block 2c + 1) each go into one vpdpbusd against that token's activation dword k of the
+// sub-block, broadcast from memory to every lane. So a row's sub-block sum is complete in its
+// lane after 8 of them: no horizontal sums, no per-row shuffles of codes or scales, and every
+// code vector serves every token of the pass. (The row-major kernels, csrc/x86/kquants.inl,
+// spend per row and super-block the codes' shuffles, a madd with the scale per chunk and a
+// horizontal reduction; on Zen 4 one token here runs ~1.9x their speed, BENCHMARKS.md.)
+//
+// Arithmetic, per (row, token, super-block): the exact integers of csrc/x86/kquants.inl's
+// header, I = sum_s sc[s] * isum[s] (isum: the sub-block's sum of u * q_a, u = 0..15; int32
+// products sc * isum <= 63 * 60960) and M = sum_s mn[s] * (bsums[2s] + bsums[2s+1]) (int16
+// pairs: |bsums pair| <= 4064, dpwssd exact), then its two float steps in super-block order,
+//   acc = fma(d_a * d, (float)I, acc);  acc = fnmadd(d_a * dmin, (float)M, acc)
+// lane-wise: the same operations on the same values as the Q4_K entry's kernels and GEMM, so
+// each (row, token) result is bitwise theirs (I2, I3, I8; tests/test_repack.py).
+//
+// Tokens go 4 at a time (NT <= 4: 4 accumulators, 4 sums, 8 sub-block sums in flight); a window
+// of 5..8 runs a second pass of the group while its rows are still in L1.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "../../kernels.h"
+#include "../../repack.h"
+#include "../prefetch.h"
+
+namespace lowbit {
+namespace avx512 {
+namespace {
+
+#define LB_R8_INLINE inline __attribute__((always_inline))
+
+constexpr int QBLK = 292, QOFF_QS = 4, QOFF_BS = 260;  // block_q8_K: float d, qs[256], bsums[16]
+static_assert(sizeof(block_q8_K) == QBLK, "q8_K layout");
+
+LB_R8_INLINE int32_t ld32(const uint8_t *p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// pshufb controls (per 128-bit lane, so both lanes alike): byte B of each dword zero-extended
+// to int32; bytes 2P, 2P + 1 of each dword zero-extended to two int16
+struct alignas(32) Ctl { uint8_t b[32]; };
+constexpr Ctl byte_ctl(int B) {
+    Ctl c{};
+    for (int i = 0; i < 32; ++i) c.b[i] = (i % 4 == 0) ? (uint8_t)((i % 16) + B) : 0x80;
+    return c;
+}
+constexpr Ctl pair_ctl(int P) {
+    Ctl c{};
+    for (int i = 0; i < 32; ++i) c.b[i] = (i % 2 == 0) ? (uint8_t)((i % 16) / 4 * 4 + 2 * P + (i % 4) / 2) : 0x80;
+    return c;
+}
+constexpr Ctl kByte[4] = {byte_ctl(0), byte_ctl(1), byte_ctl(2), byte_ctl(3)};
+constexpr Ctl kPair[2] = {pair_ctl(0), pair_ctl(1)};
+LB_R8_INLINE __m256i ctl(const Ctl &c) { return _mm256_load_si256((const __m256i *)c.b); }
+
+// Rows 8g .. 8g+7 against tokens y[0..NT): res[t] lane j = the result of row 8g + j.
+template <int NT>
+LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, const uint8_t *const *y, __m256 (&res)[NT]) {
+    const int64_t nb = a.n / QK_K;
+    const uint8_t *base = a.w + (size_t)g * kR8Rows * a.w_stride;
+    const __m256i m0F = _mm256_set1_epi8(0x0F);
+    __m256 acc[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *o = base + (size_t)b * kR8Group;
+        prefetch_ahead(o, kR8Group);
+        // scale / min bytes of the 8 rows: sc 0..3, mn 0..3 (6 bits), then sc 4..7, mn 4..7
+        // (low 4 bits in bytes 8..11, high 2 bits in the top of bytes 0..7): lane j, byte s
+        const __m256i s0 = _mm256_loadu_si256((const __m256i *)(o + 32)), s1 = _mm256_loadu_si256((const __m256i *)(o + 64)),
+                      s2 = _mm256_loadu_si256((const __m256i *)(o + 96));
+        const __m256i m3F = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
+        const __m256i sclo = _mm256_and_si256(s0, m3F);
+        const __m256i schi = _mm256_or_si256(_mm256_and_si256(s2, m0F), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
+        __m256i I[NT];
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) I[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+            __m256i e[NT], od[NT];  // sub-blocks 2c, 2c + 1
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; ++t) e[t] = od[t] = _mm256_setzero_si256();
+            const size_t qa = (size_t)b * QBLK + QOFF_QS + 64 * (size_t)c;
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(o + 128 + (8 * c + k) * 32));
+                const __m256i lo = _mm256_and_si256(x, m0F), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0F);
+#pragma GCC unroll 8
+                for (int t = 0; t < NT; ++t) {
+                    e[t] = _mm256_dpbusd_epi32(e[t], lo, _mm256_set1_epi32(ld32(y[t] + qa + 4 * k)));
+                    od[t] = _mm256_dpbusd_epi32(od[t], hi, _mm256_set1_epi32(ld32(y[t] + qa + 32 + 4 * k)));
+                }
+            }
+            const __m256i sv = c < 2 ? sclo : schi;
+            const __m256i se = _mm256_shuffle_epi8(sv, ctl(kByte[(2 * c) % 4])), so = _mm256_shuffle_epi8(sv, ctl(kByte[(2 * c + 1) % 4]));
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; ++t)
+                I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_mullo_epi32(se, e[t]), _mm256_mullo_epi32(so, od[t])));
+        }
+        // M: mins as int16 pairs (mn 2p, 2p + 1) against the token's bsums pairs
+        const __m256i mnlo = _mm256_and_si256(s1, m3F);
+        const __m256i mnhi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), m0F), _mm256_and_si256(_mm256_srli_epi16(s1, 2), m30));
+        const __m256i A0 = _mm256_shuffle_epi8(mnlo, ctl(kPair[0])), A1 = _mm256_shuffle_epi8(mnlo, ctl(kPair[1]));
+        const __m256i A2 = _mm256_shuffle_epi8(mnhi, ctl(kPair[0])), A3 = _mm256_shuffle_epi8(mnhi, ctl(kPair[1]));
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)o));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16)));
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+            const uint8_t *yb = y[t] + (size_t)b * QBLK;
+            // bsums pairs: int16 bs[s] = bsums[2s] + bsums[2s + 1], dword p = (bs[2p], bs[2p + 1])
+            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(yb + QOFF_BS)),
+                                              _mm_loadu_si128((const __m128i *)(yb + QOFF_BS + 16)));
+            __m256i M = _mm256_dpwssd_epi32(_mm256_setzero_si256(), A0, _mm256_broadcastd_epi32(bs));
+            M = _mm256_dpwssd_epi32(M, A1, _mm256_broadcastd_epi32(_mm_srli_si128(bs, 4)));
+            M = _mm256_dpwssd_epi32(M, A2, _mm256_broadcastd_epi32(_mm_srli_si128(bs, 8)));
+            M = _mm256_dpwssd_epi32(M, A3, _mm256_broadcastd_epi32(_mm_srli_si128(bs, 12)));
+            float da;
+            std::memcpy(&da, yb, 4);
+            const __m256 vda = _mm256_set1_ps(da);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(vda, d), _mm256_cvtepi32_ps(I[t]), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(vda, dm), _mm256_cvtepi32_ps(M), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) res[t] = acc[t];
+}
+
+// Results of tokens t0 .. t0 + NT - 1 for group g into rows [lo, hi) of the output
+template <int NT>
+LB_R8_INLINE void store_group(const RowArgs &a, int64_t g, int t0, int64_t lo, int64_t hi, const __m256 (&res)[NT]) {
+    const int64_t r = g * kR8Rows;
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+        float *o = a.out + (size_t)(t0 + t) * a.out_stride;
+        if (lo == r && hi == r + kR8Rows) {
+            _mm256_storeu_ps(o + r, res[t]);
+        } else {
+            alignas(32) float tmp[kR8Rows];
+            _mm256_store_ps(tmp, res[t]);
+            for (int64_t i = lo; i < hi; ++i) o[i] = tmp[i - r];
+        }
+    }
+}
+
+// Tokens in a pass of N1 (<= 4), then one of N2 (0..4) on each group while its rows are in L1.
+template <int N1, int N2>
+__attribute__((noinline)) void rows_passes(const RowArgs &a, int64_t r0, int64_t r1) {
+    const uint8_t *y[8];
+    for (int t = 0; t < N1 + N2; ++t) y[t] = a.act + (size_t)t * a.act_stride;
+    for (int64_t g = r0 / kR8Rows; g * kR8Rows < r1; ++g) {
+        const int64_t lo = std::max(r0, g * kR8Rows), hi = std::min(r1, (g + 1) * kR8Rows);
+        {
+            __m256 res[N1];
+            group_rows<N1>(a, g, y, res);
+            store_group<N1>(a, g, 0, lo, hi, res);
+        }
+        if constexpr (N2 > 0) {
+            __m256 res[N2];
+            group_rows<N2>(a, g, y + N1, res);
+            store_group<N2>(a, g, N1, lo, hi, res);
+        }
+    }
+}
+
+void rows_q4_k_r8(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+    if (r1 <= r0) return;
+    switch (nt) {
+        case 1: return rows_passes<1, 0>(a, r0, r1);
+        case 2: return rows_passes<2, 0>(a, r0, r1);
+        case 3: return rows_passes<3, 0>(a, r0, r1);
+        case 4: return rows_passes<4, 0>(a, r0, r1);
+        case 5: return rows_passes<4, 1>(a, r0, r1);
+        case 6: return rows_passes<4, 2>(a, r0, r1);
+        case 7: return rows_passes<4, 3>(a, r0, r1);
+        case 8: return rows_passes<4, 4>(a, r0, r1);
+        default: return;
+    }
+}
+
+}  // namespace
+
+// The R8 entry's windows (its GEMM: register_gemm, csrc/x86/gemm.inl), counted under kQ4kR8Id;
+// its activations are Q8_K as Q4_K's.
+void register_kq_r8(KernelTable &t) {
+    KernelEntry &e = t.q4k_r8;
+    t.set_rows_all(kQ4kR8Id, rows_q4_k_r8, "rows_q4_k_r8_q8_k_avx512", ISA_AVX512);
+    e.count_id = kQ4kR8Id;
+}
+
+}  // namespace avx512
+}  // namespace lowbit

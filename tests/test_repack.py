@@ -1,0 +1,134 @@
+"""Q4_K's R8 layout (csrc/repack.h): the engine repacks Q4_K matrices at load where the selected
+level has kernels for it (avx512: csrc/x86/avx512/kq_r8.cpp, and the GEMM's decode in
+csrc/x86/gemm.inl). Every (row, token) result must be bitwise the Q4_K entry's on the rows as the
+file has them (I2, I3, I8): the kernels on any row range and thread count, every window and the
+GEMM (with and without a tail), and whole models (dense and MoE, prompt chunks and decode steps)
+with and without LOWBIT_NO_REPACK=1. Skipped where the CPU lacks avx512f + avx512vnni + avx512vl."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lowbit import kernels
+from lowbit._native import lib
+from lowbit.synth import synth_dense, synth_moe
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+R8 = "Q4_K" in kernels.repacked_layouts()
+needs_r8 = pytest.mark.skipif(not R8, reason="Q4_K's R8 kernels need avx512f + avx512vl + avx512vnni "
+                              "(or LOWBIT_NO_REPACK / LOWBIT_MAX_ISA below avx512 is set)")
+
+
+def q4k_rows(rng, rows, n, scale=1.0):
+    w = (rng.standard_normal((rows, n)) * scale).astype(np.float32)
+    rb = n // 256 * 144
+    return np.ascontiguousarray(kernels.quantize("Q4_K", w)[: rows * rb]).reshape(rows, rb)
+
+
+def test_repack_is_a_permutation_of_the_bytes():
+    rng = np.random.default_rng(0)
+    for n, rows in ((256, 8), (768, 24), (2048, 16)):
+        raw = q4k_rows(rng, rows, n)
+        r8 = lib.repack_q4_k_r8(raw, n)
+        assert r8.shape == raw.shape
+        assert np.array_equal(np.sort(r8.reshape(-1)), np.sort(raw.reshape(-1)))  # same bytes, moved
+        assert not np.array_equal(r8, raw)
+        assert np.array_equal(lib.unpack_q4_k_r8(r8, n), raw)
+        # super-block 0 of rows 0..7: d of row j at 2j, its first code dword at 128 + 4j
+        flat = r8.reshape(-1)
+        for j in range(8):
+            assert bytes(flat[2 * j:2 * j + 2]) == bytes(raw[j, 0:2])
+            assert bytes(flat[128 + 4 * j:132 + 4 * j]) == bytes(raw[j, 16:20])
+    with pytest.raises(ValueError, match="multiple of 8 rows"):
+        lib.repack_q4_k_r8(q4k_rows(rng, 12, 256), 256)
+
+
+@needs_r8
+@pytest.mark.parametrize("n", [256, 768, 2048])
+def test_r8_kernels_bitwise_the_q4_k_entry(n):
+    rng = np.random.default_rng(n)
+    bad = []
+    for rows in (8, 40, 264):
+        raw = q4k_rows(rng, rows, n, scale=2.0)
+        for nt in (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 20, 33, 40):
+            # activations at full scale (codes +-127) and small ones, a worst case of the integer sums
+            x = (rng.standard_normal((nt, n)) * (100.0 if nt % 2 else 0.01)).astype(np.float32)
+            act = kernels.quantize_act("Q8_K", x)
+            for r0, r1 in ((0, rows), (3, rows - 5), (rows // 2, rows), (1, 2)):
+                if r1 <= r0:
+                    continue
+                for threads in (1, 2):
+                    want = kernels.matmul_act("Q4_K", raw, act, n, r0=r0, r1=r1, threads=threads)
+                    got = kernels.matmul_act("Q4_K", raw, act, n, r0=r0, r1=r1, threads=threads, repacked=True)
+                    if not np.array_equal(got, want):
+                        t, r = np.argwhere(got != want)[0]
+                        bad.append(f"rows {rows} nt {nt} [{r0}, {r1}) threads {threads}: first at token {t} "
+                                   f"row {r}: {got[t, r]!r} vs {want[t, r]!r}")
+    assert not bad, "\n".join(bad[:10])
+
+
+@needs_r8
+def test_r8_kernel_names_and_gemm():
+    assert lib.kernel(1002, 1)[0] == "rows_q4_k_r8_q8_k_avx512"
+    assert lib.gemm_kernel(1002)[0] == "gemm_q4_k_r8_q8_k_avx512"
+
+
+def test_repacked_needs_q4_k_and_rows_of_8():
+    rng = np.random.default_rng(1)
+    act = kernels.quantize_act("Q8_K", rng.standard_normal((1, 256)).astype(np.float32))
+    if R8:
+        with pytest.raises(ValueError, match="multiple of 8 rows"):
+            kernels.matmul_act("Q4_K", q4k_rows(rng, 12, 256), act, 256, repacked=True)
+    w8 = np.ascontiguousarray(kernels.quantize("Q8_0", rng.standard_normal((8, 256)).astype(np.float32))).reshape(8, -1)
+    with pytest.raises(ValueError, match="no repacked layout"):
+        kernels.matmul_act("Q8_0", w8, kernels.quantize_act("Q8_0", np.ones((1, 256), np.float32)), 256,
+                           repacked=True)
+
+
+# A model's logits (a prompt chunk, all rows; then 3 decode steps) and the kernels that ran, in a
+# child process (LOWBIT_NO_REPACK is read once per process)
+CHILD = r"""
+import json, sys
+import numpy as np
+import lowbit
+from lowbit import kernels
+m = lowbit.load(sys.argv[1], n_ctx=256, threads=2)
+kernels.reset_stats()
+ids = [int(t) for t in np.random.default_rng(5).integers(10, 500, 40)]
+out = [m.forward(ids, all_logits=True).tolist()]
+for t in (7, 8, 9):
+    out.append(m.forward([t]).tolist())
+ks = sorted({s["kernel"] for s in kernels.stats() if s.get("format") == "Q4_K"})
+print(json.dumps({"logits": out, "kernels": ks}))
+"""
+
+
+def child(path, no_repack):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env.pop("LOWBIT_NO_REPACK", None)
+    if no_repack:
+        env["LOWBIT_NO_REPACK"] = "1"
+    r = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+@needs_r8
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_models_bitwise_with_and_without_repacking(tmp_path, kind):
+    path = tmp_path / f"{kind}.gguf"
+    if kind == "dense":
+        synth_dense(path, layers=2, dim=256, ffn=768, heads=4, kv_heads=2, wtype="Q4_K", head_type="Q4_K",
+                    embd_type="F16", vocab=None, seed=3)
+    else:
+        synth_moe(path, arch="qwen3moe", wtype="Q4_K", expert_type="Q4_K", head_type="Q4_K", embd_type="F16",
+                  top_k=4, seed=4)
+    on, off = child(path, False), child(path, True)
+    assert any("r8" in k for k in on["kernels"]), on["kernels"]
+    assert not any("r8" in k for k in off["kernels"]), off["kernels"]
+    for i, (a, b) in enumerate(zip(on["logits"], off["logits"])):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        assert np.array_equal(a, b), f"call {i}: logits differ at {np.argwhere(a != b)[:3].tolist()}"
