@@ -911,6 +911,7 @@ NB_MODULE(_lowbit, m) {
         }, nb::arg("rows"), nb::arg("out"))
         .def_prop_ro("layer_range", [](const Engine &e) { return nb::make_tuple(e.layer_begin(), e.layer_end()); })
         // The prefix cache: buf (uint8, kv_bytes(n) bytes) <-> KV positions [p0, p0 + n) of a slot.
+        .def("set_repack", &Engine::set_repack, nb::arg("on"))
         .def("repacked_sources", [](const Engine &e) {
             std::vector<std::pair<uintptr_t, size_t>> out;
             for (const auto &[p, n] : e.repacked_sources()) out.emplace_back((uintptr_t)p, n);

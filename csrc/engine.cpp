@@ -301,7 +301,7 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
 // m.k then point to it and its kernels. Nothing else reads a matrix's bytes but its kernels
 // (embeddings, read row by row by dequant, are never repacked).
 void Engine::repack(Mat &m, int64_t block_rows) {
-    const KernelEntry *k = repacked_entry(m.type);
+    const KernelEntry *k = repack_on_ ? repacked_entry(m.type) : nullptr;
     if (!k || m.rows <= 0 || m.rows % kR8Rows || block_rows <= 0 || block_rows % kR8Rows) return;
     const size_t bytes = (size_t)m.rows * m.stride;
     uint8_t *p = static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));

@@ -353,6 +353,9 @@ public:
     // has one (kernels.h repacked_entry; csrc/repack.h): a copy the engine owns, the source's
     // bytes no longer read (repacked_sources lists them; LOWBIT_NO_REPACK=1: none).
     void set_mat(const std::string &name, int layer, const Mat &m);
+    // Whether set_mat repacks at all (default on; lowbit.model turns it off where the copies would
+    // not fit in memory beside the file, or the weights are a hugepage copy)
+    void set_repack(bool on) { repack_on_ = on; }
     // (address, bytes) of every source matrix set_mat repacked: its caller may drop their pages
     const std::vector<std::pair<const uint8_t *, size_t>> &repacked_sources() const { return repacked_src_; }
     void set_vec(const std::string &name, int layer, const float *v, int64_t len);
@@ -642,6 +645,7 @@ private:
     // repacked weight matrices (set_mat), and where their sources were
     std::vector<std::shared_ptr<uint8_t>> repacked_;  // (shared: read-only after load)
     std::vector<std::pair<const uint8_t *, size_t>> repacked_src_;
+    bool repack_on_ = true;
     void repack(Mat &m, int64_t block_rows);
     std::vector<float> qg_, agate_;      // gated attention: attn_q's output [T][n_head][2][hd], the gate [T][qd]
     // Hybrid models: attention layers' index into the KV cache, recurrent layers' into the states

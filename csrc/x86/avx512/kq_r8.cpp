@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "../../kernels.h"
 #include "../../repack.h"
@@ -64,59 +65,60 @@ constexpr Ctl kByte[4] = {byte_ctl(0), byte_ctl(1), byte_ctl(2), byte_ctl(3)};
 constexpr Ctl kPair[2] = {pair_ctl(0), pair_ctl(1)};
 LB_R8_INLINE __m256i ctl(const Ctl &c) { return _mm256_load_si256((const __m256i *)c.b); }
 
+// f(integral_constant<int, t>) for t = 0 .. NT-1: every per-token vector below is an array
+// indexed by such a constant, which the compilers keep in registers (indexed by a loop counter,
+// GCC would place it in memory before unrolling the loop: I7)
+template <class F, int... T>
+LB_R8_INLINE void each_token(F &&f, std::integer_sequence<int, T...>) {
+    (f(std::integral_constant<int, T>{}), ...);
+}
+#define LB_R8_TOKENS(NT, body) each_token([&](auto tc) __attribute__((always_inline)) { constexpr int t = decltype(tc)::value; body; }, std::make_integer_sequence<int, NT>{})
+
 // Rows 8g .. 8g+7 against tokens y[0..NT): res[t] lane j = the result of row 8g + j.
 template <int NT>
-LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, const uint8_t *const *y, __m256 (&res)[NT]) {
+LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[NT]) {
     const int64_t nb = a.n / QK_K;
+    const uint8_t *y[NT];  // the tokens' activation rows
+    LB_R8_TOKENS(NT, y[t] = a.act + (size_t)(t0 + t) * a.act_stride);
     const uint8_t *base = a.w + (size_t)g * kR8Rows * a.w_stride;
     const __m256i m0F = _mm256_set1_epi8(0x0F);
     __m256 acc[NT];
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    LB_R8_TOKENS(NT, acc[t] = _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *o = base + (size_t)b * kR8Group;
         prefetch_ahead(o, kR8Group);
         // scale / min bytes of the 8 rows: sc 0..3, mn 0..3 (6 bits), then sc 4..7, mn 4..7
         // (low 4 bits in bytes 8..11, high 2 bits in the top of bytes 0..7): lane j, byte s
-        const __m256i s0 = _mm256_loadu_si256((const __m256i *)(o + 32)), s1 = _mm256_loadu_si256((const __m256i *)(o + 64)),
-                      s2 = _mm256_loadu_si256((const __m256i *)(o + 96));
+        const __m256i s0 = _mm256_loadu_si256((const __m256i *)(o + 32)), s2 = _mm256_loadu_si256((const __m256i *)(o + 96));
         const __m256i m3F = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
         const __m256i sclo = _mm256_and_si256(s0, m3F);
         const __m256i schi = _mm256_or_si256(_mm256_and_si256(s2, m0F), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
         __m256i I[NT];
-#pragma GCC unroll 8
-        for (int t = 0; t < NT; ++t) I[t] = _mm256_setzero_si256();
-#pragma GCC unroll 4
+        LB_R8_TOKENS(NT, I[t] = _mm256_setzero_si256());
         for (int c = 0; c < 4; ++c) {
             __m256i e[NT], od[NT];  // sub-blocks 2c, 2c + 1
-#pragma GCC unroll 8
-            for (int t = 0; t < NT; ++t) e[t] = od[t] = _mm256_setzero_si256();
+            LB_R8_TOKENS(NT, e[t] = _mm256_setzero_si256(); od[t] = _mm256_setzero_si256());
             const size_t qa = (size_t)b * QBLK + QOFF_QS + 64 * (size_t)c;
-#pragma GCC unroll 8
+            const uint8_t *q = o + 128 + 256 * (size_t)c;
             for (int k = 0; k < 8; ++k) {
-                const __m256i x = _mm256_loadu_si256((const __m256i *)(o + 128 + (8 * c + k) * 32));
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
                 const __m256i lo = _mm256_and_si256(x, m0F), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0F);
-#pragma GCC unroll 8
-                for (int t = 0; t < NT; ++t) {
-                    e[t] = _mm256_dpbusd_epi32(e[t], lo, _mm256_set1_epi32(ld32(y[t] + qa + 4 * k)));
-                    od[t] = _mm256_dpbusd_epi32(od[t], hi, _mm256_set1_epi32(ld32(y[t] + qa + 32 + 4 * k)));
-                }
+                LB_R8_TOKENS(NT, e[t] = _mm256_dpbusd_epi32(e[t], lo, _mm256_set1_epi32(ld32(y[t] + qa + 4 * k)));
+                                 od[t] = _mm256_dpbusd_epi32(od[t], hi, _mm256_set1_epi32(ld32(y[t] + qa + 32 + 4 * k))));
             }
             const __m256i sv = c < 2 ? sclo : schi;
             const __m256i se = _mm256_shuffle_epi8(sv, ctl(kByte[(2 * c) % 4])), so = _mm256_shuffle_epi8(sv, ctl(kByte[(2 * c + 1) % 4]));
-#pragma GCC unroll 8
-            for (int t = 0; t < NT; ++t)
-                I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_mullo_epi32(se, e[t]), _mm256_mullo_epi32(so, od[t])));
+            LB_R8_TOKENS(NT, I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_mullo_epi32(se, e[t]), _mm256_mullo_epi32(so, od[t]))));
         }
         // M: mins as int16 pairs (mn 2p, 2p + 1) against the token's bsums pairs
+        const __m256i s1 = _mm256_loadu_si256((const __m256i *)(o + 64));
         const __m256i mnlo = _mm256_and_si256(s1, m3F);
         const __m256i mnhi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), m0F), _mm256_and_si256(_mm256_srli_epi16(s1, 2), m30));
         const __m256i A0 = _mm256_shuffle_epi8(mnlo, ctl(kPair[0])), A1 = _mm256_shuffle_epi8(mnlo, ctl(kPair[1]));
         const __m256i A2 = _mm256_shuffle_epi8(mnhi, ctl(kPair[0])), A3 = _mm256_shuffle_epi8(mnhi, ctl(kPair[1]));
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)o));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16)));
-#pragma GCC unroll 8
-        for (int t = 0; t < NT; ++t) {
+        LB_R8_TOKENS(NT, {
             const uint8_t *yb = y[t] + (size_t)b * QBLK;
             // bsums pairs: int16 bs[s] = bsums[2s] + bsums[2s + 1], dword p = (bs[2p], bs[2p + 1])
             const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(yb + QOFF_BS)),
@@ -125,51 +127,39 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, const uint8_t *const *
             M = _mm256_dpwssd_epi32(M, A1, _mm256_broadcastd_epi32(_mm_srli_si128(bs, 4)));
             M = _mm256_dpwssd_epi32(M, A2, _mm256_broadcastd_epi32(_mm_srli_si128(bs, 8)));
             M = _mm256_dpwssd_epi32(M, A3, _mm256_broadcastd_epi32(_mm_srli_si128(bs, 12)));
-            float da;
-            std::memcpy(&da, yb, 4);
-            const __m256 vda = _mm256_set1_ps(da);
+            const __m256 vda = _mm256_broadcast_ss((const float *)yb);
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(vda, d), _mm256_cvtepi32_ps(I[t]), acc[t]);
             acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(vda, dm), _mm256_cvtepi32_ps(M), acc[t]);
-        }
+        });
     }
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) res[t] = acc[t];
+    LB_R8_TOKENS(NT, res[t] = acc[t]);
 }
 
-// Results of tokens t0 .. t0 + NT - 1 for group g into rows [lo, hi) of the output
+// Results of tokens t0 .. t0 + NT - 1 for group g into rows [lo, hi) of the output (a masked
+// store where the range cuts the group)
 template <int NT>
 LB_R8_INLINE void store_group(const RowArgs &a, int64_t g, int t0, int64_t lo, int64_t hi, const __m256 (&res)[NT]) {
     const int64_t r = g * kR8Rows;
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) {
-        float *o = a.out + (size_t)(t0 + t) * a.out_stride;
-        if (lo == r && hi == r + kR8Rows) {
-            _mm256_storeu_ps(o + r, res[t]);
-        } else {
-            alignas(32) float tmp[kR8Rows];
-            _mm256_store_ps(tmp, res[t]);
-            for (int64_t i = lo; i < hi; ++i) o[i] = tmp[i - r];
-        }
-    }
+    const __mmask8 keep = (__mmask8)(((1u << (hi - r)) - 1) & ~((1u << (lo - r)) - 1));
+    LB_R8_TOKENS(NT, _mm256_mask_storeu_ps(a.out + (size_t)(t0 + t) * a.out_stride + r, keep, res[t]));
+}
+
+// One pass of NT (<= 4) tokens over group g, its results into rows [lo, hi) (its own function:
+// two passes inlined into one body would hold both passes' vectors at once: I7)
+template <int NT>
+__attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, int64_t lo, int64_t hi) {
+    __m256 res[NT];
+    group_rows<NT>(a, g, t0, res);
+    store_group<NT>(a, g, t0, lo, hi, res);
 }
 
 // Tokens in a pass of N1 (<= 4), then one of N2 (0..4) on each group while its rows are in L1.
 template <int N1, int N2>
-__attribute__((noinline)) void rows_passes(const RowArgs &a, int64_t r0, int64_t r1) {
-    const uint8_t *y[8];
-    for (int t = 0; t < N1 + N2; ++t) y[t] = a.act + (size_t)t * a.act_stride;
+void rows_passes(const RowArgs &a, int64_t r0, int64_t r1) {
     for (int64_t g = r0 / kR8Rows; g * kR8Rows < r1; ++g) {
         const int64_t lo = std::max(r0, g * kR8Rows), hi = std::min(r1, (g + 1) * kR8Rows);
-        {
-            __m256 res[N1];
-            group_rows<N1>(a, g, y, res);
-            store_group<N1>(a, g, 0, lo, hi, res);
-        }
-        if constexpr (N2 > 0) {
-            __m256 res[N2];
-            group_rows<N2>(a, g, y + N1, res);
-            store_group<N2>(a, g, N1, lo, hi, res);
-        }
+        rows_group<N1>(a, g, 0, lo, hi);
+        if constexpr (N2 > 0) rows_group<N2>(a, g, N1, lo, hi);
     }
 }
 
