@@ -1350,11 +1350,11 @@ void register_gemm(KernelTable &t) {
     };
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
 #if defined(__AVX512F__)
-    // Q4_K's R8 layout (its windows: register_kq_r8, 1.6-1.8x the row-major windows): its GEMM
-    // from 16 tokens (Zen 4, `bench kernels --formats Q4_K_R8 --stat min --cpu 1`, windows / gemm:
-    // n = 2048 0.88, 0.96, 1.01, 1.05, 1.23 at 12..16; n = 4096 0.78, 0.94, 1.03 at 12, 14, 16);
-    // LOWBIT_KQ_GEMM_MIN_NT sets it with Q4_K's
-    set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 16);
+    // Q4_K's R8 layout (its windows: register_kq_r8, 1.8-2.0x the row-major windows): its GEMM
+    // from 24 tokens (Zen 4, `bench kernels --formats Q4_K_R8 --stat min --cpu 1`, windows / gemm:
+    // n = 2048 1.11, 0.96, 1.28 at 16, 24, 32; n = 4096 0.95, 1.04, 1.35); LOWBIT_KQ_GEMM_MIN_NT
+    // sets it with Q4_K's
+    set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 24);
 #endif
     set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS),
         g && *g ? min_nt : kQ5kGemmMinNt);
