@@ -102,7 +102,7 @@ out = [m.forward(ids, all_logits=True).tolist()]
 for t in (7, 8, 9):
     out.append(m.forward([t]).tolist())
 ks = sorted({s["kernel"] for s in kernels.stats() if s.get("format") == "Q4_K"})
-print(json.dumps({"logits": out, "kernels": ks}))
+print(json.dumps({"logits": out, "kernels": ks, "repack": list(m.repack), "dropped": m.repack_dropped}))
 """
 
 
@@ -129,6 +129,8 @@ def test_models_bitwise_with_and_without_repacking(tmp_path, kind):
     on, off = child(path, False), child(path, True)
     assert any("r8" in k for k in on["kernels"]), on["kernels"]
     assert not any("r8" in k for k in off["kernels"]), off["kernels"]
+    assert on["repack"][0] and not off["repack"][0] and "LOWBIT_NO_REPACK" in off["repack"][1]
+    assert on["dropped"] > 0 and off["dropped"] == 0  # the mapped file's copies of them given back
     for i, (a, b) in enumerate(zip(on["logits"], off["logits"])):
         a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
         assert np.array_equal(a, b), f"call {i}: logits differ at {np.argwhere(a != b)[:3].tolist()}"

@@ -1321,7 +1321,7 @@ class Model:
         self._bind_weights()
         # matrices the engine repacked at load into its own copy (lowbit.kernels.repacked_layouts):
         # their pages of the file's map are not read again, so the process gives them back
-        self.file.drop_pages(self.engine.repacked_sources())
+        self.repack_dropped = self.file.drop_pages(self.engine.repacked_sources())
         self._init_slots()
 
     def _repack_plan(self) -> tuple[bool, str]:
@@ -1339,6 +1339,8 @@ class Model:
             return False, "no Q4_K matrix"
         if self.file.memory == "hugepages":
             return False, "the weights are a hugepage copy (memory='hugepages'): kept as they are"
+        if self.file.locked:
+            return False, "the weights are locked in memory (mlock): kept as they are"
         avail = _mem_available()
         need = q4k * (2 if self.file.memory == "copy" else 1)
         if avail is not None and need > avail // 2:
