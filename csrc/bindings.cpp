@@ -9,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <memory>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -88,14 +89,15 @@ static const KernelEntry &entry(int id, int isa) {
 }
 
 // Q4_K rows repacked to the R8 layout into r8 (benchmarks and tests of that layout's kernels)
+using RepackedBytes = std::unique_ptr<uint8_t, void (*)(void *)>;
 static const uint8_t *repack_for_bench(const Format &f, const U8In &raw, int64_t n, int64_t rows, size_t rb,
-                                       std::vector<uint8_t> &r8, int isa) {
+                                       RepackedBytes &r8, int isa) {
     if (f.id != T_Q4_K) throw std::invalid_argument(std::string(f.name) + " has no repacked layout (Q4_K has: R8)");
     if (!entry(kQ4kR8Id, isa).rows[1].fn) throw std::invalid_argument("no kernels for Q4_K's R8 layout at this level");
     if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
-    r8.resize((size_t)rows * rb);
-    repack_q4_k_r8(raw.data(), rb, rows, n, r8.data());
-    return r8.data();
+    r8.reset(alloc_repacked((size_t)rows * rb));  // (as the engine's: Engine::repack)
+    repack_q4_k_r8(raw.data(), rb, rows, n, r8.get());
+    return r8.get();
 }
 
 // path: 0 = as dispatched; 1 = the row kernels only (the GEMM off: the wide window where it
@@ -476,7 +478,7 @@ NB_MODULE(_lowbit, m) {
         if (r0 < 0 || r1 > rows || r0 > r1) throw std::invalid_argument("row range [r0, r1) outside [0, rows)");
         const uint8_t *w = raw.data(), *a = act.data();
         float *o = out.data();
-        std::vector<uint8_t> r8;
+        RepackedBytes r8(nullptr, std::free);
         if (repacked) {
             w = repack_for_bench(f, raw, n, rows, rb, r8, isa);
         }
@@ -612,7 +614,7 @@ NB_MODULE(_lowbit, m) {
         if ((size_t)act.shape(1) != arb || nt < 1 || nt > MAX_NT) throw std::invalid_argument("bad activations");
         const int64_t rows = (int64_t)raw.shape(0);
         std::vector<float> out((size_t)nt * rows);
-        std::vector<uint8_t> r8;
+        RepackedBytes r8(nullptr, std::free);
         const uint8_t *w = repacked ? repack_for_bench(f, raw, n, rows, rb, r8, isa) : raw.data();
         RowArgs a{w, rb, act.data(), arb, out.data(), (size_t)rows, n, w_scale};
         const KernelEntry &e = entry(repacked ? kQ4kR8Id : id, isa);
@@ -630,7 +632,7 @@ NB_MODULE(_lowbit, m) {
         if ((size_t)act.shape(1) != arb || nt < 1) throw std::invalid_argument("bad activations");
         const int64_t rows = (int64_t)raw.shape(0);
         std::vector<float> out((size_t)nt * rows);
-        std::vector<uint8_t> r8;
+        RepackedBytes r8(nullptr, std::free);
         const uint8_t *w = repacked ? repack_for_bench(f, raw, n, rows, rb, r8, isa) : raw.data();
         const KernelEntry e = with_path(entry(repacked ? kQ4kR8Id : id, isa), path);
         const int level = isa < 0 ? cpu_info().selected : isa;

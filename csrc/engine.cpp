@@ -304,8 +304,7 @@ void Engine::repack(Mat &m, int64_t block_rows) {
     const KernelEntry *k = repack_on_ ? repacked_entry(m.type) : nullptr;
     if (!k || m.rows <= 0 || m.rows % kR8Rows || block_rows <= 0 || block_rows % kR8Rows) return;
     const size_t bytes = (size_t)m.rows * m.stride;
-    uint8_t *p = static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-    if (!p) throw std::bad_alloc();
+    uint8_t *p = alloc_repacked(bytes);
     repacked_.emplace_back(p, [](uint8_t *q) { std::free(q); });
     const int64_t groups = m.rows / kR8Rows;
     const uint8_t *src = m.w;

@@ -1,7 +1,11 @@
 // Load-time repacked layouts (csrc/repack.h): plain byte moves, built without ISA flags.
 #include "repack.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <new>
+
+#include <sys/mman.h>
 
 namespace lowbit {
 
@@ -10,6 +14,17 @@ static size_t r8_d(int j) { return (size_t)2 * j; }
 static size_t r8_dmin(int j) { return 16 + (size_t)2 * j; }
 static size_t r8_sc(int i, int j) { return 32 + (size_t)32 * i + (size_t)4 * j; }  // scale bytes 4i .. 4i+3
 static size_t r8_qs(int c, int k, int j) { return 128 + (size_t)(8 * c + k) * 32 + (size_t)4 * j; }
+
+uint8_t *alloc_repacked(size_t bytes) {
+    constexpr size_t kHuge = 2u << 20;
+    const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
+    void *p = std::aligned_alloc(kHuge, size);
+    if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE);  // (advice only: where THP is off, 4 KB pages)
+#endif
+    return static_cast<uint8_t *>(p);
+}
 
 void repack_q4_k_r8(const uint8_t *w, size_t stride, int64_t rows, int64_t n, uint8_t *out) {
     const int64_t nb = n / 256;

@@ -26,6 +26,10 @@ constexpr size_t kR8Group = 8 * 144;  // bytes of one super-block of 8 rows
 // rows [0, rows) of a Q4_K matrix (row r at w + r * stride, stride = n / 256 * 144), rows a
 // multiple of 8, into out (the same size; not overlapping w).
 void repack_q4_k_r8(const uint8_t *w, size_t stride, int64_t rows, int64_t n, uint8_t *out);
+// Memory for a repacked matrix (free it with std::free): 2 MB aligned and advised for
+// transparent huge pages (the kernels stream it: 4 KB pages cost a TLB miss every 4 KB; numpy's
+// arrays and a "hugepages" model copy are advised the same way).
+uint8_t *alloc_repacked(size_t bytes);
 // Row r of an R8 matrix (at r8, row stride `stride`) back into Q4_K's 144-byte super-blocks.
 void unpack_q4_k_r8_row(const uint8_t *r8, size_t stride, int64_t r, int64_t n, uint8_t *row);
 
