@@ -304,8 +304,7 @@ void Engine::repack(Mat &m, int64_t block_rows) {
     const KernelEntry *k = repack_on_ ? repacked_entry(m.type) : nullptr;
     if (!k || m.rows <= 0 || m.rows % kR8Rows || block_rows <= 0 || block_rows % kR8Rows) return;
     const size_t bytes = (size_t)m.rows * m.stride;
-    uint8_t *p = alloc_repacked(bytes);
-    repacked_.emplace_back(p, [](uint8_t *q) { std::free(q); });
+    uint8_t *p = repacked_bytes(bytes);
     const int64_t groups = m.rows / kR8Rows;
     const uint8_t *src = m.w;
     const size_t stride = m.stride;
@@ -320,6 +319,20 @@ void Engine::repack(Mat &m, int64_t block_rows) {
     m.src = m.w;
     m.w = p;
     m.k = k;
+}
+
+// 64-byte aligned room for a repacked matrix, from the current arena or a new one
+uint8_t *Engine::repacked_bytes(size_t bytes) {
+    const size_t need = (bytes + 63) / 64 * 64;
+    if (need > arena_left_) {
+        const size_t size = std::max<size_t>(need, (size_t)64 << 20);
+        uint8_t *a = alloc_repacked(size);
+        repacked_.emplace_back(a, [](uint8_t *q) { std::free(q); });
+        arena_next_ = a, arena_left_ = size;
+    }
+    uint8_t *p = arena_next_;
+    arena_next_ += need, arena_left_ -= need;
+    return p;
 }
 
 void Engine::set_mat(const std::string &name, int layer, const Mat &m) {

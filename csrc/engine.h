@@ -643,7 +643,12 @@ private:
     std::vector<float> k32_, v32_;
     std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_;
     // repacked weight matrices (set_mat), and where their sources were
-    std::vector<std::shared_ptr<uint8_t>> repacked_;  // (shared: read-only after load)
+    // the repacked matrices, packed into arenas of >= 64 MB (alloc_repacked: huge pages; one
+    // arena per matrix would round each up to 2 MB) (shared: read-only after load)
+    std::vector<std::shared_ptr<uint8_t>> repacked_;
+    size_t arena_left_ = 0;  // bytes free at the end of repacked_.back()
+    uint8_t *arena_next_ = nullptr;
+    uint8_t *repacked_bytes(size_t bytes);
     std::vector<std::pair<const uint8_t *, size_t>> repacked_src_;
     bool repack_on_ = true;
     void repack(Mat &m, int64_t block_rows);
