@@ -491,26 +491,17 @@ NB_MODULE(_lowbit, m) {
        nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1, nb::arg("path") = 0,
        nb::arg("repacked") = false);
     m.def("has_repacked", [](int id) { return repacked_entry(id) != nullptr; }, nb::arg("id"));
-    m.def("repack_q4_k_r8", [](U8In raw, int64_t n) {
-        const Format &f = fmt(T_Q4_K);
-        const size_t rb = check_weights(f, raw, n);
+    // Q4_K rows to the R8 layout (csrc/repack.h), or (back) R8 rows to Q4_K's
+    m.def("repack_q4_k_r8", [](U8In raw, int64_t n, bool back) {
+        const size_t rb = check_weights(fmt(T_Q4_K), raw, n);
         const int64_t rows = (int64_t)raw.shape(0);
         if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
         uint8_t *p;
         auto res = new_array<uint8_t>((size_t)rows, rb, &p);
-        repack_q4_k_r8(raw.data(), rb, rows, n, p);
+        if (!back) repack_q4_k_r8(raw.data(), rb, rows, n, p);
+        else for (int64_t r = 0; r < rows; ++r) unpack_q4_k_r8_row(raw.data(), rb, r, n, p + (size_t)r * rb);
         return res;
-    }, nb::arg("raw"), nb::arg("n"));
-    m.def("unpack_q4_k_r8", [](U8In raw, int64_t n) {
-        const Format &f = fmt(T_Q4_K);
-        const size_t rb = check_weights(f, raw, n);
-        const int64_t rows = (int64_t)raw.shape(0);
-        if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
-        uint8_t *p;
-        auto res = new_array<uint8_t>((size_t)rows, rb, &p);
-        for (int64_t r = 0; r < rows; ++r) unpack_q4_k_r8_row(raw.data(), rb, r, n, p + (size_t)r * rb);
-        return res;
-    }, nb::arg("raw"), nb::arg("n"));
+    }, nb::arg("raw"), nb::arg("n"), nb::arg("back") = false);
     m.def("wide_kernel", [](int id, int isa) -> nb::object {
         fmt(id);
         const KernelEntry &e = entry(id, isa);

@@ -36,7 +36,7 @@ def test_repack_is_a_permutation_of_the_bytes():
         assert r8.shape == raw.shape
         assert np.array_equal(np.sort(r8.reshape(-1)), np.sort(raw.reshape(-1)))  # same bytes, moved
         assert not np.array_equal(r8, raw)
-        assert np.array_equal(lib.unpack_q4_k_r8(r8, n), raw)
+        assert np.array_equal(lib.repack_q4_k_r8(r8, n, back=True), raw)
         # super-block 0 of rows 0..7: d of row j at 2j, its first code dword at 128 + 4j
         flat = r8.reshape(-1)
         for j in range(8):
