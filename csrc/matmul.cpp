@@ -1,4 +1,5 @@
 #include "matmul.h"
+#include "repack.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -25,6 +26,11 @@ static const size_t kTileBytes = [] {
 }();
 // Rows of per_row bytes in one tile (at least one)
 static int64_t rows_in_tile(size_t per_row) { return per_row >= kTileBytes ? 1 : (int64_t)(kTileBytes / per_row); }
+// A tile of e's rows: whole groups of 8 for a repacked layout's kernels (KernelTable::q4k_r8),
+// which compute a group the tile cuts whole, for the rows of each side.
+static int64_t tile_rows(const KernelEntry &e, int64_t rows) {
+    return e.count_id == kQ4kR8Id ? std::max<int64_t>(kR8Rows, rows / kR8Rows * kR8Rows) : rows;
+}
 
 // Each window's kernel must exist; count it once per call (per window, not per tile). With
 // `other`, e is one matrix of a fused GLU and other the other's: their common windows.
@@ -124,7 +130,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         if (gemm) count_call(count_id(j.f->id, *j.e), 0, isa, rows);
         if (gemm < nt) check_and_count(*j.f, *j.e, isa, nt - gemm, rows);
         const bool tiled = gemm ? gemm < nt : window_count(*j.e, nt) > 1;
-        const int64_t tile = tiled ? rows_in_tile(j.w_stride) : rows;
+        const int64_t tile = tiled ? tile_rows(*j.e, rows_in_tile(j.w_stride)) : rows;
         plan[(size_t)k] = RowsPlan{&j, gemm, new_act_id(), tile};
         total += rows;
     }
@@ -162,7 +168,7 @@ int64_t glu_tile_rows(const RowMat &gate, const RowMat &up, int64_t nt) {
     // Several windows, or the GEMM and a tail of windows: gate and up rows of kTileBytes,
     // re-read from L2 by each window.
     if (!gemm && glu_window(*gate.e, *up.e, nt) >= nt) return 128;
-    return rows_in_tile(gate.stride + up.stride);
+    return tile_rows(*gate.e, tile_rows(*up.e, rows_in_tile(gate.stride + up.stride)));
 }
 
 void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, const RowMat &up,
