@@ -213,6 +213,7 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
     if (src.dequant) dst.dequant = src.dequant;
     take(dst.quant_act, src.quant_act);
     if (src.quant_w) dst.quant_w = src.quant_w;
+    if (src.count_id >= 0) dst.count_id = src.count_id;
 }
 
 static bool cpu_runs(int isa) { return (g_cpu.runs >> isa) & 1u; }
@@ -243,7 +244,6 @@ static void fill_table() {
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
         overlay(running.i8s, level.i8s);
         overlay(running.q4k_r8, level.q4k_r8);
-        if (level.q4k_r8.count_id >= 0) running.q4k_r8.count_id = level.q4k_r8.count_id;
         // LOWBIT_NO_ATTN_F16_<LEVEL>=1 / LOWBIT_NO_GLU_<LEVEL>=1: keep the level below's
         take(running.attn, level.attn);
         take(running.mla, level.mla);
@@ -295,10 +295,8 @@ const KernelEntry &kernel_entry_at(int type_id, int isa) {
     ensure_table();
     static const KernelEntry empty{};
     if (isa < 0 || isa >= ISA_COUNT || !g_level_ready[isa]) return empty;
-    if (type_id == T_I8_S) return g_levels[isa].i8s;
-    if (type_id == kQ4kR8Id) return g_levels[isa].q4k_r8;
-    if (type_id < 0 || type_id >= 64) return empty;
-    return g_levels[isa].e[type_id];
+    if (type_id != T_I8_S && type_id != kQ4kR8Id && (type_id < 0 || type_id >= 64)) return empty;
+    return g_levels[isa].at(type_id);
 }
 
 const KernelEntry *repacked_entry(int type_id) {
