@@ -6,7 +6,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
+#include <cstdio>
+#include <new>
 #include <stdexcept>
+
+#include <sys/mman.h>
 
 #include "dispatch.h"
 #include "fp16.h"
@@ -16,6 +21,74 @@
 #include "threadpool.h"
 
 namespace lowbit {
+
+template <class T>
+void ZeroArray<T>::reset(size_t n) {
+    release();
+    if (n == 0) return;
+    // (no MAP_NORESERVE: a cache larger than the machine's memory and swap fails here, at load,
+    // as an allocation of it did, not at a slot's first use)
+    void *p = mmap(nullptr, n * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    p_ = static_cast<T *>(p);
+    n_ = n;
+}
+
+template <class T>
+void ZeroArray<T>::commit(size_t i, size_t n) {
+    if (n == 0) return;
+    uint8_t *b = reinterpret_cast<uint8_t *>(p_ + i);
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // (Linux 5.14; older kernels refuse it: the loop below)
+#endif
+    const uintptr_t page = 4096, a = reinterpret_cast<uintptr_t>(b) & ~(page - 1);
+    const uintptr_t e = reinterpret_cast<uintptr_t>(b + n * sizeof(T));
+    if (madvise(reinterpret_cast<void *>(a), e - a, MADV_POPULATE_WRITE) == 0) return;
+    if (errno != EINVAL) throw std::bad_alloc();  // ENOMEM (EINVAL: a kernel before 5.14)
+    // one write per page (of the zero already there): its fault commits it
+    for (uintptr_t q = a < reinterpret_cast<uintptr_t>(b) ? a + page : a; q < e; q += page)
+        *reinterpret_cast<volatile uint8_t *>(q) = 0;
+    *reinterpret_cast<volatile uint8_t *>(b) = 0;
+}
+
+template <class T>
+void ZeroArray<T>::release() {
+    if (p_) munmap(p_, n_ * sizeof(T));
+    p_ = nullptr;
+    n_ = 0;
+}
+
+template class ZeroArray<uint8_t>;
+template class ZeroArray<uint16_t>;
+template class ZeroArray<float>;
+
+// MemAvailable of /proc/meminfo in bytes (0: unknown)
+static size_t mem_available() {
+    FILE *f = std::fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    std::fclose(f);
+    return kb * 1024;
+}
+
+void Engine::use_slot(int slot) {
+    if (slot_used_[(size_t)slot]) return;
+    // A slot whose cache cannot be resident is refused with an error the caller can report (a
+    // server fails that request), rather than committed until the kernel kills the process.
+    const size_t bytes = (kslot_ + vslot_) * kv_el(), avail = mem_available();
+    if (avail && bytes > avail)
+        throw std::runtime_error("the KV cache of slot " + std::to_string(slot) + " (" + std::to_string(bytes >> 20) +
+                                 " MB) does not fit in the memory available (" + std::to_string(avail >> 20) +
+                                 " MB): lower the context (-c/--ctx, n_ctx=) or the slots (--parallel, n_slots=)");
+    const size_t ks = kslot_ * (size_t)slot, vs = vslot_ * (size_t)slot;
+    if (kv_quant()) { kq_.commit(ks, kslot_); vq_.commit(vs, vslot_); }
+    else if (c_.kv_f16) { k16_.commit(ks, kslot_); v16_.commit(vs, vslot_); }
+    else { k32_.commit(ks, kslot_); v32_.commit(vs, vslot_); }
+    slot_used_[(size_t)slot] = 1;
+}
 
 int glu_kind(int ffn_act) {
     return ffn_act == FFN_RELU2 ? GLU_RELU2 : ffn_act == FFN_SWIGLU_OAI ? GLU_SWIGLU_OAI
@@ -207,9 +280,10 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
         throw std::invalid_argument("engine: altup streams must be 0 or 2..8 with per-layer embeddings and an active "
                                     "stream among them; sparse layers within 0..n_layer");
     const size_t kn = (size_t)c.n_slots * kslot_, vn = (size_t)c.n_slots * vslot_;
-    if (kv_quant()) { kq_.assign(kn, 0); vq_.assign(vn, 0); }
-    else if (c.kv_f16) { k16_.assign(kn, 0); v16_.assign(vn, 0); }
-    else { k32_.assign(kn, 0.0f); v32_.assign(vn, 0.0f); }
+    if (kv_quant()) { kq_.reset(kn); vq_.reset(vn); }
+    else if (c.kv_f16) { k16_.reset(kn); v16_.reset(vn); }
+    else { k32_.reset(kn); v32_.reset(vn); }
+    slot_used_.assign((size_t)c.n_slots, 0);
     inv_freq_.resize(c.rope_dims / 2);
     for (int i = 0; i < c.rope_dims / 2; ++i)
         inv_freq_[i] = (float)std::pow((double)c.rope_base, -2.0 * i / c.rope_dims);
@@ -1225,6 +1299,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
                                             " of slot " + std::to_string(slots[t]));
     }
     if (n_out < 0) throw std::invalid_argument("forward: negative output count");
+    for (int t = 0; t < T; ++t) use_slot(slots[t]);
     for (int i = 0; i < n_out; ++i)
         if (out_rows[i] < 0 || out_rows[i] >= T)
             throw std::invalid_argument("forward: output row " + std::to_string(out_rows[i]) + " outside the batch");
@@ -1539,6 +1614,7 @@ void Engine::kv_copy(int slot, int p0, int n, uint8_t *buf, bool save) {
     // Hybrid models: the KV of a prefix is not all of its state. Loading it leaves the slot's
     // recurrent state unknown (position -1): a forward is refused until rstate_copy loads the
     // state that goes with it (or the slot restarts at 0), never silently half restored.
+    if (!save) use_slot(slot);
     if (hybrid() && !save) {
         rpos_[(size_t)slot] = -1;
         tlog_cut(slot, p0);  // the replay log keeps only what precedes the positions loaded

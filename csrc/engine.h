@@ -24,6 +24,36 @@
 
 namespace lowbit {
 
+// n elements of T, all zero, in memory the kernel commits page by page as it is first written
+// (an anonymous mapping): the KV cache of n_slots x n_ctx positions costs resident memory only for
+// the slots a server really runs (Engine::use_slot), not for every slot it may run.
+// Move-only; size 0 maps nothing.
+template <class T>
+class ZeroArray {
+public:
+    ZeroArray() = default;
+    ZeroArray(const ZeroArray &) = delete;
+    ZeroArray &operator=(const ZeroArray &) = delete;
+    ~ZeroArray() { release(); }
+    void reset(size_t n);  // n zeros (engine.cpp); throws std::bad_alloc when it cannot be mapped
+    T *data() { return p_; }
+    const T *data() const { return p_; }
+    size_t size() const { return n_; }
+    bool empty() const { return n_ == 0; }
+    // Commit [i, i + n) now (its pages faulted in, still zero): what the slot will need anyway,
+    // taken once at its first use rather than spread over its first steps.
+    void commit(size_t i, size_t n);
+
+private:
+    void release();
+    T *p_ = nullptr;
+    size_t n_ = 0;
+};
+
+}  // namespace lowbit
+
+namespace lowbit {
+
 struct ActOut;  // csrc/matmul.h
 
 // ggml's scalar silu and softplus (ggml_silu_f32, ggml_compute_softplus_f32), as the blocks'
@@ -624,7 +654,7 @@ private:
     // bytes] (kv_k_at), one head's row its head_dim / 32 blocks (KvLayer krow / vrow bytes; V in
     // half if only K is quantized): a head's keys, and its values, are each one contiguous stream,
     // read once per GQA group by kernel_table().attnq_rows. k16_ ... empty.
-    std::vector<uint8_t> kq_, vq_;
+    ZeroArray<uint8_t> kq_, vq_;
     // llama.cpp's attention rotation of a quantized cache (llama-kv-cache.cpp attn_rot_k / _v):
     // q and k times an orthonormal Walsh-Hadamard matrix of rot_k(hd) (the largest power of 2
     // dividing the layer's head width) before k is stored, v times the 64-point one before it is
@@ -639,8 +669,10 @@ private:
     }
     int rot_v(int hd) const { return kv_quant() && hd % 64 == 0 && c_.kv_v != T_F16 ? 64 : 0; }
     bool kv_quant() const { return c_.kv_f16 && (c_.kv_k != T_F16 || c_.kv_v != T_F16); }
-    std::vector<uint16_t> k16_, v16_;
-    std::vector<float> k32_, v32_;
+    ZeroArray<uint16_t> k16_, v16_;
+    ZeroArray<float> k32_, v32_;
+    std::vector<uint8_t> slot_used_;  // per slot: its KV committed (use_slot)
+    void use_slot(int slot);          // commit the slot's K and V cache at its first use
     std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_;
     // repacked weight matrices (set_mat), and where their sources were
     // the repacked matrices, packed into arenas of >= 64 MB (alloc_repacked: huge pages; one

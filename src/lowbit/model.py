@@ -179,8 +179,9 @@ after the codes (bitnet.cpp), or TQ1_0 / TQ2_0 (llama.cpp).
 MoE routing follows llama.cpp's build_moe_ffn: softmax over all router logits, top-K,
 renormalisation per arch as above (llama.cpp fixes it per arch), times expert_weights_scale.
 
-Weights stay in the GGUF mmap; the engine gets views of them. The KV cache (half) is
-preallocated: n_slots sequences ("slots") of n_ctx positions each. forward/rewind work on slot
+Weights stay in the GGUF mmap; the engine gets views of them. The KV cache (half) is reserved
+for n_slots sequences ("slots") of n_ctx positions each, and a slot's part of it becomes resident
+memory at the slot's first use (n_slots="auto": up to 16, as fit: auto_slots). forward/rewind work on slot
 0; forward_batch runs tokens of several slots in one pass (the server's batched decode).
 
 Generations (generate, chat, create_completion, ...) run on a Sequence: a slot claimed for as
@@ -265,6 +266,20 @@ def _mem_available() -> int | None:
     except OSError:
         pass
     return None
+
+
+AUTO_SLOTS = 16  # n_slots="auto": at most this many (lowbit serve's default --parallel)
+
+
+def auto_slots(slot_bytes: int, most: int = AUTO_SLOTS) -> int:
+    """KV slots for n_slots="auto": `most`, or fewer where `most` slots' caches of a whole context
+    (`slot_bytes` each) would not fit in half of MemAvailable; at least 1. The engine commits a
+    slot's cache at its first use, so slots never run hold no resident memory; this bounds what
+    they all may take once they all run. (The step of 16 tokens still costs ~3.3-4x one token
+    on the default model: BENCHMARKS.md, "Serving at scale".)"""
+    avail = _mem_available()
+    fit = most if avail is None else avail // 2 // max(1, int(slot_bytes))
+    return int(max(1, min(most, fit)))
 
 
 def default_model_path() -> str:
@@ -1259,7 +1274,7 @@ class Model:
     """A loaded model: config, tokenizer, the native engine and its KV cache."""
 
     def __init__(self, path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
-                 n_slots: int = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
+                 n_slots: int | str = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
                  progress: bool = False, stages: int | None = None, layers: tuple[int, int] | None = None,
                  kv: str | None = None, kv_k: str | None = None, kv_v: str | None = None):
         """stages=K >= 2: the layers run as a pipeline of K Ray actors (lowbit.distributed), this
@@ -1284,6 +1299,10 @@ class Model:
         if threads is not None and int(threads) < 1:
             raise ValueError(f"threads must be >= 1 (None: all this process may use), got {threads}")
         _check_env()
+        self.layers = tuple(layers) if layers is not None else (0, c.n_layer)
+        if n_slots == "auto":  # as many as fit (auto_slots): a server's default (--parallel)
+            per = make_engine(c, 1, 1, *self.layers, self.kv_k, self.kv_v).kv_bytes(1) * self.n_ctx
+            n_slots = auto_slots(per)
         self.n_slots = int(n_slots)
         if self.n_slots < 1:
             raise ValueError("n_slots must be >= 1")
@@ -1886,11 +1905,12 @@ class Sequence:
 
 
 def load(path: str | os.PathLike | None = None, n_ctx: int | None = None, threads: int | None = None,
-         n_slots: int = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
+         n_slots: int | str = 1, lookahead: bool = False, memory: str = "mmap", mlock: bool = False,
          progress: bool = False, stages: int | None = None, kv: str | None = None, kv_k: str | None = None,
          kv_v: str | None = None) -> Model:
     """Load a GGUF model (None: the default model, SmolLM2-135M-Instruct Q4_1); n_slots KV
-    slots of n_ctx positions each; lookahead: MoE router lookahead (read the next layer's
+    slots of n_ctx positions each ("auto": up to 16, as many as fit in half of the free memory;
+    a slot's cache is resident memory from its first use on); lookahead: MoE router lookahead (read the next layer's
     predicted experts ahead); memory: "mmap" (the default: weights stay in a map of the file),
     "copy" (read into memory up front) or "hugepages" (a copy backed by 2 MB pages: fewer TLB
     misses while decode streams the weights); mlock: pin the weights in RAM; progress: a bar

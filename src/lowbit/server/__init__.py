@@ -66,7 +66,7 @@ def cmd_serve_ray(a: argparse.Namespace) -> int:
     if path is not None and not os.path.exists(path):
         raise FileNotFoundError(f"no such model file: {path}")
     from ..cli import _memory, kv_kwargs
-    o = ray_serve.Options(model=path, parallel=a.parallel, ctx=a.ctx, threads=a.threads, alias=a.alias,
+    o = ray_serve.Options(model=path, parallel=a.parallel or ray_serve.Options.parallel, ctx=a.ctx, threads=a.threads, alias=a.alias,
                           api_key=a.api_key, step_tokens=a.step_tokens, queue=a.queue, cache_mb=a.cache_mb,
                           replicas=a.replicas if a.replicas is not None else 1, autoscale=autoscale, stages=a.stages, coalesce=a.coalesce,
                           stuck_after=a.stuck_after, access_log=not a.no_access_log,
@@ -129,7 +129,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return usage(problem)
     from ..cli import _memory, kv_kwargs
     kv = kv_kwargs(a)
-    app = create_app(lambda: load(path, n_ctx=a.ctx, threads=a.threads, n_slots=a.parallel, **_memory(a), **kv),
+    from ..model import AUTO_SLOTS
+    slots = a.parallel or "auto"  # (auto: up to AUTO_SLOTS, as fit: model.auto_slots)
+    app = create_app(lambda: load(path, n_ctx=a.ctx, threads=a.threads, n_slots=slots, **_memory(a), **kv),
                      model_id=model_id,
                      parallel=a.parallel, api_key=a.api_key, step_tokens=a.step_tokens, max_queue=a.queue,
                      cache_mb=a.cache_mb, cors=cors, access_log=None if a.no_access_log else _stderr,
@@ -171,7 +173,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
     st.on_load_error = failed
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    print(f"lowbit serve: {model_id} on http://{shown}:{port}/v1 ({a.parallel} parallel sequences, "
+    par = f"{a.parallel} parallel sequences" if a.parallel else f"up to {AUTO_SLOTS} parallel sequences"
+    print(f"lowbit serve: {model_id} on http://{shown}:{port}/v1 ({par}, "
           f"api key {'required' if a.api_key else 'not required'}, prefix cache "
           f"{f'{a.cache_mb:g} MB' if a.cache_mb else 'off'}, queue {a.queue}"
           + (f", speculative: {'lookup' if a.lookup else 'mtp' if a.mtp is not None else 'draft ' + os.path.basename(a.draft)}"
@@ -202,8 +205,10 @@ def add_parser(sub) -> None:
                    help="require 'Authorization: Bearer KEY' (default: $LOWBIT_API_KEY, else none)")
     p.add_argument("-c", "--ctx", type=int, default=None,
                    help="context per sequence in tokens (default: min(train, 2048))")
-    p.add_argument("-np", "--parallel", type=int, default=4,
-                   help="sequences decoded together, one KV slot each (default 4)")
+    p.add_argument("-np", "--parallel", type=int, default=None,
+                   help="sequences decoded together, one KV slot each (default: auto, up to 16 as the "
+                        "slots' KV caches of whole contexts fit in half of the free memory; a slot's "
+                        "memory is taken at its first use)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all this process may use)")
     p.add_argument("--alias", default=None, help="model id reported by the API (default: the file's name)")
     p.add_argument("--step-tokens", type=int, default=64,

@@ -344,13 +344,13 @@ class State:
             self.scheduler.drain(grace)
 
 
-def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_key: str | None = None,
+def create_app(load: Callable[[], object], *, model_id: str, parallel: int | None, api_key: str | None = None,
                step_tokens: int = 64, max_queue: int = 256, cache_mb: float = 0.0, cors: list[str] | None = None,
                access_log: Callable[[str], None] | None = _stderr, coalesce: int = 1,
                speculator: Callable[[object], object] | None = None, spec_k: int = 4,
                spec_cost: float | None = None) -> Starlette:
-    """The app. `load()` returns a lowbit Model with >= parallel KV slots; it runs on a thread at
-    startup, /health answers 503 until it returns. max_queue: requests waiting beyond the running
+    """The app. `load()` returns a lowbit Model with >= parallel KV slots (parallel None: all of
+    its slots, the line "lowbit serve: N parallel sequences ..." going to access_log); it runs on a thread at startup, /health answers 503 until it returns. max_queue: requests waiting beyond the running
     ones (more: 429); cache_mb: the prefix cache's budget (0: none); cors: allowed origins ("*":
     any); access_log: where the per-request lines go (None: nowhere); coalesce: text pieces (tokens)
     per streamed SSE event at most, an event going out once it has that many or the stream ends (a
@@ -371,7 +371,14 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
                 loop.call_soon_threadsafe(_run_emits, evs)
 
             spec = speculator(model) if speculator is not None else None
-            sched = Scheduler(model, parallel, step_tokens=step_tokens, max_queue=max_queue, cache=cache,
+            par = parallel
+            if par is None:  # all the model's slots (load(n_slots="auto"): as many as fit)
+                par = st.parallel = model.n_slots
+                if access_log is not None:
+                    access_log(f"lowbit serve: {par} parallel sequences (--parallel auto: each a KV cache of "
+                               f"{model.engine.kv_bytes(model.n_ctx) / 2**20:.0f} MB for {model.n_ctx} positions, "
+                               f"resident from its first use)")
+            sched = Scheduler(model, par, step_tokens=step_tokens, max_queue=max_queue, cache=cache,
                               metrics=st.metrics, deliver=deliver, spec=spec, spec_k=spec_k,
                               **({} if spec_cost is None else {"spec_cost": spec_cost}))
             st.model, st.cache = model, cache
@@ -736,7 +743,7 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int, api_
         s = sched.status() if sched is not None else {"active": 0, "queued": 0}
         gauges = {"lowbit_queue_depth": ("Requests waiting for a slot", s["queued"]),
                   "lowbit_slots_busy": ("KV slots running a request", s["active"]),
-                  "lowbit_slots_total": ("KV slots (--parallel)", st.parallel),
+                  "lowbit_slots_total": ("KV slots (--parallel)", st.parallel or 0),
                   "lowbit_model_ready": ("1 once the model has loaded", int(sched is not None))}
         text = st.metrics.render(gauges, st.cache.stats() if st.cache is not None else None, s.get("spec"))
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
