@@ -88,15 +88,17 @@ static const KernelEntry &entry(int id, int isa) {
     return kernel_entry_at(id, isa);
 }
 
-// Q4_K rows repacked to the R8 layout into r8 (benchmarks and tests of that layout's kernels)
+// Q4_K / Q5_K rows repacked to the R8 layout into r8 (benchmarks and tests of that layout's kernels)
 using RepackedBytes = std::unique_ptr<uint8_t, void (*)(void *)>;
 static const uint8_t *repack_for_bench(const Format &f, const U8In &raw, int64_t n, int64_t rows, size_t rb,
                                        RepackedBytes &r8, int isa) {
-    if (f.id != T_Q4_K) throw std::invalid_argument(std::string(f.name) + " has no repacked layout (Q4_K has: R8)");
-    if (!entry(kQ4kR8Id, isa).rows[1].fn) throw std::invalid_argument("no kernels for Q4_K's R8 layout at this level");
+    if (r8_id(f.id) < 0)
+        throw std::invalid_argument(std::string(f.name) + " has no repacked layout (Q4_K and Q5_K have: R8)");
+    if (!entry(r8_id(f.id), isa).rows[1].fn)
+        throw std::invalid_argument(std::string("no kernels for ") + f.name + "'s R8 layout at this level");
     if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
     r8.reset(alloc_repacked((size_t)rows * rb));  // (as the engine's: Engine::repack)
-    repack_q4_k_r8(raw.data(), rb, rows, n, r8.get());
+    repack_r8(f.id, raw.data(), rb, rows, n, r8.get());
     return r8.get();
 }
 
@@ -184,7 +186,7 @@ NB_MODULE(_lowbit, m) {
     });
 
     m.def("kernel", [](int id, int nt, int isa) -> nb::object {
-        if (id != kQ4kR8Id) fmt(id);  // (kQ4kR8Id: Q4_K's R8 layout, repack.h)
+        if (r8_format(id) == id) fmt(id);  // (else an R8 layout's id: kQ4kR8Id, kQ5kR8Id; repack.h)
         if (nt < 1 || nt > MAX_NT) throw std::invalid_argument("nt must be in 1..8");
         const RowKernel &k = entry(id, isa).rows[nt];
         if (!k.fn) return nb::none();
@@ -465,7 +467,7 @@ NB_MODULE(_lowbit, m) {
 
     // The engine's call: activations already quantized (act[nt, act_row_bytes]), output
     // written into out[nt, rows] for rows [r0, r1) only.
-    // repacked: the rows (Q4_K) repacked to the R8 layout first (csrc/repack.h), run by that
+    // repacked: the rows (Q4_K, Q5_K) repacked to the R8 layout first (csrc/repack.h), run by that
     // layout's entry at the level (an error where the level has none, or rows % 8 != 0)
     m.def("matmul_act", [](int id, U8In raw, U8In act, int64_t n, float w_scale, F32Out out,
                            int64_t r0, int64_t r1, int threads, int isa, int path, bool repacked) {
@@ -483,7 +485,7 @@ NB_MODULE(_lowbit, m) {
             w = repack_for_bench(f, raw, n, rows, rb, r8, isa);
         }
         // throws here, with the GIL, if the level is not available
-        const KernelEntry e = with_path(entry(repacked ? kQ4kR8Id : id, isa), path);
+        const KernelEntry e = with_path(entry(repacked ? r8_id(id) : id, isa), path);
         const int level = isa < 0 ? cpu_info().selected : isa;
         nb::gil_scoped_release nogil;
         run_rows(f, e, level, w, rb, a, arb, nt, o, (size_t)rows, n, w_scale, r0, r1, threads_or_default(threads));
@@ -491,17 +493,19 @@ NB_MODULE(_lowbit, m) {
        nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1, nb::arg("path") = 0,
        nb::arg("repacked") = false);
     m.def("has_repacked", [](int id) { return repacked_entry(id) != nullptr; }, nb::arg("id"));
-    // Q4_K rows to the R8 layout (csrc/repack.h), or (back) R8 rows to Q4_K's
-    m.def("repack_q4_k_r8", [](U8In raw, int64_t n, bool back) {
-        const size_t rb = check_weights(fmt(T_Q4_K), raw, n);
+    // Q4_K / Q5_K rows (format id) to the R8 layout (csrc/repack.h), or (back) R8 rows to the format's
+    m.def("repack_r8", [](int id, U8In raw, int64_t n, bool back) {
+        const Format &f = fmt(id);
+        if (!has_r8_layout(id)) throw std::invalid_argument(std::string(f.name) + " has no R8 layout (Q4_K and Q5_K have)");
+        const size_t rb = check_weights(f, raw, n);
         const int64_t rows = (int64_t)raw.shape(0);
         if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
         uint8_t *p;
         auto res = new_array<uint8_t>((size_t)rows, rb, &p);
-        if (!back) repack_q4_k_r8(raw.data(), rb, rows, n, p);
-        else for (int64_t r = 0; r < rows; ++r) unpack_q4_k_r8_row(raw.data(), rb, r, n, p + (size_t)r * rb);
+        if (!back) repack_r8(id, raw.data(), rb, rows, n, p);
+        else for (int64_t r = 0; r < rows; ++r) unpack_r8_row(id, raw.data(), rb, r, n, p + (size_t)r * rb);
         return res;
-    }, nb::arg("raw"), nb::arg("n"), nb::arg("back") = false);
+    }, nb::arg("id"), nb::arg("raw"), nb::arg("n"), nb::arg("back") = false);
     m.def("wide_kernel", [](int id, int isa) -> nb::object {
         fmt(id);
         const KernelEntry &e = entry(id, isa);
@@ -510,7 +514,7 @@ NB_MODULE(_lowbit, m) {
     }, nb::arg("id"), nb::arg("isa") = -1,
        "(wide-window kernel name, level: chunks take 16 tokens at a time through it) or None.");
     m.def("gemm_kernel", [](int id, int isa) -> nb::object {
-        if (id != kQ4kR8Id) fmt(id);  // (kQ4kR8Id: Q4_K's R8 layout)
+        if (r8_format(id) == id) fmt(id);  // (else an R8 layout's id)
         const KernelEntry &e = entry(id, isa);
         if (!e.gemm.fn) return nb::none();
         return nb::make_tuple(std::string(e.gemm.name), std::string(isa_name(e.gemm.isa)), e.gemm_min_nt);
@@ -595,7 +599,7 @@ NB_MODULE(_lowbit, m) {
     // ---- benchmark loops (lowbit bench) ----
     m.def("set_bench_thread_clock", &set_bench_thread_clock, nb::arg("on"),
           "time the bench_* loops with the calling thread's CPU time (one thread) instead of wall time");
-    // repacked (bench_rows, bench_matmul): Q4_K rows timed in the R8 layout (repacked once, first)
+    // repacked (bench_rows, bench_matmul): Q4_K / Q5_K rows timed in the R8 layout (repacked once, first)
     m.def("bench_rows", [](int id, U8In raw, U8In act, int64_t n, float w_scale, int threads, int reps, int isa,
                            bool repacked) {
         const Format &f = fmt(id);
@@ -608,7 +612,7 @@ NB_MODULE(_lowbit, m) {
         RepackedBytes r8(nullptr, std::free);
         const uint8_t *w = repacked ? repack_for_bench(f, raw, n, rows, rb, r8, isa) : raw.data();
         RowArgs a{w, rb, act.data(), arb, out.data(), (size_t)rows, n, w_scale};
-        const KernelEntry &e = entry(repacked ? kQ4kR8Id : id, isa);
+        const KernelEntry &e = entry(repacked ? r8_id(id) : id, isa);
         nb::gil_scoped_release nogil;
         return bench_rows(e, a, rows, nt, threads_or_default(threads), reps);
     }, nb::arg("id"), nb::arg("raw"), nb::arg("act"), nb::arg("n"), nb::arg("w_scale"), nb::arg("threads"),
@@ -625,7 +629,7 @@ NB_MODULE(_lowbit, m) {
         std::vector<float> out((size_t)nt * rows);
         RepackedBytes r8(nullptr, std::free);
         const uint8_t *w = repacked ? repack_for_bench(f, raw, n, rows, rb, r8, isa) : raw.data();
-        const KernelEntry e = with_path(entry(repacked ? kQ4kR8Id : id, isa), path);
+        const KernelEntry e = with_path(entry(repacked ? r8_id(id) : id, isa), path);
         const int level = isa < 0 ? cpu_info().selected : isa;
         nb::gil_scoped_release nogil;
         return bench_matmul(f, e, level, w, rb, act.data(), arb, nt, out.data(), n, w_scale, rows,

@@ -244,6 +244,7 @@ static void fill_table() {
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
         overlay(running.i8s, level.i8s);
         overlay(running.q4k_r8, level.q4k_r8);
+        overlay(running.q5k_r8, level.q5k_r8);
         // LOWBIT_NO_ATTN_F16_<LEVEL>=1 / LOWBIT_NO_GLU_<LEVEL>=1: keep the level below's
         take(running.attn, level.attn);
         take(running.mla, level.mla);
@@ -295,14 +296,14 @@ const KernelEntry &kernel_entry_at(int type_id, int isa) {
     ensure_table();
     static const KernelEntry empty{};
     if (isa < 0 || isa >= ISA_COUNT || !g_level_ready[isa]) return empty;
-    if (type_id != T_I8_S && type_id != kQ4kR8Id && (type_id < 0 || type_id >= 64)) return empty;
+    if (type_id != T_I8_S && r8_format(type_id) == type_id && (type_id < 0 || type_id >= 64)) return empty;
     return g_levels[isa].at(type_id);
 }
 
 const KernelEntry *repacked_entry(int type_id) {
     static const bool off = [] { const char *e = std::getenv("LOWBIT_NO_REPACK"); return e && *e && *e != '0'; }();
-    if (type_id != T_Q4_K || off) return nullptr;
-    const KernelEntry &e = kernel_entry_at(kQ4kR8Id, cpu_info().selected);
+    if (r8_id(type_id) < 0 || off) return nullptr;
+    const KernelEntry &e = kernel_entry_at(r8_id(type_id), cpu_info().selected);
     return e.rows[1].fn ? &e : nullptr;
 }
 
@@ -348,10 +349,12 @@ struct Counter {
     void reset() { calls = 0, rows = 0, values = 0; }
 };
 // g_rows_ctr[slot][nt]: nt 0 the GEMM, 1..MAX_NT the windows, MAX_NT + 1 the wide window
-static Counter g_rows_ctr[66][MAX_NT + 2][ISA_COUNT], g_glu_ctr[4][ISA_COUNT], g_quant_ctr[66][ISA_COUNT];
-// counter slots: format ids 0..63, then I8_S, then the Q4_K R8 layout (kQ4kR8Id)
-static int slot_of(int id) { return id == T_I8_S ? 64 : id == kQ4kR8Id ? 65 : (id >= 0 && id < 64 ? id : -1); }
-static int id_of(int slot) { return slot == 64 ? T_I8_S : slot == 65 ? kQ4kR8Id : slot; }
+static Counter g_rows_ctr[67][MAX_NT + 2][ISA_COUNT], g_glu_ctr[4][ISA_COUNT], g_quant_ctr[67][ISA_COUNT];
+// counter slots: format ids 0..63, then I8_S, then the R8 layouts (kQ4kR8Id, kQ5kR8Id)
+static int slot_of(int id) {
+    return id == T_I8_S ? 64 : id == kQ4kR8Id ? 65 : id == kQ5kR8Id ? 66 : (id >= 0 && id < 64 ? id : -1);
+}
+static int id_of(int slot) { return slot == 64 ? T_I8_S : slot == 65 ? kQ4kR8Id : slot == 66 ? kQ5kR8Id : slot; }
 
 void count_call(int type_id, int nt, int isa, int64_t rows) {
     const int s = slot_of(type_id);
@@ -371,14 +374,14 @@ void count_quant(int type_id, int isa, int64_t rows, int64_t values) {
 
 std::vector<CallStat> call_stats() {
     std::vector<CallStat> out;
-    for (int s = 0; s < 66; ++s)
+    for (int s = 0; s < 67; ++s)
         for (int k = 0; k <= MAX_NT + 1; ++k)
             for (int l = 0; l < ISA_COUNT; ++l)
                 if (const Counter &c = g_rows_ctr[s][k][l]; c.n()) {
                     const KernelEntry &e = kernel_entry_at(id_of(s), l);
                     const int nt = k > MAX_NT ? WIDE_NT : k;
                     // (a repacked layout's calls are reported under its format: its kernels' names say which)
-                    const int id = id_of(s) == kQ4kR8Id ? (int)T_Q4_K : id_of(s);
+                    const int id = r8_format(id_of(s));
                     out.push_back({id, nt, nt ? window_kernel(e, nt).name : e.gemm.name, c.n(), c.rows.load()});
                 }
     return out;

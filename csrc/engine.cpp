@@ -383,11 +383,12 @@ void Engine::repack(Mat &m, int64_t block_rows) {
     const uint8_t *src = m.w;
     const size_t stride = m.stride;
     const int64_t n = m.n;
+    const int type = m.type;
     ThreadPool::instance().run(ThreadPool::instance().size(), [&](int i, int nth) {
         int64_t g0, g1;
         split_range(groups, i, nth, &g0, &g1);
-        repack_q4_k_r8(src + (size_t)g0 * kR8Rows * stride, stride, (g1 - g0) * kR8Rows, n,
-                       p + (size_t)g0 * kR8Rows * stride);
+        repack_r8(type, src + (size_t)g0 * kR8Rows * stride, stride, (g1 - g0) * kR8Rows, n,
+                  p + (size_t)g0 * kR8Rows * stride);
     });
     repacked_src_.emplace_back(m.w, bytes);
     m.src = m.w;

@@ -1,6 +1,8 @@
 // Load-time repacked layouts (csrc/repack.h): plain byte moves, built without ISA flags.
 #include "repack.h"
 
+#include "formats.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -9,11 +11,31 @@
 
 namespace lowbit {
 
-// Byte offsets within an R8 group of row j's pieces (repack.h).
-static size_t r8_d(int j) { return (size_t)2 * j; }
-static size_t r8_dmin(int j) { return 16 + (size_t)2 * j; }
-static size_t r8_sc(int i, int j) { return 32 + (size_t)32 * i + (size_t)4 * j; }  // scale bytes 4i .. 4i+3
-static size_t r8_qs(int c, int k, int j) { return 128 + (size_t)(8 * c + k) * 32 + (size_t)4 * j; }
+// Where row j's pieces lie in an R8 group of a format, and in its own super-block (repack.h).
+struct R8Form {
+    size_t sb, group, qh, qs;  // super-block bytes; group bytes; the group's qh (0: none) and codes
+    size_t src_qh, src_qs;     // the super-block's qh (0: none) and codes
+};
+static const R8Form *r8_form(int type_id) {
+    static const R8Form q4{144, kR8Group, 0, 128, 0, 16}, q5{176, kR8GroupQ5, kR8Qh, kR8QsQ5, 16, 48};
+    return type_id == T_Q4_K ? &q4 : type_id == T_Q5_K ? &q5 : nullptr;
+}
+bool has_r8_layout(int type_id) { return r8_form(type_id) != nullptr; }
+
+// One super-block of row j between its own bytes x and an R8 group o (to_group: x -> o)
+static void r8_move(const R8Form &f, uint8_t *o, uint8_t *x, int j, bool to_group) {
+    const auto mv = [&](size_t go, size_t xo, size_t n) {
+        if (to_group) std::memcpy(o + go, x + xo, n);
+        else std::memcpy(x + xo, o + go, n);
+    };
+    mv((size_t)2 * j, 0, 2);                                                     // d
+    mv(16 + (size_t)2 * j, 2, 2);                                                // dmin
+    for (int i = 0; i < 3; ++i) mv(32 + (size_t)32 * i + (size_t)4 * j, 4 + 4 * (size_t)i, 4);  // scale bytes 4i..
+    if (f.qh)
+        for (int k = 0; k < 8; ++k) mv(f.qh + (size_t)32 * k + (size_t)4 * j, f.src_qh + 4 * (size_t)k, 4);
+    for (int c = 0; c < 4; ++c)
+        for (int k = 0; k < 8; ++k) mv(f.qs + (size_t)(8 * c + k) * 32 + (size_t)4 * j, f.src_qs + 32 * (size_t)c + 4 * (size_t)k, 4);
+}
 
 uint8_t *alloc_repacked(size_t bytes) {
     constexpr size_t kHuge = 2u << 20;
@@ -26,35 +48,24 @@ uint8_t *alloc_repacked(size_t bytes) {
     return static_cast<uint8_t *>(p);
 }
 
-void repack_q4_k_r8(const uint8_t *w, size_t stride, int64_t rows, int64_t n, uint8_t *out) {
+void repack_r8(int type_id, const uint8_t *w, size_t stride, int64_t rows, int64_t n, uint8_t *out) {
+    const R8Form &f = *r8_form(type_id);
     const int64_t nb = n / 256;
     for (int64_t g = 0; g < rows / kR8Rows; ++g)
         for (int64_t b = 0; b < nb; ++b) {
-            uint8_t *o = out + (size_t)g * kR8Rows * stride + (size_t)b * kR8Group;
-            for (int j = 0; j < kR8Rows; ++j) {
-                const uint8_t *x = w + (size_t)(g * kR8Rows + j) * stride + (size_t)b * 144;
-                std::memcpy(o + r8_d(j), x, 2);
-                std::memcpy(o + r8_dmin(j), x + 2, 2);
-                for (int i = 0; i < 3; ++i) std::memcpy(o + r8_sc(i, j), x + 4 + 4 * i, 4);
-                for (int c = 0; c < 4; ++c)
-                    for (int k = 0; k < 8; ++k) std::memcpy(o + r8_qs(c, k, j), x + 16 + 32 * c + 4 * k, 4);
-            }
+            uint8_t *o = out + (size_t)g * kR8Rows * stride + (size_t)b * f.group;
+            for (int j = 0; j < kR8Rows; ++j)
+                r8_move(f, o, const_cast<uint8_t *>(w) + (size_t)(g * kR8Rows + j) * stride + (size_t)b * f.sb, j, true);
         }
 }
 
-void unpack_q4_k_r8_row(const uint8_t *r8, size_t stride, int64_t r, int64_t n, uint8_t *row) {
+void unpack_r8_row(int type_id, const uint8_t *r8, size_t stride, int64_t r, int64_t n, uint8_t *row) {
+    const R8Form &f = *r8_form(type_id);
     const int64_t nb = n / 256;
     const int j = (int)(r % kR8Rows);
     const uint8_t *g = r8 + (size_t)(r - j) * stride;
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *o = g + (size_t)b * kR8Group;
-        uint8_t *x = row + (size_t)b * 144;
-        std::memcpy(x, o + r8_d(j), 2);
-        std::memcpy(x + 2, o + r8_dmin(j), 2);
-        for (int i = 0; i < 3; ++i) std::memcpy(x + 4 + 4 * i, o + r8_sc(i, j), 4);
-        for (int c = 0; c < 4; ++c)
-            for (int k = 0; k < 8; ++k) std::memcpy(x + 16 + 32 * c + 4 * k, o + r8_qs(c, k, j), 4);
-    }
+    for (int64_t b = 0; b < nb; ++b)
+        r8_move(f, const_cast<uint8_t *>(g) + (size_t)b * f.group, row + (size_t)b * f.sb, j, false);
 }
 
 }  // namespace lowbit

@@ -21,16 +21,22 @@
 namespace lowbit {
 
 constexpr int kR8Rows = 8;
-constexpr size_t kR8Group = 8 * 144;  // bytes of one super-block of 8 rows
+constexpr size_t kR8Group = 8 * 144;    // bytes of one super-block of 8 rows (Q4_K)
+constexpr size_t kR8GroupQ5 = 8 * 176;  // (Q5_K)
+constexpr size_t kR8Qh = 128;           // Q5_K: where the fifth bits start in a group
+constexpr size_t kR8QsQ5 = 384;         // Q5_K: where the codes start in a group
 
-// rows [0, rows) of a Q4_K matrix (row r at w + r * stride, stride = n / 256 * 144), rows a
-// multiple of 8, into out (the same size; not overlapping w).
-void repack_q4_k_r8(const uint8_t *w, size_t stride, int64_t rows, int64_t n, uint8_t *out);
+// The formats with an R8 layout: Q4_K and Q5_K (ids, csrc/formats.h)
+bool has_r8_layout(int type_id);
+// rows [0, rows) of a matrix of format type_id (Q4_K or Q5_K; row r at w + r * stride, stride
+// the format's bytes per row of n), rows a multiple of 8, into out (the same size; not
+// overlapping w).
+void repack_r8(int type_id, const uint8_t *w, size_t stride, int64_t rows, int64_t n, uint8_t *out);
 // Memory for a repacked matrix (free it with std::free): 2 MB aligned and advised for
 // transparent huge pages (the kernels stream it: 4 KB pages cost a TLB miss every 4 KB; numpy's
 // arrays and a "hugepages" model copy are advised the same way).
 uint8_t *alloc_repacked(size_t bytes);
-// Row r of an R8 matrix (at r8, row stride `stride`) back into Q4_K's 144-byte super-blocks.
-void unpack_q4_k_r8_row(const uint8_t *r8, size_t stride, int64_t r, int64_t n, uint8_t *row);
+// Row r of an R8 matrix (at r8, row stride `stride`) back into the format's super-blocks.
+void unpack_r8_row(int type_id, const uint8_t *r8, size_t stride, int64_t r, int64_t n, uint8_t *row);
 
 }  // namespace lowbit

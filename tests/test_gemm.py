@@ -317,8 +317,9 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
         assert p.returncode == 0, p.stderr
         runs[tag] = json.loads(p.stdout.strip().splitlines()[-1])
     sel = lib.cpu_info()["selected"]
-    if "Q4_K" in repacked_layouts():  # Q4_K's matrices run in the layout the engine repacks them to
-        want = {w.replace("gemm_q4_k_", "gemm_q4_k_r8_") for w in want}
+    for fmt in repacked_layouts():  # these formats' matrices run in the layout the engine repacks them to
+        k = fmt.lower()
+        want = {w.replace(f"gemm_{k}_", f"gemm_{k}_r8_") for w in want}
     if sel in GEMM_LEVELS:
         fmt = lambda kernel: "_".join(kernel.split("_")[1:3]).upper()  # gemm_q4_k_q8_k_avx512: Q4_K
         want = {w.replace("_avx512", f"_{sel}") for w in want if fmt(w) in GEMM_FORMATS[sel]}

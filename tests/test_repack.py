@@ -1,7 +1,7 @@
-"""Q4_K's R8 layout (csrc/repack.h): the engine repacks Q4_K matrices at load where the selected
-level has kernels for it (avx512: csrc/x86/avx512/kq_r8.cpp, and the GEMM's decode in
-csrc/x86/gemm.inl). Every (row, token) result must be bitwise the Q4_K entry's on the rows as the
-file has them (I2, I3, I8): the kernels on any row range and thread count, every window and the
+"""Q4_K's and Q5_K's R8 layouts (csrc/repack.h): the engine repacks Q4_K and Q5_K matrices at load
+where the selected level has kernels for them (avx512: csrc/x86/avx512/kq_r8.cpp, and the GEMM's
+decode in csrc/x86/gemm.inl). Every (row, token) result must be bitwise the format's own entry's
+on the rows as the file has them (I2, I3, I8): the kernels on any row range and thread count, every window and the
 GEMM (with and without a tail), and whole models (dense and MoE, prompt chunks and decode steps)
 with and without LOWBIT_NO_REPACK=1. Skipped where the CPU lacks avx512f + avx512vnni + avx512vl."""
 import json
@@ -17,42 +17,58 @@ from lowbit._native import lib
 from lowbit.synth import synth_dense, synth_moe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-R8 = "Q4_K" in kernels.repacked_layouts()
-needs_r8 = pytest.mark.skipif(not R8, reason="Q4_K's R8 kernels need avx512f + avx512vl + avx512vnni "
+LAYOUTS = kernels.repacked_layouts()
+R8 = "Q4_K" in LAYOUTS
+needs_r8 = pytest.mark.skipif(not R8, reason="the R8 kernels need avx512f + avx512vl + avx512vnni "
                               "(or LOWBIT_NO_REPACK / LOWBIT_MAX_ISA below avx512 is set)")
+FORMATS = ["Q4_K", "Q5_K"]
+ID = {"Q4_K": 12, "Q5_K": 13}
+SB = {"Q4_K": 144, "Q5_K": 176}  # bytes per super-block
+
+
+def kq_rows(fmt, rng, rows, n, scale=1.0):
+    w = (rng.standard_normal((rows, n)) * scale).astype(np.float32)
+    rb = n // 256 * SB[fmt]
+    return np.ascontiguousarray(kernels.quantize(fmt, w)[: rows * rb]).reshape(rows, rb)
 
 
 def q4k_rows(rng, rows, n, scale=1.0):
-    w = (rng.standard_normal((rows, n)) * scale).astype(np.float32)
-    rb = n // 256 * 144
-    return np.ascontiguousarray(kernels.quantize("Q4_K", w)[: rows * rb]).reshape(rows, rb)
+    return kq_rows("Q4_K", rng, rows, n, scale)
 
 
-def test_repack_is_a_permutation_of_the_bytes():
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_repack_is_a_permutation_of_the_bytes(fmt):
     rng = np.random.default_rng(0)
+    qs = {"Q4_K": (128, 16), "Q5_K": (384, 48)}[fmt]  # (the group's codes, the super-block's codes)
     for n, rows in ((256, 8), (768, 24), (2048, 16)):
-        raw = q4k_rows(rng, rows, n)
-        r8 = lib.repack_q4_k_r8(raw, n)
+        raw = kq_rows(fmt, rng, rows, n)
+        r8 = lib.repack_r8(ID[fmt], raw, n)
         assert r8.shape == raw.shape
         assert np.array_equal(np.sort(r8.reshape(-1)), np.sort(raw.reshape(-1)))  # same bytes, moved
         assert not np.array_equal(r8, raw)
-        assert np.array_equal(lib.repack_q4_k_r8(r8, n, back=True), raw)
-        # super-block 0 of rows 0..7: d of row j at 2j, its first code dword at 128 + 4j
+        assert np.array_equal(lib.repack_r8(ID[fmt], r8, n, back=True), raw)
+        # super-block 0 of rows 0..7: d of row j at 2j, its first code dword at qs + 4j (Q5_K: its
+        # first qh dword at 128 + 4j)
         flat = r8.reshape(-1)
         for j in range(8):
             assert bytes(flat[2 * j:2 * j + 2]) == bytes(raw[j, 0:2])
-            assert bytes(flat[128 + 4 * j:132 + 4 * j]) == bytes(raw[j, 16:20])
+            assert bytes(flat[qs[0] + 4 * j:qs[0] + 4 + 4 * j]) == bytes(raw[j, qs[1]:qs[1] + 4])
+            if fmt == "Q5_K":
+                assert bytes(flat[128 + 4 * j:132 + 4 * j]) == bytes(raw[j, 16:20])
     with pytest.raises(ValueError, match="multiple of 8 rows"):
-        lib.repack_q4_k_r8(q4k_rows(rng, 12, 256), 256)
+        lib.repack_r8(ID[fmt], kq_rows(fmt, rng, 12, 256), 256)
+    with pytest.raises(ValueError, match="Q6_K has no R8 layout"):
+        lib.repack_r8(14, np.zeros((8, 210), np.uint8), 256)
 
 
 @needs_r8
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("n", [256, 768, 2048])
-def test_r8_kernels_bitwise_the_q4_k_entry(n):
+def test_r8_kernels_bitwise_the_format_entry(fmt, n):
     rng = np.random.default_rng(n)
     bad = []
     for rows in (8, 40, 264):
-        raw = q4k_rows(rng, rows, n, scale=2.0)
+        raw = kq_rows(fmt, rng, rows, n, scale=2.0)
         for nt in (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 20, 33, 40):
             # activations at full scale (codes +-127) and small ones, a worst case of the integer sums
             x = (rng.standard_normal((nt, n)) * (100.0 if nt % 2 else 0.01)).astype(np.float32)
@@ -61,8 +77,8 @@ def test_r8_kernels_bitwise_the_q4_k_entry(n):
                 if r1 <= r0:
                     continue
                 for threads in (1, 2):
-                    want = kernels.matmul_act("Q4_K", raw, act, n, r0=r0, r1=r1, threads=threads)
-                    got = kernels.matmul_act("Q4_K", raw, act, n, r0=r0, r1=r1, threads=threads, repacked=True)
+                    want = kernels.matmul_act(fmt, raw, act, n, r0=r0, r1=r1, threads=threads)
+                    got = kernels.matmul_act(fmt, raw, act, n, r0=r0, r1=r1, threads=threads, repacked=True)
                     if not np.array_equal(got, want):
                         t, r = np.argwhere(got != want)[0]
                         bad.append(f"rows {rows} nt {nt} [{r0}, {r1}) threads {threads}: first at token {t} "
@@ -72,8 +88,10 @@ def test_r8_kernels_bitwise_the_q4_k_entry(n):
 
 @needs_r8
 def test_r8_kernel_names_and_gemm():
-    assert lib.kernel(1002, 1)[0] == "rows_q4_k_r8_q8_k_avx512"
-    assert lib.gemm_kernel(1002)[0] == "gemm_q4_k_r8_q8_k_avx512"
+    assert LAYOUTS == FORMATS
+    for fmt, kid in kernels.R8_KERNEL_IDS.items():
+        assert lib.kernel(kid, 1)[0] == f"rows_{fmt.lower()}_r8_q8_k_avx512"
+        assert lib.gemm_kernel(kid)[0] == f"gemm_{fmt.lower()}_r8_q8_k_avx512"
 
 
 def test_repacked_needs_q4_k_and_rows_of_8():
@@ -101,7 +119,7 @@ ids = [int(t) for t in np.random.default_rng(5).integers(10, 500, 40)]
 out = [m.forward(ids, all_logits=True).tolist()]
 for t in (7, 8, 9):
     out.append(m.forward([t]).tolist())
-ks = sorted({s["kernel"] for s in kernels.stats() if s.get("format") == "Q4_K"})
+ks = sorted({s["kernel"] for s in kernels.stats() if s.get("format") in ("Q4_K", "Q5_K")})
 print(json.dumps({"logits": out, "kernels": ks, "repack": list(m.repack), "dropped": m.repack_dropped}))
 """
 
@@ -117,17 +135,21 @@ def child(path, no_repack):
 
 
 @needs_r8
-@pytest.mark.parametrize("kind", ["dense", "moe"])
+@pytest.mark.parametrize("kind", ["dense", "moe", "dense_q5"])
 def test_models_bitwise_with_and_without_repacking(tmp_path, kind):
     path = tmp_path / f"{kind}.gguf"
     if kind == "dense":
         synth_dense(path, layers=2, dim=256, ffn=768, heads=4, kv_heads=2, wtype="Q4_K", head_type="Q4_K",
                     embd_type="F16", vocab=None, seed=3)
+    elif kind == "dense_q5":  # Q5_K matrices beside a Q6_K head (no layout: read as it is), as Q5_K_M's
+        synth_dense(path, layers=2, dim=256, ffn=768, heads=4, kv_heads=2, wtype="Q5_K", head_type="Q6_K",
+                    embd_type="F16", vocab=None, seed=5)
     else:
-        synth_moe(path, arch="qwen3moe", wtype="Q4_K", expert_type="Q4_K", head_type="Q4_K", embd_type="F16",
+        synth_moe(path, arch="qwen3moe", wtype="Q4_K", expert_type="Q5_K", head_type="Q4_K", embd_type="F16",
                   top_k=4, seed=4)
     on, off = child(path, False), child(path, True)
-    assert any("r8" in k for k in on["kernels"]), on["kernels"]
+    want = {"dense": {"q4_k"}, "dense_q5": {"q5_k"}, "moe": {"q4_k", "q5_k"}}[kind]
+    assert {k.split("_r8")[0].split("_", 1)[1] for k in on["kernels"] if "_r8" in k} == want, on["kernels"]
     assert not any("r8" in k for k in off["kernels"]), off["kernels"]
     assert on["repack"][0] and not off["repack"][0] and "LOWBIT_NO_REPACK" in off["repack"][1]
     assert on["dropped"] > 0 and off["dropped"] == 0  # the mapped file's copies of them given back

@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "../repack.h"
 #include "hsum.h"
 #include "prefetch.h"
 
@@ -761,7 +762,19 @@ template <class D, class = void>
 struct IsR8 : std::false_type {};
 template <class D>
 struct IsR8<D, std::void_t<decltype(D::R8)>> : std::true_type {};
+// Q5_K's R8 layout (repack.h; its windows: csrc/x86/avx512/kq_r8.cpp): each row of the tile is
+// moved back into its own super-blocks (unpack_r8_row: 4-byte copies, once per row and call),
+// then decoded as Q5_K's, so the same codes, metadata and results (I8).
+struct GQ5K_R8 : GQ5K {
+    static constexpr bool R8_ROWS = true;
+};
+template <class D, class = void>
+struct IsR8Rows : std::false_type {};
+template <class D>
+struct IsR8Rows<D, std::void_t<decltype(D::R8_ROWS)>> : std::true_type {};
 #else
+template <class D>
+struct IsR8Rows : std::false_type {};
 template <class D>
 struct IsR8 : std::false_type {};
 inline void decode_tile_r8(const RowArgs &, int64_t, int64_t, int64_t, uint8_t *, RowSB *) {}
@@ -773,6 +786,17 @@ template <class D, size_t BYTES>
 __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t re, int64_t nb, uint8_t *codes,
                                            RowSB *meta) {
     if constexpr (IsR8<D>::value) return decode_tile_r8(a, rb, re, nb, codes, meta);
+    if constexpr (IsR8Rows<D>::value) {
+        static thread_local std::vector<uint8_t> row;
+        row.resize((size_t)nb * BYTES);
+        for (int64_t r = rb; r < re; ++r) {
+            unpack_r8_row(T_Q5_K, a.w, a.w_stride, r, a.n, row.data());
+            for (int64_t b = 0; b < nb; ++b)
+                D::decode(row.data() + (size_t)b * BYTES, codes + (size_t)(r - rb) * (size_t)nb * QK + (size_t)b * QK,
+                          meta[(size_t)(r - rb) * (size_t)nb + (size_t)b]);
+        }
+        return;
+    }
     for (int64_t r = rb; r < re; ++r) {
         const uint8_t *w = a.w + (size_t)r * a.w_stride;
         uint8_t *u = codes + (size_t)(r - rb) * (size_t)nb * QK;
@@ -1355,6 +1379,10 @@ void register_gemm(KernelTable &t) {
     // n = 2048 1.11, 0.96, 1.28 at 16, 24, 32; n = 4096 0.95, 1.04, 1.35); LOWBIT_KQ_GEMM_MIN_NT
     // sets it with Q4_K's
     set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 24);
+    // Q5_K's R8 layout: its GEMM from 24 tokens too (Zen 4, `bench kernels --formats Q5_K_R8 --nt
+    // 16,20,24,28,32 --mb 1.5`, windows / gemm at n = 2048 and 4096, noisy: 0.77-0.78 at 20,
+    // 0.91-1.53 at 24, 1.00-1.24 at 32; Q5_K's own gate is 9: its windows are 1.3-1.8x slower)
+    set(kQ5kR8Id, &gemm_kq<GQ5K_R8, 176>, "gemm_q5_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 24);
 #endif
     set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS),
         g && *g ? min_nt : kQ5kGemmMinNt);

@@ -41,7 +41,7 @@ from .formats import formats as all_formats
 from .formats import get as get_format
 from . import plot
 from ._native import lib
-from .kernels import quantize, repacked_layouts, split_tensor
+from .kernels import R8_KERNEL_IDS, quantize, repacked_layouts, split_tensor
 
 DEFAULT_FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                    "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "IQ1_S",
@@ -49,14 +49,12 @@ DEFAULT_FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K
 DISTINCT_ROWS = 256
 
 
-# lib's id of the kernels of Q4_K's R8 layout (csrc/kernels.h kQ4kR8Id): `--formats Q4_K_R8`
-R8_KERNEL_ID = 1002
 
 
 def _windows_name(f: Format, nt: int, kid: int | None = None) -> str:
     """The kernels of a chunk of nt > 8 tokens that no GEMM takes, as matmul cuts it
     (kernels.h next_window): 16 tokens at a time through the wide window while 16 remain.
-    kid: the kernels' id when not the format's (R8_KERNEL_ID)."""
+    kid: the kernels' id when not the format's (an R8 layout's: kernels.R8_KERNEL_IDS)."""
     wide, parts, left = (lib.wide_kernel(f.id) if kid in (None, f.id) else None), [], nt
     while wide is not None and left >= 16:
         parts.append(wide[0])
@@ -104,12 +102,12 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
         print(f"{'format':<8} {'nt':>2}  {'lowbit kernel':<28} {'lowbit us/row/tok':>17} "
               f"{'ggml us/row/tok':>15} {'ggml/lowbit':>11} {'lowbit GB/s':>11}", file=out)
     for name in formats:
-        # Q4_K_R8: Q4_K's rows in the layout the engine repacks them to at load (csrc/repack.h),
-        # its kernels; ggml's vec_dot on the same rows as the file has them
-        r8 = name.upper() == "Q4_K_R8"
-        f = get_format("Q4_K" if r8 else name)
-        kid = R8_KERNEL_ID if r8 else f.id
-        label = "Q4_K_R8" if r8 else f.name
+        # Q4_K_R8 / Q5_K_R8: the format's rows in the layout the engine repacks them to at load
+        # (csrc/repack.h), its kernels; ggml's vec_dot on the same rows as the file has them
+        r8 = name.upper().endswith("_R8")
+        f = get_format(name[:-3] if r8 else name)
+        kid = R8_KERNEL_IDS[f.name] if r8 else f.id
+        label = f"{f.name}_R8" if r8 else f.name
         rows = nrows or max(64, int(mb * 2**20) // f.row_bytes(n))
         if r8:
             rows = -(-rows // 8) * 8
@@ -766,10 +764,11 @@ def _pin_and_formats(a) -> list[str]:
     for s in a.formats.split(","):
         if not s.strip():
             continue
-        if s.strip().upper() == "Q4_K_R8":  # Q4_K's repacked layout (bench_kernels)
-            if "Q4_K" not in repacked_layouts():
-                raise ValueError("Q4_K_R8: this level has no kernels for Q4_K's R8 layout (avx512 has)")
-            names.append("Q4_K_R8")
+        if s.strip().upper() in ("Q4_K_R8", "Q5_K_R8"):  # a repacked layout (bench_kernels)
+            base = s.strip().upper()[:-3]
+            if base not in repacked_layouts():
+                raise ValueError(f"{base}_R8: this level has no kernels for {base}'s R8 layout (avx512 has)")
+            names.append(f"{base}_R8")
         else:
             names.append(get_format(s.strip()).name)
     return names

@@ -32,8 +32,7 @@ from .peer import PeerMissing
 def cmd_info(args: argparse.Namespace) -> int:
     from .formats import formats
     from ._native import lib
-    from .bench import R8_KERNEL_ID
-    from .kernels import repacked_layouts
+    from .kernels import R8_KERNEL_IDS, repacked_layouts
     c = lib.cpu_info()
     print(f"lowbit {__import__('lowbit').__version__}")
     print(f"CPU       {c['model'] or '(unknown)'}")
@@ -81,7 +80,7 @@ def cmd_info(args: argparse.Namespace) -> int:
                 gate += f", a tail of <= {tail} past multiples of {lanes} through the windows"
             print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {g[0]}  {gate}")
         if f.name in repacked_layouts():  # the layout the engine repacks this format's matrices to
-            k8, g8 = lib.kernel(R8_KERNEL_ID, 1), lib.gemm_kernel(R8_KERNEL_ID)
+            k8, g8 = lib.kernel(R8_KERNEL_IDS[f.name], 1), lib.gemm_kernel(R8_KERNEL_IDS[f.name])
             print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {k8[0]} (all nt), {g8[0]} for chunks of >= {g8[2]} tokens: "
                   f"the engine's {f.name} matrices, repacked 8 rows at a time at load (LOWBIT_NO_REPACK=1: off)")
     if args.model:
@@ -95,8 +94,8 @@ def _info_model(path: str) -> None:
     run on this CPU (the same dispatch the engine uses)."""
     from . import load
     from ._native import lib
-    from .bench import R8_KERNEL_ID, model_work
-    from .kernels import repacked_layouts
+    from .bench import model_work
+    from .kernels import R8_KERNEL_IDS, repacked_layouts
     m = load(path, n_ctx=8, threads=1)
     c, md, f = m.config, m.file.metadata, m.file
     print(f"model     {path} ({os.path.getsize(path) / 1e9:.2f} GB)")
@@ -146,7 +145,7 @@ def _info_model(path: str) -> None:
         by[t.format] = (n + 1, b + t.nbytes)
     print("weights   format  tensors       MB  row kernel (1 token)        prompt chunks")
     for fmt, (n, b) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        kid = R8_KERNEL_ID if m.repack[0] and fmt.name in repacked_layouts() else fmt.id
+        kid = R8_KERNEL_IDS[fmt.name] if m.repack[0] and fmt.name in repacked_layouts() else fmt.id
         k, g = lib.kernel(kid, 1), lib.gemm_kernel(kid)
         wd = lib.wide_kernel(fmt.id)
         win = f"windows of 16 ({wd[0]}) and <= 8 tokens" if wd else "windows of <= 8 tokens"

@@ -1344,18 +1344,20 @@ class Model:
         self._init_slots()
 
     def _repack_plan(self) -> tuple[bool, str]:
-        """(repack, why): whether the engine repacks this model's Q4_K matrices at load into the
-        layout its kernels read fastest (lowbit.kernels.repacked_layouts; csrc/repack.h). Each is a
+        """(repack, why): whether the engine repacks this model's Q4_K / Q5_K matrices at load into
+        the layout its kernels read fastest (lowbit.kernels.repacked_layouts; csrc/repack.h). Each is a
         copy: a map of the file gives its own pages back (GGUFFile.drop_pages), a "copy" keeps both,
         so they must fit beside what is resident; a "hugepages" copy keeps its 2 MB pages instead."""
         from .kernels import repacked_layouts
         layouts = repacked_layouts()
         q4k = sum(t.nbytes for t in self.file.tensors.values() if t.format.name in layouts and len(t.shape) >= 2)
+        kinds = "/".join(sorted({t.format.name for t in self.file.tensors.values() if t.format.name in layouts
+                                 and len(t.shape) >= 2}))
         if not layouts:
             off = os.environ.get("LOWBIT_NO_REPACK", "0") not in ("", "0")
-            return False, "off (LOWBIT_NO_REPACK=1)" if off else "no repacked layout at this level (avx512 has Q4_K's)"
+            return False, "off (LOWBIT_NO_REPACK=1)" if off else "no repacked layout at this level (avx512 has Q4_K's and Q5_K's)"
         if not q4k:
-            return False, "no Q4_K matrix"
+            return False, "no Q4_K or Q5_K matrix"
         if self.file.memory == "hugepages":
             return False, "the weights are a hugepage copy (memory='hugepages'): kept as they are"
         if self.file.locked:
@@ -1363,9 +1365,9 @@ class Model:
         avail = _mem_available()
         need = q4k * (2 if self.file.memory == "copy" else 1)
         if avail is not None and need > avail // 2:
-            return False, (f"the Q4_K matrices' copies ({q4k / 2**20:.0f} MB) would not fit in half of the "
+            return False, (f"the {kinds} matrices' copies ({q4k / 2**20:.0f} MB) would not fit in half of the "
                            f"available memory ({avail / 2**20:.0f} MB)")
-        return True, f"Q4_K matrices repacked at load ({q4k / 2**20:.0f} MB; LOWBIT_NO_REPACK=1: as the file has them)"
+        return True, f"{kinds} matrices repacked at load ({q4k / 2**20:.0f} MB; LOWBIT_NO_REPACK=1: as the file has them)"
 
     def _init_slots(self) -> None:
         # per slot: the positions held in its KV cache, and the tokens at those positions

@@ -75,8 +75,10 @@ LB_R8_INLINE void each_token(F &&f, std::integer_sequence<int, T...>) {
 #define LB_R8_TOKENS(NT, body) each_token([&](auto tc) __attribute__((always_inline)) { constexpr int t = decltype(tc)::value; body; }, std::make_integer_sequence<int, NT>{})
 
 // Rows 8g .. 8g+7 against tokens y[0..NT): res[t] lane j = the result of row 8g + j.
-template <int NT>
+// Q5: Q5_K's groups (their fifth bits at kR8Qh, codes at kR8QsQ5), else Q4_K's.
+template <bool Q5, int NT>
 LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[NT]) {
+    constexpr size_t kGroup = Q5 ? kR8GroupQ5 : kR8Group, kQs = Q5 ? kR8QsQ5 : 128;
     const int64_t nb = a.n / QK_K;
     const uint8_t *y[NT];  // the tokens' activation rows
     LB_R8_TOKENS(NT, y[t] = a.act + (size_t)(t0 + t) * a.act_stride);
@@ -85,33 +87,59 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
     __m256 acc[NT];
     LB_R8_TOKENS(NT, acc[t] = _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t *o = base + (size_t)b * kR8Group;
-        prefetch_ahead(o, kR8Group);
+        const uint8_t *o = base + (size_t)b * kGroup;
+        prefetch_ahead(o, kGroup);
         // scale / min bytes of the 8 rows: sc 0..3, mn 0..3 (6 bits), then sc 4..7, mn 4..7
         // (low 4 bits in bytes 8..11, high 2 bits in the top of bytes 0..7): lane j, byte s
-        const __m256i s0 = _mm256_loadu_si256((const __m256i *)(o + 32)), s2 = _mm256_loadu_si256((const __m256i *)(o + 96));
         const __m256i m3F = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
-        const __m256i sclo = _mm256_and_si256(s0, m3F);
-        const __m256i schi = _mm256_or_si256(_mm256_and_si256(s2, m0F), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
+        __m256i sclo, schi;
+        // held across the chunks, but for Q5_K's passes of 3 (its fifth bits leave no registers)
+        constexpr bool kHold = !Q5 || NT <= 2;
+        if constexpr (kHold) {
+            const __m256i s0 = _mm256_loadu_si256((const __m256i *)(o + 32)), s2 = _mm256_loadu_si256((const __m256i *)(o + 96));
+            sclo = _mm256_and_si256(s0, m3F);
+            schi = _mm256_or_si256(_mm256_and_si256(s2, m0F), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
+        }
         __m256i I[NT];
         LB_R8_TOKENS(NT, I[t] = _mm256_setzero_si256());
         for (int c = 0; c < 4; ++c) {
             __m256i e[NT], od[NT];  // sub-blocks 2c, 2c + 1
             LB_R8_TOKENS(NT, e[t] = _mm256_setzero_si256(); od[t] = _mm256_setzero_si256());
             const size_t qa = (size_t)b * QBLK + QOFF_QS + 64 * (size_t)c;
-            const uint8_t *q = o + 128 + 256 * (size_t)c;
+            const uint8_t *q = o + kQs + 256 * (size_t)c;
+            // Q5: qh bits 2c / 2c + 1 of each byte are the fifth bits of its low / high nibble
+            const __m256i blo = _mm256_set1_epi8((char)(1 << (2 * c))), bhi = _mm256_set1_epi8((char)(2 << (2 * c)));
+            // (the same qh vectors serve every chunk: their address hidden per chunk, or GCC
+            // would hold all 8 across the chunks and spill the sums instead: I7)
+            const uint8_t *qh = o + kR8Qh;
+            if constexpr (Q5) __asm__("" : "+r"(qh));
             for (int k = 0; k < 8; ++k) {
                 const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
-                const __m256i lo = _mm256_and_si256(x, m0F), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0F);
+                __m256i lo = _mm256_and_si256(x, m0F), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0F);
+                if constexpr (Q5) {
+                    const __m256i h = _mm256_loadu_si256((const __m256i *)(qh + 32 * k)), b16 = _mm256_set1_epi8(16);
+                    lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(h, blo), lo, b16);
+                    hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(h, bhi), hi, b16);
+                }
                 LB_R8_TOKENS(NT, e[t] = _mm256_dpbusd_epi32(e[t], lo, _mm256_set1_epi32(ld32(y[t] + qa + 4 * k)));
                                  od[t] = _mm256_dpbusd_epi32(od[t], hi, _mm256_set1_epi32(ld32(y[t] + qa + 32 + 4 * k))));
             }
-            const __m256i sv = c < 2 ? sclo : schi;
+            __m256i sv;
+            if constexpr (!kHold) {  // read again per chunk (an address hidden from the optimiser: I7)
+                const uint8_t *os = o;
+                __asm__("" : "+r"(os));
+                const __m256i s0 = _mm256_loadu_si256((const __m256i *)(os + 32));
+                sv = c < 2 ? _mm256_and_si256(s0, m3F)
+                           : _mm256_or_si256(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(os + 96)), m0F),
+                                             _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
+            } else {
+                sv = c < 2 ? sclo : schi;
+            }
             const __m256i se = _mm256_shuffle_epi8(sv, ctl(kByte[(2 * c) % 4])), so = _mm256_shuffle_epi8(sv, ctl(kByte[(2 * c + 1) % 4]));
             LB_R8_TOKENS(NT, I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_mullo_epi32(se, e[t]), _mm256_mullo_epi32(so, od[t]))));
         }
         // M: mins as int16 pairs (mn 2p, 2p + 1) against the token's bsums pairs
-        const __m256i s1 = _mm256_loadu_si256((const __m256i *)(o + 64));
+        const __m256i s1 = _mm256_loadu_si256((const __m256i *)(o + 64)), s2 = _mm256_loadu_si256((const __m256i *)(o + 96));
         const __m256i mnlo = _mm256_and_si256(s1, m3F);
         const __m256i mnhi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), m0F), _mm256_and_si256(_mm256_srli_epi16(s1, 2), m30));
         const __m256i A0 = _mm256_shuffle_epi8(mnlo, ctl(kPair[0])), A1 = _mm256_shuffle_epi8(mnlo, ctl(kPair[1]));
@@ -121,8 +149,11 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
         LB_R8_TOKENS(NT, {
             const uint8_t *yb = y[t] + (size_t)b * QBLK;
             // bsums pairs: int16 bs[s] = bsums[2s] + bsums[2s + 1], dword p = (bs[2p], bs[2p + 1])
-            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(yb + QOFF_BS)),
-                                              _mm_loadu_si128((const __m128i *)(yb + QOFF_BS + 16)));
+            // (vpmaddwd + vpackssdw, not vphaddw: VEX-only, it cannot reach xmm16..31, and GCC
+            // moved its operand there through the stack: I7; |pair| <= 4064, so the pack is exact)
+            const __m128i one = _mm_set1_epi16(1);
+            const __m128i bs = _mm_packs_epi32(_mm_madd_epi16(_mm_loadu_si128((const __m128i *)(yb + QOFF_BS)), one),
+                                               _mm_madd_epi16(_mm_loadu_si128((const __m128i *)(yb + QOFF_BS + 16)), one));
             __m256i M = _mm256_dpwssd_epi32(_mm256_setzero_si256(), A0, _mm256_broadcastd_epi32(bs));
             M = _mm256_dpwssd_epi32(M, A1, _mm256_broadcastd_epi32(_mm_srli_si128(bs, 4)));
             M = _mm256_dpwssd_epi32(M, A2, _mm256_broadcastd_epi32(_mm_srli_si128(bs, 8)));
@@ -146,34 +177,44 @@ LB_R8_INLINE void store_group(const RowArgs &a, int64_t g, int t0, int64_t lo, i
 
 // One pass of NT (<= 4) tokens over group g, its results into rows [lo, hi) (its own function:
 // two passes inlined into one body would hold both passes' vectors at once: I7)
-template <int NT>
+template <bool Q5, int NT>
 __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, int64_t lo, int64_t hi) {
     __m256 res[NT];
-    group_rows<NT>(a, g, t0, res);
+    group_rows<Q5, NT>(a, g, t0, res);
     store_group<NT>(a, g, t0, lo, hi, res);
 }
 
 // Tokens in a pass of N1 (<= 4), then one of N2 (0..4) on each group while its rows are in L1.
-template <int N1, int N2>
-void rows_passes(const RowArgs &a, int64_t r0, int64_t r1) {
-    for (int64_t g = r0 / kR8Rows; g * kR8Rows < r1; ++g) {
-        const int64_t lo = std::max(r0, g * kR8Rows), hi = std::min(r1, (g + 1) * kR8Rows);
-        rows_group<N1>(a, g, 0, lo, hi);
-        if constexpr (N2 > 0) rows_group<N2>(a, g, N1, lo, hi);
-    }
+// Tokens T0 .. NT - 1 of group g in passes of kPass<Q5> (the last one shorter). Q4_K: 4 a pass;
+// Q5_K: 3 (its fifth bits' vectors and masks beside 4 tokens' sums spill: I7).
+template <bool Q5>
+constexpr int kPass = Q5 ? 3 : 4;
+template <bool Q5, int NT, int T0 = 0>
+LB_R8_INLINE void group_passes(const RowArgs &a, int64_t g, int64_t lo, int64_t hi) {
+    constexpr int n = NT - T0 < kPass<Q5> ? NT - T0 : kPass<Q5>;
+    rows_group<Q5, n>(a, g, T0, lo, hi);
+    if constexpr (T0 + n < NT) group_passes<Q5, NT, T0 + n>(a, g, lo, hi);
 }
 
-void rows_q4_k_r8(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
+// Every pass on each group in turn, while its rows are in L1.
+template <bool Q5, int NT>
+void rows_window(const RowArgs &a, int64_t r0, int64_t r1) {
+    for (int64_t g = r0 / kR8Rows; g * kR8Rows < r1; ++g)
+        group_passes<Q5, NT>(a, g, std::max(r0, g * kR8Rows), std::min(r1, (g + 1) * kR8Rows));
+}
+
+template <bool Q5>
+void rows_r8(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     if (r1 <= r0) return;
     switch (nt) {
-        case 1: return rows_passes<1, 0>(a, r0, r1);
-        case 2: return rows_passes<2, 0>(a, r0, r1);
-        case 3: return rows_passes<3, 0>(a, r0, r1);
-        case 4: return rows_passes<4, 0>(a, r0, r1);
-        case 5: return rows_passes<4, 1>(a, r0, r1);
-        case 6: return rows_passes<4, 2>(a, r0, r1);
-        case 7: return rows_passes<4, 3>(a, r0, r1);
-        case 8: return rows_passes<4, 4>(a, r0, r1);
+        case 1: return rows_window<Q5, 1>(a, r0, r1);
+        case 2: return rows_window<Q5, 2>(a, r0, r1);
+        case 3: return rows_window<Q5, 3>(a, r0, r1);
+        case 4: return rows_window<Q5, 4>(a, r0, r1);
+        case 5: return rows_window<Q5, 5>(a, r0, r1);
+        case 6: return rows_window<Q5, 6>(a, r0, r1);
+        case 7: return rows_window<Q5, 7>(a, r0, r1);
+        case 8: return rows_window<Q5, 8>(a, r0, r1);
         default: return;
     }
 }
@@ -183,9 +224,10 @@ void rows_q4_k_r8(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // The R8 entry's windows (its GEMM: register_gemm, csrc/x86/gemm.inl), counted under kQ4kR8Id;
 // its activations are Q8_K as Q4_K's.
 void register_kq_r8(KernelTable &t) {
-    KernelEntry &e = t.q4k_r8;
-    t.set_rows_all(kQ4kR8Id, rows_q4_k_r8, "rows_q4_k_r8_q8_k_avx512", ISA_AVX512);
-    e.count_id = kQ4kR8Id;
+    t.set_rows_all(kQ4kR8Id, rows_r8<false>, "rows_q4_k_r8_q8_k_avx512", ISA_AVX512);
+    t.q4k_r8.count_id = kQ4kR8Id;
+    t.set_rows_all(kQ5kR8Id, rows_r8<true>, "rows_q5_k_r8_q8_k_avx512", ISA_AVX512);
+    t.q5k_r8.count_id = kQ5kR8Id;
 }
 
 }  // namespace avx512
