@@ -1,7 +1,8 @@
-// Q4_K x Q8_K row kernels on Q4_K's R8 layout (csrc/repack.h: 8 rows' super-blocks interleaved
-// by code dword), at the avx512 level (256-bit vectors: AVX512-VNNI with VL). The contract is
-// csrc/kernels.h's on the repacked bytes: out[t * out_stride + r] for r in [r0, r1), t < nt, any
-// range (a group of 8 rows cut by the range is computed whole and only its rows in it stored).
+// Q4_K and Q5_K x Q8_K row kernels on their R8 layouts (csrc/repack.h: 8 rows' super-blocks
+// interleaved by code dword), at the avx512 level (256-bit vectors: AVX512-VNNI with VL). The
+// contract is csrc/kernels.h's on the repacked bytes: out[t * out_stride + r] for r in [r0, r1),
+// t < nt, any range (a group of 8 rows cut by the range is computed whole and only its rows in it
+// stored).
 //
 // Lanes are ROWS: lane j of every vector belongs to row 8g + j of the group. One 32-byte load is
 // code dword k of chunk c for the 8 rows; its low nibbles (sub-block 2c) and high nibbles
@@ -10,18 +11,23 @@
 // lane after 8 of them: no horizontal sums, no per-row shuffles of codes or scales, and every
 // code vector serves every token of the pass. (The row-major kernels, csrc/x86/kquants.inl,
 // spend per row and super-block the codes' shuffles, a madd with the scale per chunk and a
-// horizontal reduction; on Zen 4 one token here runs ~1.9x their speed, BENCHMARKS.md.)
+// horizontal reduction; on Zen 4 one token here runs ~1.9x their speed for Q4_K, ~1.7x for
+// Q5_K, BENCHMARKS.md.) Q5_K: the 32-byte load of qh dword k (the same for every chunk) gives
+// each code byte its fifth bit: bit 2c (low nibble) or 2c + 1 (high) of the byte, tested into a
+// byte mask (vptestmb) that adds 16 to those codes (masked vpaddb).
 //
 // Arithmetic, per (row, token, super-block): the exact integers of csrc/x86/kquants.inl's
-// header, I = sum_s sc[s] * isum[s] (isum: the sub-block's sum of u * q_a, u = 0..15; int32
-// products sc * isum <= 63 * 60960) and M = sum_s mn[s] * (bsums[2s] + bsums[2s+1]) (int16
-// pairs: |bsums pair| <= 4064, dpwssd exact), then its two float steps in super-block order,
+// header, I = sum_s sc[s] * isum[s] (isum: the sub-block's sum of u * q_a, u = 0..15 (Q5_K:
+// 0..31); int32 products sc * isum <= 63 * 125984) and M = sum_s mn[s] * (bsums[2s] +
+// bsums[2s+1]) (int16 pairs: |bsums pair| <= 4064, dpwssd exact), then its two float steps in
+// super-block order,
 //   acc = fma(d_a * d, (float)I, acc);  acc = fnmadd(d_a * dmin, (float)M, acc)
-// lane-wise: the same operations on the same values as the Q4_K entry's kernels and GEMM, so
-// each (row, token) result is bitwise theirs (I2, I3, I8; tests/test_repack.py).
+// lane-wise: the same operations on the same values as the format's own entry's kernels and
+// GEMM, so each (row, token) result is bitwise theirs (I2, I3, I8; tests/test_repack.py).
 //
-// Tokens go 4 at a time (NT <= 4: 4 accumulators, 4 sums, 8 sub-block sums in flight); a window
-// of 5..8 runs a second pass of the group while its rows are still in L1.
+// Tokens go 4 at a time for Q4_K (4 accumulators, 4 sums, 8 sub-block sums in flight), 3 for
+// Q5_K (its fifth bits take registers); a longer window runs further passes of the group while
+// its rows are still in L1.
 #include <immintrin.h>
 
 #include <algorithm>
