@@ -94,7 +94,13 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
     LB_R8_TOKENS(NT, acc[t] = _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *o = base + (size_t)b * kGroup;
-        prefetch_ahead(o, kGroup);
+        if (t0 == 0) {
+            prefetch_ahead(o, kGroup);
+        } else {  // a later pass reads the group from L1: meanwhile the next group's super-block
+            // b comes to L2, so the stream from DRAM does not stop while this pass computes
+            const uint8_t *next = o + (size_t)nb * kGroup;
+            for (size_t l = 0; l < kGroup; l += 64) _mm_prefetch((const char *)next + l, _MM_HINT_T1);
+        }
         // scale / min bytes of the 8 rows: sc 0..3, mn 0..3 (6 bits), then sc 4..7, mn 4..7
         // (low 4 bits in bytes 8..11, high 2 bits in the top of bytes 0..7): lane j, byte s
         const __m256i m3F = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
@@ -197,7 +203,9 @@ template <bool Q5>
 constexpr int kPass = Q5 ? 3 : 4;
 template <bool Q5, int NT, int T0 = 0>
 LB_R8_INLINE void group_passes(const RowArgs &a, int64_t g, int64_t lo, int64_t hi) {
-    constexpr int n = NT - T0 < kPass<Q5> ? NT - T0 : kPass<Q5>;
+    // (Q5_K: 4 tokens left go as 2 + 2, not 3 + 1: a pass of one token re-reads the group for
+    // little work; BENCHMARKS.md, round (13))
+    constexpr int left = NT - T0, n = Q5 && left == 4 ? 2 : left < kPass<Q5> ? left : kPass<Q5>;
     rows_group<Q5, n>(a, g, T0, lo, hi);
     if constexpr (T0 + n < NT) group_passes<Q5, NT, T0 + n>(a, g, lo, hi);
 }
