@@ -40,6 +40,9 @@ def test_auto_slots_fit_half_the_free_memory(model16, monkeypatch):
     # load(n_slots="auto") sizes the slots by the model's own cache
     monkeypatch.setattr(lowbit.model, "_mem_available", lambda: 2 * 5 * per + per // 2)
     assert lowbit.load(None, n_ctx=2048, n_slots="auto").n_slots == 5
+    for bad in ("many", 0, -2, 2.5):
+        with pytest.raises(ValueError, match="n_slots must be an integer >= 1 or 'auto'"):
+            lowbit.load(None, n_ctx=64, n_slots=bad)
 
 
 def test_a_slot_that_cannot_be_resident_is_an_error_not_a_kill():

@@ -1303,9 +1303,9 @@ class Model:
         if n_slots == "auto":  # as many as fit (auto_slots): a server's default (--parallel)
             per = make_engine(c, 1, 1, *self.layers, self.kv_k, self.kv_v).kv_bytes(1) * self.n_ctx
             n_slots = auto_slots(per)
+        if isinstance(n_slots, str) or int(n_slots) != n_slots or int(n_slots) < 1:
+            raise ValueError(f"n_slots must be an integer >= 1 or 'auto', got {n_slots!r}")
         self.n_slots = int(n_slots)
-        if self.n_slots < 1:
-            raise ValueError("n_slots must be >= 1")
         self._keep = []  # arrays the engine points into
         bad = [h for h in c.layer_hd or (c.head_dim,) if h % 32]
         if (self.kv_k, self.kv_v) != ("f16", "f16") and bad:
