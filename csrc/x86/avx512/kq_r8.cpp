@@ -70,6 +70,20 @@ constexpr Ctl pair_ctl(int P) {
 constexpr Ctl kByte[4] = {byte_ctl(0), byte_ctl(1), byte_ctl(2), byte_ctl(3)};
 constexpr Ctl kPair[2] = {pair_ctl(0), pair_ctl(1)};
 LB_R8_INLINE __m256i ctl(const Ctl &c) { return _mm256_load_si256((const __m256i *)c.b); }
+constexpr Ctl splat(uint8_t v) {
+    Ctl c{};
+    for (int i = 0; i < 32; ++i) c.b[i] = v;
+    return c;
+}
+constexpr Ctl k3F = splat(0x3F), k30 = splat(0x30);
+// A constant read where it is used (its address hidden from the optimiser), for Q5_K's kernels:
+// hoisted out of the loops, clang kept these in a stack slot (I7), the registers being taken by
+// the fifth bits' vectors.
+LB_R8_INLINE __m256i opaque(const Ctl &c) {
+    const Ctl *p = &c;
+    __asm__("" : "+r"(p));
+    return _mm256_load_si256((const __m256i *)p->b);
+}
 
 // f(integral_constant<int, t>) for t = 0 .. NT-1: every per-token vector below is an array
 // indexed by such a constant, which the compilers keep in registers (indexed by a loop counter,
@@ -103,7 +117,7 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
         }
         // scale / min bytes of the 8 rows: sc 0..3, mn 0..3 (6 bits), then sc 4..7, mn 4..7
         // (low 4 bits in bytes 8..11, high 2 bits in the top of bytes 0..7): lane j, byte s
-        const __m256i m3F = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
+        const __m256i m3F = Q5 ? opaque(k3F) : _mm256_set1_epi8(0x3F), m30 = Q5 ? opaque(k30) : _mm256_set1_epi8(0x30);
         __m256i sclo, schi;
         // held across the chunks, but for Q5_K's passes of 3 (its fifth bits leave no registers)
         constexpr bool kHold = !Q5 || NT <= 2;
@@ -199,8 +213,14 @@ __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, i
 // Tokens in a pass of N1 (<= 4), then one of N2 (0..4) on each group while its rows are in L1.
 // Tokens T0 .. NT - 1 of group g in passes of kPass<Q5> (the last one shorter). Q4_K: 4 a pass;
 // Q5_K: 3 (its fifth bits' vectors and masks beside 4 tokens' sums spill: I7).
+// (clang: 2 for Q5_K; its passes of 3 kept a token's float accumulator in memory: I7)
+#if defined(__clang__)
+template <bool Q5>
+constexpr int kPass = Q5 ? 2 : 4;
+#else
 template <bool Q5>
 constexpr int kPass = Q5 ? 3 : 4;
+#endif
 template <bool Q5, int NT, int T0 = 0>
 LB_R8_INLINE void group_passes(const RowArgs &a, int64_t g, int64_t lo, int64_t hi) {
     // (Q5_K: 4 tokens left go as 2 + 2, not 3 + 1: a pass of one token re-reads the group for
