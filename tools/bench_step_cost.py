@@ -37,14 +37,14 @@ m = lowbit.load(model, n_ctx=1024, threads=int(sys.argv[1]) if len(sys.argv) > 1
 ids = m.tokenize("Once upon a time, in a kingdom by the sea, there lived")
 if ctx:
     ids = (ids * (ctx // len(ids) + 1))[:ctx]
-for s in range(16):
+for s in range(16):  # each slot its own tokens (a MoE routes each sequence its own way)
     m.rewind(0, s)
-    m.forward_batch([(s, ids)])
+    m.forward_batch([(s, ids[s % len(ids):] + ids[:s % len(ids)])])
 
 
 def step(n):
     t = time.process_time()
-    m.forward_batch([(s, [42]) for s in range(n)])
+    m.forward_batch([(s, [42 + 97 * s]) for s in range(n)])
     dt = time.process_time() - t
     for s in range(n):
         m.rewind(m.slot_pos[s] - 1, s)

@@ -169,11 +169,13 @@ def _rss(proc: _Proc, clients: int, requests: int, bias: dict, out) -> dict:
 
 
 def decode_steps(m, n: int, secs: float) -> float:
-    """Wall seconds per batched decode step of slots 0..n-1 (one token each, rewound after each
-    step so the positions stay put), steps back to back for `secs` seconds."""
+    """Wall seconds per batched decode step of slots 0..n-1 (one token each, a different one per
+    slot, rewound after each step so the positions stay put), steps back to back for `secs`
+    seconds. (Slots holding the same prompt and token would route every sequence of a MoE to the
+    same experts: a step cheaper than a server's, whose requests differ.)"""
     k, t0 = 0, time.perf_counter()
     while k == 0 or time.perf_counter() - t0 < secs:
-        m.forward_batch([(s, [42]) for s in range(n)])
+        m.forward_batch([(s, [42 + 97 * s]) for s in range(n)])
         for s in range(n):
             m.rewind(m.slot_pos[s] - 1, s)
         k += 1
@@ -187,10 +189,9 @@ def step_ceiling(model_path: str, threads: int, n: int, secs: float = 1.5, reps:
     running. A `bench serve` ratio near it is bound by the step, not by the server around it."""
     import lowbit
     m = lowbit.load(model_path, n_ctx=256, threads=threads, n_slots=n)
-    ids = m.tokenize(PROMPTS[0])
-    for s in range(n):
+    for s in range(n):  # each slot its own prompt, as the clients' (a MoE routes each its own way)
         m.rewind(0, s)
-        m.forward_batch([(s, ids)])
+        m.forward_batch([(s, m.tokenize(PROMPTS[s % len(PROMPTS)]))])
     one, many = [], []
     for _ in range(reps):
         one.append(decode_steps(m, 1, secs))
