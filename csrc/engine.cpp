@@ -34,15 +34,15 @@ void ZeroArray<T>::reset(size_t n) {
     n_ = n;
 }
 
-template <class T>
-void ZeroArray<T>::commit(size_t i, size_t n) {
+// Commit bytes [b, b + n) of an anonymous map now (pages faulted in, still zero): what a slot
+// will need anyway, taken once at its first use rather than spread over its first steps.
+static void commit_pages(uint8_t *b, size_t n) {
     if (n == 0) return;
-    uint8_t *b = reinterpret_cast<uint8_t *>(p_ + i);
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // (Linux 5.14; older kernels refuse it: the loop below)
 #endif
     const uintptr_t page = 4096, a = reinterpret_cast<uintptr_t>(b) & ~(page - 1);
-    const uintptr_t e = reinterpret_cast<uintptr_t>(b + n * sizeof(T));
+    const uintptr_t e = reinterpret_cast<uintptr_t>(b + n);
     if (madvise(reinterpret_cast<void *>(a), e - a, MADV_POPULATE_WRITE) == 0) return;
     if (errno != EINVAL) throw std::bad_alloc();  // ENOMEM (EINVAL: a kernel before 5.14)
     // one write per page (of the zero already there): its fault commits it
@@ -83,10 +83,9 @@ void Engine::use_slot(int slot) {
         throw std::runtime_error("the KV cache of slot " + std::to_string(slot) + " (" + std::to_string(bytes >> 20) +
                                  " MB) does not fit in the memory available (" + std::to_string(avail >> 20) +
                                  " MB): lower the context (-c/--ctx, n_ctx=) or the slots (--parallel, n_slots=)");
-    const size_t ks = kslot_ * (size_t)slot, vs = vslot_ * (size_t)slot;
-    if (kv_quant()) { kq_.commit(ks, kslot_); vq_.commit(vs, vslot_); }
-    else if (c_.kv_f16) { k16_.commit(ks, kslot_); v16_.commit(vs, vslot_); }
-    else { k32_.commit(ks, kslot_); v32_.commit(vs, vslot_); }
+    const size_t el = kv_el();
+    commit_pages(kv_base(false) + kslot_ * (size_t)slot * el, kslot_ * el);
+    commit_pages(kv_base(true) + vslot_ * (size_t)slot * el, vslot_ * el);
     slot_used_[(size_t)slot] = 1;
 }
 

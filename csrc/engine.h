@@ -26,8 +26,8 @@ namespace lowbit {
 
 // n elements of T, all zero, in memory the kernel commits page by page as it is first written
 // (an anonymous mapping): the KV cache of n_slots x n_ctx positions costs resident memory only for
-// the slots a server really runs (Engine::use_slot), not for every slot it may run.
-// Move-only; size 0 maps nothing.
+// the slots a server really runs (Engine::use_slot, commit_pages), not for every slot it may run.
+// Neither copied nor moved; size 0 maps nothing.
 template <class T>
 class ZeroArray {
 public:
@@ -40,19 +40,12 @@ public:
     const T *data() const { return p_; }
     size_t size() const { return n_; }
     bool empty() const { return n_ == 0; }
-    // Commit [i, i + n) now (its pages faulted in, still zero): what the slot will need anyway,
-    // taken once at its first use rather than spread over its first steps.
-    void commit(size_t i, size_t n);
 
 private:
     void release();
     T *p_ = nullptr;
     size_t n_ = 0;
 };
-
-}  // namespace lowbit
-
-namespace lowbit {
 
 struct ActOut;  // csrc/matmul.h
 
