@@ -88,15 +88,16 @@ static const KernelEntry &entry(int id, int isa) {
     return kernel_entry_at(id, isa);
 }
 
-// Q4_K / Q5_K rows repacked to the R8 layout into r8 (benchmarks and tests of that layout's kernels)
+// A format's rows repacked to its R8 layout into r8 (benchmarks and tests of that layout's kernels)
 using RepackedBytes = std::unique_ptr<uint8_t, void (*)(void *)>;
 static const uint8_t *repack_for_bench(const Format &f, const U8In &raw, int64_t n, int64_t rows, size_t rb,
                                        RepackedBytes &r8, int isa) {
     if (r8_id(f.id) < 0)
-        throw std::invalid_argument(std::string(f.name) + " has no repacked layout (Q4_K and Q5_K have: R8)");
+        throw std::invalid_argument(std::string(f.name) + " has no repacked layout (Q4_K, Q5_K, Q4_0, Q4_1 and Q8_0 have: R8)");
     if (!entry(r8_id(f.id), isa).rows[1].fn)
         throw std::invalid_argument(std::string("no kernels for ") + f.name + "'s R8 layout at this level");
     if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
+    if (!r8_takes(f.id, n)) throw std::invalid_argument(std::string(f.name) + "'s R8 layout needs rows of a multiple of 64 values");
     r8.reset(alloc_repacked((size_t)rows * rb));  // (as the engine's: Engine::repack)
     repack_r8(f.id, raw.data(), rb, rows, n, r8.get());
     return r8.get();
@@ -493,13 +494,15 @@ NB_MODULE(_lowbit, m) {
        nb::arg("r0"), nb::arg("r1"), nb::arg("threads") = 0, nb::arg("isa") = -1, nb::arg("path") = 0,
        nb::arg("repacked") = false);
     m.def("has_repacked", [](int id) { return repacked_entry(id) != nullptr; }, nb::arg("id"));
-    // Q4_K / Q5_K rows (format id) to the R8 layout (csrc/repack.h), or (back) R8 rows to the format's
+    // Rows of a format with an R8 layout (format id) to it (csrc/repack.h), or (back) R8 rows to the format's
     m.def("repack_r8", [](int id, U8In raw, int64_t n, bool back) {
         const Format &f = fmt(id);
-        if (!has_r8_layout(id)) throw std::invalid_argument(std::string(f.name) + " has no R8 layout (Q4_K and Q5_K have)");
+        if (!has_r8_layout(id))
+            throw std::invalid_argument(std::string(f.name) + " has no R8 layout (Q4_K, Q5_K, Q4_0, Q4_1 and Q8_0 have)");
         const size_t rb = check_weights(f, raw, n);
         const int64_t rows = (int64_t)raw.shape(0);
         if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
+        if (!r8_takes(id, n)) throw std::invalid_argument(std::string(f.name) + "'s R8 layout needs rows of a multiple of 64 values");
         uint8_t *p;
         auto res = new_array<uint8_t>((size_t)rows, rb, &p);
         if (!back) repack_r8(id, raw.data(), rb, rows, n, p);
@@ -507,7 +510,7 @@ NB_MODULE(_lowbit, m) {
         return res;
     }, nb::arg("id"), nb::arg("raw"), nb::arg("n"), nb::arg("back") = false);
     m.def("wide_kernel", [](int id, int isa) -> nb::object {
-        fmt(id);
+        if (r8_format(id) == id) fmt(id);  // (else an R8 layout's id)
         const KernelEntry &e = entry(id, isa);
         if (!e.wide.fn) return nb::none();
         return nb::make_tuple(std::string(e.wide.name), std::string(isa_name(e.wide.isa)));

@@ -243,8 +243,7 @@ static void fill_table() {
         l.reg(level);
         for (int id = 0; id < 64; ++id) overlay(running.e[id], level.e[id]);
         overlay(running.i8s, level.i8s);
-        overlay(running.q4k_r8, level.q4k_r8);
-        overlay(running.q5k_r8, level.q5k_r8);
+        for (int i = 0; i < kR8Layouts; ++i) overlay(running.r8[i], level.r8[i]);
         // LOWBIT_NO_ATTN_F16_<LEVEL>=1 / LOWBIT_NO_GLU_<LEVEL>=1: keep the level below's
         take(running.attn, level.attn);
         take(running.mla, level.mla);
@@ -349,12 +348,13 @@ struct Counter {
     void reset() { calls = 0, rows = 0, values = 0; }
 };
 // g_rows_ctr[slot][nt]: nt 0 the GEMM, 1..MAX_NT the windows, MAX_NT + 1 the wide window
-static Counter g_rows_ctr[67][MAX_NT + 2][ISA_COUNT], g_glu_ctr[4][ISA_COUNT], g_quant_ctr[67][ISA_COUNT];
-// counter slots: format ids 0..63, then I8_S, then the R8 layouts (kQ4kR8Id, kQ5kR8Id)
+constexpr int kSlots = 65 + kR8Layouts;
+static Counter g_rows_ctr[kSlots][MAX_NT + 2][ISA_COUNT], g_glu_ctr[4][ISA_COUNT], g_quant_ctr[kSlots][ISA_COUNT];
+// counter slots: format ids 0..63, then I8_S, then the R8 layouts (kR8FirstId, ...)
 static int slot_of(int id) {
-    return id == T_I8_S ? 64 : id == kQ4kR8Id ? 65 : id == kQ5kR8Id ? 66 : (id >= 0 && id < 64 ? id : -1);
+    return id == T_I8_S ? 64 : is_r8_id(id) ? 65 + (id - kR8FirstId) : (id >= 0 && id < 64 ? id : -1);
 }
-static int id_of(int slot) { return slot == 64 ? T_I8_S : slot == 65 ? kQ4kR8Id : slot == 66 ? kQ5kR8Id : slot; }
+static int id_of(int slot) { return slot == 64 ? T_I8_S : slot >= 65 ? kR8FirstId + (slot - 65) : slot; }
 
 void count_call(int type_id, int nt, int isa, int64_t rows) {
     const int s = slot_of(type_id);
@@ -374,7 +374,7 @@ void count_quant(int type_id, int isa, int64_t rows, int64_t values) {
 
 std::vector<CallStat> call_stats() {
     std::vector<CallStat> out;
-    for (int s = 0; s < 67; ++s)
+    for (int s = 0; s < kSlots; ++s)
         for (int k = 0; k <= MAX_NT + 1; ++k)
             for (int l = 0; l < ISA_COUNT; ++l)
                 if (const Counter &c = g_rows_ctr[s][k][l]; c.n()) {

@@ -375,7 +375,7 @@ static Mat *mat_slot(LayerWeights &l, const std::string &n) {
 // (embeddings, read row by row by dequant, are never repacked).
 void Engine::repack(Mat &m, int64_t block_rows) {
     const KernelEntry *k = repack_on_ ? repacked_entry(m.type) : nullptr;
-    if (!k || m.rows <= 0 || m.rows % kR8Rows || block_rows <= 0 || block_rows % kR8Rows) return;
+    if (!k || m.rows <= 0 || m.rows % kR8Rows || block_rows <= 0 || block_rows % kR8Rows || !r8_takes(m.type, m.n)) return;
     const size_t bytes = (size_t)m.rows * m.stride;
     uint8_t *p = repacked_bytes(bytes);
     const int64_t groups = m.rows / kR8Rows;

@@ -120,7 +120,7 @@ struct KernelEntry {
     int gemm_lanes = 0, gemm_tail = 0;
     dequant_fn dequant = nullptr;
     // The id the call counters file this entry's calls under, when it is not the format's: a
-    // repacked layout's entry (KernelTable::q4k_r8) counts apart from its format's own.
+    // repacked layout's entry (KernelTable::r8) counts apart from its format's own.
     int count_id = -1;
     KernelSlot<quant_act_fn> quant_act;  // activation formats: e.g. "quant_act_q8_0_avx2"
     quant_w_fn quant_w = nullptr;
@@ -176,14 +176,22 @@ const KernelEntry &kernel_entry(int type_id);
 bool iq_grid_by_loads();
 
 // Each level's registration function overwrites the entries it implements.
-// The call counters' ids of the R8 layouts' kernels (KernelTable::q4k_r8, q5k_r8): not formats
-// (format_by_id knows nothing of them); lowbit.kernels.stats() names their calls Q4_K / Q5_K,
-// with the R8 kernels' names.
-constexpr int kQ4kR8Id = 1002;
-constexpr int kQ5kR8Id = 1003;
-// The R8 layout's id of a format (Q4_K, Q5_K), or -1; and the format of an R8 id (else the id)
-constexpr int r8_id(int type_id) { return type_id == T_Q4_K ? kQ4kR8Id : type_id == T_Q5_K ? kQ5kR8Id : -1; }
-constexpr int r8_format(int id) { return id == kQ4kR8Id ? (int)T_Q4_K : id == kQ5kR8Id ? (int)T_Q5_K : id; }
+// The call counters' ids of the R8 layouts' kernels (KernelTable::r8): not formats
+// (format_by_id knows nothing of them); lowbit.kernels.stats() names their calls by their
+// format, with the R8 kernels' names. kR8Formats[i] is the format of id kR8FirstId + i.
+constexpr int kR8FirstId = 1002;
+constexpr int kR8Formats[] = {T_Q4_K, T_Q5_K, T_Q4_0, T_Q4_1, T_Q8_0};
+constexpr int kR8Layouts = (int)(sizeof(kR8Formats) / sizeof(kR8Formats[0]));
+constexpr int kQ4kR8Id = kR8FirstId, kQ5kR8Id = kR8FirstId + 1;
+constexpr int kQ4_0R8Id = kR8FirstId + 2, kQ4_1R8Id = kR8FirstId + 3, kQ8_0R8Id = kR8FirstId + 4;
+// The R8 layout's id of a format, or -1; and the format of an R8 id (else the id itself)
+constexpr int r8_id(int type_id) {
+    for (int i = 0; i < kR8Layouts; ++i)
+        if (kR8Formats[i] == type_id) return kR8FirstId + i;
+    return -1;
+}
+constexpr bool is_r8_id(int id) { return id >= kR8FirstId && id < kR8FirstId + kR8Layouts; }
+constexpr int r8_format(int id) { return is_r8_id(id) ? kR8Formats[id - kR8FirstId] : id; }
 // The selected level's entry for a matrix of this format in its repacked layout, or nullptr
 // (no such layout for the format here).
 const KernelEntry *repacked_entry(int type_id);
@@ -343,12 +351,13 @@ using ScanKernel = KernelSlot<scan_fn>;
 struct KernelTable {
     KernelEntry e[64];
     KernelEntry i8s;  // T_I8_S (id above 64)
-    // Q4_K (Q5_K) rows repacked 8 at a time (csrc/repack.h), where a level has kernels for that
-    // layout (rows[] and gemm; empty elsewhere): the engine repacks its Q4_K (Q5_K) matrices at
-    // load when the selected level's entry has rows (Engine::set_mat; LOWBIT_NO_REPACK=1 keeps
-    // them as read). The row-kernel contract of csrc/kernels.h on the repacked bytes, bitwise the
-    // format's own entry per token and row (I2, I3, I8). Counted under kQ4kR8Id (kQ5kR8Id).
-    KernelEntry q4k_r8, q5k_r8;
+    // A format's rows repacked 8 at a time (csrc/repack.h), where a level has kernels for that
+    // layout (rows[] and gemm; empty elsewhere): r8[id - kR8FirstId]. The engine repacks a
+    // matrix at load when the selected level's entry for its format has rows (Engine::repack;
+    // LOWBIT_NO_REPACK=1 keeps them as read). The row-kernel contract of csrc/kernels.h on the
+    // repacked bytes, bitwise the format's own entry per token and row (I2, I3, I8). Counted
+    // under the layout's id (kQ4kR8Id, ...).
+    KernelEntry r8[kR8Layouts];
     AttnKernel attn;  // the engine's attention over a half KV cache
     MlaKernel mla;    // DeepSeek's latent attention over a half cache
     AttnQKernel attnq;  // and over a quantized one
@@ -356,10 +365,8 @@ struct KernelTable {
     GluKernel glu;    // the FFN's gate/up epilogue
     DeltaKernel delta;  // the delta-net state update (hybrid Qwen models)
     ScanKernel scan;    // the Mamba-2 state update (granitehybrid)
-    KernelEntry &at(int id) { return id == T_I8_S ? i8s : id == kQ4kR8Id ? q4k_r8 : id == kQ5kR8Id ? q5k_r8 : e[id]; }
-    const KernelEntry &at(int id) const {
-        return id == T_I8_S ? i8s : id == kQ4kR8Id ? q4k_r8 : id == kQ5kR8Id ? q5k_r8 : e[id];
-    }
+    KernelEntry &at(int id) { return id == T_I8_S ? i8s : is_r8_id(id) ? r8[id - kR8FirstId] : e[id]; }
+    const KernelEntry &at(int id) const { return id == T_I8_S ? i8s : is_r8_id(id) ? r8[id - kR8FirstId] : e[id]; }
     void set_rows_all(int id, rows_fn f, const char *name, int isa) {
         for (int nt = 1; nt <= MAX_NT; ++nt) at(id).rows[nt] = RowKernel{f, name, isa};
     }

@@ -26,8 +26,8 @@ static const size_t kTileBytes = [] {
 }();
 // Rows of per_row bytes in one tile (at least one)
 static int64_t rows_in_tile(size_t per_row) { return per_row >= kTileBytes ? 1 : (int64_t)(kTileBytes / per_row); }
-// A tile of e's rows: whole groups of 8 for a repacked layout's kernels (KernelTable::q4k_r8,
-// q5k_r8), which compute a group the tile cuts whole, for the rows of each side.
+// A tile of e's rows: whole groups of 8 for a repacked layout's kernels (KernelTable::r8),
+// which compute a group the tile cuts whole, for the rows of each side.
 static int64_t tile_rows(const KernelEntry &e, int64_t rows) {
     return r8_format(e.count_id) != e.count_id ? std::max<int64_t>(kR8Rows, rows / kR8Rows * kR8Rows) : rows;
 }

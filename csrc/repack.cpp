@@ -11,23 +11,52 @@
 
 namespace lowbit {
 
-// Where row j's pieces lie in an R8 group of a format, and in its own super-block (repack.h).
+// Where row j's pieces lie in an R8 group of a format, and in its own unit (a k-quant's
+// super-block; a legacy format's pair of blocks) (repack.h).
 struct R8Form {
-    size_t sb, group, qh, qs;  // super-block bytes; group bytes; the group's qh (0: none) and codes
-    size_t src_qh, src_qs;     // the super-block's qh (0: none) and codes
+    size_t sb, group, qh, qs;  // unit bytes; group bytes; the group's qh (0: none) and codes
+    size_t src_qh, src_qs;     // the unit's qh (0: none) and codes
+    int64_t per;               // weights per unit
+    // legacy pairs: the block's bytes, whether it has an fp16 m after d, its code dwords
+    size_t blk;
+    bool m;
+    int dwords;
 };
 static const R8Form *r8_form(int type_id) {
-    static const R8Form q4{144, kR8Group, 0, 128, 0, 16}, q5{176, kR8GroupQ5, kR8Qh, kR8QsQ5, 16, 48};
-    return type_id == T_Q4_K ? &q4 : type_id == T_Q5_K ? &q5 : nullptr;
+    static const R8Form q4{144, kR8Group, 0, 128, 0, 16, 256, 0, false, 0},
+        q5{176, kR8GroupQ5, kR8Qh, kR8QsQ5, 16, 48, 256, 0, false, 0},
+        q40{36, 16 * 18, 0, 32, 0, 2, 64, 18, false, 4}, q41{40, 16 * 20, 0, 64, 0, 4, 64, 20, true, 4},
+        q80{68, 16 * 34, 0, 32, 0, 2, 64, 34, false, 8};
+    switch (type_id) {
+        case T_Q4_K: return &q4;
+        case T_Q5_K: return &q5;
+        case T_Q4_0: return &q40;
+        case T_Q4_1: return &q41;
+        case T_Q8_0: return &q80;
+        default: return nullptr;
+    }
 }
 bool has_r8_layout(int type_id) { return r8_form(type_id) != nullptr; }
+bool r8_takes(int type_id, int64_t n) {
+    const R8Form *f = r8_form(type_id);
+    return f && n > 0 && n % f->per == 0;
+}
 
-// One super-block of row j between its own bytes x and an R8 group o (to_group: x -> o)
+// One unit of row j between its own bytes x and an R8 group o (to_group: x -> o)
 static void r8_move(const R8Form &f, uint8_t *o, uint8_t *x, int j, bool to_group) {
     const auto mv = [&](size_t go, size_t xo, size_t n) {
         if (to_group) std::memcpy(o + go, x + xo, n);
         else std::memcpy(x + xo, o + go, n);
     };
+    if (f.blk) {  // a legacy pair: block h of the pair in lane 2j + h
+        for (int h = 0; h < 2; ++h) {
+            const size_t l = (size_t)(2 * j + h), xb = (size_t)h * f.blk;
+            mv(2 * l, xb, 2);                                              // d
+            if (f.m) mv(32 + 2 * l, xb + 2, 2);                            // m
+            for (int k = 0; k < f.dwords; ++k) mv(f.qs + (size_t)64 * k + 4 * l, xb + f.src_qs + 4 * (size_t)k, 4);
+        }
+        return;
+    }
     mv((size_t)2 * j, 0, 2);                                                     // d
     mv(16 + (size_t)2 * j, 2, 2);                                                // dmin
     for (int i = 0; i < 3; ++i) mv(32 + (size_t)32 * i + (size_t)4 * j, 4 + 4 * (size_t)i, 4);  // scale bytes 4i..
@@ -50,7 +79,7 @@ uint8_t *alloc_repacked(size_t bytes) {
 
 void repack_r8(int type_id, const uint8_t *w, size_t stride, int64_t rows, int64_t n, uint8_t *out) {
     const R8Form &f = *r8_form(type_id);
-    const int64_t nb = n / 256;
+    const int64_t nb = n / f.per;
     for (int64_t g = 0; g < rows / kR8Rows; ++g)
         for (int64_t b = 0; b < nb; ++b) {
             uint8_t *o = out + (size_t)g * kR8Rows * stride + (size_t)b * f.group;
@@ -61,7 +90,7 @@ void repack_r8(int type_id, const uint8_t *w, size_t stride, int64_t rows, int64
 
 void unpack_r8_row(int type_id, const uint8_t *r8, size_t stride, int64_t r, int64_t n, uint8_t *row) {
     const R8Form &f = *r8_form(type_id);
-    const int64_t nb = n / 256;
+    const int64_t nb = n / f.per;
     const int j = (int)(r % kR8Rows);
     const uint8_t *g = r8 + (size_t)(r - j) * stride;
     for (int64_t b = 0; b < nb; ++b)

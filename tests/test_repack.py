@@ -1,6 +1,7 @@
-"""Q4_K's and Q5_K's R8 layouts (csrc/repack.h): the engine repacks Q4_K and Q5_K matrices at load
-where the selected level has kernels for them (avx512: csrc/x86/avx512/kq_r8.cpp, and the GEMM's
-decode in csrc/x86/gemm.inl). Every (row, token) result must be bitwise the format's own entry's
+"""The R8 layouts (csrc/repack.h) of Q4_K and Q5_K (8 rows x super-blocks) and of Q4_0, Q4_1 and
+Q8_0 (8 rows x pairs of blocks): the engine repacks those matrices at load where the selected level
+has kernels for them (avx512: csrc/x86/avx512/kq_r8.cpp and lg_r8.cpp, and the GEMM's decode in
+csrc/x86/gemm.inl). Every (row, token) result must be bitwise the format's own entry's
 on the rows as the file has them (I2, I3, I8): the kernels on any row range and thread count, every window and the
 GEMM (with and without a tail), and whole models (dense and MoE, prompt chunks and decode steps)
 with and without LOWBIT_NO_REPACK=1. Skipped where the CPU lacks avx512f + avx512vnni + avx512vl."""
@@ -21,14 +22,19 @@ LAYOUTS = kernels.repacked_layouts()
 R8 = "Q4_K" in LAYOUTS
 needs_r8 = pytest.mark.skipif(not R8, reason="the R8 kernels need avx512f + avx512vl + avx512vnni "
                               "(or LOWBIT_NO_REPACK / LOWBIT_MAX_ISA below avx512 is set)")
-FORMATS = ["Q4_K", "Q5_K"]
-ID = {"Q4_K": 12, "Q5_K": 13}
-SB = {"Q4_K": 144, "Q5_K": 176}  # bytes per super-block
+FORMATS = ["Q4_K", "Q5_K", "Q4_0", "Q4_1", "Q8_0"]
+LEGACY = ("Q4_0", "Q4_1", "Q8_0")
+ID = {"Q4_K": 12, "Q5_K": 13, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
+ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q8_0": "Q8_0"}
+# widths: k-quants whole super-blocks; the legacy pairs of blocks (n / 64 pairs: 1, 3, 9 and 32,
+# so that whole runs of 4 pairs, and 1, 2 or 3 left over, all occur)
+WIDTHS = {"Q4_K": (256, 768, 2048), "Q5_K": (256, 768, 2048), "Q4_0": (64, 192, 576, 2048),
+          "Q4_1": (64, 192, 576, 2048), "Q8_0": (64, 192, 576, 2048)}
 
 
 def kq_rows(fmt, rng, rows, n, scale=1.0):
     w = (rng.standard_normal((rows, n)) * scale).astype(np.float32)
-    rb = n // 256 * SB[fmt]
+    rb = kernels.get_format(fmt).row_bytes(n)
     return np.ascontiguousarray(kernels.quantize(fmt, w)[: rows * rb]).reshape(rows, rb)
 
 
@@ -39,40 +45,58 @@ def q4k_rows(rng, rows, n, scale=1.0):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_repack_is_a_permutation_of_the_bytes(fmt):
     rng = np.random.default_rng(0)
-    qs = {"Q4_K": (128, 16), "Q5_K": (384, 48)}[fmt]  # (the group's codes, the super-block's codes)
-    for n, rows in ((256, 8), (768, 24), (2048, 16)):
+    for n, rows in zip(WIDTHS[fmt], (8, 24, 16, 8)):
         raw = kq_rows(fmt, rng, rows, n)
         r8 = lib.repack_r8(ID[fmt], raw, n)
         assert r8.shape == raw.shape
         assert np.array_equal(np.sort(r8.reshape(-1)), np.sort(raw.reshape(-1)))  # same bytes, moved
         assert not np.array_equal(r8, raw)
         assert np.array_equal(lib.repack_r8(ID[fmt], r8, n, back=True), raw)
+        flat = r8.reshape(-1)
+        if fmt in LEGACY:
+            # pair 0 of rows 0..7: lane l = 2j + h is row j's block h: its d at 2l, its m at 32 + 2l
+            # (Q4_1), its code dword k at (the group's codes) + 64k + 4l
+            blk = kernels.get_format(fmt).bytes
+            gqs, qs = {"Q4_0": (32, 2), "Q4_1": (64, 4), "Q8_0": (32, 2)}[fmt]
+            for j in range(8):
+                for h in range(2):
+                    lane, b = 2 * j + h, h * blk
+                    assert bytes(flat[2 * lane:2 * lane + 2]) == bytes(raw[j, b:b + 2])
+                    if fmt == "Q4_1":
+                        assert bytes(flat[32 + 2 * lane:34 + 2 * lane]) == bytes(raw[j, b + 2:b + 4])
+                    for k in (0, 3):
+                        o = gqs + 64 * k + 4 * lane
+                        assert bytes(flat[o:o + 4]) == bytes(raw[j, b + qs + 4 * k:b + qs + 4 * k + 4])
+            continue
         # super-block 0 of rows 0..7: d of row j at 2j, its first code dword at qs + 4j (Q5_K: its
         # first qh dword at 128 + 4j)
-        flat = r8.reshape(-1)
+        qs = {"Q4_K": (128, 16), "Q5_K": (384, 48)}[fmt]  # (the group's codes, the super-block's codes)
         for j in range(8):
             assert bytes(flat[2 * j:2 * j + 2]) == bytes(raw[j, 0:2])
             assert bytes(flat[qs[0] + 4 * j:qs[0] + 4 + 4 * j]) == bytes(raw[j, qs[1]:qs[1] + 4])
             if fmt == "Q5_K":
                 assert bytes(flat[128 + 4 * j:132 + 4 * j]) == bytes(raw[j, 16:20])
     with pytest.raises(ValueError, match="multiple of 8 rows"):
-        lib.repack_r8(ID[fmt], kq_rows(fmt, rng, 12, 256), 256)
+        lib.repack_r8(ID[fmt], kq_rows(fmt, rng, 12, WIDTHS[fmt][0]), WIDTHS[fmt][0])
+    if fmt in LEGACY:  # a row of one block: no pair
+        with pytest.raises(ValueError, match="multiple of 64 values"):
+            lib.repack_r8(ID[fmt], kq_rows(fmt, rng, 8, 32), 32)
     with pytest.raises(ValueError, match="Q6_K has no R8 layout"):
         lib.repack_r8(14, np.zeros((8, 210), np.uint8), 256)
 
 
 @needs_r8
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("n", [256, 768, 2048])
+@pytest.mark.parametrize("fmt,n", [(f, n) for f in FORMATS for n in WIDTHS[f]])
 def test_r8_kernels_bitwise_the_format_entry(fmt, n):
     rng = np.random.default_rng(n)
     bad = []
+    fid, kid = ID[fmt], kernels.R8_KERNEL_IDS[fmt]
     for rows in (8, 40, 264):
         raw = kq_rows(fmt, rng, rows, n, scale=2.0)
         for nt in (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 20, 33, 40):
             # activations at full scale (codes +-127) and small ones, a worst case of the integer sums
             x = (rng.standard_normal((nt, n)) * (100.0 if nt % 2 else 0.01)).astype(np.float32)
-            act = kernels.quantize_act("Q8_K", x)
+            act = kernels.quantize_act(ACT[fmt], x)
             for r0, r1 in ((0, rows), (3, rows - 5), (rows // 2, rows), (1, 2)):
                 if r1 <= r0:
                     continue
@@ -83,26 +107,42 @@ def test_r8_kernels_bitwise_the_format_entry(fmt, n):
                         t, r = np.argwhere(got != want)[0]
                         bad.append(f"rows {rows} nt {nt} [{r0}, {r1}) threads {threads}: first at token {t} "
                                    f"row {r}: {got[t, r]!r} vs {want[t, r]!r}")
+            if fmt in LEGACY and rows == 40 and nt in (1, 17, 40):
+                # their GEMM (gated at 256 tokens) on every token, against the format's own windows
+                # and GEMM (paths 3, 2: csrc/bindings.cpp with_path)
+                for path in (2, 3):
+                    want = np.zeros((nt, rows), np.float32)
+                    lib.matmul_act(fid, raw, act, n, 1.0, want, 0, rows, 2, -1, path, False)
+                    got = np.zeros((nt, rows), np.float32)
+                    lib.matmul_act(fid, raw, act, n, 1.0, got, 0, rows, 2, -1, 2, True)
+                    if not np.array_equal(got, want):
+                        t, r = np.argwhere(got != want)[0]
+                        bad.append(f"R8 GEMM nt {nt} vs path {path}: first at token {t} row {r}: {got[t, r]!r} vs "
+                                   f"{want[t, r]!r}")
     assert not bad, "\n".join(bad[:10])
+    assert lib.kernel(kid, 1)[0].startswith(f"rows_{fmt.lower()}_r8_")
 
 
 @needs_r8
 def test_r8_kernel_names_and_gemm():
     assert LAYOUTS == FORMATS
     for fmt, kid in kernels.R8_KERNEL_IDS.items():
-        assert lib.kernel(kid, 1)[0] == f"rows_{fmt.lower()}_r8_q8_k_avx512"
-        assert lib.gemm_kernel(kid)[0] == f"gemm_{fmt.lower()}_r8_q8_k_avx512"
+        act = ACT[fmt].lower()
+        assert lib.kernel(kid, 1)[0] == f"rows_{fmt.lower()}_r8_{act}_avx512"
+        assert lib.gemm_kernel(kid)[0] == f"gemm_{fmt.lower()}_r8_{act}_avx512"
+        if fmt in LEGACY:  # 16 tokens a window: 4 passes of 4 on each group
+            assert lib.wide_kernel(kid)[0] == f"rows16_{fmt.lower()}_r8_{act}_avx512"
 
 
-def test_repacked_needs_q4_k_and_rows_of_8():
+def test_repacked_needs_a_layout_and_rows_of_8():
     rng = np.random.default_rng(1)
     act = kernels.quantize_act("Q8_K", rng.standard_normal((1, 256)).astype(np.float32))
     if R8:
         with pytest.raises(ValueError, match="multiple of 8 rows"):
             kernels.matmul_act("Q4_K", q4k_rows(rng, 12, 256), act, 256, repacked=True)
-    w8 = np.ascontiguousarray(kernels.quantize("Q8_0", rng.standard_normal((8, 256)).astype(np.float32))).reshape(8, -1)
+    w8 = np.ascontiguousarray(kernels.quantize("Q5_0", rng.standard_normal((8, 256)).astype(np.float32))).reshape(8, -1)
     with pytest.raises(ValueError, match="no repacked layout"):
-        kernels.matmul_act("Q8_0", w8, kernels.quantize_act("Q8_0", np.ones((1, 256), np.float32)), 256,
+        kernels.matmul_act("Q5_0", w8, kernels.quantize_act("Q8_0", np.ones((1, 256), np.float32)), 256,
                            repacked=True)
 
 
@@ -119,7 +159,7 @@ ids = [int(t) for t in np.random.default_rng(5).integers(10, 500, 40)]
 out = [m.forward(ids, all_logits=True).tolist()]
 for t in (7, 8, 9):
     out.append(m.forward([t]).tolist())
-ks = sorted({s["kernel"] for s in kernels.stats() if s.get("format") in ("Q4_K", "Q5_K")})
+ks = sorted({s["kernel"] for s in kernels.stats() if s.get("format") in kernels.R8_FORMATS})
 print(json.dumps({"logits": out, "kernels": ks, "repack": list(m.repack), "dropped": m.repack_dropped}))
 """
 
@@ -135,7 +175,7 @@ def child(path, no_repack):
 
 
 @needs_r8
-@pytest.mark.parametrize("kind", ["dense", "moe", "dense_q5"])
+@pytest.mark.parametrize("kind", ["dense", "moe", "dense_q5", "dense_legacy", "dense_q4_0"])
 def test_models_bitwise_with_and_without_repacking(tmp_path, kind):
     path = tmp_path / f"{kind}.gguf"
     if kind == "dense":
@@ -144,11 +184,18 @@ def test_models_bitwise_with_and_without_repacking(tmp_path, kind):
     elif kind == "dense_q5":  # Q5_K matrices beside a Q6_K head (no layout: read as it is), as Q5_K_M's
         synth_dense(path, layers=2, dim=256, ffn=768, heads=4, kv_heads=2, wtype="Q5_K", head_type="Q6_K",
                     embd_type="F16", vocab=None, seed=5)
+    elif kind == "dense_legacy":  # the default model's formats: Q4_1 matrices, a tied Q8_0 head
+        synth_dense(path, layers=2, dim=192, ffn=576, heads=3, kv_heads=1, wtype="Q4_1", tied=True,
+                    embd_type="Q8_0", vocab=None, seed=6)
+    elif kind == "dense_q4_0":  # Q4_0 beside a width (ffn 320: 5 blocks) that takes no pairs of blocks
+        synth_dense(path, layers=2, dim=256, ffn=320, heads=4, kv_heads=2, wtype="Q4_0", head_type="Q8_0",
+                    embd_type="F16", vocab=None, seed=7)
     else:
         synth_moe(path, arch="qwen3moe", wtype="Q4_K", expert_type="Q5_K", head_type="Q4_K", embd_type="F16",
                   top_k=4, seed=4)
     on, off = child(path, False), child(path, True)
-    want = {"dense": {"q4_k"}, "dense_q5": {"q5_k"}, "moe": {"q4_k", "q5_k"}}[kind]
+    want = {"dense": {"q4_k"}, "dense_q5": {"q5_k"}, "moe": {"q4_k", "q5_k"}, "dense_legacy": {"q4_1", "q8_0"},
+            "dense_q4_0": {"q4_0", "q8_0"}}[kind]
     assert {k.split("_r8")[0].split("_", 1)[1] for k in on["kernels"] if "_r8" in k} == want, on["kernels"]
     assert not any("r8" in k for k in off["kernels"]), off["kernels"]
     assert on["repack"][0] and not off["repack"][0] and "LOWBIT_NO_REPACK" in off["repack"][1]

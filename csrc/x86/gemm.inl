@@ -1117,9 +1117,38 @@ __attribute__((noinline)) void build_act_panel_legacy(const uint8_t *act, size_t
         }
 }
 
+// A legacy format's R8 layout (repack.h; its windows: csrc/x86/avx512/lg_r8.cpp): each block of
+// the tile's rows is put back together from its lane of the pair's group (d, m, the code dwords:
+// fixed-size copies, once per row and call) and decoded as the format's, so the same codes,
+// metadata and results (I8).
+template <class D>
+struct GR8Rows : D {
+    static constexpr bool R8_ROWS = true;
+    static constexpr int DWORDS = D::M ? 4 : (int)(D::BYTES - 2) / 4;  // code dwords per block
+    static constexpr size_t GROUP = 16 * D::BYTES, QS = D::BYTES - 4 * DWORDS, GQS = D::M ? 64 : 32;
+};
+
 template <class D>
 __attribute__((noinline)) void decode_tile_legacy(const RowArgs &a, int64_t rb, int64_t re, int64_t nb, int8_t *codes,
                                                   RowBlk *meta) {
+    if constexpr (IsR8Rows<D>::value) {
+        for (int64_t r = rb; r < re; ++r) {
+            const int j = (int)(r % kR8Rows);
+            const uint8_t *g = a.w + (size_t)(r - j) * a.w_stride;
+            int8_t *w = codes + (size_t)(r - rb) * (size_t)nb * D::CODES;
+            RowBlk *m = meta + (size_t)(r - rb) * (size_t)nb;
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *o = g + (size_t)(b / 2) * D::GROUP;
+                const size_t l = (size_t)(2 * j + (int)(b % 2));  // the block's lane in its pair's group
+                uint8_t x[D::BYTES];
+                std::memcpy(x, o + 2 * l, 2);
+                if constexpr (D::M) std::memcpy(x + 2, o + 32 + 2 * l, 2);
+                for (int k = 0; k < D::DWORDS; ++k) std::memcpy(x + D::QS + 4 * k, o + D::GQS + 64 * (size_t)k + 4 * l, 4);
+                D::decode(x, w + (size_t)b * D::CODES, m[b]);
+            }
+        }
+        return;
+    }
     for (int64_t r = rb; r < re; ++r) {
         const uint8_t *x = a.w + (size_t)r * a.w_stride;
         int8_t *w = codes + (size_t)(r - rb) * (size_t)nb * D::CODES;
@@ -1393,6 +1422,16 @@ void register_gemm(KernelTable &t) {
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);  // avx2: vdot_sign
+#if defined(__AVX512F__)
+    // The legacy R8 layouts' GEMM (their windows: csrc/x86/avx512/lg_r8.cpp, 1.2-1.4x the row-major
+    // windows at 8 and 16 tokens) from 256 tokens: their windows beat it below (Zen 4, `bench kernels
+    // --formats Q4_1_R8,Q8_0_R8,Q4_0_R8 --mb 1.5 --nt 64,128,256,512`, windows / gemm at n = 768,
+    // 1536 and 4096: 0.74-0.98 at 64, 0.88-1.13 at 128, 0.94-1.15 at 256, 0.95-1.24 at 512)
+    const int min_r8 = gl && *gl ? min_legacy : 256;
+    set(kQ4_0R8Id, &gemm_legacy<GR8Rows<GQ4_0>>, "gemm_q4_0_r8_q8_0_" LB_GK_STR(LOWBIT_NS), min_r8);
+    set(kQ4_1R8Id, &gemm_legacy<GR8Rows<GQ4_1>>, "gemm_q4_1_r8_q8_1_" LB_GK_STR(LOWBIT_NS), min_r8);
+    set(kQ8_0R8Id, &gemm_legacy<GR8Rows<GQ8_0>>, "gemm_q8_0_r8_q8_0_" LB_GK_STR(LOWBIT_NS), min_r8);
+#endif
     // Q5_0 / Q5_1: llama-quant's fallback where 256 does not divide a row (Q4_K -> Q5_0, Q5_K ->
     // Q5_1: the experts' down matrices of GLM-4.5 and DeepSeek-V2 at width 1408)
     set(T_Q5_0, &gemm_legacy<GQ5_0>, "gemm_q5_0_q8_0_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ5GemmMinNt);

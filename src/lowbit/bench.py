@@ -41,7 +41,7 @@ from .formats import formats as all_formats
 from .formats import get as get_format
 from . import plot
 from ._native import lib
-from .kernels import R8_KERNEL_IDS, quantize, repacked_layouts, split_tensor
+from .kernels import R8_FORMATS, R8_KERNEL_IDS, quantize, repacked_layouts, split_tensor
 
 DEFAULT_FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                    "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "IQ1_S",
@@ -102,7 +102,7 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
         print(f"{'format':<8} {'nt':>2}  {'lowbit kernel':<28} {'lowbit us/row/tok':>17} "
               f"{'ggml us/row/tok':>15} {'ggml/lowbit':>11} {'lowbit GB/s':>11}", file=out)
     for name in formats:
-        # Q4_K_R8 / Q5_K_R8: the format's rows in the layout the engine repacks them to at load
+        # Q4_K_R8, Q4_1_R8, ...: the format's rows in the layout the engine repacks them to at load
         # (csrc/repack.h), its kernels; ggml's vec_dot on the same rows as the file has them
         r8 = name.upper().endswith("_R8")
         f = get_format(name[:-3] if r8 else name)
@@ -764,7 +764,7 @@ def _pin_and_formats(a) -> list[str]:
     for s in a.formats.split(","):
         if not s.strip():
             continue
-        if s.strip().upper() in ("Q4_K_R8", "Q5_K_R8"):  # a repacked layout (bench_kernels)
+        if s.strip().upper() in tuple(f"{f}_R8" for f in R8_FORMATS):  # a repacked layout (bench_kernels)
             base = s.strip().upper()[:-3]
             if base not in repacked_layouts():
                 raise ValueError(f"{base}_R8: this level has no kernels for {base}'s R8 layout (avx512 has)")

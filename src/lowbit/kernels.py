@@ -135,8 +135,8 @@ def matmul_act(fmt, raw, act, n: int | None = None, *, out: np.ndarray | None = 
                w_scale: float | None = None, repacked: bool = False) -> np.ndarray:
     """out[t, r] = W[r] . act[t] for rows [r0, r1), act already quantized (uint8[nt, act_row_bytes]).
 
-    Rows outside [r0, r1) of ``out`` are left as they were. repacked: run the rows (Q4_K or Q5_K,
-    a multiple of 8 of them) in the layout the engine repacks them to at load (csrc/repack.h),
+    Rows outside [r0, r1) of ``out`` are left as they were. repacked: run the rows (of a format in
+    R8_FORMATS, a multiple of 8 of them) in the layout the engine repacks them to at load (csrc/repack.h),
     by that layout's kernels (ValueError where this level has none: repacked_layouts()).
     """
     f = get_format(fmt)
@@ -164,15 +164,16 @@ def matmul_act(fmt, raw, act, n: int | None = None, *, out: np.ndarray | None = 
 
 def repacked_layouts() -> list[str]:
     """The formats whose matrices the engine repacks at load at this level (csrc/repack.h):
-    those of Q4_K and Q5_K whose R8 layout has kernels at the selected level (avx512), else [].
+    those of R8_FORMATS whose R8 layout has kernels at the selected level (avx512), else [].
     The engine's LOWBIT_NO_REPACK=1 keeps every matrix as the file has it."""
     return [name for name in R8_FORMATS if lib.has_repacked(BY_NAME[name].id)]
 
 
 # The formats with an R8 layout (csrc/repack.h), and lib's ids of its kernels (csrc/kernels.h
-# kQ4kR8Id, kQ5kR8Id): lib.kernel(R8_KERNEL_IDS["Q4_K"], nt), `lowbit bench kernels --formats Q4_K_R8`
-R8_FORMATS = ("Q4_K", "Q5_K")
-R8_KERNEL_IDS = {"Q4_K": 1002, "Q5_K": 1003}
+# kR8FirstId + i for kR8Formats[i]): lib.kernel(R8_KERNEL_IDS["Q4_K"], nt), `lowbit bench kernels
+# --formats Q4_K_R8`
+R8_FORMATS = ("Q4_K", "Q5_K", "Q4_0", "Q4_1", "Q8_0")
+R8_KERNEL_IDS = {name: 1002 + i for i, name in enumerate(R8_FORMATS)}
 
 
 def matmul(fmt, raw, x=None, *, threads: int | None = None, w_scale: float | None = None) -> np.ndarray:

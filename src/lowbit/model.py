@@ -1344,20 +1344,25 @@ class Model:
         self._init_slots()
 
     def _repack_plan(self) -> tuple[bool, str]:
-        """(repack, why): whether the engine repacks this model's Q4_K / Q5_K matrices at load into
-        the layout its kernels read fastest (lowbit.kernels.repacked_layouts; csrc/repack.h). Each is a
-        copy: a map of the file gives its own pages back (GGUFFile.drop_pages), a "copy" keeps both,
-        so they must fit beside what is resident; a "hugepages" copy keeps its 2 MB pages instead."""
+        """(repack, why): whether the engine repacks this model's matrices of the formats with an R8
+        layout (Q4_K, Q5_K, Q4_0, Q4_1, Q8_0) at load into the layout its kernels read fastest
+        (lowbit.kernels.repacked_layouts; csrc/repack.h). Each is a copy: a map of the file gives its
+        own pages back (GGUFFile.drop_pages), a "copy" keeps both, so they must fit beside what is
+        resident; a "hugepages" copy keeps its 2 MB pages instead. (Token embeddings are read row by
+        row and never repacked; a tied output head is, as its own copy.)"""
         from .kernels import repacked_layouts
         layouts = repacked_layouts()
-        q4k = sum(t.nbytes for t in self.file.tensors.values() if t.format.name in layouts and len(t.shape) >= 2)
-        kinds = "/".join(sorted({t.format.name for t in self.file.tensors.values() if t.format.name in layouts
-                                 and len(t.shape) >= 2}))
+        embd = ("token_embd.weight", "per_layer_token_embd.weight")
+        mats = [t for name, t in self.file.tensors.items() if t.format.name in layouts and len(t.shape) >= 2
+                and (name not in embd or (name == "token_embd.weight" and self.config.tied_output))]
+        q4k = sum(t.nbytes for t in mats)
+        kinds = "/".join(sorted({t.format.name for t in mats}))
         if not layouts:
             off = os.environ.get("LOWBIT_NO_REPACK", "0") not in ("", "0")
-            return False, "off (LOWBIT_NO_REPACK=1)" if off else "no repacked layout at this level (avx512 has Q4_K's and Q5_K's)"
+            return False, ("off (LOWBIT_NO_REPACK=1)" if off else
+                           "no repacked layout at this level (avx512 has Q4_K's, Q5_K's, Q4_0's, Q4_1's and Q8_0's)")
         if not q4k:
-            return False, "no Q4_K or Q5_K matrix"
+            return False, "no matrix of a format with a repacked layout (" + ", ".join(layouts) + ")"
         if self.file.memory == "hugepages":
             return False, "the weights are a hugepage copy (memory='hugepages'): kept as they are"
         if self.file.locked:

@@ -259,9 +259,9 @@ void rows_r8(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // its activations are Q8_K as Q4_K's.
 void register_kq_r8(KernelTable &t) {
     t.set_rows_all(kQ4kR8Id, rows_r8<false>, "rows_q4_k_r8_q8_k_avx512", ISA_AVX512);
-    t.q4k_r8.count_id = kQ4kR8Id;
+    t.at(kQ4kR8Id).count_id = kQ4kR8Id;
     t.set_rows_all(kQ5kR8Id, rows_r8<true>, "rows_q5_k_r8_q8_k_avx512", ISA_AVX512);
-    t.q5k_r8.count_id = kQ5kR8Id;
+    t.at(kQ5kR8Id).count_id = kQ5kR8Id;
 }
 
 }  // namespace avx512

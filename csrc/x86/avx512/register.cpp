@@ -14,7 +14,8 @@ void register_ternary(KernelTable &t);
 void register_iquants(KernelTable &t);
 void register_act(KernelTable &t);
 void register_glu(KernelTable &t);
-void register_kq_r8(KernelTable &t);  // Q4_K's R8 layout: its windows (kq_r8.cpp)
+void register_kq_r8(KernelTable &t);  // Q4_K's and Q5_K's R8 layouts: their windows (kq_r8.cpp)
+void register_lg_r8(KernelTable &t);  // Q4_0's, Q4_1's and Q8_0's R8 layouts: their windows (lg_r8.cpp)
 void register_gemm(KernelTable &t);  // the GEMM tier's k-quants (gemm.cpp), Q4_K R8's GEMM
 void register_delta(KernelTable &t);
 void register_attn_q(KernelTable &t);  // attn_q.cpp (csrc/x86/attn_q.inl)
@@ -30,6 +31,7 @@ void register_avx512(KernelTable &t) {
     avx512::register_act(t);
     avx512::register_glu(t);
     avx512::register_kq_r8(t);
+    avx512::register_lg_r8(t);
     avx512::register_gemm(t);
     avx512::register_delta(t);
     avx512::register_attn_q(t);
