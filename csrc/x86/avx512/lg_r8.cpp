@@ -10,9 +10,9 @@
 // qword to every lane pair. After 8 of them (Q4: the low nibbles against dwords 0..3, the high
 // ones against 4..7) each lane holds its (row, block)'s integer sum: no horizontal sums, no
 // per-row shuffles of codes or scales, and each decoded code vector serves every token of the
-// pass (4 tokens a pass). The row-major kernels (csrc/x86/legacy.inl) broadcast each code
-// dword over token lanes (a vpshufd per dword and unit) and gather the blocks' fp16 scales per
-// row; here the scales of 16 (row, block) lanes are one vcvtph2ps.
+// pass (4 tokens a pass; clang 3 for Q4_1). The row-major kernels (csrc/x86/legacy.inl)
+// broadcast each code dword over token lanes (a vpshufd per dword and unit) and gather the
+// blocks' fp16 scales per row; here the scales of 16 (row, block) lanes are one vcvtph2ps.
 //
 // Arithmetic, per (row, token): csrc/x86/legacy.inl's header, exactly. Per block b:
 //   isum = sum of the 32 q_w * q_a, exact int32: here sum(u * q_a) + corr, u = q_w + off the
@@ -81,12 +81,52 @@ LB_LR_INLINE int32_t ld32(const uint8_t *p) {
     std::memcpy(&v, p, 4);
     return v;
 }
-LB_LR_INLINE __m512i bq(const uint8_t *p) {  // a qword broadcast to the 8 lane pairs
+// The activations' qwords (and float pairs) broadcast to the 8 lane pairs where they are used:
+//   dpq(acc, u, p)       acc + per int32 lane the 4 products u8 (u) * s8 (the qword at p)
+//   dpq_from(c, u, p)    the same from acc = the int32 pair at c
+//   mulq(x, p)           x * the float pair at p;   fmaq(acc, x, p)  fma(x, the pair at p, acc)
+// Under clang each is one inline asm of the broadcast and its use: as intrinsics, clang's
+// scheduler loads the broadcasts of a whole pair (or of the next ones) ahead of their use and
+// spills them (I7). GCC schedules the intrinsics well (its code ran 2-4% faster than the asm's).
+#if defined(__clang__)
+LB_LR_INLINE __m512i dpq(__m512i acc, __m512i u, const uint8_t *p) {
+    __m512i t;
+    __asm__("vpbroadcastq %[m], %[t]\n\tvpdpbusd %[t], %[u], %[acc]"
+            : [acc] "+v"(acc), [t] "=&v"(t)
+            : [u] "v"(u), [m] "m"(*(const long long *)p));
+    return acc;
+}
+LB_LR_INLINE __m512i dpq_from(const uint8_t *c, __m512i u, const uint8_t *p) {
+    __m512i acc, t;
+    __asm__("vpbroadcastq %[c], %[acc]\n\tvpbroadcastq %[m], %[t]\n\tvpdpbusd %[t], %[u], %[acc]"
+            : [acc] "=&v"(acc), [t] "=&v"(t)
+            : [u] "v"(u), [m] "m"(*(const long long *)p), [c] "m"(*(const long long *)c));
+    return acc;
+}
+LB_LR_INLINE __m512 mulq(__m512 x, const uint8_t *p) {
+    __m512 t;
+    __asm__("vbroadcastsd %[m], %[t]\n\tvmulps %[t], %[x], %[t]" : [t] "=&v"(t) : [x] "v"(x), [m] "m"(*(const double *)p));
+    return t;
+}
+LB_LR_INLINE __m512 fmaq(__m512 acc, __m512 x, const uint8_t *p) {
+    __m512 t;
+    __asm__("vbroadcastsd %[m], %[t]\n\tvfmadd231ps %[t], %[x], %[acc]"
+            : [acc] "+v"(acc), [t] "=&v"(t)
+            : [x] "v"(x), [m] "m"(*(const double *)p));
+    return acc;
+}
+#else
+LB_LR_INLINE __m512i bq(const uint8_t *p) {
     long long v;
     std::memcpy(&v, p, 8);
     return _mm512_set1_epi64(v);
 }
 LB_LR_INLINE __m512 bqf(const uint8_t *p) { return _mm512_castsi512_ps(bq(p)); }
+LB_LR_INLINE __m512i dpq(__m512i acc, __m512i u, const uint8_t *p) { return _mm512_dpbusd_epi32(acc, u, bq(p)); }
+LB_LR_INLINE __m512i dpq_from(const uint8_t *c, __m512i u, const uint8_t *p) { return dpq(bq(c), u, p); }
+LB_LR_INLINE __m512 mulq(__m512 x, const uint8_t *p) { return _mm512_mul_ps(x, bqf(p)); }
+LB_LR_INLINE __m512 fmaq(__m512 acc, __m512 x, const uint8_t *p) { return _mm512_fmadd_ps(x, bqf(p), acc); }
+#endif
 
 // f(integral_constant<int, t>) for t = 0 .. NT-1 (per-token vectors: arrays indexed by such
 // constants, which the compilers keep in registers; I7)
@@ -167,24 +207,26 @@ LB_LR_INLINE void pair(const uint8_t *o, const uint8_t *const (&y)[NT], Acc (&ac
     LB_LR_TOKENS(NT, {
         const uint8_t *r = y[t];
         // two chains (dwords 0..3, 4..7) for latency; exact integers, so their sum is the isum
-        __m512i s = F::kOff ? bq(r + 72) : _mm512_setzero_si512(), u = _mm512_setzero_si512();
-        s = _mm512_dpbusd_epi32(s, x0, bq(r));
-        u = _mm512_dpbusd_epi32(u, x4, bq(r + 32));
-        s = _mm512_dpbusd_epi32(s, x1, bq(r + 8));
-        u = _mm512_dpbusd_epi32(u, x5, bq(r + 40));
-        s = _mm512_dpbusd_epi32(s, x2, bq(r + 16));
-        u = _mm512_dpbusd_epi32(u, x6, bq(r + 48));
-        s = _mm512_dpbusd_epi32(s, x3, bq(r + 24));
-        u = _mm512_dpbusd_epi32(u, x7, bq(r + 56));
+        // (Q4_0, Q8_0: the s chain starts from the offset term corr)
+        __m512i s = F::kOff ? dpq_from(r + 72, x0, r) : dpq(_mm512_setzero_si512(), x0, r), u = _mm512_setzero_si512();
+        u = dpq(u, x4, r + 32);
+        s = dpq(s, x1, r + 8);
+        u = dpq(u, x5, r + 40);
+        s = dpq(s, x2, r + 16);
+        u = dpq(u, x6, r + 48);
+        s = dpq(s, x3, r + 24);
+        u = dpq(u, x7, r + 56);
         __m512 &a = cls<Q>(acc[t]);
-        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s, u)), _mm512_mul_ps(dw, bqf(r + 64)), a);
-        if constexpr (F::kM) a = _mm512_fmadd_ps(mw, bqf(r + 72), a);
+        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s, u)), mulq(dw, r + 64), a);
+        if constexpr (F::kM) a = fmaq(a, mw, r + 72);
     });
 }
 
 // One pass of NT (<= 4) tokens (records from rec0, token stride ts) over group g, its results
-// into rows [lo, hi) of tokens t0 .. t0 + NT - 1. (Its own function: I7.)
-template <class F, int NT>
+// into rows [lo, hi) of tokens t0 .. t0 + NT - 1; FIRST: t0 is 0 (the pass that streams the
+// group from memory). (Its own function: I7. FIRST a template parameter: a branch on it in the
+// loop made clang keep accumulators in memory across iterations, I7.)
+template <class F, int NT, bool FIRST>
 __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, const uint8_t *rec0, size_t ts,
                                           int64_t lo, int64_t hi) {
     const int64_t np = a.n / 64;
@@ -195,15 +237,16 @@ __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, c
     LB_LR_TOKENS(NT, y[t] = rec0 + (size_t)t * ts);
     const auto step = [&](int64_t p, auto qc) __attribute__((always_inline)) {
         const uint8_t *o = base + (size_t)p * F::kGroup;
-        if (t0 == 0) {
+        if constexpr (FIRST) {
             prefetch_ahead(o, F::kGroup);
         } else {  // a later pass reads the group from L1: meanwhile the next group's pair p
             // comes to L2, so the stream from DRAM does not stop while this pass computes
             const uint8_t *next = o + (size_t)np * F::kGroup;
             for (size_t l = 0; l < F::kGroup; l += 64) _mm_prefetch((const char *)next + l, _MM_HINT_T1);
         }
-        pair<F, NT, decltype(qc)::value>(o, y, acc);
-        LB_LR_TOKENS(NT, y[t] += kRec);
+        const uint8_t *yp[NT];  // the tokens' records of pair p
+        LB_LR_TOKENS(NT, yp[t] = y[t] + (size_t)p * kRec);
+        pair<F, NT, decltype(qc)::value>(o, yp, acc);
     };
     int64_t p = 0;
     for (; p + 4 <= np; p += 4) {
@@ -212,9 +255,15 @@ __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, c
         step(p + 2, std::integral_constant<int, 2>{});
         step(p + 3, std::integral_constant<int, 3>{});
     }
-    if (p < np) step(p, std::integral_constant<int, 0>{});
-    if (p + 1 < np) step(p + 1, std::integral_constant<int, 1>{});
-    if (p + 2 < np) step(p + 2, std::integral_constant<int, 2>{});
+    // The last np % 4 pairs: classes 0, 1, 2, each its own accumulator, so their order is free:
+    // one entry, one exit (clang split the accumulators' live ranges around three ifs and
+    // spilled them: I7)
+    switch (np - p) {
+        case 3: step(p + 2, std::integral_constant<int, 2>{}); [[fallthrough]];
+        case 2: step(p + 1, std::integral_constant<int, 1>{}); [[fallthrough]];
+        case 1: step(p, std::integral_constant<int, 0>{}); break;
+        default: break;
+    }
     // the tree: e_q = class 2q + class 2q + 1 (lanes 2j, 2j + 1), then (e0 + e1) + (e2 + e3); row j
     // at lane 2j, gathered to lanes 0..7
     const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -229,11 +278,20 @@ __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, c
     });
 }
 
-// Tokens T0 .. NT - 1 of group g in passes of 4 (the last one shorter), while its rows are in L1.
+// Tokens T0 .. NT - 1 of group g in passes of kPass (the last one shorter), while its rows are in
+// L1: 4 (16 accumulators beside 8 code vectors); under clang 3 for Q4_1 (its m vector beside 4
+// tokens' cost 3 stack moves a pass: I7), 4 tokens left going as 2 + 2.
+#if defined(__clang__)
+template <class F>
+constexpr int kPass = F::kM ? 3 : 4;
+#else
+template <class F>
+constexpr int kPass = 4;
+#endif
 template <class F, int NT, int T0 = 0>
 LB_LR_INLINE void group_passes(const RowArgs &a, int64_t g, const uint8_t *rec, size_t ts, int64_t lo, int64_t hi) {
-    constexpr int left = NT - T0, n = left < 4 ? left : 4;
-    rows_group<F, n>(a, g, T0, rec + (size_t)T0 * ts, ts, lo, hi);
+    constexpr int left = NT - T0, n = left == 4 && kPass<F> < 4 ? 2 : left < kPass<F> ? left : kPass<F>;
+    rows_group<F, n, T0 == 0>(a, g, T0, rec + (size_t)T0 * ts, ts, lo, hi);
     if constexpr (T0 + n < NT) group_passes<F, NT, T0 + n>(a, g, rec, ts, lo, hi);
 }
 
