@@ -2,6 +2,7 @@
 #include "repack.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cstdlib>
 #include <atomic>
 #include <stdexcept>
@@ -247,7 +248,14 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
         check_and_count(*up.f, *up.e, isa, nt - gemm, rows, gate.e);
     }
     count_glu(kind, glu.isa, rows, rows * nt);
-    const int64_t align = q ? q->block : 1;
+    // parts and tiles start on a multiple of the quantized output's blocks, and of an R8 layout's
+    // groups of 8 rows (its kernels see a tile's rows as a matrix of their own: its groups must
+    // be the matrix's)
+    int64_t align = q ? q->block : 1;
+    if (r8_format(gate.e->count_id) != gate.e->count_id || r8_format(up.e->count_id) != up.e->count_id)
+        align = std::lcm<int64_t>(align, kR8Rows);
+    if (rows % align)
+        throw std::invalid_argument("run_rows_glu: the rows are not a multiple of the blocks and groups they take");
     const int64_t tile = std::max(align, glu_tile_rows(gate, up, nt) / align * align);
     const uint64_t id = new_act_id();
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
