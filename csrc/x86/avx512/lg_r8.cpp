@@ -76,11 +76,6 @@ struct LQ8_0 {
 
 constexpr size_t kRec = 80;  // bytes of a (token, pair) activation record
 
-LB_LR_INLINE int32_t ld32(const uint8_t *p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
 // The activations' qwords (and float pairs) broadcast to the 8 lane pairs where they are used:
 //   dpq(acc, u, p)       acc + per int32 lane the 4 products u8 (u) * s8 (the qword at p)
 //   dpq_from(c, u, p)    the same from acc = the int32 pair at c
