@@ -33,11 +33,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <utility>
 
 #include "../../kernels.h"
 #include "../../repack.h"
 #include "../prefetch.h"
+#include "../tokens.h"
 
 namespace lowbit {
 namespace avx512 {
@@ -85,14 +85,6 @@ LB_R8_INLINE __m256i opaque(const Ctl &c) {
     return _mm256_load_si256((const __m256i *)p->b);
 }
 
-// f(integral_constant<int, t>) for t = 0 .. NT-1: every per-token vector below is an array
-// indexed by such a constant, which the compilers keep in registers (indexed by a loop counter,
-// GCC would place it in memory before unrolling the loop: I7)
-template <class F, int... T>
-LB_R8_INLINE void each_token(F &&f, std::integer_sequence<int, T...>) {
-    (f(std::integral_constant<int, T>{}), ...);
-}
-#define LB_R8_TOKENS(NT, body) each_token([&](auto tc) __attribute__((always_inline)) { constexpr int t = decltype(tc)::value; body; }, std::make_integer_sequence<int, NT>{})
 
 // Rows 8g .. 8g+7 against tokens y[0..NT): res[t] lane j = the result of row 8g + j.
 // Q5: Q5_K's groups (their fifth bits at kR8Qh, codes at kR8QsQ5), else Q4_K's.
@@ -101,11 +93,11 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
     constexpr size_t kGroup = Q5 ? kR8GroupQ5 : kR8Group, kQs = Q5 ? kR8QsQ5 : 128;
     const int64_t nb = a.n / QK_K;
     const uint8_t *y[NT];  // the tokens' activation rows
-    LB_R8_TOKENS(NT, y[t] = a.act + (size_t)(t0 + t) * a.act_stride);
+    LB_TOKENS(NT, y[t] = a.act + (size_t)(t0 + t) * a.act_stride);
     const uint8_t *base = a.w + (size_t)g * kR8Rows * a.w_stride;
     const __m256i m0F = _mm256_set1_epi8(0x0F);
     __m256 acc[NT];
-    LB_R8_TOKENS(NT, acc[t] = _mm256_setzero_ps());
+    LB_TOKENS(NT, acc[t] = _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *o = base + (size_t)b * kGroup;
         if (t0 == 0) {
@@ -127,10 +119,10 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
             schi = _mm256_or_si256(_mm256_and_si256(s2, m0F), _mm256_and_si256(_mm256_srli_epi16(s0, 2), m30));
         }
         __m256i I[NT];
-        LB_R8_TOKENS(NT, I[t] = _mm256_setzero_si256());
+        LB_TOKENS(NT, I[t] = _mm256_setzero_si256());
         for (int c = 0; c < 4; ++c) {
             __m256i e[NT], od[NT];  // sub-blocks 2c, 2c + 1
-            LB_R8_TOKENS(NT, e[t] = _mm256_setzero_si256(); od[t] = _mm256_setzero_si256());
+            LB_TOKENS(NT, e[t] = _mm256_setzero_si256(); od[t] = _mm256_setzero_si256());
             const size_t qa = (size_t)b * QBLK + QOFF_QS + 64 * (size_t)c;
             const uint8_t *q = o + kQs + 256 * (size_t)c;
             // Q5: qh bits 2c / 2c + 1 of each byte are the fifth bits of its low / high nibble
@@ -147,7 +139,7 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
                     lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(h, blo), lo, b16);
                     hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(h, bhi), hi, b16);
                 }
-                LB_R8_TOKENS(NT, e[t] = _mm256_dpbusd_epi32(e[t], lo, _mm256_set1_epi32(ld32(y[t] + qa + 4 * k)));
+                LB_TOKENS(NT, e[t] = _mm256_dpbusd_epi32(e[t], lo, _mm256_set1_epi32(ld32(y[t] + qa + 4 * k)));
                                  od[t] = _mm256_dpbusd_epi32(od[t], hi, _mm256_set1_epi32(ld32(y[t] + qa + 32 + 4 * k))));
             }
             __m256i sv;
@@ -162,7 +154,7 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
                 sv = c < 2 ? sclo : schi;
             }
             const __m256i se = _mm256_shuffle_epi8(sv, ctl(kByte[(2 * c) % 4])), so = _mm256_shuffle_epi8(sv, ctl(kByte[(2 * c + 1) % 4]));
-            LB_R8_TOKENS(NT, I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_mullo_epi32(se, e[t]), _mm256_mullo_epi32(so, od[t]))));
+            LB_TOKENS(NT, I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_mullo_epi32(se, e[t]), _mm256_mullo_epi32(so, od[t]))));
         }
         // M: mins as int16 pairs (mn 2p, 2p + 1) against the token's bsums pairs
         const __m256i s1 = _mm256_loadu_si256((const __m256i *)(o + 64)), s2 = _mm256_loadu_si256((const __m256i *)(o + 96));
@@ -172,7 +164,7 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
         const __m256i A2 = _mm256_shuffle_epi8(mnhi, ctl(kPair[0])), A3 = _mm256_shuffle_epi8(mnhi, ctl(kPair[1]));
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)o));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16)));
-        LB_R8_TOKENS(NT, {
+        LB_TOKENS(NT, {
             const uint8_t *yb = y[t] + (size_t)b * QBLK;
             // bsums pairs: int16 bs[s] = bsums[2s] + bsums[2s + 1], dword p = (bs[2p], bs[2p + 1])
             // (vpmaddwd + vpackssdw, not vphaddw: VEX-only, it cannot reach xmm16..31, and GCC
@@ -189,7 +181,7 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
             acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(vda, dm), _mm256_cvtepi32_ps(M), acc[t]);
         });
     }
-    LB_R8_TOKENS(NT, res[t] = acc[t]);
+    LB_TOKENS(NT, res[t] = acc[t]);
 }
 
 // Results of tokens t0 .. t0 + NT - 1 for group g into rows [lo, hi) of the output (a masked
@@ -198,7 +190,7 @@ template <int NT>
 LB_R8_INLINE void store_group(const RowArgs &a, int64_t g, int t0, int64_t lo, int64_t hi, const __m256 (&res)[NT]) {
     const int64_t r = g * kR8Rows;
     const __mmask8 keep = (__mmask8)(((1u << (hi - r)) - 1) & ~((1u << (lo - r)) - 1));
-    LB_R8_TOKENS(NT, _mm256_mask_storeu_ps(a.out + (size_t)(t0 + t) * a.out_stride + r, keep, res[t]));
+    LB_TOKENS(NT, _mm256_mask_storeu_ps(a.out + (size_t)(t0 + t) * a.out_stride + r, keep, res[t]));
 }
 
 // One pass of NT (<= 4) tokens over group g, its results into rows [lo, hi) (its own function:

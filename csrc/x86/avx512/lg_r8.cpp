@@ -41,13 +41,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "../../fp16.h"
 #include "../../kernels.h"
 #include "../../repack.h"
 #include "../prefetch.h"
+#include "../tokens.h"
 
 namespace lowbit {
 namespace avx512 {
@@ -123,13 +123,6 @@ LB_LR_INLINE __m512 mulq(__m512 x, const uint8_t *p) { return _mm512_mul_ps(x, b
 LB_LR_INLINE __m512 fmaq(__m512 acc, __m512 x, const uint8_t *p) { return _mm512_fmadd_ps(x, bqf(p), acc); }
 #endif
 
-// f(integral_constant<int, t>) for t = 0 .. NT-1 (per-token vectors: arrays indexed by such
-// constants, which the compilers keep in registers; I7)
-template <class F, int... T>
-LB_LR_INLINE void each_token(F &&f, std::integer_sequence<int, T...>) {
-    (f(std::integral_constant<int, T>{}), ...);
-}
-#define LB_LR_TOKENS(NT, ...) each_token([&](auto tc) __attribute__((always_inline)) { constexpr int t = decltype(tc)::value; __VA_ARGS__; }, std::make_integer_sequence<int, NT>{})
 
 struct alignas(64) Line { uint8_t b[64]; };
 
@@ -199,7 +192,7 @@ LB_LR_INLINE void pair(const uint8_t *o, const uint8_t *const (&y)[NT], Acc (&ac
         x3 = _mm512_xor_si512(ld(3), x80), x4 = _mm512_xor_si512(ld(4), x80), x5 = _mm512_xor_si512(ld(5), x80);
         x6 = _mm512_xor_si512(ld(6), x80), x7 = _mm512_xor_si512(ld(7), x80);
     }
-    LB_LR_TOKENS(NT, {
+    LB_TOKENS(NT, {
         const uint8_t *r = y[t];
         // two chains (dwords 0..3, 4..7) for latency; exact integers, so their sum is the isum
         // (Q4_0, Q8_0: the s chain starts from the offset term corr)
@@ -227,9 +220,9 @@ __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, c
     const int64_t np = a.n / 64;
     const uint8_t *base = a.w + (size_t)g * kR8Rows * a.w_stride;
     Acc acc[NT];
-    LB_LR_TOKENS(NT, acc[t].q0 = acc[t].q1 = acc[t].q2 = acc[t].q3 = _mm512_setzero_ps());
+    LB_TOKENS(NT, acc[t].q0 = acc[t].q1 = acc[t].q2 = acc[t].q3 = _mm512_setzero_ps());
     const uint8_t *y[NT];
-    LB_LR_TOKENS(NT, y[t] = rec0 + (size_t)t * ts);
+    LB_TOKENS(NT, y[t] = rec0 + (size_t)t * ts);
     const auto step = [&](int64_t p, auto qc) __attribute__((always_inline)) {
         const uint8_t *o = base + (size_t)p * F::kGroup;
         if constexpr (FIRST) {
@@ -240,7 +233,7 @@ __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, c
             for (size_t l = 0; l < F::kGroup; l += 64) _mm_prefetch((const char *)next + l, _MM_HINT_T1);
         }
         const uint8_t *yp[NT];  // the tokens' records of pair p
-        LB_LR_TOKENS(NT, yp[t] = y[t] + (size_t)p * kRec);
+        LB_TOKENS(NT, yp[t] = y[t] + (size_t)p * kRec);
         pair<F, NT, decltype(qc)::value>(o, yp, acc);
     };
     int64_t p = 0;
@@ -264,7 +257,7 @@ __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, c
     const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
     const int64_t r = g * kR8Rows;
     const __mmask8 keep = (__mmask8)(((1u << (hi - r)) - 1) & ~((1u << (lo - r)) - 1));
-    LB_LR_TOKENS(NT, {
+    LB_TOKENS(NT, {
         const Acc &c = acc[t];
         const __m512 e0 = _mm512_add_ps(c.q0, _mm512_permute_ps(c.q0, 0xB1)), e1 = _mm512_add_ps(c.q1, _mm512_permute_ps(c.q1, 0xB1));
         const __m512 e2 = _mm512_add_ps(c.q2, _mm512_permute_ps(c.q2, 0xB1)), e3 = _mm512_add_ps(c.q3, _mm512_permute_ps(c.q3, 0xB1));
