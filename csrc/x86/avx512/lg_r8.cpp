@@ -144,10 +144,12 @@ __attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int nt) {
             for (int h = 0; h < 2; ++h) {
                 const uint8_t *blk = y + (size_t)(2 * p + h) * F::kAct, *q = blk + F::kAqs;
                 for (int k = 0; k < 8; ++k) std::memcpy(r + 8 * k + 4 * h, q + 4 * k, 4);
-                const float da = fp16_to_f32(*(const uint16_t *)blk);
+                uint16_t hf[2];
+                std::memcpy(hf, blk, 4);  // d_a (and Q8_1's s_a): unaligned fp16, read as bytes
+                const float da = fp16_to_f32(hf[0]);
                 std::memcpy(r + 64 + 4 * h, &da, 4);
                 if constexpr (F::kM) {
-                    const float sa = fp16_to_f32(*(const uint16_t *)(blk + 2));
+                    const float sa = fp16_to_f32(hf[1]);
                     std::memcpy(r + 72 + 4 * h, &sa, 4);
                 } else {
                     int32_t s = 0;
