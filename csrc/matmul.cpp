@@ -87,7 +87,7 @@ struct RowsPlan {
     const RowJob *j;
     int64_t gemm;  // the tokens the GEMM takes (gemm_tokens: 0, nt, or nt less a tail for the windows)
     uint64_t id;   // names the call's activations (RowArgs::act_id): the GEMM's panel and the
-                   // window kernels' re-layout are built once per thread, call and matrix
+                   // window kernels' re-layout are built once per thread and dispatch
     int64_t tile;  // rows per tile
 };
 
@@ -118,6 +118,10 @@ static void rows_piece(const RowsPlan &p, const uint8_t *act, size_t act_stride,
 void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act, size_t act_stride, int64_t nt,
                     int64_t n, int threads) {
     std::vector<RowsPlan> plan((size_t)n_jobs);
+    // One id for the dispatch: every job reads the same activations, so a thread that built a
+    // kernel's re-layout (or GEMM panel) for one matrix reuses it for the next matrix of the same
+    // kernel (q, k and v of a decode step); each kernel keys its own buffer by its layout.
+    const uint64_t id = new_act_id();
     int64_t total = 0;
     for (int k = 0; k < n_jobs; ++k) {
         const RowJob &j = jobs[k];
@@ -132,7 +136,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         if (gemm < nt) check_and_count(*j.f, *j.e, isa, nt - gemm, rows);
         const bool tiled = gemm ? gemm < nt : window_count(*j.e, nt) > 1;
         const int64_t tile = tiled ? tile_rows(*j.e, rows_in_tile(j.w_stride)) : rows;
-        plan[(size_t)k] = RowsPlan{&j, gemm, new_act_id(), tile};
+        plan[(size_t)k] = RowsPlan{&j, gemm, id, tile};
         total += rows;
     }
     for_row_tiles(total, total, threads, [&](int64_t b, int64_t e) {

@@ -1,5 +1,6 @@
 // The GEMM tier: prompt chunks, MoE experts with many routed tokens, large server steps.
-// k-quants (Q4_K, Q5_K, Q6_K) x Q8_K, legacy Q4_0, Q5_0, Q8_0 x Q8_0 and Q4_1, Q5_1 x Q8_1, I2_S x I8_S.
+// k-quants (Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS x Q8_K, legacy Q4_0, Q5_0, Q8_0 x Q8_0 and Q4_1, Q5_1 x
+// Q8_1, I2_S x I8_S.
 // Shared body of csrc/x86/{avx2,avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
 // with its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
 // ymm with AVX-VNNI (avx2vnni), 8 per ymm with vpmaddubsw + vpmaddwd + vpaddd (avx2: exact only
@@ -14,6 +15,8 @@
 //   M = sum_s mn[s] * sum_{k in s} q_k                 (MINS formats: Q4_K, Q5_K)
 // and then, in super-block order from acc = 0, the same two float steps
 //   acc = fma(d * d_a, (float)I, acc);   acc = fnmadd(dmin * d_a, (float)M, acc)
+// (IQ4_XS, whose row kernels are the i-quants' (csrc/x86/iquants.inl): acc = acc + (d * d_a) *
+// (float)I, a multiply then an add, and I its sub-block scales times their integer dots too)
 // (d * d_a and dmin * d_a: one rounding each; float multiplication commutes, so d_a * d is
 // the same value). Integer sums are exact whatever their grouping, so only the float steps'
 // order binds the layout, and it is per (row, token): any tiling of rows and tokens gives the
@@ -23,7 +26,7 @@
 // an activation panel (ActSB per super-block): dword lane l of q[dw] = token l's activation
 // bytes 4dw .. 4dw + 3, each plus 128 (so unsigned: vpdpbusd's first operand). Each weight
 // row is decoded once per call into codes w (one byte each, natural order: Q4_K / Q5_K's
-// u in 0..31, Q6_K's signed q in -32..31, vpdpbusd's signed operand) and its super-blocks'
+// u in 0..31; Q6_K's, Q3_K's and IQ4_XS's signed q, vpdpbusd's signed operand) and its super-blocks'
 // metadata (RowSB). One vpdpbusd then takes 4 codes of one row (a broadcast dword) times 4
 // activations of 16 tokens. The +128 comes back per row and super-block, independent of the
 // token:  sum_k (q_k + 128) w_k = sum_k q_k w_k + 128 * W,   C = 128 * sum_s sc[s] * W_s.
@@ -35,7 +38,8 @@
 // sub-block code sums C needs (their vpsadbw chains were 12% of an 8B-shaped prefill, perf).
 // The integer sums are the same either way, so the results are bitwise unchanged.
 // Bounds (int32, exact): a sub-block's |dot| <= 32 * 255 * 32 = 261120; times |sc| <= 128 and
-// summed over 8 or 16 sub-blocks: < 2^29.
+// summed over 8 or 16 sub-blocks: < 2^29. IQ4_XS: |dot| <= 32 * 255 * 127, times |sc| <= 32, over
+// 8 sub-blocks: < 2^29 too; its C < 128 * 8 * 32 * 32 * 127 < 2^28.
 //
 // Microkernel (mk_*): R <= 4 rows x V <= 3 lane vectors (48 tokens; avx2vnni and avx2 3 x 1 of 8;
 // a pass of one vector at avx512 takes R <= MAXR1 = 8 rows), registers: V activation vectors, R x
@@ -64,6 +68,7 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "../ref/iq_tables.h"
 #include "../repack.h"
 #include "hsum.h"
 #include "prefetch.h"
@@ -407,6 +412,101 @@ struct GQ6K {
     }
 };
 
+// Q3_K (110 bytes: hmask[32], qs[64], scales[12], fp16 d; csrc/ref/kquants.cpp unpack_q3_K): weight
+// 128h + 32k + l has its low 2 bits at qs[32h + l] bits 2k+1:2k and its third bit at hmask[l] bit
+// 4h + k (clear: minus 4), q in -4..3, stored as the signed code; 16 sub-blocks of 16 under 6-bit
+// scales less 32 (int8, -32..31). No mins: as Q6_K, the signed codes against activations + 128,
+// and C = 128 * sum_s sc[s] * W_s.
+struct GQ3K {
+    static constexpr int NSUB = 16;
+    static constexpr bool MINS = false;
+    static constexpr bool UW = false;
+    static constexpr int WMAX = 4;  // codes q: -4..3
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        // the scales as ggml's aux words: byte j of word w is sub-block 4w + j's 6 bits
+        uint32_t a[3];
+        std::memcpy(a, x + 96, 12);
+        constexpr uint32_t m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+        const __m128i sc8 = _mm_sub_epi8(
+            _mm_setr_epi32((int)((a[0] & m4) | (a[2] & m2) << 4), (int)((a[1] & m4) | ((a[2] >> 2) & m2) << 4),
+                           (int)(((a[0] >> 4) & m4) | ((a[2] >> 4) & m2) << 4),
+                           (int)(((a[1] >> 4) & m4) | ((a[2] >> 6) & m2) << 4)),
+            _mm_set1_epi8(32));
+        const __m256i sc2 = _mm256_broadcastsi128_si256(sc8);
+        const __m256i k03 = _mm256_set1_epi8(0x03), k04 = _mm256_set1_epi8(0x04), ones16 = _mm256_set1_epi16(1);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x);
+        // sum_s sc[s] U_s (U_s: the sum of sub-block s's unsigned codes u = q + 4 in 0..7): vpmaddubsw
+        // pairs <= 2 * 7 * 32, then vpmaddwd with ones
+        __m256i cs = _mm256_setzero_si256();
+        for (int h = 0; h < 2; ++h) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 32 + 32 * h));
+            for (int k = 0; k < 4; ++k) {
+                const int b = 4 * h + k;  // hmask bit, to bit 2 of each byte (shifts within a byte's bits)
+                const __m256i hb = b >= 2 ? _mm256_srli_epi16(hm, b - 2) : _mm256_slli_epi16(hm, 2 - b);
+                const __m256i v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * k), k03),
+                                                  _mm256_and_si256(hb, k04));
+                _mm256_storeu_si256((__m256i *)(u + 128 * h + 32 * k), _mm256_sub_epi8(v, k04));
+                const int j = 8 * h + 2 * k;  // bytes 0..15: sub-block j, 16..31: j + 1
+                const __m256i sj = _mm256_shuffle_epi8(sc2, _mm256_setr_m128i(_mm_set1_epi8((char)j), _mm_set1_epi8((char)(j + 1))));
+                cs = _mm256_add_epi32(cs, _mm256_madd_epi16(_mm256_maddubs_epi16(v, sj), ones16));
+            }
+        }
+        const __m256i scl = _mm256_cvtepi8_epi32(sc8), sch = _mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8));
+        _mm256_storeu_si256((__m256i *)m.sc, scl);
+        _mm256_storeu_si256((__m256i *)(m.sc + 8), sch);
+        // W_s = U_s - 64: |sum sc U| <= 16 * 32 * 112, times 128: int32
+        m.C = 128 * (hsum8_i32(cs) - 64 * hsum8_i32(_mm256_add_epi32(scl, sch)));
+        m.d = f16(x + 108), m.dmin = 0.0f;
+    }
+};
+// IQ4_XS (136 bytes: fp16 d, scales_h (uint16), scales_l[4], qs[128]; csrc/ref/iquants.cpp):
+// sub-block s (32 weights) has qs[16s + j]'s low nibble as weight j and its high nibble as weight
+// 16 + j, each indexing kvalues_iq4nl (-127..113: the signed code), and the scale ((scales_l[s / 2]
+// >> 4 (s % 2)) & 15 | ((scales_h >> 2s) & 3) << 4) - 32. Its row kernels' float step is the
+// i-quants' (csrc/x86/iquants.inl): acc = acc + (d * d_a) * (float)I, no fma (FMA = false), and
+// no constant after the last block (kFinal 1). The codes need vdot's full signed byte: not at avx2.
+struct GIQ4XS {
+    static constexpr int NSUB = 8;
+    static constexpr bool MINS = false;
+    static constexpr bool UW = false;
+    static constexpr bool FMA = false;
+    static constexpr int WMAX = 127;  // codes: kvalues_iq4nl, -127..113
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq::kvalues_iq4nl));
+        const __m256i k0F = _mm256_set1_epi8(0x0F);
+        const __m256i x80 = _mm256_set1_epi8((char)0x80);
+        uint16_t sh;
+        std::memcpy(&sh, x + 2, 2);
+        int32_t csum = 0;
+        for (int p = 0; p < 4; ++p) {  // sub-blocks 2p, 2p + 1 from one 32-byte load
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 8 + 32 * p));
+            const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(q, k0F));
+            const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(q, 4), k0F));
+            const __m256i s0 = _mm256_permute2x128_si256(lo, hi, 0x20), s1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+            _mm256_storeu_si256((__m256i *)(u + 64 * p), s0);
+            _mm256_storeu_si256((__m256i *)(u + 64 * p + 32), s1);
+            for (int h = 0; h < 2; ++h) {
+                const int sb = 2 * p + h;
+                const int sc = (((x[4 + sb / 2] >> (4 * (sb % 2))) & 15) | ((sh >> (2 * sb)) & 3) << 4) - 32;
+                // W = sum of the 32 codes: vpsadbw of code + 128, less 32 * 128
+                const __m256i t = _mm256_sad_epu8(_mm256_xor_si256(h ? s1 : s0, x80), _mm256_setzero_si256());
+                const int32_t w = (int32_t)(_mm256_extract_epi64(t, 0) + _mm256_extract_epi64(t, 1) +
+                                            _mm256_extract_epi64(t, 2) + _mm256_extract_epi64(t, 3)) - 4096;
+                m.sc[sb] = sc;
+                csum += sc * w;  // |sc W| <= 32 * 32 * 127, 8 of them
+            }
+        }
+        m.C = 128 * csum;  // < 2^31: 128 * 8 * 32 * 4064
+        m.d = f16(x), m.dmin = 0.0f;
+    }
+};
+// The float step of a format's row kernels: fma (the k-quants: GROUPS) unless D::FMA is false
+// (IQ4_XS: the i-quants' multiply, then add).
+template <class D, class = void>
+struct FmaStep : std::true_type {};
+template <class D>
+struct FmaStep<D, std::void_t<decltype(D::FMA)>> : std::integral_constant<bool, D::FMA> {};
+
 // ---- the microkernel --------------------------------------------------------------------------
 // R rows (row r's codes at u0 + r * nb * 256, its metadata at m0 + r * nb) x V lane vectors of
 // the activation panel (vector v's at act0 + v * nb) -> res[(r * MAXV + v) * 16 + lane] (float).
@@ -500,7 +600,9 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                 if constexpr (!D::UW) I[r][v] = vsub(I[r][v], vset1(m(r)[b].C));
                 const VF da = fld(act(v)[b].d);
                 float *o = res + (size_t)(r * MAXV + v) * LANES;
-                VF acc = ffma(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v]), fldu(o));
+                VF acc;
+                if constexpr (FmaStep<D>::value) acc = ffma(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v]), fldu(o));
+                else acc = fadd(fldu(o), fmul(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v])));
                 if constexpr (D::MINS) acc = ffnma(fmul(da, fset1(m(r)[b].dmin)), fcvt(M[v]), acc);
                 fst(o, acc);
             }
@@ -1353,6 +1455,20 @@ constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 24;
 #else
 constexpr int kKqGemmMinNt = 32, kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
 #endif
+// Q3_K and IQ4_XS (GQ3K, GIQ4XS; LOWBIT_KQ_GEMM_MIN_NT sets them with Q4_K's): their windows
+// decode each super-block per window (0.062-0.088 us per row and token at 8..64 tokens, n = 4096,
+// against Q4_K's 0.046-0.061). Zen 4, `bench kernels --formats Q3_K,IQ4_XS --nt 9,12,16,24,32,64,512
+// --n 4096 --mb 16 --cpu 1 --clock cpu --stat min`, windows / gemm: Q3_K 1.05, 1.33, 1.69, 1.65,
+// 2.39, 2.41, 1.94; IQ4_XS 1.06, 1.26, 1.60, 1.60, 1.81, 2.46, 3.02: from 9 as Q4_K. At avx2 (the
+// same CPU under LOWBIT_MAX_ISA=avx2) Q3_K 1.08, 1.53, 2.22 at 16, 32, 64: from 32 as Q4_K; at
+// avx2vnni (no such host measured) 16 as Q4_K.
+#if defined(__AVX512F__)
+constexpr int kQ3kGemmMinNt = 9, kIq4xsGemmMinNt = 9;
+#elif defined(__AVXVNNI__)
+constexpr int kQ3kGemmMinNt = 16, kIq4xsGemmMinNt = 16;
+#else
+constexpr int kQ3kGemmMinNt = 32;
+#endif
 // The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT). Measured on Zen 4 with 32 KB
 // window tiles: 1.7-2.4x at 16 tokens; on Zen 5 with the 512 KB tiles of csrc/matmul.cpp, whose
 // windows no longer re-lay out their activations every 20 rows: 0.74-1.73x at 16 tokens with
@@ -1420,6 +1536,11 @@ void register_gemm(KernelTable &t) {
         g && *g ? min_nt : kQ5kGemmMinNt);
     set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS),
         g && *g ? min_nt : kQ6kGemmMinNt);
+    set(T_Q3_K, &gemm_kq<GQ3K, 110>, "gemm_q3_k_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : kQ3kGemmMinNt);
+#if defined(__AVX512F__) || defined(__AVXVNNI__)
+    // (IQ4_XS's codes need vdot's full signed byte: at avx2 its windows only)
+    set(T_IQ4_XS, &gemm_kq<GIQ4XS, 136>, "gemm_iq4_xs_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : kIq4xsGemmMinNt);
+#endif
     const char *gl = std::getenv("LOWBIT_LEGACY_GEMM_MIN_NT");
     const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);

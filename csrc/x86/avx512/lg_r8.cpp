@@ -137,26 +137,31 @@ __attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int nt) {
     if (buf.size() * 64 < bytes) buf.resize((bytes + 63) / 64);
     uint8_t *base = reinterpret_cast<uint8_t *>(buf.data());
     if (act_holds(key, a, nt, reinterpret_cast<const void *>(&prepare<F>))) return base;
+    // per pair: the two blocks' 32-byte codes as dwords 0..7 | 8..15 of one vector, dword 8h + k
+    // to record dword 2k + h (one vpermd); sum(q_a) of each block by vpdpbusd against ones
+    const __m512i ilv = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    const __m512i ones = _mm512_set1_epi8(1);
     for (int t = 0; t < nt; ++t) {
         const uint8_t *y = a.act + (size_t)t * a.act_stride;
         for (int64_t p = 0; p < np; ++p) {
             uint8_t *r = base + ((size_t)t * (size_t)np + (size_t)p) * kRec;
-            for (int h = 0; h < 2; ++h) {
-                const uint8_t *blk = y + (size_t)(2 * p + h) * F::kAct, *q = blk + F::kAqs;
-                for (int k = 0; k < 8; ++k) std::memcpy(r + 8 * k + 4 * h, q + 4 * k, 4);
-                uint16_t hf[2];
-                std::memcpy(hf, blk, 4);  // d_a (and Q8_1's s_a): unaligned fp16, read as bytes
-                const float da = fp16_to_f32(hf[0]);
-                std::memcpy(r + 64 + 4 * h, &da, 4);
-                if constexpr (F::kM) {
-                    const float sa = fp16_to_f32(hf[1]);
-                    std::memcpy(r + 72 + 4 * h, &sa, 4);
-                } else {
-                    int32_t s = 0;
-                    for (int i = 0; i < 32; ++i) s += (int8_t)q[i];
-                    const int32_t corr = -F::kOff * s;
-                    std::memcpy(r + 72 + 4 * h, &corr, 4);
-                }
+            const uint8_t *b0 = y + (size_t)(2 * p) * F::kAct, *b1 = b0 + F::kAct;
+            const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + F::kAqs))),
+                                                 _mm256_loadu_si256((const __m256i *)(b1 + F::kAqs)), 1);
+            _mm512_storeu_si512((void *)r, _mm512_permutexvar_epi32(ilv, q));
+            uint16_t h0[2], h1[2];
+            std::memcpy(h0, b0, 4);  // d_a (and Q8_1's s_a): unaligned fp16, read as bytes
+            std::memcpy(h1, b1, 4);
+            const float d[2] = {fp16_to_f32(h0[0]), fp16_to_f32(h1[0])};
+            std::memcpy(r + 64, d, 8);
+            if constexpr (F::kM) {
+                const float sa[2] = {fp16_to_f32(h0[1]), fp16_to_f32(h1[1])};
+                std::memcpy(r + 72, sa, 8);
+            } else {
+                const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q);  // exact: |sum| <= 4096
+                const int32_t corr[2] = {-F::kOff * _mm512_mask_reduce_add_epi32(0x00FF, s),
+                                         -F::kOff * _mm512_mask_reduce_add_epi32(0xFF00, s)};
+                std::memcpy(r + 72, corr, 8);
             }
         }
     }
