@@ -1,5 +1,5 @@
-"""The GEMM tier (csrc/x86/gemm.inl, avx512 / avx2vnni / avx2: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (not at
-avx2) x Q8_K; Q4_0, Q5_0, Q8_0 x Q8_0; Q4_1, Q5_1 x Q8_1; avx2's Q8_0 by the sign trick, its codes being
+"""The GEMM tier (csrc/x86/gemm.inl, avx512 / avx2vnni / avx2: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (not
+at avx2) x Q8_K; Q4_0, Q5_0, Q8_0 x Q8_0; Q4_1, Q5_1 x Q8_1; avx2's Q8_0 by the sign trick, its codes being
 too wide for vdot's vpmaddubsw)
 against the row kernels, and the engine's prompt chunks through it (I8, tier invariance).
 
@@ -23,8 +23,8 @@ reference and ggml within I5, and exactly on integer-exact inputs):
   - avx2's Q8_0 (the sign trick): codes -128 / 127 against activations -127 / 127 give the exact
     int64 dot (GEMM, windows and the scalar reference), and activation codes of -128 (which the
     quantizer makes of NaN) give the windows' and ggml's AVX2 sum, whose -(-128) wraps;
-  - a dense Q4_K / Q6_K model, a dense Q4_0 model, a dense Q8_0 model, a dense Q3_K model with an IQ4_XS head
-    (IQ4_XS: the i-quants' float step, multiply then add), a qwen3moe with Q4_K / Q5_K experts and the
+  - a dense Q4_K / Q6_K model, a dense Q4_0 model, a dense Q8_0 model, a dense Q3_K model with an IQ4_XS
+    head (IQ4_XS: the i-quants' float step, multiply then add), a dense Q2_K model, a qwen3moe with Q4_K / Q5_K experts and the
     default model (Q4_1, Q8_0 embeddings) give bitwise the same logits for a prompt in chunks of
     1, 8, 40 and 100 tokens, the GEMM on (from 16 tokens: every format's GEMM runs whatever the
     level's gates) and off.
@@ -44,12 +44,12 @@ from lowbit.kernels import repacked_layouts
 from lowbit.formats import BY_NAME as F
 
 ISA = lib.isa_names()
-KQ = ["Q4_K", "Q5_K", "Q6_K", "Q3_K"]
+KQ = ["Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K"]
 IQ = ["IQ4_XS"]  # the k-quant GEMM with the i-quants' float step (gemm.inl GIQ4XS)
 LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
 ALL = KQ + IQ + LEGACY
 ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q5_0": "Q8_0", "Q5_1": "Q8_1",
-       "Q8_0": "Q8_0", "Q3_K": "Q8_K", "IQ4_XS": "Q8_K"}
+       "Q8_0": "Q8_0", "Q3_K": "Q8_K", "IQ4_XS": "Q8_K", "Q2_K": "Q8_K"}
 GEMM_LEVELS = [lv for lv in LEVELS if lib.gemm_kernel(F["Q4_K"].id, ISA.index(lv)) is not None]
 NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GEMM: CPU flag avx2 "
                                                    "under LOWBIT_MAX_ISA >= avx2")
@@ -58,9 +58,9 @@ NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GE
 # by the sign trick (its codes are too wide for vdot's vpmaddubsw).
 GEMM_FORMATS = {"avx512": ALL, "avx2vnni": ALL, "avx2": [n for n in ALL if n != "IQ4_XS"]}
 # The gates (gemm_min_nt) as measured per level (gemm.inl: kKqGemmMinNt ...), per format
-GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12, "Q3_K": 9, "IQ4_XS": 9},
-         "avx2vnni": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 24, "Q3_K": 16, "IQ4_XS": 16},
-         "avx2": {"Q3_K": 32, "Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q5_0": 128, "Q5_1": 128, "Q8_0": 64}}
+GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12, "Q3_K": 9, "IQ4_XS": 9, "Q2_K": 12},
+         "avx2vnni": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 24, "Q3_K": 16, "IQ4_XS": 16, "Q2_K": 24},
+         "avx2": {"Q3_K": 32, "Q2_K": 32, "Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q5_0": 128, "Q5_1": 128, "Q8_0": 64}}
 
 # Tokens per lane vector of each level's GEMM, and the longest tail past whole vectors that the
 # windows take (gemm.inl: LANES, kGemmTail)
@@ -71,10 +71,10 @@ def gemm_cases(*names):
     """(level, format) for every level under test with a GEMM and every format it has one for."""
     return [(lv, n) for lv in GEMM_LEVELS for n in names if n in GEMM_FORMATS[lv]]
 NTS = [1, 9, 16, 17, 33, 64, 100]
-FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q3_K": [108], "IQ4_XS": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
+FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q3_K": [108], "IQ4_XS": [0], "Q2_K": [80, 82], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
            "Q8_0": [0]}
-BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q3_K": 110, "IQ4_XS": 136, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
-BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "Q3_K": 256, "IQ4_XS": 256, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32}
+BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q3_K": 110, "IQ4_XS": 136, "Q2_K": 84, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
+BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "Q3_K": 256, "IQ4_XS": 256, "Q2_K": 256, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32}
 WIDTHS = {256: (1, 6, 16), 32: (1, 9, 18, 48)}  # blocks per row
 
 
@@ -139,7 +139,7 @@ def adversarial(rng, name, rows, nb):
     return raw
 
 
-SCALES_AT = {"Q4_K": (4, 16), "Q5_K": (4, 16), "Q6_K": (192, 208)}  # the scale (and min) bytes
+SCALES_AT = {"Q4_K": (4, 16), "Q5_K": (4, 16), "Q6_K": (192, 208), "Q2_K": (0, 16)}  # the scale (and min) bytes
 
 
 @NEEDS
@@ -286,7 +286,7 @@ print(json.dumps(out))
 
 
 @NEEDS
-@pytest.mark.parametrize("kind", ["dense", "moe", "default", "q4_0", "q8_0", "q3_k"])
+@pytest.mark.parametrize("kind", ["dense", "moe", "default", "q4_0", "q8_0", "q3_k", "q2_k"])
 def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
     from lowbit import synth
     if kind == "default":
@@ -305,6 +305,10 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
         path = synth.synth_dense(tmp_path / "q3.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q3_K",
                                  head_type="IQ4_XS", seed=9)
         want = {"gemm_q3_k_q8_k_avx512", "gemm_iq4_xs_q8_k_avx512"}
+    elif kind == "q2_k":  # Q2_K layers (mins per 16 codes), a Q4_K head
+        path = synth.synth_dense(tmp_path / "q2.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q2_K",
+                                 head_type="Q4_K", seed=10)
+        want = {"gemm_q2_k_q8_k_avx512", "gemm_q4_k_q8_k_avx512"}
     elif kind == "q8_0":  # avx2: the sign trick's GEMM (gemm.inl, vdot_sign)
         path = synth.synth_dense(tmp_path / "q8.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q8_0",
                                  head_type="Q8_0", seed=8)

@@ -1,5 +1,5 @@
 // The GEMM tier: prompt chunks, MoE experts with many routed tokens, large server steps.
-// k-quants (Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS x Q8_K, legacy Q4_0, Q5_0, Q8_0 x Q8_0 and Q4_1, Q5_1 x
+// k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS x Q8_K, legacy Q4_0, Q5_0, Q8_0 x Q8_0 and Q4_1, Q5_1 x
 // Q8_1, I2_S x I8_S.
 // Shared body of csrc/x86/{avx2,avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
 // with its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
@@ -271,17 +271,22 @@ constexpr int MAXR_SIGN = MAXR;  // (no sign trick at this level)
 constexpr size_t Q8K_D = 0, Q8K_QS = 4, Q8K_BS = 260;
 static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 
-// One 16-token group's activations of one super-block.
-struct alignas(64) ActSB {
+// One 16-token group's activations of one super-block; NP pairs of activation sums: 4 of 32-sums
+// (Q4_K, Q5_K: mins per 32 codes), 8 of 16-sums (Q2_K: mins per 16; D::BS16).
+template <int NP>
+struct alignas(64) ActSBT {
     uint8_t q[64][LANES * 4];  // [dword dw][lane l * 4 + k]: token l's q[4 dw + k] + 128 (D::UW: q)
-    int32_t bs[4][LANES];      // [pair p][lane]: int16 (s[2p], s[2p + 1]) of token l, s[j] the sum
-                               // of its 32 q of sub-block j (bsums[2j] + bsums[2j + 1], |s| <= 4096)
+    int32_t bs[NP][LANES];     // [pair p][lane]: int16 (s[2p], s[2p + 1]) of token l, s[j] the sum of
+                               // its q of sub-block j: NP = 4, 32 q (bsums[2j] + bsums[2j + 1], |s| <=
+                               // 4096); NP = 8, 16 q (bsums[j], |s| <= 2048)
     float d[LANES];            // [lane]: token l's d_a (0 for lanes past the chunk)
 };
+using ActSB = ActSBT<4>;
 // One row's super-block metadata (the codes are apart: 256 bytes per super-block).
 struct alignas(64) RowSB {
     int32_t sc[16];      // sub-block scales (8 of 32 codes: Q4_K, Q5_K; 16 of 16: Q6_K)
-    int32_t mn[4];       // MINS: int16 pairs (mn[2p], mn[2p + 1]) against the activations' bs[p]
+    int32_t mn[8];       // MINS: int16 pairs (mn[2p], mn[2p + 1]) against the activations' bs[p]
+                         // (4 pairs of 32-code mins; Q2_K 8 of 16-code mins)
     int32_t C;           // 128 * sum_s sc[s] * W_s (the +128 of the activations; 0 for D::UW)
     float d, dmin;
 };
@@ -412,6 +417,32 @@ struct GQ6K {
     }
 };
 
+// Q2_K (84 bytes: scales[16], qs[64], fp16 d, dmin; csrc/ref/kquants.cpp unpack_q2_K): weight 128h +
+// 32k + l is bits 2k+1:2k of qs[32h + l], an unsigned code 0..3 (D::UW, as Q4_K's); 16 sub-blocks of
+// 16, scales[s] its scale (low nibble) and min (high nibble). Its mins are per 16 codes: the panel
+// carries 8 pairs of 16-sums (BS16).
+struct GQ2K {
+    static constexpr int NSUB = 16;
+    static constexpr bool MINS = true;
+    static constexpr bool UW = true;
+    static constexpr bool BS16 = true;
+    static constexpr int WMAX = 3;  // codes u: 0..3
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        const __m128i s8 = _mm_loadu_si128((const __m128i *)x), k0F = _mm_set1_epi8(0x0F);
+        _mm256_storeu_si256((__m256i *)m.sc, _mm256_cvtepu8_epi32(_mm_and_si128(s8, k0F)));
+        _mm256_storeu_si256((__m256i *)(m.sc + 8), _mm256_cvtepu8_epi32(_mm_srli_si128(_mm_and_si128(s8, k0F), 8)));
+        // mins as int16 pairs: the 16 high nibbles widened to int16 lanes are mn[0..15] in order
+        _mm256_storeu_si256((__m256i *)m.mn, _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), k0F)));
+        const __m256i k03 = _mm256_set1_epi8(0x03);
+        for (int h = 0; h < 2; ++h) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 16 + 32 * h));
+            for (int k = 0; k < 4; ++k)
+                _mm256_storeu_si256((__m256i *)(u + 128 * h + 32 * k), _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), k03));
+        }
+        m.C = 0;
+        m.d = f16(x + 80), m.dmin = f16(x + 82);
+    }
+};
 // Q3_K (110 bytes: hmask[32], qs[64], scales[12], fp16 d; csrc/ref/kquants.cpp unpack_q3_K): weight
 // 128h + 32k + l has its low 2 bits at qs[32h + l] bits 2k+1:2k and its third bit at hmask[l] bit
 // 4h + k (clear: minus 4), q in -4..3, stored as the signed code; 16 sub-blocks of 16 under 6-bit
@@ -506,13 +537,20 @@ template <class D, class = void>
 struct FmaStep : std::true_type {};
 template <class D>
 struct FmaStep<D, std::void_t<decltype(D::FMA)>> : std::integral_constant<bool, D::FMA> {};
+// The pairs of activation sums a format's mins take (ActSBT): 8 of 16-sums where D::BS16, else 4.
+template <class D, class = void>
+struct BsPairs : std::integral_constant<int, 4> {};
+template <class D>
+struct BsPairs<D, std::void_t<decltype(D::BS16)>> : std::integral_constant<int, D::BS16 ? 8 : 4> {};
+template <class D>
+using ActOf = ActSBT<BsPairs<D>::value>;
 
 // ---- the microkernel --------------------------------------------------------------------------
 // R rows (row r's codes at u0 + r * nb * 256, its metadata at m0 + r * nb) x V lane vectors of
 // the activation panel (vector v's at act0 + v * nb) -> res[(r * MAXV + v) * 16 + lane] (float).
 // (Bases and strides, not arrays of pointers: those would be built on the stack, I7.)
 template <class D, int R, int V>
-__attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const ActSB *act0, int64_t nb, float *res) {
+__attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const ActOf<D> *act0, int64_t nb, float *res) {
     const size_t us = (size_t)nb * QK, ms = (size_t)nb;
 #define u(r) (u0 + (size_t)(r) * us)
 #define m(r) (m0 + (size_t)(r) * ms)
@@ -588,8 +626,8 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
             if constexpr (D::MINS) {
                 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) M[v] = vset1(0);
-                #pragma GCC unroll 4
-                for (int p = 0; p < 4; ++p) {
+                #pragma GCC unroll 8
+                for (int p = 0; p < BsPairs<D>::value; ++p) {
                     const VI c = vset1(m(r)[b].mn[p]);
                     #pragma GCC unroll 16
                     for (int v = 0; v < V; ++v) M[v] = vdot16(M[v], vld((const void *)act(v)[b].bs[p]), c);
@@ -614,7 +652,7 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
 }
 
 template <class D>
-using MkFn = void (*)(const uint8_t *, const RowSB *, const ActSB *, int64_t, float *);
+using MkFn = void (*)(const uint8_t *, const RowSB *, const ActOf<D> *, int64_t, float *);
 template <class D>
 constexpr MkFn<D> kMk[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm<D,);
 template <class D>
@@ -622,17 +660,18 @@ constexpr MkFn<D> kMk1[MAXR1 + 1] = LB_GK_TABLE1(mk_gemm<D,);  // one-vector pas
 
 // ---- the activation panel: nt tokens of Q8_K rows -> ceil(nt / 16) groups of nb ActSB -----
 // (X128: each byte + 128, for the formats whose codes are vpdpbusd's signed operand; !D::UW)
-template <bool X128>
-__attribute__((noinline)) void build_act_panel(const uint8_t *act, size_t act_stride, int nt, int64_t nb, ActSB *panel) {
+template <bool X128, int NP>
+__attribute__((noinline)) void build_act_panel(const uint8_t *act, size_t act_stride, int nt, int64_t nb,
+                                               ActSBT<NP> *panel) {
     const int ng = (nt + LANES - 1) / LANES;
     for (int g = 0; g < ng; ++g)
         for (int64_t b = 0; b < nb; ++b) {
-            ActSB &P = panel[(size_t)g * (size_t)nb + (size_t)b];
+            ActSBT<NP> &P = panel[(size_t)g * (size_t)nb + (size_t)b];
             for (int l = 0; l < LANES; ++l) {
                 const int t = g * LANES + l;
                 if (t >= nt) {  // absent tokens: activations 0 (bytes 128 or 0), bsums 0, d 0
                     for (int dw = 0; dw < 64; ++dw) std::memset(P.q[dw] + 4 * l, X128 ? 0x80 : 0, 4);
-                    for (int p = 0; p < 4; ++p) P.bs[p][l] = 0;
+                    for (int p = 0; p < NP; ++p) P.bs[p][l] = 0;
                     P.d[l] = 0.0f;
                     continue;
                 }
@@ -645,8 +684,9 @@ __attribute__((noinline)) void build_act_panel(const uint8_t *act, size_t act_st
                 }
                 int16_t bsum[16];  // of 16 q each
                 std::memcpy(bsum, y + Q8K_BS, sizeof bsum);
-                for (int p = 0; p < 4; ++p)
-                    P.bs[p][l] = pair16(bsum[4 * p] + bsum[4 * p + 1], bsum[4 * p + 2] + bsum[4 * p + 3]);
+                for (int p = 0; p < NP; ++p)
+                    P.bs[p][l] = NP == 8 ? pair16(bsum[2 * p], bsum[2 * p + 1])
+                                         : pair16(bsum[4 * p] + bsum[4 * p + 1], bsum[4 * p + 2] + bsum[4 * p + 3]);
                 std::memcpy(&P.d[l], y + Q8K_D, 4);
             }
         }
@@ -917,7 +957,8 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local ActKey key;  // (the panel: kernels.h act_holds)
     const int64_t nb = a.n / QK;
     const int ng = (nt + LANES - 1) / LANES;
-    ActSB *panel = (ActSB *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActSB));
+    using Act = ActOf<D>;
+    Act *panel = (Act *)act_s.get((size_t)ng * (size_t)nb * sizeof(Act));
     if (!act_holds(key, a, nt)) build_act_panel<!D::UW>(a.act, a.act_stride, nt, nb, panel);
     // rows per tile: their codes and metadata about 256 KB (L2), a multiple of 4, 4..64
     const size_t per_row = (size_t)nb * (QK + sizeof(RowSB));
@@ -1455,19 +1496,22 @@ constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 24;
 #else
 constexpr int kKqGemmMinNt = 32, kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
 #endif
-// Q3_K and IQ4_XS (GQ3K, GIQ4XS; LOWBIT_KQ_GEMM_MIN_NT sets them with Q4_K's): their windows
+// Q2_K, Q3_K and IQ4_XS (GQ2K, GQ3K, GIQ4XS; LOWBIT_KQ_GEMM_MIN_NT sets them with Q4_K's): their windows
 // decode each super-block per window (0.062-0.088 us per row and token at 8..64 tokens, n = 4096,
 // against Q4_K's 0.046-0.061). Zen 4, `bench kernels --formats Q3_K,IQ4_XS --nt 9,12,16,24,32,64,512
 // --n 4096 --mb 16 --cpu 1 --clock cpu --stat min`, windows / gemm: Q3_K 1.05, 1.33, 1.69, 1.65,
 // 2.39, 2.41, 1.94; IQ4_XS 1.06, 1.26, 1.60, 1.60, 1.81, 2.46, 3.02: from 9 as Q4_K. At avx2 (the
 // same CPU under LOWBIT_MAX_ISA=avx2) Q3_K 1.08, 1.53, 2.22 at 16, 32, 64: from 32 as Q4_K; at
 // avx2vnni (no such host measured) 16 as Q4_K.
+// Q2_K (GQ2K, mins per 16 codes) the same way: 0.93, 1.09, 1.36, 1.91, 1.96, 2.46 at 9, 12, 16,
+// 32, 64, 512: from 12 (as Q6_K; at avx2vnni 24 as Q6_K's); at avx2 1.08, 1.31, 1.18 at 16, 32, 64:
+// from 32.
 #if defined(__AVX512F__)
-constexpr int kQ3kGemmMinNt = 9, kIq4xsGemmMinNt = 9;
+constexpr int kQ3kGemmMinNt = 9, kIq4xsGemmMinNt = 9, kQ2kGemmMinNt = 12;
 #elif defined(__AVXVNNI__)
-constexpr int kQ3kGemmMinNt = 16, kIq4xsGemmMinNt = 16;
+constexpr int kQ3kGemmMinNt = 16, kIq4xsGemmMinNt = 16, kQ2kGemmMinNt = 24;
 #else
-constexpr int kQ3kGemmMinNt = 32;
+constexpr int kQ3kGemmMinNt = 32, kQ2kGemmMinNt = 32;
 #endif
 // The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT). Measured on Zen 4 with 32 KB
 // window tiles: 1.7-2.4x at 16 tokens; on Zen 5 with the 512 KB tiles of csrc/matmul.cpp, whose
@@ -1536,6 +1580,7 @@ void register_gemm(KernelTable &t) {
         g && *g ? min_nt : kQ5kGemmMinNt);
     set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS),
         g && *g ? min_nt : kQ6kGemmMinNt);
+    set(T_Q2_K, &gemm_kq<GQ2K, 84>, "gemm_q2_k_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : kQ2kGemmMinNt);
     set(T_Q3_K, &gemm_kq<GQ3K, 110>, "gemm_q3_k_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : kQ3kGemmMinNt);
 #if defined(__AVX512F__) || defined(__AVXVNNI__)
     // (IQ4_XS's codes need vdot's full signed byte: at avx2 its windows only)
