@@ -46,10 +46,13 @@ from lowbit.formats import BY_NAME as F
 ISA = lib.isa_names()
 KQ = ["Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K"]
 IQ = ["IQ4_XS"]  # the k-quant GEMM with the i-quants' float step (gemm.inl GIQ4XS)
+# the grid i-quants, IQ1_* and the ternary formats: signed codes under integer scales, the i-quants'
+# float step with POST (IQ1_*) and FINAL (IQ2_*, IQ3_XXS) (gemm.inl GIQ3XXS ... GTQ1)
+IQG = ["IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M", "TQ2_0", "TQ1_0"]
 LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
-ALL = KQ + IQ + LEGACY
+ALL = KQ + IQ + IQG + LEGACY
 ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q5_0": "Q8_0", "Q5_1": "Q8_1",
-       "Q8_0": "Q8_0", "Q3_K": "Q8_K", "IQ4_XS": "Q8_K", "Q2_K": "Q8_K"}
+       "Q8_0": "Q8_0", "Q3_K": "Q8_K", "IQ4_XS": "Q8_K", "Q2_K": "Q8_K", **dict.fromkeys(IQG, "Q8_K")}
 GEMM_LEVELS = [lv for lv in LEVELS if lib.gemm_kernel(F["Q4_K"].id, ISA.index(lv)) is not None]
 NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GEMM: CPU flag avx2 "
                                                    "under LOWBIT_MAX_ISA >= avx2")
@@ -58,9 +61,10 @@ NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GE
 # by the sign trick (its codes are too wide for vdot's vpmaddubsw).
 GEMM_FORMATS = {"avx512": ALL, "avx2vnni": ALL, "avx2": [n for n in ALL if n != "IQ4_XS"]}
 # The gates (gemm_min_nt) as measured per level (gemm.inl: kKqGemmMinNt ...), per format
-GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12, "Q3_K": 9, "IQ4_XS": 9, "Q2_K": 12},
-         "avx2vnni": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 24, "Q3_K": 16, "IQ4_XS": 16, "Q2_K": 24},
-         "avx2": {"Q3_K": 32, "Q2_K": 32, "Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q5_0": 128, "Q5_1": 128, "Q8_0": 64}}
+GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12, "Q3_K": 9, "IQ4_XS": 9, "Q2_K": 12, **dict.fromkeys(IQG, 16)},
+         "avx2vnni": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 24, "Q3_K": 16, "IQ4_XS": 16, "Q2_K": 24, **dict.fromkeys(IQG, 16)},
+         "avx2": {"Q3_K": 32, "Q2_K": 32, "Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q5_0": 128, "Q5_1": 128, "Q8_0": 64,
+                  **dict.fromkeys(IQG, 16)}}
 
 # Tokens per lane vector of each level's GEMM, and the longest tail past whole vectors that the
 # windows take (gemm.inl: LANES, kGemmTail)
@@ -71,10 +75,12 @@ def gemm_cases(*names):
     """(level, format) for every level under test with a GEMM and every format it has one for."""
     return [(lv, n) for lv in GEMM_LEVELS for n in names if n in GEMM_FORMATS[lv]]
 NTS = [1, 9, 16, 17, 33, 64, 100]
-FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q3_K": [108], "IQ4_XS": [0], "Q2_K": [80, 82], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
+FP16_AT = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q3_K": [108], "IQ4_XS": [0], "Q2_K": [80, 82], "IQ3_XXS": [0], "IQ3_S": [0], "IQ2_XXS": [0], "IQ2_XS": [0],
+           "IQ2_S": [0], "IQ1_S": [0], "IQ1_M": [], "TQ2_0": [64], "TQ1_0": [52], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
            "Q8_0": [0]}
-BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q3_K": 110, "IQ4_XS": 136, "Q2_K": 84, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
-BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "Q3_K": 256, "IQ4_XS": 256, "Q2_K": 256, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32}
+BYTES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210, "Q3_K": 110, "IQ4_XS": 136, "Q2_K": 84, "IQ3_XXS": 98, "IQ3_S": 110, "IQ2_XXS": 66, "IQ2_XS": 74, "IQ2_S": 82,
+         "IQ1_S": 50, "IQ1_M": 56, "TQ2_0": 66, "TQ1_0": 54, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}
+BLOCK = {**dict.fromkeys(IQG, 256), "Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "Q3_K": 256, "IQ4_XS": 256, "Q2_K": 256, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32}
 WIDTHS = {256: (1, 6, 16), 32: (1, 9, 18, 48)}  # blocks per row
 
 
@@ -136,10 +142,15 @@ def adversarial(rng, name, rows, nb):
     for off in FP16_AT[name]:
         blocks[0, :, off:off + 2] = one
         blocks[1, :, off:off + 2] = one
+    if name == "IQ1_M":  # its fp16 d in the top nibbles of the 4 scale words (bytes 48..55): 1.0
+        words = blocks[:, :, 48:56].copy().view("<u2") & 0x0FFF
+        top = np.array([(0x3C00 >> (4 * k) & 0xF) << 12 for k in range(4)], "<u2")
+        blocks[:, :, 48:56] = (words | top).astype("<u2").view(np.uint8)
     return raw
 
 
-SCALES_AT = {"Q4_K": (4, 16), "Q5_K": (4, 16), "Q6_K": (192, 208), "Q2_K": (0, 16)}  # the scale (and min) bytes
+SCALES_AT = {"Q4_K": (4, 16), "Q5_K": (4, 16), "Q6_K": (192, 208), "Q2_K": (0, 16), "IQ2_XS": (66, 74), "IQ2_S": (74, 82),
+             "IQ3_S": (106, 110)}  # the scale (and min) bytes
 
 
 @NEEDS
@@ -286,7 +297,7 @@ print(json.dumps(out))
 
 
 @NEEDS
-@pytest.mark.parametrize("kind", ["dense", "moe", "default", "q4_0", "q8_0", "q3_k", "q2_k"])
+@pytest.mark.parametrize("kind", ["dense", "moe", "default", "q4_0", "q8_0", "q3_k", "q2_k", "iq3_xxs", "tq2_0"])
 def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
     from lowbit import synth
     if kind == "default":
@@ -309,6 +320,14 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
         path = synth.synth_dense(tmp_path / "q2.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q2_K",
                                  head_type="Q4_K", seed=10)
         want = {"gemm_q2_k_q8_k_avx512", "gemm_q4_k_q8_k_avx512"}
+    elif kind == "iq3_xxs":  # IQ3_XXS layers (FINAL 0.25), an IQ2_S head (FINAL 0.125, 16 sub-blocks)
+        path = synth.synth_dense(tmp_path / "iq3.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="IQ3_XXS",
+                                 head_type="IQ2_S", seed=11)
+        want = {"gemm_iq3_xxs_q8_k_avx512", "gemm_iq2_s_q8_k_avx512"}
+    elif kind == "tq2_0":  # TQ2_0 layers, an IQ3_S head
+        path = synth.synth_dense(tmp_path / "tq2.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="TQ2_0",
+                                 head_type="IQ3_S", seed=12)
+        want = {"gemm_tq2_0_q8_k_avx512", "gemm_iq3_s_q8_k_avx512"}
     elif kind == "q8_0":  # avx2: the sign trick's GEMM (gemm.inl, vdot_sign)
         path = synth.synth_dense(tmp_path / "q8.gguf", layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="Q8_0",
                                  head_type="Q8_0", seed=8)

@@ -531,12 +531,299 @@ struct GIQ4XS {
         m.d = f16(x), m.dmin = 0.0f;
     }
 };
+// ---- the grid i-quants, the ternary formats and IQ1_* (x Q8_K; row kernels csrc/x86/iquants.inl,
+// csrc/x86/ternary.inl). Their row kernels' arithmetic per block and token: an exact integer X =
+// sum over sub-blocks of (integer sub-block scale) * (sum of code * q_a), then
+//   acc = acc + (d * d_a) * (POST * (float)X)      (no fma: FMA = false; POST only where != 1)
+// and after the last block out = FINAL * acc (csrc/x86/iquants.inl's kPost, kFinal; the ternary
+// formats' sumf + (float)S * (d_a * d), the same value: float multiplication commutes). Here each
+// weight becomes ONE signed code (grid value times its sign; IQ1_*: 8 * grid + the delta's sign;
+// TQ*: trit - 1) under integer sub-block scales, so X = sum_s sc[s] * sum_{k in s} code_k * q_k is
+// the row kernels' integer exactly (theirs by offsets and the Q8_K bsums: the same integer, the
+// bsums being the sums of the q). All scales are positive (2 s + 1, or 1), so C comes from one
+// vpmaddubsw of the scale bytes (unsigned) against the codes: see codes_C.
+// Bounds (int32, exact): |code| <= WMAX <= 62, |sc| <= 31, activations + 128 <= 255: a block's
+// |sum_s sc[s] * dot_s| <= 256 * 255 * 62 * 31 < 2^27, C <= 128 * 256 * 62 * 31 < 2^26.
+// Codes |w| <= 64 everywhere (IQ3_XXS's grid reaches 62): every level's vdot is exact, avx2's too.
+
+// Scale of every code of a 32-code chunk c as bytes (NSUB 8: one per chunk; 16: two halves)
+template <int NSUB>
+LB_GK_INLINE __m256i chunk_scales(const RowSB &m, int c) {
+    if constexpr (NSUB == 8) return _mm256_set1_epi8((char)m.sc[c]);
+    else return _mm256_setr_m128i(_mm_set1_epi8((char)m.sc[2 * c]), _mm_set1_epi8((char)m.sc[2 * c + 1]));
+}
+// C = 128 * sum_s sc[s] * W_s of a super-block's 256 signed codes u under scales 0 < sc <= 127:
+// vpmaddubsw pairs of (sc, code) <= 2 * 127 * 62 < 32767, then vpmaddwd with ones.
+template <int NSUB>
+LB_GK_INLINE void codes_C(const uint8_t *u, RowSB &m) {
+    __m256i cs = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c)
+        cs = _mm256_add_epi32(cs, _mm256_madd_epi16(_mm256_maddubs_epi16(chunk_scales<NSUB>(m, c),
+                                                                         _mm256_loadu_si256((const __m256i *)(u + 32 * c))),
+                                                    _mm256_set1_epi16(1)));
+    m.C = 128 * hsum8_i32(cs);
+}
+// 32 grid magnitudes g (qword l: weights 8l .. 8l + 7) under their 4 sign bytes s (byte l, bit j
+// set: weight 8l + j negative) -> 32 signed codes: (g ^ m) - m, m = 0xff where the bit is set.
+LB_GK_INLINE __m256i signed_grid32(__m256i g, uint32_t s) {
+    const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s), _mm256_setr_epi64x(0, 0x0101010101010101LL,
+                                                                                          0x0202020202020202LL, 0x0303030303030303LL));
+    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(sb, sel), sel);
+    return _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
+}
+// The 4 full sign bytes of an aux word's 4 x 7 sign bits (bits 7l .. 7l + 6; the 8th: parity)
+LB_GK_INLINE uint32_t ksigns4(uint32_t aux) {
+    return (uint32_t)iq::ksigns_iq2xs[aux & 127] | (uint32_t)iq::ksigns_iq2xs[(aux >> 7) & 127] << 8 |
+           (uint32_t)iq::ksigns_iq2xs[(aux >> 14) & 127] << 16 | (uint32_t)iq::ksigns_iq2xs[(aux >> 21) & 127] << 24;
+}
+LB_GK_INLINE uint32_t ld32(const uint8_t *p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+LB_GK_INLINE uint16_t ld16(const uint8_t *p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
+// 8 rows of a 4-byte grid (32 weights) and 4 rows of an 8-byte grid
+template <class Idx>
+LB_GK_INLINE __m256i grid8x4(const uint32_t *tab, Idx idx) {
+    return _mm256_setr_epi32((int)tab[idx(0)], (int)tab[idx(1)], (int)tab[idx(2)], (int)tab[idx(3)], (int)tab[idx(4)],
+                             (int)tab[idx(5)], (int)tab[idx(6)], (int)tab[idx(7)]);
+}
+template <class Idx>
+LB_GK_INLINE __m256i grid4x8(const uint64_t *tab, Idx idx) {
+    return _mm256_setr_epi64x((long long)tab[idx(0)], (long long)tab[idx(1)], (long long)tab[idx(2)], (long long)tab[idx(3)]);
+}
+// A grid's largest magnitude (a byte of any row), for the WMAX of each decoder
+template <class T, size_t N>
+constexpr int grid_wmax(const T (&g)[N]) {
+    int m = 0;
+    for (size_t i = 0; i < N; ++i)
+        for (size_t j = 0; j < sizeof(T); ++j) m = std::max(m, (int)((g[i] >> (8 * j)) & 0xff));
+    return m;
+}
+
+// IQ2_XXS (66 bytes: fp16 d; per 32 weights 8 bytes: 4 indices into iq2xxs_grid (8 weights each),
+// then an aux word: bits 7l .. 7l + 6 the sign bits of 8-group l, bits 28..31 the scale s): 8
+// sub-blocks of 32 under 2 s + 1; FINAL 0.125.
+struct GIQ2XXS {
+    static constexpr int NSUB = 8;
+    static constexpr bool MINS = false, UW = false, FMA = false;
+    static constexpr float FINAL = 0.125f;
+    static constexpr int WMAX = grid_wmax(iq::iq2xxs_grid);  // 43
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        for (int g = 0; g < 8; ++g) {
+            const uint8_t *q = x + 2 + 8 * g;
+            const uint32_t aux = ld32(q + 4);
+            _mm256_storeu_si256((__m256i *)(u + 32 * g),
+                                signed_grid32(grid4x8(iq::iq2xxs_grid, [q](int l) { return q[l]; }), ksigns4(aux)));
+            m.sc[g] = 2 * (int32_t)(aux >> 28) + 1;
+        }
+        codes_C<8>(u, m);
+        m.d = f16(x), m.dmin = 0.0f;
+    }
+};
+// IQ2_XS (74 bytes: fp16 d, uint16 qs[32]: per 8 weights a 9-bit iq2xs_grid index and 7 sign bits,
+// scales[8]: per 32 weights two nibbles, low for its first 16): 16 sub-blocks of 16; FINAL 0.125.
+struct GIQ2XS {
+    static constexpr int NSUB = 16;
+    static constexpr bool MINS = false, UW = false, FMA = false;
+    static constexpr float FINAL = 0.125f;
+    static constexpr int WMAX = grid_wmax(iq::iq2xs_grid);  // 43
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        for (int g = 0; g < 8; ++g) {
+            const uint8_t *q = x + 2 + 8 * g;
+            uint32_t s = 0;
+            for (int l = 0; l < 4; ++l) s |= (uint32_t)iq::ksigns_iq2xs[ld16(q + 2 * l) >> 9] << (8 * l);
+            _mm256_storeu_si256((__m256i *)(u + 32 * g),
+                                signed_grid32(grid4x8(iq::iq2xs_grid, [q](int l) { return ld16(q + 2 * l) & 511; }), s));
+            m.sc[2 * g] = 2 * (x[66 + g] & 15) + 1;
+            m.sc[2 * g + 1] = 2 * (x[66 + g] >> 4) + 1;
+        }
+        codes_C<16>(u, m);
+        m.d = f16(x), m.dmin = 0.0f;
+    }
+};
+// IQ2_S (82 bytes: fp16 d, qs[32] the low 8 bits of a 10-bit iq2s_grid index per 8 weights, then
+// 32 explicit sign bytes, qh[8] (bits 2l, 2l + 1: index bits 8, 9 of 8-group l), scales[8] as
+// IQ2_XS's): 16 sub-blocks of 16; FINAL 0.125.
+struct GIQ2S {
+    static constexpr int NSUB = 16;
+    static constexpr bool MINS = false, UW = false, FMA = false;
+    static constexpr float FINAL = 0.125f;
+    static constexpr int WMAX = grid_wmax(iq::iq2s_grid);  // 43
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        for (int g = 0; g < 8; ++g) {
+            const uint8_t *q = x + 2 + 4 * g;
+            const uint32_t qh = x[66 + g];
+            _mm256_storeu_si256((__m256i *)(u + 32 * g),
+                                signed_grid32(grid4x8(iq::iq2s_grid, [q, qh](int l) { return q[l] | ((qh >> (2 * l)) & 3) << 8; }),
+                                              ld32(x + 34 + 4 * g)));
+            m.sc[2 * g] = 2 * (x[74 + g] & 15) + 1;
+            m.sc[2 * g + 1] = 2 * (x[74 + g] >> 4) + 1;
+        }
+        codes_C<16>(u, m);
+        m.d = f16(x), m.dmin = 0.0f;
+    }
+};
+// IQ3_XXS (98 bytes: fp16 d, qs[64] one iq3xxs_grid index (4 weights) per byte, then 8 aux words
+// as IQ2_XXS's, one per 32 weights): 8 sub-blocks of 32 under 2 s + 1; FINAL 0.25.
+struct GIQ3XXS {
+    static constexpr int NSUB = 8;
+    static constexpr bool MINS = false, UW = false, FMA = false;
+    static constexpr float FINAL = 0.25f;
+    static constexpr int WMAX = grid_wmax(iq::iq3xxs_grid);  // 62
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        for (int g = 0; g < 8; ++g) {
+            const uint8_t *q = x + 2 + 8 * g;
+            const uint32_t aux = ld32(x + 66 + 4 * g);
+            _mm256_storeu_si256((__m256i *)(u + 32 * g),
+                                signed_grid32(grid8x4(iq::iq3xxs_grid, [q](int k) { return q[k]; }), ksigns4(aux)));
+            m.sc[g] = 2 * (int32_t)(aux >> 28) + 1;
+        }
+        codes_C<8>(u, m);
+        m.d = f16(x), m.dmin = 0.0f;
+    }
+};
+// IQ3_S (110 bytes: fp16 d, qs[64] the low 8 bits of a 9-bit iq3s_grid index (4 weights) per byte,
+// qh[8] (bit k: index bit 8 of 4-group k of 32 weights g), signs[32] explicit, scales[4]: nibble
+// g % 2 of byte g / 2): 8 sub-blocks of 32 under 2 s + 1; no constant after the last block.
+struct GIQ3S {
+    static constexpr int NSUB = 8;
+    static constexpr bool MINS = false, UW = false, FMA = false;
+    static constexpr int WMAX = grid_wmax(iq::iq3s_grid);  // 15
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        for (int g = 0; g < 8; ++g) {
+            const uint8_t *q = x + 2 + 8 * g;
+            const uint32_t qh = x[66 + g];
+            _mm256_storeu_si256((__m256i *)(u + 32 * g),
+                                signed_grid32(grid8x4(iq::iq3s_grid, [q, qh](int k) { return q[k] | ((qh >> k) & 1) << 8; }),
+                                              ld32(x + 74 + 4 * g)));
+            m.sc[g] = 2 * ((x[106 + g / 2] >> (4 * (g % 2))) & 15) + 1;
+        }
+        codes_C<8>(u, m);
+        m.d = f16(x), m.dmin = 0.0f;
+    }
+};
+// IQ1_S (50 bytes: fp16 d, qs[32] the low 8 bits of an 11-bit iq1s_grid index (8 weights, -1 / 0 /
+// +1) per 8 weights, uint16 qh[8] per 32 weights: bits 3l .. 3l + 2 index bits 8..10 of 8-group l,
+// bits 12..14 the scale s, bit 15 the delta's sign). The row kernels' X = 8 G + D (G = sum ls *
+// grid . q, D = sum ls * dsign * sum q) and POST 0.125 (the delta's 1/8): here the code 8 grid +
+// dsign (-9..9) under ls = 2 s + 1, 8 sub-blocks of 32.
+struct GIQ1S {
+    static constexpr int NSUB = 8;
+    static constexpr bool MINS = false, UW = false, FMA = false;
+    static constexpr float POST = 0.125f;
+    static constexpr int WMAX = 9;  // 8 * 1 + 1
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        for (int g = 0; g < 8; ++g) {
+            const uint8_t *q = x + 2 + 4 * g;
+            const uint32_t qh = ld16(x + 34 + 2 * g);
+            __m256i v = grid4x8(iq::iq1s_grid, [q, qh](int l) { return q[l] | ((qh >> (3 * l)) & 7) << 8; });
+            v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v);  // 8 grid: -8, 0, 8
+            _mm256_storeu_si256((__m256i *)(u + 32 * g), _mm256_add_epi8(v, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1)));
+            m.sc[g] = 2 * (int32_t)((qh >> 12) & 7) + 1;
+        }
+        codes_C<8>(u, m);
+        m.d = f16(x), m.dmin = 0.0f;
+    }
+};
+// IQ1_M (56 bytes: qs[32] as IQ1_S's, qh[16]: nibble l % 2 of byte 2 g + l / 2 holds index bits 8..10
+// of 8-group l of 32 weights g (bits 0..2) and its delta's sign (bit 3), scales as 4 uint16 words:
+// 3-bit scales of 16 weights, sub-block 2 g + h at bits 6 (g % 2) + 3 h of word g / 2, and the fp16
+// d in the words' top nibbles): X = 8 G + D as IQ1_S's, the code 8 grid + dsign (per 8 weights)
+// under 2 s + 1, 16 sub-blocks of 16; POST 0.125.
+struct GIQ1M {
+    static constexpr int NSUB = 16;
+    static constexpr bool MINS = false, UW = false, FMA = false;
+    static constexpr float POST = 0.125f;
+    static constexpr int WMAX = 9;
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        uint16_t w[4];
+        std::memcpy(w, x + 48, 8);
+        for (int g = 0; g < 8; ++g) {
+            const uint8_t *q = x + 4 * g;
+            const uint32_t nb = ld16(x + 32 + 2 * g);  // nibble l: 8-group l
+            __m256i v = grid4x8(iq::iq1s_grid, [q, nb](int l) { return q[l] | ((nb >> (4 * l)) & 7) << 8; });
+            v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v), v = _mm256_add_epi8(v, v);
+            const auto ds = [nb](int l) { return (long long)((nb >> (4 * l + 3)) & 1 ? 0xffffffffffffffffULL : 0x0101010101010101ULL); };
+            _mm256_storeu_si256((__m256i *)(u + 32 * g), _mm256_add_epi8(v, _mm256_setr_epi64x(ds(0), ds(1), ds(2), ds(3))));
+            for (int h = 0; h < 2; ++h) m.sc[2 * g + h] = 2 * ((w[g / 2] >> (6 * (g % 2) + 3 * h)) & 7) + 1;
+        }
+        codes_C<16>(u, m);
+        const uint16_t dh = (uint16_t)((w[0] >> 12) | ((w[1] >> 8) & 0x00f0) | ((w[2] >> 4) & 0x0f00) | (w[3] & 0xf000));
+        m.d = _cvtsh_ss(dh), m.dmin = 0.0f;
+    }
+};
+// TQ2_0 (66 bytes: qs[64], fp16 d): weight 128 h + 32 l + j is bits 2l + 1 : 2l of qs[32 h + j], the
+// code c - 1 (-1..2; 3 never written by a quantizer, decoded as the row kernels do); one scale, 1.
+struct GTQ2 {
+    static constexpr int NSUB = 8;
+    static constexpr bool MINS = false, UW = false, FMA = false;
+    static constexpr int WMAX = 2;
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        const __m256i k03 = _mm256_set1_epi8(3), k01 = _mm256_set1_epi8(1);
+        for (int h = 0; h < 2; ++h) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 32 * h));
+            for (int l = 0; l < 4; ++l)
+                _mm256_storeu_si256((__m256i *)(u + 128 * h + 32 * l),
+                                    _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(q, 2 * l), k03), k01));
+        }
+        for (int s = 0; s < 8; ++s) m.sc[s] = 1;
+        codes_C<8>(u, m);
+        m.d = f16(x + 64), m.dmin = 0.0f;
+    }
+};
+// TQ1_0 (54 bytes: qs[48], qh[4], fp16 d; csrc/ref/ternary.cpp): trit k of byte b is floor(3 x / 256),
+// x = (uint8)(b * 3^k), i.e. (x >= 86) + (x >= 171); qs[j < 32] trits 0..4 -> weights 32 k + j,
+// qs[32 + j] -> 160 + 16 k + j, qh[j] trits 0..3 -> 240 + 4 k + j; the code trit - 1 (-1..1).
+struct GTQ1 {
+    static constexpr int NSUB = 8;
+    static constexpr bool MINS = false, UW = false, FMA = false;
+    static constexpr int WMAX = 1;
+    // code = -1 - (x > 85) - (x > 170) as compares of x ^ 0x80 (signed) giving 0 / -1
+    static LB_GK_INLINE __m256i code(__m256i xs) {
+        const __m256i t1 = _mm256_cmpgt_epi8(xs, _mm256_set1_epi8((char)(85 ^ 0x80)));
+        const __m256i t2 = _mm256_cmpgt_epi8(xs, _mm256_set1_epi8((char)(170 ^ 0x80)));
+        return _mm256_sub_epi8(_mm256_set1_epi8(-1), _mm256_add_epi8(t1, t2));
+    }
+    static LB_GK_INLINE __m256i x3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
+    static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
+        const __m256i bias = _mm256_set1_epi8((char)0x80);
+        // the bias survives the multiplications by 3^k: 128 * odd = 128 (mod 256)
+        __m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x), bias);
+        __m256i b = _mm256_xor_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(x + 32))), bias);
+        alignas(32) uint8_t tb[5][32];
+        for (int k = 0; k < 5; ++k) {
+            _mm256_storeu_si256((__m256i *)(u + 32 * k), code(a));
+            _mm256_store_si256((__m256i *)tb[k], code(b));
+            a = x3(a), b = x3(b);
+        }
+        for (int k = 0; k < 5; ++k) std::memcpy(u + 160 + 16 * k, tb[k], 16);
+        for (int k = 0; k < 4; ++k)
+            for (int j = 0; j < 4; ++j) {
+                static constexpr uint8_t pow3[4] = {1, 3, 9, 27};
+                const uint8_t v = (uint8_t)(x[48 + j] * pow3[k]);
+                u[240 + 4 * k + j] = (uint8_t)(int8_t)((((unsigned)v * 3) >> 8) - 1);
+            }
+        for (int s = 0; s < 8; ++s) m.sc[s] = 1;
+        codes_C<8>(u, m);
+        m.d = f16(x + 52), m.dmin = 0.0f;
+    }
+};
+
 // The float step of a format's row kernels: fma (the k-quants: GROUPS) unless D::FMA is false
 // (IQ4_XS: the i-quants' multiply, then add).
 template <class D, class = void>
 struct FmaStep : std::true_type {};
 template <class D>
 struct FmaStep<D, std::void_t<decltype(D::FMA)>> : std::integral_constant<bool, D::FMA> {};
+// POST and FINAL (csrc/x86/iquants.inl's kPost, kFinal; 1 where a decoder names none): the float
+// factor on (float)I before its multiply by d * d_a (IQ1_*: 0.125), and the one on the accumulated
+// float after the last super-block (IQ2_*: 0.125, IQ3_XXS: 0.25), applied as the row kernels do.
+template <class D, class = void>
+struct PostK { static constexpr float value = 1.0f; };
+template <class D>
+struct PostK<D, std::void_t<decltype(D::POST)>> { static constexpr float value = D::POST; };
+template <class D, class = void>
+struct FinalK { static constexpr float value = 1.0f; };
+template <class D>
+struct FinalK<D, std::void_t<decltype(D::FINAL)>> { static constexpr float value = D::FINAL; };
 // The pairs of activation sums a format's mins take (ActSBT): 8 of 16-sums where D::BS16, else 4.
 template <class D, class = void>
 struct BsPairs : std::integral_constant<int, 4> {};
@@ -557,6 +844,8 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
 #define act(v) (act0 + (size_t)(v) * ms)
     static_assert(D::UW ? 2 * D::WMAX * 128 <= 32767 : D::WMAX <= W_MAX,
                   "this level's vdot is not exact for the format's codes");
+    static_assert(FmaStep<D>::value ? PostK<D>::value == 1.0f && FinalK<D>::value == 1.0f : !D::MINS,
+                  "POST / FINAL belong to the i-quants' float step (FMA = false, no mins)");
     constexpr int DW = 64 / D::NSUB;  // dwords per sub-block
     // The float accumulators live in res (L1), loaded and stored once per super-block and
     // (row, lane vector): the registers go to the integer sums (no spills under GCC or clang, I7).
@@ -640,11 +929,24 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                 float *o = res + (size_t)(r * MAXV + v) * LANES;
                 VF acc;
                 if constexpr (FmaStep<D>::value) acc = ffma(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v]), fldu(o));
-                else acc = fadd(fldu(o), fmul(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v])));
+                else {
+                    VF xf = fcvt(I[r][v]);
+                    if constexpr (PostK<D>::value != 1.0f) xf = fmul(fset1(PostK<D>::value), xf);
+                    acc = fadd(fldu(o), fmul(fmul(da, fset1(m(r)[b].d)), xf));
+                }
                 if constexpr (D::MINS) acc = ffnma(fmul(da, fset1(m(r)[b].dmin)), fcvt(M[v]), acc);
                 fst(o, acc);
             }
         }
+    }
+    if constexpr (FinalK<D>::value != 1.0f) {  // out = FINAL * acc, once (the row kernels' kFinal)
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+            #pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) {
+                float *o = res + (size_t)(r * MAXV + v) * LANES;
+                fst(o, fmul(fset1(FinalK<D>::value), fldu(o)));
+            }
     }
 #undef u
 #undef m
@@ -1513,6 +1815,9 @@ constexpr int kQ3kGemmMinNt = 16, kIq4xsGemmMinNt = 16, kQ2kGemmMinNt = 24;
 #else
 constexpr int kQ3kGemmMinNt = 32, kQ2kGemmMinNt = 32;
 #endif
+// The grid i-quants (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S), IQ1_S / IQ1_M and TQ2_0 / TQ1_0
+// (LOWBIT_KQ_GEMM_MIN_NT sets them with Q4_K's): PROVISIONAL, to be measured.
+constexpr int kIqGridGemmMinNt = 16, kIq1GemmMinNt = 16, kTqGemmMinNt = 16;
 // The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT). Measured on Zen 4 with 32 KB
 // window tiles: 1.7-2.4x at 16 tokens; on Zen 5 with the 512 KB tiles of csrc/matmul.cpp, whose
 // windows no longer re-lay out their activations every 20 rows: 0.74-1.73x at 16 tokens with
@@ -1586,6 +1891,17 @@ void register_gemm(KernelTable &t) {
     // (IQ4_XS's codes need vdot's full signed byte: at avx2 its windows only)
     set(T_IQ4_XS, &gemm_kq<GIQ4XS, 136>, "gemm_iq4_xs_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : kIq4xsGemmMinNt);
 #endif
+    // the grid i-quants, IQ1_* and the ternary formats (codes |w| <= 62: every level's vdot)
+    const auto gate = [&](int own) { return g && *g ? min_nt : own; };
+    set(T_IQ3_XXS, &gemm_kq<GIQ3XXS, 98>, "gemm_iq3_xxs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIqGridGemmMinNt));
+    set(T_IQ3_S, &gemm_kq<GIQ3S, 110>, "gemm_iq3_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIqGridGemmMinNt));
+    set(T_IQ2_XXS, &gemm_kq<GIQ2XXS, 66>, "gemm_iq2_xxs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIqGridGemmMinNt));
+    set(T_IQ2_XS, &gemm_kq<GIQ2XS, 74>, "gemm_iq2_xs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIqGridGemmMinNt));
+    set(T_IQ2_S, &gemm_kq<GIQ2S, 82>, "gemm_iq2_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIqGridGemmMinNt));
+    set(T_IQ1_S, &gemm_kq<GIQ1S, 50>, "gemm_iq1_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq1GemmMinNt));
+    set(T_IQ1_M, &gemm_kq<GIQ1M, 56>, "gemm_iq1_m_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq1GemmMinNt));
+    set(T_TQ2_0, &gemm_kq<GTQ2, 66>, "gemm_tq2_0_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kTqGemmMinNt));
+    set(T_TQ1_0, &gemm_kq<GTQ1, 54>, "gemm_tq1_0_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kTqGemmMinNt));
     const char *gl = std::getenv("LOWBIT_LEGACY_GEMM_MIN_NT");
     const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
