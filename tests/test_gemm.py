@@ -1,5 +1,7 @@
 """The GEMM tier (csrc/x86/gemm.inl, avx512 / avx2vnni / avx2: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (not
-at avx2) x Q8_K; Q4_0, Q5_0, Q8_0 x Q8_0; Q4_1, Q5_1 x Q8_1; avx2's Q8_0 by the sign trick, its codes being
+at avx2), IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, TQ2_0, TQ1_0 x Q8_K (the i-quants' float
+step: multiply then add, IQ1_*'s 0.125 on the block integer, IQ2_*'s 0.125 and IQ3_XXS's 0.25 after the
+last block); Q4_0, Q5_0, Q8_0 x Q8_0; Q4_1, Q5_1 x Q8_1; avx2's Q8_0 by the sign trick, its codes being
 too wide for vdot's vpmaddubsw)
 against the row kernels, and the engine's prompt chunks through it (I8, tier invariance).
 
@@ -24,7 +26,8 @@ reference and ggml within I5, and exactly on integer-exact inputs):
     int64 dot (GEMM, windows and the scalar reference), and activation codes of -128 (which the
     quantizer makes of NaN) give the windows' and ggml's AVX2 sum, whose -(-128) wraps;
   - a dense Q4_K / Q6_K model, a dense Q4_0 model, a dense Q8_0 model, a dense Q3_K model with an IQ4_XS
-    head (IQ4_XS: the i-quants' float step, multiply then add), a dense Q2_K model, a qwen3moe with Q4_K / Q5_K experts and the
+    head (IQ4_XS: the i-quants' float step, multiply then add), a dense Q2_K model, a dense IQ3_XXS model
+    with an IQ2_S head, a dense TQ2_0 model with an IQ3_S head, a qwen3moe with Q4_K / Q5_K experts and the
     default model (Q4_1, Q8_0 embeddings) give bitwise the same logits for a prompt in chunks of
     1, 8, 40 and 100 tokens, the GEMM on (from 16 tokens: every format's GEMM runs whatever the
     level's gates) and off.
@@ -61,10 +64,12 @@ NEEDS = pytest.mark.skipif(not GEMM_LEVELS, reason="needs an x86 level with a GE
 # by the sign trick (its codes are too wide for vdot's vpmaddubsw).
 GEMM_FORMATS = {"avx512": ALL, "avx2vnni": ALL, "avx2": [n for n in ALL if n != "IQ4_XS"]}
 # The gates (gemm_min_nt) as measured per level (gemm.inl: kKqGemmMinNt ...), per format
-GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12, "Q3_K": 9, "IQ4_XS": 9, "Q2_K": 12, **dict.fromkeys(IQG, 16)},
-         "avx2vnni": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 24, "Q3_K": 16, "IQ4_XS": 16, "Q2_K": 24, **dict.fromkeys(IQG, 16)},
+GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12, "Q3_K": 9, "IQ4_XS": 9, "Q2_K": 12, "IQ3_XXS": 9, "IQ3_S": 16,
+                    "IQ2_XXS": 12, "IQ2_XS": 16, "IQ2_S": 16, "IQ1_S": 16, "IQ1_M": 16, "TQ2_0": 16, "TQ1_0": 24},
+         "avx2vnni": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 24, "Q3_K": 16, "IQ4_XS": 16, "Q2_K": 24, **dict.fromkeys(IQG, 24),
+                      "IQ3_XXS": 16, "TQ1_0": 32},
          "avx2": {"Q3_K": 32, "Q2_K": 32, "Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q5_0": 128, "Q5_1": 128, "Q8_0": 64,
-                  **dict.fromkeys(IQG, 16)}}
+                  **dict.fromkeys(IQG, 32), "IQ3_S": 16, "IQ1_S": 16, "TQ2_0": 64, "TQ1_0": 64}}
 
 # Tokens per lane vector of each level's GEMM, and the longest tail past whole vectors that the
 # windows take (gemm.inl: LANES, kGemmTail)

@@ -1,6 +1,6 @@
 // The GEMM tier: prompt chunks, MoE experts with many routed tokens, large server steps.
-// k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS x Q8_K, legacy Q4_0, Q5_0, Q8_0 x Q8_0 and Q4_1, Q5_1 x
-// Q8_1, I2_S x I8_S.
+// k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), i-quants (IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
+// IQ1_M) and ternary TQ2_0, TQ1_0 x Q8_K, legacy Q4_0, Q5_0, Q8_0 x Q8_0 and Q4_1, Q5_1 x Q8_1, I2_S x I8_S.
 // Shared body of csrc/x86/{avx2,avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
 // with its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
 // ymm with AVX-VNNI (avx2vnni), 8 per ymm with vpmaddubsw + vpmaddwd + vpaddd (avx2: exact only
@@ -16,7 +16,9 @@
 // and then, in super-block order from acc = 0, the same two float steps
 //   acc = fma(d * d_a, (float)I, acc);   acc = fnmadd(dmin * d_a, (float)M, acc)
 // (IQ4_XS, whose row kernels are the i-quants' (csrc/x86/iquants.inl): acc = acc + (d * d_a) *
-// (float)I, a multiply then an add, and I its sub-block scales times their integer dots too)
+// (float)I, a multiply then an add, and I its sub-block scales times their integer dots too; so
+// the other i-quants and TQ*, with POST * (float)I for IQ1_* and out = FINAL * acc after the last
+// super-block for IQ2_* and IQ3_XXS: see GIQ2XXS's comment)
 // (d * d_a and dmin * d_a: one rounding each; float multiplication commutes, so d_a * d is
 // the same value). Integer sums are exact whatever their grouping, so only the float steps'
 // order binds the layout, and it is per (row, token): any tiling of rows and tokens gives the
@@ -1815,9 +1817,30 @@ constexpr int kQ3kGemmMinNt = 16, kIq4xsGemmMinNt = 16, kQ2kGemmMinNt = 24;
 #else
 constexpr int kQ3kGemmMinNt = 32, kQ2kGemmMinNt = 32;
 #endif
-// The grid i-quants (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S), IQ1_S / IQ1_M and TQ2_0 / TQ1_0
-// (LOWBIT_KQ_GEMM_MIN_NT sets them with Q4_K's): PROVISIONAL, to be measured.
-constexpr int kIqGridGemmMinNt = 16, kIq1GemmMinNt = 16, kTqGemmMinNt = 16;
+// The grid i-quants, IQ1_S / IQ1_M and TQ2_0 / TQ1_0 (GIQ3XXS ... GTQ1; LOWBIT_KQ_GEMM_MIN_NT sets
+// them with Q4_K's). Zen 4, `bench kernels --formats ... --nt 9,12,16,24,32,64,512 --n 4096 --mb 16
+// --cpu 1 --clock cpu --stat min --reps 5`, windows / gemm (one run, noisy: 2 shared cores):
+//   avx512  IQ3_XXS 1.31, 1.22, 1.20, 1.73, 1.95, 2.60, 3.54;  IQ3_S 1.01, 1.09, 1.33, 1.48, 1.81, 2.68, 3.52;
+//           IQ2_XXS 1.08, 1.21, 1.52, 1.53, 2.04, 2.94, 3.03;  IQ2_XS 0.85, 0.92, 1.20, 1.10, 1.82, 2.08, 2.60;
+//           IQ2_S 0.98, 1.11, 1.56, 1.48, 2.69, 2.36, 2.96;    IQ1_S 1.04, 1.06, 1.46, 1.40, 2.14, 2.42, 3.16;
+//           IQ1_M 0.78, 0.99, 1.17, 1.43, 1.74, 2.20, 3.09;    TQ2_0 0.85, 1.10, 1.48, 1.32, 1.71, 1.81, 2.09;
+//           TQ1_0 0.80, 0.91, 1.07, 1.25, 1.66, 1.99, 2.38;
+//   avx2 (LOWBIT_MAX_ISA=avx2, LOWBIT_KQ_GEMM_MIN_NT=9; at 16, 32, 64, 512): IQ3_XXS 1.16, 1.47, 1.58, 1.87;
+//           IQ3_S 1.33, 1.72, 1.82, 2.43; IQ2_XXS 1.12, 1.38, 1.38, 1.73; IQ2_XS 1.02, 1.30, 1.52, 1.53;
+//           IQ2_S 1.01, 1.54, 1.56, 1.82; IQ1_S 1.49, 1.68, 2.14, 2.40; IQ1_M 1.09, 1.41, 1.63, 1.92;
+//           TQ2_0 0.88, 0.82, 1.19, 1.20; TQ1_0 0.72, 1.16, 1.32, 1.52.
+// So each from its first clear win (>= ~1.15; IQ3_XXS from 9 as IQ4_XS); at avx2vnni (no such host
+// here) 16 where avx512's is 9, 32 for TQ1_0, else 24 (as Q2_K / Q6_K against their avx512 gates).
+#if defined(__AVX512F__)
+constexpr int kIq3xxsGemmMinNt = 9, kIq3sGemmMinNt = 16, kIq2xxsGemmMinNt = 12, kIq2xsGemmMinNt = 16, kIq2sGemmMinNt = 16,
+              kIq1sGemmMinNt = 16, kIq1mGemmMinNt = 16, kTq2GemmMinNt = 16, kTq1GemmMinNt = 24;
+#elif defined(__AVXVNNI__)
+constexpr int kIq3xxsGemmMinNt = 16, kIq3sGemmMinNt = 24, kIq2xxsGemmMinNt = 24, kIq2xsGemmMinNt = 24, kIq2sGemmMinNt = 24,
+              kIq1sGemmMinNt = 24, kIq1mGemmMinNt = 24, kTq2GemmMinNt = 24, kTq1GemmMinNt = 32;
+#else
+constexpr int kIq3xxsGemmMinNt = 32, kIq3sGemmMinNt = 16, kIq2xxsGemmMinNt = 32, kIq2xsGemmMinNt = 32, kIq2sGemmMinNt = 32,
+              kIq1sGemmMinNt = 16, kIq1mGemmMinNt = 32, kTq2GemmMinNt = 64, kTq1GemmMinNt = 64;
+#endif
 // The same for Q4_0, Q4_1, Q8_0 (LOWBIT_LEGACY_GEMM_MIN_NT). Measured on Zen 4 with 32 KB
 // window tiles: 1.7-2.4x at 16 tokens; on Zen 5 with the 512 KB tiles of csrc/matmul.cpp, whose
 // windows no longer re-lay out their activations every 20 rows: 0.74-1.73x at 16 tokens with
@@ -1893,15 +1916,15 @@ void register_gemm(KernelTable &t) {
 #endif
     // the grid i-quants, IQ1_* and the ternary formats (codes |w| <= 62: every level's vdot)
     const auto gate = [&](int own) { return g && *g ? min_nt : own; };
-    set(T_IQ3_XXS, &gemm_kq<GIQ3XXS, 98>, "gemm_iq3_xxs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIqGridGemmMinNt));
-    set(T_IQ3_S, &gemm_kq<GIQ3S, 110>, "gemm_iq3_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIqGridGemmMinNt));
-    set(T_IQ2_XXS, &gemm_kq<GIQ2XXS, 66>, "gemm_iq2_xxs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIqGridGemmMinNt));
-    set(T_IQ2_XS, &gemm_kq<GIQ2XS, 74>, "gemm_iq2_xs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIqGridGemmMinNt));
-    set(T_IQ2_S, &gemm_kq<GIQ2S, 82>, "gemm_iq2_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIqGridGemmMinNt));
-    set(T_IQ1_S, &gemm_kq<GIQ1S, 50>, "gemm_iq1_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq1GemmMinNt));
-    set(T_IQ1_M, &gemm_kq<GIQ1M, 56>, "gemm_iq1_m_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq1GemmMinNt));
-    set(T_TQ2_0, &gemm_kq<GTQ2, 66>, "gemm_tq2_0_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kTqGemmMinNt));
-    set(T_TQ1_0, &gemm_kq<GTQ1, 54>, "gemm_tq1_0_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kTqGemmMinNt));
+    set(T_IQ3_XXS, &gemm_kq<GIQ3XXS, 98>, "gemm_iq3_xxs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq3xxsGemmMinNt));
+    set(T_IQ3_S, &gemm_kq<GIQ3S, 110>, "gemm_iq3_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq3sGemmMinNt));
+    set(T_IQ2_XXS, &gemm_kq<GIQ2XXS, 66>, "gemm_iq2_xxs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq2xxsGemmMinNt));
+    set(T_IQ2_XS, &gemm_kq<GIQ2XS, 74>, "gemm_iq2_xs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq2xsGemmMinNt));
+    set(T_IQ2_S, &gemm_kq<GIQ2S, 82>, "gemm_iq2_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq2sGemmMinNt));
+    set(T_IQ1_S, &gemm_kq<GIQ1S, 50>, "gemm_iq1_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq1sGemmMinNt));
+    set(T_IQ1_M, &gemm_kq<GIQ1M, 56>, "gemm_iq1_m_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq1mGemmMinNt));
+    set(T_TQ2_0, &gemm_kq<GTQ2, 66>, "gemm_tq2_0_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kTq2GemmMinNt));
+    set(T_TQ1_0, &gemm_kq<GTQ1, 54>, "gemm_tq1_0_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kTq1GemmMinNt));
     const char *gl = std::getenv("LOWBIT_LEGACY_GEMM_MIN_NT");
     const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
