@@ -93,7 +93,7 @@ using RepackedBytes = std::unique_ptr<uint8_t, void (*)(void *)>;
 static const uint8_t *repack_for_bench(const Format &f, const U8In &raw, int64_t n, int64_t rows, size_t rb,
                                        RepackedBytes &r8, int isa) {
     if (r8_id(f.id) < 0)
-        throw std::invalid_argument(std::string(f.name) + " has no repacked layout (Q4_K, Q5_K, Q4_0, Q4_1 and Q8_0 have: R8)");
+        throw std::invalid_argument(std::string(f.name) + " has no repacked layout (Q4_K, Q5_K, Q4_0, Q4_1, Q8_0 and IQ4_XS have: R8)");
     if (!entry(r8_id(f.id), isa).rows[1].fn)
         throw std::invalid_argument(std::string("no kernels for ") + f.name + "'s R8 layout at this level");
     if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");
@@ -498,7 +498,7 @@ NB_MODULE(_lowbit, m) {
     m.def("repack_r8", [](int id, U8In raw, int64_t n, bool back) {
         const Format &f = fmt(id);
         if (!has_r8_layout(id))
-            throw std::invalid_argument(std::string(f.name) + " has no R8 layout (Q4_K, Q5_K, Q4_0, Q4_1 and Q8_0 have)");
+            throw std::invalid_argument(std::string(f.name) + " has no R8 layout (Q4_K, Q5_K, Q4_0, Q4_1, Q8_0 and IQ4_XS have)");
         const size_t rb = check_weights(f, raw, n);
         const int64_t rows = (int64_t)raw.shape(0);
         if (rows % kR8Rows) throw std::invalid_argument("the R8 layout needs a multiple of 8 rows");

@@ -180,10 +180,11 @@ bool iq_grid_by_loads();
 // (format_by_id knows nothing of them); lowbit.kernels.stats() names their calls by their
 // format, with the R8 kernels' names. kR8Formats[i] is the format of id kR8FirstId + i.
 constexpr int kR8FirstId = 1002;
-constexpr int kR8Formats[] = {T_Q4_K, T_Q5_K, T_Q4_0, T_Q4_1, T_Q8_0};
+constexpr int kR8Formats[] = {T_Q4_K, T_Q5_K, T_Q4_0, T_Q4_1, T_Q8_0, T_IQ4_XS};
 constexpr int kR8Layouts = (int)(sizeof(kR8Formats) / sizeof(kR8Formats[0]));
 constexpr int kQ4kR8Id = kR8FirstId, kQ5kR8Id = kR8FirstId + 1;
 constexpr int kQ4_0R8Id = kR8FirstId + 2, kQ4_1R8Id = kR8FirstId + 3, kQ8_0R8Id = kR8FirstId + 4;
+constexpr int kIq4xsR8Id = kR8FirstId + 5;
 // The R8 layout's id of a format, or -1; and the format of an R8 id (else the id itself)
 constexpr int r8_id(int type_id) {
     for (int i = 0; i < kR8Layouts; ++i)

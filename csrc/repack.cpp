@@ -21,15 +21,20 @@ struct R8Form {
     size_t blk;
     bool m;
     int dwords;
+    // a super-block's scale dwords after d and its second half (Q4_K, Q5_K: dmin and 3 dwords of
+    // scales; IQ4_XS: scales_h and 1 dword of scales_l)
+    int sdw;
 };
 static const R8Form *r8_form(int type_id) {
-    static const R8Form q4{144, kR8Group, 0, 128, 0, 16, 256, 0, false, 0},
-        q5{176, kR8GroupQ5, kR8Qh, kR8QsQ5, 16, 48, 256, 0, false, 0},
-        q40{36, 16 * 18, 0, 32, 0, 2, 64, 18, false, 4}, q41{40, 16 * 20, 0, 64, 0, 4, 64, 20, true, 4},
-        q80{68, 16 * 34, 0, 32, 0, 2, 64, 34, false, 8};
+    static const R8Form q4{144, kR8Group, 0, 128, 0, 16, 256, 0, false, 0, 3},
+        q5{176, kR8GroupQ5, kR8Qh, kR8QsQ5, 16, 48, 256, 0, false, 0, 3},
+        iq4xs{136, kR8GroupIq4xs, 0, kR8QsIq4xs, 0, 8, 256, 0, false, 0, 1},
+        q40{36, 16 * 18, 0, 32, 0, 2, 64, 18, false, 4, 0}, q41{40, 16 * 20, 0, 64, 0, 4, 64, 20, true, 4, 0},
+        q80{68, 16 * 34, 0, 32, 0, 2, 64, 34, false, 8, 0};
     switch (type_id) {
         case T_Q4_K: return &q4;
         case T_Q5_K: return &q5;
+        case T_IQ4_XS: return &iq4xs;
         case T_Q4_0: return &q40;
         case T_Q4_1: return &q41;
         case T_Q8_0: return &q80;
@@ -58,12 +63,12 @@ static void r8_move(const R8Form &f, uint8_t *o, uint8_t *x, int j, bool to_grou
         return;
     }
     mv((size_t)2 * j, 0, 2);                                                     // d
-    mv(16 + (size_t)2 * j, 2, 2);                                                // dmin
-    for (int i = 0; i < 3; ++i) mv(32 + (size_t)32 * i + (size_t)4 * j, 4 + 4 * (size_t)i, 4);  // scale bytes 4i..
+    mv(16 + (size_t)2 * j, 2, 2);                                                // dmin (IQ4_XS: scales_h)
+    for (int i = 0; i < f.sdw; ++i) mv(32 + (size_t)32 * i + (size_t)4 * j, 4 + 4 * (size_t)i, 4);  // scale bytes 4i..
     if (f.qh)
         for (int k = 0; k < 8; ++k) mv(f.qh + (size_t)32 * k + (size_t)4 * j, f.src_qh + 4 * (size_t)k, 4);
-    for (int c = 0; c < 4; ++c)
-        for (int k = 0; k < 8; ++k) mv(f.qs + (size_t)(8 * c + k) * 32 + (size_t)4 * j, f.src_qs + 32 * (size_t)c + 4 * (size_t)k, 4);
+    // code dword i (Q4_K / Q5_K: dword k of chunk c, i = 8c + k; IQ4_XS: dword k of sub-block s, i = 4s + k)
+    for (int i = 0; i < 32; ++i) mv(f.qs + (size_t)i * 32 + (size_t)4 * j, f.src_qs + 4 * (size_t)i, 4);
 }
 
 uint8_t *alloc_repacked(size_t bytes) {

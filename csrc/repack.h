@@ -15,6 +15,17 @@
 // 2c + 1), one int32 lane per row, the operand a dot product against one broadcast activation
 // dword needs (csrc/x86/avx512/kq_r8.cpp). Nothing is added or dropped: the memory is the same.
 //
+// IQ4_XS, 8 rows at a time ("R8" too; csrc/x86/avx512/kq_r8.cpp). Rows 8g .. 8g+7 (rows a
+// multiple of 8) occupy the same 8 * stride bytes as nb = n / 256 groups of 1088 bytes (8 rows x
+// 136), group b holding super-block b of each of the 8 rows j:
+//   [0, 16)      fp16 d of rows 0..7                 [16, 32)   uint16 scales_h of rows 0..7
+//   [32, 64)     scales_l[0..3] of rows 0..7 (4 bytes per row, row j at 4j)
+//   [64, 1088)   for sub-block s = 0..7, dword k = 0..3: qs[16s + 4k .. 16s + 4k + 3] of rows 0..7
+//                (32 bytes at 64 + (4s + k) * 32, row j at 4j)
+// So one 32-byte load is dword k of sub-block s for 8 rows: its low nibbles are weights 32s + 4k
+// .. +3 and its high nibbles weights 32s + 16 + 4k .. +3, both of sub-block s (indices into
+// kvalues_iq4nl), one int32 lane per row.
+//
 // Q4_0, Q4_1 and Q8_0, 8 rows x pairs of blocks ("R8" too; csrc/x86/avx512/lg_r8.cpp). Rows 8g ..
 // 8g+7 (rows a multiple of 8, blocks per row even: n a multiple of 64) occupy the same 8 * stride
 // bytes as nb / 2 groups of 16 blocks (16 x the block's bytes), group p holding blocks 2p and
@@ -36,8 +47,10 @@ constexpr size_t kR8Group = 8 * 144;    // bytes of one super-block of 8 rows (Q
 constexpr size_t kR8GroupQ5 = 8 * 176;  // (Q5_K)
 constexpr size_t kR8Qh = 128;           // Q5_K: where the fifth bits start in a group
 constexpr size_t kR8QsQ5 = 384;         // Q5_K: where the codes start in a group
+constexpr size_t kR8GroupIq4xs = 8 * 136;  // (IQ4_XS)
+constexpr size_t kR8QsIq4xs = 64;          // IQ4_XS: where the codes start in a group
 
-// The formats with an R8 layout: Q4_K, Q5_K, Q4_0, Q4_1, Q8_0 (ids, csrc/formats.h)
+// The formats with an R8 layout: Q4_K, Q5_K, Q4_0, Q4_1, Q8_0, IQ4_XS (ids, csrc/formats.h)
 bool has_r8_layout(int type_id);
 // Whether a matrix of that format and row width n can take it (the legacy formats' pairs of
 // blocks need n a multiple of 64; rows a multiple of 8 are the caller's to check)

@@ -1,4 +1,4 @@
-"""The R8 layouts (csrc/repack.h) of Q4_K and Q5_K (8 rows x super-blocks) and of Q4_0, Q4_1 and
+"""The R8 layouts (csrc/repack.h) of Q4_K, Q5_K and IQ4_XS (8 rows x super-blocks) and of Q4_0, Q4_1 and
 Q8_0 (8 rows x pairs of blocks): the engine repacks those matrices at load where the selected level
 has kernels for them (avx512: csrc/x86/avx512/kq_r8.cpp and lg_r8.cpp, and the GEMM's decode in
 csrc/x86/gemm.inl). Every (row, token) result must be bitwise the format's own entry's
@@ -22,13 +22,13 @@ LAYOUTS = kernels.repacked_layouts()
 R8 = "Q4_K" in LAYOUTS
 needs_r8 = pytest.mark.skipif(not R8, reason="the R8 kernels need avx512f + avx512vl + avx512vnni "
                               "(or LOWBIT_NO_REPACK / LOWBIT_MAX_ISA below avx512 is set)")
-FORMATS = ["Q4_K", "Q5_K", "Q4_0", "Q4_1", "Q8_0"]
+FORMATS = ["Q4_K", "Q5_K", "Q4_0", "Q4_1", "Q8_0", "IQ4_XS"]
 LEGACY = ("Q4_0", "Q4_1", "Q8_0")
-ID = {"Q4_K": 12, "Q5_K": 13, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
-ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q8_0": "Q8_0"}
+ID = {"Q4_K": 12, "Q5_K": 13, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "IQ4_XS": 23}
+ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q8_0": "Q8_0", "IQ4_XS": "Q8_K"}
 # widths: k-quants whole super-blocks; the legacy pairs of blocks (n / 64 pairs: 1, 3, 9 and 32,
 # so that whole runs of 4 pairs, and 1, 2 or 3 left over, all occur)
-WIDTHS = {"Q4_K": (256, 768, 2048), "Q5_K": (256, 768, 2048), "Q4_0": (64, 192, 576, 2048),
+WIDTHS = {"Q4_K": (256, 768, 2048), "Q5_K": (256, 768, 2048), "IQ4_XS": (256, 768, 2048), "Q4_0": (64, 192, 576, 2048),
           "Q4_1": (64, 192, 576, 2048), "Q8_0": (64, 192, 576, 2048)}
 
 
@@ -69,13 +69,20 @@ def test_repack_is_a_permutation_of_the_bytes(fmt):
                         assert bytes(flat[o:o + 4]) == bytes(raw[j, b + qs + 4 * k:b + qs + 4 * k + 4])
             continue
         # super-block 0 of rows 0..7: d of row j at 2j, its first code dword at qs + 4j (Q5_K: its
-        # first qh dword at 128 + 4j)
-        qs = {"Q4_K": (128, 16), "Q5_K": (384, 48)}[fmt]  # (the group's codes, the super-block's codes)
+        # first qh dword at 128 + 4j; IQ4_XS: scales_h at 16 + 2j, scales_l at 32 + 4j, code dword i
+        # at 64 + 32i + 4j)
+        qs = {"Q4_K": (128, 16), "Q5_K": (384, 48), "IQ4_XS": (64, 8)}[fmt]  # (the group's codes, the super-block's)
         for j in range(8):
             assert bytes(flat[2 * j:2 * j + 2]) == bytes(raw[j, 0:2])
             assert bytes(flat[qs[0] + 4 * j:qs[0] + 4 + 4 * j]) == bytes(raw[j, qs[1]:qs[1] + 4])
             if fmt == "Q5_K":
                 assert bytes(flat[128 + 4 * j:132 + 4 * j]) == bytes(raw[j, 16:20])
+            if fmt == "IQ4_XS":
+                assert bytes(flat[16 + 2 * j:18 + 2 * j]) == bytes(raw[j, 2:4])
+                assert bytes(flat[32 + 4 * j:36 + 4 * j]) == bytes(raw[j, 4:8])
+                for i in (1, 5, 31):
+                    o = 64 + 32 * i + 4 * j
+                    assert bytes(flat[o:o + 4]) == bytes(raw[j, 8 + 4 * i:12 + 4 * i])
     with pytest.raises(ValueError, match="multiple of 8 rows"):
         lib.repack_r8(ID[fmt], kq_rows(fmt, rng, 12, WIDTHS[fmt][0]), WIDTHS[fmt][0])
     if fmt in LEGACY:  # a row of one block: no pair
@@ -107,9 +114,9 @@ def test_r8_kernels_bitwise_the_format_entry(fmt, n):
                         t, r = np.argwhere(got != want)[0]
                         bad.append(f"rows {rows} nt {nt} [{r0}, {r1}) threads {threads}: first at token {t} "
                                    f"row {r}: {got[t, r]!r} vs {want[t, r]!r}")
-            if fmt in LEGACY and rows == 40 and nt in (1, 17, 40):
-                # their GEMM (gated at 256 tokens) on every token, against the format's own windows
-                # and GEMM (paths 3, 2: csrc/bindings.cpp with_path)
+            if (fmt in LEGACY or fmt == "IQ4_XS") and rows == 40 and nt in (1, 17, 40):
+                # their GEMM (gated at 256 tokens; IQ4_XS's at its format's gate) on every token,
+                # against the format's own windows and GEMM (paths 3, 2: csrc/bindings.cpp with_path)
                 for path in (2, 3):
                     want = np.zeros((nt, rows), np.float32)
                     lib.matmul_act(fid, raw, act, n, 1.0, want, 0, rows, 2, -1, path, False)
@@ -175,7 +182,7 @@ def child(path, no_repack):
 
 
 @needs_r8
-@pytest.mark.parametrize("kind", ["dense", "moe", "dense_q5", "dense_legacy", "dense_q4_0"])
+@pytest.mark.parametrize("kind", ["dense", "moe", "dense_q5", "dense_legacy", "dense_q4_0", "dense_iq4_xs"])
 def test_models_bitwise_with_and_without_repacking(tmp_path, kind):
     path = tmp_path / f"{kind}.gguf"
     if kind == "dense":
@@ -190,12 +197,15 @@ def test_models_bitwise_with_and_without_repacking(tmp_path, kind):
     elif kind == "dense_q4_0":  # Q4_0 beside a width (ffn 320: 5 blocks) that takes no pairs of blocks
         synth_dense(path, layers=2, dim=256, ffn=320, heads=4, kv_heads=2, wtype="Q4_0", head_type="Q8_0",
                     embd_type="F16", vocab=None, seed=7)
+    elif kind == "dense_iq4_xs":  # IQ4_XS matrices beside a Q6_K head (no layout), as IQ4_XS files have
+        synth_dense(path, layers=2, dim=512, ffn=768, heads=8, kv_heads=2, wtype="IQ4_XS", head_type="Q6_K",
+                    embd_type="F16", vocab=None, seed=8)
     else:
         synth_moe(path, arch="qwen3moe", wtype="Q4_K", expert_type="Q5_K", head_type="Q4_K", embd_type="F16",
                   top_k=4, seed=4)
     on, off = child(path, False), child(path, True)
     want = {"dense": {"q4_k"}, "dense_q5": {"q5_k"}, "moe": {"q4_k", "q5_k"}, "dense_legacy": {"q4_1", "q8_0"},
-            "dense_q4_0": {"q4_0", "q8_0"}}[kind]
+            "dense_q4_0": {"q4_0", "q8_0"}, "dense_iq4_xs": {"iq4_xs"}}[kind]
     assert {k.split("_r8")[0].split("_", 1)[1] for k in on["kernels"] if "_r8" in k} == want, on["kernels"]
     assert not any("r8" in k for k in off["kernels"]), off["kernels"]
     assert on["repack"][0] and not off["repack"][0] and "LOWBIT_NO_REPACK" in off["repack"][1]

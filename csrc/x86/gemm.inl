@@ -1213,6 +1213,13 @@ struct IsR8<D, std::void_t<decltype(D::R8)>> : std::true_type {};
 // then decoded as Q5_K's, so the same codes, metadata and results (I8).
 struct GQ5K_R8 : GQ5K {
     static constexpr bool R8_ROWS = true;
+    static constexpr int R8_FORMAT = T_Q5_K;  // the format unpack_r8_row puts the rows back into
+};
+// IQ4_XS's R8 layout (repack.h; its windows: csrc/x86/avx512/kq_r8.cpp): the same, decoded as
+// IQ4_XS's (GIQ4XS).
+struct GIQ4XS_R8 : GIQ4XS {
+    static constexpr bool R8_ROWS = true;
+    static constexpr int R8_FORMAT = T_IQ4_XS;
 };
 template <class D, class = void>
 struct IsR8Rows : std::false_type {};
@@ -1236,7 +1243,7 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
         static thread_local std::vector<uint8_t> row;
         row.resize((size_t)nb * BYTES);
         for (int64_t r = rb; r < re; ++r) {
-            unpack_r8_row(T_Q5_K, a.w, a.w_stride, r, a.n, row.data());
+            unpack_r8_row(D::R8_FORMAT, a.w, a.w_stride, r, a.n, row.data());
             for (int64_t b = 0; b < nb; ++b)
                 D::decode(row.data() + (size_t)b * BYTES, codes + (size_t)(r - rb) * (size_t)nb * QK + (size_t)b * QK,
                           meta[(size_t)(r - rb) * (size_t)nb + (size_t)b]);
@@ -1913,6 +1920,14 @@ void register_gemm(KernelTable &t) {
 #if defined(__AVX512F__) || defined(__AVXVNNI__)
     // (IQ4_XS's codes need vdot's full signed byte: at avx2 its windows only)
     set(T_IQ4_XS, &gemm_kq<GIQ4XS, 136>, "gemm_iq4_xs_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : kIq4xsGemmMinNt);
+#endif
+#if defined(__AVX512F__)
+    // IQ4_XS's R8 layout (the rows unpacked, then GIQ4XS's decode): its GEMM from 32 tokens, its
+    // windows being 2x IQ4_XS's (Zen 4, `bench kernels --formats IQ4_XS_R8 --n 4096 --mb 2 --cpu 1
+    // --clock cpu --stat min`, windows / gemm: 0.38, 0.53, 0.64, 0.71 at 9, 12, 16, 24 tokens;
+    // 0.99-1.06 at 32, 1.14 at 48, 1.20 at 64, 1.38 at 128); LOWBIT_KQ_GEMM_MIN_NT sets it with
+    // the k-quants'
+    set(kIq4xsR8Id, &gemm_kq<GIQ4XS_R8, 136>, "gemm_iq4_xs_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 32);
 #endif
     // the grid i-quants, IQ1_* and the ternary formats (codes |w| <= 62: every level's vdot)
     const auto gate = [&](int own) { return g && *g ? min_nt : own; };

@@ -172,7 +172,7 @@ def repacked_layouts() -> list[str]:
 # The formats with an R8 layout (csrc/repack.h), and lib's ids of its kernels (csrc/kernels.h
 # kR8FirstId + i for kR8Formats[i]): lib.kernel(R8_KERNEL_IDS["Q4_K"], nt), `lowbit bench kernels
 # --formats Q4_K_R8`
-R8_FORMATS = ("Q4_K", "Q5_K", "Q4_0", "Q4_1", "Q8_0")
+R8_FORMATS = ("Q4_K", "Q5_K", "Q4_0", "Q4_1", "Q8_0", "IQ4_XS")
 R8_KERNEL_IDS = {name: 1002 + i for i, name in enumerate(R8_FORMATS)}
 
 

@@ -1345,7 +1345,7 @@ class Model:
 
     def _repack_plan(self) -> tuple[bool, str]:
         """(repack, why): whether the engine repacks this model's matrices of the formats with an R8
-        layout (Q4_K, Q5_K, Q4_0, Q4_1, Q8_0) at load into the layout its kernels read fastest
+        layout (Q4_K, Q5_K, Q4_0, Q4_1, Q8_0, IQ4_XS) at load into the layout its kernels read fastest
         (lowbit.kernels.repacked_layouts; csrc/repack.h). Each is a copy: a map of the file gives its
         own pages back (GGUFFile.drop_pages), a "copy" keeps both, so they must fit beside what is
         resident; a "hugepages" copy keeps its 2 MB pages instead. (Token embeddings are read row by
@@ -1360,7 +1360,7 @@ class Model:
         if not layouts:
             off = os.environ.get("LOWBIT_NO_REPACK", "0") not in ("", "0")
             return False, ("off (LOWBIT_NO_REPACK=1)" if off else
-                           "no repacked layout at this level (avx512 has Q4_K's, Q5_K's, Q4_0's, Q4_1's and Q8_0's)")
+                           "no repacked layout at this level (avx512 has Q4_K's, Q5_K's, Q4_0's, Q4_1's, Q8_0's and IQ4_XS's)")
         if not q4k:
             return False, "no matrix of a format with a repacked layout (" + ", ".join(layouts) + ")"
         if self.file.memory == "hugepages":
