@@ -1216,7 +1216,8 @@ struct GQ5K_R8 : GQ5K {
     static constexpr int R8_FORMAT = T_Q5_K;  // the format unpack_r8_row puts the rows back into
 };
 // IQ4_XS's R8 layout (repack.h; its windows: csrc/x86/avx512/kq_r8.cpp): the same, decoded as
-// IQ4_XS's (GIQ4XS).
+// IQ4_XS's (GIQ4XS); a tile's whole groups of 8 rows put back together by dword transposes
+// (decode_tile), not row by row.
 struct GIQ4XS_R8 : GIQ4XS {
     static constexpr bool R8_ROWS = true;
     static constexpr int R8_FORMAT = T_IQ4_XS;
@@ -1233,6 +1234,17 @@ struct IsR8 : std::false_type {};
 inline void decode_tile_r8(const RowArgs &, int64_t, int64_t, int64_t, uint8_t *, RowSB *) {}
 #endif
 
+// Row r of an R8 layout (R8_ROWS) unpacked into row (nb blocks) and decoded as the format's into
+// the codes and metadata of tile row r - rb
+template <class D, size_t BYTES>
+inline void decode_row_r8(const RowArgs &a, int64_t r, int64_t rb, int64_t nb, uint8_t *row, uint8_t *codes,
+                          RowSB *meta) {
+    unpack_r8_row(D::R8_FORMAT, a.w, a.w_stride, r, a.n, row);
+    for (int64_t b = 0; b < nb; ++b)
+        D::decode(row + (size_t)b * BYTES, codes + (size_t)(r - rb) * (size_t)nb * QK + (size_t)b * QK,
+                  meta[(size_t)(r - rb) * (size_t)nb + (size_t)b]);
+}
+
 // Rows [rb, re) decoded into the tile's codes and metadata (not inlined: the decoders' small
 // scale arrays live on the stack, and this is once per row and call, not per token).
 template <class D, size_t BYTES>
@@ -1242,12 +1254,57 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
     if constexpr (IsR8Rows<D>::value) {
         static thread_local std::vector<uint8_t> row;
         row.resize((size_t)nb * BYTES);
-        for (int64_t r = rb; r < re; ++r) {
-            unpack_r8_row(D::R8_FORMAT, a.w, a.w_stride, r, a.n, row.data());
-            for (int64_t b = 0; b < nb; ++b)
-                D::decode(row.data() + (size_t)b * BYTES, codes + (size_t)(r - rb) * (size_t)nb * QK + (size_t)b * QK,
-                          meta[(size_t)(r - rb) * (size_t)nb + (size_t)b]);
+        if constexpr (D::R8_FORMAT == T_IQ4_XS) {
+            // whole groups of 8 rows in the tile: each super-block's 8 blocks put back together at
+            // once (the header's pieces by copies; the codes, dwords 8m .. 8m + 7 of the 8 rows, by
+            // an 8 x 8 dword transpose), then decoded as IQ4_XS's; rows of a group the tile cuts
+            // one by one
+            for (int64_t r = rb; r < re;) {
+                if (r % kR8Rows || r + kR8Rows > re) {
+                    decode_row_r8<D, BYTES>(a, r, rb, nb, row.data(), codes, meta);
+                    ++r;
+                    continue;
+                }
+                const uint8_t *base = a.w + (size_t)r * a.w_stride;
+                for (int64_t b = 0; b < nb; ++b) {
+                    const uint8_t *o = base + (size_t)b * kR8GroupIq4xs;
+                    prefetch_ahead(o, kR8GroupIq4xs);
+                    alignas(32) uint8_t blk[kR8Rows][BYTES + 8];
+                    for (int j = 0; j < kR8Rows; ++j) {
+                        std::memcpy(blk[j], o + 2 * j, 2);
+                        std::memcpy(blk[j] + 2, o + 16 + 2 * j, 2);
+                        std::memcpy(blk[j] + 4, o + 32 + 4 * j, 4);
+                    }
+                    for (int m = 0; m < 4; ++m) {
+                        const uint8_t *q = o + kR8QsIq4xs + 256 * m;
+                        const auto v = [&](int k) { return _mm256_loadu_si256((const __m256i *)(q + 32 * k)); };
+                        const __m256i t0 = _mm256_unpacklo_epi32(v(0), v(1)), t1 = _mm256_unpackhi_epi32(v(0), v(1));
+                        const __m256i t2 = _mm256_unpacklo_epi32(v(2), v(3)), t3 = _mm256_unpackhi_epi32(v(2), v(3));
+                        const __m256i t4 = _mm256_unpacklo_epi32(v(4), v(5)), t5 = _mm256_unpackhi_epi32(v(4), v(5));
+                        const __m256i t6 = _mm256_unpacklo_epi32(v(6), v(7)), t7 = _mm256_unpackhi_epi32(v(6), v(7));
+                        const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+                        const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+                        const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+                        const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+                        const auto st = [&](int j, __m256i x) { _mm256_storeu_si256((__m256i *)(blk[j] + 8 + 32 * m), x); };
+                        st(0, _mm256_permute2x128_si256(u0, u4, 0x20));
+                        st(1, _mm256_permute2x128_si256(u1, u5, 0x20));
+                        st(2, _mm256_permute2x128_si256(u2, u6, 0x20));
+                        st(3, _mm256_permute2x128_si256(u3, u7, 0x20));
+                        st(4, _mm256_permute2x128_si256(u0, u4, 0x31));
+                        st(5, _mm256_permute2x128_si256(u1, u5, 0x31));
+                        st(6, _mm256_permute2x128_si256(u2, u6, 0x31));
+                        st(7, _mm256_permute2x128_si256(u3, u7, 0x31));
+                    }
+                    for (int j = 0; j < kR8Rows; ++j)
+                        D::decode(blk[j], codes + (size_t)(r + j - rb) * (size_t)nb * QK + (size_t)b * QK,
+                                  meta[(size_t)(r + j - rb) * (size_t)nb + (size_t)b]);
+                }
+                r += kR8Rows;
+            }
+            return;
         }
+        for (int64_t r = rb; r < re; ++r) decode_row_r8<D, BYTES>(a, r, rb, nb, row.data(), codes, meta);
         return;
     }
     for (int64_t r = rb; r < re; ++r) {
@@ -1922,12 +1979,13 @@ void register_gemm(KernelTable &t) {
     set(T_IQ4_XS, &gemm_kq<GIQ4XS, 136>, "gemm_iq4_xs_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : kIq4xsGemmMinNt);
 #endif
 #if defined(__AVX512F__)
-    // IQ4_XS's R8 layout (the rows unpacked, then GIQ4XS's decode): its GEMM from 32 tokens, its
-    // windows being 2x IQ4_XS's (Zen 4, `bench kernels --formats IQ4_XS_R8 --n 4096 --mb 2 --cpu 1
-    // --clock cpu --stat min`, windows / gemm: 0.38, 0.53, 0.64, 0.71 at 9, 12, 16, 24 tokens;
-    // 0.99-1.06 at 32, 1.14 at 48, 1.20 at 64, 1.38 at 128); LOWBIT_KQ_GEMM_MIN_NT sets it with
-    // the k-quants'
-    set(kIq4xsR8Id, &gemm_kq<GIQ4XS_R8, 136>, "gemm_iq4_xs_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 32);
+    // IQ4_XS's R8 layout (whole groups put back together by transposes, then GIQ4XS's decode:
+    // decode_tile): its GEMM from 28 tokens, its windows being 2x IQ4_XS's (Zen 4, `bench kernels
+    // --formats IQ4_XS_R8 --n 4096 --mb 2 --cpu 1 --clock cpu --stat min`, windows / gemm: 0.91-0.93
+    // at 16, 0.75 at 20, 0.78-0.91 at 24, 1.06 at 28, 1.16-1.21 at 32, 1.36 at 48, 1.42 at 64; the
+    // R8 GEMM takes 0.99-1.11x IQ4_XS's GEMM's time at 32..128 tokens). LOWBIT_KQ_GEMM_MIN_NT sets
+    // it with the k-quants'
+    set(kIq4xsR8Id, &gemm_kq<GIQ4XS_R8, 136>, "gemm_iq4_xs_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 28);
 #endif
     // the grid i-quants, IQ1_* and the ternary formats (codes |w| <= 62: every level's vdot)
     const auto gate = [&](int own) { return g && *g ? min_nt : own; };
