@@ -94,6 +94,19 @@ LB_R8_INLINE __m256i opaque(const Ctl &c) {
 }
 
 
+// Super-block o of a group (kGroup bytes, nb of them a group): the pass that streams it (t0 == 0)
+// asks for the lines ahead; a later pass reads it from L1, and meanwhile the next group's
+// super-block comes to L2, so the stream from DRAM does not stop while this pass computes.
+template <size_t kGroup>
+LB_R8_INLINE void prefetch_group(const uint8_t *o, int64_t nb, int t0) {
+    if (t0 == 0) {
+        prefetch_ahead(o, kGroup);
+    } else {
+        const uint8_t *next = o + (size_t)nb * kGroup;
+        for (size_t l = 0; l < kGroup; l += 64) _mm_prefetch((const char *)next + l, _MM_HINT_T1);
+    }
+}
+
 // Rows 8g .. 8g+7 against tokens y[0..NT): res[t] lane j = the result of row 8g + j.
 // Q5: Q5_K's groups (their fifth bits at kR8Qh, codes at kR8QsQ5), else Q4_K's.
 template <bool Q5, int NT>
@@ -108,13 +121,7 @@ LB_R8_INLINE void group_rows(const RowArgs &a, int64_t g, int t0, __m256 (&res)[
     LB_TOKENS(NT, acc[t] = _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *o = base + (size_t)b * kGroup;
-        if (t0 == 0) {
-            prefetch_ahead(o, kGroup);
-        } else {  // a later pass reads the group from L1: meanwhile the next group's super-block
-            // b comes to L2, so the stream from DRAM does not stop while this pass computes
-            const uint8_t *next = o + (size_t)nb * kGroup;
-            for (size_t l = 0; l < kGroup; l += 64) _mm_prefetch((const char *)next + l, _MM_HINT_T1);
-        }
+        prefetch_group<kGroup>(o, nb, t0);
         // scale / min bytes of the 8 rows: sc 0..3, mn 0..3 (6 bits), then sc 4..7, mn 4..7
         // (low 4 bits in bytes 8..11, high 2 bits in the top of bytes 0..7): lane j, byte s
         const __m256i m3F = Q5 ? opaque(k3F) : _mm256_set1_epi8(0x3F), m30 = Q5 ? opaque(k30) : _mm256_set1_epi8(0x30);
@@ -252,12 +259,7 @@ LB_R8_INLINE void group_rows_iq4(const RowArgs &a, int64_t g, int t0, __m256 (&r
     LB_TOKENS(NT, acc[t] = _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *o = base + (size_t)b * kGroup;
-        if (t0 == 0) {
-            prefetch_ahead(o, kGroup);
-        } else {  // (a later pass: the next group's super-block b towards L2, as group_rows)
-            const uint8_t *next = o + (size_t)nb * kGroup;
-            for (size_t l = 0; l < kGroup; l += 64) _mm_prefetch((const char *)next + l, _MM_HINT_T1);
-        }
+        prefetch_group<kGroup>(o, nb, t0);
         __m256i I[NT];
         LB_TOKENS(NT, I[t] = _mm256_setzero_si256());
         for (int p = 0; p < 4; ++p) {  // sub-blocks 2p, 2p + 1
