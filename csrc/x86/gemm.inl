@@ -1134,6 +1134,28 @@ LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT
     }
 }
 
+// An 8 x 8 dword transpose: v(k) gives vector k (dword j of it: row j's dword k), st(j, x) takes
+// row j's 8 dwords in order (the R8 layouts' code dwords back into rows).
+template <class Ld, class St>
+LB_GK_INLINE void transpose8x8_dwords(const Ld &v, const St &st) {
+    const __m256i t0 = _mm256_unpacklo_epi32(v(0), v(1)), t1 = _mm256_unpackhi_epi32(v(0), v(1));
+    const __m256i t2 = _mm256_unpacklo_epi32(v(2), v(3)), t3 = _mm256_unpackhi_epi32(v(2), v(3));
+    const __m256i t4 = _mm256_unpacklo_epi32(v(4), v(5)), t5 = _mm256_unpackhi_epi32(v(4), v(5));
+    const __m256i t6 = _mm256_unpacklo_epi32(v(6), v(7)), t7 = _mm256_unpackhi_epi32(v(6), v(7));
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    st(0, _mm256_permute2x128_si256(u0, u4, 0x20));
+    st(1, _mm256_permute2x128_si256(u1, u5, 0x20));
+    st(2, _mm256_permute2x128_si256(u2, u6, 0x20));
+    st(3, _mm256_permute2x128_si256(u3, u7, 0x20));
+    st(4, _mm256_permute2x128_si256(u0, u4, 0x31));
+    st(5, _mm256_permute2x128_si256(u1, u5, 0x31));
+    st(6, _mm256_permute2x128_si256(u2, u6, 0x31));
+    st(7, _mm256_permute2x128_si256(u3, u7, 0x31));
+}
+
 #if defined(__AVX512F__)
 // Q4_K's R8 layout (csrc/repack.h; its windows: csrc/x86/avx512/kq_r8.cpp): the same codes and
 // metadata as GQ4K's, so the same microkernels and the same results (I8). A tile's whole groups
@@ -1170,24 +1192,9 @@ __attribute__((noinline)) void decode_tile_r8(const RowArgs &a, int64_t rb, int6
                 for (int j = 0; j < 8; ++j) r8_meta(o, j, meta[(size_t)(r - rb + j) * (size_t)nb + (size_t)b]);
                 for (int c = 0; c < 4; ++c) {
                     const uint8_t *q = o + 128 + 256 * c;
-                    const auto v = [&](int k) { return _mm256_loadu_si256((const __m256i *)(q + 32 * k)); };
-                    const __m256i t0 = _mm256_unpacklo_epi32(v(0), v(1)), t1 = _mm256_unpackhi_epi32(v(0), v(1));
-                    const __m256i t2 = _mm256_unpacklo_epi32(v(2), v(3)), t3 = _mm256_unpackhi_epi32(v(2), v(3));
-                    const __m256i t4 = _mm256_unpacklo_epi32(v(4), v(5)), t5 = _mm256_unpackhi_epi32(v(4), v(5));
-                    const __m256i t6 = _mm256_unpacklo_epi32(v(6), v(7)), t7 = _mm256_unpackhi_epi32(v(6), v(7));
-                    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-                    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-                    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
-                    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
                     uint8_t *u = codes + (size_t)(r - rb) * ucodes + (size_t)b * QK + 64 * (size_t)c;
-                    r8_codes(_mm256_permute2x128_si256(u0, u4, 0x20), u);
-                    r8_codes(_mm256_permute2x128_si256(u1, u5, 0x20), u + ucodes);
-                    r8_codes(_mm256_permute2x128_si256(u2, u6, 0x20), u + 2 * ucodes);
-                    r8_codes(_mm256_permute2x128_si256(u3, u7, 0x20), u + 3 * ucodes);
-                    r8_codes(_mm256_permute2x128_si256(u0, u4, 0x31), u + 4 * ucodes);
-                    r8_codes(_mm256_permute2x128_si256(u1, u5, 0x31), u + 5 * ucodes);
-                    r8_codes(_mm256_permute2x128_si256(u2, u6, 0x31), u + 6 * ucodes);
-                    r8_codes(_mm256_permute2x128_si256(u3, u7, 0x31), u + 7 * ucodes);
+                    transpose8x8_dwords([&](int k) { return _mm256_loadu_si256((const __m256i *)(q + 32 * k)); },
+                                        [&](int j, __m256i x) { r8_codes(x, u + (size_t)j * ucodes); });
                 }
             }
             r += 8;
@@ -1277,24 +1284,8 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
                     }
                     for (int m = 0; m < 4; ++m) {
                         const uint8_t *q = o + kR8QsIq4xs + 256 * m;
-                        const auto v = [&](int k) { return _mm256_loadu_si256((const __m256i *)(q + 32 * k)); };
-                        const __m256i t0 = _mm256_unpacklo_epi32(v(0), v(1)), t1 = _mm256_unpackhi_epi32(v(0), v(1));
-                        const __m256i t2 = _mm256_unpacklo_epi32(v(2), v(3)), t3 = _mm256_unpackhi_epi32(v(2), v(3));
-                        const __m256i t4 = _mm256_unpacklo_epi32(v(4), v(5)), t5 = _mm256_unpackhi_epi32(v(4), v(5));
-                        const __m256i t6 = _mm256_unpacklo_epi32(v(6), v(7)), t7 = _mm256_unpackhi_epi32(v(6), v(7));
-                        const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
-                        const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
-                        const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
-                        const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
-                        const auto st = [&](int j, __m256i x) { _mm256_storeu_si256((__m256i *)(blk[j] + 8 + 32 * m), x); };
-                        st(0, _mm256_permute2x128_si256(u0, u4, 0x20));
-                        st(1, _mm256_permute2x128_si256(u1, u5, 0x20));
-                        st(2, _mm256_permute2x128_si256(u2, u6, 0x20));
-                        st(3, _mm256_permute2x128_si256(u3, u7, 0x20));
-                        st(4, _mm256_permute2x128_si256(u0, u4, 0x31));
-                        st(5, _mm256_permute2x128_si256(u1, u5, 0x31));
-                        st(6, _mm256_permute2x128_si256(u2, u6, 0x31));
-                        st(7, _mm256_permute2x128_si256(u3, u7, 0x31));
+                        transpose8x8_dwords([&](int k) { return _mm256_loadu_si256((const __m256i *)(q + 32 * k)); },
+                                            [&](int j, __m256i x) { _mm256_storeu_si256((__m256i *)(blk[j] + 8 + 32 * m), x); });
                     }
                     for (int j = 0; j < kR8Rows; ++j)
                         D::decode(blk[j], codes + (size_t)(r + j - rb) * (size_t)nb * QK + (size_t)b * QK,
@@ -1956,27 +1947,28 @@ void register_gemm(KernelTable &t) {
         e.gemm_min_nt = gate;
         e.gemm_lanes = LANES, e.gemm_tail = tail;
     };
+    const auto gate = [&](int own) { return g && *g ? min_nt : own; };  // LOWBIT_KQ_GEMM_MIN_NT, else own
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
 #if defined(__AVX512F__)
     // Q4_K's R8 layout (its windows: register_kq_r8, 1.8-2.0x the row-major windows): its GEMM
     // from 24 tokens (Zen 4, `bench kernels --formats Q4_K_R8 --stat min --cpu 1`, windows / gemm:
     // n = 2048 1.11, 0.96, 1.28 at 16, 24, 32; n = 4096 0.95, 1.04, 1.35); LOWBIT_KQ_GEMM_MIN_NT
     // sets it with Q4_K's
-    set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 24);
+    set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), gate(24));
     // Q5_K's R8 layout: its GEMM from 24 tokens too (Zen 4, `bench kernels --formats Q5_K_R8 --nt
     // 16,20,24,28,32 --mb 1.5`, windows / gemm at n = 2048 and 4096, noisy: 0.77-0.78 at 20,
     // 0.91-1.53 at 24, 1.00-1.24 at 32; Q5_K's own gate is 9: its windows are 1.3-1.8x slower)
-    set(kQ5kR8Id, &gemm_kq<GQ5K_R8, 176>, "gemm_q5_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 24);
+    set(kQ5kR8Id, &gemm_kq<GQ5K_R8, 176>, "gemm_q5_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), gate(24));
 #endif
     set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS),
-        g && *g ? min_nt : kQ5kGemmMinNt);
+        gate(kQ5kGemmMinNt));
     set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS),
-        g && *g ? min_nt : kQ6kGemmMinNt);
-    set(T_Q2_K, &gemm_kq<GQ2K, 84>, "gemm_q2_k_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : kQ2kGemmMinNt);
-    set(T_Q3_K, &gemm_kq<GQ3K, 110>, "gemm_q3_k_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : kQ3kGemmMinNt);
+        gate(kQ6kGemmMinNt));
+    set(T_Q2_K, &gemm_kq<GQ2K, 84>, "gemm_q2_k_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kQ2kGemmMinNt));
+    set(T_Q3_K, &gemm_kq<GQ3K, 110>, "gemm_q3_k_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kQ3kGemmMinNt));
 #if defined(__AVX512F__) || defined(__AVXVNNI__)
     // (IQ4_XS's codes need vdot's full signed byte: at avx2 its windows only)
-    set(T_IQ4_XS, &gemm_kq<GIQ4XS, 136>, "gemm_iq4_xs_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : kIq4xsGemmMinNt);
+    set(T_IQ4_XS, &gemm_kq<GIQ4XS, 136>, "gemm_iq4_xs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq4xsGemmMinNt));
 #endif
 #if defined(__AVX512F__)
     // IQ4_XS's R8 layout (whole groups put back together by transposes, then GIQ4XS's decode:
@@ -1985,10 +1977,9 @@ void register_gemm(KernelTable &t) {
     // at 16, 0.75 at 20, 0.78-0.91 at 24, 1.06 at 28, 1.16-1.21 at 32, 1.36 at 48, 1.42 at 64; the
     // R8 GEMM takes 0.99-1.11x IQ4_XS's GEMM's time at 32..128 tokens). LOWBIT_KQ_GEMM_MIN_NT sets
     // it with the k-quants'
-    set(kIq4xsR8Id, &gemm_kq<GIQ4XS_R8, 136>, "gemm_iq4_xs_r8_q8_k_" LB_GK_STR(LOWBIT_NS), g && *g ? min_nt : 28);
+    set(kIq4xsR8Id, &gemm_kq<GIQ4XS_R8, 136>, "gemm_iq4_xs_r8_q8_k_" LB_GK_STR(LOWBIT_NS), gate(28));
 #endif
     // the grid i-quants, IQ1_* and the ternary formats (codes |w| <= 62: every level's vdot)
-    const auto gate = [&](int own) { return g && *g ? min_nt : own; };
     set(T_IQ3_XXS, &gemm_kq<GIQ3XXS, 98>, "gemm_iq3_xxs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq3xxsGemmMinNt));
     set(T_IQ3_S, &gemm_kq<GIQ3S, 110>, "gemm_iq3_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq3sGemmMinNt));
     set(T_IQ2_XXS, &gemm_kq<GIQ2XXS, 66>, "gemm_iq2_xxs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq2xxsGemmMinNt));
