@@ -1,10 +1,11 @@
 """The R8 layouts (csrc/repack.h) of Q4_K, Q5_K and IQ4_XS (8 rows x super-blocks) and of Q4_0, Q4_1 and
 Q8_0 (8 rows x pairs of blocks): the engine repacks those matrices at load where the selected level
-has kernels for them (avx512: csrc/x86/avx512/kq_r8.cpp and lg_r8.cpp, and the GEMM's decode in
-csrc/x86/gemm.inl). Every (row, token) result must be bitwise the format's own entry's
-on the rows as the file has them (I2, I3, I8): the kernels on any row range and thread count, every window and the
-GEMM (with and without a tail), and whole models (dense and MoE, prompt chunks and decode steps)
-with and without LOWBIT_NO_REPACK=1. Skipped where the CPU lacks avx512f + avx512vnni + avx512vl."""
+has kernels for them (Q4_K from avx2: csrc/x86/avx2/kq_r8.cpp; all six at avx512: csrc/x86/avx512/kq_r8.cpp and
+lg_r8.cpp; their GEMMs' decode in csrc/x86/gemm.inl). Every (row, token) result must be bitwise the format's own
+entry's on the rows as the file has them (I2, I3, I8): the kernels on any row range and thread count, every window
+and the GEMM (with and without a tail), and whole models (dense and MoE, prompt chunks and decode steps) with and
+without LOWBIT_NO_REPACK=1. A format's tests are skipped where the selected level has no kernels for its layout
+(Q4_K: the CPU lacks avx2; the others: avx512f + avx512vnni + avx512vl)."""
 import json
 import os
 import subprocess
@@ -20,9 +21,18 @@ from lowbit.synth import synth_dense, synth_moe
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYOUTS = kernels.repacked_layouts()
 R8 = "Q4_K" in LAYOUTS
-needs_r8 = pytest.mark.skipif(not R8, reason="the R8 kernels need avx512f + avx512vl + avx512vnni "
-                              "(or LOWBIT_NO_REPACK / LOWBIT_MAX_ISA below avx512 is set)")
 FORMATS = ["Q4_K", "Q5_K", "Q4_0", "Q4_1", "Q8_0", "IQ4_XS"]
+# the level whose R8 kernels run (avx2vnni runs avx2's: it adds none)
+R8_LEVEL = "avx512" if "Q5_K" in LAYOUTS else "avx2"
+
+
+def needs_layout(*fmts):
+    """Skip unless the selected level has kernels for every one of these formats' R8 layouts."""
+    missing = [f for f in fmts if f not in LAYOUTS]
+    if missing:
+        flags = "avx2" if missing == ["Q4_K"] else "avx512f + avx512vl + avx512vnni"
+        pytest.skip(f"the R8 kernels of {', '.join(missing)} need {flags} (or LOWBIT_NO_REPACK / a lower "
+                    "LOWBIT_MAX_ISA is set)")
 LEGACY = ("Q4_0", "Q4_1", "Q8_0")
 ID = {"Q4_K": 12, "Q5_K": 13, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "IQ4_XS": 23}
 ACT = {"Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q8_0": "Q8_0", "IQ4_XS": "Q8_K"}
@@ -92,9 +102,9 @@ def test_repack_is_a_permutation_of_the_bytes(fmt):
         lib.repack_r8(14, np.zeros((8, 210), np.uint8), 256)
 
 
-@needs_r8
 @pytest.mark.parametrize("fmt,n", [(f, n) for f in FORMATS for n in WIDTHS[f]])
 def test_r8_kernels_bitwise_the_format_entry(fmt, n):
+    needs_layout(fmt)
     rng = np.random.default_rng(n)
     bad = []
     fid, kid = ID[fmt], kernels.R8_KERNEL_IDS[fmt]
@@ -114,7 +124,7 @@ def test_r8_kernels_bitwise_the_format_entry(fmt, n):
                         t, r = np.argwhere(got != want)[0]
                         bad.append(f"rows {rows} nt {nt} [{r0}, {r1}) threads {threads}: first at token {t} "
                                    f"row {r}: {got[t, r]!r} vs {want[t, r]!r}")
-            if (fmt in LEGACY or fmt == "IQ4_XS") and rows == 40 and nt in (1, 17, 40):
+            if (fmt in LEGACY or fmt in ("IQ4_XS", "Q4_K")) and rows == 40 and nt in (1, 17, 40):
                 # their GEMM (gated at 256 tokens; IQ4_XS's at its format's gate) on every token,
                 # against the format's own windows and GEMM (paths 3, 2: csrc/bindings.cpp with_path)
                 for path in (2, 3):
@@ -130,13 +140,14 @@ def test_r8_kernels_bitwise_the_format_entry(fmt, n):
     assert lib.kernel(kid, 1)[0].startswith(f"rows_{fmt.lower()}_r8_")
 
 
-@needs_r8
 def test_r8_kernel_names_and_gemm():
-    assert LAYOUTS == FORMATS
-    for fmt, kid in kernels.R8_KERNEL_IDS.items():
-        act = ACT[fmt].lower()
-        assert lib.kernel(kid, 1)[0] == f"rows_{fmt.lower()}_r8_{act}_avx512"
-        assert lib.gemm_kernel(kid)[0] == f"gemm_{fmt.lower()}_r8_{act}_avx512"
+    needs_layout("Q4_K")
+    # avx2 (and avx2vnni): Q4_K's layout alone; avx512: all six
+    assert LAYOUTS == (FORMATS if R8_LEVEL == "avx512" else ["Q4_K"])
+    for fmt in LAYOUTS:
+        kid, act = kernels.R8_KERNEL_IDS[fmt], ACT[fmt].lower()
+        assert lib.kernel(kid, 1)[0] == f"rows_{fmt.lower()}_r8_{act}_{R8_LEVEL}"
+        assert lib.gemm_kernel(kid)[0].startswith(f"gemm_{fmt.lower()}_r8_{act}_")
         if fmt in LEGACY:  # 16 tokens a window: 4 passes of 4 on each group
             assert lib.wide_kernel(kid)[0] == f"rows16_{fmt.lower()}_r8_{act}_avx512"
 
@@ -181,9 +192,15 @@ def child(path, no_repack):
     return json.loads(r.stdout.splitlines()[-1])
 
 
-@needs_r8
-@pytest.mark.parametrize("kind", ["dense", "moe", "dense_q5", "dense_legacy", "dense_q4_0", "dense_iq4_xs"])
+# the formats of each model whose matrices take an R8 layout at avx512 (at avx2: Q4_K's alone)
+MODEL_R8 = {"dense": {"Q4_K"}, "dense_q5": {"Q5_K"}, "moe": {"Q4_K", "Q5_K"}, "dense_legacy": {"Q4_1", "Q8_0"},
+            "dense_q4_0": {"Q4_0", "Q8_0"}, "dense_iq4_xs": {"IQ4_XS"}}
+
+
+@pytest.mark.parametrize("kind", list(MODEL_R8))
 def test_models_bitwise_with_and_without_repacking(tmp_path, kind):
+    if not MODEL_R8[kind] & set(LAYOUTS):
+        needs_layout(*sorted(MODEL_R8[kind]))
     path = tmp_path / f"{kind}.gguf"
     if kind == "dense":
         synth_dense(path, layers=2, dim=256, ffn=768, heads=4, kv_heads=2, wtype="Q4_K", head_type="Q4_K",
@@ -204,8 +221,7 @@ def test_models_bitwise_with_and_without_repacking(tmp_path, kind):
         synth_moe(path, arch="qwen3moe", wtype="Q4_K", expert_type="Q5_K", head_type="Q4_K", embd_type="F16",
                   top_k=4, seed=4)
     on, off = child(path, False), child(path, True)
-    want = {"dense": {"q4_k"}, "dense_q5": {"q5_k"}, "moe": {"q4_k", "q5_k"}, "dense_legacy": {"q4_1", "q8_0"},
-            "dense_q4_0": {"q4_0", "q8_0"}, "dense_iq4_xs": {"iq4_xs"}}[kind]
+    want = {f.lower() for f in MODEL_R8[kind] & set(LAYOUTS)}  # (the MoE at avx2: its Q4_K matrices only)
     assert {k.split("_r8")[0].split("_", 1)[1] for k in on["kernels"] if "_r8" in k} == want, on["kernels"]
     assert not any("r8" in k for k in off["kernels"]), off["kernels"]
     assert on["repack"][0] and not off["repack"][0] and "LOWBIT_NO_REPACK" in off["repack"][1]

@@ -1156,8 +1156,7 @@ LB_GK_INLINE void transpose8x8_dwords(const Ld &v, const St &st) {
     st(7, _mm256_permute2x128_si256(u3, u7, 0x31));
 }
 
-#if defined(__AVX512F__)
-// Q4_K's R8 layout (csrc/repack.h; its windows: csrc/x86/avx512/kq_r8.cpp): the same codes and
+// Q4_K's R8 layout (csrc/repack.h; its windows: csrc/x86/{avx2,avx512}/kq_r8.cpp): the same codes and
 // metadata as GQ4K's, so the same microkernels and the same results (I8). A tile's whole groups
 // of 8 rows take each chunk's 8 code dwords of the 8 rows as an 8 x 8 dword transpose; rows of a
 // group the tile cuts, one row at a time (a gather per chunk).
@@ -1215,6 +1214,7 @@ template <class D, class = void>
 struct IsR8 : std::false_type {};
 template <class D>
 struct IsR8<D, std::void_t<decltype(D::R8)>> : std::true_type {};
+#if defined(__AVX512F__)
 // Q5_K's R8 layout (repack.h; its windows: csrc/x86/avx512/kq_r8.cpp): each row of the tile is
 // moved back into its own super-blocks (unpack_r8_row: 4-byte copies, once per row and call),
 // then decoded as Q5_K's, so the same codes, metadata and results (I8).
@@ -1236,9 +1236,6 @@ struct IsR8Rows<D, std::void_t<decltype(D::R8_ROWS)>> : std::true_type {};
 #else
 template <class D>
 struct IsR8Rows : std::false_type {};
-template <class D>
-struct IsR8 : std::false_type {};
-inline void decode_tile_r8(const RowArgs &, int64_t, int64_t, int64_t, uint8_t *, RowSB *) {}
 #endif
 
 // Row r of an R8 layout (R8_ROWS) unpacked into row (nb blocks) and decoded as the format's into
@@ -1849,6 +1846,11 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // int16 sums: 4 dwords per vpmaddwd); Q5_K 0.88, 1.02, 1.04, 1.32 and Q6_K 0.78, 0.95, 1.00,
 // 1.27 (2 dwords: vdot's vpmaddwd each): Q4_K from 32, Q5_K from 64, Q6_K from 128 tokens.
 #if defined(__AVX512F__)
+constexpr int kQ4kR8GemmMinNt = 24;
+#else
+constexpr int kQ4kR8GemmMinNt = 32;  // (as Q4_K's; measured below)
+#endif
+#if defined(__AVX512F__)
 constexpr int kKqGemmMinNt = 9, kQ5kGemmMinNt = 9, kQ6kGemmMinNt = 12;
 #elif defined(__AVXVNNI__)
 constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 24;
@@ -1949,12 +1951,12 @@ void register_gemm(KernelTable &t) {
     };
     const auto gate = [&](int own) { return g && *g ? min_nt : own; };  // LOWBIT_KQ_GEMM_MIN_NT, else own
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
-#if defined(__AVX512F__)
     // Q4_K's R8 layout (its windows: register_kq_r8, 1.8-2.0x the row-major windows): its GEMM
     // from 24 tokens (Zen 4, `bench kernels --formats Q4_K_R8 --stat min --cpu 1`, windows / gemm:
     // n = 2048 1.11, 0.96, 1.28 at 16, 24, 32; n = 4096 0.95, 1.04, 1.35); LOWBIT_KQ_GEMM_MIN_NT
     // sets it with Q4_K's
-    set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), gate(24));
+    set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kQ4kR8GemmMinNt));
+#if defined(__AVX512F__)
     // Q5_K's R8 layout: its GEMM from 24 tokens too (Zen 4, `bench kernels --formats Q5_K_R8 --nt
     // 16,20,24,28,32 --mb 1.5`, windows / gemm at n = 2048 and 4096, noisy: 0.77-0.78 at 20,
     // 0.91-1.53 at 24, 1.00-1.24 at 32; Q5_K's own gate is 9: its windows are 1.3-1.8x slower)
