@@ -209,10 +209,11 @@ LB_GK_INLINE VI vdot_sign(VI acc, VI a, VI wabs, VI w) {
     __asm__("" : "+v"(s));  // as vdot's fence
     return s;
 }
-// acc[r][v] += the sum over dwords g in [g0, g1) of act_at(v, g) x w_at(r, g), g1 - g0 <= K
-template <int R, int V, bool UW = false, class ActAt, class WAt>
-LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_at) {
-    const VI ones = _mm256_set1_epi16(1);
+// acc[r][v] += the sum over dwords g in [g0, g1) of act_at(v, g) x w_at(r, g), g1 - g0 <= K,
+// times mul_at(r) (one int16 factor in both words of every dword: the int16 sums' vpmaddwd
+// takes it, exactly: see mk_gemm's scale fold), or times 1 without mul_at
+template <int R, int V, bool UW = false, class ActAt, class WAt, class MulAt>
+LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_at, MulAt mul_at) {
     VI p[R][V];
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
@@ -240,10 +241,15 @@ LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_a
         }
     }
     #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
+        const VI m = mul_at(r);
         #pragma GCC unroll 16
-        for (int v = 0; v < V; ++v)
-            acc[r][v] = _mm256_add_epi32(acc[r][v], _mm256_madd_epi16(p[r][v], ones));
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm256_add_epi32(acc[r][v], _mm256_madd_epi16(p[r][v], m));
+    }
+}
+template <int R, int V, bool UW = false, class ActAt, class WAt>
+LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_at) {
+    vdots16<R, V, UW>(acc, g0, g1, act_at, w_at, [](int) { return _mm256_set1_epi16(1); });
 }
 #endif
 LB_GK_INLINE VI vadd(VI a, VI b) { return _mm256_add_epi32(a, b); }
@@ -862,24 +868,32 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
             #pragma GCC unroll 16
             for (int v = 0; v < V; ++v) I[r][v] = vset1(0);
         for (int s = 0; s < D::NSUB; ++s) {
-            #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r)
-                #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) dt[r][v] = vset1(0);
 #if defined(LB_GK_PRESUM16)
+            // avx2, the narrow codes: the int16 sums of K dwords straight into I by one vpmaddwd
+            // with the sub-block's scale in both words of every dword (sc * p_lo + sc * p_hi = sc *
+            // (p_lo + p_hi): the same exact integer as madd with ones then vpmulld by sc, |sc * p| <=
+            // 128 * 32767 per word; no dt register, no vpmulld). Zen 3, builds alternated under load
+            // (bench kernels --n 4096 --mb 16 --cpu 1 --clock cpu --stat min, gemm before / after at
+            // 64 and 256 tokens): Q4_K, Q5_K, Q3_K even within the noise, TQ2_0 1.11-1.13 at 64.
             constexpr int K = D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX);
-            if constexpr (K >= 4) {  // Q4_K, Q5_K (Q6_K: 2, vdot)
+            if constexpr (K >= 4) {  // Q4_K, Q5_K, Q2_K, Q3_K (Q6_K: 2, vdot)
                 #pragma GCC unroll 16
                 for (int g0 = 0; g0 < DW; g0 += K)
-                    vdots16<R, V, D::UW>(dt, g0, std::min(g0 + K, DW),
+                    vdots16<R, V, D::UW>(I, g0, std::min(g0 + K, DW),
                                   [&](int v, int g) { return vld((const void *)act(v)[b].q[s * DW + g]); },
                                   [&](int r, int g) {
                                       int32_t wv;
                                       std::memcpy(&wv, u(r) + (size_t)b * QK + 4 * (s * DW + g), 4);
                                       return wv;
-                                  });
-            } else
+                                  },
+                                  [&](int r) { const int32_t c = m(r)[b].sc[s]; return vset1(pair16(c, c)); });
+                continue;
+            }
 #endif
+            #pragma GCC unroll 16
+            for (int r = 0; r < R; ++r)
+                #pragma GCC unroll 16
+                for (int v = 0; v < V; ++v) dt[r][v] = vset1(0);
             #pragma GCC unroll 16
             for (int g = 0; g < DW; ++g) {
                 const int dw = s * DW + g;
