@@ -1862,7 +1862,11 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 #if defined(__AVX512F__)
 constexpr int kQ4kR8GemmMinNt = 24;
 #else
-constexpr int kQ4kR8GemmMinNt = 32;  // (as Q4_K's; measured below)
+// avx2: from 32 as Q4_K's. Zen 3 (`bench kernels --formats Q4_K_R8 --nt 16,24,32,48,64,128,512
+// --n 4096 --mb 16 --cpu 1 --clock cpu --stat min`, windows / gemm): 0.60, 0.93, 1.03, 0.97, 0.93,
+// 1.05, 1.09 with the rows in L3; from DRAM (a real 8B's FFN matrices, 33 MB) each window of 8
+// re-reads them, which the GEMM does once a chunk: so not above 32.
+constexpr int kQ4kR8GemmMinNt = 32;
 #endif
 #if defined(__AVX512F__)
 constexpr int kKqGemmMinNt = 9, kQ5kGemmMinNt = 9, kQ6kGemmMinNt = 12;
