@@ -25,7 +25,8 @@
 // Registers (16 ymm): per token of a pass one int16 sub-block sum, its super-block sum I and its
 // float accumulator; a chunk's low nibbles are taken for every token of the pass, then its high
 // nibbles (the code dwords loaded twice, from L1), so only one int16 sum per token is live.
-// Tokens go 4 at a time; a longer window runs further passes of the group while its rows are in L1.
+// Tokens go 4 at a time (clang: 3); a longer window runs further passes of the group while its rows
+// are in L1.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -74,11 +75,17 @@ constexpr Ctl splat(uint8_t v) {
     return c;
 }
 constexpr Ctl k0F = splat(0x0F), k3F = splat(0x3F), k30 = splat(0x30);
+constexpr Ctl ones16() {  // int16 1 in every word
+    Ctl c{};
+    for (int i = 0; i < 32; ++i) c.b[i] = i % 2 == 0;
+    return c;
+}
+constexpr Ctl kOnes16 = ones16();
 // A constant read where it is used (its address hidden from the optimiser): hoisted out of the
 // loops, GCC held the constants in registers and spilled the tokens' sums for them (I7)
 LB_R8_INLINE __m256i opaque(const Ctl &c) {
     const Ctl *p = &c;
-    __asm__("" : "+r"(p));
+    __asm__ volatile("" : "+r"(p));
     return _mm256_load_si256((const __m256i *)p->b);
 }
 
@@ -98,43 +105,53 @@ LB_R8_INLINE void prefetch_group(const uint8_t *o, int64_t nb, int t0) {
 // The int16 sums of one sub-block (8 code dwords at q, 32 bytes apart; the low nibbles, or the
 // high ones with HI) against each token's 8 activation dwords at y[t] + qa, then into I[t] as
 // int32 by one vpmaddwd with the scale words sw.
-template <bool HI, int NT>
-LB_R8_INLINE void subblock(const uint8_t *q, const uint8_t *const (&y)[NT], size_t qa, __m256i sw, __m256i (&I)[NT]) {
+template <bool HI, int NT, class SW>
+LB_R8_INLINE void subblock(const uint8_t *q, const uint8_t *const (&y)[NT], size_t qa, const SW &sw_of, __m256i (&I)[NT]) {
     const __m256i m0F = opaque(k0F);
     __m256i s[NT];
+    LB_TOKENS(NT, s[t] = _mm256_setzero_si256());
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
         const __m256i u = HI ? _mm256_and_si256(_mm256_srli_epi16(x, 4), m0F) : _mm256_and_si256(x, m0F);
         LB_TOKENS(NT, {
             const __m256i p = _mm256_maddubs_epi16(u, _mm256_set1_epi32(ld32(y[t] + qa + 4 * k)));
-            s[t] = k ? _mm256_add_epi16(s[t], p) : p;
+            s[t] = _mm256_add_epi16(s[t], p);
             // (the empty asm fences the chain: GCC would otherwise reassociate it into a tree,
             // forming all 8 products first, and spill them: I7)
             __asm__("" : "+x"(s[t]));
         });
     }
+    const __m256i sw = sw_of(HI ? 1 : 0);  // (formed here, after the sums: not live across them, I7)
     LB_TOKENS(NT, I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(s[t], sw)));
+    // the next sub-block's loads not before this fold (clang formed both sub-blocks' sums first,
+    // then spilled the tokens' I: I7)
+    __asm__ volatile("" ::: "memory");
 }
 
 // Both sub-blocks of a chunk at once (NT <= 2: registers for two int16 sums per token): each code
 // dword loaded once, its low nibbles into se[t] and high nibbles into so[t]
-template <int NT>
-LB_R8_INLINE void chunk2(const uint8_t *q, const uint8_t *const (&y)[NT], size_t qa, __m256i swe, __m256i swo,
-                         __m256i (&I)[NT]) {
+template <int NT, class SW>
+LB_R8_INLINE void chunk2(const uint8_t *q, const uint8_t *const (&y)[NT], size_t qa, const SW &sw_of, __m256i (&I)[NT]) {
     const __m256i m0F = opaque(k0F);
     __m256i se[NT], so[NT];
+    LB_TOKENS(NT, se[t] = _mm256_setzero_si256(); so[t] = _mm256_setzero_si256());
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * k));
         const __m256i ul = _mm256_and_si256(x, m0F), uh = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0F);
         LB_TOKENS(NT, {
             const __m256i pl = _mm256_maddubs_epi16(ul, _mm256_set1_epi32(ld32(y[t] + qa + 4 * k)));
             const __m256i ph = _mm256_maddubs_epi16(uh, _mm256_set1_epi32(ld32(y[t] + qa + 32 + 4 * k)));
-            se[t] = k ? _mm256_add_epi16(se[t], pl) : pl;
-            so[t] = k ? _mm256_add_epi16(so[t], ph) : ph;
+            se[t] = _mm256_add_epi16(se[t], pl);
+            so[t] = _mm256_add_epi16(so[t], ph);
             __asm__("" : "+x"(se[t]), "+x"(so[t]));  // (as subblock's)
         });
     }
-    LB_TOKENS(NT, I[t] = _mm256_add_epi32(I[t], _mm256_add_epi32(_mm256_madd_epi16(se[t], swe), _mm256_madd_epi16(so[t], swo))));
+    const __m256i swe = sw_of(0);
+    LB_TOKENS(NT, I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(se[t], swe)));
+    const __m256i swo = sw_of(1);
+    LB_TOKENS(NT, I[t] = _mm256_add_epi32(I[t], _mm256_madd_epi16(so[t], swo)));
 }
 
 // Rows 8g .. 8g+7 against tokens y[0..NT): lane j of the 8 floats at dst + t * ds = the result of
@@ -154,32 +171,34 @@ __attribute__((noinline)) void group_rows(const RowArgs &a, int64_t g, int t0, f
         __m256i I[NT];
         LB_TOKENS(NT, I[t] = _mm256_setzero_si256());
         for (int c = 0; c < 4; ++c) {
-            // scale bytes of the 8 rows (lane j, byte s): sc 0..3 (6 bits), then sc 4..7 (low 4
-            // bits in bytes 8..11, high 2 bits in the top of bytes 0..3), read per chunk (an
-            // address hidden from the optimiser: held across the chunks they took the registers
-            // of the tokens' sums: I7)
-            const uint8_t *os = o;
-            __asm__("" : "+r"(os));
-            const __m256i s0 = _mm256_loadu_si256((const __m256i *)(os + 32));
-            const __m256i sv = c < 2 ? _mm256_and_si256(s0, opaque(k3F))
-                                     : _mm256_or_si256(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(os + 96)), opaque(k0F)),
-                                                       _mm256_and_si256(_mm256_srli_epi16(s0, 2), opaque(k30)));
+            // the scale words of sub-block 2c + h (h = 0, 1) in both int16 words of each row's lane,
+            // from the scale bytes of the 8 rows (lane j, byte s): sc 0..3 (6 bits), then sc 4..7
+            // (low 4 bits in bytes 8..11, high 2 bits in the top of bytes 0..3); read where used
+            // (an address hidden from the optimiser: held across the chunks they took the
+            // registers of the tokens' sums, I7)
+            const auto sw_of = [&](int h) {
+                const uint8_t *os = o;
+                __asm__ volatile("" : "+r"(os));
+                const __m256i s0 = _mm256_loadu_si256((const __m256i *)(os + 32));
+                const __m256i sv = c < 2 ? _mm256_and_si256(s0, opaque(k3F))
+                                         : _mm256_or_si256(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(os + 96)), opaque(k0F)),
+                                                           _mm256_and_si256(_mm256_srli_epi16(s0, 2), opaque(k30)));
+                return _mm256_shuffle_epi8(sv, ctl(kWord2[(2 * c + h) % 4]));
+            };
             const size_t qa = (size_t)b * QBLK + QOFF_QS + 64 * (size_t)c;
             const uint8_t *q = o + kQs + 256 * (size_t)c;
-            const __m256i swe = _mm256_shuffle_epi8(sv, ctl(kWord2[(2 * c) % 4]));
-            const __m256i swo = _mm256_shuffle_epi8(sv, ctl(kWord2[(2 * c + 1) % 4]));
             if constexpr (NT <= 2) {
-                chunk2<NT>(q, y, qa, swe, swo, I);
+                chunk2<NT>(q, y, qa, sw_of, I);
             } else {
-                subblock<false, NT>(q, y, qa, swe, I);
-                subblock<true, NT>(q, y, qa + 32, swo, I);
+                subblock<false, NT>(q, y, qa, sw_of, I);
+                subblock<true, NT>(q, y, qa + 32, sw_of, I);
             }
         }
         // M: mins as int16 pairs (mn 2p, 2p + 1) against the token's bsums pairs; the mins, d and
         // dmin read again per token (from L1: held across the tokens, they were spilled, I7)
         LB_TOKENS(NT, {
             const uint8_t *om = o;
-            __asm__("" : "+r"(om));
+            __asm__ volatile("" : "+r"(om));
             const __m256i s1 = _mm256_loadu_si256((const __m256i *)(om + 64)), s2 = _mm256_loadu_si256((const __m256i *)(om + 96));
             const __m256i mnlo = _mm256_and_si256(s1, opaque(k3F));
             const __m256i mnhi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), opaque(k0F)),
@@ -189,7 +208,7 @@ __attribute__((noinline)) void group_rows(const RowArgs &a, int64_t g, int t0, f
             const uint8_t *yb = y[t] + (size_t)b * QBLK;
             // bsums pairs: int16 bs[s] = bsums[2s] + bsums[2s + 1], dword p = (bs[2p], bs[2p + 1])
             // (|pair| <= 4064: the pack is exact)
-            const __m128i one = _mm_set1_epi16(1);
+            const __m128i one = _mm256_castsi256_si128(opaque(kOnes16));
             const __m128i bs = _mm_packs_epi32(_mm_madd_epi16(_mm_loadu_si128((const __m128i *)(yb + QOFF_BS)), one),
                                                _mm_madd_epi16(_mm_loadu_si128((const __m128i *)(yb + QOFF_BS + 16)), one));
             __m256i M = _mm256_madd_epi16(_mm256_shuffle_epi8(mnlo, ctl(kPair[0])), _mm256_broadcastd_epi32(bs));
@@ -208,7 +227,7 @@ __attribute__((noinline)) void group_rows(const RowArgs &a, int64_t g, int t0, f
     }
 }
 
-// One pass of NT (<= 4) tokens over group g, its results into rows [lo, hi) (its own function:
+// One pass of NT (<= kPass) tokens over group g, its results into rows [lo, hi) (its own function:
 // two passes inlined into one body would hold both passes' vectors at once: I7). A group the
 // range cuts is computed into a per-thread buffer and its rows in the range copied out.
 template <int NT>
@@ -221,10 +240,16 @@ __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, i
         std::memcpy(a.out + (size_t)(t0 + t) * a.out_stride + lo, cut + t * kR8Rows + (lo - r), (size_t)(hi - lo) * 4);
 }
 
-// Tokens T0 .. NT - 1 of group g in passes of 4 (the last one shorter)
+// Tokens T0 .. NT - 1 of group g in passes of kPass (the last one shorter): 4, but 3 under clang
+// (its passes of 4 kept two tokens' sums I in memory across the scales' decode: I7)
+#if defined(__clang__)
+constexpr int kPass = 3;
+#else
+constexpr int kPass = 4;
+#endif
 template <int NT, int T0 = 0>
 LB_R8_INLINE void group_passes(const RowArgs &a, int64_t g, int64_t lo, int64_t hi) {
-    constexpr int left = NT - T0, n = left < 4 ? left : 4;
+    constexpr int left = NT - T0, n = left < kPass ? left : kPass;
     rows_group<n>(a, g, T0, lo, hi);
     if constexpr (T0 + n < NT) group_passes<NT, T0 + n>(a, g, lo, hi);
 }
