@@ -22,11 +22,14 @@
 // lane-wise: the same operations on the same values as the format's own kernels and GEMM at every
 // level, so each (row, token) result is bitwise theirs (I2, I3, I8; tests/test_repack.py).
 //
-// Registers (16 ymm): per token of a pass one int16 sub-block sum, its super-block sum I and its
-// float accumulator; a chunk's low nibbles are taken for every token of the pass, then its high
-// nibbles (the code dwords loaded twice, from L1), so only one int16 sum per token is live.
-// Tokens go 4 at a time (clang: 3); a longer window runs further passes of the group while its rows
-// are in L1.
+// Registers (16 ymm): per token of a pass one int16 sub-block sum and its super-block sum I (the
+// float accumulators live in the output rows, L1: one load and store per super-block). A chunk's
+// low nibbles are taken for every token of the pass, then its high nibbles (the code dwords loaded
+// twice, from L1), so only one int16 sum per token is live; passes of 1 or 2 tokens take both in
+// one sweep (chunk2). Tokens go 4 at a time (clang: 3); a longer window runs further passes of the
+// group while its rows are in L1. Zen 3, 16 MB of rows, one thread: 1.75x the row-major kernel at
+// one token, 1.4-1.5x at 4 and 8 (BENCHMARKS.md, round (16)). At DRAM scale one token gains little
+// on a VM whose ~28 GB/s the row-major kernels already reach on 2 threads.
 #include <immintrin.h>
 
 #include <algorithm>
