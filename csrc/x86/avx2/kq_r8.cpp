@@ -45,39 +45,17 @@ namespace lowbit {
 namespace avx2 {
 namespace {
 
-#define LB_R8_INLINE inline __attribute__((always_inline))
+#include "../kq_r8.inl"
 
-constexpr int QBLK = 292, QOFF_QS = 4, QOFF_BS = 260;  // block_q8_K: float d, qs[256], bsums[16]
-static_assert(sizeof(block_q8_K) == QBLK, "q8_K layout");
-
-LB_R8_INLINE int32_t ld32(const uint8_t *p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
-
-// pshufb controls (per 128-bit lane, so both lanes alike): byte B of each dword zero-extended into
-// both int16 words of the dword; bytes 2P, 2P + 1 of each dword zero-extended to two int16
-struct alignas(32) Ctl { uint8_t b[32]; };
+// pshufb control: byte B of each dword zero-extended into both int16 words of the dword (a
+// sub-block's scale against the int16 sums)
 constexpr Ctl word2_ctl(int B) {
     Ctl c{};
     for (int i = 0; i < 32; ++i) c.b[i] = (i % 2 == 0) ? (uint8_t)((i % 16) / 4 * 4 + B) : 0x80;
     return c;
 }
-constexpr Ctl pair_ctl(int P) {
-    Ctl c{};
-    for (int i = 0; i < 32; ++i) c.b[i] = (i % 2 == 0) ? (uint8_t)((i % 16) / 4 * 4 + 2 * P + (i % 4) / 2) : 0x80;
-    return c;
-}
 constexpr Ctl kWord2[4] = {word2_ctl(0), word2_ctl(1), word2_ctl(2), word2_ctl(3)};
-constexpr Ctl kPair[2] = {pair_ctl(0), pair_ctl(1)};
-LB_R8_INLINE __m256i ctl(const Ctl &c) { return _mm256_load_si256((const __m256i *)c.b); }
-constexpr Ctl splat(uint8_t v) {
-    Ctl c{};
-    for (int i = 0; i < 32; ++i) c.b[i] = v;
-    return c;
-}
-constexpr Ctl k0F = splat(0x0F), k3F = splat(0x3F), k30 = splat(0x30);
+constexpr Ctl k0F = splat(0x0F);
 constexpr Ctl ones16() {  // int16 1 in every word
     Ctl c{};
     for (int i = 0; i < 32; ++i) c.b[i] = i % 2 == 0;
@@ -90,19 +68,6 @@ LB_R8_INLINE __m256i opaque(const Ctl &c) {
     const Ctl *p = &c;
     __asm__ volatile("" : "+r"(p));
     return _mm256_load_si256((const __m256i *)p->b);
-}
-
-// Super-block o of a group (kGroup bytes, nb of them a group): the pass that streams it (t0 == 0)
-// asks for the lines ahead; a later pass reads it from L1, and meanwhile the next group's
-// super-block comes to L2, so the stream from DRAM does not stop while this pass computes.
-template <size_t kGroup>
-LB_R8_INLINE void prefetch_group(const uint8_t *o, int64_t nb, int t0) {
-    if (t0 == 0) {
-        prefetch_ahead(o, kGroup);
-    } else {
-        const uint8_t *next = o + (size_t)nb * kGroup;
-        for (size_t l = 0; l < kGroup; l += 64) _mm_prefetch((const char *)next + l, _MM_HINT_T1);
-    }
 }
 
 // The int16 sums of one sub-block (8 code dwords at q, 32 bytes apart; the low nibbles, or the

@@ -51,39 +51,15 @@ namespace lowbit {
 namespace avx512 {
 namespace {
 
-#define LB_R8_INLINE inline __attribute__((always_inline))
+#include "../kq_r8.inl"
 
-constexpr int QBLK = 292, QOFF_QS = 4, QOFF_BS = 260;  // block_q8_K: float d, qs[256], bsums[16]
-static_assert(sizeof(block_q8_K) == QBLK, "q8_K layout");
-
-LB_R8_INLINE int32_t ld32(const uint8_t *p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
-
-// pshufb controls (per 128-bit lane, so both lanes alike): byte B of each dword zero-extended
-// to int32; bytes 2P, 2P + 1 of each dword zero-extended to two int16
-struct alignas(32) Ctl { uint8_t b[32]; };
+// pshufb control: byte B of each dword zero-extended to int32 (a sub-block's scale)
 constexpr Ctl byte_ctl(int B) {
     Ctl c{};
     for (int i = 0; i < 32; ++i) c.b[i] = (i % 4 == 0) ? (uint8_t)((i % 16) + B) : 0x80;
     return c;
 }
-constexpr Ctl pair_ctl(int P) {
-    Ctl c{};
-    for (int i = 0; i < 32; ++i) c.b[i] = (i % 2 == 0) ? (uint8_t)((i % 16) / 4 * 4 + 2 * P + (i % 4) / 2) : 0x80;
-    return c;
-}
 constexpr Ctl kByte[4] = {byte_ctl(0), byte_ctl(1), byte_ctl(2), byte_ctl(3)};
-constexpr Ctl kPair[2] = {pair_ctl(0), pair_ctl(1)};
-LB_R8_INLINE __m256i ctl(const Ctl &c) { return _mm256_load_si256((const __m256i *)c.b); }
-constexpr Ctl splat(uint8_t v) {
-    Ctl c{};
-    for (int i = 0; i < 32; ++i) c.b[i] = v;
-    return c;
-}
-constexpr Ctl k3F = splat(0x3F), k30 = splat(0x30);
 // A constant read where it is used (its address hidden from the optimiser), for Q5_K's kernels:
 // hoisted out of the loops, clang kept these in a stack slot (I7), the registers being taken by
 // the fifth bits' vectors.
@@ -93,19 +69,6 @@ LB_R8_INLINE __m256i opaque(const Ctl &c) {
     return _mm256_load_si256((const __m256i *)p->b);
 }
 
-
-// Super-block o of a group (kGroup bytes, nb of them a group): the pass that streams it (t0 == 0)
-// asks for the lines ahead; a later pass reads it from L1, and meanwhile the next group's
-// super-block comes to L2, so the stream from DRAM does not stop while this pass computes.
-template <size_t kGroup>
-LB_R8_INLINE void prefetch_group(const uint8_t *o, int64_t nb, int t0) {
-    if (t0 == 0) {
-        prefetch_ahead(o, kGroup);
-    } else {
-        const uint8_t *next = o + (size_t)nb * kGroup;
-        for (size_t l = 0; l < kGroup; l += 64) _mm_prefetch((const char *)next + l, _MM_HINT_T1);
-    }
-}
 
 // Rows 8g .. 8g+7 against tokens y[0..NT): res[t] lane j = the result of row 8g + j.
 // Q5: Q5_K's groups (their fifth bits at kR8Qh, codes at kR8QsQ5), else Q4_K's.
