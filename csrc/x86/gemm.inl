@@ -1969,10 +1969,10 @@ void register_gemm(KernelTable &t) {
     };
     const auto gate = [&](int own) { return g && *g ? min_nt : own; };  // LOWBIT_KQ_GEMM_MIN_NT, else own
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
-    // Q4_K's R8 layout (its windows: register_kq_r8, 1.8-2.0x the row-major windows): its GEMM
-    // from 24 tokens (Zen 4, `bench kernels --formats Q4_K_R8 --stat min --cpu 1`, windows / gemm:
-    // n = 2048 1.11, 0.96, 1.28 at 16, 24, 32; n = 4096 0.95, 1.04, 1.35); LOWBIT_KQ_GEMM_MIN_NT
-    // sets it with Q4_K's
+    // Q4_K's R8 layout (its windows: register_kq_r8, 1.4-2.0x the row-major windows): its GEMM
+    // from kQ4kR8GemmMinNt tokens (avx512 24: Zen 4, `bench kernels --formats Q4_K_R8 --stat min
+    // --cpu 1`, windows / gemm: n = 2048 1.11, 0.96, 1.28 at 16, 24, 32; n = 4096 0.95, 1.04, 1.35;
+    // avx2 32, at the constant); LOWBIT_KQ_GEMM_MIN_NT sets it with Q4_K's
     set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kQ4kR8GemmMinNt));
 #if defined(__AVX512F__)
     // Q5_K's R8 layout: its GEMM from 24 tokens too (Zen 4, `bench kernels --formats Q5_K_R8 --nt
