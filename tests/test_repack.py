@@ -1,11 +1,11 @@
 """The R8 layouts (csrc/repack.h) of Q4_K, Q5_K and IQ4_XS (8 rows x super-blocks) and of Q4_0, Q4_1 and
 Q8_0 (8 rows x pairs of blocks): the engine repacks those matrices at load where the selected level
-has kernels for them (Q4_K from avx2: csrc/x86/avx2/kq_r8.cpp; all six at avx512: csrc/x86/avx512/kq_r8.cpp and
-lg_r8.cpp; their GEMMs' decode in csrc/x86/gemm.inl). Every (row, token) result must be bitwise the format's own
+has kernels for them (Q4_K, Q4_0 and Q4_1 from avx2: csrc/x86/avx2/kq_r8.cpp and lg_r8.cpp; all six at avx512:
+csrc/x86/avx512/kq_r8.cpp and lg_r8.cpp; their GEMMs' decode in csrc/x86/gemm.inl). Every (row, token) result must be bitwise the format's own
 entry's on the rows as the file has them (I2, I3, I8): the kernels on any row range and thread count, every window
 and the GEMM (with and without a tail), and whole models (dense and MoE, prompt chunks and decode steps) with and
 without LOWBIT_NO_REPACK=1. A format's tests are skipped where the selected level has no kernels for its layout
-(Q4_K: the CPU lacks avx2; the others: avx512f + avx512vnni + avx512vl)."""
+(Q4_K, Q4_0, Q4_1: the CPU lacks avx2; the others: avx512f + avx512vnni + avx512vl)."""
 import json
 import os
 import subprocess
@@ -24,13 +24,15 @@ R8 = "Q4_K" in LAYOUTS
 FORMATS = ["Q4_K", "Q5_K", "Q4_0", "Q4_1", "Q8_0", "IQ4_XS"]
 # the level whose R8 kernels run (avx2vnni runs avx2's: it adds none)
 R8_LEVEL = "avx512" if "Q5_K" in LAYOUTS else "avx2"
+# the layouts avx2 (and avx2vnni) has kernels for
+AVX2_LAYOUTS = ["Q4_K", "Q4_0", "Q4_1"]
 
 
 def needs_layout(*fmts):
     """Skip unless the selected level has kernels for every one of these formats' R8 layouts."""
     missing = [f for f in fmts if f not in LAYOUTS]
     if missing:
-        flags = "avx2" if missing == ["Q4_K"] else "avx512f + avx512vl + avx512vnni"
+        flags = "avx2" if set(missing) <= set(AVX2_LAYOUTS) else "avx512f + avx512vl + avx512vnni"
         pytest.skip(f"the R8 kernels of {', '.join(missing)} need {flags} (or LOWBIT_NO_REPACK / a lower "
                     "LOWBIT_MAX_ISA is set)")
 LEGACY = ("Q4_0", "Q4_1", "Q8_0")
@@ -142,14 +144,14 @@ def test_r8_kernels_bitwise_the_format_entry(fmt, n):
 
 def test_r8_kernel_names_and_gemm():
     needs_layout("Q4_K")
-    # avx2 (and avx2vnni): Q4_K's layout alone; avx512: all six
-    assert LAYOUTS == (FORMATS if R8_LEVEL == "avx512" else ["Q4_K"])
+    # avx2 (and avx2vnni): Q4_K's, Q4_0's and Q4_1's layouts; avx512: all six
+    assert sorted(LAYOUTS) == sorted(FORMATS if R8_LEVEL == "avx512" else AVX2_LAYOUTS)
     for fmt in LAYOUTS:
         kid, act = kernels.R8_KERNEL_IDS[fmt], ACT[fmt].lower()
         assert lib.kernel(kid, 1)[0] == f"rows_{fmt.lower()}_r8_{act}_{R8_LEVEL}"
         assert lib.gemm_kernel(kid)[0].startswith(f"gemm_{fmt.lower()}_r8_{act}_")
         if fmt in LEGACY:  # 16 tokens a window: 4 passes of 4 on each group
-            assert lib.wide_kernel(kid)[0] == f"rows16_{fmt.lower()}_r8_{act}_avx512"
+            assert lib.wide_kernel(kid)[0] == f"rows16_{fmt.lower()}_r8_{act}_{R8_LEVEL}"
 
 
 def test_repacked_needs_a_layout_and_rows_of_8():
@@ -192,7 +194,7 @@ def child(path, no_repack):
     return json.loads(r.stdout.splitlines()[-1])
 
 
-# the formats of each model whose matrices take an R8 layout at avx512 (at avx2: Q4_K's alone)
+# the formats of each model whose matrices take an R8 layout at avx512 (at avx2: AVX2_LAYOUTS')
 MODEL_R8 = {"dense": {"Q4_K"}, "dense_q5": {"Q5_K"}, "moe": {"Q4_K", "Q5_K"}, "dense_legacy": {"Q4_1", "Q8_0"},
             "dense_q4_0": {"Q4_0", "Q8_0"}, "dense_iq4_xs": {"IQ4_XS"}}
 
@@ -221,7 +223,7 @@ def test_models_bitwise_with_and_without_repacking(tmp_path, kind):
         synth_moe(path, arch="qwen3moe", wtype="Q4_K", expert_type="Q5_K", head_type="Q4_K", embd_type="F16",
                   top_k=4, seed=4)
     on, off = child(path, False), child(path, True)
-    want = {f.lower() for f in MODEL_R8[kind] & set(LAYOUTS)}  # (the MoE at avx2: its Q4_K matrices only)
+    want = {f.lower() for f in MODEL_R8[kind] & set(LAYOUTS)}  # (at avx2: the MoE's Q4_K matrices, no Q8_0 head)
     assert {k.split("_r8")[0].split("_", 1)[1] for k in on["kernels"] if "_r8" in k} == want, on["kernels"]
     assert not any("r8" in k for k in off["kernels"]), off["kernels"]
     assert on["repack"][0] and not off["repack"][0] and "LOWBIT_NO_REPACK" in off["repack"][1]

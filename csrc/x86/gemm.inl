@@ -1243,14 +1243,13 @@ struct GIQ4XS_R8 : GIQ4XS {
     static constexpr bool R8_ROWS = true;
     static constexpr int R8_FORMAT = T_IQ4_XS;
 };
+#endif
+// The layouts whose tiles are put back together row by row (R8_ROWS): Q5_K's and IQ4_XS's (avx512)
+// and the legacy formats' (GR8Rows, every level)
 template <class D, class = void>
 struct IsR8Rows : std::false_type {};
 template <class D>
 struct IsR8Rows<D, std::void_t<decltype(D::R8_ROWS)>> : std::true_type {};
-#else
-template <class D>
-struct IsR8Rows : std::false_type {};
-#endif
 
 // Row r of an R8 layout (R8_ROWS) unpacked into row (nb blocks) and decoded as the format's into
 // the codes and metadata of tile row r - rb
@@ -1630,7 +1629,7 @@ __attribute__((noinline)) void build_act_panel_legacy(const uint8_t *act, size_t
         }
 }
 
-// A legacy format's R8 layout (repack.h; its windows: csrc/x86/avx512/lg_r8.cpp): each block of
+// A legacy format's R8 layout (repack.h; its windows: csrc/x86/{avx2,avx512}/lg_r8.cpp): each block of
 // the tile's rows is put back together from its lane of the pair's group (d, m, the code dwords:
 // fixed-size copies, once per row and call) and decoded as the format's, so the same codes,
 // metadata and results (I8).
@@ -1946,6 +1945,18 @@ constexpr int kQ5GemmMinNt = 128;
 #endif
 // The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
 constexpr int kI2sLanesGemmMinNt = 16;
+// The legacy R8 layouts' GEMM gate. avx512 256: their windows beat it below (Zen 4, `bench kernels
+// --formats Q4_1_R8,Q8_0_R8,Q4_0_R8 --mb 1.5 --nt 64,128,256,512`, windows / gemm at n = 768, 1536
+// and 4096: 0.74-0.98 at 64, 0.88-1.13 at 128, 0.94-1.15 at 256, 0.95-1.24 at 512). avx2 (and
+// avx2vnni, which runs avx2's R8 windows) 32: the windows are at vpmaddubsw's bound from 8 tokens
+// on (Zen 3, `bench kernels --formats Q4_1_R8,Q4_0_R8 --nt 32,64,128,256,512 --mb 1.5 --cpu 1
+// --clock cpu --stat min`, windows / gemm at n = 1536 and 4096: 1.03-1.44 at 32, 1.02-1.17 at 64
+// (one 0.75), 1.24-1.72 at 128; at 16, 0.78-0.81: the wide window).
+#if defined(__AVX512F__)
+constexpr int kLegacyR8GemmMinNt = 256;
+#else
+constexpr int kLegacyR8GemmMinNt = 32;
+#endif
 // The longest tail of a chunk (its tokens past the last whole lane vector) that the windows take
 // instead of a padded GEMM pass (KernelEntry::gemm_tail; LOWBIT_GEMM_TAIL). Zen 4, one thread,
 // `bench kernels --nt ... --n 2560 --mb 16 --cpu 1 --stat min`, tail 4 against 0 (BENCHMARKS.md,
@@ -2014,15 +2025,14 @@ void register_gemm(KernelTable &t) {
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS), min_legacy);
     set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);  // avx2: vdot_sign
-#if defined(__AVX512F__)
-    // The legacy R8 layouts' GEMM (their windows: csrc/x86/avx512/lg_r8.cpp, 1.2-1.4x the row-major
-    // windows at 8 and 16 tokens) from 256 tokens: their windows beat it below (Zen 4, `bench kernels
-    // --formats Q4_1_R8,Q8_0_R8,Q4_0_R8 --mb 1.5 --nt 64,128,256,512`, windows / gemm at n = 768,
-    // 1536 and 4096: 0.74-0.98 at 64, 0.88-1.13 at 128, 0.94-1.15 at 256, 0.95-1.24 at 512)
-    const int min_r8 = gl && *gl ? min_legacy : 256;
+    // The legacy R8 layouts' GEMM (their windows: csrc/x86/{avx2,avx512}/lg_r8.cpp) from
+    // kLegacyR8GemmMinNt tokens: their windows beat it below. LOWBIT_LEGACY_GEMM_MIN_NT sets it with
+    // the legacy formats'.
+    const int min_r8 = gl && *gl ? min_legacy : kLegacyR8GemmMinNt;
     set(kQ4_0R8Id, &gemm_legacy<GR8Rows<GQ4_0>>, "gemm_q4_0_r8_q8_0_" LB_GK_STR(LOWBIT_NS), min_r8);
     set(kQ4_1R8Id, &gemm_legacy<GR8Rows<GQ4_1>>, "gemm_q4_1_r8_q8_1_" LB_GK_STR(LOWBIT_NS), min_r8);
-    set(kQ8_0R8Id, &gemm_legacy<GR8Rows<GQ8_0>>, "gemm_q8_0_r8_q8_0_" LB_GK_STR(LOWBIT_NS), min_r8);
+#if defined(__AVX512F__)
+    set(kQ8_0R8Id, &gemm_legacy<GR8Rows<GQ8_0>>, "gemm_q8_0_r8_q8_0_" LB_GK_STR(LOWBIT_NS), min_r8);  // (avx512 only)
 #endif
     // Q5_0 / Q5_1: llama-quant's fallback where 256 does not divide a row (Q4_K -> Q5_0, Q5_K ->
     // Q5_1: the experts' down matrices of GLM-4.5 and DeepSeek-V2 at width 1408)

@@ -164,7 +164,8 @@ def matmul_act(fmt, raw, act, n: int | None = None, *, out: np.ndarray | None = 
 
 def repacked_layouts() -> list[str]:
     """The formats whose matrices the engine repacks at load at this level (csrc/repack.h):
-    those of R8_FORMATS whose R8 layout has kernels at the selected level (avx512), else [].
+    those of R8_FORMATS whose R8 layout has kernels at the selected level (avx2: Q4_K, Q4_0, Q4_1;
+    avx512: all six), else [].
     The engine's LOWBIT_NO_REPACK=1 keeps every matrix as the file has it."""
     return [name for name in R8_FORMATS if lib.has_repacked(BY_NAME[name].id)]
 

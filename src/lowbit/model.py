@@ -1360,7 +1360,7 @@ class Model:
         if not layouts:
             off = os.environ.get("LOWBIT_NO_REPACK", "0") not in ("", "0")
             return False, ("off (LOWBIT_NO_REPACK=1)" if off else
-                           "no repacked layout at this level (avx2 has Q4_K's; avx512 Q4_K's, Q5_K's, Q4_0's, Q4_1's, Q8_0's "
+                           "no repacked layout at this level (avx2 has Q4_K's, Q4_0's and Q4_1's; avx512 Q4_K's, Q5_K's, Q4_0's, Q4_1's, Q8_0's "
                            "and IQ4_XS's)")
         if not q4k:
             return False, "no matrix of a format with a repacked layout (" + ", ".join(layouts) + ")"

@@ -20,6 +20,7 @@ void register_scan(KernelTable &t);   // the Mamba-2 state update (ssm_scan.cpp)
 void register_attn_q(KernelTable &t);  // attn_q.cpp (csrc/x86/attn_q.inl)
 void register_gemm(KernelTable &t);    // the GEMM tier (gemm.cpp, csrc/x86/gemm.inl)
 void register_kq_r8(KernelTable &t);   // Q4_K's R8 layout: its windows (kq_r8.cpp)
+void register_lg_r8(KernelTable &t);   // Q4_0's and Q4_1's R8 layouts: their windows (lg_r8.cpp)
 }  // namespace avx2
 
 void register_avx2(KernelTable &t) {
@@ -36,6 +37,7 @@ void register_avx2(KernelTable &t) {
     avx2::register_attn_q(t);
     avx2::register_gemm(t);
     avx2::register_kq_r8(t);
+    avx2::register_lg_r8(t);
     (void)t;
 }
 
