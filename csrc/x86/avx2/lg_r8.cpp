@@ -222,7 +222,7 @@ __attribute__((noinline)) void group_rows(const RowArgs &a, int64_t g, const uin
     const uint8_t *base = a.w + (size_t)g * kR8Rows * a.w_stride;
     // the float accumulators: per token, half and class 8 lanes (a per-thread buffer, its address
     // hidden so that they stay in memory: I7)
-    alignas(32) static thread_local float accbuf[WIDE_NT * 2 * 4 * 8];
+    alignas(32) static thread_local float accbuf[8 * 2 * 4 * 8];
     float *acc = accbuf;
     __asm__ volatile("" : "+r"(acc));
     for (int i = 0; i < NT * 2 * 4 * 8; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
@@ -267,7 +267,7 @@ template <class F, int NT>
 LB_LR_INLINE void rows_group(const RowArgs &a, int64_t g, const uint8_t *rec, int64_t lo, int64_t hi) {
     const int64_t r = g * kR8Rows;
     if (lo == r && hi == r + kR8Rows) return group_rows<F, NT>(a, g, rec, a.out + r, a.out_stride);
-    alignas(32) static thread_local float cut[WIDE_NT * kR8Rows];
+    alignas(32) static thread_local float cut[8 * kR8Rows];
     group_rows<F, NT>(a, g, rec, cut, kR8Rows);
     for (int t = 0; t < NT; ++t)
         std::memcpy(a.out + (size_t)t * a.out_stride + lo, cut + t * kR8Rows + (lo - r), (size_t)(hi - lo) * 4);
@@ -292,24 +292,25 @@ void rows_r8(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
         case 6: return rows_window<F, 6>(a, r0, r1);
         case 7: return rows_window<F, 7>(a, r0, r1);
         case 8: return rows_window<F, 8>(a, r0, r1);
-        case WIDE_NT: return rows_window<F, WIDE_NT>(a, r0, r1);
         default: return;
     }
 }
 
 }  // namespace
 
-// The R8 entries' windows and wide window (16 tokens: 4 passes of 4 on each group); their GEMM:
-// register_gemm, csrc/x86/gemm.inl. Counted under kQ4_0R8Id, kQ4_1R8Id; their activations are the
-// format's (Q8_0, Q8_1). The avx2vnni level runs these too; avx512 registers its own (and Q8_0's).
+// The R8 entries' windows (no wide window: 16 tokens as one window ran 1.34x slower than two of 8,
+// the records of 16 tokens crowding the group's lines out of L1: Zen 3, `bench kernels --formats
+// Q4_1_R8 --nt 16 --n 1536 --mb 8 --cpu 1`, 0.0291 against 0.0217 us per row and token); their
+// GEMM: register_gemm, csrc/x86/gemm.inl. Counted under kQ4_0R8Id, kQ4_1R8Id; their activations
+// are the format's (Q8_0, Q8_1). The avx2vnni level runs these too; avx512 registers its own (and
+// Q8_0's).
 void register_lg_r8(KernelTable &t) {
-    const auto set = [&](int id, rows_fn f, const char *name, const char *wide) {
+    const auto set = [&](int id, rows_fn f, const char *name) {
         t.set_rows_all(id, f, name, ISA_AVX2);
-        t.at(id).wide = RowKernel{f, wide, ISA_AVX2};
         t.at(id).count_id = id;
     };
-    set(kQ4_0R8Id, rows_r8<LQ4_0>, "rows_q4_0_r8_q8_0_avx2", "rows16_q4_0_r8_q8_0_avx2");
-    set(kQ4_1R8Id, rows_r8<LQ4_1>, "rows_q4_1_r8_q8_1_avx2", "rows16_q4_1_r8_q8_1_avx2");
+    set(kQ4_0R8Id, rows_r8<LQ4_0>, "rows_q4_0_r8_q8_0_avx2");
+    set(kQ4_1R8Id, rows_r8<LQ4_1>, "rows_q4_1_r8_q8_1_avx2");
 }
 
 }  // namespace avx2
