@@ -1088,12 +1088,37 @@ LB_GK_INLINE void transpose16(const float *src, size_t rs, float *dst, size_t ds
     for (int j = 0; j < 16; ++j)  // (a constant j: t stays in registers under clang too)
         if (j < ncol) _mm512_storeu_ps(dst + (size_t)j * ds, t[j]);
 }
+#else
+// An 8 x 8 block transposed (avx2 and avx2vnni: 8 lanes): row i's 8 floats at src + i * rs ->
+// column j's 8 floats (row 0 first) at dst + j * ds, for the columns j < ncol. Exact copies
+// (unpacks, shuffles and 128-bit lane moves), so the results' bits are unchanged.
+LB_GK_INLINE void transpose8(const float *src, size_t rs, float *dst, size_t ds, int ncol) {
+    const auto ld = [&](int i) { return _mm256_loadu_ps(src + (size_t)i * rs); };
+    // rows (0, 1), (2, 3), ...: [r0[0] r1[0] r0[1] r1[1] | r0[4] ..], the high halves likewise
+    const __m256 t0 = _mm256_unpacklo_ps(ld(0), ld(1)), t1 = _mm256_unpackhi_ps(ld(0), ld(1));
+    const __m256 t2 = _mm256_unpacklo_ps(ld(2), ld(3)), t3 = _mm256_unpackhi_ps(ld(2), ld(3));
+    const __m256 t4 = _mm256_unpacklo_ps(ld(4), ld(5)), t5 = _mm256_unpackhi_ps(ld(4), ld(5));
+    const __m256 t6 = _mm256_unpacklo_ps(ld(6), ld(7)), t7 = _mm256_unpackhi_ps(ld(6), ld(7));
+    // columns j and j + 4 of rows 0..3 (u0 .. u3) and of rows 4..7 (u4 .. u7)
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    const __m256 c[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                         _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                         _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                         _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j)  // (a constant j: c stays in registers)
+        if (j < ncol) _mm256_storeu_ps(dst + (size_t)j * ds, c[j]);
+}
 #endif
 
 // A pass's results (tres, tile_loop's layout) to out[t][rb .. rb + rows) for its tokens t < nt:
 // per lane vector, blocks of 16 rows x 16 tokens transposed in registers at avx512 (the scalar
-// copy was 2.3% of an 8B-shaped prefill's samples, 4.4% of a 30B-A3B-shaped one's), the rest
-// (rows past a multiple of 16, and the levels below) copied one float at a time.
+// copy was 2.3% of an 8B-shaped prefill's samples, 4.4% of a 30B-A3B-shaped one's), of 8 x 8
+// below (it was 6% of the default model's prefill at avx2, Zen 3), the rest (rows past a
+// multiple of the block) copied one float at a time.
 // Not inlined: clang vectorises the strided copy with gathers whose index vectors, hoisted into
 // the caller, would be saved around every microkernel call (I7's check_spills).
 __attribute__((noinline)) inline void store_pass(const RowArgs &a, const float *tres, int64_t rb, int rows, int g0,
@@ -1106,6 +1131,10 @@ __attribute__((noinline)) inline void store_pass(const RowArgs &a, const float *
         for (; i0 + 16 <= rows; i0 += 16)
             transpose16(tres + ((size_t)i0 * MAXV + (size_t)v) * LANES, (size_t)MAXV * LANES,
                         a.out + (size_t)t0 * a.out_stride + (size_t)(rb + i0), a.out_stride, nl);
+#else
+        for (; i0 + 8 <= rows; i0 += 8)
+            transpose8(tres + ((size_t)i0 * MAXV + (size_t)v) * LANES, (size_t)MAXV * LANES,
+                       a.out + (size_t)t0 * a.out_stride + (size_t)(rb + i0), a.out_stride, nl);
 #endif
         for (int l = 0; l < nl; ++l) {
             float *o = a.out + (size_t)(t0 + l) * a.out_stride + (size_t)rb;
