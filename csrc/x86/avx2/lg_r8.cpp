@@ -57,25 +57,7 @@ namespace lowbit {
 namespace avx2 {
 namespace {
 
-#define LB_LR_INLINE inline __attribute__((always_inline))
-
-// The formats (the fields avx512's lg_r8.cpp names): kOff the code offset, kM an fp16 m (Q4_1),
-// kAct / kAqs the activation block's bytes and where its codes start, kQs where a group's codes
-// start, kGroup its bytes
-struct LQ4_0 {
-    static constexpr int kOff = 8, kAct = 34, kAqs = 2;
-    static constexpr size_t kQs = 32, kGroup = 16 * 18;
-    static constexpr bool kM = false;
-};
-struct LQ4_1 {
-    static constexpr int kOff = 0, kAct = 36, kAqs = 4;
-    static constexpr size_t kQs = 64, kGroup = 16 * 20;
-    static constexpr bool kM = true;
-};
-
-constexpr size_t kRec = 80;  // bytes of a (token, pair) activation record
-
-struct alignas(64) Line { uint8_t b[64]; };
+#include "../lg_r8.inl"
 
 LB_LR_INLINE int64_t ld64(const uint8_t *p) {
     long long v;
@@ -131,15 +113,8 @@ __attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int nt) {
             const __m256i lo = _mm256_unpacklo_epi32(q0, q1), hi = _mm256_unpackhi_epi32(q0, q1);
             _mm256_storeu_si256((__m256i *)r, _mm256_permute2x128_si256(lo, hi, 0x20));
             _mm256_storeu_si256((__m256i *)(r + 32), _mm256_permute2x128_si256(lo, hi, 0x31));
-            uint16_t h0[2], h1[2];
-            std::memcpy(h0, b0, 4);  // d_a (and Q8_1's s_a): unaligned fp16, read as bytes
-            std::memcpy(h1, b1, 4);
-            const float d[2] = {fp16_to_f32(h0[0]), fp16_to_f32(h1[0])};
-            std::memcpy(r + 64, d, 8);
-            if constexpr (F::kM) {
-                const float sa[2] = {fp16_to_f32(h0[1]), fp16_to_f32(h1[1])};
-                std::memcpy(r + 72, sa, 8);
-            } else {  // sum(q_a) of each block, exact (|sum| <= 4096): bytes into int16 pairs, then int32
+            // the blocks' code sums, exact (|sum| <= 4096): bytes into int16 pairs, then int32
+            record_tail<F>(r, b0, b1, [&](int32_t &s0, int32_t &s1) {
                 const auto sum = [&](__m256i q) {
                     const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16v);
                     __m128i v = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
@@ -147,9 +122,8 @@ __attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int nt) {
                     v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1));
                     return _mm_cvtsi128_si32(v);
                 };
-                const int32_t corr[2] = {-F::kOff * sum(q0), -F::kOff * sum(q1)};
-                std::memcpy(r + 72, corr, 8);
-            }
+                s0 = sum(q0), s1 = sum(q1);
+            });
         }
     }
     return base;
@@ -231,20 +205,7 @@ __attribute__((noinline)) void group_rows(const RowArgs &a, int64_t g, const uin
         prefetch_ahead(o, F::kGroup);
         pair<F, NT, decltype(qc)::value>(o, rec + (size_t)p * NT * kRec, acc);
     };
-    int64_t p = 0;
-    for (; p + 4 <= np; p += 4) {
-        step(p, std::integral_constant<int, 0>{});
-        step(p + 1, std::integral_constant<int, 1>{});
-        step(p + 2, std::integral_constant<int, 2>{});
-        step(p + 3, std::integral_constant<int, 3>{});
-    }
-    // the last np % 4 pairs: classes 0, 1, 2, each its own accumulator, so their order is free
-    switch (np - p) {
-        case 3: step(p + 2, std::integral_constant<int, 2>{}); [[fallthrough]];
-        case 2: step(p + 1, std::integral_constant<int, 1>{}); [[fallthrough]];
-        case 1: step(p, std::integral_constant<int, 0>{}); break;
-        default: break;
-    }
+    each_pair(np, step);
     // the tree, per half: e_q = class 2q + class 2q + 1 (lanes 2j, 2j + 1), then (e0 + e1) + (e2 + e3),
     // row 4H + j at lane 2j; the two halves' even lanes into rows 0..7
     for (int t = 0; t < NT; ++t) {

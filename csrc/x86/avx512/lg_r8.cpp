@@ -53,28 +53,7 @@ namespace lowbit {
 namespace avx512 {
 namespace {
 
-#define LB_LR_INLINE inline __attribute__((always_inline))
-
-// The formats: kDwords code dwords per block; kQs where a group's codes start; kGroup its bytes;
-// kOff the code offset (the unsigned code is q_w + kOff); kM an fp16 m (Q4_1); kAct / kAqs the
-// activation block's bytes and where its codes start (Q8_0: d, qs; Q8_1: d, s, qs).
-struct LQ4_0 {
-    static constexpr int kDwords = 4, kOff = 8, kAct = 34, kAqs = 2;
-    static constexpr size_t kQs = 32, kGroup = 16 * 18;
-    static constexpr bool kM = false;
-};
-struct LQ4_1 {
-    static constexpr int kDwords = 4, kOff = 0, kAct = 36, kAqs = 4;
-    static constexpr size_t kQs = 64, kGroup = 16 * 20;
-    static constexpr bool kM = true;
-};
-struct LQ8_0 {
-    static constexpr int kDwords = 8, kOff = 128, kAct = 34, kAqs = 2;
-    static constexpr size_t kQs = 32, kGroup = 16 * 34;
-    static constexpr bool kM = false;
-};
-
-constexpr size_t kRec = 80;  // bytes of a (token, pair) activation record
+#include "../lg_r8.inl"
 
 // The activations' qwords (and float pairs) broadcast to the 8 lane pairs where they are used:
 //   dpq(acc, u, p)       acc + per int32 lane the 4 products u8 (u) * s8 (the qword at p)
@@ -123,9 +102,6 @@ LB_LR_INLINE __m512 mulq(__m512 x, const uint8_t *p) { return _mm512_mul_ps(x, b
 LB_LR_INLINE __m512 fmaq(__m512 acc, __m512 x, const uint8_t *p) { return _mm512_fmadd_ps(x, bqf(p), acc); }
 #endif
 
-
-struct alignas(64) Line { uint8_t b[64]; };
-
 // The call's activations as records (header), token t's pair p at + (t * np + p) * kRec; built
 // once per thread and call (act_holds: a dispatch's parts and a GLU's two matrices share it).
 template <class F>
@@ -149,20 +125,10 @@ __attribute__((noinline)) const uint8_t *prepare(const RowArgs &a, int nt) {
             const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + F::kAqs))),
                                                  _mm256_loadu_si256((const __m256i *)(b1 + F::kAqs)), 1);
             _mm512_storeu_si512((void *)r, _mm512_permutexvar_epi32(ilv, q));
-            uint16_t h0[2], h1[2];
-            std::memcpy(h0, b0, 4);  // d_a (and Q8_1's s_a): unaligned fp16, read as bytes
-            std::memcpy(h1, b1, 4);
-            const float d[2] = {fp16_to_f32(h0[0]), fp16_to_f32(h1[0])};
-            std::memcpy(r + 64, d, 8);
-            if constexpr (F::kM) {
-                const float sa[2] = {fp16_to_f32(h0[1]), fp16_to_f32(h1[1])};
-                std::memcpy(r + 72, sa, 8);
-            } else {
+            record_tail<F>(r, b0, b1, [&](int32_t &s0, int32_t &s1) {
                 const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q);  // exact: |sum| <= 4096
-                const int32_t corr[2] = {-F::kOff * _mm512_mask_reduce_add_epi32(0x00FF, s),
-                                         -F::kOff * _mm512_mask_reduce_add_epi32(0xFF00, s)};
-                std::memcpy(r + 72, corr, 8);
-            }
+                s0 = _mm512_mask_reduce_add_epi32(0x00FF, s), s1 = _mm512_mask_reduce_add_epi32(0xFF00, s);
+            });
         }
     }
     return base;
@@ -243,22 +209,7 @@ __attribute__((noinline)) void rows_group(const RowArgs &a, int64_t g, int t0, c
         LB_TOKENS(NT, yp[t] = y[t] + (size_t)p * kRec);
         pair<F, NT, decltype(qc)::value>(o, yp, acc);
     };
-    int64_t p = 0;
-    for (; p + 4 <= np; p += 4) {
-        step(p, std::integral_constant<int, 0>{});
-        step(p + 1, std::integral_constant<int, 1>{});
-        step(p + 2, std::integral_constant<int, 2>{});
-        step(p + 3, std::integral_constant<int, 3>{});
-    }
-    // The last np % 4 pairs: classes 0, 1, 2, each its own accumulator, so their order is free:
-    // one entry, one exit (clang split the accumulators' live ranges around three ifs and
-    // spilled them: I7)
-    switch (np - p) {
-        case 3: step(p + 2, std::integral_constant<int, 2>{}); [[fallthrough]];
-        case 2: step(p + 1, std::integral_constant<int, 1>{}); [[fallthrough]];
-        case 1: step(p, std::integral_constant<int, 0>{}); break;
-        default: break;
-    }
+    each_pair(np, step);
     // the tree: e_q = class 2q + class 2q + 1 (lanes 2j, 2j + 1), then (e0 + e1) + (e2 + e3); row j
     // at lane 2j, gathered to lanes 0..7
     const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
