@@ -1104,13 +1104,14 @@ LB_GK_INLINE void transpose8(const float *src, size_t rs, float *dst, size_t ds,
     const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
     const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
     const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    const __m256 c[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
-                         _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
-                         _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
-                         _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
-    #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j)  // (a constant j: c stays in registers)
-        if (j < ncol) _mm256_storeu_ps(dst + (size_t)j * ds, c[j]);
+    // each column stored as it is formed (all 8 formed first, one was spilled: I7)
+    const auto st = [&](int j, __m256 c) {
+        if (j < ncol) _mm256_storeu_ps(dst + (size_t)j * ds, c);
+    };
+    st(0, _mm256_permute2f128_ps(u0, u4, 0x20)), st(4, _mm256_permute2f128_ps(u0, u4, 0x31));
+    st(1, _mm256_permute2f128_ps(u1, u5, 0x20)), st(5, _mm256_permute2f128_ps(u1, u5, 0x31));
+    st(2, _mm256_permute2f128_ps(u2, u6, 0x20)), st(6, _mm256_permute2f128_ps(u2, u6, 0x31));
+    st(3, _mm256_permute2f128_ps(u3, u7, 0x20)), st(7, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 #endif
 
@@ -1977,10 +1978,9 @@ constexpr int kI2sLanesGemmMinNt = 16;
 // The legacy R8 layouts' GEMM gate. avx512 256: their windows beat it below (Zen 4, `bench kernels
 // --formats Q4_1_R8,Q8_0_R8,Q4_0_R8 --mb 1.5 --nt 64,128,256,512`, windows / gemm at n = 768, 1536
 // and 4096: 0.74-0.98 at 64, 0.88-1.13 at 128, 0.94-1.15 at 256, 0.95-1.24 at 512). avx2 (and
-// avx2vnni, which runs avx2's R8 windows) 32: the windows are at vpmaddubsw's bound from 8 tokens
-// on (Zen 3, `bench kernels --formats Q4_1_R8,Q4_0_R8 --nt 32,64,128,256,512 --mb 1.5 --cpu 1
-// --clock cpu --stat min`, windows / gemm at n = 1536 and 4096: 1.03-1.44 at 32, 1.02-1.17 at 64
-// (one 0.75), 1.24-1.72 at 128; at 16, 0.78-0.81: the wide window).
+// avx2vnni, which runs avx2's R8 windows) 32 (Zen 3, `bench kernels --formats Q4_1_R8,Q4_0_R8 --nt
+// 32,64,128,256,512 --mb 1.5 --cpu 1 --clock cpu --stat min`, windows / gemm at n = 1536 and 4096:
+// 1.03-1.44 at 32, 1.02-1.17 at 64 (one 0.75), 1.24-1.72 at 128; at 16 the windows win, 0.78-0.81).
 #if defined(__AVX512F__)
 constexpr int kLegacyR8GemmMinNt = 256;
 #else
