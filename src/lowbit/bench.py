@@ -748,7 +748,8 @@ def _timing_args(p, formats: list[str], n: int, reps: int) -> None:
     """The options `bench kernels` and `bench act` share: formats, row length, repetitions,
     pinning, JSON."""
     p.add_argument("--formats", default=",".join(formats), help="comma-separated formats (default: all)")
-    p.add_argument("--n", type=int, default=n, help="values per row (a multiple of 256)")
+    p.add_argument("--n", type=int, default=n, help="values per row (a multiple of each format's block: 256 for "
+                   "the k-quants, 32 for the legacy formats, 64 for their R8 layouts)")
     p.add_argument("--reps", type=int, default=reps, help="timed repetitions; the median is reported")
     p.add_argument("--cpu", type=int, default=None, help="pin this process to CPU N (with one thread)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -758,8 +759,8 @@ def _pin_and_formats(a) -> list[str]:
     """Apply --cpu, check --n; the --formats names, canonical."""
     if a.cpu is not None:
         os.sched_setaffinity(0, {a.cpu})
-    if a.n <= 0 or a.n % 256:
-        raise ValueError("--n must be a positive multiple of 256")
+    if a.n <= 0:
+        raise ValueError("--n must be positive")
     names = []
     for s in a.formats.split(","):
         if not s.strip():
@@ -771,6 +772,10 @@ def _pin_and_formats(a) -> list[str]:
             names.append(f"{base}_R8")
         else:
             names.append(get_format(s.strip()).name)
+    for name in names:  # (an R8 layout's groups hold pairs of blocks)
+        block = get_format(name.removesuffix("_R8")).block * (2 if name.endswith("_R8") else 1)
+        if a.n % block:
+            raise ValueError(f"--n {a.n}: {name}'s rows take a multiple of {block} values")
     return names
 
 

@@ -199,26 +199,27 @@ __attribute__((noinline)) void group_rows(const RowArgs &a, int64_t g, const uin
     alignas(32) static thread_local float accbuf[8 * 2 * 4 * 8];
     float *acc = accbuf;
     __asm__ volatile("" : "+r"(acc));
-    for (int i = 0; i < NT * 2 * 4 * 8; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
+    // (vector stores, one per 8 floats: as a loop GCC made it a `rep stos`, whose start-up cost was
+    // ~5% of a group at n = 576, the default model's rows)
+    LB_TOKENS(NT, {
+        const __m256 z = _mm256_setzero_ps();
+        float *a0 = acc + t * 2 * 4 * 8;
+        _mm256_store_ps(a0, z), _mm256_store_ps(a0 + 8, z), _mm256_store_ps(a0 + 16, z), _mm256_store_ps(a0 + 24, z);
+        _mm256_store_ps(a0 + 32, z), _mm256_store_ps(a0 + 40, z), _mm256_store_ps(a0 + 48, z), _mm256_store_ps(a0 + 56, z);
+    });
     const auto step = [&](int64_t p, auto qc) __attribute__((always_inline)) {
         const uint8_t *o = base + (size_t)p * F::kGroup;
         prefetch_ahead(o, F::kGroup);
         pair<F, NT, decltype(qc)::value>(o, rec + (size_t)p * NT * kRec, acc);
     };
     each_pair(np, step);
-    // the tree, per half: e_q = class 2q + class 2q + 1 (lanes 2j, 2j + 1), then (e0 + e1) + (e2 + e3),
-    // row 4H + j at lane 2j; the two halves' even lanes into rows 0..7
+    // the tree: e_q = class 2q + class 2q + 1 (lanes 2j, 2j + 1), for both halves by one hadd (rows
+    // 0 1 4 5 | 2 3 6 7), then (e0 + e1) + (e2 + e3), the qwords put into row order
     for (int t = 0; t < NT; ++t) {
-        const auto tree = [&](int h) {
-            const float *c = acc + (t * 2 + h) * 4 * 8;
-            const auto e = [&](int q) {
-                const __m256 v = _mm256_load_ps(c + 8 * q);
-                return _mm256_add_ps(v, _mm256_permute_ps(v, 0xB1));
-            };
-            return _mm256_add_ps(_mm256_add_ps(e(0), e(1)), _mm256_add_ps(e(2), e(3)));
-        };
-        const __m256 r01 = _mm256_shuffle_ps(tree(0), tree(1), 0x88);  // rows 0 1 4 5 | 2 3 6 7
-        _mm256_storeu_ps(dst + t * ds, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r01), 0xD8)));
+        const float *c = acc + t * 2 * 4 * 8;
+        const auto e = [&](int q) { return _mm256_hadd_ps(_mm256_load_ps(c + 8 * q), _mm256_load_ps(c + 32 + 8 * q)); };
+        const __m256 r = _mm256_add_ps(_mm256_add_ps(e(0), e(1)), _mm256_add_ps(e(2), e(3)));
+        _mm256_storeu_ps(dst + t * ds, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r), 0xD8)));
     }
 }
 
@@ -229,9 +230,11 @@ LB_LR_INLINE void rows_group(const RowArgs &a, int64_t g, const uint8_t *rec, in
     const int64_t r = g * kR8Rows;
     if (lo == r && hi == r + kR8Rows) return group_rows<F, NT>(a, g, rec, a.out + r, a.out_stride);
     alignas(32) static thread_local float cut[8 * kR8Rows];
-    group_rows<F, NT>(a, g, rec, cut, kR8Rows);
+    float *c = cut;  // (its address passed as any other: a clone of group_rows for this buffer
+    __asm__("" : "+r"(c));  // looked it up between two tokens' stores and kept a result on the stack: I7)
+    group_rows<F, NT>(a, g, rec, c, kR8Rows);
     for (int t = 0; t < NT; ++t)
-        std::memcpy(a.out + (size_t)t * a.out_stride + lo, cut + t * kR8Rows + (lo - r), (size_t)(hi - lo) * 4);
+        std::memcpy(a.out + (size_t)t * a.out_stride + lo, c + t * kR8Rows + (lo - r), (size_t)(hi - lo) * 4);
 }
 
 template <class F, int NT>
