@@ -156,22 +156,26 @@ LB_LR_INLINE void pair_tokens(const uint8_t *o, const uint8_t *y, float *acc) {
         });
     }
     // d_w and m_w of the pair's 16 lanes, read after the sums (held across them they took the
-    // registers of the tokens' sums: I7)
+    // registers of the tokens' sums: I7), once for the chunk's tokens; each token's d_a and its
+    // s_a (Q4_1) or offset terms (Q4_0) once for both halves
     const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)o));
     const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16)));
+    const __m256 mw0 = F::kM ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 32))) : _mm256_setzero_ps();
+    const __m256 mw1 = F::kM ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 48))) : _mm256_setzero_ps();
     LB_TOKENS(NT, {
         const uint8_t *r = y + (T0 + t) * kRec;
         const __m256 da = bqf(r + 64);
-        const auto fold = [&](__m256i sum, __m256 dw, int h) __attribute__((always_inline)) {
+        const __m256i tail = bq(r + 72);  // s_a of both blocks (float), or their offset terms (int32)
+        const auto fold = [&](__m256i sum, __m256 dw, __m256 mw, int h) __attribute__((always_inline)) {
             __m256i isum = _mm256_madd_epi16(sum, opaque(kOnes16));
-            if constexpr (F::kOff) isum = _mm256_add_epi32(isum, bq(r + 72));
+            if constexpr (F::kOff) isum = _mm256_add_epi32(isum, tail);
             float *ap = acc + (((T0 + t) * 2 + h) * 4 + Q) * 8;
             __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, da), _mm256_load_ps(ap));
-            if constexpr (F::kM) v = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 32 + 16 * h))), bqf(r + 72), v);
+            if constexpr (F::kM) v = _mm256_fmadd_ps(mw, _mm256_castsi256_ps(tail), v);
             _mm256_store_ps(ap, v);
         };
-        fold(s0[t], dw0, 0);
-        fold(s1[t], dw1, 1);
+        fold(s0[t], dw0, mw0, 0);
+        fold(s1[t], dw1, mw1, 1);
     });
     // the next chunk's loads not before these stores (its sums and these folds at once: I7)
     __asm__ volatile("" ::: "memory");
