@@ -52,6 +52,9 @@ def one_line_error(r, needle, code=2):
     (["synth", "dense", "/tmp/never.gguf", "--heads", "4", "--kv-heads", "3"], "multiple of --kv-heads 3"),
     (["synth", "moe", "/tmp/never.gguf", "--experts", "4", "--top-k", "5"], "--top-k 5 must be at most --experts 4"),
     (["bench", "kernels", "--threads", "0"], "--threads must be >= 1"),
+    (["bench", "kernels", "--formats", "Q4_1,Q4_K", "--n", "576"], "--n 576: Q4_K's rows take a multiple of 256 values"),
+    (["bench", "kernels", "--formats", "Q4_0", "--n", "48"], "--n 48: Q4_0's rows take a multiple of 32 values"),
+    (["bench", "kernels", "--n", "0"], "--n must be >= 1"),
     (["bench", "e2e", "--reps", "0"], "--reps must be >= 1"),
 ])
 def test_bad_numbers_are_one_line_errors(args, needle, capsys):

@@ -759,8 +759,6 @@ def _pin_and_formats(a) -> list[str]:
     """Apply --cpu, check --n; the --formats names, canonical."""
     if a.cpu is not None:
         os.sched_setaffinity(0, {a.cpu})
-    if a.n <= 0:
-        raise ValueError("--n must be positive")
     names = []
     for s in a.formats.split(","):
         if not s.strip():
@@ -775,7 +773,8 @@ def _pin_and_formats(a) -> list[str]:
     for name in names:  # (an R8 layout's groups hold pairs of blocks)
         block = get_format(name.removesuffix("_R8")).block * (2 if name.endswith("_R8") else 1)
         if a.n % block:
-            raise ValueError(f"--n {a.n}: {name}'s rows take a multiple of {block} values")
+            from .cli import UsageError
+            raise UsageError(f"--n {a.n}: {name}'s rows take a multiple of {block} values")
     return names
 
 
