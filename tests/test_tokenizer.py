@@ -499,3 +499,17 @@ def test_unknown_model_and_pre_tokenizer():
         tok.apply_chat_template([{"role": "user", "content": "Hi"}])
     with pytest.raises(ValueError, match="out of range"):
         tok.piece(3)
+
+
+def test_tokenizers_object_is_shared_only_for_the_same_vocabulary():
+    """Tokenizer._cached_hf: the same vocabulary built again (a model loaded again) reuses the built
+    `tokenizers` object; another one (here other merges beside the same tokens, as a file rewritten
+    in place may have) gets its own, and encodes by its own merges."""
+    base = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+            "tokenizer.ggml.tokens": ["a", "b", "ab"], "tokenizer.ggml.token_type": [1, 1, 1]}
+    one = Tokenizer.from_gguf({**base, "tokenizer.ggml.merges": ["a b"]})
+    two = Tokenizer.from_gguf({**base, "tokenizer.ggml.merges": ["b a"]})  # ("ba" is no token: no merge)
+    again = Tokenizer.from_gguf({**base, "tokenizer.ggml.merges": ["a b"]})
+    assert one.encode("ab") == again.encode("ab") == [2]
+    assert two.encode("ab") == [0, 1]
+    assert again._hf is one._hf and two._hf is not one._hf
