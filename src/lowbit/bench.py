@@ -770,8 +770,9 @@ def _pin_and_formats(a) -> list[str]:
             names.append(f"{base}_R8")
         else:
             names.append(get_format(s.strip()).name)
-    for name in names:  # (an R8 layout's groups hold pairs of blocks)
-        block = get_format(name.removesuffix("_R8")).block * (2 if name.endswith("_R8") else 1)
+    for name in names:  # (an R8 layout's unit: a k-quant's super-block, a legacy format's pair of blocks)
+        block = get_format(name.removesuffix("_R8")).block
+        block = max(block, 64) if name.endswith("_R8") else block
         if a.n % block:
             from .cli import UsageError
             raise UsageError(f"--n {a.n}: {name}'s rows take a multiple of {block} values")
