@@ -276,6 +276,20 @@ constexpr int W_MAX = 128;  // vpdpbusd: any signed byte
 #if !defined(LB_GK_SIGN)
 constexpr int MAXR_SIGN = MAXR;  // (no sign trick at this level)
 #endif
+// Q4_1 / Q5_1 (unsigned codes 0..WMAX; their min term comes through s_a, not the dots) at avx2:
+// the codes are vpmaddubsw's UNSIGNED operand and the activations, kept signed in the panel (no
+// +128, so no correction), its signed one (D::UW, vdots16's UW): a pair of products is at most
+// 2 * WMAX * 128, so the int16 sums hold ksum16_uw(WMAX) dwords, Q4_1 all 8 of a block (one
+// vpmaddwd per block and no -128 * sum(w) start, against two and one with the +128 activations),
+// Q5_1 4 (it had vdot's vpmaddwd per dword). The integer is the same, so the results are.
+#if defined(LB_GK_PRESUM16)
+constexpr bool kUnsignedCodes = true;
+// rows per microkernel (kMr): a block's int16 sums in one go (Q4_1) leave no int32 sum to keep
+constexpr int uw_rows(int wmax) { return ksum16_uw(wmax) >= 8 ? 5 : 4; }
+#else
+constexpr bool kUnsignedCodes = false;
+constexpr int uw_rows(int) { return MAXR; }
+#endif
 constexpr size_t Q8K_D = 0, Q8K_QS = 4, Q8K_BS = 260;
 static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 
@@ -1384,30 +1398,39 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 // Q5_0: q - 16, Q8_0: q, Q4_1 / Q5_1: q), the activations carry +128, and the +128 comes back as 128 * sum(w) per row
 // and block (the dots start from -128 * sum(w)). isum = sum w * q_a exactly: the row kernels'
 // integer. Bounds: |sum (q_a + 128) w| <= 32 * 255 * 128 < 2^21.
+// Q4_1 / Q5_1 at avx2 (D::UW, kUnsignedCodes): codes q unsigned against the activations signed (no
+// +128 in the panel, neg = 0), isum the same integer.
 // Q8_0 at avx2 (D::SIGN: its codes exceed vdot's W_MAX) takes the sign trick instead (vdot_sign):
 // the panel keeps the activations signed (no +128, so no correction: neg = 0) and the tile holds
 // 64 bytes per block, the 32 |w| then the 32 w; isum is the avx2 window kernels' integer, bitwise
 // (|isum| <= 32 * 128 * 128 = 2^19).
 
 struct alignas(64) ActBlk {
-    uint8_t q[8][LANES * 4];  // [dword][lane l * 4 + k]: token l's q[4 dword + k] + 128 (D::SIGN: q)
+    uint8_t q[8][LANES * 4];  // [dword][lane l * 4 + k]: token l's q[4 dword + k] + 128 (D::SIGN, D::UW: q)
     float d[LANES];           // [lane] d_a (fp16 -> float); 0 for lanes past the chunk
     float s[LANES];           // [lane] s_a of Q8_1 (fp16 -> float); 0 for Q8_0
 };
 // Rows per microkernel: MAXR, or MAXR_SIGN for the sign trick (measured, at vdot_sign);
 // MAXR_LEG sizes the class and result buffers for either.
+// D::UW (kUnsignedCodes): Q4_1's int16 sums take a whole block (one vpmaddwd into the float
+// step, no int32 sum kept across the block), so 5 rows fit the 16 ymm; Q5_1's take half a block
+// (an int32 sum per row and token as well): 4 rows, 5 spilled. Zen 3, in-process interleaved
+// builds, 1 thread, Q4_1 at 256 tokens (n = 2304) and Q4_1_R8 at 128 (n = 576), medians: 3 rows
+// (the +128 panel) 1.00, 4 rows 1.10-1.13x, 5 rows 1.14-1.19x; Q5_1 3 rows 1.27x, 4 rows 1.33x
+// (BENCHMARKS.md round (19)).
+constexpr int MAXR_UW = uw_rows(1);
 template <class D>
-constexpr int kMr = D::SIGN ? MAXR_SIGN : MAXR;
-constexpr int MAXR_LEG = MAXR_SIGN > MAXR ? MAXR_SIGN : MAXR;
+constexpr int kMr = D::SIGN ? MAXR_SIGN : D::UW ? uw_rows(D::WMAX) : MAXR;
+constexpr int MAXR_LEG = std::max({MAXR_SIGN, MAXR, kUnsignedCodes ? MAXR_UW : 1});
 
 struct RowBlk {
-    int32_t neg;       // -128 * sum(w) (D::SIGN: 0, unread)
+    int32_t neg;       // -128 * sum(w) (D::SIGN, D::UW: 0, unread)
     float d, m;        // d_w, m_w (Q4_1; 0 otherwise)
 };
 
 struct GQ4_0 {
     static constexpr size_t BYTES = 18;
-    static constexpr bool Q8_1 = false, M = false, SIGN = false;
+    static constexpr bool Q8_1 = false, M = false, SIGN = false, UW = false;
     static constexpr int WMAX = 8;  // codes q - 8: -8..7
     static constexpr int CODES = 32;  // tile bytes per block
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
@@ -1423,7 +1446,7 @@ struct GQ4_0 {
 };
 struct GQ4_1 {
     static constexpr size_t BYTES = 20;
-    static constexpr bool Q8_1 = true, M = true, SIGN = false;
+    static constexpr bool Q8_1 = true, M = true, SIGN = false, UW = kUnsignedCodes;
     static constexpr int WMAX = 15;  // codes q: 0..15
     static constexpr int CODES = 32;
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
@@ -1432,7 +1455,7 @@ struct GQ4_1 {
         const __m128i lo = _mm_and_si128(q, k0F), hi = _mm_and_si128(_mm_srli_epi16(q, 4), k0F);
         _mm_storeu_si128((__m128i *)w, lo);
         _mm_storeu_si128((__m128i *)(w + 16), hi);
-        m.neg = -128 * wsum32(lo, hi);
+        m.neg = UW ? 0 : -128 * wsum32(lo, hi);
         m.d = f16(x), m.m = f16(x + 2);
     }
 };
@@ -1454,7 +1477,7 @@ LB_GK_INLINE void codes5(const uint8_t *qh, const uint8_t *qs, __m128i &lo, __m1
 }
 struct GQ5_0 {
     static constexpr size_t BYTES = 22;  // d, qh[4], qs[16]
-    static constexpr bool Q8_1 = false, M = false, SIGN = false;
+    static constexpr bool Q8_1 = false, M = false, SIGN = false, UW = false;
     static constexpr int WMAX = 16;  // codes q - 16: -16..15
     static constexpr int CODES = 32;
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
@@ -1470,7 +1493,7 @@ struct GQ5_0 {
 };
 struct GQ5_1 {
     static constexpr size_t BYTES = 24;  // d, m, qh[4], qs[16]
-    static constexpr bool Q8_1 = true, M = true, SIGN = false;
+    static constexpr bool Q8_1 = true, M = true, SIGN = false, UW = kUnsignedCodes;
     static constexpr int WMAX = 31;  // codes q: 0..31
     static constexpr int CODES = 32;
     static LB_GK_INLINE void decode(const uint8_t *x, int8_t *w, RowBlk &m) {
@@ -1478,13 +1501,13 @@ struct GQ5_1 {
         codes5(x + 4, x + 8, lo, hi);
         _mm_storeu_si128((__m128i *)w, lo);
         _mm_storeu_si128((__m128i *)(w + 16), hi);
-        m.neg = -128 * wsum32(lo, hi);
+        m.neg = UW ? 0 : -128 * wsum32(lo, hi);
         m.d = f16(x), m.m = f16(x + 2);
     }
 };
 struct GQ8_0 {
     static constexpr size_t BYTES = 34;
-    static constexpr bool Q8_1 = false, M = false;
+    static constexpr bool Q8_1 = false, M = false, UW = false;
     static constexpr int WMAX = 128;  // codes q: -128..127 (too wide for avx2's vdot)
 #if defined(LB_GK_SIGN)
     static constexpr bool SIGN = true;  // avx2: the sign trick (vdot_sign): |w| and w per block
@@ -1527,7 +1550,7 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
             VI dt[R][V];
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const VI neg = D::SIGN ? vset1(0) : vset1(m(r)[b].neg);
+                const VI neg = D::SIGN || D::UW ? vset1(0) : vset1(m(r)[b].neg);
 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = neg;
             }
@@ -1553,7 +1576,19 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
             } else
 #endif
 #if defined(LB_GK_PRESUM16)
-            if constexpr (presum16(D::WMAX)) {  // Q4_0 (one vpmaddwd per block), Q4_1
+            if constexpr (D::UW) {  // Q4_1 (one vpmaddwd per block), Q5_1 (two): kUnsignedCodes
+                constexpr int K = ksum16_uw(D::WMAX);
+                static_assert(K >= 4, "the int16 sums of at least 4 dwords");
+#pragma GCC unroll 8
+                for (int g0 = 0; g0 < 8; g0 += K)
+                    vdots16<R, V, true>(dt, g0, std::min(g0 + K, 8),
+                                        [&](int v, int g) { return vld((const void *)act(v)[b].q[g]); },
+                                        [&](int r, int g) {
+                                            int32_t wv;
+                                            std::memcpy(&wv, w(r) + (size_t)b * D::CODES + 4 * g, 4);
+                                            return wv;
+                                        });
+            } else if constexpr (presum16(D::WMAX)) {  // Q4_0 (one vpmaddwd per block)
                 constexpr int K = ksum16(D::WMAX);
 #pragma GCC unroll 8
                 for (int g0 = 0; g0 < 8; g0 += K)
@@ -1712,7 +1747,7 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     const int64_t nb = a.n / 32;
     const int ng = (nt + LANES - 1) / LANES;
     ActBlk *panel = (ActBlk *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActBlk));
-    if (!act_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1, !D::SIGN>(a.act, a.act_stride, nt, nb, panel);
+    if (!act_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1, !D::SIGN && !D::UW>(a.act, a.act_stride, nt, nb, panel);
     const size_t per_row = (size_t)nb * (D::CODES + sizeof(RowBlk));
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
     constexpr int MR = kMr<D>;
@@ -1968,10 +2003,16 @@ constexpr int kLegacyGemmMinNt = 64;
 // 1.34, 1.40 and Q5_1 0.79, 0.93, 0.97, 1.16, 1.16 (loaded, at 16..128: Q5_0 0.75, 0.99, 1.22,
 // 1.35, Q5_1 0.70, 0.99, 0.89, 1.05): both from 128 (Q5_1's codes reach 31: vdot, not the int16
 // presums). With VNNI (not measured: no such host here) the other legacy formats' 32.
+// Q5_1 at avx2 since its codes go unsigned (kUnsignedCodes: int16 sums of 4 dwords), Zen 3, one
+// thread, builds interleaved in one process (medians, windows / gemm): n = 1408 (GLM-4.5's and
+// DeepSeek-V2's expert down rows) 1.11 at 16, 1.26 at 32, 1.39 at 48, 1.51 at 64, 1.54 at 128;
+// n = 4096 1.01 at 16, 1.19 at 24, 1.26 at 32: from 24.
 #if defined(__AVX512F__) || defined(__AVXVNNI__)
 constexpr int kQ5GemmMinNt = kLegacyGemmMinNt;
+constexpr int kQ5_1GemmMinNt = kLegacyGemmMinNt;
 #else
 constexpr int kQ5GemmMinNt = 128;
+constexpr int kQ5_1GemmMinNt = 24;
 #endif
 // The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
 constexpr int kI2sLanesGemmMinNt = 16;
@@ -2066,7 +2107,7 @@ void register_gemm(KernelTable &t) {
     // Q5_0 / Q5_1: llama-quant's fallback where 256 does not divide a row (Q4_K -> Q5_0, Q5_K ->
     // Q5_1: the experts' down matrices of GLM-4.5 and DeepSeek-V2 at width 1408)
     set(T_Q5_0, &gemm_legacy<GQ5_0>, "gemm_q5_0_q8_0_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ5GemmMinNt);
-    set(T_Q5_1, &gemm_legacy<GQ5_1>, "gemm_q5_1_q8_1_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ5GemmMinNt);
+    set(T_Q5_1, &gemm_legacy<GQ5_1>, "gemm_q5_1_q8_1_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ5_1GemmMinNt);
 #if defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
