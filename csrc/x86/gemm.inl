@@ -286,9 +286,15 @@ constexpr int MAXR_SIGN = MAXR;  // (no sign trick at this level)
 constexpr bool kUnsignedCodes = true;
 // rows per microkernel (kMr): a block's int16 sums in one go (Q4_1) leave no int32 sum to keep
 constexpr int uw_rows(int wmax) { return ksum16_uw(wmax) >= 8 ? 5 : 4; }
+// Q4_0 (+128 activations, signed codes): its int16 sums take a whole block too, and its
+// -128 * sum(w) is added after them (kNegLast), so no int32 sum is kept across the block: 5 rows
+template <class D>
+constexpr bool kNegLast = !D::SIGN && !D::UW && ksum16(D::WMAX) >= 8;
 #else
 constexpr bool kUnsignedCodes = false;
 constexpr int uw_rows(int) { return MAXR; }
+template <class D>
+constexpr bool kNegLast = false;
 #endif
 constexpr size_t Q8K_D = 0, Q8K_QS = 4, Q8K_BS = 260;
 static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
@@ -1417,10 +1423,11 @@ struct alignas(64) ActBlk {
 // (an int32 sum per row and token as well): 4 rows, 5 spilled. Zen 3, in-process interleaved
 // builds, 1 thread, Q4_1 at 256 tokens (n = 2304) and Q4_1_R8 at 128 (n = 576), medians: 3 rows
 // (the +128 panel) 1.00, 4 rows 1.10-1.13x, 5 rows 1.14-1.19x; Q5_1 3 rows 1.27x, 4 rows 1.33x
+// Q4_0 (kNegLast) 5 rows: 1.04-1.09x its 3 at 256 tokens (n = 2304), 1.14x at 128 (n = 576)
 // (BENCHMARKS.md round (19)).
 constexpr int MAXR_UW = uw_rows(1);
 template <class D>
-constexpr int kMr = D::SIGN ? MAXR_SIGN : D::UW ? uw_rows(D::WMAX) : MAXR;
+constexpr int kMr = D::SIGN ? MAXR_SIGN : D::UW ? uw_rows(D::WMAX) : kNegLast<D> ? MAXR_UW : MAXR;
 constexpr int MAXR_LEG = std::max({MAXR_SIGN, MAXR, kUnsignedCodes ? MAXR_UW : 1});
 
 struct RowBlk {
@@ -1550,7 +1557,7 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
             VI dt[R][V];
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const VI neg = D::SIGN || D::UW ? vset1(0) : vset1(m(r)[b].neg);
+                const VI neg = D::SIGN || D::UW || kNegLast<D> ? vset1(0) : vset1(m(r)[b].neg);
 #pragma GCC unroll 16
                 for (int v = 0; v < V; ++v) dt[r][v] = neg;
             }
@@ -1599,6 +1606,13 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
                                       std::memcpy(&wv, w(r) + (size_t)b * D::CODES + 4 * g, 4);
                                       return wv;
                                   });
+                if constexpr (kNegLast<D>)
+#pragma GCC unroll 16
+                    for (int r = 0; r < R; ++r) {
+                        const VI neg = vset1(m(r)[b].neg);
+#pragma GCC unroll 16
+                        for (int v = 0; v < V; ++v) dt[r][v] = vadd(dt[r][v], neg);
+                    }
             } else
 #endif
 #pragma GCC unroll 8
