@@ -1036,10 +1036,13 @@ static void attention_blocks(const float *q, int T, const int32_t *slots, const 
     const int64_t nblk = (int64_t)blk.size();
     blk.push_back(T);
     const int64_t gitems = nblk * n_kv;
-    const int64_t gparts = threads > 1 ? std::min<int64_t>(gitems, (int64_t)threads * 4) : 1;
+    // A prompt's later blocks see more keys (a causal chunk's cost grows with the block): parts
+    // are claimed in order, so part 0 takes the last items, and the cheapest come last, when one
+    // thread may be idle waiting for the other's (longest-first). 8 per thread, as a GEMM's.
+    const int64_t gparts = threads > 1 ? std::min<int64_t>(gitems, (int64_t)threads * 8) : 1;
     ThreadPool::instance().run((int)gparts, [&](int i, int nth) {
         int64_t b, e;
-        split_range(gitems, i, nth, &b, &e);
+        split_range(gitems, nth - 1 - i, nth, &b, &e);
         // (per thread, kept across calls: a decode step's rows x keys are not zeroed anew)
         thread_local std::vector<float> sc, qb, ob, sk;
         thread_local std::vector<int32_t> lens;

@@ -62,16 +62,26 @@ static int64_t window_count(const KernelEntry &e, int64_t nt) {
 // 8B-shaped slice's decode and prefill unchanged; with a CPU hog beside them 2 and 4 were equal.
 // (On a quiet Zen 3, 1 and 4 were within noise: BENCHMARKS.md 2026-12-02 evening.)
 // LOWBIT_PARTS=N overrides (A/B runs, tests of I3).
-static const int64_t kPartsPerThread = [] {
+static int64_t parts_env(int64_t otherwise) {
     const char *e = std::getenv("LOWBIT_PARTS");
     const long v = e && *e ? std::atol(e) : 0;
-    return v > 0 ? (int64_t)v : (int64_t)2;
-}();
+    return v > 0 ? (int64_t)v : otherwise;
+}
+static const int64_t kPartsPerThread = parts_env(2);
+// A dispatch that runs a GEMM (a prompt chunk: each part is milliseconds of work, so a claim's
+// cost is nothing beside it) takes 8 parts per thread: a thread whose core is shared with another
+// job (or simply slower) takes fewer of them, where with 2 the other thread waited for its last
+// one (a profile of the default model's 512-token prefill on a shared Zen 3: the calling thread
+// spent 20% of its time waiting for the worker at the end of the GEMMs' dispatches). Zen 3, 2
+// threads, the default model's prefill, LOWBIT_PARTS=2 against 8 in alternated processes (medians
+// of 5 prefills each, 6 rounds, sorted): 568-720 against 619-784 tok/s (BENCHMARKS.md round (19)).
+static const int64_t kGemmPartsPerThread = parts_env(8);
 // align: every part starts at a multiple of it (rows a multiple of it; ActOut's blocks).
 template <class Body>
-static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body, int64_t align = 1) {
+static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body, int64_t align = 1,
+                          int64_t per_thread = kPartsPerThread) {
     const int64_t units = rows / align;
-    const int64_t want = threads > 1 ? std::max<int64_t>(threads, std::min<int64_t>((int64_t)threads * kPartsPerThread, rows / 16)) : 1;
+    const int64_t want = threads > 1 ? std::max<int64_t>(threads, std::min<int64_t>((int64_t)threads * per_thread, rows / 16)) : 1;
     const int64_t parts = std::clamp<int64_t>(want, 1, units);
     ThreadPool::instance().run((int)parts, [&](int i, int nthr) {
         int64_t b, en;
@@ -123,6 +133,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
     // kernel (q, k and v of a decode step); each kernel keys its own buffer by its layout.
     const uint64_t id = new_act_id();
     int64_t total = 0;
+    bool any_gemm = false;
     for (int k = 0; k < n_jobs; ++k) {
         const RowJob &j = jobs[k];
         const int64_t rows = j.r1 - j.r0;
@@ -138,6 +149,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         const int64_t tile = tiled ? tile_rows(*j.e, rows_in_tile(j.w_stride)) : rows;
         plan[(size_t)k] = RowsPlan{&j, gemm, id, tile};
         total += rows;
+        any_gemm = any_gemm || gemm;
     }
     for_row_tiles(total, total, threads, [&](int64_t b, int64_t e) {
         int64_t base = 0;  // where job k's rows start in the laid-out range
@@ -147,7 +159,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
                 rows_piece(p, act, act_stride, nt, n, tb, tb + p.tile < hi ? tb + p.tile : hi);
             base += rows;
         }
-    });
+    }, 1, any_gemm ? kGemmPartsPerThread : kPartsPerThread);
 }
 
 void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, size_t w_stride,
@@ -265,7 +277,7 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
         glu_rows(gate, act, act_stride, up, act, act_stride, nt, n, glu.fn, kind, tb, te, tile, out, out_stride,
                  nullptr, nullptr, id, q);
-    }, align);
+    }, align, gemm ? kGemmPartsPerThread : kPartsPerThread);
 }
 
 bool ActOut::blockwise(int act_format) { return act_format == T_Q8_0 || act_format == T_Q8_1 || act_format == T_Q8_K; }
