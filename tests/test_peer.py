@@ -137,7 +137,25 @@ def test_bench_e2e_survives_a_crashing_peer(clean_env, tmp_path, path):
     text = out.getvalue()
     assert "peer crashed: llama.cpp died with SIGSEGV" in text
     assert res["lowbit_decode_tps"] > 0 and res["llama_decode_tps"] is None and res["decode_ratio"] is None
+    assert res["prefill_ratios"] == [] and res["prefill_ratio_paired"] is None and "ratio per repetition" not in text
     assert "decode" in text and "llama.cpp peer:" in text
+
+
+def test_bench_e2e_prints_each_repetitions_paired_ratio(clean_env, path):
+    """Each repetition's lowbit and llama.cpp runs (back to back) give that repetition's ratio,
+    llama.cpp's time over lowbit's; the median of those is printed beside the per-side medians."""
+    from lowbit.bench import bench_e2e
+    out = io.StringIO()
+    res = bench_e2e(path, threads=1, prompt_tokens=16, gen_tokens=2, reps=3, out=out)
+    reps = res["reps"]
+    assert len(reps) == 3 and all(r["llama_prefill_s"] > 0 and r["lowbit_decode_s"] > 0 for r in reps)
+    assert res["prefill_ratios"] == [r["llama_prefill_s"] / r["lowbit_prefill_s"] for r in reps]
+    assert res["decode_ratios"] == [r["llama_decode_s"] / r["lowbit_decode_s"] for r in reps]
+    assert res["prefill_ratio_paired"] == sorted(res["prefill_ratios"])[1]
+    assert res["decode_ratio_paired"] == sorted(res["decode_ratios"])[1]
+    line = next(ln for ln in out.getvalue().splitlines() if ln.startswith("ratio per repetition"))
+    assert f"(median {res['prefill_ratio_paired']:.2f})" in line and f"(median {res['decode_ratio_paired']:.2f})" in line
+    assert all(f"{x:.2f}" in line for x in res["prefill_ratios"] + res["decode_ratios"])
 
 
 def test_bench_e2e_loads_lowbit_s_weights_as_asked(clean_env, tmp_path, path, monkeypatch):
