@@ -285,7 +285,7 @@ constexpr int MAXR_SIGN = MAXR;  // (no sign trick at this level)
 #if defined(LB_GK_PRESUM16)
 constexpr bool kUnsignedCodes = true;
 // rows per microkernel (kMr): a block's int16 sums in one go (Q4_1) leave no int32 sum to keep
-constexpr int uw_rows(int wmax) { return ksum16_uw(wmax) >= 8 ? 5 : 4; }
+constexpr int uw_rows(int wmax) { return ksum16_uw(wmax) >= 8 ? 6 : 4; }
 // Q4_0 (+128 activations, signed codes): its int16 sums take a whole block too, and its
 // -128 * sum(w) is added after them (kNegLast), so no int32 sum is kept across the block: 5 rows
 template <class D>
@@ -1419,15 +1419,17 @@ struct alignas(64) ActBlk {
 // Rows per microkernel: MAXR, or MAXR_SIGN for the sign trick (measured, at vdot_sign);
 // MAXR_LEG sizes the class and result buffers for either.
 // D::UW (kUnsignedCodes): Q4_1's int16 sums take a whole block (one vpmaddwd into the float
-// step, no int32 sum kept across the block), so 5 rows fit the 16 ymm; Q5_1's take half a block
-// (an int32 sum per row and token as well): 4 rows, 5 spilled. Zen 3, in-process interleaved
-// builds, 1 thread, Q4_1 at 256 tokens (n = 2304) and Q4_1_R8 at 128 (n = 576), medians: 3 rows
-// (the +128 panel) 1.00, 4 rows 1.10-1.13x, 5 rows 1.14-1.19x; Q5_1 3 rows 1.27x, 4 rows 1.33x
-// Q4_0 (kNegLast) 5 rows: 1.04-1.09x its 3 at 256 tokens (n = 2304), 1.14x at 128 (n = 576)
-// (BENCHMARKS.md round (19)).
+// step, no int32 sum kept across the block), so 6 rows fit the 16 ymm (int16 sums and float
+// accumulators: 12); Q5_1's take half a block (an int32 sum per row and token as well): 4 rows, 5
+// spilled. Zen 3, in-process interleaved builds, 1 thread, Q4_1 at 256 tokens (n = 2304) and
+// Q4_1_R8 at 128 (n = 576), medians: 3 rows (the +128 panel) 1.00, 4 rows 1.10-1.13x, 5 rows
+// 1.14-1.19x; 6 against 5 at 256 tokens, n = 576: 1.05-1.09x (n = 2304: even). Q5_1 3 rows 1.27x,
+// 4 rows 1.33x. Q4_0 (kNegLast) 5 rows: 1.04-1.09x its 3 at 256 tokens (n = 2304), 1.14x at 128
+// (n = 576); 6 even with 5 (BENCHMARKS.md round (19)).
 constexpr int MAXR_UW = uw_rows(1);
+constexpr int MAXR_NEGLAST = MAXR_UW > 5 ? 5 : MAXR_UW;
 template <class D>
-constexpr int kMr = D::SIGN ? MAXR_SIGN : D::UW ? uw_rows(D::WMAX) : kNegLast<D> ? MAXR_UW : MAXR;
+constexpr int kMr = D::SIGN ? MAXR_SIGN : D::UW ? uw_rows(D::WMAX) : kNegLast<D> ? MAXR_NEGLAST : MAXR;
 constexpr int MAXR_LEG = std::max({MAXR_SIGN, MAXR, kUnsignedCodes ? MAXR_UW : 1});
 
 struct RowBlk {
