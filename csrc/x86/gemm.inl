@@ -285,13 +285,16 @@ constexpr int MAXR_SIGN = MAXR;  // (no sign trick at this level)
 #if defined(LB_GK_PRESUM16)
 constexpr bool kUnsignedCodes = true;
 // rows per microkernel (kMr): a block's int16 sums in one go (Q4_1) leave no int32 sum to keep
-constexpr int uw_rows(int wmax) { return ksum16_uw(wmax) >= 8 ? 6 : 4; }
+constexpr int MAXR_UW = 6;
+constexpr int uw_rows(int wmax) { return ksum16_uw(wmax) >= 8 ? MAXR_UW : 4; }
 // Q4_0 (+128 activations, signed codes): its int16 sums take a whole block too, and its
 // -128 * sum(w) is added after them (kNegLast), so no int32 sum is kept across the block: 5 rows
+constexpr int MAXR_NEGLAST = 5;
 template <class D>
 constexpr bool kNegLast = !D::SIGN && !D::UW && ksum16(D::WMAX) >= 8;
 #else
 constexpr bool kUnsignedCodes = false;
+constexpr int MAXR_UW = MAXR, MAXR_NEGLAST = MAXR;
 constexpr int uw_rows(int) { return MAXR; }
 template <class D>
 constexpr bool kNegLast = false;
@@ -1426,11 +1429,9 @@ struct alignas(64) ActBlk {
 // 1.14-1.19x; 6 against 5 at 256 tokens, n = 576: 1.05-1.09x (n = 2304: even). Q5_1 3 rows 1.27x,
 // 4 rows 1.33x. Q4_0 (kNegLast) 5 rows: 1.04-1.09x its 3 at 256 tokens (n = 2304), 1.14x at 128
 // (n = 576); 6 even with 5 (BENCHMARKS.md round (19)).
-constexpr int MAXR_UW = uw_rows(1);
-constexpr int MAXR_NEGLAST = MAXR_UW > 5 ? 5 : MAXR_UW;
 template <class D>
 constexpr int kMr = D::SIGN ? MAXR_SIGN : D::UW ? uw_rows(D::WMAX) : kNegLast<D> ? MAXR_NEGLAST : MAXR;
-constexpr int MAXR_LEG = std::max({MAXR_SIGN, MAXR, kUnsignedCodes ? MAXR_UW : 1});
+constexpr int MAXR_LEG = std::max({MAXR_SIGN, MAXR, MAXR_UW, MAXR_NEGLAST});
 
 struct RowBlk {
     int32_t neg;       // -128 * sum(w) (D::SIGN, D::UW: 0, unread)
@@ -1585,23 +1586,13 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
             } else
 #endif
 #if defined(LB_GK_PRESUM16)
-            if constexpr (D::UW) {  // Q4_1 (one vpmaddwd per block), Q5_1 (two): kUnsignedCodes
-                constexpr int K = ksum16_uw(D::WMAX);
+            // Q4_0, Q4_1 (one vpmaddwd per block), Q5_1 (two: D::UW, kUnsignedCodes)
+            if constexpr (D::UW || presum16(D::WMAX)) {
+                constexpr int K = D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX);
                 static_assert(K >= 4, "the int16 sums of at least 4 dwords");
 #pragma GCC unroll 8
                 for (int g0 = 0; g0 < 8; g0 += K)
-                    vdots16<R, V, true>(dt, g0, std::min(g0 + K, 8),
-                                        [&](int v, int g) { return vld((const void *)act(v)[b].q[g]); },
-                                        [&](int r, int g) {
-                                            int32_t wv;
-                                            std::memcpy(&wv, w(r) + (size_t)b * D::CODES + 4 * g, 4);
-                                            return wv;
-                                        });
-            } else if constexpr (presum16(D::WMAX)) {  // Q4_0 (one vpmaddwd per block)
-                constexpr int K = ksum16(D::WMAX);
-#pragma GCC unroll 8
-                for (int g0 = 0; g0 < 8; g0 += K)
-                    vdots16<R, V>(dt, g0, std::min(g0 + K, 8),
+                    vdots16<R, V, D::UW>(dt, g0, std::min(g0 + K, 8),
                                   [&](int v, int g) { return vld((const void *)act(v)[b].q[g]); },
                                   [&](int r, int g) {
                                       int32_t wv;
