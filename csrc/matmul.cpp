@@ -76,6 +76,18 @@ static const int64_t kPartsPerThread = parts_env(2);
 // threads, the default model's prefill, LOWBIT_PARTS=2 against 8 in alternated processes (medians
 // of 5 prefills each, 6 rounds, sorted): 568-720 against 619-784 tok/s (BENCHMARKS.md round (19)).
 static const int64_t kGemmPartsPerThread = parts_env(8);
+// Windows of 4 or more tokens (a server step of several clients, a verify window): 4 parts per
+// thread. Their dispatches are compute-bound and 3-8x longer than a one-token step's, so a claim
+// costs little beside a part, and a thread held up by the host gives up a quarter of its share,
+// not half. Zen 3 (shared), 2 threads, the default model's 8-token step back to back
+// (tools/bench_step_cost.py 2 --loop 8 5), LOWBIT_PARTS=2 and 4 alternated 5 times: 4 faster in
+// every round (16.0-19.4 against 14.7-16.0 ms), 8 no better than 4; the one-token step even
+// between 2 and 4 (BENCHMARKS.md round (20)). Against it, round 2026-12-04 (5) above: a quiet Zen 5
+// had 2 faster at 8 tokens (1.12x).
+static const int64_t kWindowPartsPerThread = parts_env(4);
+static int64_t parts_per_thread(bool gemm, int64_t nt) {
+    return gemm ? kGemmPartsPerThread : nt >= 4 ? kWindowPartsPerThread : kPartsPerThread;
+}
 // align: every part starts at a multiple of it (rows a multiple of it; ActOut's blocks).
 template <class Body>
 static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body, int64_t align = 1,
@@ -159,7 +171,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
                 rows_piece(p, act, act_stride, nt, n, tb, tb + p.tile < hi ? tb + p.tile : hi);
             base += rows;
         }
-    }, 1, any_gemm ? kGemmPartsPerThread : kPartsPerThread);
+    }, 1, parts_per_thread(any_gemm, nt));
 }
 
 void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, size_t w_stride,
@@ -277,7 +289,7 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
         glu_rows(gate, act, act_stride, up, act, act_stride, nt, n, glu.fn, kind, tb, te, tile, out, out_stride,
                  nullptr, nullptr, id, q);
-    }, align, gemm ? kGemmPartsPerThread : kPartsPerThread);
+    }, align, parts_per_thread(gemm != 0, nt));
 }
 
 bool ActOut::blockwise(int act_format) { return act_format == T_Q8_0 || act_format == T_Q8_1 || act_format == T_Q8_K; }
