@@ -52,16 +52,16 @@ static int64_t window_count(const KernelEntry &e, int64_t nt) {
 
 // One pool dispatch: part i takes its contiguous share of [0, rows) (split_range, so a
 // row's result never depends on the split: I3) and calls body(tb, te) on each tile. Parts,
-// not threads: up to kPartsPerThread per thread (of >= 16 rows), claimed dynamically by the
-// pool.
-// Parts per thread of a dispatch: 2 (a descheduled thread delays at most half of its share;
-// the other thread takes its unclaimed part). Each part is a claim on a counter both cores
+// not threads: up to parts_per_thread (below) per thread (of >= 16 rows), claimed dynamically by
+// the pool.
+// Parts per thread of a dispatch of 1-3 tokens: 2 (a descheduled thread delays at most half of
+// its share; the other thread takes its unclaimed part). Each part is a claim on a counter both cores
 // write, a kernel call's setup, and a jump in each thread's stream of rows. On a quiet Zen 5
 // (BENCHMARKS.md, 2026-12-04 (5)), the default model's decode step 1.09x and its 8-token step
 // 1.12x faster with 2 than with 4 (medians of 8 alternated runs); 1 was within noise of 2; the
 // 8B-shaped slice's decode and prefill unchanged; with a CPU hog beside them 2 and 4 were equal.
 // (On a quiet Zen 3, 1 and 4 were within noise: BENCHMARKS.md 2026-12-02 evening.)
-// LOWBIT_PARTS=N overrides (A/B runs, tests of I3).
+// LOWBIT_PARTS=N overrides all three counts (A/B runs, tests of I3).
 static int64_t parts_env(int64_t otherwise) {
     const char *e = std::getenv("LOWBIT_PARTS");
     const long v = e && *e ? std::atol(e) : 0;
