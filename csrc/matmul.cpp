@@ -88,10 +88,11 @@ static const int64_t kWindowPartsPerThread = parts_env(4);
 static int64_t parts_per_thread(bool gemm, int64_t nt) {
     return gemm ? kGemmPartsPerThread : nt >= 4 ? kWindowPartsPerThread : kPartsPerThread;
 }
-// align: every part starts at a multiple of it (rows a multiple of it; ActOut's blocks).
+// align: every part starts at a multiple of it (rows a multiple of it; ActOut's blocks); per_thread:
+// parts_per_thread's count for the dispatch.
 template <class Body>
-static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body, int64_t align = 1,
-                          int64_t per_thread = kPartsPerThread) {
+static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body, int64_t align,
+                          int64_t per_thread) {
     const int64_t units = rows / align;
     const int64_t want = threads > 1 ? std::max<int64_t>(threads, std::min<int64_t>((int64_t)threads * per_thread, rows / 16)) : 1;
     const int64_t parts = std::clamp<int64_t>(want, 1, units);
