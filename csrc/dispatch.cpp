@@ -14,6 +14,10 @@
 #include <mutex>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #elif defined(__aarch64__)
 #include <sys/auxv.h>
 #endif
@@ -26,13 +30,14 @@ namespace lowbit {
 #if defined(__aarch64__)
 static const int kOrder[] = {ISA_SCALAR, ISA_NEON, ISA_DOTPROD, ISA_I8MM};
 #else
-static const int kOrder[] = {ISA_SCALAR, ISA_AVX, ISA_AVX2, ISA_AVX2VNNI, ISA_AVX512};
+static const int kOrder[] = {ISA_SCALAR, ISA_AVX, ISA_AVX2, ISA_AVX2VNNI, ISA_AVX512, ISA_AMX};
 #endif
 constexpr int kOrderLen = (int)(sizeof(kOrder) / sizeof(kOrder[0]));
 
 // The ladder. Each SIMD level's translation units define its register function and are
 // built with that level's flags only; a level not compiled into this build is absent here.
 struct Level { int isa; void (*reg)(KernelTable &); };
+static void register_amx(KernelTable &t);
 static const Level kLadder[] = {
     {ISA_SCALAR, register_scalar},
 #ifdef LOWBIT_HAVE_AVX
@@ -47,6 +52,9 @@ static const Level kLadder[] = {
 #ifdef LOWBIT_HAVE_AVX512
     {ISA_AVX512, register_avx512},
 #endif
+#ifdef LOWBIT_HAVE_AVX2
+    {ISA_AMX, register_amx},  // the hardware's tiles (LOWBIT_HAVE_AMX) or, LOWBIT_AMX=emulate, the emulator's
+#endif
 #ifdef LOWBIT_HAVE_NEON
     {ISA_NEON, register_neon},
 #endif
@@ -59,7 +67,7 @@ static const Level kLadder[] = {
 };
 
 const char *isa_name(int isa) {
-    static const char *names[ISA_COUNT] = {"scalar", "avx2", "avx2vnni", "avx512", "avx", "neon", "dotprod", "i8mm"};
+    static const char *names[ISA_COUNT] = {"scalar", "avx2", "avx2vnni", "avx512", "avx", "neon", "dotprod", "i8mm", "amx"};
     return (isa >= 0 && isa < ISA_COUNT) ? names[isa] : "?";
 }
 
@@ -104,6 +112,7 @@ static CpuInfo probe() {
     bool avx = false, fma = false, f16c = false, osxsave = false, avx2 = false, ssse3 = false, sse41 = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
     bool avx512vnni = false, avx512vbmi = false, avxvnni = false;
+    bool amx_tile = false, amx_int8 = false, amx_bf16 = false;
     if (__get_cpuid(1, &a, &b, &cx, &d)) {
         ssse3 = cx & (1u << 9); sse41 = cx & (1u << 19);
         fma = cx & (1u << 12); osxsave = cx & (1u << 27); avx = cx & (1u << 28); f16c = cx & (1u << 29);
@@ -113,6 +122,7 @@ static CpuInfo probe() {
         avx2 = b & (1u << 5); avx512f = b & (1u << 16); avx512dq = b & (1u << 17);
         avx512bw = b & (1u << 30); avx512vl = b & (1u << 31);
         avx512vbmi = cx & (1u << 1); avx512vnni = cx & (1u << 11);
+        amx_bf16 = d & (1u << 22); amx_tile = d & (1u << 24); amx_int8 = d & (1u << 25);
         __cpuid_count(7, 1, a, b, cx, d);
         avxvnni = a & (1u << 4);
     }
@@ -122,11 +132,25 @@ static CpuInfo probe() {
     avx &= os_ymm; avx2 &= os_ymm; fma &= os_ymm; f16c &= os_ymm; avxvnni &= os_ymm;
     avx512f &= os_zmm; avx512bw &= os_zmm; avx512vl &= os_zmm; avx512dq &= os_zmm;
     avx512vnni &= os_zmm; avx512vbmi &= os_zmm;
+    // AMX: the OS enables the tile state (XCR0 bits 17 XTILECFG, 18 XTILEDATA) and, since Linux
+    // 5.16, grants it per process on request (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA): an
+    // AMX instruction without the grant faults. Asked once, here; a refusal is recorded.
+    const bool os_tiles = (xcr0 & 0x60000) == 0x60000;
+    amx_tile &= os_tiles; amx_int8 &= os_tiles; amx_bf16 &= os_tiles;
+    bool amx_granted = false;
+    if (amx_tile && amx_int8) {
+#if defined(__linux__) && defined(__x86_64__)
+        constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+        amx_granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#endif
+        if (!amx_granted) c.notes.push_back("amx: the kernel refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM)");
+    }
 
     auto add = [&](bool on, const char *n) { if (on) c.features.push_back(n); };
     add(avx, "avx"); add(avx2, "avx2"); add(fma, "fma"); add(f16c, "f16c"); add(avxvnni, "avx_vnni");
     add(avx512f, "avx512f"); add(avx512bw, "avx512bw"); add(avx512vl, "avx512vl");
     add(avx512dq, "avx512dq"); add(avx512vnni, "avx512_vnni"); add(avx512vbmi, "avx512_vbmi");
+    add(amx_tile, "amx_tile"); add(amx_int8, "amx_int8"); add(amx_bf16, "amx_bf16");
 
     // avx: 256-bit float, 128-bit integer (SSSE3 / SSE4.1 encoded VEX), no FMA, no F16C.
     const bool l_avx = avx && ssse3 && sse41, l_avx2 = l_avx && avx2 && fma && f16c;
@@ -134,7 +158,19 @@ static CpuInfo probe() {
     level(l_avx, ISA_AVX);
     level(l_avx2, ISA_AVX2);
     level(l_avx2 && avxvnni, ISA_AVX2VNNI);  // not implied by AVX-512 (Zen 4 has AVX512-VNNI only)
-    level(l_avx2 && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni, ISA_AVX512);
+    const bool l_avx512 = l_avx2 && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni;
+    level(l_avx512, ISA_AVX512);
+#if defined(LOWBIT_HAVE_AMX)
+    level(l_avx512 && amx_tile && amx_int8 && amx_granted, ISA_AMX);
+#endif
+    // LOWBIT_AMX=emulate: the amx level's GEMMs on the emulator (csrc/x86/amx_tiles.h), above the
+    // CPU's own levels, on any CPU with avx2 (tests of the amx code where no CPU has AMX)
+    if (const char *e = std::getenv("LOWBIT_AMX"); e && *e) {
+        if (std::strcmp(e, "emulate") != 0)
+            throw std::invalid_argument(std::string("LOWBIT_AMX=") + e + " is not 'emulate' (the only setting)");
+        c.amx_emulated = l_avx2;
+        if (l_avx2) c.runs |= 1u << ISA_AMX, c.notes.push_back("amx: emulated (LOWBIT_AMX=emulate), not the CPU's");
+    }
     return c;
 }
 #elif defined(__aarch64__)
@@ -261,6 +297,7 @@ static void fill_table() {
         for (int id = 0; id < 64; ++id)
             for (int nt = 1; nt <= MAX_NT; ++nt) own |= level.e[id].rows[nt].fn != nullptr;
         for (int nt = 1; nt <= MAX_NT; ++nt) own |= level.i8s.rows[nt].fn != nullptr;
+        for (int id = 0; id < 64; ++id) own |= level.e[id].gemm.fn != nullptr;  // (amx: GEMMs only)
         own |= l.isa == ISA_SCALAR;
         g_level_built[l.isa] = own;
         g_cpu.selected = l.isa;
@@ -315,6 +352,14 @@ const KernelTable &kernel_table(int isa) {
 }
 
 bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT && g_level_built[isa]; }
+
+// The amx level: the emulator's GEMMs under LOWBIT_AMX=emulate, else the hardware's
+static void register_amx(KernelTable &t) {
+    if (g_cpu.amx_emulated) return amx_emu::register_gemm(t);
+#ifdef LOWBIT_HAVE_AMX
+    register_amx_hw(t);
+#endif
+}
 
 void register_scalar(KernelTable &t) {
     t.attn = AttnKernel{ref::attend_f16, "attn_f16_scalar", ISA_SCALAR};

@@ -16,6 +16,8 @@ struct CpuInfo {
     int built = ISA_SCALAR;             // highest level compiled into this build
     int cap = ISA_SCALAR;               // LOWBIT_MAX_ISA (or this architecture's top level)
     int selected = ISA_SCALAR;          // min(best, built-ladder, cap): what dispatch used
+    bool amx_emulated = false;          // LOWBIT_AMX=emulate: the amx level runs on the emulator
+    std::vector<std::string> notes;     // what the probe could not use and why (an AMX grant refused)
 };
 
 const CpuInfo &cpu_info();

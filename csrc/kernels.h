@@ -69,14 +69,15 @@ using quant_w_fn = void (*)(const float *x, uint8_t *dst, int64_t rows, int64_t 
 
 // ISA levels. Each level's sources are built with its own flags. The ids are stable names
 // (tests and counters index by them), NOT the order: a build has one architecture's ladder,
-// lowest to highest (isa_ladder(): x86 scalar avx avx2 avx2vnni avx512; aarch64 scalar neon
+// lowest to highest (isa_ladder(): x86 scalar avx avx2 avx2vnni avx512 amx; aarch64 scalar neon
 // dotprod i8mm), and "above" / "below" always mean positions in that ladder (isa_rank).
 enum Isa : int {
     ISA_SCALAR = 0,
     ISA_AVX2 = 1, ISA_AVX2VNNI = 2, ISA_AVX512 = 3,  // x86 (AVX2+FMA+F16C and up)
     ISA_AVX = 4,                                      // x86: AVX without AVX2/FMA/F16C (Sandy Bridge)
     ISA_NEON = 5, ISA_DOTPROD = 6, ISA_I8MM = 7,      // aarch64: armv8-a, +dotprod, +i8mm
-    ISA_COUNT = 8
+    ISA_AMX = 8,                                      // x86: avx512 + AMX-TILE / AMX-INT8 (the GEMM tier's tiles)
+    ISA_COUNT = 9
 };
 const char *isa_name(int isa);
 // Position of isa in this build's ladder (0 = scalar); -1 if isa belongs to another architecture.
@@ -205,6 +206,10 @@ void register_avx2(KernelTable &t);      // csrc/x86/avx2/register.cpp (AVX2+FMA
 void register_avx2vnni(KernelTable &t);  // csrc/x86/avx2vnni/register.cpp (AVX-VNNI, 256-bit)
 void register_avx512(KernelTable &t);    // csrc/x86/avx512/register.cpp (F/BW/VL/DQ/VNNI)
 void register_avx(KernelTable &t);       // csrc/x86/avx/register.cpp (AVX + SSE4.1, no AVX2/FMA/F16C)
+void register_amx_hw(KernelTable &t);    // csrc/x86/amx/register.cpp (avx512 + AMX-TILE/INT8: GEMMs)
+namespace amx_emu {
+void register_gemm(KernelTable &t);      // csrc/x86/avx2/gemm_amx.cpp (the amx GEMMs, emulated tiles)
+}
 void register_neon(KernelTable &t);      // csrc/arm/neon/register.cpp (armv8-a Advanced SIMD)
 void register_dotprod(KernelTable &t);   // csrc/arm/dotprod/register.cpp (+ SDOT/UDOT)
 void register_i8mm(KernelTable &t);      // csrc/arm/i8mm/register.cpp (+ SMMLA)

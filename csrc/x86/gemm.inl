@@ -74,6 +74,9 @@
 #include "../repack.h"
 #include "hsum.h"
 #include "prefetch.h"
+#if defined(LOWBIT_AMX)
+#include "amx_tiles.h"
+#endif
 
 #ifndef LOWBIT_ISA
 #error "define LOWBIT_ISA and LOWBIT_NS before including gemm_kquants.inl"
@@ -863,6 +866,44 @@ struct BsPairs<D, std::void_t<decltype(D::BS16)>> : std::integral_constant<int, 
 template <class D>
 using ActOf = ActSBT<BsPairs<D>::value>;
 
+// ---- the float steps, shared by every microkernel here -----------------------------------------
+// One (row, lane vector, super-block) after its integer sums I (and M, the MINS formats'): I less
+// the activations' +128 (C; not D::UW), then (header)
+//   acc = fma(d * d_a, I, acc)   (the i-quants, FMA = false: acc + (d * d_a) * (POST * I))
+//   acc = fnmadd(dmin * d_a, M, acc)   (MINS)
+// on the accumulators o (L1); da: the lane vector's d_a
+template <class D>
+LB_GK_INLINE void float_step(VI I, VI M, const RowSB &m, const float *da_p, float *o) {
+    if constexpr (!D::UW) I = vsub(I, vset1(m.C));
+    const VF da = fld(da_p);
+    VF acc;
+    if constexpr (FmaStep<D>::value) acc = ffma(fmul(da, fset1(m.d)), fcvt(I), fldu(o));
+    else {
+        VF xf = fcvt(I);
+        if constexpr (PostK<D>::value != 1.0f) xf = fmul(fset1(PostK<D>::value), xf);
+        acc = fadd(fldu(o), fmul(fmul(da, fset1(m.d)), xf));
+    }
+    if constexpr (D::MINS) acc = ffnma(fmul(da, fset1(m.dmin)), fcvt(M), acc);
+    else (void)M;
+    fst(o, acc);
+}
+// out = FINAL * acc, once after the last super-block (the row kernels' kFinal), for R rows x V
+// lane vectors of res (the microkernels' layout)
+template <class D>
+LB_GK_INLINE void final_step(int R, int V, float *res) {
+    if constexpr (FinalK<D>::value != 1.0f) {
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+            #pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) {
+                float *o = res + (size_t)(r * MAXV + v) * LANES;
+                fst(o, fmul(fset1(FinalK<D>::value), fldu(o)));
+            }
+    } else {
+        (void)R, (void)V, (void)res;
+    }
+}
+
 // ---- the microkernel --------------------------------------------------------------------------
 // R rows (row r's codes at u0 + r * nb * 256, its metadata at m0 + r * nb) x V lane vectors of
 // the activation panel (vector v's at act0 + v * nb) -> res[(r * MAXV + v) * 16 + lane] (float).
@@ -951,9 +992,9 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
         #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             VI M[V];
+            #pragma GCC unroll 16
+            for (int v = 0; v < V; ++v) M[v] = vset1(0);  // (unread without MINS)
             if constexpr (D::MINS) {
-                #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) M[v] = vset1(0);
                 #pragma GCC unroll 8
                 for (int p = 0; p < BsPairs<D>::value; ++p) {
                     const VI c = vset1(m(r)[b].mn[p]);
@@ -962,31 +1003,11 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                 }
             }
             #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) {
-                if constexpr (!D::UW) I[r][v] = vsub(I[r][v], vset1(m(r)[b].C));
-                const VF da = fld(act(v)[b].d);
-                float *o = res + (size_t)(r * MAXV + v) * LANES;
-                VF acc;
-                if constexpr (FmaStep<D>::value) acc = ffma(fmul(da, fset1(m(r)[b].d)), fcvt(I[r][v]), fldu(o));
-                else {
-                    VF xf = fcvt(I[r][v]);
-                    if constexpr (PostK<D>::value != 1.0f) xf = fmul(fset1(PostK<D>::value), xf);
-                    acc = fadd(fldu(o), fmul(fmul(da, fset1(m(r)[b].d)), xf));
-                }
-                if constexpr (D::MINS) acc = ffnma(fmul(da, fset1(m(r)[b].dmin)), fcvt(M[v]), acc);
-                fst(o, acc);
-            }
+            for (int v = 0; v < V; ++v)
+                float_step<D>(I[r][v], M[v], m(r)[b], act(v)[b].d, res + (size_t)(r * MAXV + v) * LANES);
         }
     }
-    if constexpr (FinalK<D>::value != 1.0f) {  // out = FINAL * acc, once (the row kernels' kFinal)
-        #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-            #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) {
-                float *o = res + (size_t)(r * MAXV + v) * LANES;
-                fst(o, fmul(fset1(FinalK<D>::value), fldu(o)));
-            }
-    }
+    final_step<D>(R, V, res);
 #undef u
 #undef m
 #undef act
@@ -1373,6 +1394,107 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
 }
 
 
+#if defined(LOWBIT_AMX)
+// ---- the amx level's microkernel (csrc/x86/amx_tiles.h) ----------------------------------------
+// The same decode (codes, RowSB), panels and float steps as mk_gemm, so the same integers and
+// the same bits (I8); only each sub-block's dots come from tiles: per super-block b and
+// sub-block s, for 16 weight rows x V lane vectors of tokens,
+//   tmm0 (A) = the rows' codes of s: 16 rows x KB bytes (KB = 32 codes, or 16: NSUB = 16), row
+//              stride nb * 256 (one row's codes, tile_loop's layout);
+//   tmm1+v (B) = lane vector v's panel dwords of s: KB / 4 rows x LANES dwords (the panel's rows
+//              ARE the VNNI layout: ActSBT::q[dw], token l's 4 bytes in dword lane l);
+//   tmm4+v (C) = 0, then C += A . B: TDPBUSD for D::UW (codes unsigned 0..31, activations signed),
+//              TDPBSUD otherwise (codes signed, activations + 128 unsigned): dt[r][l], exactly
+//              mk_gemm's sub-block dot (int32, |dt| < 2^21).
+// C goes to an L1 buffer (16 rows x LANES int32 per lane vector), and row by row the super-block's
+// integer I[r][l] = sum_s sc[r][s] * dt_s[r][l] is formed there (vpmulld, vpaddd: the scales
+// differ per row and sub-block, which no tile op applies), then mins and the float steps as
+// mk_gemm. Rows past R in the last group of a tile compute on stale codes and are not read.
+constexpr int AMX_ROWS = 16;
+template <class D>
+constexpr int amx_kb() { return 4 * (64 / D::NSUB); }  // bytes of codes per sub-block
+static_assert(4 * (64 / 8) <= 64 && 4 * (64 / 16) >= 4, "a sub-block's codes fit one A tile row");
+template <class D>
+void amx_configure() {
+    TileConfig c;
+    c.set(0, AMX_ROWS, amx_kb<D>());
+    for (int v = 0; v < MAXV; ++v) {
+        c.set(1 + v, amx_kb<D>() / 4, LANES * 4);
+        c.set(4 + v, AMX_ROWS, LANES * 4);
+    }
+    tile_loadconfig(c);
+}
+// the MINS formats' M of one row and lane vector (mk_gemm forms it for V vectors at once)
+template <class D>
+LB_GK_INLINE VI mins_sum(const RowSB &m, const ActOf<D> &act) {
+    VI M = vset1(0);
+    if constexpr (D::MINS) {
+        #pragma GCC unroll 8
+        for (int p = 0; p < BsPairs<D>::value; ++p) M = vdot16(M, vld((const void *)act.bs[p]), vset1(m.mn[p]));
+    }
+    return M;
+}
+// C tile 4 + V - 1 .. 4: dots of sub-block s (A loaded) into isum[v][16][LANES] (s = 0: set, else add sc * dt)
+template <class D, int V>
+LB_GK_INLINE void amx_sub_block(const ActOf<D> *act0, int64_t nb, int64_t b, int s, const RowSB *m0, int R,
+                                int32_t *cb, int32_t *isum) {
+    constexpr int DW = 64 / D::NSUB;
+    const auto one = [&](auto vc) {
+        constexpr int v = decltype(vc)::value;
+        tile_load<1 + v>(act0[(size_t)v * (size_t)nb + (size_t)b].q[s * DW], LANES * 4);
+        tile_zero<4 + v>();
+        tile_dp<4 + v, 0, 1 + v, D::UW>();
+        tile_store<4 + v>(cb + (size_t)v * AMX_ROWS * LANES, LANES * 4);
+    };
+    one(std::integral_constant<int, 0>{});
+    if constexpr (V > 1) one(std::integral_constant<int, 1>{});
+    if constexpr (V > 2) one(std::integral_constant<int, 2>{});
+    static_assert(V <= 3, "tiles 1..3 and 4..6");
+    for (int r = 0; r < R; ++r) {
+        const VI sc = vset1(m0[(size_t)r * (size_t)nb + (size_t)b].sc[s]);
+        for (int v = 0; v < V; ++v) {
+            int32_t *o = isum + ((size_t)v * AMX_ROWS + (size_t)r) * LANES;
+            const VI p = vmullo(vld(cb + ((size_t)v * AMX_ROWS + (size_t)r) * LANES), sc);
+            if (s == 0) std::memcpy(o, &p, sizeof p);
+            else {
+                VI x;
+                std::memcpy(&x, o, sizeof x);
+                x = vadd(x, p);
+                std::memcpy(o, &x, sizeof x);
+            }
+        }
+    }
+}
+template <class D, int V>
+__attribute__((noinline)) void mk_amx(const uint8_t *u0, const RowSB *m0, const ActOf<D> *act0, int64_t nb, int R,
+                                      float *res) {
+    alignas(64) int32_t cb[MAXV * AMX_ROWS * LANES], isum[MAXV * AMX_ROWS * LANES];
+    const size_t us = (size_t)nb * QK;
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; ++v) fst(res + (size_t)(r * MAXV + v) * LANES, fzero());
+    for (int64_t b = 0; b < nb; ++b) {
+        for (int s = 0; s < D::NSUB; ++s) {
+            tile_load<0>(u0 + (size_t)b * QK + (size_t)s * amx_kb<D>(), us);
+            amx_sub_block<D, V>(act0, nb, b, s, m0, R, cb, isum);
+        }
+        for (int r = 0; r < R; ++r) {
+            const RowSB &m = m0[(size_t)r * (size_t)nb + (size_t)b];
+            for (int v = 0; v < V; ++v) {
+                const ActOf<D> &act = act0[(size_t)v * (size_t)nb + (size_t)b];
+                float_step<D>(vld(isum + ((size_t)v * AMX_ROWS + (size_t)r) * LANES), mins_sum<D>(m, act), m, act.d,
+                              res + (size_t)(r * MAXV + v) * LANES);
+            }
+        }
+    }
+    final_step<D>(R, V, res);
+}
+template <class D>
+using MkAmxFn = void (*)(const uint8_t *, const RowSB *, const ActOf<D> *, int64_t, int, float *);
+template <class D>
+constexpr MkAmxFn<D> kMkAmx[4] = {nullptr, &mk_amx<D, 1>, MAXV > 1 ? &mk_amx<D, (MAXV > 1 ? 2 : 1)> : nullptr,
+                                  MAXV > 2 ? &mk_amx<D, (MAXV > 2 ? 3 : 1)> : nullptr};
+#endif
+
 template <class D, size_t BYTES>
 void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
@@ -1382,17 +1504,33 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     using Act = ActOf<D>;
     Act *panel = (Act *)act_s.get((size_t)ng * (size_t)nb * sizeof(Act));
     if (!act_holds(key, a, nt)) build_act_panel<!D::UW>(a.act, a.act_stride, nt, nb, panel);
-    // rows per tile: their codes and metadata about 256 KB (L2), a multiple of 4, 4..64
+    // rows per tile: their codes and metadata about 256 KB (L2), a multiple of 4, 4..64 (amx: of
+    // 16, 16..64: its microkernel's A tile reads 16 rows of codes, within the buffer)
     const size_t per_row = (size_t)nb * (QK + sizeof(RowSB));
+#if defined(LOWBIT_AMX)
+    int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)(AMX_ROWS - 1), AMX_ROWS, 64);
+#else
     int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
+#endif
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * per_row + tile_res_floats(RT) * sizeof(float));
     RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
     float *tres = (float *)(meta + (size_t)RT * (size_t)nb);
+#if defined(LOWBIT_AMX)
+    amx_configure<D>();  // per call and thread (the configuration is a thread's); released below
+    tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres,
+              [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
+              [&](int64_t i0, int R, int g0, int V, float *res) {
+                  kMkAmx<D>[V](codes + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
+                               panel + (size_t)g0 * (size_t)nb, nb, R, res);
+              });
+    tile_release();
+#else
     tile_loop(a, r0, r1, RT, MAXR, MAXR1, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   (V == 1 ? kMk1<D>[R] : kMk<D>[R][V])(codes + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
                                panel + (size_t)g0 * (size_t)nb, nb, res);
               });
+#endif
 }
 
 // ============================================================================================
@@ -1902,6 +2040,13 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 
 #define LB_GK_STR2(x) #x
 #define LB_GK_STR(x) LB_GK_STR2(x)
+// the level's name in its kernels' names: the namespace's, but for the amx emulator's (amx_emu),
+// whose kernels are the amx level's, emulated (LOWBIT_KNAME)
+#if defined(LOWBIT_KNAME)
+#define LB_GK_LEVEL LB_GK_STR(LOWBIT_KNAME)
+#else
+#define LB_GK_LEVEL LB_GK_STR(LOWBIT_NS)
+#endif
 
 // Chunks of at least this many tokens take the GEMM (run_rows, glu_rows, the MoE experts);
 // LOWBIT_KQ_GEMM_MIN_NT=N overrides it (read once, at registration; 0 turns the GEMM off).
@@ -2056,27 +2201,30 @@ void register_gemm(KernelTable &t) {
         e.gemm_lanes = LANES, e.gemm_tail = tail;
     };
     const auto gate = [&](int own) { return g && *g ? min_nt : own; };  // LOWBIT_KQ_GEMM_MIN_NT, else own
-    set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_STR(LOWBIT_NS), min_nt);
+    set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_LEVEL, min_nt);
     // Q4_K's R8 layout (its windows: register_kq_r8, 1.4-2.0x the row-major windows): its GEMM
     // from kQ4kR8GemmMinNt tokens (avx512 24: Zen 4, `bench kernels --formats Q4_K_R8 --stat min
     // --cpu 1`, windows / gemm: n = 2048 1.11, 0.96, 1.28 at 16, 24, 32; n = 4096 0.95, 1.04, 1.35;
     // avx2 32, at the constant); LOWBIT_KQ_GEMM_MIN_NT sets it with Q4_K's
-    set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kQ4kR8GemmMinNt));
+    set(kQ4kR8Id, &gemm_kq<GQ4K_R8, 144>, "gemm_q4_k_r8_q8_k_" LB_GK_LEVEL, gate(kQ4kR8GemmMinNt));
 #if defined(__AVX512F__)
     // Q5_K's R8 layout: its GEMM from 24 tokens too (Zen 4, `bench kernels --formats Q5_K_R8 --nt
     // 16,20,24,28,32 --mb 1.5`, windows / gemm at n = 2048 and 4096, noisy: 0.77-0.78 at 20,
     // 0.91-1.53 at 24, 1.00-1.24 at 32; Q5_K's own gate is 9: its windows are 1.3-1.8x slower)
-    set(kQ5kR8Id, &gemm_kq<GQ5K_R8, 176>, "gemm_q5_k_r8_q8_k_" LB_GK_STR(LOWBIT_NS), gate(24));
+    set(kQ5kR8Id, &gemm_kq<GQ5K_R8, 176>, "gemm_q5_k_r8_q8_k_" LB_GK_LEVEL, gate(24));
 #endif
-    set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_STR(LOWBIT_NS),
+    set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_LEVEL,
         gate(kQ5kGemmMinNt));
-    set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_STR(LOWBIT_NS),
+    set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_LEVEL,
         gate(kQ6kGemmMinNt));
-    set(T_Q2_K, &gemm_kq<GQ2K, 84>, "gemm_q2_k_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kQ2kGemmMinNt));
-    set(T_Q3_K, &gemm_kq<GQ3K, 110>, "gemm_q3_k_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kQ3kGemmMinNt));
+    set(T_Q2_K, &gemm_kq<GQ2K, 84>, "gemm_q2_k_q8_k_" LB_GK_LEVEL, gate(kQ2kGemmMinNt));
+    set(T_Q3_K, &gemm_kq<GQ3K, 110>, "gemm_q3_k_q8_k_" LB_GK_LEVEL, gate(kQ3kGemmMinNt));
 #if defined(__AVX512F__) || defined(__AVXVNNI__)
     // (IQ4_XS's codes need vdot's full signed byte: at avx2 its windows only)
-    set(T_IQ4_XS, &gemm_kq<GIQ4XS, 136>, "gemm_iq4_xs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq4xsGemmMinNt));
+    set(T_IQ4_XS, &gemm_kq<GIQ4XS, 136>, "gemm_iq4_xs_q8_k_" LB_GK_LEVEL, gate(kIq4xsGemmMinNt));
+#elif defined(LOWBIT_AMX)
+    // (the emulated amx level over avx2: the tiles take any byte; Q4_K's gate)
+    set(T_IQ4_XS, &gemm_kq<GIQ4XS, 136>, "gemm_iq4_xs_q8_k_" LB_GK_LEVEL, gate(kKqGemmMinNt));
 #endif
 #if defined(__AVX512F__)
     // IQ4_XS's R8 layout (whole groups put back together by transposes, then GIQ4XS's decode:
@@ -2085,50 +2233,57 @@ void register_gemm(KernelTable &t) {
     // at 16, 0.75 at 20, 0.78-0.91 at 24, 1.06 at 28, 1.16-1.21 at 32, 1.36 at 48, 1.42 at 64; the
     // R8 GEMM takes 0.99-1.11x IQ4_XS's GEMM's time at 32..128 tokens). LOWBIT_KQ_GEMM_MIN_NT sets
     // it with the k-quants'
-    set(kIq4xsR8Id, &gemm_kq<GIQ4XS_R8, 136>, "gemm_iq4_xs_r8_q8_k_" LB_GK_STR(LOWBIT_NS), gate(28));
+    set(kIq4xsR8Id, &gemm_kq<GIQ4XS_R8, 136>, "gemm_iq4_xs_r8_q8_k_" LB_GK_LEVEL, gate(28));
 #endif
     // the grid i-quants, IQ1_* and the ternary formats (codes |w| <= 62: every level's vdot)
-    set(T_IQ3_XXS, &gemm_kq<GIQ3XXS, 98>, "gemm_iq3_xxs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq3xxsGemmMinNt));
-    set(T_IQ3_S, &gemm_kq<GIQ3S, 110>, "gemm_iq3_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq3sGemmMinNt));
-    set(T_IQ2_XXS, &gemm_kq<GIQ2XXS, 66>, "gemm_iq2_xxs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq2xxsGemmMinNt));
-    set(T_IQ2_XS, &gemm_kq<GIQ2XS, 74>, "gemm_iq2_xs_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq2xsGemmMinNt));
-    set(T_IQ2_S, &gemm_kq<GIQ2S, 82>, "gemm_iq2_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq2sGemmMinNt));
-    set(T_IQ1_S, &gemm_kq<GIQ1S, 50>, "gemm_iq1_s_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq1sGemmMinNt));
-    set(T_IQ1_M, &gemm_kq<GIQ1M, 56>, "gemm_iq1_m_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kIq1mGemmMinNt));
-    set(T_TQ2_0, &gemm_kq<GTQ2, 66>, "gemm_tq2_0_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kTq2GemmMinNt));
-    set(T_TQ1_0, &gemm_kq<GTQ1, 54>, "gemm_tq1_0_q8_k_" LB_GK_STR(LOWBIT_NS), gate(kTq1GemmMinNt));
+    set(T_IQ3_XXS, &gemm_kq<GIQ3XXS, 98>, "gemm_iq3_xxs_q8_k_" LB_GK_LEVEL, gate(kIq3xxsGemmMinNt));
+    set(T_IQ3_S, &gemm_kq<GIQ3S, 110>, "gemm_iq3_s_q8_k_" LB_GK_LEVEL, gate(kIq3sGemmMinNt));
+    set(T_IQ2_XXS, &gemm_kq<GIQ2XXS, 66>, "gemm_iq2_xxs_q8_k_" LB_GK_LEVEL, gate(kIq2xxsGemmMinNt));
+    set(T_IQ2_XS, &gemm_kq<GIQ2XS, 74>, "gemm_iq2_xs_q8_k_" LB_GK_LEVEL, gate(kIq2xsGemmMinNt));
+    set(T_IQ2_S, &gemm_kq<GIQ2S, 82>, "gemm_iq2_s_q8_k_" LB_GK_LEVEL, gate(kIq2sGemmMinNt));
+    set(T_IQ1_S, &gemm_kq<GIQ1S, 50>, "gemm_iq1_s_q8_k_" LB_GK_LEVEL, gate(kIq1sGemmMinNt));
+    set(T_IQ1_M, &gemm_kq<GIQ1M, 56>, "gemm_iq1_m_q8_k_" LB_GK_LEVEL, gate(kIq1mGemmMinNt));
+    set(T_TQ2_0, &gemm_kq<GTQ2, 66>, "gemm_tq2_0_q8_k_" LB_GK_LEVEL, gate(kTq2GemmMinNt));
+    set(T_TQ1_0, &gemm_kq<GTQ1, 54>, "gemm_tq1_0_q8_k_" LB_GK_LEVEL, gate(kTq1GemmMinNt));
+#if defined(LOWBIT_AMX)
+    // the amx level: the k-quant family's GEMMs only (the legacy formats' and I2_S's stay the
+    // level below's)
+    (void)&gemm_i2s;
+#else
     const char *gl = std::getenv("LOWBIT_LEGACY_GEMM_MIN_NT");
     const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
-    set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);
-    set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_STR(LOWBIT_NS), min_legacy);
-    set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_STR(LOWBIT_NS), min_legacy);  // avx2: vdot_sign
+    set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_LEVEL, min_legacy);
+    set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_LEVEL, min_legacy);
+    set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_LEVEL, min_legacy);  // avx2: vdot_sign
     // The legacy R8 layouts' GEMM (their windows: csrc/x86/{avx2,avx512}/lg_r8.cpp) from
     // kLegacyR8GemmMinNt tokens: their windows beat it below. LOWBIT_LEGACY_GEMM_MIN_NT sets it with
     // the legacy formats'.
     const int min_r8 = gl && *gl ? min_legacy : kLegacyR8GemmMinNt;
-    set(kQ4_0R8Id, &gemm_legacy<GR8Rows<GQ4_0>>, "gemm_q4_0_r8_q8_0_" LB_GK_STR(LOWBIT_NS), min_r8);
-    set(kQ4_1R8Id, &gemm_legacy<GR8Rows<GQ4_1>>, "gemm_q4_1_r8_q8_1_" LB_GK_STR(LOWBIT_NS), min_r8);
+    set(kQ4_0R8Id, &gemm_legacy<GR8Rows<GQ4_0>>, "gemm_q4_0_r8_q8_0_" LB_GK_LEVEL, min_r8);
+    set(kQ4_1R8Id, &gemm_legacy<GR8Rows<GQ4_1>>, "gemm_q4_1_r8_q8_1_" LB_GK_LEVEL, min_r8);
 #if defined(__AVX512F__)
-    set(kQ8_0R8Id, &gemm_legacy<GR8Rows<GQ8_0>>, "gemm_q8_0_r8_q8_0_" LB_GK_STR(LOWBIT_NS), min_r8);  // (avx512 only)
+    set(kQ8_0R8Id, &gemm_legacy<GR8Rows<GQ8_0>>, "gemm_q8_0_r8_q8_0_" LB_GK_LEVEL, min_r8);  // (avx512 only)
 #endif
     // Q5_0 / Q5_1: llama-quant's fallback where 256 does not divide a row (Q4_K -> Q5_0, Q5_K ->
     // Q5_1: the experts' down matrices of GLM-4.5 and DeepSeek-V2 at width 1408)
-    set(T_Q5_0, &gemm_legacy<GQ5_0>, "gemm_q5_0_q8_0_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ5GemmMinNt);
-    set(T_Q5_1, &gemm_legacy<GQ5_1>, "gemm_q5_1_q8_1_" LB_GK_STR(LOWBIT_NS), gl && *gl ? min_legacy : kQ5_1GemmMinNt);
+    set(T_Q5_0, &gemm_legacy<GQ5_0>, "gemm_q5_0_q8_0_" LB_GK_LEVEL, gl && *gl ? min_legacy : kQ5GemmMinNt);
+    set(T_Q5_1, &gemm_legacy<GQ5_1>, "gemm_q5_1_q8_1_" LB_GK_LEVEL, gl && *gl ? min_legacy : kQ5_1GemmMinNt);
 #if defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
     const char *gi = std::getenv("LOWBIT_I2S_GEMM_MIN_NT");
     auto &ei = t.at(T_I2_S);
-    ei.gemm = RowKernel{&gemm_i2s, "gemm_i2_s_i8_s_" LB_GK_STR(LOWBIT_NS), LOWBIT_ISA};
+    ei.gemm = RowKernel{&gemm_i2s, "gemm_i2_s_i8_s_" LB_GK_LEVEL, LOWBIT_ISA};
     ei.gemm_min_nt = gi && *gi ? std::atoi(gi) : kI2sLanesGemmMinNt;
     ei.gemm_lanes = LANES, ei.gemm_tail = tail;
 #else
     (void)&gemm_i2s;
 #endif
+#endif  // LOWBIT_AMX
 }
 
 #undef LB_GK_STR
+#undef LB_GK_LEVEL
 #undef LB_GK_TABLE
 #undef LB_GK_STR2
 #undef LB_GK_INLINE
