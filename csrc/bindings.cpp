@@ -25,6 +25,8 @@
 #include "repack.h"
 #include "threadpool.h"
 #include "x86/prefetch.h"  // kPrefetchAhead (cpu_info)
+#define LOWBIT_AMX_EMULATE 1  // (the emulator's side only: amx_emulator_dp below)
+#include "x86/amx_tiles.h"
 
 namespace nb = nanobind;
 using namespace lowbit;
@@ -174,6 +176,8 @@ NB_MODULE(_lowbit, m) {
         d["glu"] = std::string(kernel_table().glu.name);
         d["delta"] = std::string(kernel_table().delta.name);
         d["scan"] = std::string(kernel_table().scan.name);
+        d["amx_emulated"] = c.amx_emulated;  // LOWBIT_AMX=emulate: the amx level runs on the emulator
+        d["notes"] = c.notes;
         d["prefetch"] = (long long)kPrefetchAhead;
         d["iq_grid"] = std::string(iq_grid_by_loads() ? "loads" : "gather");  // the IQ3 kernels' grid fetch
 #if defined(__clang__)
@@ -394,6 +398,29 @@ NB_MODULE(_lowbit, m) {
             if (level_built(i)) out.push_back(isa_name(i));
         return out;
     }, "ISA levels with kernels of their own that can run here (CPU, build and LOWBIT_MAX_ISA allowing), lowest first.");
+    // One tile product on the AMX emulator (csrc/x86/amx_tiles.h), for its tests: tmm0 = a (rows x
+    // bytes as given), tmm1 = b, tmm4 = c_rows x c_colsb zeroes; c += a . b (uw: TDPBUSD, a unsigned
+    // and b signed; else TDPBSUD); returns c as int32[c_rows, c_colsb / 4]. Shapes the hardware
+    // would fault on raise (RuntimeError).
+    m.def("amx_emulator_dp", [](U8In a, U8In b, bool uw, int c_rows, int c_colsb) {
+        TileConfig cfg;
+        cfg.set(0, (int)a.shape(0), (int)a.shape(1));
+        cfg.set(1, (int)b.shape(0), (int)b.shape(1));
+        cfg.set(4, c_rows, c_colsb);
+        if (a.shape(0) > 16 || a.shape(1) > 64 || b.shape(0) > 16 || b.shape(1) > 64)
+            throw std::invalid_argument("a tile holds at most 16 rows of 64 bytes");
+        tile_loadconfig(cfg);
+        tile_load<0>(a.data(), a.shape(1));
+        tile_load<1>(b.data(), b.shape(1));
+        tile_zero<4>();
+        if (uw) tile_dp<4, 0, 1, true>();
+        else tile_dp<4, 0, 1, false>();
+        int32_t *o;
+        auto out = new_array<int32_t>((size_t)c_rows, (size_t)(c_colsb / 4), &o);
+        tile_store<4>(o, (size_t)(c_colsb / 4) * 4);
+        tile_release();
+        return out;
+    }, nb::arg("a"), nb::arg("b"), nb::arg("uw"), nb::arg("c_rows"), nb::arg("c_colsb"));
     m.def("isa_names", [] {
         std::vector<std::string> out;
         for (int i = 0; i < ISA_COUNT; ++i) out.push_back(isa_name(i));

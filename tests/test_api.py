@@ -84,7 +84,9 @@ def test_levels_need_their_own_features():
     feats = set(lib.cpu_info()["features"])
     need = {"avx": {"avx"}, "avx2": {"avx2", "fma", "f16c"}, "avx2vnni": {"avx2", "fma", "f16c", "avx_vnni"},
             "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}}
-    isa_id = {"scalar": 0, "avx2": 1, "avx2vnni": 2, "avx512": 3, "avx": 4}  # csrc/kernels.h
+    # amx: avx512's and the tiles', or, emulated (LOWBIT_AMX=emulate), avx2's
+    need["amx"] = need["avx2"] if lib.cpu_info()["amx_emulated"] else need["avx512"] | {"amx_tile", "amx_int8"}
+    isa_id = {name: i for i, name in enumerate(lib.isa_names())}  # csrc/kernels.h
     for lv in lib.levels():
         assert need.get(lv, set()) <= feats, (lv, sorted(feats))
         for f in lowbit.formats():

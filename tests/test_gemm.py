@@ -75,6 +75,23 @@ GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12, 
 # windows take (gemm.inl: LANES, kGemmTail)
 LANES_TAIL = {"avx512": (16, 4), "avx2vnni": (8, 4), "avx2": (8, 4)}
 
+# The amx level (tests/test_amx.py) replaces the GEMMs of the k-quant family only (AMX_OWN); the
+# legacy formats' stay the level's below it. Its own are built on avx512's lane vectors and gates, or,
+# emulated (LOWBIT_AMX=emulate, any CPU with avx2), on avx2's.
+AMX_OWN = KQ + IQ + IQG
+AMX_BELOW = LEVELS[LEVELS.index("amx") - 1] if "amx" in LEVELS else None
+if AMX_BELOW:
+    _amx_base = "avx2" if lib.cpu_info()["amx_emulated"] else "avx512"
+    GEMM_FORMATS["amx"] = AMX_OWN + [n for n in LEGACY if n in GEMM_FORMATS.get(AMX_BELOW, ())]
+    GATES["amx"] = {**{n: GATES[_amx_base].get(n, GATES[_amx_base]["Q4_K"]) for n in AMX_OWN},
+                    **{n: GATES[AMX_BELOW][n] for n in LEGACY if n in GATES.get(AMX_BELOW, {})}}
+    LANES_TAIL["amx"] = LANES_TAIL[_amx_base]
+
+
+def owner(level, name):
+    """The level whose GEMM runs for format name at level (amx: the level below's for the legacy formats)."""
+    return AMX_BELOW if level == "amx" and name not in AMX_OWN else level
+
 
 def gemm_cases(*names):
     """(level, format) for every level under test with a GEMM and every format it has one for."""
@@ -108,8 +125,9 @@ def test_levels_with_a_gemm():
         for name in ALL:
             g = lib.gemm_kernel(F[name].id, ISA.index(lv))
             if name in GEMM_FORMATS.get(lv, ()):
-                want = f"gemm_{name.lower()}_{ACT[name].lower()}_{lv}"
-                assert g is not None and tuple(g) == (want, lv, GATES[lv][name]), g
+                own = owner(lv, name)
+                want = f"gemm_{name.lower()}_{ACT[name].lower()}_{own}"
+                assert g is not None and tuple(g) == (want, own, GATES[lv][name]), g
             else:  # scalar, avx; avx2's Q8_0 (codes beyond its vdot's bound): windows only
                 assert g is None, (lv, name, g)
 
@@ -199,7 +217,7 @@ def test_gemm_tail_goes_to_the_windows(ggml, rng, name, level):
     from lowbit import kernels as K
     isa = ISA.index(level)
     lanes, tail = lib.gemm_tail(F[name].id, isa)
-    assert (lanes, tail) == LANES_TAIL[level]
+    assert (lanes, tail) == LANES_TAIL[owner(level, name)]
     gate, gemm_name = GATES[level][name], lib.gemm_kernel(F[name].id, isa)[0]
     rows, nb = 13, 2 if BLOCK[name] == 256 else 11
     n = nb * BLOCK[name]
@@ -269,7 +287,8 @@ def test_gate_counters_and_switches(ggml, rng, tmp_path):
         pytest.skip(f"the dispatched level {sel} has no GEMM (CPU flags avx512_vnni or avx_vnni)")
     rows_name = lib.kernel(F["Q4_K"].id, 8)[0]
     assert base["gemm"] == [f"gemm_q4_k_q8_k_{sel}", sel, GATES[sel]["Q4_K"]]
-    assert base["gemm_q8_0"] == [f"gemm_q8_0_q8_0_{sel}", sel, GATES[sel]["Q8_0"]]
+    q8 = owner(sel, "Q8_0")
+    assert base["gemm_q8_0"] == [f"gemm_q8_0_q8_0_{q8}", q8, GATES[sel]["Q8_0"]]
     assert base["stats"]["64"] == [[0, f"gemm_q4_k_q8_k_{sel}"]], base["stats"]
     assert base["stats"]["8"] == [[8, rows_name]], base["stats"]
     hi, b = child(tmp_path, {"LOWBIT_KQ_GEMM_MIN_NT": "65"}, raw, act, n, "hi")
@@ -359,7 +378,7 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
         want = {w.replace(f"gemm_{k}_", f"gemm_{k}_r8_") for w in want}
     if sel in GEMM_LEVELS:
         fmt = lambda kernel: "_".join(kernel.split("_")[1:3]).upper()  # gemm_q4_k_q8_k_avx512: Q4_K
-        want = {w.replace("_avx512", f"_{sel}") for w in want if fmt(w) in GEMM_FORMATS[sel]}
+        want = {w.replace("_avx512", f"_{owner(sel, fmt(w))}") for w in want if fmt(w) in GEMM_FORMATS[sel]}
         assert set(runs["on"]["100"]) == want and set(runs["on"]["40"]) & want, runs["on"]
         assert runs["on"]["1"] == [] and runs["on"]["8"] == [], runs["on"]
     assert all(v == [] for v in runs["off"].values()), runs["off"]

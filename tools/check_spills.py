@@ -4,7 +4,7 @@
     python tools/check_spills.py [BUILD_DIR ...]      (default: build/*/ and build/)
 
 Disassembles every object of the SIMD levels (CMakeFiles/lowbit_<level>.dir: x86 avx, avx2,
-avx2vnni, avx512; aarch64 neon, dotprod, i8mm, with aarch64-linux-gnu-objdump when this host
+avx2vnni, avx512, amx; aarch64 neon, dotprod, i8mm, with aarch64-linux-gnu-objdump when this host
 is not aarch64) and counts, per function, instructions that move an xmm/ymm/zmm register to or
 from memory at (%rsp), or at (%rbp) where the function made %rbp its frame pointer (aarch64: a
 q register loaded or stored at [sp ...]; the d8-d15 callee saves are 64-bit and not counted):
@@ -28,7 +28,7 @@ import re
 import subprocess
 import sys
 
-LEVELS = ("avx", "avx2", "avx2vnni", "avx512", "neon", "dotprod", "i8mm")
+LEVELS = ("avx", "avx2", "avx2vnni", "avx512", "amx", "neon", "dotprod", "i8mm")
 # Levels whose spills are reported but do not fail the check (yet): avx (Sandy Bridge: 16 xmm,
 # 128-bit integer ops) keeps its window kernels bitwise the reference (tests/test_reference_levels.py)
 # but GCC still moves some of their vectors through the stack (54 of 112 row kernels, mostly

@@ -1416,12 +1416,15 @@ constexpr int amx_kb() { return 4 * (64 / D::NSUB); }  // bytes of codes per sub
 static_assert(4 * (64 / 8) <= 64 && 4 * (64 / 16) >= 4, "a sub-block's codes fit one A tile row");
 template <class D>
 void amx_configure() {
-    TileConfig c;
-    c.set(0, AMX_ROWS, amx_kb<D>());
-    for (int v = 0; v < MAXV; ++v) {
-        c.set(1 + v, amx_kb<D>() / 4, LANES * 4);
-        c.set(4 + v, AMX_ROWS, LANES * 4);
-    }
+    static const TileConfig c = [] {  // (built once: not a 64-byte object on every call's stack)
+        TileConfig t;
+        t.set(0, AMX_ROWS, amx_kb<D>());
+        for (int v = 0; v < MAXV; ++v) {
+            t.set(1 + v, amx_kb<D>() / 4, LANES * 4);
+            t.set(4 + v, AMX_ROWS, LANES * 4);
+        }
+        return t;
+    }();
     tile_loadconfig(c);
 }
 // the MINS formats' M of one row and lane vector (mk_gemm forms it for V vectors at once)

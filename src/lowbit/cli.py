@@ -37,6 +37,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"lowbit {__import__('lowbit').__version__}")
     print(f"CPU       {c['model'] or '(unknown)'}")
     print(f"features  {' '.join(c['features']) or '(baseline x86-64 only)'}")
+    for note in c["notes"]:  # e.g. the amx level emulated (LOWBIT_AMX=emulate), or its tiles refused
+        print(f"note      {note}")
     print(f"levels    CPU best {c['best']}, built up to {c['built']}, LOWBIT_MAX_ISA cap {c['cap']}"
           f" -> selected {c['selected']}")
     print(f"threads   {c['threads']}")

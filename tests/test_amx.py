@@ -1,0 +1,167 @@
+"""The amx level (csrc/x86/gemm.inl's mk_amx, csrc/x86/amx_tiles.h): the k-quant family's GEMMs with
+AMX-INT8 tiles for the sub-block dots, and the emulator that runs the same code on any x86 CPU with
+avx2 (LOWBIT_AMX=emulate).
+
+  - the emulator's tile product (TDPBUSD: a unsigned x b signed; TDPBSUD: a signed x b unsigned,
+    b in the VNNI layout) equals numpy's int64 product reduced modulo 2^32, at the shapes the GEMM
+    configures (K = 32 and 16 bytes, 16 and 8 tokens per row of B) and the largest (64 bytes);
+    every byte value, the extremes included;
+  - it raises on the shapes the hardware faults on (C's rows not A's, B's rows not A's bytes / 4,
+    B's bytes not C's, more than 16 rows or 64 bytes), so a wrong configuration in the GEMM cannot
+    pass the tests here and fault on an AMX CPU;
+  - the amx GEMM of every k-quant-family format is BITWISE the windows at the level (I8), on the
+    emulator (a child process with LOWBIT_AMX=emulate; .ci/run also runs tests/test_gemm.py so),
+    and on the hardware where the CPU has AMX (tests/test_gemm.py at the amx level);
+  - dispatch: LOWBIT_AMX=emulate adds the level (named amx, its GEMMs gemm_<format>_q8_k_amx in the
+    counters, `lowbit info` saying it is emulated); any other value is a one-line error; a CPU with
+    amx_tile and amx_int8 (and the avx512 level) gets the level, or a note saying why not.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lowbit._native import lib
+
+X86 = "avx2" in lib.isa_names() and "avx2" in lib.levels()
+NEEDS_AVX2 = pytest.mark.skipif(not X86, reason="the AMX emulator runs at the avx2 level: needs CPU flags avx2, fma, f16c")
+
+
+def tile_product(a, b, uw):
+    """numpy's C = A . B of a tile product: a[M, 4K] bytes, b[K, 4N] bytes in the VNNI layout"""
+    M, K4 = a.shape
+    K, N4 = b.shape
+    A = a.astype(np.int64) if uw else a.view(np.int8).astype(np.int64)
+    B = b.view(np.int8).astype(np.int64) if uw else b.astype(np.int64)
+    Bt = B.reshape(K, N4 // 4, 4).transpose(0, 2, 1).reshape(K * 4, N4 // 4)  # [k-group * 4 + i, n]
+    C = A @ Bt
+    return ((C + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+@NEEDS_AVX2
+@pytest.mark.parametrize("uw", [True, False])
+@pytest.mark.parametrize("m,kb,n", [(16, 32, 16), (16, 16, 16), (16, 32, 8), (16, 16, 8), (16, 64, 16), (5, 12, 3)])
+def test_emulator_tile_product_equals_numpy(rng, uw, m, kb, n):
+    for case in ("random", "extremes", "max"):
+        if case == "random":
+            a = rng.integers(0, 256, (m, kb), dtype=np.uint8)
+            b = rng.integers(0, 256, (kb // 4, 4 * n), dtype=np.uint8)
+        elif case == "extremes":  # 0, 127, 128, 255 as either operand's bytes
+            a = rng.choice(np.array([0, 127, 128, 255], np.uint8), (m, kb))
+            b = rng.choice(np.array([0, 127, 128, 255], np.uint8), (kb // 4, 4 * n))
+        else:  # the largest magnitudes: 255 x -128 (uw) or -128 x 255
+            a = np.full((m, kb), 255 if uw else 128, np.uint8)
+            b = np.full((kb // 4, 4 * n), 128 if uw else 255, np.uint8)
+        got = lib.amx_emulator_dp(a, b, uw, m, 4 * n)
+        want = tile_product(a, b, uw)
+        assert got.shape == want.shape and np.array_equal(got, want), (case, np.argwhere(got != want)[:4])
+
+
+@NEEDS_AVX2
+@pytest.mark.parametrize("a_shape,b_shape,c_rows,c_colsb,what", [
+    ((16, 32), (8, 64), 8, 64, "rows"),        # C's rows are not A's
+    ((16, 32), (4, 64), 16, 64, "B has 4 rows"),  # B's rows are not A's bytes / 4
+    ((16, 32), (8, 64), 16, 32, "colsb"),      # B's bytes per row are not C's
+    ((16, 32), (8, 64), 17, 64, "17 rows"),    # more than 16 rows
+    ((16, 32), (8, 64), 16, 68, "68 bytes"),   # more than 64 bytes
+])
+def test_emulator_faults_where_the_hardware_would(a_shape, b_shape, c_rows, c_colsb, what):
+    a = np.ones(a_shape, np.uint8)
+    b = np.ones(b_shape, np.uint8)
+    with pytest.raises(RuntimeError, match="AMX emulator") as e:
+        lib.amx_emulator_dp(a, b, True, c_rows, c_colsb)
+    assert what in str(e.value), str(e.value)
+
+
+# The formats whose GEMM the amx level replaces (gemm.inl register_gemm under LOWBIT_AMX)
+AMX_FORMATS = ["Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+               "IQ1_S", "IQ1_M", "TQ2_0", "TQ1_0"]
+
+# A child with LOWBIT_AMX=emulate: every format's amx GEMM (path 2) against the windows (path 1)
+# at the amx level, bitwise, at token counts that cut lane vectors and row counts that cut 16-row
+# groups and tiles; prints one JSON line {"bad": [...], "kernels": [...]}.
+CHILD = r"""
+import json, sys
+import numpy as np
+from lowbit._native import lib
+from lowbit import kernels
+from lowbit.formats import BY_NAME as F
+fmts = sys.argv[1].split(",")
+ISA = lib.isa_names(); lv = ISA.index("amx")
+rng = np.random.default_rng(7)
+bad = []
+for name in fmts:
+    for rows, nb in ((1, 1), (17, 2), (37, 3), (70, 1)):
+        n = 256 * nb
+        w = rng.standard_normal((rows, n)).astype(np.float32)
+        w[rows // 2, n // 3] = 30.0
+        raw = np.ascontiguousarray(kernels.quantize(name, w, imatrix=np.ones(n, np.float32)).reshape(rows, -1))
+        act = lib.quantize_act(F["Q8_K"].id, (rng.standard_normal((41, n)) * 2).astype(np.float32), lv)
+        for nt in (1, 8, 9, 16, 17, 41):
+            a = np.ascontiguousarray(act[:nt])
+            o = [np.zeros((nt, rows), np.float32) for _ in range(2)]
+            for path in (1, 2):
+                lib.matmul_act(F[name].id, raw, a, n, 1.0, o[path - 1], 0, rows, 2 if nt == 41 else 1, lv, path, False)
+            if not np.array_equal(o[0].view(np.uint32), o[1].view(np.uint32)):
+                i = np.unravel_index(np.argmax(np.abs(o[0] - o[1])), o[0].shape)
+                bad.append([name, rows, nb, nt, [int(v) for v in i], float(o[0][i]), float(o[1][i])])
+print(json.dumps({"bad": bad, "kernels": sorted({s["kernel"] for s in kernels.stats() if s["nt"] == 0}),
+                  "info": {k: lib.cpu_info()[k] for k in ("selected", "amx_emulated", "notes")}}))
+"""
+
+
+def run_emulated(code, *args, env=None):
+    e = {**os.environ, "LOWBIT_AMX": "emulate", **(env or {})}
+    e.pop("LOWBIT_MAX_ISA", None)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=e, timeout=900)
+
+
+@NEEDS_AVX2
+@pytest.mark.parametrize("fmts", [AMX_FORMATS[:6], AMX_FORMATS[6:]], ids=["k-quants,IQ4_XS", "grid-i-quants,ternary"])
+def test_amx_gemm_emulated_bitwise_equals_windows(fmts):
+    r = run_emulated(CHILD, ",".join(fmts))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["bad"] == [], res["bad"][:5]  # [format, rows, super-blocks, nt, worst (token, row), windows, amx]
+    assert res["kernels"] == sorted(f"gemm_{f.lower()}_q8_k_amx" for f in fmts), res["kernels"]
+    assert res["info"]["selected"] == "amx" and res["info"]["amx_emulated"] is True
+    assert any("emulated" in n for n in res["info"]["notes"]), res["info"]
+
+
+@NEEDS_AVX2
+def test_amx_emulated_level_in_info_and_bad_setting():
+    r = run_emulated("from lowbit.cli import main; raise SystemExit(main(['info']))")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "emulated" in r.stdout and "gemm_q4_k_q8_k_amx" in r.stdout, r.stdout[-3000:]
+    r = run_emulated("from lowbit.cli import main; raise SystemExit(main(['info']))", env={"LOWBIT_AMX": "yes"})
+    assert r.returncode != 0 and "LOWBIT_AMX=yes" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+HW = {"amx_tile", "amx_int8", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}
+
+
+@pytest.mark.skipif(not HW <= cpu_flags(), reason="needs CPU flags amx_tile, amx_int8 (and the avx512 level's)")
+def test_amx_cpu_gets_the_level_or_a_reason():
+    """On an AMX CPU the probe must offer the level (the hardware's tiles), or say why not (the
+    kernel refused the tile state); the GEMM tests then run at it (tests/test_gemm.py)."""
+    c = lib.cpu_info()
+    if os.environ.get("LOWBIT_MAX_ISA") or os.environ.get("LOWBIT_AMX"):
+        pytest.skip("LOWBIT_MAX_ISA / LOWBIT_AMX set: the level is capped or emulated")
+    assert "amx_int8" in c["features"], c
+    assert "amx" in lib.levels() or any("refused" in n for n in c["notes"]), c
+    if "amx" in lib.levels():
+        assert c["selected"] == "amx" and not c["amx_emulated"]
