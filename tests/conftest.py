@@ -10,7 +10,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 import lowbit  # noqa: E402
 from lowbit._native import lib  # noqa: E402
 
-LEVELS = list(lib.levels())  # every level this CPU, build and LOWBIT_MAX_ISA allow
+ALL_LEVELS = list(lib.levels())  # every level this CPU, build and LOWBIT_MAX_ISA allow
+# Levels that replace the GEMM tier only (amx: csrc/x86/amx; its windows, quantizers, attention and
+# the rest are the level's below, which the per-level tests cover as that level): tests/test_gemm.py
+# and tests/test_amx.py take them (ALL_LEVELS); the engine runs them where they are selected.
+GEMM_ONLY_LEVELS = {"amx"}
+LEVELS = [lv for lv in ALL_LEVELS if lv not in GEMM_ONLY_LEVELS]
 # Levels whose kernels follow the scalar reference's arithmetic exactly, so their outputs are
 # bitwise the reference's: x86 avx and the aarch64 levels (csrc/x86/avx/avx.h, csrc/arm/simd.h).
 # The other SIMD levels (avx2, avx2vnni, avx512) share one FMA arithmetic: bitwise equal to each
@@ -40,7 +45,7 @@ def rng(request):
 
 def pytest_report_header(config):
     c = lib.cpu_info()
-    return f"lowbit: CPU {c['model']}; levels under test: {', '.join(LEVELS)} (selected {c['selected']})"
+    return f"lowbit: CPU {c['model']}; levels under test: {', '.join(ALL_LEVELS)} (selected {c['selected']})"
 
 
 def legacy_extremes(rng, name, rows, nb, pattern):

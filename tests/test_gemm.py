@@ -40,7 +40,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import LEVELS, assert_bitwise
+from conftest import ALL_LEVELS as LEVELS, assert_bitwise  # (the GEMM-only amx level too)
 
 from lowbit._native import lib
 from lowbit.kernels import repacked_layouts

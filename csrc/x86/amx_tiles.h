@@ -139,7 +139,7 @@ inline void tile_zero() {
     LB_TILE_EACH(T, LB_TILE_OP);
 #undef LB_TILE_OP
 }
-// the GEMM's three products: C = tmm4 + v, A = tmm0, B = tmm1 + v (csrc/x86/gemm.inl, mk_amx)
+// the GEMM's products: C = tmm4 + i, A = tmm0, B = tmm1 + i (csrc/x86/gemm.inl, mk_amx)
 template <int C, int A, int B, bool UW>
 inline void tile_dp() {
     static_assert(A == 0 && B == C - 3 && C >= 4 && C <= 6, "tile_dp: the products mk_amx issues");

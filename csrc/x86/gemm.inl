@@ -1397,31 +1397,32 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
 #if defined(LOWBIT_AMX)
 // ---- the amx level's microkernel (csrc/x86/amx_tiles.h) ----------------------------------------
 // The same decode (codes, RowSB), panels and float steps as mk_gemm, so the same integers and
-// the same bits (I8); only each sub-block's dots come from tiles: per super-block b and
-// sub-block s, for 16 weight rows x V lane vectors of tokens,
-//   tmm0 (A) = the rows' codes of s: 16 rows x KB bytes (KB = 32 codes, or 16: NSUB = 16), row
-//              stride nb * 256 (one row's codes, tile_loop's layout);
-//   tmm1+v (B) = lane vector v's panel dwords of s: KB / 4 rows x LANES dwords (the panel's rows
-//              ARE the VNNI layout: ActSBT::q[dw], token l's 4 bytes in dword lane l);
-//   tmm4+v (C) = 0, then C += A . B: TDPBUSD for D::UW (codes unsigned 0..31, activations signed),
-//              TDPBSUD otherwise (codes signed, activations + 128 unsigned): dt[r][l], exactly
-//              mk_gemm's sub-block dot (int32, |dt| < 2^21).
-// C goes to an L1 buffer (16 rows x LANES int32 per lane vector), and row by row the super-block's
-// integer I[r][l] = sum_s sc[r][s] * dt_s[r][l] is formed there (vpmulld, vpaddd: the scales
-// differ per row and sub-block, which no tile op applies), then mins and the float steps as
-// mk_gemm. Rows past R in the last group of a tile compute on stale codes and are not read.
+// the same bits (I8); only each sub-block's dots come from tiles. Per lane vector v of tokens,
+// super-block b and sub-block s, for a group of 16 weight rows:
+//   tmm0 (A)     = the rows' codes of s: 16 rows x KB bytes (KB = 32 codes, or 16: NSUB = 16), row
+//                  stride nb * 256 (one row's codes, tile_loop's layout);
+//   tmm1, 2 (B)  = v's panel dwords of s: KB / 4 rows x LANES dwords (the panel's rows ARE the VNNI
+//                  layout: ActSBT::q[dw], token l's 4 bytes in dword lane l);
+//   tmm4, 5 (C)  = 0, then C += A . B: TDPBUSD for D::UW (codes unsigned 0..31, activations signed),
+//                  TDPBSUD otherwise (codes signed, activations + 128 unsigned): dt[r][l], exactly
+//                  mk_gemm's sub-block dot (int32, |dt| < 2^21).
+// (B and C alternate between two tiles with the sub-block's parity, so that a sub-block's product
+// need not wait for the vector unit to have read the previous one's C.) Each C goes to an L1
+// buffer (16 rows x LANES int32), and the super-block's integers I[r] = sum_s sc[r][s] * dt_s[r]
+// are formed in 16 registers (vpmulld, vpaddd: the scales differ per row and sub-block, which no
+// tile op applies), then mins and the float steps as mk_gemm. Rows past R (the last group of a
+// tile) compute on stale codes and metadata inside the tile's buffers, and are not stored.
 constexpr int AMX_ROWS = 16;
 template <class D>
 constexpr int amx_kb() { return 4 * (64 / D::NSUB); }  // bytes of codes per sub-block
-static_assert(4 * (64 / 8) <= 64 && 4 * (64 / 16) >= 4, "a sub-block's codes fit one A tile row");
 template <class D>
 void amx_configure() {
     static const TileConfig c = [] {  // (built once: not a 64-byte object on every call's stack)
         TileConfig t;
         t.set(0, AMX_ROWS, amx_kb<D>());
-        for (int v = 0; v < MAXV; ++v) {
-            t.set(1 + v, amx_kb<D>() / 4, LANES * 4);
-            t.set(4 + v, AMX_ROWS, LANES * 4);
+        for (int i = 0; i < 2; ++i) {
+            t.set(1 + i, amx_kb<D>() / 4, LANES * 4);
+            t.set(4 + i, AMX_ROWS, LANES * 4);
         }
         return t;
     }();
@@ -1437,65 +1438,49 @@ LB_GK_INLINE VI mins_sum(const RowSB &m, const ActOf<D> &act) {
     }
     return M;
 }
-// C tile 4 + V - 1 .. 4: dots of sub-block s (A loaded) into isum[v][16][LANES] (s = 0: set, else add sc * dt)
-template <class D, int V>
-LB_GK_INLINE void amx_sub_block(const ActOf<D> *act0, int64_t nb, int64_t b, int s, const RowSB *m0, int R,
-                                int32_t *cb, int32_t *isum) {
+// Sub-block s's dots of the 16 rows (codes at u) and one lane vector (act) through tiles C = 4 + P,
+// B = 1 + P, into cb; then I[r] (+)= sc[r][s] * dt[r]
+template <class D, int P>
+LB_GK_INLINE void amx_sub_block(const uint8_t *u, size_t us, const ActOf<D> &act, const RowSB *m, size_t ms, int s,
+                                int32_t *cb, VI (&I)[AMX_ROWS]) {
     constexpr int DW = 64 / D::NSUB;
-    const auto one = [&](auto vc) {
-        constexpr int v = decltype(vc)::value;
-        tile_load<1 + v>(act0[(size_t)v * (size_t)nb + (size_t)b].q[s * DW], LANES * 4);
-        tile_zero<4 + v>();
-        tile_dp<4 + v, 0, 1 + v, D::UW>();
-        tile_store<4 + v>(cb + (size_t)v * AMX_ROWS * LANES, LANES * 4);
-    };
-    one(std::integral_constant<int, 0>{});
-    if constexpr (V > 1) one(std::integral_constant<int, 1>{});
-    if constexpr (V > 2) one(std::integral_constant<int, 2>{});
-    static_assert(V <= 3, "tiles 1..3 and 4..6");
-    for (int r = 0; r < R; ++r) {
-        const VI sc = vset1(m0[(size_t)r * (size_t)nb + (size_t)b].sc[s]);
-        for (int v = 0; v < V; ++v) {
-            int32_t *o = isum + ((size_t)v * AMX_ROWS + (size_t)r) * LANES;
-            const VI p = vmullo(vld(cb + ((size_t)v * AMX_ROWS + (size_t)r) * LANES), sc);
-            if (s == 0) std::memcpy(o, &p, sizeof p);
-            else {
-                VI x;
-                std::memcpy(&x, o, sizeof x);
-                x = vadd(x, p);
-                std::memcpy(o, &x, sizeof x);
-            }
-        }
+    tile_load<0>(u + (size_t)s * amx_kb<D>(), us);
+    tile_load<1 + P>(act.q[s * DW], LANES * 4);
+    tile_zero<4 + P>();
+    tile_dp<4 + P, 0, 1 + P, D::UW>();
+    tile_store<4 + P>(cb, LANES * 4);
+    #pragma GCC unroll 16
+    for (int r = 0; r < AMX_ROWS; ++r) {
+        const VI p = vmullo(vld(cb + (size_t)r * LANES), vset1(m[(size_t)r * ms].sc[s]));
+        I[r] = s == 0 ? p : vadd(I[r], p);
     }
 }
-template <class D, int V>
-__attribute__((noinline)) void mk_amx(const uint8_t *u0, const RowSB *m0, const ActOf<D> *act0, int64_t nb, int R,
+// 16 rows (R of them stored) x V lane vectors -> res (mk_gemm's layout)
+template <class D>
+__attribute__((noinline)) void mk_amx(const uint8_t *u0, const RowSB *m0, const ActOf<D> *act0, int64_t nb, int R, int V,
                                       float *res) {
-    alignas(64) int32_t cb[MAXV * AMX_ROWS * LANES], isum[MAXV * AMX_ROWS * LANES];
-    const size_t us = (size_t)nb * QK;
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < V; ++v) fst(res + (size_t)(r * MAXV + v) * LANES, fzero());
-    for (int64_t b = 0; b < nb; ++b) {
-        for (int s = 0; s < D::NSUB; ++s) {
-            tile_load<0>(u0 + (size_t)b * QK + (size_t)s * amx_kb<D>(), us);
-            amx_sub_block<D, V>(act0, nb, b, s, m0, R, cb, isum);
-        }
-        for (int r = 0; r < R; ++r) {
-            const RowSB &m = m0[(size_t)r * (size_t)nb + (size_t)b];
-            for (int v = 0; v < V; ++v) {
-                const ActOf<D> &act = act0[(size_t)v * (size_t)nb + (size_t)b];
-                float_step<D>(vld(isum + ((size_t)v * AMX_ROWS + (size_t)r) * LANES), mins_sum<D>(m, act), m, act.d,
-                              res + (size_t)(r * MAXV + v) * LANES);
+    static_assert(D::NSUB % 2 == 0, "sub-blocks in pairs (tiles alternate)");
+    alignas(64) int32_t cb[2][AMX_ROWS * LANES];
+    const size_t us = (size_t)nb * QK, ms = (size_t)nb;
+    for (int v = 0; v < V; ++v) {
+        const ActOf<D> *act = act0 + (size_t)v * ms;
+        for (int r = 0; r < R; ++r) fst(res + (size_t)(r * MAXV + v) * LANES, fzero());
+        for (int64_t b = 0; b < nb; ++b) {
+            VI I[AMX_ROWS];
+            const uint8_t *u = u0 + (size_t)b * QK;
+            const RowSB *m = m0 + b;
+            for (int s = 0; s < D::NSUB; s += 2) {
+                amx_sub_block<D, 0>(u, us, act[b], m, ms, s, cb[0], I);
+                amx_sub_block<D, 1>(u, us, act[b], m, ms, s + 1, cb[1], I);
             }
+            #pragma GCC unroll 16
+            for (int r = 0; r < AMX_ROWS; ++r)
+                if (r < R) float_step<D>(I[r], mins_sum<D>(m[(size_t)r * ms], act[b]), m[(size_t)r * ms], act[b].d,
+                                         res + (size_t)(r * MAXV + v) * LANES);
         }
     }
     final_step<D>(R, V, res);
 }
-template <class D>
-using MkAmxFn = void (*)(const uint8_t *, const RowSB *, const ActOf<D> *, int64_t, int, float *);
-template <class D>
-constexpr MkAmxFn<D> kMkAmx[4] = {nullptr, &mk_amx<D, 1>, MAXV > 1 ? &mk_amx<D, (MAXV > 1 ? 2 : 1)> : nullptr,
-                                  MAXV > 2 ? &mk_amx<D, (MAXV > 2 ? 3 : 1)> : nullptr};
 #endif
 
 template <class D, size_t BYTES>
@@ -1523,8 +1508,8 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres,
               [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
-                  kMkAmx<D>[V](codes + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
-                               panel + (size_t)g0 * (size_t)nb, nb, R, res);
+                  mk_amx<D>(codes + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
+                            panel + (size_t)g0 * (size_t)nb, nb, R, V, res);
               });
     tile_release();
 #else
