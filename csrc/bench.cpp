@@ -137,6 +137,9 @@ double membw(const uint8_t *buf, size_t bytes, int threads, int reps, bool prefe
 namespace avx2 { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
 namespace avx2vnni { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
 namespace avx512 { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
+#if defined(LOWBIT_HAVE_AMX)
+namespace amx { uint64_t peak_int8(int64_t, uint64_t *); }  // tiles (csrc/x86/amx/peak.cpp)
+#endif
 #endif
 
 double bench_peak(int isa, int kind, int64_t iters, int threads, int reps, uint64_t *macs) {
@@ -146,6 +149,13 @@ double bench_peak(int isa, int kind, int64_t iters, int threads, int reps, uint6
     if (isa == ISA_AVX2) fn = kind ? &avx2::peak_f32 : &avx2::peak_int8;
     if (isa == ISA_AVX2VNNI) fn = kind ? &avx2vnni::peak_f32 : &avx2vnni::peak_int8;
     if (isa == ISA_AVX512) fn = kind ? &avx512::peak_f32 : &avx512::peak_int8;
+    // amx: the tiles' int8 loop (its rounds are 4 tile products, not vector chains), avx512's f32;
+    // none where the level is emulated (LOWBIT_AMX=emulate: the emulator's speed means nothing)
+#if defined(LOWBIT_HAVE_AMX)
+    if (isa == ISA_AMX && !cpu_info().amx_emulated) fn = kind ? &avx512::peak_f32 : &amx::peak_int8;
+#endif
+    if (isa == ISA_AMX && cpu_info().amx_emulated)
+        throw std::invalid_argument("bench peak: the amx level is emulated here (LOWBIT_AMX=emulate): no peak to measure");
 #endif
     if (!fn) throw std::invalid_argument(std::string("bench peak has no loops for the level ") + isa_name(isa));
     std::vector<uint64_t> done((size_t)threads * 8, 0), sink((size_t)threads * 8, 0);
