@@ -1,5 +1,5 @@
-"""The amx level (csrc/x86/gemm.inl's mk_amx, csrc/x86/amx_tiles.h): the k-quant family's GEMMs with
-AMX-INT8 tiles for the sub-block dots, and the emulator that runs the same code on any x86 CPU with
+"""The amx level (csrc/x86/gemm.inl's mk_amx, mk_amx_legacy, csrc/x86/amx_tiles.h): the k-quant family's
+and the legacy formats' GEMMs with AMX-INT8 tiles for the sub-block / block dots, and the emulator that runs the same code on any x86 CPU with
 avx2 (LOWBIT_AMX=emulate).
 
   - the emulator's tile product (TDPBUSD: a unsigned x b signed; TDPBSUD: a signed x b unsigned,
@@ -9,7 +9,7 @@ avx2 (LOWBIT_AMX=emulate).
   - it raises on the shapes the hardware faults on (C's rows not A's, B's rows not A's bytes / 4,
     B's bytes not C's, more than 16 rows or 64 bytes), so a wrong configuration in the GEMM cannot
     pass the tests here and fault on an AMX CPU;
-  - the amx GEMM of every k-quant-family format is BITWISE the windows at the level (I8), on the
+  - the amx GEMM of every k-quant-family and legacy format is BITWISE the windows at the level (I8), on the
     emulator (a child process with LOWBIT_AMX=emulate; .ci/run also runs tests/test_gemm.py so),
     and on the hardware where the CPU has AMX (tests/test_gemm.py at the amx level);
   - dispatch: LOWBIT_AMX=emulate adds the level (named amx, its GEMMs gemm_<format>_q8_k_amx in the
@@ -76,9 +76,12 @@ def test_emulator_faults_where_the_hardware_would(a_shape, b_shape, c_rows, c_co
     assert what in str(e.value), str(e.value)
 
 
-# The formats whose GEMM the amx level replaces (gemm.inl register_gemm under LOWBIT_AMX)
+# The formats whose GEMM the amx level replaces (gemm.inl register_gemm under LOWBIT_AMX), emulated
+# (over avx2: Q8_0 keeps avx2's GEMM, the sign trick's)
 AMX_FORMATS = ["Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S",
                "IQ1_S", "IQ1_M", "TQ2_0", "TQ1_0"]
+AMX_LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1"]
+ACT = {"Q4_1": "Q8_1", "Q5_1": "Q8_1", "Q4_0": "Q8_0", "Q5_0": "Q8_0"}
 
 # A child with LOWBIT_AMX=emulate: every format's amx GEMM (path 2) against the windows (path 1)
 # at the amx level, bitwise, at token counts that cut lane vectors and row counts that cut 16-row
@@ -93,13 +96,14 @@ fmts = sys.argv[1].split(",")
 ISA = lib.isa_names(); lv = ISA.index("amx")
 rng = np.random.default_rng(7)
 bad = []
+ACT = json.loads(sys.argv[2])
 for name in fmts:
     for rows, nb in ((1, 1), (17, 2), (37, 3), (70, 1)):
-        n = 256 * nb
+        n = 256 * nb + (32 * 9 if name in ACT else 0)  # legacy rows: 17, 25, 33 blocks (classes cut)
         w = rng.standard_normal((rows, n)).astype(np.float32)
         w[rows // 2, n // 3] = 30.0
         raw = np.ascontiguousarray(kernels.quantize(name, w, imatrix=np.ones(n, np.float32)).reshape(rows, -1))
-        act = lib.quantize_act(F["Q8_K"].id, (rng.standard_normal((41, n)) * 2).astype(np.float32), lv)
+        act = lib.quantize_act(F[ACT.get(name, "Q8_K")].id, (rng.standard_normal((41, n)) * 2).astype(np.float32), lv)
         for nt in (1, 8, 9, 16, 17, 41):
             a = np.ascontiguousarray(act[:nt])
             o = [np.zeros((nt, rows), np.float32) for _ in range(2)]
@@ -120,13 +124,14 @@ def run_emulated(code, *args, env=None):
 
 
 @NEEDS_AVX2
-@pytest.mark.parametrize("fmts", [AMX_FORMATS[:6], AMX_FORMATS[6:]], ids=["k-quants,IQ4_XS", "grid-i-quants,ternary"])
+@pytest.mark.parametrize("fmts", [AMX_FORMATS[:6], AMX_FORMATS[6:], AMX_LEGACY],
+                         ids=["k-quants,IQ4_XS", "grid-i-quants,ternary", "legacy"])
 def test_amx_gemm_emulated_bitwise_equals_windows(fmts):
-    r = run_emulated(CHILD, ",".join(fmts))
+    r = run_emulated(CHILD, ",".join(fmts), json.dumps(ACT))
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert res["bad"] == [], res["bad"][:5]  # [format, rows, super-blocks, nt, worst (token, row), windows, amx]
-    assert res["kernels"] == sorted(f"gemm_{f.lower()}_q8_k_amx" for f in fmts), res["kernels"]
+    assert res["bad"] == [], res["bad"][:5]  # [format, rows, width, nt, worst (token, row), windows, amx]
+    assert res["kernels"] == sorted(f"gemm_{f.lower()}_{ACT.get(f, 'Q8_K').lower()}_amx" for f in fmts), res["kernels"]
     assert res["info"]["selected"] == "amx" and res["info"]["amx_emulated"] is True
     assert any("emulated" in n for n in res["info"]["notes"]), res["info"]
 

@@ -75,21 +75,24 @@ GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12, 
 # windows take (gemm.inl: LANES, kGemmTail)
 LANES_TAIL = {"avx512": (16, 4), "avx2vnni": (8, 4), "avx2": (8, 4)}
 
-# The amx level (tests/test_amx.py) replaces the GEMMs of the k-quant family only (AMX_OWN); the
-# legacy formats' stay the level's below it. Its own are built on avx512's lane vectors and gates, or,
-# emulated (LOWBIT_AMX=emulate, any CPU with avx2), on avx2's.
-AMX_OWN = KQ + IQ + IQG
+# The amx level (tests/test_amx.py) replaces the GEMMs of the k-quant family and the legacy formats
+# (AMX_OWN); I2_S's stays the level's below. Its own are built on avx512's lane vectors and gates, or,
+# emulated (LOWBIT_AMX=emulate, any CPU with avx2), on avx2's, where Q8_0 keeps avx2's GEMM (the sign
+# trick, whose wrap at an activation of -128 the windows share and the tiles would not).
 AMX_BELOW = LEVELS[LEVELS.index("amx") - 1] if "amx" in LEVELS else None
+AMX_OWN = KQ + IQ + IQG + LEGACY
 if AMX_BELOW:
     _amx_base = "avx2" if lib.cpu_info()["amx_emulated"] else "avx512"
-    GEMM_FORMATS["amx"] = AMX_OWN + [n for n in LEGACY if n in GEMM_FORMATS.get(AMX_BELOW, ())]
+    if _amx_base == "avx2":
+        AMX_OWN = [n for n in AMX_OWN if n != "Q8_0"]
+    GEMM_FORMATS["amx"] = AMX_OWN + [n for n in LEGACY if n not in AMX_OWN and n in GEMM_FORMATS.get(AMX_BELOW, ())]
     GATES["amx"] = {**{n: GATES[_amx_base].get(n, GATES[_amx_base]["Q4_K"]) for n in AMX_OWN},
-                    **{n: GATES[AMX_BELOW][n] for n in LEGACY if n in GATES.get(AMX_BELOW, {})}}
+                    **{n: GATES[AMX_BELOW][n] for n in LEGACY if n not in AMX_OWN and n in GATES.get(AMX_BELOW, {})}}
     LANES_TAIL["amx"] = LANES_TAIL[_amx_base]
 
 
 def owner(level, name):
-    """The level whose GEMM runs for format name at level (amx: the level below's for the legacy formats)."""
+    """The level whose GEMM runs for format name at level (amx: the level below's for the formats it leaves)."""
     return AMX_BELOW if level == "amx" and name not in AMX_OWN else level
 
 

@@ -1415,18 +1415,29 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
 constexpr int AMX_ROWS = 16;
 template <class D>
 constexpr int amx_kb() { return 4 * (64 / D::NSUB); }  // bytes of codes per sub-block
-template <class D>
+// A (tmm0) 16 rows x KB bytes of codes, B (tmm1, 2) KB / 4 rows x LANES dwords, C (tmm4, 5) 16 x LANES
+template <int KB>
 void amx_configure() {
     static const TileConfig c = [] {  // (built once: not a 64-byte object on every call's stack)
         TileConfig t;
-        t.set(0, AMX_ROWS, amx_kb<D>());
+        t.set(0, AMX_ROWS, KB);
         for (int i = 0; i < 2; ++i) {
-            t.set(1 + i, amx_kb<D>() / 4, LANES * 4);
+            t.set(1 + i, KB / 4, LANES * 4);
             t.set(4 + i, AMX_ROWS, LANES * 4);
         }
         return t;
     }();
     tile_loadconfig(c);
+}
+// C (tile 4 + P) = the dots of 16 rows of codes (at u, row stride us) and one lane vector's KB / 4
+// panel rows (at q) -> cb (16 rows x LANES int32); UW: TDPBUSD, else TDPBSUD
+template <int P, bool UW>
+LB_GK_INLINE void amx_dots(const void *u, size_t us, const void *q, int32_t *cb) {
+    tile_load<0>(u, us);
+    tile_load<1 + P>(q, LANES * 4);
+    tile_zero<4 + P>();
+    tile_dp<4 + P, 0, 1 + P, UW>();
+    tile_store<4 + P>(cb, LANES * 4);
 }
 // the MINS formats' M of one row and lane vector (mk_gemm forms it for V vectors at once)
 template <class D>
@@ -1444,11 +1455,7 @@ template <class D, int P>
 LB_GK_INLINE void amx_sub_block(const uint8_t *u, size_t us, const ActOf<D> &act, const RowSB *m, size_t ms, int s,
                                 int32_t *cb, VI (&I)[AMX_ROWS]) {
     constexpr int DW = 64 / D::NSUB;
-    tile_load<0>(u + (size_t)s * amx_kb<D>(), us);
-    tile_load<1 + P>(act.q[s * DW], LANES * 4);
-    tile_zero<4 + P>();
-    tile_dp<4 + P, 0, 1 + P, D::UW>();
-    tile_store<4 + P>(cb, LANES * 4);
+    amx_dots<P, D::UW>(u + (size_t)s * amx_kb<D>(), us, act.q[s * DW], cb);
     #pragma GCC unroll 16
     for (int r = 0; r < AMX_ROWS; ++r) {
         const VI p = vmullo(vld(cb + (size_t)r * LANES), vset1(m[(size_t)r * ms].sc[s]));
@@ -1504,7 +1511,7 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
     float *tres = (float *)(meta + (size_t)RT * (size_t)nb);
 #if defined(LOWBIT_AMX)
-    amx_configure<D>();  // per call and thread (the configuration is a thread's); released below
+    amx_configure<amx_kb<D>()>();  // per call and thread (the configuration is a thread's); released below
     tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres,
               [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
@@ -1873,6 +1880,60 @@ __attribute__((noinline)) void decode_tile_legacy(const RowArgs &a, int64_t rb, 
     }
 }
 
+#if defined(LOWBIT_AMX)
+// The amx level's legacy microkernel: mk_gemm_legacy's arithmetic (the 8 classes, each block's
+// float step, the final tree) with each block's integer from a tile product, per lane vector and
+// 16 rows: A = the rows' 32 codes of block b (signed, or unsigned for D::UW), B = the panel's 8
+// dwords of b (activations + 128, or signed for D::UW), C = the 16 x LANES dots;
+//   isum = C + neg (-128 * sum(w); 0 for D::UW)
+//   acc_c = fma((float)isum, d_a * d_w, acc_c)  [Q4_1 / Q5_1: acc_c = fma(m_w, s_a, acc_c)]
+// in block order within each class, the classes' 16 row accumulators in registers, then the row
+// kernels' tree ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)). Not for D::SIGN (avx2's Q8_0: its
+// windows' sign trick wraps where the tiles' products do not; the emulated level keeps avx2's GEMM).
+template <class D, int P>
+LB_GK_INLINE void amx_block(const int8_t *w0, size_t ws, const RowBlk *m0, size_t ms, const ActBlk &act, int64_t b,
+                            int32_t *cb, VF (&acc)[AMX_ROWS]) {
+    amx_dots<P, D::UW>(w0 + (size_t)b * D::CODES, ws, act.q[0], cb);
+    const VF da = fld(act.d);
+    #pragma GCC unroll 16
+    for (int r = 0; r < AMX_ROWS; ++r) {
+        const RowBlk &m = m0[(size_t)r * ms + (size_t)b];
+        const VI dt = vadd(vld(cb + (size_t)r * LANES), vset1(D::UW ? 0 : m.neg));
+        acc[r] = ffma(fcvt(dt), fmul(da, fset1(m.d)), acc[r]);
+        if constexpr (D::M) acc[r] = ffma(fset1(m.m), fld(act.s), acc[r]);
+    }
+}
+template <class D>
+__attribute__((noinline)) void mk_amx_legacy(const int8_t *w0, const RowBlk *m0, const ActBlk *act0, int64_t nb, int R,
+                                             int V, float *res) {
+    static_assert(!D::SIGN && D::CODES == 32, "a block's 32 codes as they are");
+    alignas(64) int32_t cb[2][AMX_ROWS * LANES];
+    alignas(64) float cls[8][AMX_ROWS * LANES];
+    const size_t ws = (size_t)nb * D::CODES, ms = (size_t)nb;
+    for (int v = 0; v < V; ++v) {
+        const ActBlk *act = act0 + (size_t)v * ms;
+        for (int c = 0; c < 8; ++c) {
+            VF acc[AMX_ROWS];
+            #pragma GCC unroll 16
+            for (int r = 0; r < AMX_ROWS; ++r) acc[r] = fzero();
+            int64_t b = c;
+            for (; b + 8 < nb; b += 16) {  // (tiles alternate block by block)
+                amx_block<D, 0>(w0, ws, m0, ms, act[b], b, cb[0], acc);
+                amx_block<D, 1>(w0, ws, m0, ms, act[b + 8], b + 8, cb[1], acc);
+            }
+            if (b < nb) amx_block<D, 0>(w0, ws, m0, ms, act[b], b, cb[0], acc);
+            #pragma GCC unroll 16
+            for (int r = 0; r < AMX_ROWS; ++r) fst(cls[c] + (size_t)r * LANES, acc[r]);
+        }
+        for (int r = 0; r < R; ++r) {
+            const auto e = [&](int c) { return fld(cls[c] + (size_t)r * LANES); };
+            fst(res + (size_t)(r * MAXV + v) * LANES,
+                fadd(fadd(fadd(e(0), e(1)), fadd(e(2), e(3))), fadd(fadd(e(4), e(5)), fadd(e(6), e(7)))));
+        }
+    }
+}
+#endif
+
 template <class D>
 void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
@@ -1882,18 +1943,35 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     ActBlk *panel = (ActBlk *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActBlk));
     if (!act_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1, !D::SIGN && !D::UW>(a.act, a.act_stride, nt, nb, panel);
     const size_t per_row = (size_t)nb * (D::CODES + sizeof(RowBlk));
+#if defined(LOWBIT_AMX)
+    // (amx: a multiple of 16 rows, 16..64: its A tile reads 16 rows of codes, within the buffer)
+    const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)(AMX_ROWS - 1), AMX_ROWS, 64);
+#else
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
+#endif
     constexpr int MR = kMr<D>;
     const size_t tail = ((size_t)8 * MAXR_LEG * MAXV * LANES + tile_res_floats(RT)) * sizeof(float);  // 8 classes + tres
     int8_t *codes = (int8_t *)row_s.get((size_t)RT * per_row + tail + 64);
     RowBlk *meta = (RowBlk *)(codes + (size_t)RT * (size_t)nb * D::CODES);
     float *cls = (float *)(((uintptr_t)(meta + (size_t)RT * (size_t)nb) + 63) & ~(uintptr_t)63);
     float *tres = cls + (size_t)8 * MAXR_LEG * MAXV * LANES;
+#if defined(LOWBIT_AMX)
+    (void)cls;
+    amx_configure<32>();  // per call and thread; released below
+    tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV_LEG, nt, tres,
+              [&](int64_t rb, int64_t re) { decode_tile_legacy<D>(a, rb, re, nb, codes, meta); },
+              [&](int64_t i0, int R, int g0, int V, float *res) {
+                  mk_amx_legacy<D>(codes + (size_t)i0 * (size_t)nb * D::CODES, meta + (size_t)i0 * (size_t)nb,
+                                   panel + (size_t)g0 * (size_t)nb, nb, R, V, res);
+              });
+    tile_release();
+#else
     tile_loop(a, r0, r1, RT, MR, MR, MAXV_LEG, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_legacy<D>(a, rb, re, nb, codes, meta); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   mk_legacy<D>(R, V, codes + (size_t)i0 * (size_t)nb * D::CODES, meta + (size_t)i0 * (size_t)nb,
                                panel + (size_t)g0 * (size_t)nb, nb, cls, res);
               });
+#endif
 }
 
 // ============================================================================================
@@ -2233,16 +2311,13 @@ void register_gemm(KernelTable &t) {
     set(T_IQ1_M, &gemm_kq<GIQ1M, 56>, "gemm_iq1_m_q8_k_" LB_GK_LEVEL, gate(kIq1mGemmMinNt));
     set(T_TQ2_0, &gemm_kq<GTQ2, 66>, "gemm_tq2_0_q8_k_" LB_GK_LEVEL, gate(kTq2GemmMinNt));
     set(T_TQ1_0, &gemm_kq<GTQ1, 54>, "gemm_tq1_0_q8_k_" LB_GK_LEVEL, gate(kTq1GemmMinNt));
-#if defined(LOWBIT_AMX)
-    // the amx level: the k-quant family's GEMMs only (the legacy formats' and I2_S's stay the
-    // level below's)
-    (void)&gemm_i2s;
-#else
     const char *gl = std::getenv("LOWBIT_LEGACY_GEMM_MIN_NT");
     const int min_legacy = gl && *gl ? std::atoi(gl) : kLegacyGemmMinNt;
     set(T_Q4_0, &gemm_legacy<GQ4_0>, "gemm_q4_0_q8_0_" LB_GK_LEVEL, min_legacy);
     set(T_Q4_1, &gemm_legacy<GQ4_1>, "gemm_q4_1_q8_1_" LB_GK_LEVEL, min_legacy);
+#if !defined(LOWBIT_AMX) || !defined(LB_GK_SIGN)  // (the emulated amx level: avx2's, by the sign trick)
     set(T_Q8_0, &gemm_legacy<GQ8_0>, "gemm_q8_0_q8_0_" LB_GK_LEVEL, min_legacy);  // avx2: vdot_sign
+#endif
     // The legacy R8 layouts' GEMM (their windows: csrc/x86/{avx2,avx512}/lg_r8.cpp) from
     // kLegacyR8GemmMinNt tokens: their windows beat it below. LOWBIT_LEGACY_GEMM_MIN_NT sets it with
     // the legacy formats'.
@@ -2256,7 +2331,9 @@ void register_gemm(KernelTable &t) {
     // Q5_1: the experts' down matrices of GLM-4.5 and DeepSeek-V2 at width 1408)
     set(T_Q5_0, &gemm_legacy<GQ5_0>, "gemm_q5_0_q8_0_" LB_GK_LEVEL, gl && *gl ? min_legacy : kQ5GemmMinNt);
     set(T_Q5_1, &gemm_legacy<GQ5_1>, "gemm_q5_1_q8_1_" LB_GK_LEVEL, gl && *gl ? min_legacy : kQ5_1GemmMinNt);
-#if defined(__AVX512F__)
+#if defined(LOWBIT_AMX)
+    (void)&gemm_i2s;  // (the amx level: I2_S's GEMM stays the level's below)
+#elif defined(__AVX512F__)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
     const char *gi = std::getenv("LOWBIT_I2S_GEMM_MIN_NT");
@@ -2267,7 +2344,6 @@ void register_gemm(KernelTable &t) {
 #else
     (void)&gemm_i2s;
 #endif
-#endif  // LOWBIT_AMX
 }
 
 #undef LB_GK_STR
