@@ -119,10 +119,16 @@ inline void tile_dp() {
     if constexpr (T == 0) OP(0); else if constexpr (T == 1) OP(1); else if constexpr (T == 2) OP(2); \
     else if constexpr (T == 3) OP(3); else if constexpr (T == 4) OP(4); else if constexpr (T == 5) OP(5); \
     else if constexpr (T == 6) OP(6); else OP(7)
-inline void tile_loadconfig(const TileConfig &c) { _tile_loadconfig(&c); }
+// (GCC 12's tile loads and LDTILECFG tell the compiler they read no memory, or only 8 bytes of the
+// configuration: the compiler barriers keep the stores of what they read before them.)
+inline void tile_loadconfig(const TileConfig &c) {
+    __asm__ volatile("" ::: "memory");
+    _tile_loadconfig(&c);
+}
 inline void tile_release() { _tile_release(); }
 template <int T>
 inline void tile_load(const void *p, size_t stride) {
+    __asm__ volatile("" ::: "memory");
 #define LB_TILE_OP(i) _tile_loadd(i, p, stride)
     LB_TILE_EACH(T, LB_TILE_OP);
 #undef LB_TILE_OP

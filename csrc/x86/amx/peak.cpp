@@ -22,10 +22,10 @@ uint64_t peak_int8(int64_t iters, uint64_t *sink) {
     alignas(64) int32_t out[16 * 16];
     for (int i = 0; i < 16 * 64; ++i) in[i] = (uint8_t)(i * 7 + 1);
     tile_loadconfig(cfg);
-    _tile_loadd(0, in, 64);
-    _tile_loadd(1, in, 64);
-    _tile_loadd(2, in, 64);
-    _tile_loadd(3, in, 64);
+    tile_load<0>(in, 64);
+    tile_load<1>(in, 64);
+    tile_load<2>(in, 64);
+    tile_load<3>(in, 64);
     _tile_zero(4);
     _tile_zero(5);
     _tile_zero(6);
