@@ -235,11 +235,16 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
     // A level's GEMM replaces a lower level's (or, if turned off, removes it: it would pair
     // with this level's row kernels otherwise).
     // LOWBIT_NO_GEMM=1 removes every GEMM (the window kernels take every chunk).
+    // A level with GEMMs only (amx) turned off keeps the level below's GEMM (whose windows stay).
     if (src.gemm.fn) {
         const bool off = turned_off("gemm", src.gemm.isa) || turned_off(src.gemm.name, src.gemm.isa);
-        dst.gemm = off ? RowKernel{} : src.gemm;
-        dst.gemm_min_nt = off ? 0 : src.gemm_min_nt;
-        dst.gemm_lanes = src.gemm_lanes, dst.gemm_tail = src.gemm_tail;
+        if (!off) {
+            dst.gemm = src.gemm, dst.gemm_min_nt = src.gemm_min_nt;
+            dst.gemm_lanes = src.gemm_lanes, dst.gemm_tail = src.gemm_tail;
+        } else if (src.rows[1].fn) {
+            dst.gemm = RowKernel{}, dst.gemm_min_nt = 0;
+            dst.gemm_lanes = src.gemm_lanes, dst.gemm_tail = src.gemm_tail;
+        }
     }
     // The wide window likewise; LOWBIT_NO_WIDE=1 removes every one (windows of <= 8 instead).
     if (src.wide.fn) {

@@ -1,8 +1,10 @@
 // The GEMM tier: prompt chunks, MoE experts with many routed tokens, large server steps.
 // k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), i-quants (IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
 // IQ1_M) and ternary TQ2_0, TQ1_0 x Q8_K, legacy Q4_0, Q5_0, Q8_0 x Q8_0 and Q4_1, Q5_1 x Q8_1, I2_S x I8_S.
-// Shared body of csrc/x86/{avx2,avx2vnni,avx512}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
-// with its level's flags only): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
+// Shared body of csrc/x86/{avx2,avx2vnni,avx512,amx}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
+// with its level's flags only; amx: LOWBIT_AMX, the dots from AMX-INT8 tile products, mk_amx and
+// mk_amx_legacy, on avx512's vectors; csrc/x86/avx2/gemm_amx.cpp builds the same on avx2's vectors
+// with the tiles emulated, for tests): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
 // ymm with AVX-VNNI (avx2vnni), 8 per ymm with vpmaddubsw + vpmaddwd + vpaddd (avx2: exact only
 // for codes |w| <= 64, see vdot; Q8_0 there takes the sign trick, vdot_sign). I2_S's GEMM is
 // avx512's only (avx2 / avx2vnni keep csrc/x86/ternary.inl's tile-decode GEMM, gated off).
