@@ -1,5 +1,6 @@
-"""The amx level (csrc/x86/gemm.inl's mk_amx, mk_amx_legacy, csrc/x86/amx_tiles.h): the k-quant family's
-and the legacy formats' GEMMs with AMX-INT8 tiles for the sub-block / block dots, and the emulator that runs the same code on any x86 CPU with
+"""The amx level (csrc/x86/gemm.inl's mk_amx, mk_amx_legacy, mk_amx_i2s, csrc/x86/amx_tiles.h): the k-quant
+family's, the legacy formats' and I2_S's GEMMs with AMX-INT8 tiles for the sub-block / block / row dots
+(I2_S's at every level: tests/test_i2s_gemm.py), and the emulator that runs the same code on any x86 CPU with
 avx2 (LOWBIT_AMX=emulate).
 
   - the emulator's tile product (TDPBUSD: a unsigned x b signed; TDPBSUD: a signed x b unsigned,

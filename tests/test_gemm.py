@@ -76,7 +76,7 @@ GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12, 
 LANES_TAIL = {"avx512": (16, 4), "avx2vnni": (8, 4), "avx2": (8, 4)}
 
 # The amx level (tests/test_amx.py) replaces the GEMMs of the k-quant family and the legacy formats
-# (AMX_OWN); I2_S's stays the level's below. Its own are built on avx512's lane vectors and gates, or,
+# (AMX_OWN) and I2_S's (tests/test_i2s_gemm.py). Its own are built on avx512's lane vectors and gates, or,
 # emulated (LOWBIT_AMX=emulate, any CPU with avx2), on avx2's, where Q8_0 keeps avx2's GEMM (the sign
 # trick, whose wrap at an activation of -128 the windows share and the tiles would not).
 AMX_BELOW = LEVELS[LEVELS.index("amx") - 1] if "amx" in LEVELS else None

@@ -20,14 +20,15 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import GEMM_ONLY_LEVELS, LEVELS, REFERENCE_LEVELS
+from conftest import ALL_LEVELS, LEVELS, REFERENCE_LEVELS
 from test_ternary_simd import ISA, act_patterns, i2s_expected, i8s_rows, same_bits, weight_patterns
 
 from lowbit._native import lib
 from lowbit.formats import BY_NAME as F
 
 I2S = F["I2_S"].id
-GEMM_LEVELS = [lv for lv in LEVELS if lib.gemm_kernel(I2S, ISA.index(lv)) is not None]
+# (the amx level too: its I2_S GEMM takes tile products)
+GEMM_LEVELS = [lv for lv in ALL_LEVELS if lib.gemm_kernel(I2S, ISA.index(lv)) is not None]
 NTS = [9, 16, 17, 33, 64]
 
 
@@ -38,7 +39,7 @@ def mm(raw, act, n, level, path, w_scale=1.0, threads=1):
 
 
 def test_simd_levels_have_a_gemm_and_scalar_has_none():
-    for lv in LEVELS:
+    for lv in ALL_LEVELS:
         g = lib.gemm_kernel(I2S, ISA.index(lv))
         if lv == "scalar" or lv in REFERENCE_LEVELS:  # avx / aarch64: window kernels only
             assert g is None
@@ -148,12 +149,6 @@ def child(tmp_path, env_extra, raw, act, n, tag):
     return json.loads(p.stdout.strip().splitlines()[-1]), np.load(out)
 
 
-def i2s_gemm_level(sel):
-    """The level whose I2_S GEMM runs where sel is selected: a GEMM-only level (amx) keeps the one below's."""
-    lv = list(lib.levels())
-    return lv[lv.index(sel) - 1] if sel in GEMM_ONLY_LEVELS else sel
-
-
 @pytest.mark.skipif(not GEMM_LEVELS, reason="needs a SIMD level: CPU flags avx2, fma, f16c, under LOWBIT_MAX_ISA >= avx2")
 def test_gemm_forced_fold_and_counters(rng, tmp_path):
     """LOWBIT_I2S_FOLD=1: the avx2 GEMM has its own name and the same output bitwise (worst case
@@ -164,18 +159,17 @@ def test_gemm_forced_fold_and_counters(rng, tmp_path):
     gated, b = child(tmp_path, {"LOWBIT_I2S_GEMM_MIN_NT": "9"}, raw, act, n, "gated")
     fold1, c = child(tmp_path, {"LOWBIT_I2S_FOLD": "1", "LOWBIT_I2S_GEMM_MIN_NT": "9"}, raw, act, n, "fold1")
     sel = base["selected"]
-    gl = i2s_gemm_level(sel)
     rows_name = lib.kernel(I2S, 8, ISA.index(sel))[0]
-    # default: avx512's GEMM (csrc/x86/gemm.inl, tokens in lanes) from 16 tokens; below avx512 the
-    # tile-decode GEMM is gated off, and a 64-token matmul is 8 windows of the row kernel
-    if gl == "avx512":
+    # default: avx512's and amx's GEMM (csrc/x86/gemm.inl, tokens in lanes) from 16 tokens; below avx512
+    # the tile-decode GEMM is gated off, and a 64-token matmul is 8 windows of the row kernel
+    if sel in ("avx512", "amx"):
         assert base["gemm"][sel][2] == 16
-        assert base["stats"]["64"] == [[0, "gemm_i2_s_i8_s_avx512"]] and base["stats"]["8"] == [[8, rows_name]]
+        assert base["stats"]["64"] == [[0, f"gemm_i2_s_i8_s_{sel}"]] and base["stats"]["8"] == [[8, rows_name]]
     else:
         assert base["gemm"][sel][2] == 0
         assert base["stats"]["64"] == [[8, rows_name]] and base["stats"]["8"] == [[8, rows_name]]
     assert gated["gemm"][sel][2] == 9
-    assert gated["stats"]["64"] == [[0, f"gemm_i2_s_i8_s_{gl}"]], gated["stats"]
+    assert gated["stats"]["64"] == [[0, f"gemm_i2_s_i8_s_{sel}"]], gated["stats"]
     assert gated["stats"]["8"] == [[8, rows_name]], gated["stats"]
     if "avx2" in fold1["gemm"]:
         assert fold1["gemm"]["avx2"][0] == "gemm_i2_s_i8_s_avx2_fold1"
@@ -238,5 +232,5 @@ def test_engine_logits_identical_with_the_gemm(tmp_path):
     (k_off, off), (k_on, on) = runs
     sel = lib.cpu_info()["selected"]
     assert k_off and all(k.startswith("rows_i2_s_i8_s_") for k in k_off), k_off
-    assert k_on == [f"gemm_i2_s_i8_s_{i2s_gemm_level(sel)}"], k_on
+    assert k_on == [f"gemm_i2_s_i8_s_{sel}"], k_on
     assert off.shape[0] == 40 and same_bits(on, off)

@@ -2,8 +2,8 @@
 // k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), i-quants (IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
 // IQ1_M) and ternary TQ2_0, TQ1_0 x Q8_K, legacy Q4_0, Q5_0, Q8_0 x Q8_0 and Q4_1, Q5_1 x Q8_1, I2_S x I8_S.
 // Shared body of csrc/x86/{avx2,avx2vnni,avx512,amx}/gemm.cpp (LOWBIT_ISA, LOWBIT_NS; each built
-// with its level's flags only; amx: LOWBIT_AMX, the dots from AMX-INT8 tile products, mk_amx and
-// mk_amx_legacy, on avx512's vectors; csrc/x86/avx2/gemm_amx.cpp builds the same on avx2's vectors
+// with its level's flags only; amx: LOWBIT_AMX, the dots from AMX-INT8 tile products, mk_amx,
+// mk_amx_legacy and mk_amx_i2s, on avx512's vectors; csrc/x86/avx2/gemm_amx.cpp builds the same on avx2's vectors
 // with the tiles emulated, for tests): 16 tokens per zmm with VNNI's vpdpbusd / vpdpwssd (avx512), 8 per
 // ymm with AVX-VNNI (avx2vnni), 8 per ymm with vpmaddubsw + vpmaddwd + vpaddd (avx2: exact only
 // for codes |w| <= 64, see vdot; Q8_0 there takes the sign trick, vdot_sign). I2_S's GEMM is
@@ -1417,13 +1417,13 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
 constexpr int AMX_ROWS = 16;
 template <class D>
 constexpr int amx_kb() { return 4 * (64 / D::NSUB); }  // bytes of codes per sub-block
-// A (tmm0) 16 rows x KB bytes of codes, B (tmm1, 2) KB / 4 rows x LANES dwords, C (tmm4, 5) 16 x LANES
+// A (tmm0) 16 rows x KB bytes of codes, B (tmm1 ..) KB / 4 rows x LANES dwords, C (tmm4 ..) 16 x LANES
 template <int KB>
 void amx_configure() {
     static const TileConfig c = [] {  // (built once: not a 64-byte object on every call's stack)
         TileConfig t;
         t.set(0, AMX_ROWS, KB);
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < std::max(2, MAXV); ++i) {  // (mk_amx alternates 2; mk_amx_i2s takes one a lane vector)
             t.set(1 + i, KB / 4, LANES * 4);
             t.set(4 + i, AMX_ROWS, LANES * 4);
         }
@@ -2088,6 +2088,50 @@ __attribute__((noinline)) void decode_tile_i2s(const RowArgs &a, int64_t rb, int
     }
 }
 
+#if defined(LOWBIT_AMX)
+// The amx level's I2_S microkernel: mk_gemm_i2s's arithmetic with the whole row's integer from tile
+// products. No per-block scale, so the C tiles accumulate over the whole row: per 64 codes, A =
+// 16 rows' codes (bytes 0..3, TDPBSUD's signed operand), B = the lane vector's 16 panel dwords
+// (activations + 128, unsigned), C_v += A . B; at the row's end dt = C + neg (-128 * sum(codes)),
+// then result = (float)(dt - act_sum) / act_scale * w_scale as the row kernels.
+template <int V>
+__attribute__((noinline)) void mk_amx_i2s(const uint8_t *c0, const int32_t *neg, const uint8_t *act0, size_t act_gs,
+                                          int64_t n, float w_scale, int R, float *res) {
+    static_assert(V >= 1 && V <= 3, "tiles 1..3 and 4..6");
+    alignas(64) int32_t cb[V][AMX_ROWS * LANES];
+    const auto each = [&](auto f) {
+        f(std::integral_constant<int, 0>{});
+        if constexpr (V > 1) f(std::integral_constant<int, 1>{});
+        if constexpr (V > 2) f(std::integral_constant<int, 2>{});
+    };
+    each([&](auto vc) { tile_zero<4 + decltype(vc)::value>(); });
+    for (int64_t k = 0; k < n / 64; ++k) {
+        tile_load<0>(c0 + (size_t)k * 64, (size_t)n);
+        each([&](auto vc) {
+            constexpr int v = decltype(vc)::value;
+            tile_load<1 + v>(act0 + (size_t)v * act_gs + sizeof(ActI2s) + (size_t)k * 16 * LANES * 4, LANES * 4);
+            tile_dp<4 + v, 0, 1 + v, false>();
+        });
+    }
+    each([&](auto vc) {
+        constexpr int v = decltype(vc)::value;
+        tile_store<4 + v>(cb[v], LANES * 4);
+    });
+    const VF ws = fset1(w_scale);
+    for (int v = 0; v < V; ++v) {
+        const ActI2s *h = (const ActI2s *)(act0 + (size_t)v * act_gs);
+        const VI sum = vld((const void *)h->sum);
+        const VF sc = fld(h->scale);
+        for (int r = 0; r < R; ++r) {
+            const VI dt = vadd(vld(cb[v] + (size_t)r * LANES), vset1(neg[r]));
+            fst(res + (size_t)(r * MAXV + v) * LANES, fmul(fdiv(fcvt(vsub(dt, sum)), sc), ws));
+        }
+    }
+}
+using MkAmxI2sFn = void (*)(const uint8_t *, const int32_t *, const uint8_t *, size_t, int64_t, float, int, float *);
+constexpr MkAmxI2sFn kMkAmxI2s[4] = {nullptr, &mk_amx_i2s<1>, &mk_amx_i2s<MAXV >= 2 ? 2 : 1>, &mk_amx_i2s<MAXV >= 3 ? 3 : 1>};
+#endif
+
 void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
     static thread_local ActKey key;  // (the panel: kernels.h act_holds)
@@ -2095,10 +2139,26 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     const size_t act_gs = sizeof(ActI2s) + (size_t)(a.n / 4) * LANES * 4;
     uint8_t *panel = (uint8_t *)act_s.get((size_t)ng * act_gs);
     if (!act_holds(key, a, nt)) build_act_panel_i2s(a.act, a.act_stride, nt, a.n, panel, act_gs);
+#if defined(LOWBIT_AMX)
+    // (amx: a multiple of 16 rows, 16..64: its A tile reads 16 rows of codes, within the buffer)
+    const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / (size_t)a.n) & ~(int64_t)(AMX_ROWS - 1), AMX_ROWS, 64);
+#else
     const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / (size_t)a.n) & ~(int64_t)3, 4, 64);
+#endif
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * (size_t)a.n + (size_t)RT * 4 + tile_res_floats(RT) * 4 + 64);
     int32_t *neg = (int32_t *)(codes + (size_t)RT * (size_t)a.n);
     float *tres = (float *)(((uintptr_t)(neg + RT) + 63) & ~(uintptr_t)63);
+#if defined(LOWBIT_AMX)
+    static_assert(MAXV <= 3, "tiles 1..3 and 4..6");
+    amx_configure<64>();  // per call and thread; released below
+    tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
+              [&](int64_t i0, int R, int g0, int V, float *res) {
+                  kMkAmxI2s[V](codes + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
+                               a.w_scale, R, res);
+              });
+    tile_release();
+    return;
+#endif
     tile_loop(a, r0, r1, RT, MAXR, MAXR1, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   (V == 1 ? kMkI2s1[R] : kMkI2s[R][V])(codes + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
@@ -2333,9 +2393,7 @@ void register_gemm(KernelTable &t) {
     // Q5_1: the experts' down matrices of GLM-4.5 and DeepSeek-V2 at width 1408)
     set(T_Q5_0, &gemm_legacy<GQ5_0>, "gemm_q5_0_q8_0_" LB_GK_LEVEL, gl && *gl ? min_legacy : kQ5GemmMinNt);
     set(T_Q5_1, &gemm_legacy<GQ5_1>, "gemm_q5_1_q8_1_" LB_GK_LEVEL, gl && *gl ? min_legacy : kQ5_1GemmMinNt);
-#if defined(LOWBIT_AMX)
-    (void)&gemm_i2s;  // (the amx level: I2_S's GEMM stays the level's below)
-#elif defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(LOWBIT_AMX)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
     const char *gi = std::getenv("LOWBIT_I2S_GEMM_MIN_NT");

@@ -6,7 +6,7 @@
 
 namespace lowbit {
 namespace amx {
-void register_gemm(KernelTable &t);  // gemm.cpp: the k-quant family's and the legacy formats' GEMMs
+void register_gemm(KernelTable &t);  // gemm.cpp: the k-quant family's, the legacy formats' and I2_S's GEMMs
 }  // namespace amx
 
 void register_amx_hw(KernelTable &t) { amx::register_gemm(t); }
