@@ -145,11 +145,16 @@ inline void tile_zero() {
     LB_TILE_EACH(T, LB_TILE_OP);
 #undef LB_TILE_OP
 }
-// the GEMM's products: C = tmm4 + i, A = tmm0, B = tmm1 + i (csrc/x86/gemm.inl, mk_amx)
+// the GEMM's products (csrc/x86/gemm.inl): C = tmm4 + i, A = tmm0, B = tmm1 + i (mk_amx, mk_amx_legacy,
+// mk_amx_i2s); C = tmm4 + j, A = tmm0 + j, B = tmm2 (mk_amx_scaled, UW)
 template <int C, int A, int B, bool UW>
 inline void tile_dp() {
-    static_assert(A == 0 && B == C - 3 && C >= 4 && C <= 6, "tile_dp: the products mk_amx issues");
-    if constexpr (UW) {
+    constexpr bool scaled = UW && B == 2 && C - A == 4 && A <= 1;
+    static_assert((A == 0 && B == C - 3 && C >= 4 && C <= 6) || scaled, "tile_dp: the products the GEMMs issue");
+    if constexpr (scaled) {
+        if constexpr (A == 0) _tile_dpbusd(4, 0, 2);
+        else _tile_dpbusd(5, 1, 2);
+    } else if constexpr (UW) {
         if constexpr (C == 4) _tile_dpbusd(4, 0, 1);
         else if constexpr (C == 5) _tile_dpbusd(5, 0, 2);
         else _tile_dpbusd(6, 0, 3);

@@ -132,6 +132,7 @@ LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm512_dpwssd_epi32(acc, a, 
 LB_GK_INLINE VI vadd(VI a, VI b) { return _mm512_add_epi32(a, b); }
 LB_GK_INLINE VI vsub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 LB_GK_INLINE VI vmullo(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
+LB_GK_INLINE VI vsll3(VI a) { return _mm512_slli_epi32(a, 3); }
 LB_GK_INLINE VF fcvt(VI a) { return _mm512_cvtepi32_ps(a); }
 LB_GK_INLINE VF fzero() { return _mm512_setzero_ps(); }
 LB_GK_INLINE VF fset1(float x) { return _mm512_set1_ps(x); }
@@ -260,6 +261,7 @@ LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_a
 LB_GK_INLINE VI vadd(VI a, VI b) { return _mm256_add_epi32(a, b); }
 LB_GK_INLINE VI vsub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
 LB_GK_INLINE VI vmullo(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
+LB_GK_INLINE VI vsll3(VI a) { return _mm256_slli_epi32(a, 3); }
 LB_GK_INLINE VF fcvt(VI a) { return _mm256_cvtepi32_ps(a); }
 LB_GK_INLINE VF fzero() { return _mm256_setzero_ps(); }
 LB_GK_INLINE VF fset1(float x) { return _mm256_set1_ps(x); }
@@ -367,6 +369,7 @@ struct GQ4K {
     static constexpr bool MINS = true;
     static constexpr bool UW = true;  // unsigned codes x signed activations: no +128, no C
     static constexpr int WMAX = 15;  // codes u: 0..15
+    static constexpr int SCMAX = 63;  // sub-block scales: 6 bits (the amx level's scaled codes)
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         scales_mins_k4(x + 4, m);
         const __m256i k0F = _mm256_set1_epi8(0x0F);
@@ -386,6 +389,7 @@ struct GQ5K {
     static constexpr bool MINS = true;
     static constexpr bool UW = true;
     static constexpr int WMAX = 31;  // codes u: 0..31
+    static constexpr int SCMAX = 63;
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         scales_mins_k4(x + 4, m);
         const __m256i k0F = _mm256_set1_epi8(0x0F), k10 = _mm256_set1_epi8(0x10);
@@ -463,6 +467,7 @@ struct GQ2K {
     static constexpr bool UW = true;
     static constexpr bool BS16 = true;
     static constexpr int WMAX = 3;  // codes u: 0..3
+    static constexpr int SCMAX = 15;  // scales: 4 bits
     static LB_GK_INLINE void decode(const uint8_t *x, uint8_t *u, RowSB &m) {
         const __m128i s8 = _mm_loadu_si128((const __m128i *)x), k0F = _mm_set1_epi8(0x0F);
         _mm256_storeu_si256((__m256i *)m.sc, _mm256_cvtepu8_epi32(_mm_and_si128(s8, k0F)));
@@ -1397,9 +1402,12 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
 
 
 #if defined(LOWBIT_AMX)
-// ---- the amx level's microkernel (csrc/x86/amx_tiles.h) ----------------------------------------
-// The same decode (codes, RowSB), panels and float steps as mk_gemm, so the same integers and
-// the same bits (I8); only each sub-block's dots come from tiles. Per lane vector v of tokens,
+// ---- the amx level's microkernels (csrc/x86/amx_tiles.h) ---------------------------------------
+// Two ways, both with mk_gemm's decode (codes, RowSB), panels and float steps, so the same integers
+// and the same bits (I8): Q2_K, Q4_K, Q5_K (and their R8 layouts) fold their scales into the codes
+// at the tile's decode and take whole super-blocks per tile product (mk_amx_scaled, below); the
+// signed-code formats (Q3_K, Q6_K, IQ4_XS, the grid i-quants, IQ1_*, TQ*) take mk_amx, where
+// only each sub-block's dots come from tiles. Per lane vector v of tokens,
 // super-block b and sub-block s, for a group of 16 weight rows:
 //   tmm0 (A)     = the rows' codes of s: 16 rows x KB bytes (KB = 32 codes, or 16: NSUB = 16), row
 //                  stride nb * 256 (one row's codes, tile_loop's layout);
@@ -1490,11 +1498,106 @@ __attribute__((noinline)) void mk_amx(const uint8_t *u0, const RowSB *m0, const 
     }
     final_step<D>(R, V, res);
 }
+
+// The unsigned-code formats whose scale times code fits a byte, whole or in two parts (D::SCMAX:
+// Q2_K's 4-bit scales x codes 0..3 <= 45; Q4_K's / Q5_K's 6-bit scales split as sc = (sc & 7) + 8 *
+// (sc >> 3), each part x codes 0..31 <= 217): the tile decode folds the scales into the codes
+// (amx_scale_codes), so
+//   I = sum_k (sc u)_k q_k = C0 + 8 * C1,   Cj = sum_k (part_j(sc) u)_k q_k
+// the same exact integer (I8), and a super-block's dots are 4 tile products of K = 64 per part,
+// accumulated in the tiles, with no per-sub-block vector work (mk_amx's vpmulld per sub-block and
+// row). amx_parts<D>(): 1, 2, or 0 (mk_amx).
+template <class D, class = void>
+struct ScMax : std::integral_constant<int, 0> {};
+template <class D>
+struct ScMax<D, std::void_t<decltype(D::SCMAX)>> : std::integral_constant<int, D::SCMAX> {};
+template <class D>
+constexpr int amx_parts() {
+    if constexpr (!D::UW || ScMax<D>::value == 0) return 0;
+    else if constexpr (ScMax<D>::value * D::WMAX <= 255) return 1;
+    else if constexpr (ScMax<D>::value <= 63 && 7 * D::WMAX <= 255) return 2;
+    else return 0;
+}
+// Rows' codes u (nb super-blocks each, at u0) -> part 0 in place, part 1 at u1 (parts 2):
+// bytes (sc & 7) * u and (sc >> 3) * u, or (parts 1) sc * u. One vpmullw per 16 code pairs: a
+// word (u_lo + 256 u_hi) times p is the two bytes' products exactly while each is <= 255.
+template <class D, int J>
+__attribute__((noinline)) void amx_scale_codes(uint8_t *u0, uint8_t *u1, const RowSB *meta, int64_t rows, int64_t nb) {
+    for (int64_t i = 0; i < rows * nb; ++i) {
+        const RowSB &m = meta[i];
+        uint8_t *p = u0 + (size_t)i * QK;
+        for (int c = 0; c < 8; ++c) {  // 32 codes: one sub-block (NSUB 8) or two (NSUB 16)
+            const int s0 = D::NSUB == 8 ? c : 2 * c, s1 = D::NSUB == 8 ? c : 2 * c + 1;
+            const __m256i u = _mm256_loadu_si256((const __m256i *)(p + 32 * c));
+            const auto by = [&](int a, int b) {
+                return _mm256_mullo_epi16(u, _mm256_setr_m128i(_mm_set1_epi16((short)a), _mm_set1_epi16((short)b)));
+            };
+            const int a = m.sc[s0], b = m.sc[s1];
+            if constexpr (J == 1) {
+                _mm256_storeu_si256((__m256i *)(p + 32 * c), by(a, b));
+            } else {
+                _mm256_storeu_si256((__m256i *)(u1 + (size_t)i * QK + 32 * c), by(a >> 3, b >> 3));
+                _mm256_storeu_si256((__m256i *)(p + 32 * c), by(a & 7, b & 7));
+            }
+        }
+    }
+}
+template <int J>
+void amx_configure_scaled() {
+    static const TileConfig c = [] {
+        TileConfig t;
+        for (int j = 0; j < J; ++j) t.set(j, AMX_ROWS, 64), t.set(4 + j, AMX_ROWS, LANES * 4);  // A_j, C_j
+        t.set(2, 16, LANES * 4);  // B: 16 dwords of the panel
+        return t;
+    }();
+    tile_loadconfig(c);
+}
+// 16 rows (R stored) x V lane vectors of scaled codes (part 0 at a0, part 1 at a1; same layout) -> res
+template <class D, int J>
+__attribute__((noinline)) void mk_amx_scaled(const uint8_t *a0, const uint8_t *a1, const RowSB *m0, const ActOf<D> *act0,
+                                             int64_t nb, int R, int V, float *res) {
+    static_assert(D::UW && (J == 1 || J == 2), "unsigned scaled codes in one or two parts");
+    alignas(64) int32_t cb[J][AMX_ROWS * LANES];
+    const size_t us = (size_t)nb * QK, ms = (size_t)nb;
+    for (int v = 0; v < V; ++v) {
+        const ActOf<D> *act = act0 + (size_t)v * ms;
+        for (int r = 0; r < R; ++r) fst(res + (size_t)(r * MAXV + v) * LANES, fzero());
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t *a = a0 + (size_t)b * QK, *p1 = a1 + (size_t)b * QK;
+            tile_zero<4>();
+            if constexpr (J > 1) tile_zero<5>();
+            for (int kc = 0; kc < 4; ++kc) {  // 64 codes: 16 dwords of the panel
+                tile_load<2>(act[b].q[16 * kc], LANES * 4);
+                tile_load<0>(a + 64 * kc, us);
+                tile_dp<4, 0, 2, true>();
+                if constexpr (J > 1) {
+                    tile_load<1>(p1 + 64 * kc, us);
+                    tile_dp<5, 1, 2, true>();
+                }
+            }
+            tile_store<4>(cb[0], LANES * 4);
+            if constexpr (J > 1) tile_store<5>(cb[J - 1], LANES * 4);
+            const RowSB *m = m0 + b;
+            #pragma GCC unroll 16
+            for (int r = 0; r < AMX_ROWS; ++r)
+                if (r < R) {
+                    VI I = vld(cb[0] + (size_t)r * LANES);
+                    if constexpr (J > 1) I = vadd(I, vsll3(vld(cb[J - 1] + (size_t)r * LANES)));
+                    float_step<D>(I, mins_sum<D>(m[(size_t)r * ms], act[b]), m[(size_t)r * ms], act[b].d,
+                                  res + (size_t)(r * MAXV + v) * LANES);
+                }
+        }
+    }
+    final_step<D>(R, V, res);
+}
 #endif
 
 template <class D, size_t BYTES>
 void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
+#if defined(LOWBIT_AMX)
+    static thread_local Scratch part_s;  // (the scaled codes' second part: mk_amx_scaled)
+#endif
     static thread_local ActKey key;  // (the panel: kernels.h act_holds)
     const int64_t nb = a.n / QK;
     const int ng = (nt + LANES - 1) / LANES;
@@ -1513,6 +1616,23 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
     float *tres = (float *)(meta + (size_t)RT * (size_t)nb);
 #if defined(LOWBIT_AMX)
+    if constexpr (amx_parts<D>() > 0) {  // the scales folded into the codes at the tile's decode
+        constexpr int J = amx_parts<D>();
+        // part 1's codes: a second region of the same layout
+        uint8_t *codes1 = J > 1 ? (uint8_t *)part_s.get((size_t)RT * (size_t)nb * QK) : codes;
+        amx_configure_scaled<J>();
+        tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres,
+                  [&](int64_t rb, int64_t re) {
+                      decode_tile<D, BYTES>(a, rb, re, nb, codes, meta);
+                      amx_scale_codes<D, J>(codes, codes1, meta, re - rb, nb);
+                  },
+                  [&](int64_t i0, int R, int g0, int V, float *res) {
+                      mk_amx_scaled<D, J>(codes + (size_t)i0 * (size_t)nb * QK, codes1 + (size_t)i0 * (size_t)nb * QK,
+                                          meta + (size_t)i0 * (size_t)nb, panel + (size_t)g0 * (size_t)nb, nb, R, V, res);
+                  });
+        tile_release();
+        return;
+    }
     amx_configure<amx_kb<D>()>();  // per call and thread (the configuration is a thread's); released below
     tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres,
               [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
