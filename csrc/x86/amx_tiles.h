@@ -37,7 +37,11 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64, "LDTILECFG's 64-byte operand");
 
+// The two implementations live in different (inline) namespaces: the same names with different
+// bodies in the hardware's and the emulator's translation units would otherwise be one symbol to
+// the linker (an ODR clash: whichever copy it kept, every caller would get).
 #if defined(LOWBIT_AMX_EMULATE)
+inline namespace amx_tiles_emulated {
 namespace amx_emulator {
 struct Tiles {
     TileConfig cfg;
@@ -112,7 +116,9 @@ inline void tile_dp() {
             std::memcpy(s.t[C][m] + 4 * n, &acc, 4);
         }
 }
+}  // namespace amx_tiles_emulated
 #else
+inline namespace amx_tiles_hw {
 // (GCC's tile intrinsics paste their tile number into the instruction's text: literal numbers only,
 // hence the chains of if constexpr)
 #define LB_TILE_EACH(T, OP) \
@@ -165,6 +171,7 @@ inline void tile_dp() {
     }
 }
 #undef LB_TILE_EACH
+}  // namespace amx_tiles_hw
 #endif
 
 }  // namespace lowbit

@@ -1103,6 +1103,17 @@ struct NextTile {
 
 // Floats of a tile's result buffer (tile_loop): RT rows x MAXV lane vectors.
 constexpr size_t tile_res_floats(int64_t rt) { return (size_t)rt * MAXV * LANES; }
+// Rows per tile for rows of per_row bytes of codes and metadata: about 256 KB (L2), a multiple of
+// 4 in 4..64; at the amx level of 16 in 16..64 (its microkernels' A tiles read 16 rows of codes,
+// so a tile's last group stays within the buffer)
+#if defined(LOWBIT_AMX)
+constexpr int64_t kTileRowStep = 16;
+#else
+constexpr int64_t kTileRowStep = 4;
+#endif
+constexpr int64_t tile_rows(size_t per_row) {
+    return std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(kTileRowStep - 1), kTileRowStep, 64);
+}
 
 #if defined(__AVX512F__)
 // A 16 x 16 block transposed: row i's 16 floats at src + i * rs -> column j's 16 floats (row 0
@@ -1423,6 +1434,7 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
 // tile op applies), then mins and the float steps as mk_gemm. Rows past R (the last group of a
 // tile) compute on stale codes and metadata inside the tile's buffers, and are not stored.
 constexpr int AMX_ROWS = 16;
+static_assert(kTileRowStep == AMX_ROWS, "tiles of whole 16-row groups");
 template <class D>
 constexpr int amx_kb() { return 4 * (64 / D::NSUB); }  // bytes of codes per sub-block
 // A (tmm0) 16 rows x KB bytes of codes, B (tmm1 ..) KB / 4 rows x LANES dwords, C (tmm4 ..) 16 x LANES
@@ -1604,14 +1616,8 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     using Act = ActOf<D>;
     Act *panel = (Act *)act_s.get((size_t)ng * (size_t)nb * sizeof(Act));
     if (!act_holds(key, a, nt)) build_act_panel<!D::UW>(a.act, a.act_stride, nt, nb, panel);
-    // rows per tile: their codes and metadata about 256 KB (L2), a multiple of 4, 4..64 (amx: of
-    // 16, 16..64: its microkernel's A tile reads 16 rows of codes, within the buffer)
     const size_t per_row = (size_t)nb * (QK + sizeof(RowSB));
-#if defined(LOWBIT_AMX)
-    int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)(AMX_ROWS - 1), AMX_ROWS, 64);
-#else
-    int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
-#endif
+    const int64_t RT = tile_rows(per_row);
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * per_row + tile_res_floats(RT) * sizeof(float));
     RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
     float *tres = (float *)(meta + (size_t)RT * (size_t)nb);
@@ -2065,12 +2071,7 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     ActBlk *panel = (ActBlk *)act_s.get((size_t)ng * (size_t)nb * sizeof(ActBlk));
     if (!act_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1, !D::SIGN && !D::UW>(a.act, a.act_stride, nt, nb, panel);
     const size_t per_row = (size_t)nb * (D::CODES + sizeof(RowBlk));
-#if defined(LOWBIT_AMX)
-    // (amx: a multiple of 16 rows, 16..64: its A tile reads 16 rows of codes, within the buffer)
-    const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)(AMX_ROWS - 1), AMX_ROWS, 64);
-#else
-    const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(int64_t)3, 4, 64);
-#endif
+    const int64_t RT = tile_rows(per_row);
     constexpr int MR = kMr<D>;
     const size_t tail = ((size_t)8 * MAXR_LEG * MAXV * LANES + tile_res_floats(RT)) * sizeof(float);  // 8 classes + tres
     int8_t *codes = (int8_t *)row_s.get((size_t)RT * per_row + tail + 64);
@@ -2259,12 +2260,7 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     const size_t act_gs = sizeof(ActI2s) + (size_t)(a.n / 4) * LANES * 4;
     uint8_t *panel = (uint8_t *)act_s.get((size_t)ng * act_gs);
     if (!act_holds(key, a, nt)) build_act_panel_i2s(a.act, a.act_stride, nt, a.n, panel, act_gs);
-#if defined(LOWBIT_AMX)
-    // (amx: a multiple of 16 rows, 16..64: its A tile reads 16 rows of codes, within the buffer)
-    const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / (size_t)a.n) & ~(int64_t)(AMX_ROWS - 1), AMX_ROWS, 64);
-#else
-    const int64_t RT = std::clamp<int64_t>((int64_t)(262144 / (size_t)a.n) & ~(int64_t)3, 4, 64);
-#endif
+    const int64_t RT = tile_rows((size_t)a.n);
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * (size_t)a.n + (size_t)RT * 4 + tile_res_floats(RT) * 4 + 64);
     int32_t *neg = (int32_t *)(codes + (size_t)RT * (size_t)a.n);
     float *tres = (float *)(((uintptr_t)(neg + RT) + 63) & ~(uintptr_t)63);
@@ -2277,13 +2273,13 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
                                a.w_scale, R, res);
               });
     tile_release();
-    return;
-#endif
+#else
     tile_loop(a, r0, r1, RT, MAXR, MAXR1, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   (V == 1 ? kMkI2s1[R] : kMkI2s[R][V])(codes + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
                                a.w_scale, res);
               });
+#endif
 }
 
 #define LB_GK_STR2(x) #x
