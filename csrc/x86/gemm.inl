@@ -108,6 +108,7 @@ constexpr int MAXR = 4;     // rows per microkernel
 // 1.0-1.04x at 512; I2_S 1.08x at 512, 1.28x at 48; 3 x 3 was 0.8-0.9x of 4 x 3.
 constexpr int MAXV = 3;
 constexpr int MAXV_LEG = 2;
+constexpr int MAXR_KQ = MAXR;  // (the k-quant GEMM's rows in passes of more than one vector)
 // rows per microkernel in a pass of ONE lane vector (a chunk of <= 16 tokens, or a chunk's last
 // 16): 4 rows x 1 vector are only 4 chains of vpdpbusd, fewer than its latency x issue width
 // (Zen 4: 4 x 1, Zen 5: 4 x 2 per cycle), and load a broadcast weight per vpdpbusd; 8 rows x 1
@@ -123,10 +124,12 @@ constexpr int MAXR1 = 8;
     {{nullptr, nullptr, nullptr, nullptr},                                                             \
      {nullptr, &__VA_ARGS__ 1, 1>, &__VA_ARGS__ 1, 2>, &__VA_ARGS__ 1, 3>}, {nullptr, &__VA_ARGS__ 2, 1>, &__VA_ARGS__ 2, 2>, &__VA_ARGS__ 2, 3>}, \
      {nullptr, &__VA_ARGS__ 3, 1>, &__VA_ARGS__ 3, 2>, &__VA_ARGS__ 3, 3>}, {nullptr, &__VA_ARGS__ 4, 1>, &__VA_ARGS__ 4, 2>, &__VA_ARGS__ 4, 3>}}
+#define LB_GK_TABLE_KQ LB_GK_TABLE
 using VI = __m512i;
 using VF = __m512;
 LB_GK_INLINE VI vset1(int32_t x) { return _mm512_set1_epi32(x); }
 LB_GK_INLINE VI vld(const void *p) { return _mm512_load_si512(p); }
+LB_GK_INLINE void vst(void *p, VI x) { _mm512_store_si512(p, x); }
 LB_GK_INLINE VI vdot(VI acc, VI a, VI w) { return _mm512_dpbusd_epi32(acc, a, w); }
 LB_GK_INLINE VI vdot16(VI acc, VI a, VI b) { return _mm512_dpwssd_epi32(acc, a, b); }
 LB_GK_INLINE VI vadd(VI a, VI b) { return _mm512_add_epi32(a, b); }
@@ -151,14 +154,32 @@ constexpr int LANES = 8;
 constexpr int MAXR = 3;
 #define LB_GK_TABLE(...) \
     {{nullptr, nullptr}, {nullptr, &__VA_ARGS__ 1, 1>}, {nullptr, &__VA_ARGS__ 2, 1>}, {nullptr, &__VA_ARGS__ 3, 1>}}
-constexpr int MAXV = 1;
 constexpr int MAXV_LEG = 1;
-constexpr int MAXR1 = MAXR;  // (every pass is of one vector here)
+constexpr int MAXR1 = MAXR;  // rows in a pass of one vector
 #define LB_GK_TABLE1(...) {nullptr, &__VA_ARGS__ 1, 1>, &__VA_ARGS__ 2, 1>, &__VA_ARGS__ 3, 1>}
+#if defined(__AVXVNNI__) || defined(LOWBIT_AMX)
+constexpr int MAXV = 1;  // (every pass is of one vector here)
+constexpr int MAXR_KQ = MAXR;
+#define LB_GK_TABLE_KQ LB_GK_TABLE
+#else
+// avx2: the k-quant GEMM (mk_gemm) takes passes of 2 lane vectors (16 tokens) x 4 rows, its
+// super-block sums I in L1 (kIL1: 8 int16 sums, 2 activation vectors, the weight and a scale
+// in registers). A broadcast weight dword then feeds two vpmaddubsw, not one: a register-only
+// loop of the presum16 pattern on Zen 3 ran 1.4x at 4 x 2 and 1.2x at 6 x 1 against 3 x 1
+// (GCC 12, one thread; BENCHMARKS.md round (22)). The other GEMMs keep passes of one vector.
+constexpr int MAXV = 2;
+constexpr int MAXR_KQ = 4;
+#define LB_GK_KQ_V2 1
+#define LB_GK_TABLE_KQ(...)                                                                                  \
+    {{nullptr, nullptr, nullptr}, {nullptr, &__VA_ARGS__ 1, 1>, &__VA_ARGS__ 1, 2>},                          \
+     {nullptr, &__VA_ARGS__ 2, 1>, &__VA_ARGS__ 2, 2>}, {nullptr, &__VA_ARGS__ 3, 1>, &__VA_ARGS__ 3, 2>}, \
+     {nullptr, &__VA_ARGS__ 4, 1>, &__VA_ARGS__ 4, 2>}}
+#endif
 using VI = __m256i;
 using VF = __m256;
 LB_GK_INLINE VI vset1(int32_t x) { return _mm256_set1_epi32(x); }
 LB_GK_INLINE VI vld(const void *p) { return _mm256_load_si256((const __m256i *)p); }
+LB_GK_INLINE void vst(void *p, VI x) { _mm256_store_si256((__m256i *)p, x); }
 #if defined(__AVXVNNI__)
 constexpr int W_MAX = 128;  // vpdpbusd: any signed byte
 LB_GK_INLINE VI vdot(VI acc, VI a, VI w) { return _mm256_dpbusd_avx_epi32(acc, a, w); }
@@ -218,8 +239,9 @@ LB_GK_INLINE VI vdot_sign(VI acc, VI a, VI wabs, VI w) {
 // acc[r][v] += the sum over dwords g in [g0, g1) of act_at(v, g) x w_at(r, g), g1 - g0 <= K,
 // times mul_at(r) (one int16 factor in both words of every dword: the int16 sums' vpmaddwd
 // takes it, exactly: see mk_gemm's scale fold), or times 1 without mul_at
-template <int R, int V, bool UW = false, class ActAt, class WAt, class MulAt>
-LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_at, MulAt mul_at) {
+// (vdots16f: the same with fold(r, v, x) taking each int32 result x in place of acc's add)
+template <int R, int V, bool UW = false, class ActAt, class WAt, class MulAt, class Fold>
+LB_GK_INLINE void vdots16f(int g0, int g1, ActAt act_at, WAt w_at, MulAt mul_at, Fold fold) {
     VI p[R][V];
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
@@ -250,8 +272,12 @@ LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_a
     for (int r = 0; r < R; ++r) {
         const VI m = mul_at(r);
         #pragma GCC unroll 16
-        for (int v = 0; v < V; ++v) acc[r][v] = _mm256_add_epi32(acc[r][v], _mm256_madd_epi16(p[r][v], m));
+        for (int v = 0; v < V; ++v) fold(r, v, _mm256_madd_epi16(p[r][v], m));
     }
+}
+template <int R, int V, bool UW = false, class ActAt, class WAt, class MulAt>
+LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_at, MulAt mul_at) {
+    vdots16f<R, V, UW>(g0, g1, act_at, w_at, mul_at, [&](int r, int v, VI x) { acc[r][v] = _mm256_add_epi32(acc[r][v], x); });
 }
 template <int R, int V, bool UW = false, class ActAt, class WAt>
 LB_GK_INLINE void vdots16(VI (&acc)[R][V], int g0, int g1, ActAt act_at, WAt w_at) {
@@ -282,6 +308,18 @@ constexpr int W_MAX = 128;  // vpdpbusd: any signed byte
 #endif
 #if !defined(LB_GK_SIGN)
 constexpr int MAXR_SIGN = MAXR;  // (no sign trick at this level)
+#endif
+// The k-quant GEMM's lane vectors per pass for format D, and whether an R x V microkernel keeps
+// its super-block sums I in L1 (mk_gemm's kIL1): at avx2 (MAXR_KQ's header) 2 for the presum16
+// formats (their K dwords of int16 sums), with I in L1 beyond MAXR1 x 1; elsewhere MAXV, in registers
+#if defined(LB_GK_KQ_V2)
+template <class D>
+constexpr int kq_pv() { return (D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX)) >= 4 ? MAXV : 1; }
+constexpr bool kq_il1(int R, int V) { return R * V > MAXR1; }
+#else
+template <class D>
+constexpr int kq_pv() { return MAXV; }
+constexpr bool kq_il1(int, int) { return false; }
 #endif
 // Q4_1 / Q5_1 (unsigned codes 0..WMAX; their min term comes through s_a, not the dots) at avx2:
 // the codes are vpmaddubsw's UNSIGNED operand and the activations, kept signed in the panel (no
@@ -916,7 +954,8 @@ LB_GK_INLINE void final_step(int R, int V, float *res) {
 // the activation panel (vector v's at act0 + v * nb) -> res[(r * MAXV + v) * 16 + lane] (float).
 // (Bases and strides, not arrays of pointers: those would be built on the stack, I7.)
 template <class D, int R, int V>
-__attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const ActOf<D> *act0, int64_t nb, float *res) {
+__attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const ActOf<D> *act0, int64_t nb, float *res,
+                                       VI *il1) {
     const size_t us = (size_t)nb * QK, ms = (size_t)nb;
 #define u(r) (u0 + (size_t)(r) * us)
 #define m(r) (m0 + (size_t)(r) * ms)
@@ -932,12 +971,30 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
     for (int r = 0; r < R; ++r)
         #pragma GCC unroll 16
         for (int v = 0; v < V; ++v) fst(res + (size_t)(r * MAXV + v) * LANES, fzero());
+    // avx2's passes of 2 vectors (MAXR_KQ's header): the super-block sums I in L1 too, il1[r * V +
+    // v] (the caller's buffer of MAXR_KQ x MAXV vectors: on the stack they would be what the I7
+    // check counts), each sub-block's int32 dots added there, re-read for the float steps
+    constexpr bool kIL1 = kq_il1(R, V);
+    const auto isum = [&](VI (&I)[R][V], int r, int v, VI x) {  // I[r][v] += x, where I lives
+        if constexpr (kIL1) {
+            VI *q = il1 + r * V + v;
+            vst(q, vadd(vld(q), x));
+        } else {
+            I[r][v] = vadd(I[r][v], x);
+        }
+    };
     for (int64_t b = 0; b < nb; ++b) {
         VI I[R][V], dt[R][V];
         #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
             #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) I[r][v] = vset1(0);
+            for (int v = 0; v < V; ++v) {
+                if constexpr (kIL1) {
+                    vst(il1 + r * V + v, vset1(0));
+                } else {
+                    I[r][v] = vset1(0);
+                }
+            }
         for (int s = 0; s < D::NSUB; ++s) {
 #if defined(LB_GK_PRESUM16)
             // avx2, the narrow codes: the int16 sums of K dwords straight into I by one vpmaddwd
@@ -949,15 +1006,22 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
             constexpr int K = D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX);
             if constexpr (K >= 4) {  // Q4_K, Q5_K, Q2_K, Q3_K (Q6_K: 2, vdot)
                 #pragma GCC unroll 16
-                for (int g0 = 0; g0 < DW; g0 += K)
-                    vdots16<R, V, D::UW>(I, g0, std::min(g0 + K, DW),
+                for (int g0 = 0; g0 < DW; g0 += K) {
+                    vdots16f<R, V, D::UW>(g0, std::min(g0 + K, DW),
                                   [&](int v, int g) { return vld((const void *)act(v)[b].q[s * DW + g]); },
                                   [&](int r, int g) {
                                       int32_t wv;
                                       std::memcpy(&wv, u(r) + (size_t)b * QK + 4 * (s * DW + g), 4);
                                       return wv;
                                   },
-                                  [&](int r) { const int32_t c = m(r)[b].sc[s]; return vset1(pair16(c, c)); });
+                                  [&](int r) {  // sc in both words (|sc| < 2^15: its low half, vpbroadcastw)
+                                      int16_t c;
+                                      std::memcpy(&c, &m(r)[b].sc[s], 2);
+                                      return _mm256_set1_epi16(c);
+                                  },
+                                  [&](int r, int v, VI x) { isum(I, r, v, x); });
+                    if constexpr (kIL1) __asm__ volatile("" : : "r"(il1) : "memory");  // I stays in L1
+                }
                 continue;
             }
 #endif
@@ -989,8 +1053,9 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
             for (int r = 0; r < R; ++r) {
                 const VI sc = vset1(m(r)[b].sc[s]);
                 #pragma GCC unroll 16
-                for (int v = 0; v < V; ++v) I[r][v] = vadd(I[r][v], vmullo(dt[r][v], sc));
+                for (int v = 0; v < V; ++v) isum(I, r, v, vmullo(dt[r][v], sc));
             }
+            if constexpr (kIL1) __asm__ volatile("" : : "r"(il1) : "memory");
         }
         // Row by row (so that only V vectors of M are live besides I and acc): M (the mins
         // term), the activations' +128 out of I, then the float steps (header):
@@ -1006,12 +1071,20 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
                 for (int p = 0; p < BsPairs<D>::value; ++p) {
                     const VI c = vset1(m(r)[b].mn[p]);
                     #pragma GCC unroll 16
-                    for (int v = 0; v < V; ++v) M[v] = vdot16(M[v], vld((const void *)act(v)[b].bs[p]), c);
+                    for (int v = 0; v < V; ++v) {
+                        VI x = vdot16(M[v], vld((const void *)act(v)[b].bs[p]), c);
+#if defined(LB_GK_KQ_V2)
+                        __asm__("" : "+v"(x));  // in order (as vdot's fence: Q2_K's 8 pairs x 2 spilled as a tree)
+#endif
+                        M[v] = x;
+                    }
                 }
             }
             #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v)
+            for (int v = 0; v < V; ++v) {
+                if constexpr (kIL1) I[r][v] = vld(il1 + r * V + v);
                 float_step<D>(I[r][v], M[v], m(r)[b], act(v)[b].d, res + (size_t)(r * MAXV + v) * LANES);
+            }
         }
     }
     final_step<D>(R, V, res);
@@ -1021,9 +1094,24 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
 }
 
 template <class D>
-using MkFn = void (*)(const uint8_t *, const RowSB *, const ActOf<D> *, int64_t, float *);
+using MkFn = void (*)(const uint8_t *, const RowSB *, const ActOf<D> *, int64_t, float *, VI *);
+#if defined(LB_GK_KQ_V2)
+// avx2: the passes of 2 vectors are the presum16 formats' (Q4_K, Q5_K, Q2_K, Q3_K and the R8
+// layouts); the others (vdot, or their grids' lookups) spill at 4 x 2 and keep passes of 1 (kq_pv)
+template <class D, int R, int V>
+constexpr MkFn<D> kq_entry() {
+    if constexpr (V <= kq_pv<D>() && (V > 1 || R <= MAXR1)) return &mk_gemm<D, R, V>;
+    else return nullptr;
+}
 template <class D>
-constexpr MkFn<D> kMk[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm<D,);
+constexpr MkFn<D> kMk[MAXR_KQ + 1][MAXV + 1] = {
+    {nullptr, nullptr, nullptr}, {nullptr, kq_entry<D, 1, 1>(), kq_entry<D, 1, 2>()},
+    {nullptr, kq_entry<D, 2, 1>(), kq_entry<D, 2, 2>()}, {nullptr, kq_entry<D, 3, 1>(), kq_entry<D, 3, 2>()},
+    {nullptr, kq_entry<D, 4, 1>(), kq_entry<D, 4, 2>()}};
+#else
+template <class D>
+constexpr MkFn<D> kMk[MAXR_KQ + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm<D,);
+#endif
 template <class D>
 constexpr MkFn<D> kMk1[MAXR1 + 1] = LB_GK_TABLE1(mk_gemm<D,);  // one-vector passes
 
@@ -1648,10 +1736,12 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
               });
     tile_release();
 #else
-    tile_loop(a, r0, r1, RT, MAXR, MAXR1, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
+    alignas(64) static thread_local VI il1[MAXR_KQ * MAXV];  // (mk_gemm's kIL1)
+    VI *const isums = il1;
+    tile_loop(a, r0, r1, RT, MAXR_KQ, MAXR1, kq_pv<D>(), nt, tres, [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   (V == 1 ? kMk1<D>[R] : kMk<D>[R][V])(codes + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
-                               panel + (size_t)g0 * (size_t)nb, nb, res);
+                               panel + (size_t)g0 * (size_t)nb, nb, res, isums);
               });
 #endif
 }
@@ -2155,6 +2245,12 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
 }
 
 using MkI2sFn = void (*)(const uint8_t *, const int32_t *, const uint8_t *, size_t, int64_t, float, float *);
+// (passes of one vector where the k-quant GEMM alone takes two: avx2)
+#if defined(LB_GK_KQ_V2)
+constexpr int MAXV_I2S = 1;
+#else
+constexpr int MAXV_I2S = MAXV;
+#endif
 constexpr MkI2sFn kMkI2s[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm_i2s<);
 constexpr MkI2sFn kMkI2s1[MAXR1 + 1] = LB_GK_TABLE1(mk_gemm_i2s<);  // one-vector passes
 
@@ -2274,7 +2370,7 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
               });
     tile_release();
 #else
-    tile_loop(a, r0, r1, RT, MAXR, MAXR1, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
+    tile_loop(a, r0, r1, RT, MAXR, MAXR1, MAXV_I2S, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   (V == 1 ? kMkI2s1[R] : kMkI2s[R][V])(codes + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
                                a.w_scale, res);
@@ -2525,6 +2621,8 @@ void register_gemm(KernelTable &t) {
 #undef LB_GK_STR
 #undef LB_GK_LEVEL
 #undef LB_GK_TABLE
+#undef LB_GK_TABLE_KQ
+#undef LB_GK_KQ_V2
 #undef LB_GK_STR2
 #undef LB_GK_INLINE
 
