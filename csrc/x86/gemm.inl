@@ -1783,6 +1783,19 @@ struct alignas(64) ActBlk {
 template <class D>
 constexpr int kMr = D::SIGN ? MAXR_SIGN : D::UW ? uw_rows(D::WMAX) : kNegLast<D> ? MAXR_NEGLAST : MAXR;
 constexpr int MAXR_LEG = std::max({MAXR_SIGN, MAXR, MAXR_UW, MAXR_NEGLAST});
+// avx2 (LB_GK_KQ_V2): the formats whose int16 sums take a whole block (Q4_0, Q4_1 and their R8
+// layouts: no int32 sum kept across a block) also take passes of 2 lane vectors x MAXR_LEG2 rows,
+// their 8 classes' float accumulators in L1 (cls) where the registers go to the 2 x 4 int16 sums
+// (mk_gemm_legacy's kAL1); the others keep passes of 1 (leg_pv)
+#if defined(LB_GK_KQ_V2)
+constexpr int MAXR_LEG2 = 4;
+template <class D>
+constexpr int leg_pv() { return !D::SIGN && (D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX)) >= 8 ? 2 : 1; }
+#else
+constexpr int MAXR_LEG2 = MAXR;
+template <class D>
+constexpr int leg_pv() { return MAXV_LEG; }
+#endif
 
 struct RowBlk {
     int32_t neg;       // -128 * sum(w) (D::SIGN, D::UW: 0, unread)
@@ -1901,12 +1914,18 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 #define w(r) (w0 + (size_t)(r) * ws)
 #define m(r) (m0 + (size_t)(r) * ms)
 #define act(v) (act0 + (size_t)(v) * ms)
+    // avx2's passes of 2 vectors (leg_pv): the class's accumulators in L1, at cls (kAL1)
+    constexpr bool kAL1 = V > MAXV_LEG;
     for (int c = 0; c < 8; ++c) {
+        float *const clsc = cls + (size_t)c * MAXR_LEG * MAXV * LANES;
         VF acc[R][V];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) acc[r][v] = fzero();
+            for (int v = 0; v < V; ++v) {
+                if constexpr (kAL1) fst(clsc + (size_t)(r * MAXV + v) * LANES, fzero());
+                else acc[r][v] = fzero();
+            }
         for (int64_t b = c; b < nb; b += 8) {
             VI dt[R][V];
 #pragma GCC unroll 16
@@ -1978,17 +1997,21 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
                 const VF da = fld(act(v)[b].d);
 #pragma GCC unroll 16
                 for (int r = 0; r < R; ++r) {
-                    acc[r][v] = ffma(fcvt(dt[r][v]), fmul(da, fset1(m(r)[b].d)),
-                                                acc[r][v]);
-                    if constexpr (D::M)
-                        acc[r][v] = ffma(fset1(m(r)[b].m), fld(act(v)[b].s), acc[r][v]);
+                    float *const o = clsc + (size_t)(r * MAXV + v) * LANES;
+                    VF x = kAL1 ? fld(o) : acc[r][v];
+                    x = ffma(fcvt(dt[r][v]), fmul(da, fset1(m(r)[b].d)), x);
+                    if constexpr (D::M) x = ffma(fset1(m(r)[b].m), fld(act(v)[b].s), x);
+                    if constexpr (kAL1) fst(o, x);
+                    else acc[r][v] = x;
                 }
             }
+            if constexpr (kAL1) __asm__ volatile("" ::: "memory");  // the accumulators stay in L1
         }
+        if constexpr (!kAL1)
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-            for (int v = 0; v < V; ++v) fst(cls + ((size_t)c * MAXR_LEG * MAXV + (size_t)(r * MAXV + v)) * LANES, acc[r][v]);
+                for (int v = 0; v < V; ++v) fst(clsc + (size_t)(r * MAXV + v) * LANES, acc[r][v]);
     }
     // the row kernels' final tree over the classes, lane by lane
 #pragma GCC unroll 16
@@ -2011,9 +2034,19 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 template <class D>
 using MkLegacyFn = void (*)(const int8_t *, const RowBlk *, const ActBlk *, int64_t, float *, float *);
 // mk_gemm_legacy<D, R, V> for R in 1..MR, V in 1..VV (the tails of a tile and of the chunk)
+// (avx2's passes of 2 vectors, leg_pv: mk_gemm_legacy<D, R, 2> for R in 1..MAXR_LEG2)
+template <class D, int MR, int VV>
+LB_GK_INLINE void mk_legacy_v(int R, const int8_t *w0, const RowBlk *m0, const ActBlk *act0, int64_t nb, float *cls,
+                              float *res) {
+    if constexpr (MR > 1)
+        if (R < MR) return mk_legacy_v<D, MR - 1, VV>(R, w0, m0, act0, nb, cls, res);
+    mk_gemm_legacy<D, MR, VV>(w0, m0, act0, nb, cls, res);
+}
 template <class D, int MR = kMr<D>, int VV = MAXV_LEG>
 LB_GK_INLINE void mk_legacy(int R, int V, const int8_t *w0, const RowBlk *m0, const ActBlk *act0, int64_t nb,
                             float *cls, float *res) {
+    if constexpr (leg_pv<D>() > MAXV_LEG)
+        if (V > MAXV_LEG) return mk_legacy_v<D, MAXR_LEG2, leg_pv<D>()>(R, w0, m0, act0, nb, cls, res);
     if constexpr (MR > 1)
         if (R < MR) return mk_legacy<D, MR - 1, VV>(R, V, w0, m0, act0, nb, cls, res);
     if constexpr (VV > 1)
@@ -2179,7 +2212,8 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
               });
     tile_release();
 #else
-    tile_loop(a, r0, r1, RT, MR, MR, MAXV_LEG, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_legacy<D>(a, rb, re, nb, codes, meta); },
+    tile_loop(a, r0, r1, RT, leg_pv<D>() > MAXV_LEG ? MAXR_LEG2 : MR, MR, leg_pv<D>(), nt, tres,
+              [&](int64_t rb, int64_t re) { decode_tile_legacy<D>(a, rb, re, nb, codes, meta); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   mk_legacy<D>(R, V, codes + (size_t)i0 * (size_t)nb * D::CODES, meta + (size_t)i0 * (size_t)nb,
                                panel + (size_t)g0 * (size_t)nb, nb, cls, res);
