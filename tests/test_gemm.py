@@ -68,7 +68,7 @@ GATES = {"avx512": {**dict.fromkeys(ALL, 32), "Q4_K": 9, "Q5_K": 9, "Q6_K": 12, 
                     "IQ2_XXS": 12, "IQ2_XS": 16, "IQ2_S": 16, "IQ1_S": 16, "IQ1_M": 16, "TQ2_0": 16, "TQ1_0": 24},
          "avx2vnni": {**dict.fromkeys(ALL, 32), "Q4_K": 16, "Q5_K": 16, "Q6_K": 24, "Q3_K": 16, "IQ4_XS": 16, "Q2_K": 24, **dict.fromkeys(IQG, 24),
                       "IQ3_XXS": 16, "TQ1_0": 32},
-         "avx2": {"Q3_K": 32, "Q2_K": 32, "Q4_K": 32, "Q5_K": 64, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q5_0": 128, "Q5_1": 24, "Q8_0": 64,
+         "avx2": {"Q3_K": 16, "Q2_K": 16, "Q4_K": 16, "Q5_K": 16, "Q6_K": 128, "Q4_0": 64, "Q4_1": 64, "Q5_0": 128, "Q5_1": 24, "Q8_0": 64,
                   **dict.fromkeys(IQG, 32), "IQ3_S": 16, "IQ1_S": 16, "TQ2_0": 64, "TQ1_0": 64}}
 
 # Tokens per lane vector of each level's GEMM, and the longest tail past whole vectors that the

@@ -2463,7 +2463,12 @@ constexpr int kKqGemmMinNt = 9, kQ5kGemmMinNt = 9, kQ6kGemmMinNt = 12;
 #elif defined(__AVXVNNI__)
 constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 24;
 #else
-constexpr int kKqGemmMinNt = 32, kQ5kGemmMinNt = 64, kQ6kGemmMinNt = 128;
+// avx2 after its passes of 2 lane vectors (MAXR_KQ; Zen 3, BENCHMARKS.md round (22): bench kernels
+// --formats Q4_K,Q5_K,Q3_K,Q2_K --nt 12,16,20,24,32 --n 4096 and 768 --mb 8 --cpu 1 --clock cpu
+// --stat min, windows / gemm): Q4_K 1.02-1.23, 1.39-1.44, 1.15-1.20, 1.42-1.47, 1.50-1.55; Q5_K
+// 1.05-1.11, 1.31-1.37, 1.17-1.42, 1.44-1.48, 1.48-1.54: both from 16 (Q6_K keeps vdot and its
+// passes of one vector: 128)
+constexpr int kKqGemmMinNt = 16, kQ5kGemmMinNt = 16, kQ6kGemmMinNt = 128;
 #endif
 // Q2_K, Q3_K and IQ4_XS (GQ2K, GQ3K, GIQ4XS; LOWBIT_KQ_GEMM_MIN_NT sets them with Q4_K's): their windows
 // decode each super-block per window (0.062-0.088 us per row and token at 8..64 tokens, n = 4096,
@@ -2480,7 +2485,9 @@ constexpr int kQ3kGemmMinNt = 9, kIq4xsGemmMinNt = 9, kQ2kGemmMinNt = 12;
 #elif defined(__AVXVNNI__)
 constexpr int kQ3kGemmMinNt = 16, kIq4xsGemmMinNt = 16, kQ2kGemmMinNt = 24;
 #else
-constexpr int kQ3kGemmMinNt = 32, kQ2kGemmMinNt = 32;
+// (avx2 since its passes of 2 vectors, as Q4_K above: Q3_K 1.23-1.24, 1.46-1.48, 1.08-1.36,
+// 1.17-1.42, 1.58-1.66; Q2_K 1.00-1.05, 1.12-1.16, 1.00-1.17, 1.12-1.28, 1.22-1.38: from 16)
+constexpr int kQ3kGemmMinNt = 16, kQ2kGemmMinNt = 16;
 #endif
 // The grid i-quants, IQ1_S / IQ1_M and TQ2_0 / TQ1_0 (GIQ3XXS ... GTQ1; LOWBIT_KQ_GEMM_MIN_NT sets
 // them with Q4_K's). Zen 4, `bench kernels --formats ... --nt 9,12,16,24,32,64,512 --n 4096 --mb 16
