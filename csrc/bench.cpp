@@ -134,7 +134,11 @@ double membw(const uint8_t *buf, size_t bytes, int threads, int reps, bool prefe
 }
 
 #if defined(__x86_64__) || defined(_M_X64)
-namespace avx2 { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
+namespace avx2 {
+uint64_t peak_int8(int64_t, uint64_t *);
+uint64_t peak_f32(int64_t, uint64_t *);
+uint64_t peak_int8_i16(int64_t, uint64_t *);
+}
 namespace avx2vnni { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
 namespace avx512 { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
 #if defined(LOWBIT_HAVE_AMX)
@@ -146,7 +150,9 @@ double bench_peak(int isa, int kind, int64_t iters, int threads, int reps, uint6
     using Fn = uint64_t (*)(int64_t, uint64_t *);
     Fn fn = nullptr;
 #if defined(__x86_64__) || defined(_M_X64)
-    if (isa == ISA_AVX2) fn = kind ? &avx2::peak_f32 : &avx2::peak_int8;
+    if (isa == ISA_AVX2) fn = kind == 2 ? &avx2::peak_int8_i16 : kind ? &avx2::peak_f32 : &avx2::peak_int8;
+    if (kind == 2 && isa != ISA_AVX2)
+        throw std::invalid_argument(std::string("bench peak: int16 sums are avx2's loop, not level ") + isa_name(isa));
     if (isa == ISA_AVX2VNNI) fn = kind ? &avx2vnni::peak_f32 : &avx2vnni::peak_int8;
     if (isa == ISA_AVX512) fn = kind ? &avx512::peak_f32 : &avx512::peak_int8;
     // amx: the tiles' int8 loop (its rounds are 4 tile products, not vector chains), avx512's f32;

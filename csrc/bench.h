@@ -23,7 +23,8 @@ double bench_from_float(uintptr_t fn_addr, const float *x, uint8_t *dst, int64_t
 // prefetch: each line also prefetches the one kPrefetchAhead bytes on, as the kernels do
 double membw(const uint8_t *buf, size_t bytes, int threads, int reps, bool prefetch, uint64_t *sink);
 // bench peak: `iters` rounds of 12 independent multiply-add chains on each of `threads`
-// threads at level isa (csrc/x86/peak.inl); kind 0 int8 (u8 x s8 into int32), 1 f32. Returns
+// threads at level isa (csrc/x86/peak.inl); kind 0 int8 (u8 x s8 into int32), 1 f32, 2 int8 into
+// int16 sums (avx2 only: vpmaddubsw + vpaddw, its GEMMs' inner loop for narrow codes). Returns
 // the wall seconds (median of reps); *macs the multiply-adds of one run. Throws for a level
 // without the loops (scalar, avx, aarch64).
 double bench_peak(int isa, int kind, int64_t iters, int threads, int reps, uint64_t *macs);

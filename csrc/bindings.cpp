@@ -712,7 +712,7 @@ NB_MODULE(_lowbit, m) {
         }
         return nb::make_tuple(t, macs);
     }, nb::arg("isa"), nb::arg("kind"), nb::arg("iters"), nb::arg("threads"), nb::arg("reps"),
-       "(seconds, multiply-adds) of bench peak's loops: kind 0 int8, 1 f32, at level isa.");
+       "(seconds, multiply-adds) of bench peak's loops: kind 0 int8, 1 f32, 2 int8 with int16 sums (avx2), at level isa.");
 
     // ---- the engine (src/lowbit/model.py drives it) ----
     nb::class_<Engine>(m, "Engine")

@@ -7,6 +7,7 @@
 //         vpmaddubsw + vpmaddwd + vpaddd (32 MACs per three instructions: what the avx2 kernels
 //         issue per 32 products)
 //   f32:  one vfmadd231ps per chain and round (16 / 8 MACs)
+//   int8 with int16 sums (avx2 only, peak_int8_i16): vpmaddubsw + vpaddw (32 MACs per two)
 #include <immintrin.h>
 
 #include <cstdint>
@@ -65,6 +66,37 @@ uint64_t peak_int8(int64_t iters, uint64_t *sink) {
     *sink += (uint64_t)(uint32_t)v[0];
     return (uint64_t)iters * NCH * LANES32 * 4;
 }
+
+#if !defined(__AVX512F__) && !defined(__AVXVNNI__)
+// avx2's second int8 ceiling: vpmaddubsw + vpaddw per chain and round (32 MACs per two
+// instructions, the int16 sums wrapping here), the sequence of its GEMMs' inner loops where the
+// codes are narrow (csrc/x86/gemm.inl's presum16: a vpmaddwd only every 4-8 rounds). Exact only
+// for bounded operands, so not a general int8 dot; a Zen 3 issues it at up to twice the rate of
+// peak_int8's three-instruction dot.
+uint64_t peak_int8_i16(int64_t iters, uint64_t *sink) {
+#define LB_PK_DECL(c) VI a##c = LB_PK(set1_epi16)(c);
+    LB_PK_ALL(LB_PK_DECL)
+#undef LB_PK_DECL
+    VI x = LB_PK(set1_epi8)(3), y = LB_PK(set1_epi8)(-2);
+    __asm__("" : "+v"(x), "+v"(y));
+#define LB_PK_I16(c)        \
+    __asm__("" : "+v"(x)); \
+    a##c = _mm256_add_epi16(a##c, _mm256_maddubs_epi16(x, y));
+    for (int64_t i = 0; i < iters; ++i) {
+        LB_PK_ALL(LB_PK_I16)
+        LB_PK_ALL(LB_PK_KEEP)
+    }
+#undef LB_PK_I16
+#define LB_PK_SUM(c) s = LB_PK(add_epi16)(s, a##c);
+    VI s = LB_PK(set1_epi16)(0);
+    LB_PK_ALL(LB_PK_SUM)
+#undef LB_PK_SUM
+    int16_t v[2 * LANES32];
+    std::memcpy(v, &s, sizeof v);
+    *sink += (uint64_t)(uint16_t)v[0];
+    return (uint64_t)iters * NCH * LANES32 * 4;
+}
+#endif
 
 uint64_t peak_f32(int64_t iters, uint64_t *sink) {
 #define LB_PK_DECL(c) VF a##c = LB_PK(set1_ps)((float)(c));
