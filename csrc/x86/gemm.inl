@@ -2455,8 +2455,12 @@ constexpr int kQ4kR8GemmMinNt = 24;
 // avx2: from 32 as Q4_K's. Zen 3 (`bench kernels --formats Q4_K_R8 --nt 16,24,32,48,64,128,512
 // --n 4096 --mb 16 --cpu 1 --clock cpu --stat min`, windows / gemm): 0.60, 0.93, 1.03, 0.97, 0.93,
 // 1.05, 1.09 with the rows in L3; from DRAM (a real 8B's FFN matrices, 33 MB) each window of 8
-// re-reads them, which the GEMM does once a chunk: so not above 32.
-constexpr int kQ4kR8GemmMinNt = 32;
+// re-reads them, which the GEMM does once a chunk: so not above 32. After the passes of 2 vectors
+// (MAXR_KQ; BENCHMARKS.md round (22)): 1.01-1.08 at 16, 0.91-0.93 at 20, 1.03-1.05 at 24, 1.14-1.18
+// at 32 (n = 4096 and 768, --mb 8), and the Qwen3-30B-A3B-shaped slice's prefill (its experts from
+// DRAM, ~32 tokens each; tools/bench_prefill.py, LOWBIT_KQ_GEMM_MIN_NT alternated three times)
+// 181-219 tok/s at 32, 197-203 at 16, 218-247 at 24: from 24.
+constexpr int kQ4kR8GemmMinNt = 24;
 #endif
 #if defined(__AVX512F__)
 constexpr int kKqGemmMinNt = 9, kQ5kGemmMinNt = 9, kQ6kGemmMinNt = 12;
