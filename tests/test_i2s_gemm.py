@@ -160,9 +160,9 @@ def test_gemm_forced_fold_and_counters(rng, tmp_path):
     fold1, c = child(tmp_path, {"LOWBIT_I2S_FOLD": "1", "LOWBIT_I2S_GEMM_MIN_NT": "9"}, raw, act, n, "fold1")
     sel = base["selected"]
     rows_name = lib.kernel(I2S, 8, ISA.index(sel))[0]
-    # default: avx512's and amx's GEMM (csrc/x86/gemm.inl, tokens in lanes) from 16 tokens; below avx512
-    # the tile-decode GEMM is gated off, and a 64-token matmul is 8 windows of the row kernel
-    if sel in ("avx512", "amx"):
+    # default: avx512's, amx's and avx2's GEMM (csrc/x86/gemm.inl, tokens in lanes) from 16 tokens; at
+    # avx2vnni the tile-decode GEMM is gated off, and a 64-token matmul is 8 windows of the row kernel
+    if sel in ("avx512", "amx", "avx2"):
         assert base["gemm"][sel][2] == 16
         assert base["stats"]["64"] == [[0, f"gemm_i2_s_i8_s_{sel}"]] and base["stats"]["8"] == [[8, rows_name]]
     else:

@@ -2195,7 +2195,7 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     if (!act_holds(key, a, nt)) build_act_panel_legacy<D::Q8_1, !D::SIGN && !D::UW>(a.act, a.act_stride, nt, nb, panel);
     const size_t per_row = (size_t)nb * (D::CODES + sizeof(RowBlk));
     const int64_t RT = tile_rows(per_row);
-    constexpr int MR = kMr<D>;
+    [[maybe_unused]] constexpr int MR = kMr<D>;  // (unused at the amx level)
     const size_t tail = ((size_t)8 * MAXR_LEG * MAXV * LANES + tile_res_floats(RT)) * sizeof(float);  // 8 classes + tres
     int8_t *codes = (int8_t *)row_s.get((size_t)RT * per_row + tail + 64);
     RowBlk *meta = (RowBlk *)(codes + (size_t)RT * (size_t)nb * D::CODES);
@@ -2242,6 +2242,43 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
 #define c(r) (c0 + (size_t)(r) * cs)
 #define actq(v) (act0 + (size_t)(v) * act_gs + sizeof(ActI2s))
 #define acth(v) ((const ActI2s *)(act0 + (size_t)(v) * act_gs))
+    const VF ws = fset1(w_scale);
+#if defined(LB_GK_KQ_V2)
+    // avx2: the codes (0..3) are vpmaddubsw's UNSIGNED operand against the activations kept signed in
+    // the panel (build_act_panel_i2s<false>: no +128, so no neg), a pair of products within 2 * 3 *
+    // 128 = 768, so the int16 sums take K_I2S = 32 dwords (a 128-code chunk: 32 * 768 < 32767) per
+    // vpmaddwd; the row's int32 S accumulates in res's own slots (it is one integer per row and lane:
+    // the float result replaces it at the end), so R x V = 4 x 2 keep 8 int16 sums in registers
+    (void)neg;
+    constexpr int K_I2S = 32;
+    static_assert(K_I2S * 2 * 3 * 128 <= 32767, "the int16 sums of K_I2S dwords");
+    const auto slot = [&](int r, int v) { return res + (size_t)(r * MAXV + v) * LANES; };
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) vst(slot(r, v), vset1(0));
+    for (int64_t g0 = 0; g0 < n / 4; g0 += K_I2S) {
+        vdots16f<R, V, true>(0, K_I2S, [&](int v, int g) { return vld((const void *)(actq(v) + (size_t)(g0 + g) * LANES * 4)); },
+                             [&](int r, int g) {
+                                 int32_t wv;
+                                 std::memcpy(&wv, c(r) + 4 * (g0 + g), 4);
+                                 return wv;
+                             },
+                             [](int) { return _mm256_set1_epi16(1); },
+                             [&](int r, int v, VI x) { vst(slot(r, v), vadd(vld(slot(r, v)), x)); });
+        __asm__ volatile("" ::: "memory");  // S stays in res
+    }
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) {
+        const VI sum = vld((const void *)acth(v)->sum);
+        const VF sc = fld(acth(v)->scale);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            const VF f = fcvt(vsub(vld(slot(r, v)), sum));
+            fst(slot(r, v), fmul(fdiv(f, sc), ws));
+        }
+    }
+#else
     VI dt[R][V];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
@@ -2262,7 +2299,6 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
             for (int v = 0; v < V; ++v) dt[r][v] = vdot(dt[r][v], a[v], wb);
         }
     }
-    const VF ws = fset1(w_scale);
 #pragma GCC unroll 16
     for (int v = 0; v < V; ++v) {
         const VI sum = vld((const void *)acth(v)->sum);
@@ -2273,22 +2309,26 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
             fst(res + (size_t)(r * MAXV + v) * LANES, fmul(fdiv(f, sc), ws));
         }
     }
+#endif
 #undef c
 #undef actq
 #undef acth
 }
 
 using MkI2sFn = void (*)(const uint8_t *, const int32_t *, const uint8_t *, size_t, int64_t, float, float *);
-// (passes of one vector where the k-quant GEMM alone takes two: avx2)
+// (avx2: the passes of 2 vectors x MAXR_KQ rows, as the k-quant GEMM's)
 #if defined(LB_GK_KQ_V2)
-constexpr int MAXV_I2S = 1;
+constexpr int MAXR_I2S = MAXR_KQ;
+constexpr MkI2sFn kMkI2s[MAXR_I2S + 1][MAXV + 1] = LB_GK_TABLE_KQ(mk_gemm_i2s<);
 #else
-constexpr int MAXV_I2S = MAXV;
+constexpr int MAXR_I2S = MAXR;
+constexpr MkI2sFn kMkI2s[MAXR_I2S + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm_i2s<);
 #endif
-constexpr MkI2sFn kMkI2s[MAXR + 1][MAXV + 1] = LB_GK_TABLE(mk_gemm_i2s<);
 constexpr MkI2sFn kMkI2s1[MAXR1 + 1] = LB_GK_TABLE1(mk_gemm_i2s<);  // one-vector passes
 
 // nt I8_S rows (float scale, int32 sum, int8 q[n]) -> ceil(nt / 16) groups of act_gs bytes
+// (BIAS: the codes + 128, vdot's unsigned operand; avx2's mk_gemm_i2s keeps them signed)
+template <bool BIAS>
 __attribute__((noinline)) void build_act_panel_i2s(const uint8_t *act, size_t act_stride, int nt, int64_t n,
                                                    uint8_t *panel, size_t act_gs) {
     const int ng = (nt + LANES - 1) / LANES;
@@ -2298,7 +2338,7 @@ __attribute__((noinline)) void build_act_panel_i2s(const uint8_t *act, size_t ac
         for (int l = 0; l < LANES; ++l) {
             const int t = g * LANES + l;
             if (t >= nt) {
-                for (int64_t dw = 0; dw < n / 4; ++dw) std::memset(q + (size_t)dw * LANES * 4 + 4 * l, 0x80, 4);
+                for (int64_t dw = 0; dw < n / 4; ++dw) std::memset(q + (size_t)dw * LANES * 4 + 4 * l, BIAS ? 0x80 : 0, 4);
                 H.scale[l] = 1.0f, H.sum[l] = 0;
                 continue;
             }
@@ -2308,7 +2348,7 @@ __attribute__((noinline)) void build_act_panel_i2s(const uint8_t *act, size_t ac
             for (int64_t dw = 0; dw < n / 4; ++dw) {
                 uint32_t v;
                 std::memcpy(&v, y + I8S_HEADER + 4 * dw, 4);
-                v ^= 0x80808080u;
+                if constexpr (BIAS) v ^= 0x80808080u;
                 std::memcpy(q + (size_t)dw * LANES * 4 + 4 * l, &v, 4);
             }
         }
@@ -2389,7 +2429,11 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     const int ng = (nt + LANES - 1) / LANES;
     const size_t act_gs = sizeof(ActI2s) + (size_t)(a.n / 4) * LANES * 4;
     uint8_t *panel = (uint8_t *)act_s.get((size_t)ng * act_gs);
-    if (!act_holds(key, a, nt)) build_act_panel_i2s(a.act, a.act_stride, nt, a.n, panel, act_gs);
+#if defined(LB_GK_KQ_V2)
+    if (!act_holds(key, a, nt)) build_act_panel_i2s<false>(a.act, a.act_stride, nt, a.n, panel, act_gs);
+#else
+    if (!act_holds(key, a, nt)) build_act_panel_i2s<true>(a.act, a.act_stride, nt, a.n, panel, act_gs);
+#endif
     const int64_t RT = tile_rows((size_t)a.n);
     uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * (size_t)a.n + (size_t)RT * 4 + tile_res_floats(RT) * 4 + 64);
     int32_t *neg = (int32_t *)(codes + (size_t)RT * (size_t)a.n);
@@ -2404,7 +2448,7 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
               });
     tile_release();
 #else
-    tile_loop(a, r0, r1, RT, MAXR, MAXR1, MAXV_I2S, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
+    tile_loop(a, r0, r1, RT, MAXR_I2S, MAXR1, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
               [&](int64_t i0, int R, int g0, int V, float *res) {
                   (V == 1 ? kMkI2s1[R] : kMkI2s[R][V])(codes + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
                                a.w_scale, res);
@@ -2551,7 +2595,9 @@ constexpr int kQ5_1GemmMinNt = kLegacyGemmMinNt;
 constexpr int kQ5GemmMinNt = 128;
 constexpr int kQ5_1GemmMinNt = 24;
 #endif
-// The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT).
+// The same for I2_S (LOWBIT_I2S_GEMM_MIN_NT). avx2 (its int16 sums, passes of 2 vectors; Zen 3,
+// the BitNet b1.58 2B-4T-shaped slice's 512-token prefill, tools/bench_prefill.py, the GEMM off /
+// from 16 alternated three times: 62.8 / 75.6, 67.9 / 71.3, 67.7 / 83.3 tok/s) 16 as avx512.
 constexpr int kI2sLanesGemmMinNt = 16;
 // The legacy R8 layouts' GEMM gate. avx512 256: their windows beat it below (Zen 4, `bench kernels
 // --formats Q4_1_R8,Q8_0_R8,Q4_0_R8 --mb 1.5 --nt 64,128,256,512`, windows / gemm at n = 768, 1536
@@ -2650,14 +2696,22 @@ void register_gemm(KernelTable &t) {
     // Q5_1: the experts' down matrices of GLM-4.5 and DeepSeek-V2 at width 1408)
     set(T_Q5_0, &gemm_legacy<GQ5_0>, "gemm_q5_0_q8_0_" LB_GK_LEVEL, gl && *gl ? min_legacy : kQ5GemmMinNt);
     set(T_Q5_1, &gemm_legacy<GQ5_1>, "gemm_q5_1_q8_1_" LB_GK_LEVEL, gl && *gl ? min_legacy : kQ5_1GemmMinNt);
-#if defined(__AVX512F__) || defined(LOWBIT_AMX)
+#if defined(__AVX512F__) || defined(LOWBIT_AMX) || defined(LB_GK_KQ_V2)
     // I2_S: this GEMM replaces the level's tile-decode GEMM of csrc/x86/ternary.inl (registered
     // before it), under the same switch LOWBIT_I2S_GEMM_MIN_NT
+    // (avx2: not under LOWBIT_I2S_FOLD=1, whose A/B runs take ternary.inl's GEMM with its windows'
+    // fold schedule; this one folds its int16 sums every K_I2S dwords whatever the variable)
     const char *gi = std::getenv("LOWBIT_I2S_GEMM_MIN_NT");
-    auto &ei = t.at(T_I2_S);
-    ei.gemm = RowKernel{&gemm_i2s, "gemm_i2_s_i8_s_" LB_GK_LEVEL, LOWBIT_ISA};
-    ei.gemm_min_nt = gi && *gi ? std::atoi(gi) : kI2sLanesGemmMinNt;
-    ei.gemm_lanes = LANES, ei.gemm_tail = tail;
+#if defined(LB_GK_KQ_V2)
+    const char *fold = std::getenv("LOWBIT_I2S_FOLD");
+    if (!(fold && *fold && std::strcmp(fold, "0") != 0))
+#endif
+    {
+        auto &ei = t.at(T_I2_S);
+        ei.gemm = RowKernel{&gemm_i2s, "gemm_i2_s_i8_s_" LB_GK_LEVEL, LOWBIT_ISA};
+        ei.gemm_min_nt = gi && *gi ? std::atoi(gi) : kI2sLanesGemmMinNt;
+        ei.gemm_lanes = LANES, ei.gemm_tail = tail;
+    }
 #else
     (void)&gemm_i2s;
 #endif
