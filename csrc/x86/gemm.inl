@@ -267,6 +267,11 @@ LB_GK_INLINE void vdots16f(int g0, int g1, ActAt act_at, WAt w_at, MulAt mul_at,
                 p[r][v] = x;            // in an asm keeps the array in memory)
             }
         }
+#if defined(__clang__)
+        // the next dword's loads wait for this one's sums (as mk_gemm's: clang loaded 4 dwords'
+        // activations ahead and spilled 2 of them in I2_S's 32-dword groups at 4 x 2)
+        __asm__ volatile("" : : "v"(p[R - 1][V - 1]) : "memory");
+#endif
     }
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
@@ -2242,7 +2247,6 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
 #define c(r) (c0 + (size_t)(r) * cs)
 #define actq(v) (act0 + (size_t)(v) * act_gs + sizeof(ActI2s))
 #define acth(v) ((const ActI2s *)(act0 + (size_t)(v) * act_gs))
-    const VF ws = fset1(w_scale);
 #if defined(LB_GK_KQ_V2)
     // avx2: the codes (0..3) are vpmaddubsw's UNSIGNED operand against the activations kept signed in
     // the panel (build_act_panel_i2s<false>: no +128, so no neg), a pair of products within 2 * 3 *
@@ -2268,6 +2272,7 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
                              [&](int r, int v, VI x) { vst(slot(r, v), vadd(vld(slot(r, v)), x)); });
         __asm__ volatile("" ::: "memory");  // S stays in res
     }
+    const VF ws = fset1(w_scale);
 #pragma GCC unroll 16
     for (int v = 0; v < V; ++v) {
         const VI sum = vld((const void *)acth(v)->sum);
@@ -2279,6 +2284,7 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
         }
     }
 #else
+    const VF ws = fset1(w_scale);
     VI dt[R][V];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
