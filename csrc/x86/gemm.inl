@@ -45,7 +45,8 @@
 // summed over 8 or 16 sub-blocks: < 2^29. IQ4_XS: |dot| <= 32 * 255 * 127, times |sc| <= 32, over
 // 8 sub-blocks: < 2^29 too; its C < 128 * 8 * 32 * 32 * 127 < 2^28.
 //
-// Microkernel (mk_*): R <= 4 rows x V <= 3 lane vectors (48 tokens; avx2vnni and avx2 3 x 1 of 8;
+// Microkernel (mk_*): R <= 4 rows x V <= 3 lane vectors (48 tokens; avx2vnni 3 x 1 of 8; avx2 4 x 2
+// of 8 for the formats with int16 sums, their I in L1, else 3 x 1: MAXR_KQ's header;
 // a pass of one vector at avx512 takes R <= MAXR1 = 8 rows), registers: V activation vectors, R x
 // V sub-block dots, R x V super-block sums I (28 of 32 zmm at R = 4, V = 3); the float
 // accumulators stay in L1 (one load and store per super-block, re-read after a compiler barrier:
@@ -166,7 +167,8 @@ constexpr int MAXR_KQ = MAXR;
 // super-block sums I in L1 (kIL1: 8 int16 sums, 2 activation vectors, the weight and a scale
 // in registers). A broadcast weight dword then feeds two vpmaddubsw, not one: a register-only
 // loop of the presum16 pattern on Zen 3 ran 1.4x at 4 x 2 and 1.2x at 6 x 1 against 3 x 1
-// (GCC 12, one thread; BENCHMARKS.md round (22)). The other GEMMs keep passes of one vector.
+// (GCC 12, one thread; BENCHMARKS.md round (22)). The legacy GEMM's Q4_0 / Q4_1 (leg_pv) and
+// I2_S's (mk_gemm_i2s) take the same passes; the other formats keep passes of one vector (kq_pv).
 constexpr int MAXV = 2;
 constexpr int MAXR_KQ = 4;
 #define LB_GK_KQ_V2 1
