@@ -1,9 +1,10 @@
-"""The I2_S GEMM (csrc/x86/ternary.inl: i2s_gemm, KernelEntry::gemm) against the row kernels.
-
-The GEMM decodes a tile of rows once into an L1 scratch and runs every 8-token window of the
-chunk through the row kernels' own body (i2s_row), so its output must be BITWISE the row
-kernels' in windows of <= 8 tokens and the reference expression (I1, I2, I3):
-  - every level x nt in {9, 16, 17, 33, 64} x odd row counts, random codes and activations,
+"""The I2_S GEMM (KernelEntry::gemm) against the row kernels: csrc/x86/gemm.inl's gemm_i2s (tokens in
+lanes: avx2, avx512, amx) and csrc/x86/ternary.inl's i2s_gemm (avx2vnni, and avx2 under LOWBIT_I2S_FOLD=1:
+it decodes a tile of rows once into an L1 scratch and runs every 8-token window of the chunk through
+the row kernels' own body, i2s_row). Each forms the same exact integer per row and token, so its output
+must be BITWISE the row kernels' in windows of <= 8 tokens and the reference expression (I1, I2, I3):
+  - every level x nt in {9, 13, 16, 17, 24, 33, 45, 64} (passes of 2 vectors and of 1, padded lanes)
+    x odd row counts, random codes and activations,
     rows of 23 blocks (two avx2 fold groups of 10 + a tail of 3), one and two threads;
   - rows wider than the scratch (n > 16384: the GEMM falls back to the row kernels' windows);
   - the adversarial worst case (all codes 3, activations all +127 / all -128 / mixed) gives the
@@ -29,7 +30,7 @@ from lowbit.formats import BY_NAME as F
 I2S = F["I2_S"].id
 # (the amx level too: its I2_S GEMM takes tile products)
 GEMM_LEVELS = [lv for lv in ALL_LEVELS if lib.gemm_kernel(I2S, ISA.index(lv)) is not None]
-NTS = [9, 16, 17, 33, 64]
+NTS = [9, 13, 16, 17, 24, 33, 45, 64]
 
 
 def mm(raw, act, n, level, path, w_scale=1.0, threads=1):
