@@ -851,7 +851,7 @@ def add_parser(sub) -> None:
     m.add_argument("--threads", type=int, default=None)
     m.add_argument("--reps", type=int, default=5)
     m.set_defaults(func=_run_membw)
-    pk = bs.add_parser("peak", help="this machine's multiply-add peak (int8, f32) per thread count")
+    pk = bs.add_parser("peak", help="this machine's multiply-add peak (int8, f32; at avx2 also int8 into int16 sums) per thread count")
     pk.add_argument("--threads", type=int, default=None, help="up to this many threads (default: all)")
     pk.add_argument("--reps", type=int, default=5)
     pk.add_argument("--clock", choices=("wall", "cpu"), default="wall",
