@@ -214,6 +214,10 @@ constexpr bool presum16(int wmax) { return ksum16(wmax) >= 4; }
 // The same with the roles swapped (UW: unsigned weight codes 0..wmax against signed activations,
 // |a| <= 128): K * 2 * 128 * WMAX <= 32767 (Q4_K 8 dwords, Q5_K 4)
 constexpr int ksum16_uw(int wmax) { return 32767 / (2 * 128 * wmax); }
+// A format's dwords of int16 sums per vpmaddwd: unsigned codes against signed activations (D::UW)
+// or the +128 activations against signed codes
+template <class D>
+constexpr int presum_k() { return D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX); }
 // The sign trick for codes too wide for vdot (Q8_0's -128..127; LB_GK_SIGN, GQ8_0::SIGN): the
 // activations SIGNED in the panel (no +128), the weight as two broadcast dwords, its codes' |w|
 // (vpabsb: -128 gives the byte 0x80, i.e. 128 as vpmaddubsw's unsigned operand) and w itself;
@@ -321,7 +325,7 @@ constexpr int MAXR_SIGN = MAXR;  // (no sign trick at this level)
 // formats (their K dwords of int16 sums), with I in L1 beyond MAXR1 x 1; elsewhere MAXV, in registers
 #if defined(LB_GK_KQ_V2)
 template <class D>
-constexpr int kq_pv() { return (D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX)) >= 4 ? MAXV : 1; }
+constexpr int kq_pv() { return presum_k<D>() >= 4 ? MAXV : 1; }
 constexpr bool kq_il1(int R, int V) { return R * V > MAXR1; }
 #else
 template <class D>
@@ -1010,7 +1014,7 @@ __attribute__((noinline)) void mk_gemm(const uint8_t *u0, const RowSB *m0, const
             // 128 * 32767 per word; no dt register, no vpmulld). Zen 3, builds alternated under load
             // (bench kernels --n 4096 --mb 16 --cpu 1 --clock cpu --stat min, gemm before / after at
             // 64 and 256 tokens): Q4_K, Q5_K, Q3_K even within the noise, TQ2_0 1.11-1.13 at 64.
-            constexpr int K = D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX);
+            constexpr int K = presum_k<D>();
             if constexpr (K >= 4) {  // Q4_K, Q5_K, Q2_K, Q3_K (Q6_K: 2, vdot)
                 #pragma GCC unroll 16
                 for (int g0 = 0; g0 < DW; g0 += K) {
@@ -1797,7 +1801,7 @@ constexpr int MAXR_LEG = std::max({MAXR_SIGN, MAXR, MAXR_UW, MAXR_NEGLAST});
 #if defined(LB_GK_KQ_V2)
 constexpr int MAXR_LEG2 = 4;
 template <class D>
-constexpr int leg_pv() { return !D::SIGN && (D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX)) >= 8 ? 2 : 1; }
+constexpr int leg_pv() { return !D::SIGN && presum_k<D>() >= 8 ? 2 : 1; }
 #else
 constexpr int MAXR_LEG2 = MAXR;
 template <class D>
@@ -1965,7 +1969,7 @@ __attribute__((noinline)) void mk_gemm_legacy(const int8_t *w0, const RowBlk *m0
 #if defined(LB_GK_PRESUM16)
             // Q4_0, Q4_1 (one vpmaddwd per block), Q5_1 (two: D::UW, kUnsignedCodes)
             if constexpr (D::UW || presum16(D::WMAX)) {
-                constexpr int K = D::UW ? ksum16_uw(D::WMAX) : ksum16(D::WMAX);
+                constexpr int K = presum_k<D>();
                 static_assert(K >= 4, "the int16 sums of at least 4 dwords");
 #pragma GCC unroll 8
                 for (int g0 = 0; g0 < 8; g0 += K)
@@ -2274,19 +2278,8 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
                              [&](int r, int v, VI x) { vst(slot(r, v), vadd(vld(slot(r, v)), x)); });
         __asm__ volatile("" ::: "memory");  // S stays in res
     }
-    const VF ws = fset1(w_scale);
-#pragma GCC unroll 16
-    for (int v = 0; v < V; ++v) {
-        const VI sum = vld((const void *)acth(v)->sum);
-        const VF sc = fld(acth(v)->scale);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-            const VF f = fcvt(vsub(vld(slot(r, v)), sum));
-            fst(slot(r, v), fmul(fdiv(f, sc), ws));
-        }
-    }
+    const auto S = [&](int r, int v) { return vld(slot(r, v)); };
 #else
-    const VF ws = fset1(w_scale);
     VI dt[R][V];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
@@ -2307,17 +2300,20 @@ __attribute__((noinline)) void mk_gemm_i2s(const uint8_t *c0, const int32_t *neg
             for (int v = 0; v < V; ++v) dt[r][v] = vdot(dt[r][v], a[v], wb);
         }
     }
+    const auto S = [&](int r, int v) { return dt[r][v]; };
+#endif
+    // S (row r, lane vector v's int32 sums) -> (float)(S - act_sum) / act_scale * w_scale
+    const VF ws = fset1(w_scale);
 #pragma GCC unroll 16
     for (int v = 0; v < V; ++v) {
         const VI sum = vld((const void *)acth(v)->sum);
         const VF sc = fld(acth(v)->scale);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-            const VF f = fcvt(vsub(dt[r][v], sum));
+            const VF f = fcvt(vsub(S(r, v), sum));
             fst(res + (size_t)(r * MAXV + v) * LANES, fmul(fdiv(f, sc), ws));
         }
     }
-#endif
 #undef c
 #undef actq
 #undef acth
