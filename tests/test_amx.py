@@ -150,13 +150,17 @@ def test_amx_emulated_level_in_info_and_bad_setting():
 def test_amx_gemm_turned_off_leaves_the_level_below():
     """LOWBIT_NO_<amx GEMM>=1 turns one amx GEMM off: that format's chunks take the level below's
     GEMM (the amx level has no windows of its own to pair with none)."""
+    # the level below amx: avx2 on an AVX2-only CPU, avx512 (or avx2vnni) where the CPU has it
     code = ("from lowbit._native import lib; from lowbit.formats import BY_NAME as F; I = lib.isa_names();"
-            "print(lib.gemm_kernel(F['Q4_K'].id, I.index('amx')),"
-            " lib.gemm_kernel(F['Q6_K'].id, I.index('amx')), lib.gemm_kernel(F['Q4_K'].id, I.index('avx2')))")
+            "L = lib.levels(); below = L[L.index('amx') - 1];"
+            "print(below, lib.gemm_kernel(F['Q4_K'].id, I.index('amx')),"
+            " lib.gemm_kernel(F['Q6_K'].id, I.index('amx')), lib.gemm_kernel(F['Q4_K'].id, I.index(below)))")
     r = run_emulated(code, env={"LOWBIT_NO_GEMM_Q4_K_Q8_K_AMX": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     line = r.stdout.strip().splitlines()[-1]
-    assert line.count("gemm_q4_k_q8_k_avx2") == 2 and "gemm_q6_k_q8_k_amx" in line, line
+    below = line.split()[0]
+    assert below in ("avx2", "avx2vnni", "avx512"), line
+    assert line.count(f"gemm_q4_k_q8_k_{below}") == 2 and "gemm_q6_k_q8_k_amx" in line, line
 
 
 def cpu_flags():
