@@ -1550,6 +1550,23 @@ void amx_configure() {
     }();
     tile_loadconfig(c);
 }
+// The A tiles' layout (every amx microkernel): a decoded tile's rows (row_bytes of codes each, one
+// after another) -> per 16-row group and chunk of KB bytes along K, the group's 16 chunks one after
+// another, so that an A tile is one contiguous 16 x KB block (a load of stride KB). Read in place,
+// 16 rows a multiple of 4 KB apart (n = 4096: Q4_K's 16 super-blocks, Q4_0's 128 blocks) share one
+// L1 set: every tile load missed L1 on most of its rows (the Q4_K GEMM ran at 8% of the tiles'
+// peak; BENCHMARKS.md round 23). Group g's chunk k is at dst + g * 16 * row_bytes + k * 16 * KB:
+// the group's base is where its first row was (i0 * row_bytes), so the callers' offsets stand.
+// Rows past `rows` in the last group stay as they were (computed on, never stored).
+template <int KB>
+void amx_tile_layout(const uint8_t *src, size_t row_bytes, int64_t rows, uint8_t *dst) {
+    const size_t nk = row_bytes / KB;
+    for (int64_t i = 0; i < rows; ++i) {
+        const uint8_t *r = src + (size_t)i * row_bytes;
+        uint8_t *d = dst + (size_t)(i / AMX_ROWS) * AMX_ROWS * row_bytes + (size_t)(i % AMX_ROWS) * KB;
+        for (size_t k = 0; k < nk; ++k) std::memcpy(d + k * AMX_ROWS * KB, r + k * KB, KB);
+    }
+}
 // C (tile 4 + P) = the dots of 16 rows of codes (at u, row stride us) and one lane vector's KB / 4
 // panel rows (at q) -> cb (16 rows x LANES int32); UW: TDPBUSD, else TDPBSUD
 template <int P, bool UW>
@@ -1570,13 +1587,13 @@ LB_GK_INLINE VI mins_sum(const RowSB &m, const ActOf<D> &act) {
     }
     return M;
 }
-// Sub-block s's dots of the 16 rows (codes at u) and one lane vector (act) through tiles C = 4 + P,
-// B = 1 + P, into cb; then I[r] (+)= sc[r][s] * dt[r]
+// Sub-block s's dots of the 16 rows (the super-block's codes at u, amx_tile_layout's) and one lane
+// vector (act) through tiles C = 4 + P, B = 1 + P, into cb; then I[r] (+)= sc[r][s] * dt[r]
 template <class D, int P>
-LB_GK_INLINE void amx_sub_block(const uint8_t *u, size_t us, const ActOf<D> &act, const RowSB *m, size_t ms, int s,
+LB_GK_INLINE void amx_sub_block(const uint8_t *u, const ActOf<D> &act, const RowSB *m, size_t ms, int s,
                                 int32_t *cb, VI (&I)[AMX_ROWS]) {
-    constexpr int DW = 64 / D::NSUB;
-    amx_dots<P, D::UW>(u + (size_t)s * amx_kb<D>(), us, act.q[s * DW], cb);
+    constexpr int DW = 64 / D::NSUB, KB = amx_kb<D>();
+    amx_dots<P, D::UW>(u + (size_t)s * AMX_ROWS * KB, KB, act.q[s * DW], cb);
     #pragma GCC unroll 16
     for (int r = 0; r < AMX_ROWS; ++r) {
         const VI p = vmullo(vld(cb + (size_t)r * LANES), vset1(m[(size_t)r * ms].sc[s]));
@@ -1589,17 +1606,17 @@ __attribute__((noinline)) void mk_amx(const uint8_t *u0, const RowSB *m0, const 
                                       float *res) {
     static_assert(D::NSUB % 2 == 0, "sub-blocks in pairs (tiles alternate)");
     alignas(64) int32_t cb[2][AMX_ROWS * LANES];
-    const size_t us = (size_t)nb * QK, ms = (size_t)nb;
+    const size_t ms = (size_t)nb;
     for (int v = 0; v < V; ++v) {
         const ActOf<D> *act = act0 + (size_t)v * ms;
         for (int r = 0; r < R; ++r) fst(res + (size_t)(r * MAXV + v) * LANES, fzero());
         for (int64_t b = 0; b < nb; ++b) {
             VI I[AMX_ROWS];
-            const uint8_t *u = u0 + (size_t)b * QK;
+            const uint8_t *u = u0 + (size_t)b * AMX_ROWS * QK;  // (amx_tile_layout's: the super-block's chunks)
             const RowSB *m = m0 + b;
             for (int s = 0; s < D::NSUB; s += 2) {
-                amx_sub_block<D, 0>(u, us, act[b], m, ms, s, cb[0], I);
-                amx_sub_block<D, 1>(u, us, act[b], m, ms, s + 1, cb[1], I);
+                amx_sub_block<D, 0>(u, act[b], m, ms, s, cb[0], I);
+                amx_sub_block<D, 1>(u, act[b], m, ms, s + 1, cb[1], I);
             }
             #pragma GCC unroll 16
             for (int r = 0; r < AMX_ROWS; ++r)
@@ -1629,26 +1646,33 @@ constexpr int amx_parts() {
     else if constexpr (ScMax<D>::value <= 63 && 7 * D::WMAX <= 255) return 2;
     else return 0;
 }
-// Rows' codes u (nb super-blocks each, at u0) -> part 0 in place, part 1 at u1 (parts 2):
-// bytes (sc & 7) * u and (sc >> 3) * u, or (parts 1) sc * u. One vpmullw per 16 code pairs: a
-// word (u_lo + 256 u_hi) times p is the two bytes' products exactly while each is <= 255.
+// Rows' codes u (nb super-blocks each, rows one after another) -> part 0 at t0, part 1 at t1
+// (parts 2), in amx_tile_layout<64>'s layout: bytes (sc & 7) * u and (sc >> 3) * u, or (parts 1)
+// sc * u. One vpmullw per 16 code pairs: a word (u_lo + 256 u_hi) times p is the two bytes'
+// products exactly while each is <= 255.
 template <class D, int J>
-__attribute__((noinline)) void amx_scale_codes(uint8_t *u0, uint8_t *u1, const RowSB *meta, int64_t rows, int64_t nb) {
+__attribute__((noinline)) void amx_scale_codes(const uint8_t *u0, uint8_t *t0, uint8_t *t1, const RowSB *meta,
+                                               int64_t rows, int64_t nb) {
     for (int64_t i = 0; i < rows * nb; ++i) {
         const RowSB &m = meta[i];
-        uint8_t *p = u0 + (size_t)i * QK;
+        const int64_t row = i / nb, b = i % nb;
+        const uint8_t *p = u0 + (size_t)i * QK;
+        // the super-block's chunk kc of 64 codes of this row: at o + kc * 16 * 64
+        const size_t o = (size_t)(row / AMX_ROWS) * AMX_ROWS * (size_t)nb * QK + (size_t)b * AMX_ROWS * QK +
+                         (size_t)(row % AMX_ROWS) * 64;
         for (int c = 0; c < 8; ++c) {  // 32 codes: one sub-block (NSUB 8) or two (NSUB 16)
             const int s0 = D::NSUB == 8 ? c : 2 * c, s1 = D::NSUB == 8 ? c : 2 * c + 1;
             const __m256i u = _mm256_loadu_si256((const __m256i *)(p + 32 * c));
             const auto by = [&](int a, int b) {
                 return _mm256_mullo_epi16(u, _mm256_setr_m128i(_mm_set1_epi16((short)a), _mm_set1_epi16((short)b)));
             };
-            const int a = m.sc[s0], b = m.sc[s1];
+            const int sa = m.sc[s0], sb = m.sc[s1];
+            const size_t at = o + (size_t)(c / 2) * AMX_ROWS * 64 + (size_t)(c % 2) * 32;
             if constexpr (J == 1) {
-                _mm256_storeu_si256((__m256i *)(p + 32 * c), by(a, b));
+                _mm256_storeu_si256((__m256i *)(t0 + at), by(sa, sb));
             } else {
-                _mm256_storeu_si256((__m256i *)(u1 + (size_t)i * QK + 32 * c), by(a >> 3, b >> 3));
-                _mm256_storeu_si256((__m256i *)(p + 32 * c), by(a & 7, b & 7));
+                _mm256_storeu_si256((__m256i *)(t1 + at), by(sa >> 3, sb >> 3));
+                _mm256_storeu_si256((__m256i *)(t0 + at), by(sa & 7, sb & 7));
             }
         }
     }
@@ -1669,20 +1693,21 @@ __attribute__((noinline)) void mk_amx_scaled(const uint8_t *a0, const uint8_t *a
                                              int64_t nb, int R, int V, float *res) {
     static_assert(D::UW && (J == 1 || J == 2), "unsigned scaled codes in one or two parts");
     alignas(64) int32_t cb[J][AMX_ROWS * LANES];
-    const size_t us = (size_t)nb * QK, ms = (size_t)nb;
+    const size_t ms = (size_t)nb;
     for (int v = 0; v < V; ++v) {
         const ActOf<D> *act = act0 + (size_t)v * ms;
         for (int r = 0; r < R; ++r) fst(res + (size_t)(r * MAXV + v) * LANES, fzero());
         for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t *a = a0 + (size_t)b * QK, *p1 = a1 + (size_t)b * QK;
+            // (amx_tile_layout's: chunk kc of the super-block's 16 rows at + kc * 16 * 64)
+            const uint8_t *a = a0 + (size_t)b * AMX_ROWS * QK, *p1 = a1 + (size_t)b * AMX_ROWS * QK;
             tile_zero<4>();
             if constexpr (J > 1) tile_zero<5>();
             for (int kc = 0; kc < 4; ++kc) {  // 64 codes: 16 dwords of the panel
                 tile_load<2>(act[b].q[16 * kc], LANES * 4);
-                tile_load<0>(a + 64 * kc, us);
+                tile_load<0>(a + AMX_ROWS * 64 * kc, 64);
                 tile_dp<4, 0, 2, true>();
                 if constexpr (J > 1) {
-                    tile_load<1>(p1 + 64 * kc, us);
+                    tile_load<1>(p1 + AMX_ROWS * 64 * kc, 64);
                     tile_dp<5, 1, 2, true>();
                 }
             }
@@ -1707,7 +1732,7 @@ template <class D, size_t BYTES>
 void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
 #if defined(LOWBIT_AMX)
-    static thread_local Scratch part_s;  // (the scaled codes' second part: mk_amx_scaled)
+    static thread_local Scratch tiled_s, part_s;  // (the A tiles' codes: amx_tile_layout; the scaled codes' second part)
 #endif
     static thread_local ActKey key;  // (the panel: kernels.h act_holds)
     const int64_t nb = a.n / QK;
@@ -1723,26 +1748,31 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
 #if defined(LOWBIT_AMX)
     if constexpr (amx_parts<D>() > 0) {  // the scales folded into the codes at the tile's decode
         constexpr int J = amx_parts<D>();
-        // part 1's codes: a second region of the same layout
-        uint8_t *codes1 = J > 1 ? (uint8_t *)part_s.get((size_t)RT * (size_t)nb * QK) : codes;
+        // the scaled codes in the A tiles' layout: part 0, and part 1 in a second region
+        uint8_t *part0 = (uint8_t *)tiled_s.get((size_t)RT * (size_t)nb * QK);
+        uint8_t *part1 = J > 1 ? (uint8_t *)part_s.get((size_t)RT * (size_t)nb * QK) : part0;
         amx_configure_scaled<J>();
         tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres,
                   [&](int64_t rb, int64_t re) {
                       decode_tile<D, BYTES>(a, rb, re, nb, codes, meta);
-                      amx_scale_codes<D, J>(codes, codes1, meta, re - rb, nb);
+                      amx_scale_codes<D, J>(codes, part0, part1, meta, re - rb, nb);
                   },
                   [&](int64_t i0, int R, int g0, int V, float *res) {
-                      mk_amx_scaled<D, J>(codes + (size_t)i0 * (size_t)nb * QK, codes1 + (size_t)i0 * (size_t)nb * QK,
+                      mk_amx_scaled<D, J>(part0 + (size_t)i0 * (size_t)nb * QK, part1 + (size_t)i0 * (size_t)nb * QK,
                                           meta + (size_t)i0 * (size_t)nb, panel + (size_t)g0 * (size_t)nb, nb, R, V, res);
                   });
         tile_release();
         return;
     }
+    uint8_t *tiled = (uint8_t *)tiled_s.get((size_t)RT * (size_t)nb * QK);
     amx_configure<amx_kb<D>()>();  // per call and thread (the configuration is a thread's); released below
     tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres,
-              [&](int64_t rb, int64_t re) { decode_tile<D, BYTES>(a, rb, re, nb, codes, meta); },
+              [&](int64_t rb, int64_t re) {
+                  decode_tile<D, BYTES>(a, rb, re, nb, codes, meta);
+                  amx_tile_layout<amx_kb<D>()>(codes, (size_t)nb * QK, re - rb, tiled);
+              },
               [&](int64_t i0, int R, int g0, int V, float *res) {
-                  mk_amx<D>(codes + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
+                  mk_amx<D>(tiled + (size_t)i0 * (size_t)nb * QK, meta + (size_t)i0 * (size_t)nb,
                             panel + (size_t)g0 * (size_t)nb, nb, R, V, res);
               });
     tile_release();
@@ -2153,9 +2183,9 @@ __attribute__((noinline)) void decode_tile_legacy(const RowArgs &a, int64_t rb, 
 // kernels' tree ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)). Not for D::SIGN (avx2's Q8_0: its
 // windows' sign trick wraps where the tiles' products do not; the emulated level keeps avx2's GEMM).
 template <class D, int P>
-LB_GK_INLINE void amx_block(const int8_t *w0, size_t ws, const RowBlk *m0, size_t ms, const ActBlk &act, int64_t b,
+LB_GK_INLINE void amx_block(const int8_t *w0, const RowBlk *m0, size_t ms, const ActBlk &act, int64_t b,
                             int32_t *cb, VF (&acc)[AMX_ROWS]) {
-    amx_dots<P, D::UW>(w0 + (size_t)b * D::CODES, ws, act.q[0], cb);
+    amx_dots<P, D::UW>(w0 + (size_t)b * AMX_ROWS * D::CODES, D::CODES, act.q[0], cb);  // (amx_tile_layout's)
     const VF da = fld(act.d);
     #pragma GCC unroll 16
     for (int r = 0; r < AMX_ROWS; ++r) {
@@ -2171,7 +2201,7 @@ __attribute__((noinline)) void mk_amx_legacy(const int8_t *w0, const RowBlk *m0,
     static_assert(!D::SIGN && D::CODES == 32, "a block's 32 codes as they are");
     alignas(64) int32_t cb[2][AMX_ROWS * LANES];
     alignas(64) float cls[8][AMX_ROWS * LANES];
-    const size_t ws = (size_t)nb * D::CODES, ms = (size_t)nb;
+    const size_t ms = (size_t)nb;
     for (int v = 0; v < V; ++v) {
         const ActBlk *act = act0 + (size_t)v * ms;
         for (int c = 0; c < 8; ++c) {
@@ -2180,10 +2210,10 @@ __attribute__((noinline)) void mk_amx_legacy(const int8_t *w0, const RowBlk *m0,
             for (int r = 0; r < AMX_ROWS; ++r) acc[r] = fzero();
             int64_t b = c;
             for (; b + 8 < nb; b += 16) {  // (tiles alternate block by block)
-                amx_block<D, 0>(w0, ws, m0, ms, act[b], b, cb[0], acc);
-                amx_block<D, 1>(w0, ws, m0, ms, act[b + 8], b + 8, cb[1], acc);
+                amx_block<D, 0>(w0, m0, ms, act[b], b, cb[0], acc);
+                amx_block<D, 1>(w0, m0, ms, act[b + 8], b + 8, cb[1], acc);
             }
-            if (b < nb) amx_block<D, 0>(w0, ws, m0, ms, act[b], b, cb[0], acc);
+            if (b < nb) amx_block<D, 0>(w0, m0, ms, act[b], b, cb[0], acc);
             #pragma GCC unroll 16
             for (int r = 0; r < AMX_ROWS; ++r) fst(cls[c] + (size_t)r * LANES, acc[r]);
         }
@@ -2214,11 +2244,16 @@ void gemm_legacy(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     float *tres = cls + (size_t)8 * MAXR_LEG * MAXV * LANES;
 #if defined(LOWBIT_AMX)
     (void)cls;
+    static thread_local Scratch tiled_s;  // (the A tiles' codes: amx_tile_layout)
+    int8_t *tiled = (int8_t *)tiled_s.get((size_t)RT * (size_t)nb * D::CODES);
     amx_configure<32>();  // per call and thread; released below
     tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV_LEG, nt, tres,
-              [&](int64_t rb, int64_t re) { decode_tile_legacy<D>(a, rb, re, nb, codes, meta); },
+              [&](int64_t rb, int64_t re) {
+                  decode_tile_legacy<D>(a, rb, re, nb, codes, meta);
+                  amx_tile_layout<D::CODES>((const uint8_t *)codes, (size_t)nb * D::CODES, re - rb, (uint8_t *)tiled);
+              },
               [&](int64_t i0, int R, int g0, int V, float *res) {
-                  mk_amx_legacy<D>(codes + (size_t)i0 * (size_t)nb * D::CODES, meta + (size_t)i0 * (size_t)nb,
+                  mk_amx_legacy<D>(tiled + (size_t)i0 * (size_t)nb * D::CODES, meta + (size_t)i0 * (size_t)nb,
                                    panel + (size_t)g0 * (size_t)nb, nb, R, V, res);
               });
     tile_release();
@@ -2401,7 +2436,7 @@ __attribute__((noinline)) void mk_amx_i2s(const uint8_t *c0, const int32_t *neg,
     };
     each([&](auto vc) { tile_zero<4 + decltype(vc)::value>(); });
     for (int64_t k = 0; k < n / 64; ++k) {
-        tile_load<0>(c0 + (size_t)k * 64, (size_t)n);
+        tile_load<0>(c0 + (size_t)k * AMX_ROWS * 64, 64);  // (amx_tile_layout's)
         each([&](auto vc) {
             constexpr int v = decltype(vc)::value;
             tile_load<1 + v>(act0 + (size_t)v * act_gs + sizeof(ActI2s) + (size_t)k * 16 * LANES * 4, LANES * 4);
@@ -2444,10 +2479,16 @@ void gemm_i2s(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     float *tres = (float *)(((uintptr_t)(neg + RT) + 63) & ~(uintptr_t)63);
 #if defined(LOWBIT_AMX)
     static_assert(MAXV <= 3, "tiles 1..3 and 4..6");
+    static thread_local Scratch tiled_s;  // (the A tiles' codes: amx_tile_layout)
+    uint8_t *tiled = (uint8_t *)tiled_s.get((size_t)RT * (size_t)a.n);
     amx_configure<64>();  // per call and thread; released below
-    tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres, [&](int64_t rb, int64_t re) { decode_tile_i2s(a, rb, re, codes, neg); },
+    tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres,
+              [&](int64_t rb, int64_t re) {
+                  decode_tile_i2s(a, rb, re, codes, neg);
+                  amx_tile_layout<64>(codes, (size_t)a.n, re - rb, tiled);
+              },
               [&](int64_t i0, int R, int g0, int V, float *res) {
-                  kMkAmxI2s[V](codes + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
+                  kMkAmxI2s[V](tiled + (size_t)i0 * (size_t)a.n, neg + i0, panel + (size_t)g0 * act_gs, act_gs, a.n,
                                a.w_scale, R, res);
               });
     tile_release();
