@@ -152,23 +152,20 @@ inline void tile_zero() {
 #undef LB_TILE_OP
 }
 // the GEMM's products (csrc/x86/gemm.inl): C = tmm4 + i, A = tmm0, B = tmm1 + i (mk_amx, mk_amx_legacy,
-// mk_amx_i2s); C = tmm4 + j, A = tmm0 + j, B = tmm2 (mk_amx_scaled, UW)
+// mk_amx_i2s); C = tmm4 + j + 2 w, A = tmm0 + j, B = tmm2 + w (mk_amx_scaled, UW)
+template <int, int, int>
+inline constexpr bool kNoSuchProduct = false;
 template <int C, int A, int B, bool UW>
 inline void tile_dp() {
-    constexpr bool scaled = UW && B == 2 && C - A == 4 && A <= 1;
-    static_assert((A == 0 && B == C - 3 && C >= 4 && C <= 6) || scaled, "tile_dp: the products the GEMMs issue");
-    if constexpr (scaled) {
-        if constexpr (A == 0) _tile_dpbusd(4, 0, 2);
-        else _tile_dpbusd(5, 1, 2);
-    } else if constexpr (UW) {
-        if constexpr (C == 4) _tile_dpbusd(4, 0, 1);
-        else if constexpr (C == 5) _tile_dpbusd(5, 0, 2);
-        else _tile_dpbusd(6, 0, 3);
-    } else {
-        if constexpr (C == 4) _tile_dpbsud(4, 0, 1);
-        else if constexpr (C == 5) _tile_dpbsud(5, 0, 2);
-        else _tile_dpbsud(6, 0, 3);
-    }
+#define LB_TILE_DP(c, a, b) \
+    if constexpr (C == c && A == a && B == b) { \
+        if constexpr (UW) _tile_dpbusd(c, a, b); \
+        else _tile_dpbsud(c, a, b); \
+    } else
+    LB_TILE_DP(4, 0, 1) LB_TILE_DP(5, 0, 2) LB_TILE_DP(6, 0, 3)
+    LB_TILE_DP(4, 0, 2) LB_TILE_DP(5, 1, 2) LB_TILE_DP(7, 1, 3)
+    static_assert(kNoSuchProduct<C, A, B>, "tile_dp: the products the GEMMs issue");
+#undef LB_TILE_DP
 }
 #undef LB_TILE_EACH
 }  // namespace amx_tiles_hw

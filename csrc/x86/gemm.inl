@@ -1677,52 +1677,100 @@ __attribute__((noinline)) void amx_scale_codes(const uint8_t *u0, uint8_t *t0, u
         }
     }
 }
+// Tiles: A_j = tmm j (part j's codes, 16 rows x 64 bytes), B_w = tmm 2 + w (lane vector w's 16
+// panel dwords), C_jw = tmm 4 + j + 2 w (16 rows x LANES int32), for two lane vectors at a time
 template <int J>
 void amx_configure_scaled() {
     static const TileConfig c = [] {
         TileConfig t;
-        for (int j = 0; j < J; ++j) t.set(j, AMX_ROWS, 64), t.set(4 + j, AMX_ROWS, LANES * 4);  // A_j, C_j
-        t.set(2, 16, LANES * 4);  // B: 16 dwords of the panel
+        for (int j = 0; j < J; ++j) t.set(j, AMX_ROWS, 64);
+        for (int w = 0; w < 2; ++w) {
+            t.set(2 + w, 16, LANES * 4);
+            for (int j = 0; j < J; ++j) t.set(4 + j + 2 * w, AMX_ROWS, LANES * 4);
+        }
         return t;
     }();
     tile_loadconfig(c);
 }
-// 16 rows (R stored) x V lane vectors of scaled codes (part 0 at a0, part 1 at a1; same layout) -> res
+// Super-block b's tile products for W lane vectors: C_jw = sum over its 4 chunks of 64 codes of
+// A_j . B_w. (W = 2: four independent accumulations, so that no product waits on the one before.)
+// a, p1: parts 0 and 1 of the super-block (amx_tile_layout's: chunk kc at + kc * 16 * 64)
+template <class D, int J, int W>
+LB_GK_INLINE void amx_scaled_tiles(const uint8_t *a, const uint8_t *p1, const ActOf<D> *const *act, int64_t b) {
+    tile_zero<4>();
+    if constexpr (J > 1) tile_zero<5>();
+    if constexpr (W > 1) tile_zero<6>();
+    if constexpr (J > 1 && W > 1) tile_zero<7>();
+    #pragma GCC unroll 4
+    for (int kc = 0; kc < 4; ++kc) {  // 64 codes: 16 dwords of the panel
+        tile_load<2>(act[0][b].q[16 * kc], LANES * 4);
+        if constexpr (W > 1) tile_load<3>(act[W - 1][b].q[16 * kc], LANES * 4);
+        tile_load<0>(a + AMX_ROWS * 64 * kc, 64);
+        tile_dp<4, 0, 2, true>();
+        if constexpr (W > 1) tile_dp<6, 0, 3, true>();
+        if constexpr (J > 1) {
+            tile_load<1>(p1 + AMX_ROWS * 64 * kc, 64);
+            tile_dp<5, 1, 2, true>();
+            if constexpr (W > 1) tile_dp<7, 1, 3, true>();
+        }
+    }
+}
+// C_jw -> cb + (w * J + j) * 16 * LANES (16 rows x LANES int32 each)
+template <int J, int W>
+LB_GK_INLINE void amx_scaled_store(int32_t *cb) {
+    constexpr size_t T = (size_t)AMX_ROWS * LANES;
+    tile_store<4>(cb, LANES * 4);
+    if constexpr (J > 1) tile_store<5>(cb + T, LANES * 4);
+    if constexpr (W > 1) tile_store<6>(cb + J * T, LANES * 4);
+    if constexpr (J > 1 && W > 1) tile_store<7>(cb + (J + 1) * T, LANES * 4);
+}
+// Super-block b's float steps from its stored products (cb): I = C_0w + 8 C_1w (parts 2) per row
+template <class D, int J, int W>
+LB_GK_INLINE void amx_scaled_epilogue(const int32_t *cb, const RowSB *m, size_t ms, const ActOf<D> *const *act,
+                                      int64_t b, int R, float *res) {
+    constexpr size_t T = (size_t)AMX_ROWS * LANES;
+    #pragma GCC unroll 2
+    for (int w = 0; w < W; ++w)
+        #pragma GCC unroll 16
+        for (int r = 0; r < AMX_ROWS; ++r)
+            if (r < R) {
+                VI I = vld(cb + (size_t)w * J * T + (size_t)r * LANES);
+                if constexpr (J > 1) I = vadd(I, vsll3(vld(cb + (size_t)(w * J + 1) * T + (size_t)r * LANES)));
+                float_step<D>(I, mins_sum<D>(m[(size_t)r * ms], act[w][b]), m[(size_t)r * ms], act[w][b].d,
+                              res + (size_t)(r * MAXV + w) * LANES);
+            }
+}
+// 16 rows (R stored) x W lane vectors over the row's nb super-blocks, software-pipelined: super-block
+// b's tile products are issued before b - 1's float steps, which read b - 1's stored products
+// (cb, two buffers), so the tiles and the vector unit work side by side (in program order a
+// super-block's products, stores and float steps had left each unit idle while the other ran:
+// BENCHMARKS.md round 23)
+template <class D, int J, int W>
+LB_GK_INLINE void amx_scaled_pass(const uint8_t *a0, const uint8_t *a1, const RowSB *m0, const ActOf<D> *const *act,
+                                  int64_t nb, int R, float *res) {
+    constexpr size_t SB = (size_t)AMX_ROWS * QK;  // a super-block's bytes of one part, 16 rows
+    alignas(64) int32_t cb[2][W * J * AMX_ROWS * LANES];
+    for (int r = 0; r < R; ++r)
+        for (int w = 0; w < W; ++w) fst(res + (size_t)(r * MAXV + w) * LANES, fzero());
+    amx_scaled_tiles<D, J, W>(a0, a1, act, 0);
+    amx_scaled_store<J, W>(cb[0]);
+    for (int64_t b = 1; b < nb; ++b) {
+        amx_scaled_tiles<D, J, W>(a0 + (size_t)b * SB, a1 + (size_t)b * SB, act, b);
+        amx_scaled_epilogue<D, J, W>(cb[(b - 1) & 1], m0 + b - 1, (size_t)nb, act, b - 1, R, res);
+        amx_scaled_store<J, W>(cb[b & 1]);
+    }
+    amx_scaled_epilogue<D, J, W>(cb[(nb - 1) & 1], m0 + nb - 1, (size_t)nb, act, nb - 1, R, res);
+}
+// 16 rows (R stored) x V lane vectors of scaled codes (part 0 at a0, part 1 at a1; amx_tile_layout's)
+// -> res, two lane vectors a pass
 template <class D, int J>
 __attribute__((noinline)) void mk_amx_scaled(const uint8_t *a0, const uint8_t *a1, const RowSB *m0, const ActOf<D> *act0,
                                              int64_t nb, int R, int V, float *res) {
     static_assert(D::UW && (J == 1 || J == 2), "unsigned scaled codes in one or two parts");
-    alignas(64) int32_t cb[J][AMX_ROWS * LANES];
-    const size_t ms = (size_t)nb;
-    for (int v = 0; v < V; ++v) {
-        const ActOf<D> *act = act0 + (size_t)v * ms;
-        for (int r = 0; r < R; ++r) fst(res + (size_t)(r * MAXV + v) * LANES, fzero());
-        for (int64_t b = 0; b < nb; ++b) {
-            // (amx_tile_layout's: chunk kc of the super-block's 16 rows at + kc * 16 * 64)
-            const uint8_t *a = a0 + (size_t)b * AMX_ROWS * QK, *p1 = a1 + (size_t)b * AMX_ROWS * QK;
-            tile_zero<4>();
-            if constexpr (J > 1) tile_zero<5>();
-            for (int kc = 0; kc < 4; ++kc) {  // 64 codes: 16 dwords of the panel
-                tile_load<2>(act[b].q[16 * kc], LANES * 4);
-                tile_load<0>(a + AMX_ROWS * 64 * kc, 64);
-                tile_dp<4, 0, 2, true>();
-                if constexpr (J > 1) {
-                    tile_load<1>(p1 + AMX_ROWS * 64 * kc, 64);
-                    tile_dp<5, 1, 2, true>();
-                }
-            }
-            tile_store<4>(cb[0], LANES * 4);
-            if constexpr (J > 1) tile_store<5>(cb[J - 1], LANES * 4);
-            const RowSB *m = m0 + b;
-            #pragma GCC unroll 16
-            for (int r = 0; r < AMX_ROWS; ++r)
-                if (r < R) {
-                    VI I = vld(cb[0] + (size_t)r * LANES);
-                    if constexpr (J > 1) I = vadd(I, vsll3(vld(cb[J - 1] + (size_t)r * LANES)));
-                    float_step<D>(I, mins_sum<D>(m[(size_t)r * ms], act[b]), m[(size_t)r * ms], act[b].d,
-                                  res + (size_t)(r * MAXV + v) * LANES);
-                }
-        }
+    for (int v = 0; v < V; v += 2) {
+        const ActOf<D> *act[2] = {act0 + (size_t)v * (size_t)nb, act0 + (size_t)std::min(v + 1, V - 1) * (size_t)nb};
+        if (V - v >= 2) amx_scaled_pass<D, J, 2>(a0, a1, m0, act, nb, R, res + (size_t)v * LANES);
+        else amx_scaled_pass<D, J, 1>(a0, a1, m0, act, nb, R, res + (size_t)v * LANES);
     }
     final_step<D>(R, V, res);
 }
