@@ -1306,6 +1306,17 @@ __attribute__((noinline)) inline void store_pass(const RowArgs &a, const float *
     }
 }
 
+// The lines of out[t0 .. t1)[rb .. re) for writing, ahead of the pass whose store_pass writes
+// them: a prompt chunk's outputs (512 tokens x 14336 rows: 29 MB) are out of the caches, and the
+// stores' reads for ownership had stalled store_pass (~9% of the amx level's Q4_K GEMM, n = 4096,
+// 512 tokens: BENCHMARKS.md round 23)
+LB_GK_INLINE void prefetch_out(const RowArgs &a, int64_t rb, int64_t re, int t0, int t1) {
+    for (int t = t0; t < t1; ++t) {
+        const uintptr_t b = (uintptr_t)(a.out + (size_t)t * a.out_stride + (size_t)rb) & ~(uintptr_t)63;
+        const uintptr_t e = (uintptr_t)(a.out + (size_t)t * a.out_stride + (size_t)re);
+        for (uintptr_t l = b; l < e; l += 64) __builtin_prefetch((const void *)l, 1, 3);
+    }
+}
 // The tile loop every GEMM here shares. Rows [r0, r1) go in tiles of RT (decode(rb, re) lays a
 // tile's codes out once per call); each tile takes passes of PV <= MAXV lane vectors (PV * LANES
 // tokens), each pass every group of MR rows (MR1 in a pass of one vector): mk(i0, R, g0, V, res)
@@ -1329,6 +1340,7 @@ LB_GK_INLINE void tile_loop(const RowArgs &a, int64_t r0, int64_t r1, int64_t RT
             const int V = std::min(PV, ng - g0);
             const bool last = g0 + PV >= ng;
             const int mr = V == 1 ? MR1 : MR;
+            prefetch_out(a, rb, re, g0 * LANES, std::min(nt, (g0 + V) * LANES));
             for (int64_t rq = rb; rq < re; rq += mr) {
                 const int R = (int)std::min<int64_t>(mr, re - rq);
                 if (last) next.step();
@@ -1740,38 +1752,62 @@ LB_GK_INLINE void amx_scaled_epilogue(const int32_t *cb, const RowSB *m, size_t 
                               res + (size_t)(r * MAXV + w) * LANES);
             }
 }
-// 16 rows (R stored) x W lane vectors over the row's nb super-blocks, software-pipelined: super-block
-// b's tile products are issued before b - 1's float steps, which read b - 1's stored products
-// (cb, two buffers), so the tiles and the vector unit work side by side (in program order a
-// super-block's products, stores and float steps had left each unit idle while the other ran:
-// BENCHMARKS.md round 23)
-template <class D, int J, int W>
-LB_GK_INLINE void amx_scaled_pass(const uint8_t *a0, const uint8_t *a1, const RowSB *m0, const ActOf<D> *const *act,
-                                  int64_t nb, int R, float *res) {
-    constexpr size_t SB = (size_t)AMX_ROWS * QK;  // a super-block's bytes of one part, 16 rows
-    alignas(64) int32_t cb[2][W * J * AMX_ROWS * LANES];
-    for (int r = 0; r < R; ++r)
-        for (int w = 0; w < W; ++w) fst(res + (size_t)(r * MAXV + w) * LANES, fzero());
-    amx_scaled_tiles<D, J, W>(a0, a1, act, 0);
-    amx_scaled_store<J, W>(cb[0]);
-    for (int64_t b = 1; b < nb; ++b) {
-        amx_scaled_tiles<D, J, W>(a0 + (size_t)b * SB, a1 + (size_t)b * SB, act, b);
-        amx_scaled_epilogue<D, J, W>(cb[(b - 1) & 1], m0 + b - 1, (size_t)nb, act, b - 1, R, res);
-        amx_scaled_store<J, W>(cb[b & 1]);
-    }
-    amx_scaled_epilogue<D, J, W>(cb[(nb - 1) & 1], m0 + nb - 1, (size_t)nb, act, nb - 1, R, res);
-}
-// 16 rows (R stored) x V lane vectors of scaled codes (part 0 at a0, part 1 at a1; amx_tile_layout's)
-// -> res, two lane vectors a pass
+// One pass over a row tile: R rows (<= 64, in groups of 16; rows past R computed on, not stored) x
+// V lane vectors of scaled codes (parts 0 and 1 at a0, a1: amx_tile_layout's, group g at g * 16 *
+// nb * 256) -> res (row r, lane vector v at (r * MAXV + v) * LANES). Steps of (super-block b, group
+// g, two lane vectors), super-blocks outermost: b's panel (V x 4 KB) stays in L1 across the groups
+// and a group's codes of b (J x 4 KB) across its lane vectors (a group at a time over the whole row
+// streamed both from L2 for every product). Software-pipelined: a step's tile products are issued
+// before the previous step's float steps, which read its stored products (cb, two buffers), so
+// the tiles and the vector unit work side by side.
 template <class D, int J>
 __attribute__((noinline)) void mk_amx_scaled(const uint8_t *a0, const uint8_t *a1, const RowSB *m0, const ActOf<D> *act0,
                                              int64_t nb, int R, int V, float *res) {
     static_assert(D::UW && (J == 1 || J == 2), "unsigned scaled codes in one or two parts");
-    for (int v = 0; v < V; v += 2) {
-        const ActOf<D> *act[2] = {act0 + (size_t)v * (size_t)nb, act0 + (size_t)std::min(v + 1, V - 1) * (size_t)nb};
-        if (V - v >= 2) amx_scaled_pass<D, J, 2>(a0, a1, m0, act, nb, R, res + (size_t)v * LANES);
-        else amx_scaled_pass<D, J, 1>(a0, a1, m0, act, nb, R, res + (size_t)v * LANES);
-    }
+    struct Step {
+        int64_t b;
+        int g, v, w;
+    };
+    const int G = (R + AMX_ROWS - 1) / AMX_ROWS;
+    const size_t gs = (size_t)AMX_ROWS * (size_t)nb * QK, SB = (size_t)AMX_ROWS * QK;
+    alignas(64) int32_t cb[2][2 * J * AMX_ROWS * LANES];
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; ++v) fst(res + (size_t)(r * MAXV + v) * LANES, fzero());
+    const auto acts = [&](const Step &s, const ActOf<D> *(&act)[2]) {
+        act[0] = act0 + (size_t)s.v * (size_t)nb, act[1] = act0 + (size_t)(s.v + s.w - 1) * (size_t)nb;
+    };
+    const auto issue = [&](const Step &s) {
+        const ActOf<D> *act[2];
+        acts(s, act);
+        const uint8_t *a = a0 + (size_t)s.g * gs + (size_t)s.b * SB, *p = a1 + (size_t)s.g * gs + (size_t)s.b * SB;
+        if (s.w == 2) amx_scaled_tiles<D, J, 2>(a, p, act, s.b);
+        else amx_scaled_tiles<D, J, 1>(a, p, act, s.b);
+    };
+    const auto store = [&](const Step &s, int32_t *c) {
+        if (s.w == 2) amx_scaled_store<J, 2>(c);
+        else amx_scaled_store<J, 1>(c);
+    };
+    const auto epilogue = [&](const Step &s, const int32_t *c) {
+        const ActOf<D> *act[2];
+        acts(s, act);
+        const int rg = std::min(AMX_ROWS, R - s.g * AMX_ROWS);
+        const RowSB *m = m0 + (size_t)s.g * AMX_ROWS * (size_t)nb + (size_t)s.b;
+        float *o = res + (size_t)(s.g * AMX_ROWS * MAXV + s.v) * LANES;
+        if (s.w == 2) amx_scaled_epilogue<D, J, 2>(c, m, (size_t)nb, act, s.b, rg, o);
+        else amx_scaled_epilogue<D, J, 1>(c, m, (size_t)nb, act, s.b, rg, o);
+    };
+    Step prev{0, 0, 0, 0};
+    int k = 0;
+    for (int64_t b = 0; b < nb; ++b)
+        for (int g = 0; g < G; ++g)
+            for (int v = 0; v < V; v += 2) {
+                const Step s{b, g, v, std::min(2, V - v)};
+                issue(s);
+                if (prev.w) epilogue(prev, cb[k ^ 1]);
+                store(s, cb[k]);
+                prev = s, k ^= 1;
+            }
+    epilogue(prev, cb[k ^ 1]);
     final_step<D>(R, V, res);
 }
 #endif
@@ -1800,7 +1836,8 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
         uint8_t *part0 = (uint8_t *)tiled_s.get((size_t)RT * (size_t)nb * QK);
         uint8_t *part1 = J > 1 ? (uint8_t *)part_s.get((size_t)RT * (size_t)nb * QK) : part0;
         amx_configure_scaled<J>();
-        tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres,
+        // (one call a pass for the tile's rows: mk_amx_scaled orders its steps over them)
+        tile_loop(a, r0, r1, RT, (int)RT, (int)RT, MAXV, nt, tres,
                   [&](int64_t rb, int64_t re) {
                       decode_tile<D, BYTES>(a, rb, re, nb, codes, meta);
                       amx_scale_codes<D, J>(codes, part0, part1, meta, re - rb, nb);
