@@ -240,10 +240,10 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
         const bool off = turned_off("gemm", src.gemm.isa) || turned_off(src.gemm.name, src.gemm.isa);
         if (!off) {
             dst.gemm = src.gemm, dst.gemm_min_nt = src.gemm_min_nt;
-            dst.gemm_lanes = src.gemm_lanes, dst.gemm_tail = src.gemm_tail;
+            dst.gemm_lanes = src.gemm_lanes, dst.gemm_tail = src.gemm_tail, dst.gemm_rows = src.gemm_rows;
         } else if (src.rows[1].fn) {
             dst.gemm = RowKernel{}, dst.gemm_min_nt = 0;
-            dst.gemm_lanes = src.gemm_lanes, dst.gemm_tail = src.gemm_tail;
+            dst.gemm_lanes = src.gemm_lanes, dst.gemm_tail = src.gemm_tail, dst.gemm_rows = 1;
         }
     }
     // The wide window likewise; LOWBIT_NO_WIDE=1 removes every one (windows of <= 8 instead).

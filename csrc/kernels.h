@@ -119,6 +119,10 @@ struct KernelEntry {
     // through the windows (gemm_tokens), each token bitwise as either tier alone would give it
     // (I8). 0: the GEMM takes every token of its chunks.
     int gemm_lanes = 0, gemm_tail = 0;
+    // The rows the GEMM computes at once (the amx level: groups of 16, its tiles' rows; else 1): a
+    // dispatch's parts start on multiples of it where the rows allow (gemm_align), so that no
+    // part computes a group mostly past its rows.
+    int gemm_rows = 1;
     dequant_fn dequant = nullptr;
     // The id the call counters file this entry's calls under, when it is not the format's: a
     // repacked layout's entry (KernelTable::r8) counts apart from its format's own.

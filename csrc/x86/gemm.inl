@@ -1207,8 +1207,10 @@ constexpr size_t tile_res_floats(int64_t rt) { return (size_t)rt * MAXV * LANES;
 // so a tile's last group stays within the buffer)
 #if defined(LOWBIT_AMX)
 constexpr int64_t kTileRowStep = 16;
+constexpr int kGemmRows = 16;  // (KernelEntry::gemm_rows: the tiles' 16-row groups)
 #else
 constexpr int64_t kTileRowStep = 4;
+constexpr int kGemmRows = 1;
 #endif
 constexpr int64_t tile_rows(size_t per_row) {
     return std::clamp<int64_t>((int64_t)(262144 / per_row) & ~(kTileRowStep - 1), kTileRowStep, 64);
@@ -2759,7 +2761,7 @@ void register_gemm(KernelTable &t) {
         auto &e = t.at(id);
         e.gemm = RowKernel{fn, name, LOWBIT_ISA};
         e.gemm_min_nt = gate;
-        e.gemm_lanes = LANES, e.gemm_tail = tail;
+        e.gemm_lanes = LANES, e.gemm_tail = tail, e.gemm_rows = kGemmRows;
     };
     const auto gate = [&](int own) { return g && *g ? min_nt : own; };  // LOWBIT_KQ_GEMM_MIN_NT, else own
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_LEVEL, min_nt);
@@ -2840,7 +2842,7 @@ void register_gemm(KernelTable &t) {
         auto &ei = t.at(T_I2_S);
         ei.gemm = RowKernel{&gemm_i2s, "gemm_i2_s_i8_s_" LB_GK_LEVEL, LOWBIT_ISA};
         ei.gemm_min_nt = gi && *gi ? std::atoi(gi) : kI2sLanesGemmMinNt;
-        ei.gemm_lanes = LANES, ei.gemm_tail = tail;
+        ei.gemm_lanes = LANES, ei.gemm_tail = tail, ei.gemm_rows = kGemmRows;
     }
 #else
     (void)&gemm_i2s;
