@@ -80,15 +80,18 @@ LANES_TAIL = {"avx512": (16, 4), "avx2vnni": (8, 4), "avx2": (8, 4)}
 # emulated (LOWBIT_AMX=emulate, any CPU with avx2), on avx2's, where Q8_0 keeps avx2's GEMM (the sign
 # trick, whose wrap at an activation of -128 the windows share and the tiles would not).
 AMX_BELOW = LEVELS[LEVELS.index("amx") - 1] if "amx" in LEVELS else None
-AMX_OWN = KQ + IQ + IQG + LEGACY
+# The 16-sub-block formats' tile GEMM lost to avx512's: the amx level leaves them (gemm.inl amx_takes)
+AMX_LEAVES = ["Q6_K", "Q3_K", "IQ2_XS", "IQ2_S", "IQ1_M"]
+AMX_OWN = [n for n in KQ + IQ + IQG + LEGACY if n not in AMX_LEAVES]
 _amx_base = None
 if AMX_BELOW:
     _amx_base = "avx2" if lib.cpu_info()["amx_emulated"] else "avx512"
     if _amx_base == "avx2":
         AMX_OWN = [n for n in AMX_OWN if n != "Q8_0"]
-    GEMM_FORMATS["amx"] = AMX_OWN + [n for n in LEGACY if n not in AMX_OWN and n in GEMM_FORMATS.get(AMX_BELOW, ())]
+    _left = [n for n in KQ + IQ + IQG + LEGACY if n not in AMX_OWN and n in GEMM_FORMATS.get(AMX_BELOW, ())]
+    GEMM_FORMATS["amx"] = AMX_OWN + _left
     GATES["amx"] = {**{n: GATES[_amx_base].get(n, GATES[_amx_base]["Q4_K"]) for n in AMX_OWN},
-                    **{n: GATES[AMX_BELOW][n] for n in LEGACY if n not in AMX_OWN and n in GATES.get(AMX_BELOW, {})}}
+                    **{n: GATES[AMX_BELOW][n] for n in _left}}
     LANES_TAIL["amx"] = LANES_TAIL[_amx_base]
 
 

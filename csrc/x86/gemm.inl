@@ -1814,6 +1814,20 @@ __attribute__((noinline)) void mk_amx_scaled(const uint8_t *a0, const uint8_t *a
 }
 #endif
 
+// The k-quant-family formats whose GEMM the amx level replaces: the scaled ones (mk_amx_scaled)
+// and those of 8 sub-blocks (mk_amx). The 16-sub-block formats' mk_amx (Q6_K, Q3_K, IQ2_XS,
+// IQ2_S, IQ1_M: a tile product of K = 16 and 16 rows x (load, vpmulld, vpaddd) per sub-block)
+// ran 0.68-0.83x the avx512 GEMM (`bench kernels`, n = 4096, 64 and 512 tokens, Sapphire
+// Rapids-class: BENCHMARKS.md round 23): the level below's GEMM stays for them.
+template <class D>
+constexpr bool amx_takes() {
+#if defined(LOWBIT_AMX)
+    return amx_parts<D>() > 0 || D::NSUB == 8;
+#else
+    return true;
+#endif
+}
+
 template <class D, size_t BYTES>
 void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
@@ -2778,10 +2792,10 @@ void register_gemm(KernelTable &t) {
 #endif
     set(T_Q5_K, &gemm_kq<GQ5K, 176>, "gemm_q5_k_q8_k_" LB_GK_LEVEL,
         gate(kQ5kGemmMinNt));
-    set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_LEVEL,
-        gate(kQ6kGemmMinNt));
+    if (amx_takes<GQ6K>())
+        set(T_Q6_K, &gemm_kq<GQ6K, 210>, "gemm_q6_k_q8_k_" LB_GK_LEVEL, gate(kQ6kGemmMinNt));
     set(T_Q2_K, &gemm_kq<GQ2K, 84>, "gemm_q2_k_q8_k_" LB_GK_LEVEL, gate(kQ2kGemmMinNt));
-    set(T_Q3_K, &gemm_kq<GQ3K, 110>, "gemm_q3_k_q8_k_" LB_GK_LEVEL, gate(kQ3kGemmMinNt));
+    if (amx_takes<GQ3K>()) set(T_Q3_K, &gemm_kq<GQ3K, 110>, "gemm_q3_k_q8_k_" LB_GK_LEVEL, gate(kQ3kGemmMinNt));
 #if defined(__AVX512F__) || defined(__AVXVNNI__)
     // (IQ4_XS's codes need vdot's full signed byte: at avx2 its windows only)
     set(T_IQ4_XS, &gemm_kq<GIQ4XS, 136>, "gemm_iq4_xs_q8_k_" LB_GK_LEVEL, gate(kIq4xsGemmMinNt));
@@ -2802,10 +2816,10 @@ void register_gemm(KernelTable &t) {
     set(T_IQ3_XXS, &gemm_kq<GIQ3XXS, 98>, "gemm_iq3_xxs_q8_k_" LB_GK_LEVEL, gate(kIq3xxsGemmMinNt));
     set(T_IQ3_S, &gemm_kq<GIQ3S, 110>, "gemm_iq3_s_q8_k_" LB_GK_LEVEL, gate(kIq3sGemmMinNt));
     set(T_IQ2_XXS, &gemm_kq<GIQ2XXS, 66>, "gemm_iq2_xxs_q8_k_" LB_GK_LEVEL, gate(kIq2xxsGemmMinNt));
-    set(T_IQ2_XS, &gemm_kq<GIQ2XS, 74>, "gemm_iq2_xs_q8_k_" LB_GK_LEVEL, gate(kIq2xsGemmMinNt));
-    set(T_IQ2_S, &gemm_kq<GIQ2S, 82>, "gemm_iq2_s_q8_k_" LB_GK_LEVEL, gate(kIq2sGemmMinNt));
+    if (amx_takes<GIQ2XS>()) set(T_IQ2_XS, &gemm_kq<GIQ2XS, 74>, "gemm_iq2_xs_q8_k_" LB_GK_LEVEL, gate(kIq2xsGemmMinNt));
+    if (amx_takes<GIQ2S>()) set(T_IQ2_S, &gemm_kq<GIQ2S, 82>, "gemm_iq2_s_q8_k_" LB_GK_LEVEL, gate(kIq2sGemmMinNt));
     set(T_IQ1_S, &gemm_kq<GIQ1S, 50>, "gemm_iq1_s_q8_k_" LB_GK_LEVEL, gate(kIq1sGemmMinNt));
-    set(T_IQ1_M, &gemm_kq<GIQ1M, 56>, "gemm_iq1_m_q8_k_" LB_GK_LEVEL, gate(kIq1mGemmMinNt));
+    if (amx_takes<GIQ1M>()) set(T_IQ1_M, &gemm_kq<GIQ1M, 56>, "gemm_iq1_m_q8_k_" LB_GK_LEVEL, gate(kIq1mGemmMinNt));
     set(T_TQ2_0, &gemm_kq<GTQ2, 66>, "gemm_tq2_0_q8_k_" LB_GK_LEVEL, gate(kTq2GemmMinNt));
     set(T_TQ1_0, &gemm_kq<GTQ1, 54>, "gemm_tq1_0_q8_k_" LB_GK_LEVEL, gate(kTq1GemmMinNt));
     const char *gl = std::getenv("LOWBIT_LEGACY_GEMM_MIN_NT");
