@@ -1309,9 +1309,10 @@ __attribute__((noinline)) inline void store_pass(const RowArgs &a, const float *
 }
 
 // The lines of out[t0 .. t1)[rb .. re) for writing, ahead of the pass whose store_pass writes
-// them: a prompt chunk's outputs (512 tokens x 14336 rows: 29 MB) are out of the caches, and the
-// stores' reads for ownership had stalled store_pass (~9% of the amx level's Q4_K GEMM, n = 4096,
-// 512 tokens: BENCHMARKS.md round 23)
+// them: a prompt chunk's outputs (512 tokens x 14336 rows: 29 MB) are out of the caches, and each
+// store reads its line for ownership first. (The amx level's Q4_K GEMM, n = 4096, 512 tokens:
+// its per-token work outside the microkernel, store_pass's, ~9% of the time; with this 2-3% less
+// in all: BENCHMARKS.md round 23)
 LB_GK_INLINE void prefetch_out(const RowArgs &a, int64_t rb, int64_t re, int t0, int t1) {
     for (int t = t0; t < t1; ++t) {
         const uintptr_t b = (uintptr_t)(a.out + (size_t)t * a.out_stride + (size_t)rb) & ~(uintptr_t)63;
@@ -1567,9 +1568,9 @@ void amx_configure() {
 // The A tiles' layout (every amx microkernel): a decoded tile's rows (row_bytes of codes each, one
 // after another) -> per 16-row group and chunk of KB bytes along K, the group's 16 chunks one after
 // another, so that an A tile is one contiguous 16 x KB block (a load of stride KB). Read in place,
-// 16 rows a multiple of 4 KB apart (n = 4096: Q4_K's 16 super-blocks, Q4_0's 128 blocks) share one
-// L1 set: every tile load missed L1 on most of its rows (the Q4_K GEMM ran at 8% of the tiles'
-// peak; BENCHMARKS.md round 23). Group g's chunk k is at dst + g * 16 * row_bytes + k * 16 * KB:
+// 16 rows a multiple of 4 KB apart (n = 4096: Q4_K's 16 super-blocks, Q4_0's 128 blocks) fall in
+// one L1 set and 16 streams for the prefetchers; laid out so, one stream (BENCHMARKS.md round 23
+// has its measured effect). Group g's chunk k is at dst + g * 16 * row_bytes + k * 16 * KB:
 // the group's base is where its first row was (i0 * row_bytes), so the callers' offsets stand.
 // Rows past `rows` in the last group stay as they were (computed on, never stored).
 template <int KB>
