@@ -109,11 +109,13 @@ static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &b
 // boundary inside a group only costs work). With parts of any row, the default model's 512-token
 // prefill ran the amx GEMMs on groups up to a third past their parts' rows (q, k and v laid end
 // to end in 16 parts of 60 rows): 0.75x the avx512 level's prefill (BENCHMARKS.md round 23).
-static int64_t gemm_align(const KernelEntry *const *es, const int64_t *rows, int n) {
+template <class Jobs, class Entry, class Rows>
+static int64_t gemm_align(const Jobs &jobs, const Entry &gemm_entry, const Rows &rows) {
     int64_t g = 1;
-    for (int k = 0; k < n; ++k) g = std::lcm<int64_t>(g, es[k] ? es[k]->gemm_rows : 1);
-    for (int k = 0; k < n; ++k)
-        if (rows[k] % g) return 1;
+    for (const auto &j : jobs)
+        if (const KernelEntry *e = gemm_entry(j)) g = std::lcm<int64_t>(g, e->gemm_rows);
+    for (const auto &j : jobs)
+        if (rows(j) % g) return 1;
     return g;
 }
 
@@ -126,6 +128,11 @@ struct RowsPlan {
                    // window kernels' re-layout are built once per thread and dispatch
     int64_t tile;  // rows per tile
 };
+
+static int64_t gemm_align(const std::vector<RowsPlan> &plan) {
+    return gemm_align(plan, [](const RowsPlan &p) { return p.gemm ? p.j->e : nullptr; },
+                      [](const RowsPlan &p) { return p.j->r1 - p.j->r0; });
+}
 
 // Rows [tb, te) of job p (relative to its r0), every window of tokens.
 static void rows_piece(const RowsPlan &p, const uint8_t *act, size_t act_stride, int64_t nt, int64_t n, int64_t tb,
@@ -160,8 +167,6 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
     const uint64_t id = new_act_id();
     int64_t total = 0;
     bool any_gemm = false;
-    std::vector<const KernelEntry *> gemm_es((size_t)n_jobs, nullptr);
-    std::vector<int64_t> job_rows((size_t)n_jobs);
     for (int k = 0; k < n_jobs; ++k) {
         const RowJob &j = jobs[k];
         const int64_t rows = j.r1 - j.r0;
@@ -176,7 +181,6 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         const bool tiled = gemm ? gemm < nt : window_count(*j.e, nt) > 1;
         const int64_t tile = tiled ? tile_rows(*j.e, rows_in_tile(j.w_stride)) : rows;
         plan[(size_t)k] = RowsPlan{&j, gemm, id, tile};
-        gemm_es[(size_t)k] = gemm ? j.e : nullptr, job_rows[(size_t)k] = rows;
         total += rows;
         any_gemm = any_gemm || gemm;
     }
@@ -188,7 +192,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
                 rows_piece(p, act, act_stride, nt, n, tb, tb + p.tile < hi ? tb + p.tile : hi);
             base += rows;
         }
-    }, gemm_align(gemm_es.data(), job_rows.data(), n_jobs), parts_per_thread(any_gemm, nt));
+    }, gemm_align(plan), parts_per_thread(any_gemm, nt));
 }
 
 void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, size_t w_stride,
@@ -303,8 +307,8 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
         throw std::invalid_argument("run_rows_glu: the rows are not a multiple of the blocks and groups they take");
     if (gemm) {  // (and of the GEMMs' row groups, where the rows allow)
         const KernelEntry *es[2] = {gate.e, up.e};
-        const int64_t rr[2] = {rows, rows};
-        const int64_t with = std::lcm<int64_t>(align, gemm_align(es, rr, 2));
+        const int64_t with = std::lcm<int64_t>(
+            align, gemm_align(es, [](const KernelEntry *e) { return e; }, [&](const KernelEntry *) { return rows; }));
         if (rows % with == 0) align = with;
     }
     const int64_t tile = std::max(align, glu_tile_rows(gate, up, nt) / align * align);
