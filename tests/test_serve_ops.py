@@ -101,6 +101,11 @@ def test_metrics_count_requests_tokens_and_latencies(server, client):
     assert d("lowbit_time_to_first_token_seconds_count") == n_req
     assert d("lowbit_time_per_output_token_seconds_count") == sum(toks) - n_req
     assert d("lowbit_request_duration_seconds_count") == n_req
+    # every step's forward: the tokens it computed are the prompts' and each generated token but a
+    # request's last (sampled, never fed back)
+    assert d("lowbit_engine_step_tokens_sum") == d("lowbit_prompt_tokens_total") + sum(toks) - n_req
+    assert d("lowbit_engine_step_seconds_count") == d("lowbit_engine_step_tokens_count") >= max(toks)
+    assert d("lowbit_engine_step_seconds_sum") > 0
     assert after['lowbit_time_to_first_token_seconds_bucket{le="+Inf"}'] == after[
         "lowbit_time_to_first_token_seconds_count"]
     buckets = [v for k, v in after.items() if k.startswith("lowbit_time_per_output_token_seconds_bucket")]

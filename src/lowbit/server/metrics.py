@@ -10,6 +10,9 @@ is one small critical section under the registry's lock, and a scrape renders a 
     lowbit_time_to_first_token_seconds           histogram: submit -> first generated token
     lowbit_time_per_output_token_seconds         histogram: between consecutive tokens of a request
     lowbit_request_duration_seconds              histogram: submit -> last event, per finished request
+    lowbit_engine_step_seconds                   histogram: one batched forward of the engine (a step)
+    lowbit_engine_step_tokens                    histogram: the tokens a step computed (decode tokens,
+                                                 drafts and prompt chunks of every active request)
     lowbit_queue_depth / lowbit_slots_busy / lowbit_slots_total     gauges, read at scrape time
     lowbit_prefix_cache_*                        lookups, hits, tokens reused, bytes held, evictions
     lowbit_spec_drafted_total / _accepted_total  speculative decoding: drafts verified, drafts accepted
@@ -23,6 +26,8 @@ import threading
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+STEP_TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class Histogram:
@@ -63,6 +68,8 @@ class Metrics:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.tpot = Histogram(TPOT_BUCKETS)
         self.duration = Histogram(DURATION_BUCKETS)
+        self.step = Histogram(STEP_BUCKETS)
+        self.step_tokens = Histogram(STEP_TOKEN_BUCKETS)
 
     # -- writers --------------------------------------------------------------------------------
     def request(self, endpoint: str, status: int) -> None:
@@ -75,9 +82,16 @@ class Metrics:
             self.prompt_tokens += prompt
             self.generation_tokens += generated
 
-    def observe(self, ttft: list[float], tpot: list[float], duration: list[float]) -> None:
-        """A step's worth of observations at once (one lock round per step, not per token)."""
+    def observe(self, ttft: list[float], tpot: list[float], duration: list[float],
+                step: tuple[float, int] | None = None) -> None:
+        """A step's worth of observations at once (one lock round per step, not per token); step:
+        its forward's (seconds, tokens computed). An operator reads from the step histograms
+        whether the engine or the server around it bounds the tokens per second (the per-token
+        gaps against the steps' times)."""
         with self.lock:
+            if step is not None:
+                self.step.observe(step[0])
+                self.step_tokens.observe(step[1])
             for v in ttft:
                 self.ttft.observe(v)
             for v in tpot:
@@ -108,7 +122,10 @@ class Metrics:
                     ("lowbit_time_to_first_token_seconds", self.ttft, "Time from submit to the first generated token"),
                     ("lowbit_time_per_output_token_seconds", self.tpot,
                      "Time between consecutive generated tokens of a request"),
-                    ("lowbit_request_duration_seconds", self.duration, "Time from submit to a request's last event")):
+                    ("lowbit_request_duration_seconds", self.duration, "Time from submit to a request's last event"),
+                    ("lowbit_engine_step_seconds", self.step, "One batched forward of the engine (a step)"),
+                    ("lowbit_engine_step_tokens", self.step_tokens,
+                     "Tokens a step computed: decode tokens, drafts and prompt chunks of every active request")):
                 head(name, "histogram", help_)
                 out += h.lines(name)
         for name, (help_, v) in gauges.items():

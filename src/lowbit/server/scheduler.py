@@ -319,11 +319,13 @@ class Scheduler:
                 for r in active:
                     r.follow = None
                 continue
+            t_step = time.perf_counter()
             try:
                 outs = self.model.forward_batch(batch, want=want)
             except Exception as e:  # noqa: BLE001 - reported to the requests, the server stays up
                 self._fail(who, e)
                 continue
+            t_step = time.perf_counter() - t_step
             sampled = generated = prompt = 0
             finished = []
             self._obs = ([], [], [])  # this step's TTFT, per-token and duration observations
@@ -354,7 +356,7 @@ class Scheduler:
                         r.reply_state = None  # (the cache owns the array now)
             if self.metrics is not None:
                 self.metrics.tokens(prompt=prompt, generated=generated)
-                self.metrics.observe(*self._obs)
+                self.metrics.observe(*self._obs, step=(t_step, sum(len(run) for _, run in batch)))
             with self._cv:
                 self.steps += 1
                 self.decode_steps += sampled > 0  # steps that sampled (ended a prompt or decoded)
