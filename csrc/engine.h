@@ -35,7 +35,9 @@ public:
     ZeroArray(const ZeroArray &) = delete;
     ZeroArray &operator=(const ZeroArray &) = delete;
     ~ZeroArray() { release(); }
-    void reset(size_t n);  // n zeros (engine.cpp); throws std::bad_alloc when it cannot be mapped
+    // n zeros (engine.cpp); throws std::bad_alloc when it cannot be mapped. huge: on 2 MB pages
+    // where the kernel has transparent huge pages (madvise mode included)
+    void reset(size_t n, bool huge = false);
     T *data() { return p_; }
     const T *data() const { return p_; }
     size_t size() const { return n_; }
@@ -45,6 +47,8 @@ private:
     void release();
     T *p_ = nullptr;
     size_t n_ = 0;
+    void *map_ = nullptr;  // the mapping (p_ rounded up to 2 MB within it when huge)
+    size_t map_bytes_ = 0;
 };
 
 struct ActOut;  // csrc/matmul.h

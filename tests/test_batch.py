@@ -157,3 +157,21 @@ def test_prompt_attention_blocks_bitwise_equal_one_token_at_a_time(tmp_path):
         assert bad.size == 0, f"chunk {chunk}: positions {bad[:8]} differ from one token at a time"
     m1 = lowbit.load(p, n_ctx=3400, threads=1)
     assert np.array_equal(alone(m1, ids, 1000), one)
+
+
+def test_kv_on_huge_pages_gives_the_same_logits():
+    """The KV cache goes on 2 MB pages where a slot's K or V takes >= 8 MB (csrc/engine.cpp): the
+    default model at n_ctx 2048 (23 MB a slot's K) against n_ctx 256 (3 MB: 4 KB pages), a batch over
+    four slots with a prompt chunk and decode tokens each, then one more step: bitwise the same
+    logits, whichever mapping (an offset or a slot stride wrong in the aligned mapping would not be)."""
+    path = lowbit.model.default_model_path()
+    rng = np.random.default_rng(11)
+    prompts = [[int(t) for t in rng.integers(0, 49152, size=n)] for n in (9, 30, 17, 5)]
+    out = []
+    for ctx in (2048, 256):
+        m = lowbit.load(path, n_ctx=ctx, threads=2, n_slots=4)
+        first = m.forward_batch([(s, p) for s, p in enumerate(prompts)], all_logits=True)
+        step = m.forward_batch([(s, [int(7 + 3 * s)]) for s in range(4)])
+        out.append(np.concatenate(first + step))
+        del m
+    assert np.array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
