@@ -110,11 +110,12 @@ static const uint8_t *repack_for_bench(const Format &f, const U8In &raw, int64_t
 // GEMM and the wide window off). Tests and benchmarks compare the paths of one level.
 static KernelEntry with_path(const KernelEntry &e, int path) {
     KernelEntry c = e;
-    if (path == 1 || path == 3) c.gemm = RowKernel{}, c.gemm_min_nt = 0;
+    if (path == 1 || path == 3) c.gemm = c.gemm_low = RowKernel{}, c.gemm_min_nt = c.gemm_cross = 0;
     if (path == 3) c.wide = RowKernel{};
     if (path == 2) {
         if (!e.gemm.fn) throw std::invalid_argument("this format has no GEMM at this level");
-        c.gemm_min_nt = 1, c.gemm_tail = 0;  // (every token through the GEMM)
+        c.gemm_min_nt = 1, c.gemm_tail = 0;  // (every token through the GEMM: the entry's own)
+        c.gemm_low = RowKernel{}, c.gemm_cross = 0;
     }
     return c;
 }
@@ -550,6 +551,14 @@ NB_MODULE(_lowbit, m) {
         return nb::make_tuple(std::string(e.gemm.name), std::string(isa_name(e.gemm.isa)), e.gemm_min_nt);
     }, nb::arg("id"), nb::arg("isa") = -1,
        "(GEMM kernel name, level, min nt: run_rows uses it for windows >= min nt) or None.");
+    m.def("gemm_low", [](int id, int isa) -> nb::object {
+        if (r8_format(id) == id) fmt(id);  // (else an R8 layout's id)
+        const KernelEntry &e = entry(id, isa);
+        if (!e.gemm_low.fn) return nb::none();
+        return nb::make_tuple(std::string(e.gemm_low.name), std::string(isa_name(e.gemm_low.isa)), e.gemm_cross);
+    }, nb::arg("id"), nb::arg("isa") = -1,
+       "(the level below's GEMM, its level, the crossover: chunks of fewer GEMM tokens run it, not "
+       "gemm_kernel's) or None.");
     m.def("gemm_tail", [](int id, int isa) -> nb::object {
         fmt(id);
         const KernelEntry &e = entry(id, isa);

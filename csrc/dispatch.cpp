@@ -239,10 +239,15 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
     if (src.gemm.fn) {
         const bool off = turned_off("gemm", src.gemm.isa) || turned_off(src.gemm.name, src.gemm.isa);
         if (!off) {
+            // a crossover (the amx level) keeps the level below's GEMM for the chunks below it, when
+            // that GEMM is there and its lanes are this one's (so the tails the windows take agree)
+            const bool low = src.gemm_cross > src.gemm_min_nt && src.gemm_min_nt > 0 && dst.gemm.fn &&
+                             dst.gemm_min_nt > 0 && dst.gemm_lanes == src.gemm_lanes;
+            dst.gemm_low = low ? dst.gemm : RowKernel{}, dst.gemm_cross = low ? src.gemm_cross : 0;
             dst.gemm = src.gemm, dst.gemm_min_nt = src.gemm_min_nt;
             dst.gemm_lanes = src.gemm_lanes, dst.gemm_tail = src.gemm_tail, dst.gemm_rows = src.gemm_rows;
         } else if (src.rows[1].fn) {
-            dst.gemm = RowKernel{}, dst.gemm_min_nt = 0;
+            dst.gemm = dst.gemm_low = RowKernel{}, dst.gemm_min_nt = dst.gemm_cross = 0;
             dst.gemm_lanes = src.gemm_lanes, dst.gemm_tail = src.gemm_tail, dst.gemm_rows = 1;
         }
     }

@@ -123,6 +123,12 @@ struct KernelEntry {
     // dispatch's parts start on multiples of it where the rows allow (gemm_align), so that no
     // part computes a group mostly past its rows.
     int gemm_rows = 1;
+    // A level's GEMM that beats the level below's only from gemm_cross tokens (the amx level,
+    // measured per format): a chunk whose GEMM tokens are fewer runs the level below's GEMM,
+    // gemm_low, kept by the dispatcher's overlay (gemm_kernel); bitwise the same either way (I8).
+    // 0: no crossover (this GEMM from gemm_min_nt).
+    RowKernel gemm_low;
+    int gemm_cross = 0;
     dequant_fn dequant = nullptr;
     // The id the call counters file this entry's calls under, when it is not the format's: a
     // repacked layout's entry (KernelTable::r8) counts apart from its format's own.
@@ -149,6 +155,15 @@ inline int64_t gemm_tokens(const KernelEntry &e, int64_t nt) {
     if (!e.gemm.fn || e.gemm_min_nt <= 0 || nt < e.gemm_min_nt) return 0;
     const int64_t tail = e.gemm_lanes > 0 ? nt % e.gemm_lanes : 0;
     return tail > 0 && tail <= e.gemm_tail && nt - tail >= e.gemm_min_nt ? nt - tail : nt;
+}
+// The GEMM that runs a chunk's nt GEMM tokens (gemm_tokens' answer): the entry's own, or below
+// its crossover the level below's; and the level to count the call under (the selected level
+// `isa`, or the level below's where its GEMM ran: the counters name the kernel that ran).
+inline const RowKernel &gemm_kernel(const KernelEntry &e, int64_t nt) {
+    return e.gemm_low.fn && nt < e.gemm_cross ? e.gemm_low : e.gemm;
+}
+inline int gemm_level(const KernelEntry &e, int64_t nt, int isa) {
+    return e.gemm_low.fn && nt < e.gemm_cross ? e.gemm_low.isa : isa;
 }
 // The same for a fused gate / up pair (glu_rows): both take the same tokens through their
 // GEMMs, or (their tails disagree) all of them, or neither a GEMM.

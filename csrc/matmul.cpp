@@ -139,8 +139,8 @@ static void rows_piece(const RowsPlan &p, const uint8_t *act, size_t act_stride,
                        int64_t te) {
     const RowJob &j = *p.j;
     if (p.gemm)
-        j.e->gemm.fn(RowArgs{j.w, j.w_stride, act, act_stride, j.out, j.out_stride, n, j.w_scale, p.id}, j.r0 + tb,
-                     j.r0 + te, (int)p.gemm);
+        gemm_kernel(*j.e, p.gemm).fn(RowArgs{j.w, j.w_stride, act, act_stride, j.out, j.out_stride, n, j.w_scale, p.id},
+                                     j.r0 + tb, j.r0 + te, (int)p.gemm);
     for (int64_t t0 = p.gemm, ntc; t0 < nt; t0 += ntc) {
         ntc = next_window(*j.e, nt - t0);
         RowArgs a{j.w, j.w_stride, act + (size_t)t0 * act_stride, act_stride, j.out + (size_t)t0 * j.out_stride,
@@ -176,7 +176,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         // activation panel once per call: one call per part. (A GEMM that leaves a tail goes
         // tile by tile, so the tail's windows find the tile's rows in L2.)
         const int64_t gemm = gemm_tokens(*j.e, nt);
-        if (gemm) count_call(count_id(j.f->id, *j.e), 0, isa, rows);
+        if (gemm) count_call(count_id(j.f->id, *j.e), 0, gemm_level(*j.e, gemm, isa), rows);
         if (gemm < nt) check_and_count(*j.f, *j.e, isa, nt - gemm, rows);
         const bool tiled = gemm ? gemm < nt : window_count(*j.e, nt) > 1;
         const int64_t tile = tiled ? tile_rows(*j.e, rows_in_tile(j.w_stride)) : rows;
@@ -246,11 +246,11 @@ void glu_rows(const RowMat &gate, const uint8_t *act_g, size_t act_g_stride, con
             if (gate.w) {  // (no gate: an ungated FFN, below)
                 RowArgs a{gate.w + (size_t)tb * gate.stride, gate.stride, act_g + (size_t)t0 * act_g_stride,
                           act_g_stride, G, (size_t)tr, n, gate.scale, act_id};
-                (g ? gate.e->gemm.fn : window_kernel(*gate.e, (int)ntc).fn)(a, 0, tr, (int)ntc);
+                (g ? gemm_kernel(*gate.e, ntc).fn : window_kernel(*gate.e, (int)ntc).fn)(a, 0, tr, (int)ntc);
             }
             RowArgs b{up.w + (size_t)tb * up.stride, up.stride, act_u + (size_t)t0 * act_u_stride,
                       act_u_stride, U, (size_t)tr, n, up.scale, act_id};
-            (g ? up.e->gemm.fn : window_kernel(*up.e, (int)ntc).fn)(b, 0, tr, (int)ntc);
+            (g ? gemm_kernel(*up.e, ntc).fn : window_kernel(*up.e, (int)ntc).fn)(b, 0, tr, (int)ntc);
             if (gate.out_scale != 1.0f)
                 for (int64_t i = 0; i < tr * ntc; ++i) G[i] *= gate.out_scale;
             if (up.out_scale != 1.0f)
@@ -289,8 +289,8 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
                                     ") pair with different activation formats: run them apart");
     const int64_t gemm = glu_gemm_tokens(*gate.e, *up.e, nt);
     if (gemm) {
-        count_call(count_id(gate.f->id, *gate.e), 0, isa, rows);
-        count_call(count_id(up.f->id, *up.e), 0, isa, rows);
+        count_call(count_id(gate.f->id, *gate.e), 0, gemm_level(*gate.e, gemm, isa), rows);
+        count_call(count_id(up.f->id, *up.e), 0, gemm_level(*up.e, gemm, isa), rows);
     }
     if (gemm < nt) {
         check_and_count(*gate.f, *gate.e, isa, nt - gemm, rows, up.e);

@@ -289,8 +289,11 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out, const float *
         const int cnt = ecount_[(size_t)e];
         const int glu_gemm = (int)glu_gemm_tokens(*G.k, *U.k, cnt), down_gemm = (int)gemm_tokens(*D.k, cnt);  // (as glu_rows)
         const int cg = count_id(G.m->type, *G.k), cu = count_id(U.m->type, *U.k), cdn = count_id(D.m->type, *D.k);
-        if (glu_gemm) { if (!ungated) count_call(cg, 0, isa, ef); count_call(cu, 0, isa, ef); }
-        if (down_gemm) count_call(cdn, 0, isa, dim);
+        if (glu_gemm) {
+            if (!ungated) count_call(cg, 0, gemm_level(*G.k, glu_gemm, isa), ef);
+            count_call(cu, 0, gemm_level(*U.k, glu_gemm, isa), ef);
+        }
+        if (down_gemm) count_call(cdn, 0, gemm_level(*D.k, down_gemm, isa), dim);
         for (int t0c = glu_gemm, ntc; t0c < cnt; t0c += ntc) {  // (as glu_rows)
             ntc = glu_window(*G.k, *U.k, cnt - t0c);
             if (!ungated) count_call(cg, ntc, isa, ef);
@@ -351,7 +354,7 @@ void Engine::moe_ffn(int layer, const float *x, int T, float *out, const float *
             const size_t s0 = (size_t)(off + t0c);
             RowArgs a{D.w(it.e), D.m->stride, ys_.data() + s0 * db, db, ed_.data() + s0 * dim, (size_t)dim, ef,
                       D.m->scale, g ? did : 0};
-            (g ? D.k->gemm.fn : window_kernel(*D.k, (int)ntc).fn)(a, it.r0, it.r1, (int)ntc);
+            (g ? gemm_kernel(*D.k, ntc).fn : window_kernel(*D.k, (int)ntc).fn)(a, it.r0, it.r1, (int)ntc);
             if (L.down_exps_s) {  // gemma4: the expert's output scale (ggml_mul after mul_mat_id)
                 const float sc = L.down_exps_s[it.e];
                 for (int t = 0; t < ntc; ++t)

@@ -188,3 +188,38 @@ def test_amx_cpu_gets_the_level_or_a_reason():
     assert "amx" in lib.levels() or any("refused" in n for n in c["notes"]), c
     if "amx" in lib.levels():
         assert c["selected"] == "amx" and not c["amx_emulated"]
+
+
+@pytest.mark.skipif(not HW <= cpu_flags(), reason="needs CPU flags amx_tile, amx_int8 (and the avx512 level's)")
+@pytest.mark.parametrize("fmt,n", [("Q4_K", 512), ("TQ2_0", 512), ("Q4_1", 96), ("Q5_1", 64)])
+def test_amx_crossover_keeps_avx512_gemm_below_it(rng, fmt, n):
+    """KernelEntry::gemm_cross: where the tiles beat avx512's GEMM only from some width (measured per
+    format, csrc/x86/gemm.inl amx_cross), a chunk with fewer GEMM tokens runs avx512's GEMM (the
+    counters name it), from the crossover the tiles; every token bitwise its one-token windows' (I8).
+    LOWBIT_AMX_CROSS=0: no crossover."""
+    from lowbit import kernels
+    from lowbit.formats import BY_NAME
+    c = lib.cpu_info()
+    if "amx" not in lib.levels() or c["amx_emulated"] or c["selected"] != "amx":
+        pytest.skip("the amx level is not selected (capped, emulated or refused)")
+    fid = BY_NAME[fmt].id
+    gemm, low = lib.gemm_kernel(fid), lib.gemm_low(fid)
+    assert gemm[0] == f"gemm_{fmt.lower()}_{BY_NAME[fmt].act.lower()}_amx" and low is not None, (gemm, low)
+    assert low[0] == gemm[0].replace("_amx", "_avx512") and low[1] == "avx512" and low[2] > gemm[2], low
+    cross = low[2]
+    raw = np.ascontiguousarray(kernels.quantize(fmt, rng.standard_normal((40, n)).astype(np.float32)))
+    raw = raw.view(np.uint8).reshape(40, -1)
+    # (lanes of 16, a tail of <= 4 to the windows: cross - 1 and cross run whole through a GEMM,
+    # cross + 2 runs cross tokens through the tiles and 2 through the windows)
+    for nt, want in ((max(gemm[2], cross - 9), low[0]), (cross - 1, low[0]), (cross, gemm[0]), (cross + 2, gemm[0])):
+        x = rng.standard_normal((nt, n)).astype(np.float32)
+        kernels.reset_stats()
+        y = kernels.matmul(fmt, raw, x, threads=2)
+        ran = sorted({s["kernel"] for s in kernels.stats() if s.get("nt") == 0})
+        assert ran == [want], (nt, ran)
+        one = np.concatenate([kernels.matmul(fmt, raw, x[t:t + 1], threads=2) for t in range(nt)])
+        bad = np.argwhere(y.view(np.uint32) != one.view(np.uint32))
+        assert not len(bad), f"{fmt} nt={nt}: first differing (token, row) {bad[0]}: {y[tuple(bad[0])]} vs {one[tuple(bad[0])]}"
+    r = subprocess.run([sys.executable, "-c", f"from lowbit._native import lib; print(lib.gemm_low({fid}))"],
+                       capture_output=True, text=True, env={**os.environ, "LOWBIT_AMX_CROSS": "0"})
+    assert r.returncode == 0 and r.stdout.strip() == "None", (r.stdout, r.stderr[-2000:])

@@ -215,6 +215,13 @@ def test_gemm_every_token_count(ggml, rng, name, level):
         check_same(mm(name, raw, act[:nt], n, level, 2), mm(name, raw, act[:nt], n, level, 1), f"nt={nt}", name, n)
 
 
+def gemm_ran(fid, isa, g):
+    """The GEMM that runs g GEMM tokens of a chunk: the level's, or below its crossover (the amx
+    level: KernelEntry::gemm_cross) the level below's"""
+    low = lib.gemm_low(fid, isa)
+    return low[0] if low and g < low[2] else lib.gemm_kernel(fid, isa)[0]
+
+
 @NEEDS
 @pytest.mark.parametrize("level,name", gemm_cases(*ALL))
 def test_gemm_tail_goes_to_the_windows(ggml, rng, name, level):
@@ -225,7 +232,7 @@ def test_gemm_tail_goes_to_the_windows(ggml, rng, name, level):
     isa = ISA.index(level)
     lanes, tail = lib.gemm_tail(F[name].id, isa)
     assert (lanes, tail) == LANES_TAIL[owner(level, name)]
-    gate, gemm_name = GATES[level][name], lib.gemm_kernel(F[name].id, isa)[0]
+    gate = GATES[level][name]
     rows, nb = 13, 2 if BLOCK[name] == 256 else 11
     n = nb * BLOCK[name]
     raw = ggml.quantize(name, rng.standard_normal((rows, n)).astype(np.float32))
@@ -244,9 +251,9 @@ def test_gemm_tail_goes_to_the_windows(ggml, rng, name, level):
             assert all(k != 0 for k, _ in ran), (nt, ran)
         elif t:
             split_seen = True
-            assert ran == sorted({(0, gemm_name), (t, lib.kernel(F[name].id, t, isa)[0])}), (nt, ran)
+            assert ran == sorted({(0, gemm_ran(F[name].id, isa, nt - t)), (t, lib.kernel(F[name].id, t, isa)[0])}), (nt, ran)
         else:
-            assert ran == [(0, gemm_name)], (nt, ran)
+            assert ran == [(0, gemm_ran(F[name].id, isa, nt))], (nt, ran)
     assert split_seen
 
 
@@ -369,8 +376,9 @@ def test_engine_logits_identical_across_chunks_and_tiers(tmp_path, kind):
         want = {"gemm_q4_k_q8_k_avx512", "gemm_q5_k_q8_k_avx512", "gemm_q6_k_q8_k_avx512"}
     text = "In a hole in the ground there lived a hobbit, not a nasty dirty wet hole."
     runs = {}
-    # "on": every GEMM from 16 tokens (chunks of 40 and 100 take it whatever the level's measured gates)
-    on = {"LOWBIT_KQ_GEMM_MIN_NT": "16", "LOWBIT_LEGACY_GEMM_MIN_NT": "16"}
+    # "on": every GEMM from 16 tokens (chunks of 40 and 100 take it whatever the level's measured gates),
+    # the level's own (the amx level: no crossover to avx512's GEMM)
+    on = {"LOWBIT_KQ_GEMM_MIN_NT": "16", "LOWBIT_LEGACY_GEMM_MIN_NT": "16", "LOWBIT_AMX_CROSS": "0"}
     for tag, extra in (("on", on), ("off", {"LOWBIT_NO_GEMM": "1"})):
         env = {k: v for k, v in os.environ.items() if not (k.startswith("LOWBIT_NO_") or k.endswith("_GEMM_MIN_NT"))}
         env.update(extra)

@@ -2767,16 +2767,49 @@ constexpr int kGemmTail = 4;
 
 }  // namespace
 
+// The amx level's crossovers against avx512's GEMM (KernelEntry::gemm_cross: chunks of fewer
+// GEMM tokens keep avx512's GEMM, bitwise the same). Sapphire Rapids-class Xeon, BENCHMARKS.md
+// round 24: `bench kernels --nt 12,16,24,32[,48,64,128,256] --n 2048 --mb 4-8 --cpu 1 --clock cpu
+// --stat min`, avx512 GEMM / amx GEMM: Q4_K 0.88, 0.92, 1.16, 1.14 at 12-32 and Q5_K 0.93, 0.93,
+// 1.19, 1.04: from 24; Q2_K 1.24-1.69 everywhere: none. The 16-sub-block tile GEMM (mk_amx:
+// IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S) 0.88-0.97 at 12-16, 0.96-1.04 at 24-48,
+// 1.02-1.10 at 64, 1.06-1.14 at 128: from 64. The legacy formats' (mk_amx_legacy) at 32, 64, 128,
+// 256: Q4_0 0.90, 0.93, 0.96, 1.05 and Q5_0 0.89, 0.93, 1.00, 1.03: from 256; Q4_1 0.94, 1.01,
+// 1.09, 1.10 and Q8_0 0.99, 0.96, 1.02, 1.05: from 128; Q5_1 0.93, 1.05, 1.03, 1.09: from 64.
+// Their R8 layouts' GEMM starts at 256 tokens anyway. The R8 layouts of the k-family at 24, 32,
+// 48, 64: Q4_K_R8 1.03, 1.02, 1.08, 1.23 (none: its gate, 24); Q5_K_R8 0.97, 0.99, 1.08, 1.14: from
+// 48; IQ4_XS_R8 0.91 (windows), 0.95, 0.99, 1.06: from 64. LOWBIT_AMX_CROSS=0: none (the tiles
+// from the gates). A crossover at or below a format's gate changes nothing.
+// (The emulated level has none: it exists to run the tile microkernels in tests, at every width.)
+constexpr int amx_cross(int id) {
+#if defined(LOWBIT_AMX) && !defined(LOWBIT_AMX_EMULATE)
+    if (id == T_Q4_K || id == T_Q5_K) return 24;
+    if (id == kQ5kR8Id) return 48;
+    if (id == kIq4xsR8Id) return 64;
+    if (id == T_IQ4_XS || id == T_TQ2_0 || id == T_TQ1_0 || id == T_IQ3_XXS || id == T_IQ3_S || id == T_IQ2_XXS ||
+        id == T_IQ1_S)
+        return 64;
+    if (id == T_Q4_0 || id == T_Q5_0) return 256;
+    if (id == T_Q4_1 || id == T_Q8_0) return 128;
+    if (id == T_Q5_1) return 64;
+#endif
+    (void)id;
+    return 0;
+}
+
 void register_gemm(KernelTable &t) {
     const char *g = std::getenv("LOWBIT_KQ_GEMM_MIN_NT");
     const int min_nt = g && *g ? std::atoi(g) : kKqGemmMinNt;
     const char *gt = std::getenv("LOWBIT_GEMM_TAIL");
     const int tail = gt && *gt ? std::atoi(gt) : kGemmTail;
+    const char *xc = std::getenv("LOWBIT_AMX_CROSS");
+    const bool cross = !(xc && std::strcmp(xc, "0") == 0);
     auto set = [&](int id, rows_fn fn, const char *name, int gate) {
         auto &e = t.at(id);
         e.gemm = RowKernel{fn, name, LOWBIT_ISA};
         e.gemm_min_nt = gate;
         e.gemm_lanes = LANES, e.gemm_tail = tail, e.gemm_rows = kGemmRows;
+        e.gemm_cross = cross ? amx_cross(id) : 0;
     };
     const auto gate = [&](int own) { return g && *g ? min_nt : own; };  // LOWBIT_KQ_GEMM_MIN_NT, else own
     set(T_Q4_K, &gemm_kq<GQ4K, 144>, "gemm_q4_k_q8_k_" LB_GK_LEVEL, min_nt);

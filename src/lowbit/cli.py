@@ -80,10 +80,15 @@ def cmd_info(args: argparse.Namespace) -> int:
             lanes, tail = lib.gemm_tail(f.id)
             if g[2] > 0 and tail > 0:  # (gemm_tokens: a short tail past whole lane vectors)
                 gate += f", a tail of <= {tail} past multiples of {lanes} through the windows"
+            low = lib.gemm_low(f.id)
+            if g[2] > 0 and low:  # (KernelEntry::gemm_cross: the level below's GEMM under the crossover)
+                gate += f"; {low[0]} below {low[2]}"
             print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {g[0]}  {gate}")
         if f.name in repacked_layouts():  # the layout the engine repacks this format's matrices to
             k8, g8 = lib.kernel(R8_KERNEL_IDS[f.name], 1), lib.gemm_kernel(R8_KERNEL_IDS[f.name])
-            print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {k8[0]} (all nt), {g8[0]} for chunks of >= {g8[2]} tokens: "
+            low8 = lib.gemm_low(R8_KERNEL_IDS[f.name])
+            below = f" ({low8[0]} below {low8[2]})" if low8 else ""
+            print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {k8[0]} (all nt), {g8[0]} for chunks of >= {g8[2]} tokens{below}: "
                   f"the engine's {f.name} matrices, repacked 8 rows at a time at load (LOWBIT_NO_REPACK=1: off)")
     if args.model:
         print()
@@ -152,6 +157,9 @@ def _info_model(path: str) -> None:
         wd = lib.wide_kernel(fmt.id)
         win = f"windows of 16 ({wd[0]}) and <= 8 tokens" if wd else "windows of <= 8 tokens"
         gemm = f"{g[0]} from {g[2]} tokens" if g and g[2] > 0 else win
+        low = lib.gemm_low(kid) if g and g[2] > 0 else None
+        if low:  # (the level below's GEMM from the gate up to the crossover)
+            gemm = f"{low[0]} from {g[2]}, {g[0]} from {low[2]} tokens"
         if wd and g and g[2] > 16:  # (the wide window takes 16 tokens a pass, below the GEMM's gate)
             gemm = f"{wd[0]} from 16, {gemm}"
         print(f"          {fmt.name:<7} {n:>7} {b / 1e6:>8.1f}  {k[0] if k else '(not a matrix)':<27} "
