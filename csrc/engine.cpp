@@ -28,17 +28,14 @@ void ZeroArray<T>::reset(size_t n, bool huge) {
     if (n == 0) return;
     // (no MAP_NORESERVE: a cache larger than the machine's memory and swap fails here, at load,
     // as an allocation of it did, not at a slot's first use)
-    constexpr size_t kHuge = (size_t)2 << 20;
-    const size_t bytes = n * sizeof(T), len = huge ? bytes + kHuge : bytes;
+    const size_t bytes = n * sizeof(T), len = huge ? bytes + kHugePage : bytes;  // (room to align)
     void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     map_ = p, map_bytes_ = len;
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
     if (huge) {
-        a = (a + kHuge - 1) & ~(uintptr_t)(kHuge - 1);
-#ifdef MADV_HUGEPAGE
-        madvise(reinterpret_cast<void *>(a), (bytes + kHuge - 1) & ~(kHuge - 1), MADV_HUGEPAGE);  // (advice only)
-#endif
+        a = (a + kHugePage - 1) & ~(uintptr_t)(kHugePage - 1);
+        advise_huge_pages(reinterpret_cast<void *>(a), bytes);
     }
     p_ = reinterpret_cast<T *>(a);
     n_ = n;

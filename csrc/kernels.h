@@ -163,7 +163,7 @@ inline const RowKernel &gemm_kernel(const KernelEntry &e, int64_t nt) {
     return e.gemm_low.fn && nt < e.gemm_cross ? e.gemm_low : e.gemm;
 }
 inline int gemm_level(const KernelEntry &e, int64_t nt, int isa) {
-    return e.gemm_low.fn && nt < e.gemm_cross ? e.gemm_low.isa : isa;
+    return &gemm_kernel(e, nt) == &e.gemm_low ? e.gemm_low.isa : isa;
 }
 // The same for a fused gate / up pair (glu_rows): both take the same tokens through their
 // GEMMs, or (their tails disagree) all of them, or neither a GEMM.

@@ -71,14 +71,19 @@ static void r8_move(const R8Form &f, uint8_t *o, uint8_t *x, int j, bool to_grou
     for (int i = 0; i < 32; ++i) mv(f.qs + (size_t)i * 32 + (size_t)4 * j, f.src_qs + 4 * (size_t)i, 4);
 }
 
-uint8_t *alloc_repacked(size_t bytes) {
-    constexpr size_t kHuge = 2u << 20;
-    const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
-    void *p = std::aligned_alloc(kHuge, size);
-    if (!p) throw std::bad_alloc();
+void advise_huge_pages(void *p, size_t bytes) {
 #ifdef MADV_HUGEPAGE
-    madvise(p, size, MADV_HUGEPAGE);  // (advice only: where THP is off, 4 KB pages)
+    madvise(p, (bytes + kHugePage - 1) / kHugePage * kHugePage, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
 #endif
+}
+
+uint8_t *alloc_repacked(size_t bytes) {
+    const size_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void *p = std::aligned_alloc(kHugePage, size);
+    if (!p) throw std::bad_alloc();
+    advise_huge_pages(p, size);
     return static_cast<uint8_t *>(p);
 }
 

@@ -59,6 +59,10 @@ bool r8_takes(int type_id, int64_t n);
 // bytes per row of n; r8_takes(type_id, n)), rows a multiple of 8, into out (the same size; not
 // overlapping w).
 void repack_r8(int type_id, const uint8_t *w, size_t stride, int64_t rows, int64_t n, uint8_t *out);
+// Transparent huge pages: bytes from p (kHugePage-aligned) advised onto 2 MB pages (advice only: where
+// THP is off, 4 KB pages). The repacked weights' buffers and the engine's KV cache (ZeroArray).
+constexpr size_t kHugePage = (size_t)2 << 20;
+void advise_huge_pages(void *p, size_t bytes);
 // Memory for a repacked matrix (free it with std::free): 2 MB aligned and advised for
 // transparent huge pages (the kernels stream it: 4 KB pages cost a TLB miss every 4 KB; numpy's
 // arrays and a "hugepages" model copy are advised the same way).
