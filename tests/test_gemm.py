@@ -141,7 +141,7 @@ def test_levels_with_a_gemm():
 
 @NEEDS
 @pytest.mark.parametrize("level,name", gemm_cases(*ALL))
-@pytest.mark.parametrize("rows", [1, 7, 37, 150])  # 150: three row tiles of <= 64, the last partial
+@pytest.mark.parametrize("rows", [1, 7, 37, 150])  # 150: row tiles of <= 64 (amx scaled: 128), the last partial
 def test_gemm_bitwise_equals_windows(ggml, rng, name, rows, level):
     for nb in WIDTHS[BLOCK[name]]:
         n = nb * BLOCK[name]

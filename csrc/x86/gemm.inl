@@ -1692,6 +1692,17 @@ __attribute__((noinline)) void amx_scale_codes(const uint8_t *u0, uint8_t *t0, u
         }
     }
 }
+// Rows per row tile of the scaled GEMM: its parts and metadata (a pass re-reads them all, from L2)
+// in about 1.25 MB of the 2 MB L2, a multiple of 16 in 16..128. Each pass streams the tile's
+// super-blocks of the chunk's panel (V x 4.3 KB each, from L3 at 512 tokens: 2.2 MB at n = 4096),
+// so rows per tile are the panel's reuse: 48 rows at tile_rows' 256 KB of codes and metadata, 96
+// here (n = 4096), 16 and 32 at n = 14336. Q4_K_R8, n = 4096, 1024 rows, 512 tokens, one thread,
+// us per row and token (tools/ab_gemm_inproc.py, alternated builds): 48 rows 0.0145-0.0153, 80
+// 0.0134-0.0138, 96 0.0130-0.0140, 112 0.0126-0.0139 (BENCHMARKS.md round 25).
+constexpr int64_t amx_scaled_rows(int64_t nb, int J) {
+    const size_t per_row = (size_t)nb * ((size_t)J * QK + sizeof(RowSB));
+    return std::clamp<int64_t>((int64_t)(1310720 / per_row) & ~(int64_t)(AMX_ROWS - 1), AMX_ROWS, 128);
+}
 // Tiles: A_j = tmm j (part j's codes, 16 rows x 64 bytes), B_w = tmm 2 + w (lane vector w's 16
 // panel dwords), C_jw = tmm 4 + j + 2 w (16 rows x LANES int32), for two lane vectors at a time
 template <int J>
@@ -1833,7 +1844,7 @@ template <class D, size_t BYTES>
 void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     static thread_local Scratch act_s, row_s;
 #if defined(LOWBIT_AMX)
-    static thread_local Scratch tiled_s, part_s;  // (the A tiles' codes: amx_tile_layout; the scaled codes' second part)
+    static thread_local Scratch tiled_s, part_s, meta_s;  // (the A tiles' codes: amx_tile_layout; the scaled codes' second part)
 #endif
     static thread_local ActKey key;  // (the panel: kernels.h act_holds)
     const int64_t nb = a.n / QK;
@@ -1842,13 +1853,15 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     Act *panel = (Act *)act_s.get((size_t)ng * (size_t)nb * sizeof(Act));
     if (!act_holds(key, a, nt)) build_act_panel<!D::UW>(a.act, a.act_stride, nt, nb, panel);
     const size_t per_row = (size_t)nb * (QK + sizeof(RowSB));
-    const int64_t RT = tile_rows(per_row);
-    uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * per_row + tile_res_floats(RT) * sizeof(float));
-    RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
-    float *tres = (float *)(meta + (size_t)RT * (size_t)nb);
 #if defined(LOWBIT_AMX)
     if constexpr (amx_parts<D>() > 0) {  // the scales folded into the codes at the tile's decode
         constexpr int J = amx_parts<D>();
+        // Row tiles sized by what a pass re-reads from L2, the parts and the metadata (amx_scaled_rows);
+        // each 16 rows decoded into a 16-row buffer of codes and scaled from there into the parts
+        const int64_t RT = amx_scaled_rows(nb, J);
+        uint8_t *codes = (uint8_t *)row_s.get((size_t)AMX_ROWS * (size_t)nb * QK);
+        RowSB *meta = (RowSB *)meta_s.get((size_t)RT * (size_t)nb * sizeof(RowSB) + tile_res_floats(RT) * sizeof(float));
+        float *tres = (float *)(meta + (size_t)RT * (size_t)nb);
         // the scaled codes in the A tiles' layout: part 0, and part 1 in a second region
         uint8_t *part0 = (uint8_t *)tiled_s.get((size_t)RT * (size_t)nb * QK);
         uint8_t *part1 = J > 1 ? (uint8_t *)part_s.get((size_t)RT * (size_t)nb * QK) : part0;
@@ -1856,8 +1869,12 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
         // (one call a pass for the tile's rows: mk_amx_scaled orders its steps over them)
         tile_loop(a, r0, r1, RT, (int)RT, (int)RT, MAXV, nt, tres,
                   [&](int64_t rb, int64_t re) {
-                      decode_tile<D, BYTES>(a, rb, re, nb, codes, meta);
-                      amx_scale_codes<D, J>(codes, part0, part1, meta, re - rb, nb);
+                      for (int64_t g = rb; g < re; g += AMX_ROWS) {
+                          const int64_t ge = std::min(g + AMX_ROWS, re);
+                          const size_t at = (size_t)(g - rb) * (size_t)nb;  // (the group's rows in the tile)
+                          decode_tile<D, BYTES>(a, g, ge, nb, codes, meta + at);
+                          amx_scale_codes<D, J>(codes, part0 + at * QK, part1 + at * QK, meta + at, ge - g, nb);
+                      }
                   },
                   [&](int64_t i0, int R, int g0, int V, float *res) {
                       mk_amx_scaled<D, J>(part0 + (size_t)i0 * (size_t)nb * QK, part1 + (size_t)i0 * (size_t)nb * QK,
@@ -1866,6 +1883,12 @@ void gemm_kq(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
         tile_release();
         return;
     }
+#endif
+    const int64_t RT = tile_rows(per_row);
+    uint8_t *codes = (uint8_t *)row_s.get((size_t)RT * per_row + tile_res_floats(RT) * sizeof(float));
+    RowSB *meta = (RowSB *)(codes + (size_t)RT * (size_t)nb * QK);
+    float *tres = (float *)(meta + (size_t)RT * (size_t)nb);
+#if defined(LOWBIT_AMX)
     uint8_t *tiled = (uint8_t *)tiled_s.get((size_t)RT * (size_t)nb * QK);
     amx_configure<amx_kb<D>()>();  // per call and thread (the configuration is a thread's); released below
     tile_loop(a, r0, r1, RT, AMX_ROWS, AMX_ROWS, MAXV, nt, tres,
