@@ -1665,9 +1665,37 @@ constexpr int amx_parts() {
 // (parts 2), in amx_tile_layout<64>'s layout: bytes (sc & 7) * u and (sc >> 3) * u, or (parts 1)
 // sc * u. One vpmullw per 16 code pairs: a word (u_lo + 256 u_hi) times p is the two bytes'
 // products exactly while each is <= 255.
+// (avx512: the super-block's 256 codes as four zmm of 64, each its two chunks' 32 word products
+// against a word vector of their sub-blocks' scale parts, vpermw'd from the 16 scales: ~30
+// instructions a super-block where 32 codes at a time took ~130; the emulated level: 32 at a time)
 template <class D, int J>
 __attribute__((noinline)) void amx_scale_codes(const uint8_t *u0, uint8_t *t0, uint8_t *t1, const RowSB *meta,
                                                int64_t rows, int64_t nb) {
+#if defined(__AVX512BW__)
+    // word w of zmm k (64 codes: chunks 2k, 2k + 1) takes sub-block 2k + w / 16 (NSUB 8) or 4k + w / 8 (16)
+    alignas(64) static constexpr int16_t kW8[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    alignas(64) static constexpr int16_t kW16[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    const __m512i w0 = _mm512_load_si512(D::NSUB == 8 ? kW8 : kW16);
+    constexpr int KS = D::NSUB == 8 ? 2 : 4;  // sub-blocks per zmm
+    for (int64_t i = 0; i < rows * nb; ++i) {
+        const int64_t row = i / nb, b = i % nb;
+        const uint8_t *p = u0 + (size_t)i * QK;
+        const size_t o = (size_t)(row / AMX_ROWS) * AMX_ROWS * (size_t)nb * QK + (size_t)b * AMX_ROWS * QK +
+                         (size_t)(row % AMX_ROWS) * 64;
+        // the 16 scales as words (|sc| <= 63), one word vector per part in the low 16 lanes
+        const __m512i sc = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_load_si512(meta[i].sc)));
+        const __m512i lo = J == 1 ? sc : _mm512_and_si512(sc, _mm512_set1_epi16(7)), hi = _mm512_srli_epi16(sc, 3);
+        #pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {  // chunk kc = k of 64 codes: at o + k * 16 * 64
+            const __m512i u = _mm512_loadu_si512(p + 64 * k), ix = _mm512_add_epi16(w0, _mm512_set1_epi16((short)(KS * k)));
+            _mm512_storeu_si512(t0 + o + (size_t)k * AMX_ROWS * 64, _mm512_mullo_epi16(u, _mm512_permutexvar_epi16(ix, lo)));
+            if constexpr (J == 2)
+                _mm512_storeu_si512(t1 + o + (size_t)k * AMX_ROWS * 64, _mm512_mullo_epi16(u, _mm512_permutexvar_epi16(ix, hi)));
+        }
+    }
+#else
     for (int64_t i = 0; i < rows * nb; ++i) {
         const RowSB &m = meta[i];
         const int64_t row = i / nb, b = i % nb;
@@ -1691,6 +1719,7 @@ __attribute__((noinline)) void amx_scale_codes(const uint8_t *u0, uint8_t *t0, u
             }
         }
     }
+#endif
 }
 // Rows per row tile of the scaled GEMM: its parts and metadata (a pass re-reads them all, from L2)
 // in about 1.25 MB of the 2 MB L2, a multiple of 16 in 16..128. Each pass streams the tile's
