@@ -15,6 +15,7 @@
 
 #include "dispatch.h"
 #include "fp16.h"
+#include "prefetch_mode.h"
 #include "matmul.h"
 #include "quant/common.h"
 #include "ref/ref.h"
@@ -1366,6 +1367,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         std::memcpy(x_.data(), x_in, sizeof(float) * (size_t)T * dim);
     }
 
+    g_prefetch_mode.store(prefetch_, std::memory_order_relaxed);  // (this model's: set_prefetch)
     rope_angles(T, pos);
     for (int l = c_.layer_begin; l < c_.layer_end; ++l) {
         const LayerWeights &L = layers_[(size_t)l];

@@ -391,6 +391,9 @@ public:
     // Rotary embedding on or off for one layer's q / k (default on).
     void set_rope(int layer, bool on);
     void set_threads(int t) { threads_ = t; }
+    // the row kernels' weight prefetch for this model's forwards (PrefetchMode, csrc/prefetch_mode.h)
+    void set_prefetch(int mode) { prefetch_ = mode; }
+    int prefetch() const { return prefetch_; }
     // Run tokens[0..T) at positions pos..pos+T-1 (the KV cache holds positions < pos).
     // logits: [T][vocab] if all_logits, else [1][vocab] for the last token.
     // The slot-0 case of forward_batch.
@@ -714,6 +717,7 @@ private:
     ActOut act_out_begin(const Mat &m, int64_t unit, int T, bool ok);
     void act_out_take(const ActOut &q, const Mat &m, int T);
     int threads_ = 0;
+    int prefetch_ = 1;  // kPrefetchL1
     // MoE scratch (csrc/moe.cpp)
     std::vector<float> rlog_, rx_, wsel_, eg_, ed_, sh_, mo_;
     std::vector<int32_t> sel_, slot_of_, slot_tok_, ecount_, eoff_;

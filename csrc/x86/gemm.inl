@@ -1407,7 +1407,7 @@ __attribute__((noinline)) void decode_tile_r8(const RowArgs &a, int64_t rb, int6
         if (j0 == 0 && r + 8 <= re) {  // rows r .. r + 7: one whole group
             for (int64_t b = 0; b < nb; ++b) {
                 const uint8_t *o = base + (size_t)b * 1152;
-                prefetch_ahead(o, 1152);
+                prefetch_tile_ahead(o, 1152);
                 for (int j = 0; j < 8; ++j) r8_meta(o, j, meta[(size_t)(r - rb + j) * (size_t)nb + (size_t)b]);
                 for (int c = 0; c < 4; ++c) {
                     const uint8_t *q = o + 128 + 256 * c;
@@ -1491,7 +1491,7 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
                 const uint8_t *base = a.w + (size_t)r * a.w_stride;
                 for (int64_t b = 0; b < nb; ++b) {
                     const uint8_t *o = base + (size_t)b * kR8GroupIq4xs;
-                    prefetch_ahead(o, kR8GroupIq4xs);
+                    prefetch_tile_ahead(o, kR8GroupIq4xs);
                     alignas(32) uint8_t blk[kR8Rows][BYTES + 8];
                     for (int j = 0; j < kR8Rows; ++j) {
                         std::memcpy(blk[j], o + 2 * j, 2);
@@ -1519,7 +1519,7 @@ __attribute__((noinline)) void decode_tile(const RowArgs &a, int64_t rb, int64_t
         uint8_t *u = codes + (size_t)(r - rb) * (size_t)nb * QK;
         RowSB *m = meta + (size_t)(r - rb) * (size_t)nb;
         for (int64_t b = 0; b < nb; ++b) {
-            prefetch_ahead(w + (size_t)b * BYTES, BYTES);  // (the first tile of a call: not pulled by NextTile)
+            prefetch_tile_ahead(w + (size_t)b * BYTES, BYTES);  // (the first tile of a call: not pulled by NextTile)
             D::decode(w + (size_t)b * BYTES, u + (size_t)b * QK, m[b]);
         }
     }
@@ -2320,7 +2320,7 @@ __attribute__((noinline)) void decode_tile_legacy(const RowArgs &a, int64_t rb, 
         int8_t *w = codes + (size_t)(r - rb) * (size_t)nb * D::CODES;
         RowBlk *m = meta + (size_t)(r - rb) * (size_t)nb;
         for (int64_t b = 0; b < nb; ++b) {
-            prefetch_ahead(x + (size_t)b * D::BYTES, D::BYTES);
+            prefetch_tile_ahead(x + (size_t)b * D::BYTES, D::BYTES);
             D::decode(x + (size_t)b * D::BYTES, w + (size_t)b * D::CODES, m[b]);
         }
     }

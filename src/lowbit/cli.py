@@ -33,6 +33,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from .formats import formats
     from ._native import lib
     from .kernels import R8_KERNEL_IDS, repacked_layouts
+    from .model import l3_cache_bytes
     c = lib.cpu_info()
     print(f"lowbit {__import__('lowbit').__version__}")
     print(f"CPU       {c['model'] or '(unknown)'}")
@@ -50,7 +51,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"glu       {c['glu']} (the FFN's gate/up epilogue: silu(gate) * up, relu(gate)^2 * up)")
     print(f"delta     {c['delta']} (the delta-net state update of the hybrid Qwen models)")
     print(f"scan      {c['scan']} (the Mamba-2 state update: Granite 4.0-H, Nemotron-H, Falcon-H1, Mamba-2)")
-    print(f"prefetch  weights {c['prefetch']} bytes ahead of the decode (0: off; CMake LOWBIT_PREFETCH_AHEAD)")
+    print(f"prefetch  weights l1: {c['prefetch']} bytes ahead towards L1, l2: {c['prefetch'] // 2} towards L2; a model "
+          f"takes l2 if its weights exceed the L3 cache ({l3_cache_bytes() / 2**20:.0f} MB) "
+          "(LOWBIT_PREFETCH=auto|l1|l2|off; CMake LOWBIT_PREFETCH_AHEAD=0: none)")
     print(f"iq_grid   IQ3 grid rows by {c['iq_grid']} (LOWBIT_IQ_GRID=loads|gather; loads on AMD, gather on Intel)")
     if c["disabled"]:
         print(f"disabled  {' '.join(c['disabled'])}")
@@ -165,6 +168,7 @@ def _info_model(path: str) -> None:
         print(f"          {fmt.name:<7} {n:>7} {b / 1e6:>8.1f}  {k[0] if k else '(not a matrix)':<27} "
               f"{gemm if k else ''}")
     print(f"repack    {m.repack[1]}")
+    print(f"prefetch  {m.prefetch[1]}")
     w = model_work(path)
     print(f"per token decode reads {w['bytes'] / 1e6:.0f} MB of weights; the layers' matmuls are "
           f"{w['macs'] / 1e6:.0f} M multiply-adds; the KV cache holds {m.engine.kv_bytes(1):,} bytes a position "

