@@ -830,7 +830,7 @@ NB_MODULE(_lowbit, m) {
         .def("set_rope", &Engine::set_rope, nb::arg("layer"), nb::arg("on"),
              "Rotary embedding of a layer's q / k on (default) or off (NoPE layers).")
         .def("set_threads", &Engine::set_threads)
-        .def("set_prefetch", &Engine::set_prefetch, nb::arg("mode"), "0 off, 1 l1, 2 l2 (csrc/prefetch_mode.h)")
+        .def("set_prefetch", &Engine::set_prefetch, nb::arg("mode"), "0 off, 1 l1 (csrc/prefetch_mode.h)")
         .def("prefetch", &Engine::prefetch)
         // importance matrices (lowbit imatrix): collect on/off, and {weight address: (sums[n_mat, n], counts)}
         .def("collect_acts", &Engine::collect_acts)

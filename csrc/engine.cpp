@@ -1367,7 +1367,7 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
         std::memcpy(x_.data(), x_in, sizeof(float) * (size_t)T * dim);
     }
 
-    g_prefetch_mode.store(prefetch_, std::memory_order_relaxed);  // (this model's: set_prefetch)
+    g_prefetch_mode = prefetch_;  // (this model's: set_prefetch)
     rope_angles(T, pos);
     for (int l = c_.layer_begin; l < c_.layer_end; ++l) {
         const LayerWeights &L = layers_[(size_t)l];

@@ -282,7 +282,7 @@ def auto_slots(slot_bytes: int, most: int = AUTO_SLOTS) -> int:
     return int(max(1, min(most, fit)))
 
 
-PREFETCH_MODES = ("off", "l1", "l2")  # the engine's codes 0, 1, 2 (csrc/prefetch_mode.h)
+PREFETCH_MODES = ("off", "l1")  # the engine's codes 0, 1 (csrc/prefetch_mode.h)
 
 
 def l3_cache_bytes() -> int:
@@ -1344,7 +1344,7 @@ class Model:
             self.layers = (0, c.n_layer)
             self.engine = PipelineEngine(self.path, c, self.n_ctx, self.n_slots, int(stages), threads=threads,
                                          lookahead=bool(lookahead) and c.n_expert > 0, **stage_memory)
-            self.prefetch = ("l1", "l1: each stage's engine keeps the default (a pipeline of stages)")
+            self.prefetch = ("per stage", "each stage's engine decides (its own load: LOWBIT_PREFETCH, or its weights against its host's L3)")
             self._init_slots()
             return
         self.layers = l0, l1 = tuple(layers) if layers is not None else (0, c.n_layer)
@@ -1372,22 +1372,23 @@ class Model:
         return sum(t.nbytes for t in self.file.tensors.values())
 
     def _prefetch_plan(self) -> tuple[str, str]:
-        """(mode, why): how the row kernels prefetch this model's weights (csrc/x86/prefetch.h):
-        "l2" (2 KB ahead, towards L2) where the weights exceed the L3 cache, so that their stream
-        comes from DRAM; "l1" (4 KB ahead, towards L1) where they fit; LOWBIT_PREFETCH=l1 / l2 / off
-        (or auto) decides instead. Never changes a result."""
+        """(mode, why): how the row kernels of the avx512 and amx levels prefetch this model's weights
+        (csrc/x86/prefetch.h): "off" (the hardware prefetchers alone) where the weights exceed the L3
+        cache, so that their stream comes from DRAM; "l1" (4 KB ahead, towards L1) where they fit;
+        LOWBIT_PREFETCH=l1 / off (or auto) decides instead. Never changes a result."""
         env = os.environ.get("LOWBIT_PREFETCH", "auto").strip().lower() or "auto"
         if env not in PREFETCH_MODES + ("auto",):
-            raise ValueError(f"LOWBIT_PREFETCH must be auto, l1, l2 or off, not {env!r}")
+            raise ValueError(f"LOWBIT_PREFETCH must be auto, l1 or off, not {env!r}")
         if env != "auto":
             return env, f"{env} (LOWBIT_PREFETCH={env})"
         weights = self.file_bytes()
         l3 = l3_cache_bytes()
         if not l3:
-            return "l1", "l1: the L3 cache's size is unknown (LOWBIT_PREFETCH=l2 for a model streamed from DRAM)"
-        mode = "l2" if weights > l3 else "l1"
-        rel = "above" if mode == "l2" else "within"
-        return mode, f"{mode}: {weights / 2**20:.0f} MB of weights, {rel} the {l3 / 2**20:.0f} MB L3 cache (LOWBIT_PREFETCH=l1|l2|off)"
+            return "l1", "l1: the L3 cache's size is unknown (LOWBIT_PREFETCH=off for a model streamed from DRAM)"
+        mode = "off" if weights > l3 else "l1"
+        rel = "above" if mode == "off" else "within"
+        return mode, (f"{mode}: {weights / 2**20:.0f} MB of weights, {rel} the {l3 / 2**20:.0f} MB L3 cache "
+                      "(LOWBIT_PREFETCH=l1|off; the avx512 and amx levels)")
 
     def _repack_plan(self) -> tuple[bool, str]:
         """(repack, why): whether the engine repacks this model's matrices of the formats with an R8
