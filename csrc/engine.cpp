@@ -15,7 +15,6 @@
 
 #include "dispatch.h"
 #include "fp16.h"
-#include "prefetch_mode.h"
 #include "matmul.h"
 #include "quant/common.h"
 #include "ref/ref.h"

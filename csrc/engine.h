@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "prefetch_mode.h"
 #include <unordered_map>
 
 namespace lowbit {
@@ -717,7 +718,7 @@ private:
     ActOut act_out_begin(const Mat &m, int64_t unit, int T, bool ok);
     void act_out_take(const ActOut &q, const Mat &m, int T);
     int threads_ = 0;
-    int prefetch_ = 1;  // kPrefetchL1
+    int prefetch_ = kPrefetchL1;
     // MoE scratch (csrc/moe.cpp)
     std::vector<float> rlog_, rx_, wsel_, eg_, ed_, sh_, mo_;
     std::vector<int32_t> sel_, slot_of_, slot_tok_, ecount_, eoff_;

@@ -15,9 +15,9 @@
 //       while the default model (in L3) lost a quarter. (2 KB ahead with PREFETCHT1 was better
 //       still, 15.5-16.9 and 38: it needs a second instruction form, which made kernels spill.)
 // The engine takes off for a model whose weights exceed the L3 cache (its stream is from DRAM),
-// l1 otherwise; LOWBIT_PREFETCH=l1 / off overrides that (Engine, csrc/engine.cpp). avx512 and amx
-// only: below, l1 always. A
-// prefetch never faults, so reading past the matrix's end is harmless; it never changes a result.
+// l1 otherwise (lowbit.model's _prefetch_plan, Engine::set_prefetch); LOWBIT_PREFETCH=l1 / off
+// overrides that. avx512 and amx only: below, l1 always. A prefetch never faults, so reading past
+// the matrix's end is harmless; it never changes a result.
 // Build with -DLOWBIT_PREFETCH_AHEAD=0 (CMake option of the same name) to turn it off entirely.
 // The GEMMs' tile decode keeps the l1 way (prefetch_tile_ahead: a tile is decoded once for a
 // chunk of tokens; its next tile comes by NextTile).
