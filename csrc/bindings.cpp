@@ -956,6 +956,11 @@ NB_MODULE(_lowbit, m) {
             return out;
         }, "(address, bytes) of each bound matrix set_mat repacked (its bytes no longer read)")
         .def("kv_bytes", &Engine::kv_bytes)
+        .def("commit_slots", [](Engine &e, int n) {
+            nb::gil_scoped_release nogil;
+            e.commit_slots(n);
+        }, nb::arg("n"), "commit the KV cache of slots [0, n) now (Engine::commit_slots)")
+        .def_prop_ro("slots_committed", &Engine::slots_committed)
         .def("kv_copy", [](Engine &e, int slot, int p0, int n,
                            nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> buf, bool save) {
             if (n < 0 || (size_t)buf.shape(0) != e.kv_bytes(n))

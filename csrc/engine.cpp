@@ -82,7 +82,9 @@ static size_t mem_available() {
 }
 
 void Engine::use_slot(int slot) {
-    if (slot_used_[(size_t)slot]) return;
+    if (slot_used_[(size_t)slot].load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> g(slot_mu_);  // (commit_slots, on another thread)
+    if (slot_used_[(size_t)slot].load(std::memory_order_relaxed)) return;
     // A slot whose cache cannot be resident is refused with an error the caller can report (a
     // server fails that request), rather than committed until the kernel kills the process.
     const size_t bytes = (kslot_ + vslot_) * kv_el(), avail = mem_available();
@@ -93,7 +95,17 @@ void Engine::use_slot(int slot) {
     const size_t el = kv_el();
     commit_pages(kv_base(false) + kslot_ * (size_t)slot * el, kslot_ * el);
     commit_pages(kv_base(true) + vslot_ * (size_t)slot * el, vslot_ * el);
-    slot_used_[(size_t)slot] = 1;
+    slot_used_[(size_t)slot].store(1, std::memory_order_release);
+}
+
+void Engine::commit_slots(int n) {
+    for (int s = 0; s < std::min(n, c_.n_slots); ++s) use_slot(s);
+}
+
+int Engine::slots_committed() const {
+    int n = 0;
+    for (int s = 0; s < c_.n_slots; ++s) n += slot_used_[(size_t)s].load(std::memory_order_acquire);
+    return n;
 }
 
 int glu_kind(int ffn_act) {
@@ -300,7 +312,8 @@ Engine::Engine(const EngineConfig &c) : c_(c), layers_((size_t)c.n_layer) {
     if (kv_quant()) { kq_.reset(kn, huge); vq_.reset(vn, huge); }
     else if (c.kv_f16) { k16_.reset(kn, huge); v16_.reset(vn, huge); }
     else { k32_.reset(kn, huge); v32_.reset(vn, huge); }
-    slot_used_.assign((size_t)c.n_slots, 0);
+    slot_used_.reset(new std::atomic<uint8_t>[(size_t)c.n_slots]);
+    for (int s = 0; s < c.n_slots; ++s) slot_used_[(size_t)s].store(0, std::memory_order_relaxed);
     inv_freq_.resize(c.rope_dims / 2);
     for (int i = 0; i < c.rope_dims / 2; ++i)
         inv_freq_[i] = (float)std::pow((double)c.rope_base, -2.0 * i / c.rope_dims);

@@ -8,6 +8,7 @@
 // attention computes each query row on its own), so greedy speculative decoding is exact.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <string>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -433,6 +435,13 @@ public:
     // a load leaves the recurrent state unknown until rstate_copy loads it (the prefix cache
     // keeps both).
     size_t kv_bytes(int n) const;
+    // Commit the KV cache of slots [0, n) now (each at most once; a forward's first use of a slot
+    // commits it otherwise). Safe beside forwards on another thread: a server calls it on a thread
+    // of its own after load, so its first burst of requests does not wait for fresh memory (on a
+    // VM that backs guest memory at first touch: ~100 MB/s here, BENCHMARKS.md round 26).
+    // Throws as a forward would where a slot's cache does not fit in the memory available.
+    void commit_slots(int n);
+    int slots_committed() const;  // slots whose KV cache is committed
     void kv_copy(int slot, int p0, int n, uint8_t *buf, bool save);
     // Hybrid models: the recurrent part of a slot (conv and delta-net states of every recurrent
     // layer, and the position they have reached), copied out to buf (save) or back in (load):
@@ -672,8 +681,11 @@ private:
     bool kv_quant() const { return c_.kv_f16 && (c_.kv_k != T_F16 || c_.kv_v != T_F16); }
     ZeroArray<uint16_t> k16_, v16_;
     ZeroArray<float> k32_, v32_;
-    std::vector<uint8_t> slot_used_;  // per slot: its KV committed (use_slot)
-    void use_slot(int slot);          // commit the slot's K and V cache at its first use
+    // per slot: its KV committed (use_slot; set under slot_mu_, read without it: commit_slots
+    // may run on another thread than the forwards)
+    std::unique_ptr<std::atomic<uint8_t>[]> slot_used_;
+    std::mutex slot_mu_;
+    void use_slot(int slot);  // commit the slot's K and V cache at its first use
     std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_;
     // repacked weight matrices (set_mat), and where their sources were
     // the repacked matrices, packed into arenas of >= 64 MB (alloc_repacked: huge pages; one

@@ -465,7 +465,7 @@ def test_kv_cache_and_memory_options_reach_the_server(path):
     want = [alone(ref_q8, p, 12)[0] for p in prompts]
     with running("-m", path, "--ctx", str(CTX), "--parallel", "2", "-t", "2", "--kv", "q8_0", "--hugepages") as s:
         st = httpx.get(s.url + "/v1/status").json()
-        assert st["kv"] == {"k": "q8_0", "v": "q8_0"} and st["weights"]["memory"] == "hugepages", st
+        assert (st["kv"]["k"], st["kv"]["v"]) == ("q8_0", "q8_0") and st["weights"]["memory"] == "hugepages", st
         c = openai_client(s.url)
         with cf.ThreadPoolExecutor(2) as ex:
             got = list(ex.map(lambda p: c.completions.create(model="m", prompt=p, max_tokens=12,

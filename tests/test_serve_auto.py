@@ -1,6 +1,7 @@
 """`lowbit serve` without --parallel: as many slots as fit (load(n_slots="auto"), up to 16), the
-KV cache of a slot committed at its first use (the engine's ZeroArray), and 8 concurrent clients
-decoding together rather than 4 at a time (the default before)."""
+KV cache of a slot committed at its first use (the engine's ZeroArray) or ahead of it (the server's
+slots, after load), and 8 concurrent clients decoding together rather than 4 at a time (the default
+before)."""
 import concurrent.futures as cf
 import json
 import os
@@ -81,6 +82,42 @@ def test_kv_slots_committed_at_first_use(model16):
     m.rewind(0, 9)
     got = m.forward_batch([(9, ids)])[0]
     assert (got == want).all()
+
+
+def test_commit_slots_ahead_of_first_use():
+    """Engine.commit_slots(n) makes slots [0, n) resident now (what `lowbit serve` does on a thread
+    of its own after load, so a first burst of requests does not wait for fresh memory): each
+    slot once, the count reported, a slot committed ahead reads as a fresh one."""
+    m = lowbit.load(None, n_ctx=2048, threads=2, n_slots=4)
+    per = m.engine.kv_bytes(2048) / 2**20
+    ids = m.tokenize("The sea was calm that morning")
+    want = m.forward_batch([(0, ids)])[0]  # slot 0 by its first use
+    assert m.engine.slots_committed == 1
+    r1 = rss_mb()
+    m.engine.commit_slots(3)
+    r3 = rss_mb()
+    assert m.engine.slots_committed == 3
+    assert 1.5 * per <= r3 - r1 <= 2.5 * per, f"committing slots 1, 2 grew RSS by {r3 - r1:.0f} MB, one slot is {per:.0f} MB"
+    m.engine.commit_slots(99)  # (clamped to the engine's slots; slots already committed: nothing)
+    assert m.engine.slots_committed == 4
+    assert (m.forward_batch([(2, ids)])[0] == want).all()
+
+
+def test_serve_commits_its_slots_after_load():
+    """The server commits every slot's KV cache after load, before any request (/v1/status's
+    kv.slots_committed)."""
+    s = Server("--ctx", "512", "-t", "2", "--parallel", "3")
+    try:
+        s.wait_ready()
+        end, got = time.monotonic() + 120, None
+        while time.monotonic() < end:  # (a guard against a hang, not a timing check)
+            got = httpx.get(s.url + "/v1/status", timeout=30).json()["kv"]["slots_committed"]
+            if got == 3:
+                break
+            time.sleep(0.05)
+        assert got == 3, f"{got} of 3 slots committed"
+    finally:
+        s.stop()
 
 
 def test_serve_default_runs_eight_clients_together():

@@ -304,6 +304,15 @@ class AccessLog:
                 self.write(line)
 
 
+def _commit_slots(commit, n: int) -> None:
+    """The KV cache of the server's n slots committed (on a thread of its own, beside requests): a
+    slot that does not fit fails here quietly and, as before, in the request that first uses it."""
+    try:
+        commit(n)
+    except Exception:  # noqa: BLE001 - reported by that request
+        pass
+
+
 def _run_emits(evs: list) -> None:
     """On the event loop: one step's events, each to its request's queue."""
     for emit, ev in evs:
@@ -377,12 +386,15 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int | Non
                 if access_log is not None:
                     access_log(f"lowbit serve: {par} parallel sequences (--parallel auto: each a KV cache of "
                                f"{model.engine.kv_bytes(model.n_ctx) / 2**20:.0f} MB for {model.n_ctx} positions, "
-                               f"resident from its first use)")
+                               f"committed after load)")
             sched = Scheduler(model, par, step_tokens=step_tokens, max_queue=max_queue, cache=cache,
                               metrics=st.metrics, deliver=deliver, spec=spec, spec_k=spec_k,
                               **({} if spec_cost is None else {"spec_cost": spec_cost}))
             st.model, st.cache = model, cache
             st.scheduler = sched  # last: handlers take a set scheduler to mean "ready"
+            commit = getattr(model.engine, "commit_slots", None)  # (a pipeline's stages commit as they run)
+            if commit is not None:  # the slots' KV resident now, not during the first burst of requests
+                threading.Thread(target=_commit_slots, args=(commit, par), name="lowbit-kv", daemon=True).start()
         except Exception as e:  # noqa: BLE001 - reported by /health and the CLI
             st.load_error = f"{type(e).__name__}: {e}"
             if st.on_load_error:
@@ -761,7 +773,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int | Non
         s = st.scheduler.status()
         return JSONResponse({"model": st.model_id, "path": m.path, "arch": m.config.arch,
                              "n_ctx": m.n_ctx, "parallel": s.pop("parallel"),
-                             "kv": {"k": getattr(m, "kv_k", "f16"), "v": getattr(m, "kv_v", "f16")},
+                             "kv": {"k": getattr(m, "kv_k", "f16"), "v": getattr(m, "kv_v", "f16"),
+                                    "slots_committed": getattr(m.engine, "slots_committed", None)},
                              "weights": {"memory": m.file.memory, "locked": m.file.locked},
                              "level": lib.cpu_info()["selected"], "kernels": kernels,
                              "tokens_per_second": s.pop("tokens_per_second"), "spec": s.pop("spec"), "requests": s,

@@ -116,6 +116,17 @@ def _stream(url: str, prompt: str, tokens: int, bias: dict, t0: float) -> tuple[
     return n, first, last
 
 
+def _slots_committed(url: str, n: int, limit_s: float = 600.0) -> None:
+    """Wait until lowbit's server has committed its n slots' KV cache (it does so after load, on a
+    thread of its own): the rounds then measure steps, not the first touch of that memory."""
+    import httpx
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        if (httpx.get(url + "/v1/status", timeout=30).json()["kv"].get("slots_committed") or n) >= n:
+            return
+        time.sleep(0.05)
+
+
 def _round(url: str, clients: int, tokens: int, bias: dict, prompts: list[str] = PROMPTS) -> tuple[float, list[float], int]:
     """clients concurrent streams: (aggregate tokens/s, TTFTs, tokens)."""
     t0 = time.perf_counter()
@@ -217,6 +228,7 @@ def bench_serve(model_path: str | None, threads: int, clients: int, tokens: int,
                 str(clients), "--ctx", str(ctx)], "/health")
     try:
         kv_mb = lb.rss_mb()
+        _slots_committed(lb.url, clients)
         res["lowbit"] = _measure("lowbit", lb.url, clients, tokens, rounds, bias, out)
         res["rss"] = _rss(lb, clients, rss_requests, bias, out) if rss_requests else None
         res["rss_after_load"] = kv_mb
@@ -266,7 +278,7 @@ def bench_serve(model_path: str | None, threads: int, clients: int, tokens: int,
           + (f" {ll['ttft50'] * 1e3:>9.0f} / {ll['ttft99'] * 1e3:<5.0f}" if ll else ""), file=out)
     if ll:
         print(f"lowbit {clients}-client aggregate / llama_cpp.server's: {L['many'] / ll['many']:.2f}x", file=out)
-    print(f"lowbit RSS right after load: {res['rss_after_load']:.0f} MB", file=out)
+    print(f"lowbit RSS right after load: {res['rss_after_load']:.0f} MB (as it became ready: its slots' KV cache is committed after that)", file=out)
     if res["rss"]:
         r = res["rss"]
         print(f"lowbit RSS: {r['start']:.0f} MB after load and warm-up ({clients} KV slots x {ctx} tokens "
@@ -317,6 +329,7 @@ def bench_spec(model_path: str | None, threads: int, clients: int, tokens: int, 
         p = _Proc([sys.executable, "-m", "lowbit.cli", "serve", "-m", path, "-t", str(threads), "--parallel",
                    str(clients), "--ctx", "1024", "--cache-mb", "0", *extra], "/health")
         try:
+            _slots_committed(p.url, clients)
             res[label] = _measure(f"lowbit {label}", p.url, clients, tokens, rounds, bias, out, prompts)
             res[label]["status"] = httpx.get(p.url + "/v1/status", timeout=30).json()
         finally:
