@@ -830,7 +830,11 @@ NB_MODULE(_lowbit, m) {
         .def("set_rope", &Engine::set_rope, nb::arg("layer"), nb::arg("on"),
              "Rotary embedding of a layer's q / k on (default) or off (NoPE layers).")
         .def("set_threads", &Engine::set_threads)
-        .def("set_prefetch", &Engine::set_prefetch, nb::arg("mode"), "0 off, 1 l1 (csrc/prefetch_mode.h)")
+        .def("set_prefetch", &Engine::set_prefetch, nb::arg("mode"), "0 off, 1 l1, 2 measure (csrc/prefetch_mode.h)")
+        .def_prop_ro("prefetch_measuring", &Engine::prefetch_measuring)
+        .def_prop_ro("prefetch_measure_each", [](const Engine &) { return Engine::kMeasureEach; })
+        .def_prop_ro("prefetch_measure_skip", [](const Engine &) { return Engine::kMeasureSkip; })
+        .def_prop_ro("prefetch_trials", &Engine::prefetch_trials, "(mode, seconds) of each measured forward")
         .def("prefetch", &Engine::prefetch)
         // importance matrices (lowbit imatrix): collect on/off, and {weight address: (sums[n_mat, n], counts)}
         .def("collect_acts", &Engine::collect_acts)

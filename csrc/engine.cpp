@@ -1302,12 +1302,37 @@ void Engine::forward(const int32_t *tokens, int T, int pos, float *logits, bool 
     forward_batch(tokens, slots.data(), ps.data(), T, rows.data(), (int)rows.size(), logits);
 }
 
+void Engine::set_prefetch(int mode) {
+    if (mode != kPrefetchOff && mode != kPrefetchL1 && mode != kPrefetchMeasure)
+        throw std::invalid_argument("set_prefetch: 0 off, 1 l1 or 2 measure");
+    trials_.clear();
+    measure_left_ = mode == kPrefetchMeasure ? kMeasureSkip + 2 * kMeasureEach : 0;
+    prefetch_ = mode == kPrefetchMeasure ? kPrefetchL1 : mode;
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T,
                            const int32_t *out_rows, int n_out, float *logits) {
     if (c_.layer_begin != 0 || c_.layer_end != c_.n_layer)
         throw std::invalid_argument("forward: this engine is a pipeline stage (layers " + std::to_string(c_.layer_begin) +
                                     ".." + std::to_string(c_.layer_end - 1) + "): use forward_layers");
+    // set_prefetch(kPrefetchMeasure): the skipped forwards (a process's first ones fault pages in)
+    // run l1; the measured ones alternate off, l1, off, ...
+    const int left = T == 1 ? measure_left_ : 0, k = 2 * kMeasureEach - left;  // k: this trial's index
+    if (left > 0 && k >= 0) prefetch_ = k % 2 == 0 ? kPrefetchOff : kPrefetchL1;
+    const auto t0 = now();
     forward_layers(tokens, slots, pos, T, nullptr, nullptr, out_rows, n_out, logits);
+    if (left <= 0) return;
+    if (k >= 0) trials_.emplace_back(prefetch_, seconds(t0, now()));
+    if (--measure_left_ > 0) return;
+    std::vector<double> off, l1;
+    for (const auto &[m, s] : trials_) (m == kPrefetchOff ? off : l1).push_back(s);
+    prefetch_ = median(off) < median(l1) ? kPrefetchOff : kPrefetchL1;
 }
 
 void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T, const float *x_in,

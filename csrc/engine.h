@@ -394,9 +394,18 @@ public:
     // Rotary embedding on or off for one layer's q / k (default on).
     void set_rope(int layer, bool on);
     void set_threads(int t) { threads_ = t; }
-    // the row kernels' weight prefetch for this model's forwards (PrefetchMode, csrc/prefetch_mode.h)
-    void set_prefetch(int mode) { prefetch_ = mode; }
-    int prefetch() const { return prefetch_; }
+    // The row kernels' weight prefetch for this model's forwards (PrefetchMode, csrc/prefetch_mode.h),
+    // or kPrefetchMeasure: forward_batch's one-token forwards, after the first kMeasureSkip, alternate
+    // off and l1 and time themselves until each mode has kMeasureEach; then the mode whose median
+    // time was lower stays (a tie: l1). Which way a model streamed from DRAM runs faster depends
+    // on the CPU (BENCHMARKS.md rounds 25, 26): measured where it runs, on its own forwards.
+    // Results never depend on the mode (tests/test_batch.py).
+    void set_prefetch(int mode);
+    int prefetch() const { return prefetch_; }  // the mode in force (while measuring: the last one run)
+    bool prefetch_measuring() const { return measure_left_ > 0; }
+    // the measured forwards: (mode, seconds), in the order they ran
+    const std::vector<std::pair<int, double>> &prefetch_trials() const { return trials_; }
+    static constexpr int kMeasureSkip = 2, kMeasureEach = 6;
     // Run tokens[0..T) at positions pos..pos+T-1 (the KV cache holds positions < pos).
     // logits: [T][vocab] if all_logits, else [1][vocab] for the last token.
     // The slot-0 case of forward_batch.
@@ -731,6 +740,8 @@ private:
     void act_out_take(const ActOut &q, const Mat &m, int T);
     int threads_ = 0;
     int prefetch_ = kPrefetchL1;
+    int measure_left_ = 0;  // one-token forwards left to measuring (skipped ones included)
+    std::vector<std::pair<int, double>> trials_;
     // MoE scratch (csrc/moe.cpp)
     std::vector<float> rlog_, rx_, wsel_, eg_, ed_, sh_, mo_;
     std::vector<int32_t> sel_, slot_of_, slot_tok_, ecount_, eoff_;

@@ -189,8 +189,10 @@ def test_prefetch_modes_give_the_same_logits(monkeypatch):
     for mode in ("l1", "off", "auto"):
         monkeypatch.setenv("LOWBIT_PREFETCH", mode)
         m = lowbit.load(path, n_ctx=256, threads=2, n_slots=2)
-        want = mode if mode != "auto" else ("off" if m.file_bytes() > lowbit.model.l3_cache_bytes() > 0 else "l1")
-        assert m.prefetch[0] == want and m.engine.prefetch() == lowbit.model.PREFETCH_MODES.index(want), m.prefetch
+        want = mode if mode != "auto" else ("measure" if m.file_bytes() > lowbit.model.l3_cache_bytes() > 0 else "l1")
+        assert m.prefetch[0] == want, m.prefetch
+        if want != "measure":
+            assert m.engine.prefetch() == lowbit.model.PREFETCH_MODES.index(want) and m.prefetch_state() == want
         first = m.forward_batch([(s, p) for s, p in enumerate(prompts)], all_logits=True)
         steps = [m.forward_batch([(s, [int(5 + 11 * s + k)]) for s in range(2)]) for k in range(3)]
         out[mode] = np.concatenate(first + [x for st in steps for x in st])
@@ -198,5 +200,37 @@ def test_prefetch_modes_give_the_same_logits(monkeypatch):
     for mode in ("off", "auto"):
         assert np.array_equal(out[mode].view(np.uint32), out["l1"].view(np.uint32)), mode
     monkeypatch.setenv("LOWBIT_PREFETCH", "l2")
-    with pytest.raises(ValueError, match="LOWBIT_PREFETCH must be auto, l1 or off"):
+    with pytest.raises(ValueError, match="LOWBIT_PREFETCH must be auto, l1, off or measure"):
         lowbit.load(path, n_ctx=64, threads=1)
+
+
+def test_prefetch_measured_on_the_models_own_forwards(monkeypatch):
+    """LOWBIT_PREFETCH=measure (auto's choice for a model above the L3 cache): the one-token
+    forwards after the first kMeasureSkip alternate off and l1, timed, kMeasureEach each; then the
+    mode with the lower median stays. Multi-token forwards are not timed; no logit changes."""
+    path = lowbit.model.default_model_path()
+    ids = [int(t) for t in np.random.default_rng(3).integers(0, 49152, size=24)]
+    monkeypatch.setenv("LOWBIT_PREFETCH", "l1")
+    ref = lowbit.load(path, n_ctx=256, threads=2)
+    want = [ref.forward(ids[:5])[-1]] + [ref.forward([t])[-1] for t in ids[5:]]
+    monkeypatch.setenv("LOWBIT_PREFETCH", "measure")
+    m = lowbit.load(path, n_ctx=256, threads=2)
+    e = m.engine
+    assert m.prefetch[0] == "measure" and e.prefetch_measuring and e.prefetch() == 1
+    got = [m.forward(ids[:5])[-1]]  # (a prompt chunk: not timed)
+    assert e.prefetch_trials == [] and "measuring (0 of" in m.prefetch_state()
+    modes = []
+    for t in ids[5:]:
+        got.append(m.forward([t])[-1])
+        modes.append(e.prefetch())
+    each, skip = e.prefetch_measure_each, e.prefetch_measure_skip
+    trials = e.prefetch_trials
+    assert [c for c, _ in trials] == [0, 1] * each, trials  # off, l1, off, ... after the skipped ones
+    assert modes[:skip] == [1] * skip and modes[skip:skip + 2 * each - 1] == ([0, 1] * each)[:-1] and not e.prefetch_measuring
+    med = {c: float(np.median([s for k, s in trials if k == c])) for c in (0, 1)}
+    assert e.prefetch() == (0 if med[0] < med[1] else 1)
+    assert all(m2 == e.prefetch() for m2 in modes[skip + 2 * each:])
+    st = m.prefetch_state()
+    assert st.startswith(lowbit.model.PREFETCH_MODES[e.prefetch()] + " (measured") and "median off" in st
+    for g, w in zip(got, want):
+        assert np.array_equal(g.view(np.uint32), w.view(np.uint32))

@@ -429,6 +429,7 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     res["kv"] = f"{m.kv_k}/{m.kv_v}"  # K / V cache formats, both sides (llama.cpp: flash attention if quantized)
     res["memory"] = (memory or {}).get("memory", "mmap")  # lowbit's weights: mmap, copy or hugepages
     res["kv_bytes_per_token"] = m.engine.kv_bytes(1)
+    res["prefetch"] = m.prefetch_state()  # (measured in the warm-up's decode where the plan says so)
     res["prefill_ratio"] = res["lowbit_prefill_tps"] / res["llama_prefill_tps"] if t else None
     res["decode_ratio"] = res["lowbit_decode_tps"] / res["llama_decode_tps"] if t else None
     # each repetition's own pair (lowbit's run, then llama.cpp's, back to back): on a host whose
@@ -474,6 +475,7 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     print(f"# KV cache K/V {res['kv']} ({res['kv_bytes_per_token']} bytes per token{fa}); lowbit's weights: "
           f"{res['memory']}", file=out)
     print(f"# {res['peer']}", file=out)
+    print(f"# lowbit's weight prefetch: {res['prefetch']}", file=out)
     if crashed:
         print(f"# {crashed}: llama.cpp's columns are empty", file=out)
     print(f"{'':10} {'lowbit tok/s':>12} {'llama.cpp tok/s':>15} {'ratio':>6}", file=out)

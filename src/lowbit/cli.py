@@ -51,9 +51,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"glu       {c['glu']} (the FFN's gate/up epilogue: silu(gate) * up, relu(gate)^2 * up)")
     print(f"delta     {c['delta']} (the delta-net state update of the hybrid Qwen models)")
     print(f"scan      {c['scan']} (the Mamba-2 state update: Granite 4.0-H, Nemotron-H, Falcon-H1, Mamba-2)")
-    print(f"prefetch  weights {c['prefetch']} bytes ahead towards L1 (l1); a model whose weights exceed the L3 cache "
-          f"({l3_cache_bytes() / 2**20:.0f} MB) takes none (off) at avx512 and amx "
-          "(LOWBIT_PREFETCH=auto|l1|off; CMake LOWBIT_PREFETCH_AHEAD=0: none)")
+    print(f"prefetch  weights {c['prefetch']} bytes ahead towards L1 (l1); for a model whose weights exceed the L3 cache "
+          f"({l3_cache_bytes() / 2**20:.0f} MB) none (off) or l1 at avx512 and amx, whichever its first one-token "
+          "forwards run faster (LOWBIT_PREFETCH=auto|l1|off|measure; CMake LOWBIT_PREFETCH_AHEAD=0: none)")
     print(f"iq_grid   IQ3 grid rows by {c['iq_grid']} (LOWBIT_IQ_GRID=loads|gather; loads on AMD, gather on Intel)")
     if c["disabled"]:
         print(f"disabled  {' '.join(c['disabled'])}")

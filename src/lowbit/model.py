@@ -282,7 +282,7 @@ def auto_slots(slot_bytes: int, most: int = AUTO_SLOTS) -> int:
     return int(max(1, min(most, fit)))
 
 
-PREFETCH_MODES = ("off", "l1")  # the engine's codes 0, 1 (csrc/prefetch_mode.h)
+PREFETCH_MODES = ("off", "l1", "measure")  # the engine's codes 0, 1, 2 (csrc/prefetch_mode.h)
 
 
 def l3_cache_bytes() -> int:
@@ -1373,22 +1373,43 @@ class Model:
 
     def _prefetch_plan(self) -> tuple[str, str]:
         """(mode, why): how the row kernels of the avx512 and amx levels prefetch this model's weights
-        (csrc/x86/prefetch.h): "off" (the hardware prefetchers alone) where the weights exceed the L3
-        cache, so that their stream comes from DRAM; "l1" (4 KB ahead, towards L1) where they fit;
-        LOWBIT_PREFETCH=l1 / off (or auto) decides instead. Never changes a result."""
+        (csrc/x86/prefetch.h): "l1" (4 KB ahead, towards L1) where they fit in the L3 cache;
+        "measure" where they exceed it (their stream comes from DRAM, where "off", the hardware
+        prefetchers alone, ran 20-30% faster on one CPU, l1 70% faster on another: the engine
+        times its first one-token forwards both ways and keeps the faster, Engine::set_prefetch);
+        LOWBIT_PREFETCH=l1 / off / measure (or auto) decides instead. Never changes a result."""
         env = os.environ.get("LOWBIT_PREFETCH", "auto").strip().lower() or "auto"
         if env not in PREFETCH_MODES + ("auto",):
-            raise ValueError(f"LOWBIT_PREFETCH must be auto, l1 or off, not {env!r}")
+            raise ValueError(f"LOWBIT_PREFETCH must be auto, l1, off or measure, not {env!r}")
         if env != "auto":
             return env, f"{env} (LOWBIT_PREFETCH={env})"
         weights = self.file_bytes()
         l3 = l3_cache_bytes()
         if not l3:
-            return "l1", "l1: the L3 cache's size is unknown (LOWBIT_PREFETCH=off for a model streamed from DRAM)"
-        mode = "off" if weights > l3 else "l1"
-        rel = "above" if mode == "off" else "within"
-        return mode, (f"{mode}: {weights / 2**20:.0f} MB of weights, {rel} the {l3 / 2**20:.0f} MB L3 cache "
-                      "(LOWBIT_PREFETCH=l1|off; the avx512 and amx levels)")
+            return "l1", "l1: the L3 cache's size is unknown (LOWBIT_PREFETCH=measure for a model streamed from DRAM)"
+        if weights > l3:
+            return "measure", (f"measure: {weights / 2**20:.0f} MB of weights, above the {l3 / 2**20:.0f} MB L3 cache: "
+                               "off or l1, whichever runs the first one-token forwards faster (LOWBIT_PREFETCH="
+                               "l1|off|measure; the avx512 and amx levels)")
+        return "l1", (f"l1: {weights / 2**20:.0f} MB of weights, within the {l3 / 2**20:.0f} MB L3 cache "
+                      "(LOWBIT_PREFETCH=l1|off|measure; the avx512 and amx levels)")
+
+    def prefetch_state(self) -> str:
+        """The prefetch mode the engine runs now and, where it measured, what it measured."""
+        e = self.engine
+        if not hasattr(e, "prefetch_trials"):  # (a pipeline's stages: each its own)
+            return self.prefetch[0]
+        trials = e.prefetch_trials
+        mode = PREFETCH_MODES[e.prefetch()]
+        if e.prefetch_measuring:
+            return f"measuring ({len(trials)} of {2 * e.prefetch_measure_each} one-token forwards timed)"
+        if not trials:
+            return mode
+        med = {}
+        for code in (0, 1):
+            t = sorted(s for c, s in trials if c == code)
+            med[PREFETCH_MODES[code]] = (t[(len(t) - 1) // 2] + t[len(t) // 2]) / 2 * 1e3
+        return f"{mode} (measured: one-token forwards, median off {med['off']:.2f} ms, l1 {med['l1']:.2f} ms)"
 
     def _repack_plan(self) -> tuple[bool, str]:
         """(repack, why): whether the engine repacks this model's matrices of the formats with an R8

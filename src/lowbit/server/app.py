@@ -775,7 +775,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int | Non
                              "n_ctx": m.n_ctx, "parallel": s.pop("parallel"),
                              "kv": {"k": getattr(m, "kv_k", "f16"), "v": getattr(m, "kv_v", "f16"),
                                     "slots_committed": getattr(m.engine, "slots_committed", None)},
-                             "weights": {"memory": m.file.memory, "locked": m.file.locked},
+                             "weights": {"memory": m.file.memory, "locked": m.file.locked,
+                                         "prefetch": m.prefetch_state()},
                              "level": lib.cpu_info()["selected"], "kernels": kernels,
                              "tokens_per_second": s.pop("tokens_per_second"), "spec": s.pop("spec"), "requests": s,
                              "prefix_cache": st.cache.stats() if st.cache is not None else None})
