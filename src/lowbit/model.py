@@ -1383,6 +1383,10 @@ class Model:
             raise ValueError(f"LOWBIT_PREFETCH must be auto, l1, off or measure, not {env!r}")
         if env != "auto":
             return env, f"{env} (LOWBIT_PREFETCH={env})"
+        from ._native import lib
+        level = lib.cpu_info()["selected"]
+        if level not in ("avx512", "amx"):  # (their kernels prefetch one way: the mode is not read)
+            return "l1", f"l1: the {level} level's kernels have one way (LOWBIT_PREFETCH: the avx512 and amx levels)"
         weights = self.file_bytes()
         l3 = l3_cache_bytes()
         if not l3:
