@@ -217,6 +217,15 @@ def test_sampling_is_the_default_and_temp_zero_is_greedy():
     assert len(outs) > 1 or greedy + "\n" not in outs
 
 
+def test_prompt_as_an_argument():
+    """`lowbit run "PROMPT"` is `lowbit run -p "PROMPT"`; both at once is a usage error."""
+    m = lowbit.load(n_ctx=64)
+    greedy = "".join(m.generate("The capital of France is", max_tokens=8))
+    r = cli("run", "The capital of France is", "-n", "8", "--temp", "0")
+    assert r.returncode == 0 and r.stdout == greedy + "\n", r.stderr
+    one_line_error(cli("run", "-p", "a", "b", "-n", "1"), "the prompt twice: give it as PROMPT or as -p, not both")
+
+
 def test_penalties_reach_run():
     """--presence-penalty / --frequency-penalty give the API's penalised greedy text, which is not
     the plain greedy text (the flags are not dropped)."""

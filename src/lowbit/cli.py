@@ -321,8 +321,12 @@ def _read_text(path: str) -> str:
 
 
 def _prompt(a) -> str:
-    """-p alone, -f alone (the file is the prompt), or both (the file, then -p on a new line);
-    neither: the default prompt."""
+    """-p (or the positional PROMPT) alone, -f alone (the file is the prompt), or both (the file,
+    then -p on a new line); neither: the default prompt."""
+    if getattr(a, "prompt_arg", None) is not None:
+        if a.prompt is not None:
+            raise UsageError("the prompt twice: give it as PROMPT or as -p, not both")
+        a.prompt = a.prompt_arg
     if a.file is None:
         return DEFAULT_PROMPT if a.prompt is None else a.prompt
     text = _read_text(a.file)
@@ -474,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(r)
     r.add_argument("-p", "--prompt", default=None,
                    help=f"the prompt (default, without -f: {DEFAULT_PROMPT!r})")
+    r.add_argument("prompt_arg", nargs="?", default=None, metavar="PROMPT",
+                   help="the prompt, as -p (lowbit run \"The capital of France is\")")
     r.add_argument("-n", type=int, default=128,
                    help="tokens to generate at most; -1 = until the end of the text or a full context")
     r.add_argument("-f", "--file", default=None,
