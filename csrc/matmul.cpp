@@ -88,17 +88,37 @@ static const int64_t kWindowPartsPerThread = parts_env(4);
 static int64_t parts_per_thread(bool gemm, int64_t nt) {
     return gemm ? kGemmPartsPerThread : nt >= 4 ? kWindowPartsPerThread : kPartsPerThread;
 }
+// Parts of decreasing size (part i of n: a share n - i of n (n + 1) / 2) for the windows of 4 or
+// more tokens: parts are claimed in order, so the last ones, which decide how long one thread
+// waits for the other at the dispatch's end, are the smallest (with equal parts that wait was
+// half a part on average: the caller's 6% of a server step's samples in ThreadPool::run, round
+// 26). LOWBIT_GUIDED=0: equal parts (A/B runs).
+static const bool kGuided = [] {
+    const char *e = std::getenv("LOWBIT_GUIDED");
+    return !(e && *e == '0');
+}();
+// [*b, *e) of part i of nth over [0, units): shares nth - i of nth (nth + 1) / 2, in order
+static void split_decreasing(int64_t units, int i, int nth, int64_t *b, int64_t *e) {
+    const int64_t total = (int64_t)nth * (nth + 1) / 2;
+    const auto start = [&](int k) {  // units before part k: the shares nth, nth - 1, ... of parts < k
+        const int64_t before = (int64_t)k * nth - (int64_t)k * (k - 1) / 2;
+        return units * before / total;
+    };
+    *b = start(i), *e = start(i + 1);
+}
 // align: every part starts at a multiple of it (rows a multiple of it; ActOut's blocks); per_thread:
-// parts_per_thread's count for the dispatch.
+// parts_per_thread's count for the dispatch; decreasing: split_decreasing's parts.
 template <class Body>
 static void for_row_tiles(int64_t rows, int64_t tile, int threads, const Body &body, int64_t align,
-                          int64_t per_thread) {
+                          int64_t per_thread, bool decreasing = false) {
     const int64_t units = rows / align;
     const int64_t want = threads > 1 ? std::max<int64_t>(threads, std::min<int64_t>((int64_t)threads * per_thread, rows / 16)) : 1;
     const int64_t parts = std::clamp<int64_t>(want, 1, units);
+    decreasing = decreasing && kGuided && units >= parts * (parts + 1) / 2;  // (every part at least a unit)
     ThreadPool::instance().run((int)parts, [&](int i, int nthr) {
         int64_t b, en;
-        split_range(units, i, nthr, &b, &en);
+        if (decreasing) split_decreasing(units, i, nthr, &b, &en);
+        else split_range(units, i, nthr, &b, &en);
         b *= align, en *= align;
         for (int64_t tb = b; tb < en; tb += tile) body(tb, tb + tile < en ? tb + tile : en);
     });
@@ -184,6 +204,17 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
         total += rows;
         any_gemm = any_gemm || gemm;
     }
+    // Windows over an R8 layout compute a group of 8 rows whole, for each part that cuts it: the
+    // parts start on groups where every matrix's rows allow
+    int64_t align = gemm_align(plan);
+    if (!any_gemm) {
+        bool r8 = false, whole = true;
+        for (const RowsPlan &p : plan) {
+            r8 = r8 || r8_format(p.j->e->count_id) != p.j->e->count_id;
+            whole = whole && (p.j->r1 - p.j->r0) % kR8Rows == 0;
+        }
+        if (r8 && whole) align = std::lcm<int64_t>(align, kR8Rows);
+    }
     for_row_tiles(total, total, threads, [&](int64_t b, int64_t e) {
         int64_t base = 0;  // where job k's rows start in the laid-out range
         for (const RowsPlan &p : plan) {
@@ -192,7 +223,7 @@ void run_rows_multi(const RowJob *jobs, int n_jobs, int isa, const uint8_t *act,
                 rows_piece(p, act, act_stride, nt, n, tb, tb + p.tile < hi ? tb + p.tile : hi);
             base += rows;
         }
-    }, gemm_align(plan), parts_per_thread(any_gemm, nt));
+    }, align, parts_per_thread(any_gemm, nt), !any_gemm && nt >= 4);
 }
 
 void run_rows(const Format &f, const KernelEntry &e, int isa, const uint8_t *w, size_t w_stride,
@@ -316,7 +347,7 @@ void run_rows_glu(const RowMat &gate, const RowMat &up, const GluKernel &glu, in
     for_row_tiles(rows, tile, threads, [&](int64_t tb, int64_t te) {
         glu_rows(gate, act, act_stride, up, act, act_stride, nt, n, glu.fn, kind, tb, te, tile, out, out_stride,
                  nullptr, nullptr, id, q);
-    }, align, parts_per_thread(gemm != 0, nt));
+    }, align, parts_per_thread(gemm != 0, nt), gemm == 0 && nt >= 4);
 }
 
 bool ActOut::blockwise(int act_format) { return act_format == T_Q8_0 || act_format == T_Q8_1 || act_format == T_Q8_K; }

@@ -116,19 +116,20 @@ def test_one_dispatch_for_several_matrices_is_bitwise_any_split():
     """q, k and v run in one pool dispatch (run_rows_multi: their rows laid end to end, split
     into parts as one range, so a part may straddle two matrices). Each row's result must not
     depend on where the parts fall (I3): the logits are bitwise the same with 1, 2, 3 and 4 parts
-    per thread (LOWBIT_PARTS), at 1, 5 and 64 tokens per call."""
+    per thread (LOWBIT_PARTS), at 1, 5 and 64 tokens per call, and with windows of 4 or more
+    tokens split into parts of decreasing size (the default) or equal ones (LOWBIT_GUIDED=0)."""
     code = ("import numpy as np, sys, lowbit; m = lowbit.load(None, n_ctx=128, threads=2); "
             "ids = m.tokenize('Speculative decoding needs bitwise identical logits, so the engine ' * 10)[:70]; "
             "a = [m.forward(ids[:64], all_logits=True), m.forward(ids[64:69], all_logits=True), m.forward(ids[69:70])]; "
             "sys.stdout.buffer.write(np.concatenate(a).tobytes())")
     outs = {}
-    for parts in ("1", "2", "3", "4"):
-        env = dict(os.environ, LOWBIT_PARTS=parts)
+    for parts in ("1", "2", "3", "4", "4 equal"):
+        env = dict(os.environ, LOWBIT_PARTS=parts.split()[0], LOWBIT_GUIDED="0" if "equal" in parts else "1")
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=300)
         assert p.returncode == 0, p.stderr.decode()[-2000:]
         outs[parts] = p.stdout
     assert len(outs["4"]) == 70 * 49152 * 4
-    assert outs["1"] == outs["4"] and outs["2"] == outs["4"] and outs["3"] == outs["4"]
+    assert all(outs[k] == outs["4"] for k in outs), [k for k in outs if outs[k] != outs["4"]]
 
 
 def test_window_equals_one_token_at_a_time_bitwise(model):
