@@ -167,6 +167,13 @@ def load_test(url: str, pid: int, clients: int = 64, requests: int = 2000, cance
         pc = _status(url, headers).get("prefix_cache")
         if not pc or pc["bytes"] + 4 * pc["bytes"] // max(pc["blocks"], 1) >= pc["capacity_bytes"]:
             break
+    # and until the server has committed every slot's KV cache (after load, on a thread of its own)
+    end = time.monotonic() + 600
+    while time.monotonic() < end:
+        st = _status(url, headers)
+        if (st.get("kv", {}).get("slots_committed") or st["parallel"]) >= st["parallel"]:
+            break
+        time.sleep(0.05)
     counts.clear()
     rss0 = rss_mb(pid)
     wall = run(requests, 0)
