@@ -1321,12 +1321,17 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
     if (c_.layer_begin != 0 || c_.layer_end != c_.n_layer)
         throw std::invalid_argument("forward: this engine is a pipeline stage (layers " + std::to_string(c_.layer_begin) +
                                     ".." + std::to_string(c_.layer_end - 1) + "): use forward_layers");
+    forward_layers(tokens, slots, pos, T, nullptr, nullptr, out_rows, n_out, logits);
+}
+
+void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T, const float *x_in,
+                            float *x_out, const int32_t *out_rows, int n_out, float *logits) {
     // set_prefetch(kPrefetchMeasure): the skipped forwards (a process's first ones fault pages in)
     // run l1; the measured ones alternate off, l1, off, ...
     const int left = T == 1 ? measure_left_ : 0, k = 2 * kMeasureEach - left;  // k: this trial's index
     if (left > 0 && k >= 0) prefetch_ = k % 2 == 0 ? kPrefetchOff : kPrefetchL1;
     const auto t0 = now();
-    forward_layers(tokens, slots, pos, T, nullptr, nullptr, out_rows, n_out, logits);
+    layers_pass(tokens, slots, pos, T, x_in, x_out, out_rows, n_out, logits);
     if (left <= 0) return;
     if (k >= 0) trials_.emplace_back(prefetch_, seconds(t0, now()));
     if (--measure_left_ > 0) return;
@@ -1335,8 +1340,8 @@ void Engine::forward_batch(const int32_t *tokens, const int32_t *slots, const in
     prefetch_ = median(off) < median(l1) ? kPrefetchOff : kPrefetchL1;
 }
 
-void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T, const float *x_in,
-                            float *x_out, const int32_t *out_rows, int n_out, float *logits) {
+void Engine::layers_pass(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T, const float *x_in,
+                         float *x_out, const int32_t *out_rows, int n_out, float *logits) {
     const bool first = c_.layer_begin == 0, last = c_.layer_end == c_.n_layer;
     if (T < 1) throw std::invalid_argument("forward: need at least one token");
     if (first == (x_in != nullptr) || (!last && !x_out))

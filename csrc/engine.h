@@ -395,7 +395,7 @@ public:
     void set_rope(int layer, bool on);
     void set_threads(int t) { threads_ = t; }
     // The row kernels' weight prefetch for this model's forwards (PrefetchMode, csrc/prefetch_mode.h),
-    // or kPrefetchMeasure: forward_batch's one-token forwards, after the first kMeasureSkip, alternate
+    // or kPrefetchMeasure: the one-token forwards (forward_layers), after the first kMeasureSkip, alternate
     // off and l1 and time themselves until each mode has kMeasureEach; then the mode whose median
     // time was lower stays (a tie: l1). Which way a model streamed from DRAM runs faster depends
     // on the CPU (BENCHMARKS.md rounds 25, 26): measured where it runs, on its own forwards.
@@ -423,6 +423,7 @@ public:
     // residual stream [T][dim] float32 after layer layer_begin - 1; the last stage writes the
     // logits of out_rows, an earlier one the residual stream after its last layer to x_out
     // [T][dim] (out_rows / logits unused). Stages chained so give bitwise forward_batch's logits.
+    // (set_prefetch(kPrefetchMeasure) times its one-token calls: a stage measures its own layers)
     void forward_layers(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T, const float *x_in,
                         float *x_out, const int32_t *out_rows, int n_out, float *logits);
     // The hidden state an MTP (nextn) block reads (llama.cpp's t_h_nextn): the residual stream
@@ -741,6 +742,8 @@ private:
     int threads_ = 0;
     int prefetch_ = kPrefetchL1;
     int measure_left_ = 0;  // one-token forwards left to measuring (skipped ones included)
+    void layers_pass(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T, const float *x_in,
+                     float *x_out, const int32_t *out_rows, int n_out, float *logits);  // (forward_layers' work)
     std::vector<std::pair<int, double>> trials_;
     // MoE scratch (csrc/moe.cpp)
     std::vector<float> rlog_, rx_, wsel_, eg_, ed_, sh_, mo_;

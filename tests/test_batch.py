@@ -234,3 +234,11 @@ def test_prefetch_measured_on_the_models_own_forwards(monkeypatch):
     assert st.startswith(lowbit.model.PREFETCH_MODES[e.prefetch()] + " (measured") and "median off" in st
     for g, w in zip(got, want):
         assert np.array_equal(g.view(np.uint32), w.view(np.uint32))
+    # a pipeline stage (forward_layers, not forward_batch) measures its own layers the same way
+    st = lowbit.model.Model(path, n_ctx=256, threads=2, n_slots=1, layers=(0, 10))
+    assert st.prefetch[0] == "measure" and st.engine.prefetch_measuring
+    z = np.zeros(1, np.int32)
+    out = np.empty((1, st.config.dim), np.float32)
+    for p, t in enumerate(ids[:skip + 2 * each]):
+        st.engine.forward_layers(np.array([t], np.int32), z, np.array([p], np.int32), None, out, z, None)
+    assert not st.engine.prefetch_measuring and len(st.engine.prefetch_trials) == 2 * each

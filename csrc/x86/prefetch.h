@@ -14,8 +14,10 @@
 //       slice went from 11.5-12.3 to 14.7-16.2 tok/s, the 30B-A3B-shaped from 28-29 to 34-35,
 //       while the default model (in L3) lost a quarter. (2 KB ahead with PREFETCHT1 was better
 //       still, 15.5-16.9 and 38: it needs a second instruction form, which made kernels spill.)
-// The engine takes off for a model whose weights exceed the L3 cache (its stream is from DRAM),
-// l1 otherwise (lowbit.model's _prefetch_plan, Engine::set_prefetch); LOWBIT_PREFETCH=l1 / off
+// For a model whose weights exceed the L3 cache (its stream is from DRAM) the engine measures both
+// on its first one-token forwards and keeps the faster (on the AVX-512 host of 2026-11-30 l1 took a
+// stream from DRAM from 14.7 to 25.5 GB/s: hosts differ; BENCHMARKS.md round 26); l1 otherwise
+// (lowbit.model's _prefetch_plan, Engine::set_prefetch); LOWBIT_PREFETCH=l1 / off / measure
 // overrides that. avx512 and amx only: below, l1 always. A prefetch never faults, so reading past
 // the matrix's end is harmless; it never changes a result.
 // Build with -DLOWBIT_PREFETCH_AHEAD=0 (CMake option of the same name) to turn it off entirely.
