@@ -104,20 +104,35 @@ def test_commit_slots_ahead_of_first_use():
 
 
 def test_serve_commits_its_slots_after_load():
-    """The server commits every slot's KV cache after load, before any request (/v1/status's
-    kv.slots_committed)."""
+    """The server commits its slots' KV cache after load, before any request (/v1/status's
+    kv.slots_committed), as many slots as fit in KV_AHEAD_BYTES (kv.slots_ahead): here all 3."""
     s = Server("--ctx", "512", "-t", "2", "--parallel", "3")
     try:
         s.wait_ready()
-        end, got = time.monotonic() + 120, None
+        end, kv = time.monotonic() + 120, None
         while time.monotonic() < end:  # (a guard against a hang, not a timing check)
-            got = httpx.get(s.url + "/v1/status", timeout=30).json()["kv"]["slots_committed"]
-            if got == 3:
+            kv = httpx.get(s.url + "/v1/status", timeout=30).json()["kv"]
+            if kv["slots_committed"] == 3:
                 break
             time.sleep(0.05)
-        assert got == 3, f"{got} of 3 slots committed"
+        assert kv["slots_ahead"] == 3 and kv["slots_committed"] == 3, kv
     finally:
         s.stop()
+
+
+def test_slots_committed_ahead_are_bounded():
+    """kv_slots_ahead: the slots whose caches fit in KV_AHEAD_BYTES in all, at least one, at most
+    the server's."""
+    from types import SimpleNamespace
+
+    from lowbit.server.app import KV_AHEAD_BYTES, kv_slots_ahead
+
+    def model(per):
+        return SimpleNamespace(n_ctx=100, engine=SimpleNamespace(kv_bytes=lambda n: per))
+    assert kv_slots_ahead(model(KV_AHEAD_BYTES // 16), 16) == 16
+    assert kv_slots_ahead(model(KV_AHEAD_BYTES // 16), 4) == 4
+    assert kv_slots_ahead(model(KV_AHEAD_BYTES // 5 + 1), 16) == 4
+    assert kv_slots_ahead(model(KV_AHEAD_BYTES * 3), 16) == 1
 
 
 def test_serve_default_runs_eight_clients_together():

@@ -208,7 +208,7 @@ def add_parser(sub) -> None:
     p.add_argument("-np", "--parallel", type=int, default=None,
                    help="sequences decoded together, one KV slot each (default: auto, up to 16 as the "
                         "slots' KV caches of whole contexts fit in half of the free memory; their "
-                        "memory is committed after load)")
+                        "memory is committed after load, up to 1 GB, the rest at first use)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all this process may use)")
     p.add_argument("--alias", default=None, help="model id reported by the API (default: the file's name)")
     p.add_argument("--step-tokens", type=int, default=64,

@@ -304,9 +304,22 @@ class AccessLog:
                 self.write(line)
 
 
+# The KV cache a server commits ahead of its requests, at most (whole slots, at least one): a
+# model's slots of long contexts (up to 16, as fit in half of the free memory) would otherwise take
+# gigabytes, and on a VM that backs memory at first touch (~100 MB/s, BENCHMARKS.md round 26) a
+# core's time for a minute, for slots a server may never run; those past it commit at first use.
+KV_AHEAD_BYTES = 1 << 30
+
+
+def kv_slots_ahead(model, parallel: int) -> int:
+    """How many of its `parallel` slots a server commits after load (KV_AHEAD_BYTES)."""
+    per = max(1, int(model.engine.kv_bytes(model.n_ctx)))
+    return max(1, min(parallel, KV_AHEAD_BYTES // per))
+
+
 def _commit_slots(commit, n: int) -> None:
-    """The KV cache of the server's n slots committed (on a thread of its own, beside requests): a
-    slot that does not fit fails here quietly and, as before, in the request that first uses it."""
+    """The KV cache of the server's first n slots committed (on a thread of its own, beside requests):
+    a slot that does not fit fails here quietly and, as before, in the request that first uses it."""
     try:
         commit(n)
     except Exception:  # noqa: BLE001 - reported by that request
@@ -336,6 +349,7 @@ class State:
 
     def __init__(self, model_id: str, api_key: str | None, parallel: int):
         self.model_id, self.api_key, self.parallel = model_id, api_key, parallel
+        self.kv_ahead = None  # slots whose KV cache the server commits after load (kv_slots_ahead)
         self.model = None
         self.scheduler: Scheduler | None = None
         self.cache: PrefixCache | None = None
@@ -386,15 +400,17 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int | Non
                 if access_log is not None:
                     access_log(f"lowbit serve: {par} parallel sequences (--parallel auto: each a KV cache of "
                                f"{model.engine.kv_bytes(model.n_ctx) / 2**20:.0f} MB for {model.n_ctx} positions, "
-                               f"committed after load)")
+                               f"committed after load up to {KV_AHEAD_BYTES >> 20} MB in all, the rest at first use)")
             sched = Scheduler(model, par, step_tokens=step_tokens, max_queue=max_queue, cache=cache,
                               metrics=st.metrics, deliver=deliver, spec=spec, spec_k=spec_k,
                               **({} if spec_cost is None else {"spec_cost": spec_cost}))
             st.model, st.cache = model, cache
-            st.scheduler = sched  # last: handlers take a set scheduler to mean "ready"
             commit = getattr(model.engine, "commit_slots", None)  # (a pipeline's stages commit as they run)
             if commit is not None:  # the slots' KV resident now, not during the first burst of requests
-                threading.Thread(target=_commit_slots, args=(commit, par), name="lowbit-kv", daemon=True).start()
+                st.kv_ahead = kv_slots_ahead(model, par)
+                threading.Thread(target=_commit_slots, args=(commit, st.kv_ahead), name="lowbit-kv",
+                                 daemon=True).start()
+            st.scheduler = sched  # last: handlers take a set scheduler to mean "ready"
         except Exception as e:  # noqa: BLE001 - reported by /health and the CLI
             st.load_error = f"{type(e).__name__}: {e}"
             if st.on_load_error:
@@ -774,7 +790,8 @@ def create_app(load: Callable[[], object], *, model_id: str, parallel: int | Non
         return JSONResponse({"model": st.model_id, "path": m.path, "arch": m.config.arch,
                              "n_ctx": m.n_ctx, "parallel": s.pop("parallel"),
                              "kv": {"k": getattr(m, "kv_k", "f16"), "v": getattr(m, "kv_v", "f16"),
-                                    "slots_committed": getattr(m.engine, "slots_committed", None)},
+                                    "slots_committed": getattr(m.engine, "slots_committed", None),
+                                    "slots_ahead": st.kv_ahead},
                              "weights": {"memory": m.file.memory, "locked": m.file.locked,
                                          "prefetch": m.prefetch_state()},
                              "level": lib.cpu_info()["selected"], "kernels": kernels,

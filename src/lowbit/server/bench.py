@@ -116,13 +116,15 @@ def _stream(url: str, prompt: str, tokens: int, bias: dict, t0: float) -> tuple[
     return n, first, last
 
 
-def _slots_committed(url: str, n: int, limit_s: float = 600.0) -> None:
-    """Wait until lowbit's server has committed its n slots' KV cache (it does so after load, on a
-    thread of its own): the rounds then measure steps, not the first touch of that memory."""
+def _slots_committed(url: str, limit_s: float = 600.0) -> None:
+    """Wait until lowbit's server has committed the slots' KV cache it commits after load (on a
+    thread of its own, /v1/status kv.slots_ahead): the rounds then measure steps, not the first
+    touch of that memory."""
     import httpx
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
-        if (httpx.get(url + "/v1/status", timeout=30).json()["kv"].get("slots_committed") or n) >= n:
+        kv = httpx.get(url + "/v1/status", timeout=30).json()["kv"]
+        if (kv.get("slots_committed") or 0) >= (kv.get("slots_ahead") or 0):
             return
         time.sleep(0.05)
 
@@ -228,7 +230,7 @@ def bench_serve(model_path: str | None, threads: int, clients: int, tokens: int,
                 str(clients), "--ctx", str(ctx)], "/health")
     try:
         kv_mb = lb.rss_mb()
-        _slots_committed(lb.url, clients)
+        _slots_committed(lb.url)
         res["lowbit"] = _measure("lowbit", lb.url, clients, tokens, rounds, bias, out)
         res["rss"] = _rss(lb, clients, rss_requests, bias, out) if rss_requests else None
         res["rss_after_load"] = kv_mb
@@ -329,7 +331,7 @@ def bench_spec(model_path: str | None, threads: int, clients: int, tokens: int, 
         p = _Proc([sys.executable, "-m", "lowbit.cli", "serve", "-m", path, "-t", str(threads), "--parallel",
                    str(clients), "--ctx", "1024", "--cache-mb", "0", *extra], "/health")
         try:
-            _slots_committed(p.url, clients)
+            _slots_committed(p.url)
             res[label] = _measure(f"lowbit {label}", p.url, clients, tokens, rounds, bias, out, prompts)
             res[label]["status"] = httpx.get(p.url + "/v1/status", timeout=30).json()
         finally:

@@ -167,11 +167,12 @@ def load_test(url: str, pid: int, clients: int = 64, requests: int = 2000, cance
         pc = _status(url, headers).get("prefix_cache")
         if not pc or pc["bytes"] + 4 * pc["bytes"] // max(pc["blocks"], 1) >= pc["capacity_bytes"]:
             break
-    # and until the server has committed every slot's KV cache (after load, on a thread of its own)
+    # and until the server has committed the slots' KV cache it commits after load (kv.slots_ahead)
     end = time.monotonic() + 600
     while time.monotonic() < end:
         st = _status(url, headers)
-        if (st.get("kv", {}).get("slots_committed") or st["parallel"]) >= st["parallel"]:
+        kv = st.get("kv", {})
+        if (kv.get("slots_committed") or 0) >= (kv.get("slots_ahead") or 0):
             break
         time.sleep(0.05)
     counts.clear()
