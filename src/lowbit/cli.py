@@ -265,6 +265,9 @@ def _load(a):
     if a.ctx and a.ctx > m.config.train_ctx:
         warn(f"-c {a.ctx} exceeds the model's training context ({m.config.train_ctx} tokens); "
              f"text beyond it is likely to degrade")
+    commit = getattr(m.engine, "commit_slots", None)
+    if commit is not None:  # slot 0's KV cache resident now: its first touch is not the prefill's time
+        commit(1)  # (on a VM that backs memory at first touch, ~0.5 s for the default model's)
     return m
 
 
