@@ -137,6 +137,7 @@ static CpuInfo probe() {
     // AMX instruction without the grant faults. Asked once, here; a refusal is recorded.
     const bool os_tiles = (xcr0 & 0x60000) == 0x60000;
     amx_tile &= os_tiles; amx_int8 &= os_tiles; amx_bf16 &= os_tiles;
+    c.amx_bf16 = amx_bf16;
     bool amx_granted = false;
     if (amx_tile && amx_int8) {
 #if defined(__linux__) && defined(__x86_64__)
@@ -365,9 +366,9 @@ bool level_built(int isa) { ensure_table(); return isa >= 0 && isa < ISA_COUNT &
 
 // The amx level: the emulator's GEMMs under LOWBIT_AMX=emulate, else the hardware's
 static void register_amx(KernelTable &t) {
-    if (g_cpu.amx_emulated) return amx_emu::register_gemm(t);
+    if (g_cpu.amx_emulated) return amx_emu::register_gemm(t), amx_emu::register_bf16(t);
 #ifdef LOWBIT_HAVE_AMX
-    register_amx_hw(t);
+    register_amx_hw(t, g_cpu.amx_bf16);
 #endif
 }
 

@@ -17,6 +17,7 @@ struct CpuInfo {
     int cap = ISA_SCALAR;               // LOWBIT_MAX_ISA (or this architecture's top level)
     int selected = ISA_SCALAR;          // min(best, built-ladder, cap): what dispatch used
     bool amx_emulated = false;          // LOWBIT_AMX=emulate: the amx level runs on the emulator
+    bool amx_bf16 = false;              // AMX-BF16 usable (the amx level then runs BF16 on tiles)
     std::vector<std::string> notes;     // what the probe could not use and why (an AMX grant refused)
 };
 

@@ -225,9 +225,11 @@ void register_avx2(KernelTable &t);      // csrc/x86/avx2/register.cpp (AVX2+FMA
 void register_avx2vnni(KernelTable &t);  // csrc/x86/avx2vnni/register.cpp (AVX-VNNI, 256-bit)
 void register_avx512(KernelTable &t);    // csrc/x86/avx512/register.cpp (F/BW/VL/DQ/VNNI)
 void register_avx(KernelTable &t);       // csrc/x86/avx/register.cpp (AVX + SSE4.1, no AVX2/FMA/F16C)
-void register_amx_hw(KernelTable &t);    // csrc/x86/amx/register.cpp (avx512 + AMX-TILE/INT8: GEMMs)
+// csrc/x86/amx/register.cpp (avx512 + AMX-TILE/INT8: GEMMs; with bf16, AMX-BF16: BF16's rows)
+void register_amx_hw(KernelTable &t, bool bf16);
 namespace amx_emu {
 void register_gemm(KernelTable &t);      // csrc/x86/avx2/gemm_amx.cpp (the amx GEMMs, emulated tiles)
+void register_bf16(KernelTable &t);      // csrc/x86/avx2/bf16_amx.cpp (BF16's rows, emulated tiles)
 }
 void register_neon(KernelTable &t);      // csrc/arm/neon/register.cpp (armv8-a Advanced SIMD)
 void register_dotprod(KernelTable &t);   // csrc/arm/dotprod/register.cpp (+ SDOT/UDOT)

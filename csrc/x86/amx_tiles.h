@@ -1,6 +1,6 @@
 // The AMX tile operations the amx level's GEMM uses (csrc/x86/gemm.inl, LOWBIT_AMX), behind one
 // small API with two implementations:
-//   - the hardware's (csrc/x86/amx/*.cpp, built with -mamx-tile -mamx-int8): the intrinsics;
+//   - the hardware's (csrc/x86/amx/*.cpp, built with -mamx-tile -mamx-int8 -mamx-bf16): the intrinsics;
 //   - an emulator (LOWBIT_AMX_EMULATE: csrc/x86/avx2/gemm_amx.cpp, built at the avx2 level), so the
 //     amx level's microkernel, tile shapes and strides are tested on every x86 CPU
 //     (LOWBIT_AMX=emulate, tests/test_amx.py). It follows the Intel SDM's definitions and checks
@@ -116,6 +116,55 @@ inline void tile_dp() {
             std::memcpy(s.t[C][m] + 4 * n, &acc, 4);
         }
 }
+// C += A . B in bfloat16 (TDPBF16PS): for m < rows(c), n < colsb(c) / 4, k < colsb(a) / 4
+//   c[m][n] (float) += a[m][2k] * b[k][2n] + a[m][2k + 1] * b[k][2n + 1]
+// with b in "VNNI" layout (row k: for every column n, the bf16 pair of k-pair k). The SDM defines
+// the sum but not the hardware's intermediate rounding; this model adds the two products of each
+// pair in turn, each sum rounded to float (round to nearest even), with bf16 inputs and float
+// results that are subnormal flushed to zero (the SDM's DAZ / FTZ). It is NOT bitwise the
+// hardware: on random tiles 29% of a Sapphire Rapids' results differ from it in the last bits (as
+// from every other order tried). Tests hold the emulated level to bounds and to its own
+// invariances (csrc/x86/bf16_tiles.inl's contract), the hardware to its own.
+inline float bf16_daz(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline float f32_ftz(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+template <int C, int A, int B>
+inline void tile_dpbf16() {
+    using amx_emulator::fault;
+    amx_emulator::need(C), amx_emulator::need(A), amx_emulator::need(B);
+    static_assert(C != A && C != B && A != B, "TDPBF16PS takes three distinct tiles");
+    amx_emulator::Tiles &s = amx_emulator::tiles();
+    const TileConfig &g = s.cfg;
+    const int M = g.rows[C], N = g.colsb[C] / 4, K = g.colsb[A] / 4;
+    if (g.colsb[C] % 4 || g.colsb[A] % 4) fault("TDPBF16PS: colsb not a multiple of 4");
+    if (g.rows[A] != M) fault("TDPBF16PS: A has " + std::to_string(g.rows[A]) + " rows, C " + std::to_string(M));
+    if (g.colsb[B] != g.colsb[C]) fault("TDPBF16PS: B's colsb differs from C's");
+    if (g.rows[B] != K) fault("TDPBF16PS: B has " + std::to_string(g.rows[B]) + " rows, A's colsb / 4 is " + std::to_string(K));
+    for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+            float acc;
+            std::memcpy(&acc, s.t[C][m] + 4 * n, 4);
+            for (int k = 0; k < K; ++k)
+                for (int i = 0; i < 2; ++i) {
+                    uint16_t a, b;
+                    std::memcpy(&a, s.t[A][m] + 4 * k + 2 * i, 2);
+                    std::memcpy(&b, s.t[B][k] + 4 * n + 2 * i, 2);
+                    acc = f32_ftz(acc + bf16_daz(a) * bf16_daz(b));  // (the product is exact in float)
+                }
+            std::memcpy(s.t[C][m] + 4 * n, &acc, 4);
+        }
+}
 }  // namespace amx_tiles_emulated
 #else
 inline namespace amx_tiles_hw {
@@ -165,6 +214,15 @@ inline void tile_dp() {
     LB_TILE_DP(4, 0, 1) LB_TILE_DP(5, 0, 2) LB_TILE_DP(6, 0, 3)
     LB_TILE_DP(4, 0, 2) LB_TILE_DP(5, 1, 2) LB_TILE_DP(7, 1, 3)
     static_assert(kNoSuchProduct<C, A, B>, "tile_dp: the products the GEMMs issue");
+#undef LB_TILE_DP
+}
+// the BF16 tiles' products (csrc/x86/bf16_tiles.inl): C = tmm4 + 2 i + j, A = tmm0 + i, B = tmm2 + j
+template <int C, int A, int B>
+inline void tile_dpbf16() {
+#define LB_TILE_DP(c, a, b) \
+    if constexpr (C == c && A == a && B == b) _tile_dpbf16ps(c, a, b); else
+    LB_TILE_DP(4, 0, 2) LB_TILE_DP(5, 0, 3) LB_TILE_DP(6, 1, 2) LB_TILE_DP(7, 1, 3) LB_TILE_DP(4, 1, 3)
+    static_assert(kNoSuchProduct<C, A, B>, "tile_dpbf16: the products the BF16 tiles issue");
 #undef LB_TILE_DP
 }
 #undef LB_TILE_EACH

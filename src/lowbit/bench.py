@@ -121,7 +121,7 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
             x = rng.standard_normal((nt, n)).astype(np.float32)
             act = x.view(np.uint8).reshape(nt, -1) if f.act == "F32" else lib.quantize_act(BY_NAME[f.act].id, x)
             gemm = lib.gemm_kernel(kid) if nt > 8 else None
-            t_win = t_gemm = t_below = None
+            t_win = t_gemm = t_below = below_path = None
             if nt <= 8 and stat == "min":  # interleaved single runs, each side's fastest
                 gact = ggml.from_float(gtype, x) if ggml_ok else None
                 ts = [(lib.bench_rows(f.id, raw, act, n, w_scale, threads, 1, -1, r8),
@@ -139,11 +139,13 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
                 if gemm is not None:
                     t_win = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 1, r8)
                     t_gemm = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, -1, 2, r8)
-                    if gemm[1] == "amx":  # the tiles against the same build's GEMM a level below (avx512)
-                        lv = list(lib.levels())
+                    if gemm[1] == "amx":  # the tiles against the same build a level below (avx512):
+                        lv = list(lib.levels())  # its GEMM, or its windows where it has none (BF16)
                         below = lv[lv.index("amx") - 1]
-                        t_below = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps,
-                                                   list(lib.isa_names()).index(below), 2, r8)
+                        bi = list(lib.isa_names()).index(below)
+                        below_path = "gemm" if lib.gemm_kernel(kid, bi) is not None else "windows"
+                        t_below = lib.bench_matmul(f.id, raw, act, n, w_scale, threads, reps, bi,
+                                                   2 if below_path == "gemm" else 1, r8)
             t_ggml = None
             if nt <= 8 and stat == "min":
                 t_ggml = t_ggml_min
@@ -160,7 +162,7 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
                 r.update(windows_us_per_row_token=per(t_win), gemm_us_per_row_token=per(t_gemm),
                          windows_over_gemm=t_win / t_gemm, gemm_kernel=gemm[0])
             if t_below is not None:
-                r.update(below_level=below, below_gemm_us_per_row_token=per(t_below), below_over_gemm=t_below / t_gemm)
+                r.update(below_level=below, below_path=below_path, below_gemm_us_per_row_token=per(t_below), below_over_gemm=t_below / t_gemm)
             results.append(r)
             if not as_json:
                 g, ratio = _cell(r["ggml_us_per_row_token"], 15, 4), _cell(r["ratio"], 11, 2)
@@ -169,7 +171,7 @@ def _bench_kernels(ggml, formats, nts, threads, reps, mb, n, out, as_json, nrows
                     extra = (f"   windows {r['windows_us_per_row_token']:.4f} gemm {r['gemm_us_per_row_token']:.4f}"
                              f" windows/gemm {r['windows_over_gemm']:.2f}")
                 if t_below is not None:
-                    extra += (f"   {below} gemm {r['below_gemm_us_per_row_token']:.4f}"
+                    extra += (f"   {below} {below_path} {r['below_gemm_us_per_row_token']:.4f}"
                               f" {below}/amx {r['below_over_gemm']:.2f}")
                 print(f"{label:<8} {nt:>2}  {kname:<28} {r['lowbit_us_per_row_token']:17.4f} {g} {ratio} "
                       f"{r['lowbit_gbps']:11.1f}{extra}", file=out, flush=True)
