@@ -52,12 +52,20 @@ def parity(names: list[str], rows: int = 33, blocks: int = 4, out=sys.stdout) ->
         x = rng.standard_normal((8, n)).astype(np.float32)
         a = BY_NAME[f.act]
         act = x.view(np.uint8).reshape(8, -1) if a.name == "F32" else lib.quantize_act(a.id, x, 0)
-        ref = _run(f, raw, act, n, w_scale, "scalar")
-        theirs = None
+        ref0 = _run(f, raw, act, n, w_scale, "scalar")
+        theirs0 = None
         if a.name != "F32" and f.name != "I2_S":
-            theirs = ggml.vec_dot(f.name, raw, act, n)
+            theirs0 = ggml.vec_dot(f.name, raw, act, n)
+        tiles = None  # BF16 on AMX-BF16 tiles rounds its activations to bf16, as ggml's BF16 vec_dot does:
+        if f.name == "BF16":  # the reference and ggml on the rounded activations (csrc/x86/bf16_tiles.inl)
+            u = x.view(np.uint32).astype(np.uint64)
+            xb = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+            tiles = (_run(f, raw, xb.view(np.uint8).reshape(8, -1), n, w_scale, "scalar"),
+                     ggml.vec_dot(f.name, raw, ggml.from_float("BF16", x), n))
         for lv in levels:
             alone = np.concatenate([_run(f, raw, act[t:t + 1], n, w_scale, lv) for t in range(8)])
+            ref, theirs = (tiles if tiles is not None and "_bf16_bf16_" in lib.kernel(f.id, 1, LEVELS.index(lv))[0]
+                           else (ref0, theirs0))
             for nt in range(1, 9):
                 ours = _run(f, raw, act[:nt], n, w_scale, lv)
                 rel_ref = float(np.abs(ours - ref[:nt]).max() / max(np.abs(ref[:nt]).max(), 1e-30))

@@ -116,14 +116,14 @@ def _stream(url: str, prompt: str, tokens: int, bias: dict, t0: float) -> tuple[
     return n, first, last
 
 
-def _slots_committed(url: str, limit_s: float = 600.0) -> None:
+def _slots_committed(url: str, limit_s: float = 600.0, headers: dict | None = None) -> None:
     """Wait until lowbit's server has committed the slots' KV cache it commits after load (on a
     thread of its own, /v1/status kv.slots_ahead): the rounds then measure steps, not the first
-    touch of that memory."""
+    touch of that memory. (The load test's wait too: headers for a server with an API key.)"""
     import httpx
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
-        kv = httpx.get(url + "/v1/status", timeout=30).json()["kv"]
+        kv = httpx.get(url + "/v1/status", timeout=30, headers=headers).json().get("kv", {})
         if (kv.get("slots_committed") or 0) >= (kv.get("slots_ahead") or 0):
             return
         time.sleep(0.05)

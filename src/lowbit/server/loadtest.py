@@ -168,13 +168,8 @@ def load_test(url: str, pid: int, clients: int = 64, requests: int = 2000, cance
         if not pc or pc["bytes"] + 4 * pc["bytes"] // max(pc["blocks"], 1) >= pc["capacity_bytes"]:
             break
     # and until the server has committed the slots' KV cache it commits after load (kv.slots_ahead)
-    end = time.monotonic() + 600
-    while time.monotonic() < end:
-        st = _status(url, headers)
-        kv = st.get("kv", {})
-        if (kv.get("slots_committed") or 0) >= (kv.get("slots_ahead") or 0):
-            break
-        time.sleep(0.05)
+    from .bench import _slots_committed
+    _slots_committed(url, headers=headers)
     counts.clear()
     rss0 = rss_mb(pid)
     wall = run(requests, 0)
