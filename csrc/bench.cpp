@@ -142,7 +142,7 @@ uint64_t peak_int8_i16(int64_t, uint64_t *);
 namespace avx2vnni { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
 namespace avx512 { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_f32(int64_t, uint64_t *); }
 #if defined(LOWBIT_HAVE_AMX)
-namespace amx { uint64_t peak_int8(int64_t, uint64_t *); }  // tiles (csrc/x86/amx/peak.cpp)
+namespace amx { uint64_t peak_int8(int64_t, uint64_t *); uint64_t peak_bf16(int64_t, uint64_t *); }  // tiles (amx/peak.cpp)
 #endif
 #endif
 
@@ -153,12 +153,14 @@ double bench_peak(int isa, int kind, int64_t iters, int threads, int reps, uint6
     if (isa == ISA_AVX2) fn = kind == 2 ? &avx2::peak_int8_i16 : kind ? &avx2::peak_f32 : &avx2::peak_int8;
     if (kind == 2 && isa != ISA_AVX2)
         throw std::invalid_argument(std::string("bench peak: int16 sums are avx2's loop, not level ") + isa_name(isa));
+    if (kind == 3 && (isa != ISA_AMX || !cpu_info().amx_bf16 || cpu_info().amx_emulated))
+        throw std::invalid_argument("bench peak: bf16 tiles are the amx level's loop where the CPU has AMX-BF16");
     if (isa == ISA_AVX2VNNI) fn = kind ? &avx2vnni::peak_f32 : &avx2vnni::peak_int8;
     if (isa == ISA_AVX512) fn = kind ? &avx512::peak_f32 : &avx512::peak_int8;
     // amx: the tiles' int8 loop (its rounds are 4 tile products, not vector chains), avx512's f32;
     // none where the level is emulated (LOWBIT_AMX=emulate: the emulator's speed means nothing)
 #if defined(LOWBIT_HAVE_AMX)
-    if (isa == ISA_AMX && !cpu_info().amx_emulated) fn = kind ? &avx512::peak_f32 : &amx::peak_int8;
+    if (isa == ISA_AMX && !cpu_info().amx_emulated) fn = kind == 3 ? &amx::peak_bf16 : kind ? &avx512::peak_f32 : &amx::peak_int8;
 #endif
     if (isa == ISA_AMX && cpu_info().amx_emulated)
         throw std::invalid_argument("bench peak: the amx level is emulated here (LOWBIT_AMX=emulate): no peak to measure");

@@ -178,6 +178,7 @@ NB_MODULE(_lowbit, m) {
         d["delta"] = std::string(kernel_table().delta.name);
         d["scan"] = std::string(kernel_table().scan.name);
         d["amx_emulated"] = c.amx_emulated;  // LOWBIT_AMX=emulate: the amx level runs on the emulator
+        d["amx_bf16"] = c.amx_bf16;  // AMX-BF16 usable: the amx level runs BF16 on tiles
         d["notes"] = c.notes;
         d["prefetch"] = (long long)kPrefetchAhead;
         d["iq_grid"] = std::string(iq_grid_by_loads() ? "loads" : "gather");  // the IQ3 kernels' grid fetch
@@ -721,7 +722,7 @@ NB_MODULE(_lowbit, m) {
         }
         return nb::make_tuple(t, macs);
     }, nb::arg("isa"), nb::arg("kind"), nb::arg("iters"), nb::arg("threads"), nb::arg("reps"),
-       "(seconds, multiply-adds) of bench peak's loops: kind 0 int8, 1 f32, 2 int8 with int16 sums (avx2), at level isa.");
+       "(seconds, multiply-adds) of bench peak's loops: kind 0 int8, 1 f32, 2 int8 with int16 sums (avx2), 3 bf16 tiles (amx with AMX-BF16), at level isa.");
 
     // ---- the engine (src/lowbit/model.py drives it) ----
     nb::class_<Engine>(m, "Engine")

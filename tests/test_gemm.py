@@ -460,15 +460,18 @@ def lowbit_vocab(path):
 
 
 def test_bench_peak_prints_a_rate_per_thread_count():
-    if lib.cpu_info()["selected"] not in ("avx2", "avx2vnni", "avx512"):
-        pytest.skip("bench peak's loops are x86 SIMD (CPU flags avx2, fma)")
+    c = lib.cpu_info()
+    if c["selected"] not in ("avx2", "avx2vnni", "avx512", "amx") or c["amx_emulated"]:
+        pytest.skip("bench peak's loops are x86 SIMD (CPU flags avx2, fma) or the AMX tiles (amx_tile, amx_int8)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     p = subprocess.run([sys.executable, "-m", "lowbit.cli", "bench", "peak", "--threads", "1", "--reps", "1"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = [ln for ln in p.stdout.splitlines() if not ln.startswith("# int8: ")]
     # avx2 adds its int16-sum ceiling (vpmaddubsw + vpaddw: peak.inl's peak_int8_i16)
-    i16 = ["int8", "i16", "GMAC/s"] if lib.cpu_info()["selected"] == "avx2" else []
+    i16 = ["int8", "i16", "GMAC/s"] if c["selected"] == "avx2" else []
+    # the amx level with AMX-BF16 adds the BF16 tiles' ceiling (TDPBF16PS: amx/peak.cpp's peak_bf16)
+    i16 += ["bf16", "GMAC/s"] if c["selected"] == "amx" and c["amx_bf16"] else []
     assert lines[0].startswith("# multiply-add peak at level ") and lines[1].split() == ["threads", "int8", "GMAC/s",
                                                                                         "f32", "GFMA/s"] + i16
     row = lines[2].split()

@@ -96,14 +96,22 @@ inline void load_a(const ASrc &a, int64_t s, int64_t S) {
     else tile_load<T>(a.p + (size_t)s * a.step, a.stride);
 }
 
-// The GEMM's step: two 16-row groups (a0, a1) x one or two blocks of W tokens (b0, b1 when TWO) over
-// all S slices; C tiles to c: group i, block j at c + (2 i + j) * 16 W (16 rows x W, row-major).
+// The GEMM's step: two 16-row groups (a0, a1) x one or two blocks of 16 tokens (b0, b1 when TWO) over
+// the slices [s0, s1); C tiles from and to c (group i, block j at c + (2 i + j) * 256, 16 rows x 16
+// tokens, row-major), starting from zero when !carry. (Storing a C tile and loading it back is
+// exact: a result's tile products are the same sequence however the slices are chunked.)
 template <bool TWO>
-void mk(const ASrc &a0, const ASrc &a1, const uint16_t *b0, const uint16_t *b1, int64_t S, int W, float *c) {
-    const size_t bt = 32 * (size_t)W, cb = 4 * (size_t)W;
-    tile_zero<4>(), tile_zero<6>();
-    if constexpr (TWO) tile_zero<5>(), tile_zero<7>();
-    for (int64_t s = 0; s < S; ++s) {
+void mk(const ASrc &a0, const ASrc &a1, const uint16_t *b0, const uint16_t *b1, int64_t s0, int64_t s1, int64_t S,
+        bool carry, float *c) {
+    constexpr size_t bt = 32 * 16, cb = 64;
+    if (carry) {
+        tile_load<4>(c, cb), tile_load<6>(c + 2 * 256, cb);
+        if constexpr (TWO) tile_load<5>(c + 256, cb), tile_load<7>(c + 3 * 256, cb);
+    } else {
+        tile_zero<4>(), tile_zero<6>();
+        if constexpr (TWO) tile_zero<5>(), tile_zero<7>();
+    }
+    for (int64_t s = s0; s < s1; ++s) {
         load_a<0>(a0, s, S);
         load_a<1>(a1, s, S);
         tile_load<2>(b0 + (size_t)s * bt, cb);
@@ -113,14 +121,14 @@ void mk(const ASrc &a0, const ASrc &a1, const uint16_t *b0, const uint16_t *b1, 
         if constexpr (TWO) tile_dpbf16<5, 0, 3>(), tile_dpbf16<7, 1, 3>();
     }
     tile_store<4>(c, cb);
-    tile_store<6>(c + 2 * 16 * W, cb);
-    if constexpr (TWO) tile_store<5>(c + 16 * W, cb), tile_store<7>(c + 3 * 16 * W, cb);
+    tile_store<6>(c + 2 * 256, cb);
+    if constexpr (TWO) tile_store<5>(c + 256, cb), tile_store<7>(c + 3 * 256, cb);
 }
 
-// A window's step: one 16-row group x one block of W tokens; C (tmm4) to c. The slices' A tiles
-// alternate between tmm0 and tmm1, so a slice's load need not wait for the previous product to
-// have read its tile (one group at a time: 16 rows streamed, not 32; one token read 17.9 GB/s on
-// one thread against mk's 13-15). The products into C are in slice order, as mk's.
+// A window's step: one 16-row group x one block of W tokens; C (tmm4) to c (16 rows x W). The slices'
+// A tiles alternate between tmm0 and tmm1, so a slice's load need not wait for the previous product
+// to have read its tile (one group at a time: 16 rows streamed, not 32; one token read 17.9 GB/s on
+// one thread against two groups' 13-15). The products into C are in slice order, as mk's.
 void mk1(const ASrc &a0, const uint16_t *b0, int64_t S, int W, float *c) {
     const size_t bt = 32 * (size_t)W, cb = 4 * (size_t)W;
     tile_zero<4>();
@@ -142,12 +150,12 @@ void mk1(const ASrc &a0, const uint16_t *b0, int64_t S, int W, float *c) {
 }
 
 // Per-thread buffers: the activation panel (kept across calls naming the same activations), a
-// padded copy of a short group's rows, the padded last slices of two groups, the C tiles.
+// padded copy of a short group's rows, the padded last slices of a row block's groups, the C tiles.
 struct Buffers {
     std::vector<uint16_t> panel, group;
     ActKey key;
-    alignas(64) uint8_t last[2][16 * kTileBytes];
-    alignas(64) float c[4 * 256];
+    std::vector<uint8_t> last;  // the windows: 16 x 64 bytes; the GEMM: a row block's packed chunk
+    std::vector<float> c;       // the GEMM's C tiles of a row block (4 KB per 32 rows x 32 tokens)
 };
 Buffers &buffers() {
     static thread_local Buffers b;
@@ -155,63 +163,118 @@ Buffers &buffers() {
 }
 alignas(64) const uint8_t kZeros[16 * kTileBytes] = {};
 
+// Where the A tiles of the 16 rows from gr (of [.., r1)) come from: the rows in place, with their last
+// slice padded into `last` (16 x 64 bytes) when n is no multiple of 32; a short group (the call's
+// last) copied, zero-padded, into B.group; no rows (gr >= r1): zeros.
+ASrc group_src(const RowArgs &a, int64_t gr, int64_t r1, int64_t S, uint8_t *last, Buffers &B) {
+    const int64_t rows = gr >= r1 ? 0 : r1 - gr < 16 ? r1 - gr : 16;
+    const size_t row_bytes = (size_t)a.n * 2, full = (size_t)(a.n / kSliceBf16) * kTileBytes;
+    const uint8_t *w = a.w + (size_t)gr * a.w_stride;
+    if (rows == 0) return ASrc{kZeros, kTileBytes, 0, nullptr};
+    if (rows < 16) {
+        const size_t gs = (size_t)S * kTileBytes;
+        B.group.assign(16 * gs / 2, 0);
+        uint8_t *d = (uint8_t *)B.group.data();
+        for (int64_t q = 0; q < rows; ++q) std::memcpy(d + q * gs, w + (size_t)q * a.w_stride, row_bytes);
+        return ASrc{d, gs, kTileBytes, nullptr};
+    }
+    if (full == row_bytes) return ASrc{w, a.w_stride, kTileBytes, nullptr};
+    std::memset(last, 0, 16 * kTileBytes);
+    for (int q = 0; q < 16; ++q) std::memcpy(last + q * kTileBytes, w + (size_t)q * a.w_stride + full, row_bytes - full);
+    return ASrc{w, a.w_stride, kTileBytes, last};
+}
+
+// out[t0 + t][gr + q] = c[q * W + t] for the rows and tokens the call has
+inline void scatter(const RowArgs &a, const float *c, int W, int64_t gr, int64_t r1, int64_t t0, int nt) {
+    const int64_t rows = gr >= r1 ? 0 : r1 - gr < 16 ? r1 - gr : 16, toks = nt - t0 < W ? nt - t0 : W;
+    for (int64_t t = 0; t < toks; ++t) {
+        float *o = a.out + (size_t)(t0 + t) * a.out_stride + (size_t)gr;
+        for (int64_t q = 0; q < rows; ++q) o[q] = c[q * W + t];
+    }
+}
+
+// Windows: each 16-row group against the window's one block of W = nt tokens.
+void windows(const RowArgs &a, int64_t r0, int64_t r1, int nt, int64_t S, Buffers &B) {
+    B.last.resize(16 * kTileBytes);
+    alignas(64) float c[16 * MAX_NT];
+    for (int64_t g = r0; g < r1; g += 16) {
+        mk1(group_src(a, g, r1, S, B.last.data(), B), B.panel.data(), S, nt, c);
+        scatter(a, c, nt, g, r1, 0, nt);
+    }
+}
+
+// The rows [gr, gr + 16) of [.., r1), slices [s0, s1), as A tiles one after another (16 x 64 bytes
+// each, at dst + (s - s0) * 1 KB), rows past r1 and values past n zeros: 16 rows a multiple of 4 KB
+// apart (n = 2048, 4096) fall in one L1 set, so tile loads in place thrash it (a 256-token chunk of
+// 4096-wide rows: 215 GMAC/s on one thread in place); each row is read as one stream.
+void pack_a(const RowArgs &a, int64_t gr, int64_t r1, int64_t s0, int64_t s1, uint8_t *dst) {
+    const int64_t row_bytes = a.n * 2;
+    for (int q = 0; q < 16; ++q) {
+        const uint8_t *w = a.w + (size_t)(gr + q) * a.w_stride;
+        for (int64_t s = s0; s < s1; ++s) {
+            uint8_t *d = dst + (size_t)(s - s0) * 16 * kTileBytes + q * kTileBytes;
+            const int64_t from = s * kTileBytes, len = gr + q >= r1 ? 0 : row_bytes - from < kTileBytes ? row_bytes - from : kTileBytes;
+            if (len == kTileBytes) std::memcpy(d, w + from, kTileBytes);
+            else {
+                std::memset(d, 0, kTileBytes);
+                if (len > 0) std::memcpy(d, w + from, (size_t)len);
+            }
+        }
+    }
+}
+
+// The GEMM (blocks of 16 tokens), blocked for the caches: per block of kGemmRows rows and chunk of
+// kGemmSlices slices, the block's rows' chunk is packed as A tiles (pack_a; 512 KB at most, in L2
+// while every pair of token blocks reads it; a pair's chunk of the panel, 64 KB, while every pair of
+// groups reads it), and each (pair of groups, pair of token blocks) carries its C tiles in B.c from
+// chunk to chunk. The panel streams from memory once per row block (a pass over all rows per pair
+// of token blocks read it once per 32 rows: a 256-token chunk of 4096-wide rows, one thread, 160
+// GMAC/s so).
+constexpr int64_t kGemmRows = 256, kGemmSlices = 8;
+void gemm(const RowArgs &a, int64_t r0, int64_t r1, int nt, int64_t S, Buffers &B) {
+    const int64_t blocks = (nt + 15) / 16, tpairs = (blocks + 1) / 2;
+    const size_t bstride = (size_t)(S * 32 * 16), gchunk = (size_t)kGemmSlices * 16 * kTileBytes;
+    for (int64_t rb = r0; rb < r1; rb += kGemmRows) {
+        const int64_t re = rb + kGemmRows < r1 ? rb + kGemmRows : r1, gpairs = (re - rb + 31) / 32;
+        B.last.resize((size_t)(2 * gpairs) * gchunk);
+        B.c.resize((size_t)(gpairs * tpairs) * 1024);
+        for (int64_t s0 = 0; s0 < S; s0 += kGemmSlices) {
+            const int64_t s1 = s0 + kGemmSlices < S ? s0 + kGemmSlices : S;
+            for (int64_t g = 0; g < 2 * gpairs; ++g) pack_a(a, rb + 16 * g, r1, s0, s1, B.last.data() + (size_t)g * gchunk);
+            for (int64_t tp = 0; tp < tpairs; ++tp) {
+                const uint16_t *p0 = B.panel.data() + (size_t)(2 * tp) * bstride;
+                const bool two = 2 * tp + 1 < blocks;
+                for (int64_t gp = 0; gp < gpairs; ++gp) {
+                    float *c = B.c.data() + (size_t)(gp * tpairs + tp) * 1024;
+                    // (slice s of the packed chunk at p + s * 1 KB: p is set back by s0 slices)
+                    const uint8_t *g0 = B.last.data() + (size_t)(2 * gp) * gchunk - (size_t)s0 * 16 * kTileBytes;
+                    const ASrc x0{g0, kTileBytes, 16 * kTileBytes, nullptr}, x1{g0 + gchunk, kTileBytes, 16 * kTileBytes, nullptr};
+                    if (two) mk<true>(x0, x1, p0, p0 + bstride, s0, s1, S, s0 > 0, c);
+                    else mk<false>(x0, x1, p0, nullptr, s0, s1, S, s0 > 0, c);
+                }
+            }
+        }
+        for (int64_t gp = 0; gp < gpairs; ++gp)
+            for (int64_t tp = 0; tp < tpairs; ++tp)
+                for (int h = 0; h < 2; ++h)
+                    for (int j = 0; j < 2 && 2 * tp + j < blocks; ++j)
+                        scatter(a, B.c.data() + (size_t)(gp * tpairs + tp) * 1024 + (2 * h + j) * 256, 16,
+                                rb + 32 * gp + 16 * h, r1, 16 * (2 * tp + j), nt);
+    }
+}
+
 void rows_bf16_tiles(const RowArgs &a, int64_t r0, int64_t r1, int nt) {
     if (r0 >= r1 || nt <= 0) return;
     Buffers &B = buffers();
     const int W = block_width(nt);
-    const int64_t n = a.n, S = (n + kSliceBf16 - 1) / kSliceBf16, blocks = (nt + W - 1) / W;
-    const size_t bstride = (size_t)(S * 32 * W);  // panel values per block of W tokens
+    const int64_t S = (a.n + kSliceBf16 - 1) / kSliceBf16, blocks = (nt + W - 1) / W;
     if (!act_holds(B.key, a, nt)) {
-        B.panel.resize((size_t)blocks * bstride);
+        B.panel.resize((size_t)(blocks * S * 32 * W));
         build_panel(a, nt, W, S, B.panel.data());
     }
-    const size_t row_bytes = (size_t)n * 2, full = (size_t)(n / kSliceBf16) * kTileBytes;
     configure(W);
-    for (int64_t g = r0; g < r1; g += 32) {
-        ASrc src[2];
-        for (int h = 0; h < 2; ++h) {
-            const int64_t gr = g + 16 * h, rows = gr >= r1 ? 0 : r1 - gr < 16 ? r1 - gr : 16;
-            const uint8_t *w = a.w + (size_t)gr * a.w_stride;
-            if (rows == 16) {
-                src[h] = ASrc{w, a.w_stride, kTileBytes, nullptr};
-                if (full < row_bytes) {  // the last slice, zero-padded
-                    std::memset(B.last[h], 0, sizeof B.last[h]);
-                    for (int q = 0; q < 16; ++q)
-                        std::memcpy(B.last[h] + q * kTileBytes, w + (size_t)q * a.w_stride + full, row_bytes - full);
-                    src[h].last = B.last[h];
-                }
-            } else if (rows > 0) {  // a short group (the call's last): its rows padded, zero rows after
-                const size_t gs = (size_t)S * kTileBytes;
-                B.group.assign(16 * gs / 2, 0);
-                uint8_t *d = (uint8_t *)B.group.data();
-                for (int64_t q = 0; q < rows; ++q) std::memcpy(d + q * gs, w + (size_t)q * a.w_stride, row_bytes);
-                src[h] = ASrc{d, gs, kTileBytes, nullptr};
-            } else {
-                src[h] = ASrc{kZeros, kTileBytes, 0, nullptr};
-            }
-        }
-        for (int64_t b = 0; b < blocks; b += 2) {
-            const uint16_t *p0 = B.panel.data() + (size_t)b * bstride;
-            const bool two = b + 1 < blocks;
-            if (two) mk<true>(src[0], src[1], p0, p0 + bstride, S, W, B.c);
-            else if (nt > MAX_NT) mk<false>(src[0], src[1], p0, nullptr, S, W, B.c);
-            else {
-                mk1(src[0], p0, S, W, B.c);
-                if (src[1].step) mk1(src[1], p0, S, W, B.c + 2 * 16 * W);
-            }
-            for (int h = 0; h < 2; ++h)
-                for (int j = 0; j < (two ? 2 : 1); ++j) {
-                    const float *c = B.c + (2 * h + j) * 16 * W;
-                    const int64_t gr = g + 16 * h, t0 = W * (b + j);
-                    const int64_t rows = gr >= r1 ? 0 : r1 - gr < 16 ? r1 - gr : 16;
-                    const int64_t toks = nt - t0 < W ? nt - t0 : W;
-                    for (int64_t t = 0; t < toks; ++t) {
-                        float *o = a.out + (size_t)(t0 + t) * a.out_stride + (size_t)gr;
-                        for (int64_t q = 0; q < rows; ++q) o[q] = c[q * W + t];
-                    }
-                }
-        }
-    }
+    if (nt <= MAX_NT) windows(a, r0, r1, nt, S, B);
+    else gemm(a, r0, r1, nt, S, B);
     tile_release();
 }
 

@@ -261,19 +261,23 @@ def bench_peak(threads: int, reps: int = 5, iters: int = 2_000_000, out=sys.stdo
     # avx2 (no VNNI) has two int8 ceilings: the exact dot of any bytes (vpmaddubsw + vpmaddwd +
     # vpaddd, what VNNI's vpdpbusd does in one) and the int16 sums its GEMMs keep for narrow codes
     # (vpmaddubsw + vpaddw: csrc/x86/peak.inl's peak_int8_i16)
-    kinds = ((0, "int8"), (1, "f32")) + (((2, "int8_i16"),) if level == "avx2" else ())
-    print(f"# multiply-add peak at level {level} ({how}, median of {reps})", file=out)
+    # the amx level where the CPU has AMX-BF16: the BF16 tiles' ceiling too (TDPBF16PS, csrc/x86/amx/peak.cpp)
+    bf16 = level == "amx" and lib.cpu_info()["amx_bf16"] and not lib.cpu_info()["amx_emulated"]
+    kinds = ((0, "int8"), (1, "f32")) + (((2, "int8_i16"),) if level == "avx2" else ()) + (((3, "bf16"),) if bf16 else ())
+    print(f"# multiply-add peak at level {level} ({how}{'; bf16: the same with TDPBF16PS, 16x16x32' if bf16 else ''}, "
+          f"median of {reps})", file=out)
     if level == "avx2":
         print("# int8: the exact dot (vpmaddubsw + vpmaddwd + vpaddd); int8 i16: vpmaddubsw + vpaddw, the "
               "int16 sums of the avx2 GEMMs' narrow codes", file=out)
-    print("threads  int8 GMAC/s  f32 GFMA/s" + ("  int8 i16 GMAC/s" if level == "avx2" else ""), file=out)
+    print("threads  int8 GMAC/s  f32 GFMA/s" + ("  int8 i16 GMAC/s" if level == "avx2" else "")
+          + ("  bf16 GMAC/s" if bf16 else ""), file=out)
     for t in range(1, threads + 1):
         row = []
         for kind, name in kinds:
             sec, macs = lib.bench_peak(isa, kind, iters, t, reps)
             res[(name, t)] = macs / sec / 1e9
             row.append(res[(name, t)])
-        print(f"{t:7d}  {row[0]:11.1f}  {row[1]:10.1f}" + (f"  {row[2]:15.1f}" if len(row) > 2 else ""),
+        print(f"{t:7d}  {row[0]:11.1f}  {row[1]:10.1f}" + "".join(f"  {v:{15 if level == 'avx2' else 11}.1f}" for v in row[2:]),
               file=out, flush=True)
     return res
 
@@ -288,21 +292,23 @@ def model_work(path: str) -> dict:
     g = gguf.open(path)
     arch = g.metadata.get("general.architecture", "")
     top_k = int(g.metadata.get(f"{arch}.expert_used_count", 0) or 0)
-    macs = nbytes = 0
+    macs = nbytes = bf16 = 0
     for name, t in g.tensors.items():
         if len(t.ne) < 2 or name.startswith(("token_embd", "per_layer_token_embd")) or name.endswith("_norm.weight"):
             continue
         if len(t.ne) == 3 and "_exps" in name:  # [experts, rows, n]
             share = min(top_k, t.ne[2]) / t.ne[2] if top_k else 1.0
             macs += int(t.rows * t.n * share)
+            bf16 += int(t.rows * t.n * share) if t.format.name == "BF16" else 0
             nbytes += int(t.nbytes * share)
             continue
         nbytes += t.nbytes
         if not name.startswith("output"):
             macs += t.rows * t.n
+            bf16 += t.rows * t.n if t.format.name == "BF16" else 0
     if "output.weight" not in g.tensors and "token_embd.weight" in g.tensors:
         nbytes += g.tensors["token_embd.weight"].nbytes  # a tied head: the embedding read whole per step
-    return {"macs": macs, "bytes": nbytes}
+    return {"macs": macs, "bytes": nbytes, "bf16_macs": bf16}
 
 
 E2E_PROMPT = ("The history of computing is a story of machines that learned to do arithmetic faster, "
@@ -456,6 +462,12 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
         res["int8_peak_gmacs"] = macs / sec / 1e9
     except ValueError:  # a level without the peak loops (scalar, avx, aarch64)
         res["int8_peak_gmacs"] = None
+    # a model of BF16 matrices at the amx level with AMX-BF16: its prefill against the bf16 tiles' peak
+    res["bf16_peak_gmacs"] = None
+    if level == "amx" and work["bf16_macs"] * 2 > work["macs"] and lib.cpu_info().get("amx_bf16") \
+            and not lib.cpu_info()["amx_emulated"]:
+        sec, macs = lib.bench_peak(lib.isa_names().index(level), 3, 2_000_000, threads, 5)
+        res["bf16_peak_gmacs"] = macs / sec / 1e9
     res["int8_i16_peak_gmacs"] = None
     if level == "avx2":  # its second ceiling (bench_peak's header)
         sec, macs = lib.bench_peak(lib.isa_names().index(level), 2, 2_000_000, threads, 5)
@@ -498,6 +510,9 @@ def bench_e2e(model_path: str | None, threads: int, prompt_tokens: int, gen_toke
     pk = res["int8_peak_gmacs"]
     share = f" = {100 * res['prefill_gmacs'] / pk:.0f}% of the int8 peak ({pk:.0f} GMAC/s at {level}, " \
             f"{threads} threads, bench peak)" if pk else " (no int8 peak loops at this level)"
+    if res["bf16_peak_gmacs"]:
+        share += f"; {100 * res['prefill_gmacs'] / res['bf16_peak_gmacs']:.0f}% of the bf16 tiles' peak " \
+                 f"({res['bf16_peak_gmacs']:.0f} GMAC/s: most of its matrices are BF16)"
     pk16 = res["int8_i16_peak_gmacs"]
     if pk16:
         share += f"; {100 * res['prefill_gmacs'] / pk16:.0f}% of avx2's int16-sum peak ({pk16:.0f} GMAC/s)"

@@ -46,5 +46,40 @@ uint64_t peak_int8(int64_t iters, uint64_t *sink) {
     return (uint64_t)iters * 4 * 16 * 16 * 64;
 }
 
+// bench peak's bf16 loop (the amx level where the CPU has AMX-BF16): TDPBF16PS of 16 x 16 x 32 (8192
+// multiply-adds each) into 4 independent accumulator tiles, as peak_int8's: the ceiling of the BF16
+// tile rows (csrc/x86/bf16_tiles.inl).
+uint64_t peak_bf16(int64_t iters, uint64_t *sink) {
+    static const TileConfig cfg = [] {
+        TileConfig c;
+        for (int t = 0; t < 8; ++t) c.set(t, 16, 64);
+        return c;
+    }();
+    alignas(64) uint16_t in[16 * 32];
+    alignas(64) float out[16 * 16];
+    for (int i = 0; i < 16 * 32; ++i) in[i] = (uint16_t)(0x3f80 + (i % 7));  // bf16 values near 1
+    tile_loadconfig(cfg);
+    tile_load<0>(in, 64);
+    tile_load<1>(in, 64);
+    tile_load<2>(in, 64);
+    tile_load<3>(in, 64);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (int64_t i = 0; i < iters; ++i) {
+        _tile_dpbf16ps(4, 0, 2);
+        _tile_dpbf16ps(5, 0, 3);
+        _tile_dpbf16ps(6, 1, 2);
+        _tile_dpbf16ps(7, 1, 3);
+    }
+    uint64_t s = 0;
+    _tile_stored(4, out, 64);
+    for (float v : out) s += (uint64_t)(v != 0);
+    tile_release();
+    *sink = s;
+    return (uint64_t)iters * 4 * 16 * 16 * 32;
+}
+
 }  // namespace amx
 }  // namespace lowbit
