@@ -836,6 +836,8 @@ NB_MODULE(_lowbit, m) {
         .def_prop_ro("prefetch_measure_each", [](const Engine &) { return Engine::kMeasureEach; })
         .def_prop_ro("prefetch_measure_skip", [](const Engine &) { return Engine::kMeasureSkip; })
         .def_prop_ro("prefetch_trials", &Engine::prefetch_trials, "(mode, seconds) of each measured forward")
+        .def_prop_ro("prefetch_medians", &Engine::prefetch_medians,
+                     "(off, l1): the medians of the measured forwards' seconds the choice compared")
         .def("prefetch", &Engine::prefetch)
         // importance matrices (lowbit imatrix): collect on/off, and {weight address: (sums[n_mat, n], counts)}
         .def("collect_acts", &Engine::collect_acts)

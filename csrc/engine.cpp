@@ -1335,9 +1335,15 @@ void Engine::forward_layers(const int32_t *tokens, const int32_t *slots, const i
     if (left <= 0) return;
     if (k >= 0) trials_.emplace_back(prefetch_, seconds(t0, now()));
     if (--measure_left_ > 0) return;
+    const auto [off, l1] = prefetch_medians();
+    prefetch_ = off < l1 ? kPrefetchOff : kPrefetchL1;
+}
+
+std::pair<double, double> Engine::prefetch_medians() const {
     std::vector<double> off, l1;
     for (const auto &[m, s] : trials_) (m == kPrefetchOff ? off : l1).push_back(s);
-    prefetch_ = median(off) < median(l1) ? kPrefetchOff : kPrefetchL1;
+    if (off.empty() || l1.empty()) return {0.0, 0.0};
+    return {median(off), median(l1)};
 }
 
 void Engine::layers_pass(const int32_t *tokens, const int32_t *slots, const int32_t *pos, int T, const float *x_in,

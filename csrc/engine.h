@@ -405,6 +405,9 @@ public:
     bool prefetch_measuring() const { return measure_left_ > 0; }
     // the measured forwards: (mode, seconds), in the order they ran
     const std::vector<std::pair<int, double>> &prefetch_trials() const { return trials_; }
+    // (off, l1): the medians of the measured forwards' seconds the choice compares ({0, 0} before
+    // both modes have a trial)
+    std::pair<double, double> prefetch_medians() const;
     static constexpr int kMeasureSkip = 2, kMeasureEach = 6;
     // Run tokens[0..T) at positions pos..pos+T-1 (the KV cache holds positions < pos).
     // logits: [T][vocab] if all_logits, else [1][vocab] for the last token.

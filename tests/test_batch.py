@@ -229,6 +229,7 @@ def test_prefetch_measured_on_the_models_own_forwards(monkeypatch):
     assert modes[:skip] == [1] * skip and modes[skip:skip + 2 * each - 1] == ([0, 1] * each)[:-1] and not e.prefetch_measuring
     med = {c: float(np.median([s for k, s in trials if k == c])) for c in (0, 1)}
     assert e.prefetch() == (0 if med[0] < med[1] else 1)
+    assert np.allclose(e.prefetch_medians, (med[0], med[1]), rtol=1e-12, atol=0)  # (what the state shows)
     assert all(m2 == e.prefetch() for m2 in modes[skip + 2 * each:])
     st = m.prefetch_state()
     assert st.startswith(lowbit.model.PREFETCH_MODES[e.prefetch()] + " (measured") and "median off" in st

@@ -1409,11 +1409,8 @@ class Model:
             return f"measuring ({len(trials)} of {2 * e.prefetch_measure_each} one-token forwards timed)"
         if not trials:
             return mode
-        med = {}
-        for code in (0, 1):
-            t = sorted(s for c, s in trials if c == code)
-            med[PREFETCH_MODES[code]] = (t[(len(t) - 1) // 2] + t[len(t) // 2]) / 2 * 1e3
-        return f"{mode} (measured: one-token forwards, median off {med['off']:.2f} ms, l1 {med['l1']:.2f} ms)"
+        off, l1 = (s * 1e3 for s in e.prefetch_medians)  # (what the engine compared)
+        return f"{mode} (measured: one-token forwards, median off {off:.2f} ms, l1 {l1:.2f} ms)"
 
     def _repack_plan(self) -> tuple[bool, str]:
         """(repack, why): whether the engine repacks this model's matrices of the formats with an R8
