@@ -192,3 +192,46 @@ def test_bf16_model_any_chunking_bitwise(tmp_path):
     ran = {(nt, k) for i, nt, k, c, r in lib.stats() if i == BF16}
     assert {k for _, k in ran} == {"rows_bf16_bf16_amx"} and 0 in {nt for nt, _ in ran}, ran  # (nt 0: the GEMM)
     assert np.array_equal(whole, m.logits(ids, chunk=1)) and np.array_equal(whole, m.logits(ids, chunk=7))
+
+
+ROUNDING = """
+import json, numpy as np
+from lowbit._native import lib
+from lowbit.formats import BY_NAME as F
+# activations whose bf16 rounding is a tie (low 16 bits 0x8000: to even), just off a tie, or NaN;
+# one-hot weight rows read each value back as the tiles rounded it
+lo = np.array([0x8000, 0x7fff, 0x8001, 0x0000, 0xffff], np.uint32)
+hi = np.array([0x3f80, 0x3f81, 0xbf80, 0xbf81, 0x4049, 0x7e7f, 0x0080], np.uint32)
+bits = ((hi[:, None] << 16) | lo[None, :]).ravel()
+n = 64
+x = np.zeros((40, n), np.float32)
+xb = x.view(np.uint32)
+for t in range(40):
+    xb[t, :] = np.roll(np.resize(bits, n), 3 * t)
+x[5, 9] = np.nan
+w = np.zeros((n, n), np.uint16)
+w[np.arange(n), np.arange(n)] = 0x3f80  # bf16 1.0
+out = np.zeros((40, n), np.float32)
+lib.matmul_act(F["BF16"].id, w.view(np.uint8), x.view(np.uint8), n, 1.0, out, 0, n, 1, lib.isa_names().index("amx"))
+print(json.dumps({"gemm": out.view(np.uint32).tolist()}))
+"""
+
+
+def test_activation_rounding_to_nearest_even_both_panel_builds():
+    """The tiles see each activation rounded to bf16 to nearest, ties to even (ggml's fp32 -> bf16), NaN
+    kept NaN: one-hot rows give the rounded values back, from the GEMM's vector-built panel (40 tokens)
+    and from the scalar build (LOWBIT_BF16_PANEL=scalar), which must agree byte for byte."""
+    vec = np.array(_child(ROUNDING)["gemm"], np.uint32)
+    sca = np.array(_child(ROUNDING, LOWBIT_BF16_PANEL="scalar")["gemm"], np.uint32)
+    assert np.array_equal(vec, sca)
+    lo = np.array([0x8000, 0x7fff, 0x8001, 0x0000, 0xffff], np.uint32)
+    hi = np.array([0x3f80, 0x3f81, 0xbf80, 0xbf81, 0x4049, 0x7e7f, 0x0080], np.uint32)
+    bits = ((hi[:, None] << 16) | lo[None, :]).ravel()
+    for t in range(40):
+        src = np.roll(np.resize(bits, 64), 3 * t).astype(np.uint64)
+        want = ((src + 0x7FFF + ((src >> 16) & 1)) >> 16 << 16).astype(np.uint32)  # ties to even
+        got = vec[t]
+        if t == 5:  # (a NaN activation: every one-hot row's sum has 0 x NaN in it)
+            assert np.all(np.isnan(got.view(np.float32)))
+            continue
+        assert np.array_equal(got, want), f"token {t}: {[hex(v) for v in got[:8]]} vs {[hex(v) for v in want[:8]]}"
