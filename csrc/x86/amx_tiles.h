@@ -58,6 +58,18 @@ inline void need(int t) {
     if (!s.configured) fault("tile operation with no tile configuration loaded");
     if (t < 0 || t > 7 || !s.cfg.rows[t] || !s.cfg.colsb[t]) fault("tmm" + std::to_string(t) + " is not configured");
 }
+// A tile product's shapes as the hardware checks them (#UD otherwise): C rows == A rows, C colsb ==
+// B colsb, B rows * 4 == A colsb, colsb multiples of 4. M x N dwords of C, K dwords along A's rows.
+inline void check_product(int C, int A, int B, const char *op, int *M, int *N, int *K) {
+    need(C), need(A), need(B);
+    const TileConfig &g = tiles().cfg;
+    const std::string o = op;
+    *M = g.rows[C], *N = g.colsb[C] / 4, *K = g.colsb[A] / 4;
+    if (g.colsb[C] % 4 || g.colsb[A] % 4) fault(o + ": colsb not a multiple of 4");
+    if (g.rows[A] != *M) fault(o + ": A has " + std::to_string(g.rows[A]) + " rows, C " + std::to_string(*M));
+    if (g.colsb[B] != g.colsb[C]) fault(o + ": B's colsb differs from C's");
+    if (g.rows[B] != *K) fault(o + ": B has " + std::to_string(g.rows[B]) + " rows, A's colsb / 4 is " + std::to_string(*K));
+}
 }  // namespace amx_emulator
 
 inline void tile_loadconfig(const TileConfig &c) {
@@ -93,16 +105,10 @@ inline void tile_zero() {
 // C += A . B: UW, A unsigned and B signed (TDPBUSD); else A signed and B unsigned (TDPBSUD)
 template <int C, int A, int B, bool UW>
 inline void tile_dp() {
-    using amx_emulator::fault;
-    amx_emulator::need(C), amx_emulator::need(A), amx_emulator::need(B);
     static_assert(C != A && C != B && A != B, "TDPB*D takes three distinct tiles");
     amx_emulator::Tiles &s = amx_emulator::tiles();
-    const TileConfig &g = s.cfg;
-    const int M = g.rows[C], N = g.colsb[C] / 4, K = g.colsb[A] / 4;
-    if (g.colsb[C] % 4 || g.colsb[A] % 4) fault("TDPB*D: colsb not a multiple of 4");
-    if (g.rows[A] != M) fault("TDPB*D: A has " + std::to_string(g.rows[A]) + " rows, C " + std::to_string(M));
-    if (g.colsb[B] != g.colsb[C]) fault("TDPB*D: B's colsb differs from C's");
-    if (g.rows[B] != K) fault("TDPB*D: B has " + std::to_string(g.rows[B]) + " rows, A's colsb / 4 is " + std::to_string(K));
+    int M, N, K;
+    amx_emulator::check_product(C, A, B, "TDPB*D", &M, &N, &K);
     for (int m = 0; m < M; ++m)
         for (int n = 0; n < N; ++n) {
             uint32_t acc;
@@ -141,16 +147,10 @@ inline float f32_ftz(float f) {
 }
 template <int C, int A, int B>
 inline void tile_dpbf16() {
-    using amx_emulator::fault;
-    amx_emulator::need(C), amx_emulator::need(A), amx_emulator::need(B);
     static_assert(C != A && C != B && A != B, "TDPBF16PS takes three distinct tiles");
     amx_emulator::Tiles &s = amx_emulator::tiles();
-    const TileConfig &g = s.cfg;
-    const int M = g.rows[C], N = g.colsb[C] / 4, K = g.colsb[A] / 4;
-    if (g.colsb[C] % 4 || g.colsb[A] % 4) fault("TDPBF16PS: colsb not a multiple of 4");
-    if (g.rows[A] != M) fault("TDPBF16PS: A has " + std::to_string(g.rows[A]) + " rows, C " + std::to_string(M));
-    if (g.colsb[B] != g.colsb[C]) fault("TDPBF16PS: B's colsb differs from C's");
-    if (g.rows[B] != K) fault("TDPBF16PS: B has " + std::to_string(g.rows[B]) + " rows, A's colsb / 4 is " + std::to_string(K));
+    int M, N, K;
+    amx_emulator::check_product(C, A, B, "TDPBF16PS", &M, &N, &K);
     for (int m = 0; m < M; ++m)
         for (int n = 0; n < N; ++n) {
             float acc;
