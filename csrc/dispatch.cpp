@@ -236,7 +236,7 @@ static void overlay(KernelEntry &dst, const KernelEntry &src) {
     // A level's GEMM replaces a lower level's (or, if turned off, removes it: it would pair
     // with this level's row kernels otherwise).
     // LOWBIT_NO_GEMM=1 removes every GEMM (the window kernels take every chunk).
-    // A level with GEMMs only (amx) turned off keeps the level below's GEMM (whose windows stay).
+    // A level with GEMMs only (amx, but for BF16) turned off keeps the level below's GEMM (whose windows stay).
     if (src.gemm.fn) {
         const bool off = turned_off("gemm", src.gemm.isa) || turned_off(src.gemm.name, src.gemm.isa);
         if (!off) {
@@ -308,7 +308,7 @@ static void fill_table() {
         for (int id = 0; id < 64; ++id)
             for (int nt = 1; nt <= MAX_NT; ++nt) own |= level.e[id].rows[nt].fn != nullptr;
         for (int nt = 1; nt <= MAX_NT; ++nt) own |= level.i8s.rows[nt].fn != nullptr;
-        for (int id = 0; id < 64; ++id) own |= level.e[id].gemm.fn != nullptr;  // (amx: GEMMs only)
+        for (int id = 0; id < 64; ++id) own |= level.e[id].gemm.fn != nullptr;  // (amx: GEMMs, and BF16's tile rows)
         own |= l.isa == ISA_SCALAR;
         g_level_built[l.isa] = own;
         g_cpu.selected = l.isa;

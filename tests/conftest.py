@@ -12,8 +12,9 @@ from lowbit._native import lib  # noqa: E402
 
 ALL_LEVELS = list(lib.levels())  # every level this CPU, build and LOWBIT_MAX_ISA allow
 # Levels that replace the GEMM tier only (amx: csrc/x86/amx; its windows, quantizers, attention and
-# the rest are the level's below, which the per-level tests cover as that level): tests/test_gemm.py
-# and tests/test_amx.py take them (ALL_LEVELS); the engine runs them where they are selected.
+# the rest are the level's below, which the per-level tests cover as that level; but for BF16's tile
+# rows, tests/test_amx_bf16.py's): tests/test_gemm.py and tests/test_amx.py take them (ALL_LEVELS);
+# the engine runs them where they are selected.
 GEMM_ONLY_LEVELS = {"amx"}
 LEVELS = [lv for lv in ALL_LEVELS if lv not in GEMM_ONLY_LEVELS]
 # Levels whose kernels follow the scalar reference's arithmetic exactly, so their outputs are
