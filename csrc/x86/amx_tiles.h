@@ -145,8 +145,10 @@ inline float f32_ftz(float f) {
     std::memcpy(&f, &u, 4);
     return f;
 }
+// (out of line: its loops are the emulator's, not the caller's row kernel's, whose vectors stay in
+// registers, I7)
 template <int C, int A, int B>
-inline void tile_dpbf16() {
+__attribute__((noinline)) void tile_dpbf16() {
     static_assert(C != A && C != B && A != B, "TDPBF16PS takes three distinct tiles");
     amx_emulator::Tiles &s = amx_emulator::tiles();
     int M, N, K;

@@ -139,7 +139,9 @@ inline void transpose16(__m512i r[16]) {
 }
 #endif
 
-void build_panel(const RowArgs &a, int nt, int W, int64_t S, uint16_t *panel) {
+// (out of line: not part of the row kernel, whose loops must keep their vectors in registers, I7;
+// the transpose holds 32 vectors)
+__attribute__((noinline)) void build_panel(const RowArgs &a, int nt, int W, int64_t S, uint16_t *panel) {
 #if defined(__AVX512F__)
     if (W == 16 && !scalar_panel()) {
         const int64_t blocks = (nt + 15) / 16;
@@ -193,8 +195,9 @@ inline void load_a(const ASrc &a, int64_t s, int64_t S) {
 // tokens, row-major), starting from zero when !carry. (Storing a C tile and loading it back is
 // exact: a result's tile products are the same sequence however the slices are chunked.)
 template <bool TWO>
-void mk(const ASrc &a0, const ASrc &a1, const uint16_t *b0, const uint16_t *b1, int64_t blocks, int64_t s0, int64_t s1,
+void mk(const ASrc &r0, const ASrc &r1, const uint16_t *b0, const uint16_t *b1, int64_t blocks, int64_t s0, int64_t s1,
         int64_t S, bool carry, float *c) {
+    const ASrc a0 = r0, a1 = r1;  // (copies in registers: the tile loads' compiler barriers would reload the buffers')
     const size_t bt = 32 * 16 * (size_t)blocks;  // (the panel's slice stride)
     constexpr size_t cb = 64;
     if (carry) {
@@ -222,7 +225,8 @@ void mk(const ASrc &a0, const ASrc &a1, const uint16_t *b0, const uint16_t *b1, 
 // A tiles alternate between tmm0 and tmm1, so a slice's load need not wait for the previous product
 // to have read its tile (one group at a time: 16 rows streamed, not 32; one token read 17.9 GB/s on
 // one thread against two groups' 13-15). The products into C are in slice order, as mk's.
-void mk1(const ASrc &a0, const uint16_t *b0, int64_t S, int W, float *c) {
+void mk1(const ASrc &r0, const uint16_t *b0, int64_t S, int W, float *c) {
+    const ASrc a0 = r0;  // (as mk's)
     const size_t bt = 32 * (size_t)W, cb = 4 * (size_t)W;
     tile_zero<4>();
     int64_t s = 0;
@@ -249,6 +253,7 @@ struct Buffers {
     ActKey key;
     std::vector<uint8_t> last;  // the windows: 16 x 64 bytes; the GEMM: a row block's packed chunk
     std::vector<float> c;       // the GEMM's C tiles of a row block (4 KB per 32 rows x 32 tokens)
+    ASrc src[2];                // the A sources of the step in hand
 };
 Buffers &buffers() {
     static thread_local Buffers b;
@@ -259,26 +264,29 @@ alignas(64) const uint8_t kZeros[16 * kTileBytes] = {};
 // Where the A tiles of the 16 rows from gr (of [.., r1)) come from: the rows in place, with their last
 // slice padded into `last` (16 x 64 bytes) when n is no multiple of 32; a short group (the call's
 // last) copied, zero-padded, into B.group; no rows (gr >= r1): zeros.
-ASrc group_src(const RowArgs &a, int64_t gr, int64_t r1, int64_t S, uint8_t *last, Buffers &B) {
+// (The helpers around the tile loops are out of line, and the A sources live in the thread's buffers:
+// struct copies and epilogue loops on the stack would be vector moves in the row kernel, I7.)
+__attribute__((noinline)) void group_src(const RowArgs &a, int64_t gr, int64_t r1, int64_t S, uint8_t *last, Buffers &B,
+                                          ASrc *out) {
     const int64_t rows = gr >= r1 ? 0 : r1 - gr < 16 ? r1 - gr : 16;
     const size_t row_bytes = (size_t)a.n * 2, full = (size_t)(a.n / kSliceBf16) * kTileBytes;
     const uint8_t *w = a.w + (size_t)gr * a.w_stride;
-    if (rows == 0) return ASrc{kZeros, kTileBytes, 0, nullptr};
+    if (rows == 0) return void(*out = ASrc{kZeros, kTileBytes, 0, nullptr});
     if (rows < 16) {
         const size_t gs = (size_t)S * kTileBytes;
         B.group.assign(16 * gs / 2, 0);
         uint8_t *d = (uint8_t *)B.group.data();
         for (int64_t q = 0; q < rows; ++q) std::memcpy(d + q * gs, w + (size_t)q * a.w_stride, row_bytes);
-        return ASrc{d, gs, kTileBytes, nullptr};
+        return void(*out = ASrc{d, gs, kTileBytes, nullptr});
     }
-    if (full == row_bytes) return ASrc{w, a.w_stride, kTileBytes, nullptr};
+    if (full == row_bytes) return void(*out = ASrc{w, a.w_stride, kTileBytes, nullptr});
     std::memset(last, 0, 16 * kTileBytes);
     for (int q = 0; q < 16; ++q) std::memcpy(last + q * kTileBytes, w + (size_t)q * a.w_stride + full, row_bytes - full);
-    return ASrc{w, a.w_stride, kTileBytes, last};
+    *out = ASrc{w, a.w_stride, kTileBytes, last};
 }
 
 // out[t0 + t][gr + q] = c[q * W + t] for the rows and tokens the call has
-inline void scatter(const RowArgs &a, const float *c, int W, int64_t gr, int64_t r1, int64_t t0, int nt) {
+__attribute__((noinline)) void scatter(const RowArgs &a, const float *c, int W, int64_t gr, int64_t r1, int64_t t0, int nt) {
     const int64_t rows = gr >= r1 ? 0 : r1 - gr < 16 ? r1 - gr : 16, toks = nt - t0 < W ? nt - t0 : W;
     for (int64_t t = 0; t < toks; ++t) {
         float *o = a.out + (size_t)(t0 + t) * a.out_stride + (size_t)gr;
@@ -289,9 +297,11 @@ inline void scatter(const RowArgs &a, const float *c, int W, int64_t gr, int64_t
 // Windows: each 16-row group against the window's one block of W = nt tokens.
 void windows(const RowArgs &a, int64_t r0, int64_t r1, int nt, int64_t S, Buffers &B) {
     B.last.resize(16 * kTileBytes);
-    alignas(64) float c[16 * MAX_NT];
+    B.c.resize(16 * MAX_NT);  // (the C tile's floats off the stack: no vector moves to it, I7)
+    float *const c = B.c.data();
     for (int64_t g = r0; g < r1; g += 16) {
-        mk1(group_src(a, g, r1, S, B.last.data(), B), B.panel.data(), S, nt, c);
+        group_src(a, g, r1, S, B.last.data(), B, &B.src[0]);
+        mk1(B.src[0], B.panel.data(), S, nt, c);
         scatter(a, c, nt, g, r1, 0, nt);
     }
 }
@@ -300,7 +310,7 @@ void windows(const RowArgs &a, int64_t r0, int64_t r1, int nt, int64_t S, Buffer
 // each, at dst + (s - s0) * 1 KB), rows past r1 and values past n zeros: 16 rows a multiple of 4 KB
 // apart (n = 2048, 4096) fall in one L1 set, so tile loads in place thrash it (a 256-token chunk of
 // 4096-wide rows: 215 GMAC/s on one thread in place); each row is read as one stream.
-void pack_a(const RowArgs &a, int64_t gr, int64_t r1, int64_t s0, int64_t s1, uint8_t *dst) {
+__attribute__((noinline)) void pack_a(const RowArgs &a, int64_t gr, int64_t r1, int64_t s0, int64_t s1, uint8_t *dst) {
     const int64_t row_bytes = a.n * 2;
     for (int q = 0; q < 16; ++q) {
         const uint8_t *w = a.w + (size_t)(gr + q) * a.w_stride;
@@ -341,7 +351,8 @@ void gemm(const RowArgs &a, int64_t r0, int64_t r1, int nt, int64_t S, Buffers &
                     float *c = B.c.data() + (size_t)(gp * tpairs + tp) * 1024;
                     // (slice s of the packed chunk at p + s * 1 KB: p is set back by s0 slices)
                     const uint8_t *g0 = B.last.data() + (size_t)(2 * gp) * gchunk - (size_t)s0 * 16 * kTileBytes;
-                    const ASrc x0{g0, kTileBytes, 16 * kTileBytes, nullptr}, x1{g0 + gchunk, kTileBytes, 16 * kTileBytes, nullptr};
+                    ASrc &x0 = B.src[0], &x1 = B.src[1];
+                    x0 = ASrc{g0, kTileBytes, 16 * kTileBytes, nullptr}, x1 = ASrc{g0 + gchunk, kTileBytes, 16 * kTileBytes, nullptr};
                     if (two) mk<true>(x0, x1, p0, p0 + 512, blocks, s0, s1, S, s0 > 0, c);
                     else mk<false>(x0, x1, p0, nullptr, blocks, s0, s1, S, s0 > 0, c);
                 }
