@@ -65,9 +65,9 @@ inline uint16_t to_bf16(float f) {
 inline int block_width(int nt) { return nt <= MAX_NT ? nt : 16; }
 
 // The activation panel: per block b of W tokens and slice s, one B tile of 16 rows (k-pairs) x W
-// tokens x 2 bf16 at panel + (s * blocks + b) * 32 W (slice-major: a chunk of slices is one run of
-// memory; block-major, the GEMM's blocks S KB apart fell in the same L2 sets, 16-way: 298 against 534
-// GMAC/s in a loop of its steps): row kp, token j holds x[W b + j][32 s + 2 kp + i]
+// tokens x 2 bf16 at panel + (s * blocks + b) * 32 W (slice-major: the GEMM's chunk of slices is one
+// run of memory rather than 16 blocks S KB apart; a loop of its steps ran alike both ways on a quiet
+// host, 528-537 GMAC/s, one thread): row kp, token j holds x[W b + j][32 s + 2 kp + i]
 // at 2 W kp + 2 j + i. Tokens and values past nt and n are zeros.
 void build_panel_scalar(const RowArgs &a, int nt, int W, int64_t S, uint16_t *panel) {
     const int64_t blocks = (nt + W - 1) / W, tile = 32 * (int64_t)W;
