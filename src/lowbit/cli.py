@@ -73,7 +73,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         names = [k[0] if k else "-" for k in ks]
         same = len(set(names)) == 1
         kern = names[0] if same else "  ".join(names)
-        print(f"{f.name:<8} {f.act:<5} {f.block:>5} {f.bytes:>5}  {kern}" + ("  (all nt)" if same else ""))
+        print(f"{f.name:<8} {f.act:<5} {f.block:>5} {f.bytes:>5}  {kern}" + ("  (all nt)" if same else "")
+              # (the amx level's BF16 tiles: the float32 activations rounded to bfloat16 inside)
+              + ("; activations rounded to bf16 (AMX-BF16 tiles)" if "_bf16_bf16_" in kern else ""))
         wd = lib.wide_kernel(f.id)
         if wd:  # the 16-token wide window (KernelEntry::wide) and its gate
             print(f"{'':<8} {'':<5} {'':>5} {'':>5}  {wd[0]}  16 tokens a pass (chunks of 16 and more)")
