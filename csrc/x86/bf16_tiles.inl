@@ -11,19 +11,22 @@
 //   - C = 0; for s = 0 .. S - 1 in order: C = TDPBF16PS(C, W[r] slice s, x[t] slice s), C being the
 //     (row, token) element of a 16 x 16 float tile;
 //   - result = C.
-// Every tile has the same shape whatever nt and the rows (A: 16 weight rows x 32 bf16; B: 16 k-pairs x
-// 16 tokens, "VNNI" pairs; C: 16 rows x 16 tokens); a row or token the call lacks is a zero row of A
-// or column of B. So a (row, token) result is one fixed sequence of tile products on its own row of
-// A and column of B: the same in a window of 1 token or 8, in the GEMM of a 512-token chunk, and in
-// any row split (I2, I3, I8), given that an element of TDPBF16PS's result depends on nothing but its
-// row of A, its column of B and its C (what tests/test_amx_bf16.py checks on the hardware).
-// These are not the avx512 level's BF16 results, which keep x in float32 (floatrows.inl): the levels
-// differ by x's rounding, <= 2^-9 of each |w x| (tests/test_amx_bf16.py holds both to float64).
+// A tiles are 16 weight rows x 32 bf16; B tiles 16 k-pairs x W tokens ("VNNI" pairs) and C tiles 16
+// rows x W tokens, W = nt for a window (1..8) and 16 for the GEMM; a row or token the call lacks is a
+// zero row of A or column of B. So a (row, token) result is one fixed sequence of tile products on
+// its own row of A and column of B: the same in a window of 1 token or 8, in the GEMM of a 512-token
+// chunk, and in any row split (I2, I3, I8), given that an element of TDPBF16PS's result depends on
+// nothing but its row of A, its column of B and its C, whatever the tiles' widths: what
+// tests/test_amx_bf16.py checks on the hardware (each token alone, W = 1, against every window and
+// the GEMM, bitwise). These are not the avx512 level's BF16 results, which keep x in float32
+// (floatrows.inl): the levels differ by x's rounding, <= 2^-9 of each |w x| (tested against float64).
 //
-// Speed: the activations are laid out once per thread and call (act_id; a panel of nt x n bf16),
-// the weight rows are read in place (a tile load of 16 rows at w_stride); a step of the loop over
-// slices loads two A tiles (32 rows) and one or two B tiles (16 or 32 tokens) and issues 2 or 4
-// products into 2 or 4 C tiles.
+// Speed: the activations are laid out once per thread and call (act_id: the panel, by AVX-512 for the
+// GEMM). A window streams one 16-row group at a time with its rows read in place (tile loads of 16
+// rows at w_stride) and its B tiles W columns wide (a token's slice: 4 bytes, in L1). The GEMM packs
+// a block of 256 rows, 8 slices at a time, into tile order and runs 2 x 2 tile blocks (two groups x
+// two blocks of 16 tokens: 4 tile loads, 4 products a slice), carrying the C tiles from chunk to
+// chunk. BENCHMARKS.md round 27 has what bounds it (the tile loads) and what was tried.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
