@@ -54,5 +54,12 @@ inline void f32_to_fp16_row(const float *x, uint16_t *h, int64_t n) {
 }
 
 inline float bf16_to_f32(uint16_t h) { return bits_to_f32((uint32_t)h << 16); }
+// float -> bfloat16, ggml's reference rounding (ggml_compute_fp32_to_bf16: nearest even; NaN forced
+// quiet, subnormals kept): the BF16 quantizer's, and the amx level's BF16 tiles' for activations.
+inline uint16_t f32_to_bf16(float f) {
+    const uint32_t u = f32_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64u);
+    return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
 
 }  // namespace lowbit

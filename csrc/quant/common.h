@@ -46,13 +46,6 @@ inline uint16_t to_half(float f) {
 }
 inline float from_half(uint16_t h) { return fp16_to_f32(h); }
 
-// float -> bfloat16, ggml's reference rounding (nearest even; NaN forced quiet, subnormals kept).
-inline uint16_t to_bf16(float f) {
-    const uint32_t u = f32_to_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64u);
-    return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
-}
-
 // C's MAX/MIN macros (a NaN operand decides differently than std::max / std::min).
 inline float cmax(float a, float b) { return a > b ? a : b; }
 inline float cmin(float a, float b) { return a < b ? a : b; }

@@ -15,7 +15,7 @@ void row_f16(const float *x, uint8_t *y8, int64_t n, const float *) {
 
 void row_bf16(const float *x, uint8_t *y8, int64_t n, const float *) {
     auto *y = reinterpret_cast<uint16_t *>(y8);
-    for (int64_t i = 0; i < n; ++i) y[i] = to_bf16(x[i]);
+    for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
 namespace {

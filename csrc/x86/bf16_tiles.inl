@@ -35,6 +35,7 @@
 #include <immintrin.h>
 #endif
 
+#include "../fp16.h"
 #include "../kernels.h"
 #include "amx_tiles.h"
 
@@ -52,14 +53,6 @@ inline bool scalar_panel() {
         return e && std::strcmp(e, "scalar") == 0;
     }();
     return v;
-}
-
-// float -> bfloat16, to nearest even; a NaN stays a (quiet) NaN (ggml_compute_fp32_to_bf16).
-inline uint16_t to_bf16(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 // Tokens per B tile (its columns): the window's nt for windows (a token's B column costs 4 bytes a
@@ -81,15 +74,15 @@ void build_panel_scalar(const RowArgs &a, int nt, int W, int64_t S, uint16_t *pa
         for (int64_t k = 0; k < a.n; k += 2) {
             const int64_t s = k / kSliceBf16, kp = (k % kSliceBf16) / 2;
             uint16_t *d = col + (size_t)(s * blocks * tile + 2 * W * kp);
-            d[0] = to_bf16(x[k]);
-            d[1] = k + 1 < a.n ? to_bf16(x[k + 1]) : 0;
+            d[0] = f32_to_bf16(x[k]);
+            d[1] = k + 1 < a.n ? f32_to_bf16(x[k + 1]) : 0;
         }
     }
 }
 
 #if defined(__AVX512F__)
 // The GEMM's panel (W = 16) by vectors: per block and slice, each token's 32 values (masked past n:
-// zeros; zero vectors past nt) become 16 dwords of bf16 pairs (to_bf16's rounding, lane by lane),
+// zeros; zero vectors past nt) become 16 dwords of bf16 pairs (f32_to_bf16's rounding, lane by lane),
 // and the 16 x 16 dwords are transposed into the tile's rows. Bytes identical to the scalar build's
 // (the emulator's, and the windows'): tests/test_amx_bf16.py's rounding test runs both ways.
 // (1.3 ns a value the scalar way: a 256-token chunk of 4096-wide rows spent 1.3 ms on each thread's
@@ -252,7 +245,8 @@ void mk1(const ASrc &r0, const uint16_t *b0, int64_t S, int W, float *c) {
 // Per-thread buffers: the activation panel (kept across calls naming the same activations), a
 // padded copy of a short group's rows, the padded last slices of a row block's groups, the C tiles.
 struct Buffers {
-    std::vector<uint16_t> panel, group;
+    std::vector<uint16_t> panel;
+    std::vector<uint8_t> group;  // a short group's rows, packed (pack_a)
     ActKey key;
     std::vector<uint8_t> last;  // the windows: 16 x 64 bytes; the GEMM: a row block's packed chunk
     std::vector<float> c;       // the GEMM's C tiles of a row block (4 KB per 32 rows x 32 tokens)
@@ -264,27 +258,43 @@ Buffers &buffers() {
 }
 alignas(64) const uint8_t kZeros[16 * kTileBytes] = {};
 
-// Where the A tiles of the 16 rows from gr (of [.., r1)) come from: the rows in place, with their last
-// slice padded into `last` (16 x 64 bytes) when n is no multiple of 32; a short group (the call's
-// last) copied, zero-padded, into B.group; no rows (gr >= r1): zeros.
+// The rows [gr, gr + 16) of [.., r1), slices [s0, s1), as A tiles one after another (16 x 64 bytes
+// each, at dst + (s - s0) * 1 KB), rows past r1 and values past n zeros: 16 rows a multiple of 4 KB
+// apart (n = 2048, 4096) fall in one L1 set, so tile loads in place thrash it (a 256-token chunk of
+// 4096-wide rows: 215 GMAC/s on one thread in place); each row is read as one stream.
+__attribute__((noinline)) void pack_a(const RowArgs &a, int64_t gr, int64_t r1, int64_t s0, int64_t s1, uint8_t *dst) {
+    const int64_t row_bytes = a.n * 2;
+    for (int q = 0; q < 16; ++q) {
+        const uint8_t *w = a.w + (size_t)(gr + q) * a.w_stride;
+        for (int64_t s = s0; s < s1; ++s) {
+            uint8_t *d = dst + (size_t)(s - s0) * 16 * kTileBytes + q * kTileBytes;
+            const int64_t from = s * kTileBytes, len = gr + q >= r1 ? 0 : row_bytes - from < kTileBytes ? row_bytes - from : kTileBytes;
+            if (len == kTileBytes) std::memcpy(d, w + from, kTileBytes);
+            else {
+                std::memset(d, 0, kTileBytes);
+                if (len > 0) std::memcpy(d, w + from, (size_t)len);
+            }
+        }
+    }
+}
+
+// Where the A tiles of the 16 rows from gr (of [.., r1)) come from: the rows in place, their last slice
+// packed (zero-padded) into `last` (16 x 64 bytes) when n is no multiple of 32; a short group (the
+// call's last) packed whole into B.group; no rows (gr >= r1): zeros.
 // (The helpers around the tile loops are out of line, and the A sources live in the thread's buffers:
 // struct copies and epilogue loops on the stack would be vector moves in the row kernel, I7.)
 __attribute__((noinline)) void group_src(const RowArgs &a, int64_t gr, int64_t r1, int64_t S, uint8_t *last, Buffers &B,
                                           ASrc *out) {
     const int64_t rows = gr >= r1 ? 0 : r1 - gr < 16 ? r1 - gr : 16;
-    const size_t row_bytes = (size_t)a.n * 2, full = (size_t)(a.n / kSliceBf16) * kTileBytes;
-    const uint8_t *w = a.w + (size_t)gr * a.w_stride;
     if (rows == 0) return void(*out = ASrc{kZeros, kTileBytes, 0, nullptr});
     if (rows < 16) {
-        const size_t gs = (size_t)S * kTileBytes;
-        B.group.assign(16 * gs / 2, 0);
-        uint8_t *d = (uint8_t *)B.group.data();
-        for (int64_t q = 0; q < rows; ++q) std::memcpy(d + q * gs, w + (size_t)q * a.w_stride, row_bytes);
-        return void(*out = ASrc{d, gs, kTileBytes, nullptr});
+        B.group.resize((size_t)S * 16 * kTileBytes);
+        pack_a(a, gr, r1, 0, S, B.group.data());
+        return void(*out = ASrc{B.group.data(), kTileBytes, 16 * kTileBytes, nullptr});
     }
-    if (full == row_bytes) return void(*out = ASrc{w, a.w_stride, kTileBytes, nullptr});
-    std::memset(last, 0, 16 * kTileBytes);
-    for (int q = 0; q < 16; ++q) std::memcpy(last + q * kTileBytes, w + (size_t)q * a.w_stride + full, row_bytes - full);
+    const uint8_t *w = a.w + (size_t)gr * a.w_stride;
+    if (a.n % kSliceBf16 == 0) return void(*out = ASrc{w, a.w_stride, kTileBytes, nullptr});
+    pack_a(a, gr, r1, S - 1, S, last);
     *out = ASrc{w, a.w_stride, kTileBytes, last};
 }
 
@@ -309,30 +319,10 @@ void windows(const RowArgs &a, int64_t r0, int64_t r1, int nt, int64_t S, Buffer
     }
 }
 
-// The rows [gr, gr + 16) of [.., r1), slices [s0, s1), as A tiles one after another (16 x 64 bytes
-// each, at dst + (s - s0) * 1 KB), rows past r1 and values past n zeros: 16 rows a multiple of 4 KB
-// apart (n = 2048, 4096) fall in one L1 set, so tile loads in place thrash it (a 256-token chunk of
-// 4096-wide rows: 215 GMAC/s on one thread in place); each row is read as one stream.
-__attribute__((noinline)) void pack_a(const RowArgs &a, int64_t gr, int64_t r1, int64_t s0, int64_t s1, uint8_t *dst) {
-    const int64_t row_bytes = a.n * 2;
-    for (int q = 0; q < 16; ++q) {
-        const uint8_t *w = a.w + (size_t)(gr + q) * a.w_stride;
-        for (int64_t s = s0; s < s1; ++s) {
-            uint8_t *d = dst + (size_t)(s - s0) * 16 * kTileBytes + q * kTileBytes;
-            const int64_t from = s * kTileBytes, len = gr + q >= r1 ? 0 : row_bytes - from < kTileBytes ? row_bytes - from : kTileBytes;
-            if (len == kTileBytes) std::memcpy(d, w + from, kTileBytes);
-            else {
-                std::memset(d, 0, kTileBytes);
-                if (len > 0) std::memcpy(d, w + from, (size_t)len);
-            }
-        }
-    }
-}
-
 // The GEMM (blocks of 16 tokens), blocked for the caches: per block of kGemmRows rows and chunk of
-// kGemmSlices slices, the block's rows' chunk is packed as A tiles (pack_a; 512 KB at most, in L2
-// while every pair of token blocks reads it; a pair's chunk of the panel, 64 KB, while every pair of
-// groups reads it), and each (pair of groups, pair of token blocks) carries its C tiles in B.c from
+// kGemmSlices slices, the block's rows' chunk is packed as A tiles (pack_a; 128 KB, in L2 while every
+// pair of token blocks reads it; a pair of blocks' chunk of the panel, 16 KB, in L1 while every pair
+// of groups reads it), and each (pair of groups, pair of token blocks) carries its C tiles in B.c from
 // chunk to chunk. The panel streams from memory once per row block (a pass over all rows per pair
 // of token blocks read it once per 32 rows: a 256-token chunk of 4096-wide rows, one thread, 160
 // GMAC/s so).

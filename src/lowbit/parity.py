@@ -58,8 +58,8 @@ def parity(names: list[str], rows: int = 33, blocks: int = 4, out=sys.stdout) ->
             theirs0 = ggml.vec_dot(f.name, raw, act, n)
         tiles = None  # BF16 on AMX-BF16 tiles rounds its activations to bf16, as ggml's BF16 vec_dot does:
         if f.name == "BF16":  # the reference and ggml on the rounded activations (csrc/x86/bf16_tiles.inl)
-            u = x.view(np.uint32).astype(np.uint64)
-            xb = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+            # (the BF16 quantizer's rounding, ggml's: the tiles' too, csrc/fp16.h f32_to_bf16)
+            xb = (quantize("BF16", x).view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(x.shape)
             tiles = (_run(f, raw, xb.view(np.uint8).reshape(8, -1), n, w_scale, "scalar"),
                      ggml.vec_dot(f.name, raw, ggml.from_float("BF16", x), n))
         for lv in levels:
